@@ -1,0 +1,56 @@
+// Package testenv decides whether a test that needs privileges, tools or data
+// may run here, and what to do when it cannot.
+//
+// Outside strict mode a missing prerequisite skips the test with a message
+// that says what is missing. With NDKXDP_STRICT=1 (which CI sets) the same
+// condition fails the test: nothing may silently skip in CI.
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Strict reports whether NDKXDP_STRICT=1 is set.
+func Strict() bool { return os.Getenv("NDKXDP_STRICT") == "1" }
+
+// Unavailable skips the test, or fails it in strict mode, with the reason.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if Strict() {
+		t.Fatalf("NDKXDP_STRICT=1: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RequireRoot stops the test unless it runs with the capabilities ndkxdp
+// needs (CAP_NET_ADMIN, CAP_BPF, CAP_SYS_ADMIN for namespaces); in practice
+// that means root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if unix.Geteuid() != 0 {
+		Unavailable(t, "needs root (network namespaces, XDP attach, BPF); run as root or with NDKXDP_STRICT unset to skip")
+	}
+}
+
+// RequireTool stops the test unless the named program is on PATH.
+func RequireTool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Unavailable(t, "needs %q on PATH: %v", name, err)
+	}
+	return p
+}
+
+// RequireFile stops the test unless path exists, and returns it.
+func RequireFile(t testing.TB, path string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		Unavailable(t, "needs %s: %v", path, err)
+	}
+	return path
+}
