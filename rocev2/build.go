@@ -1,0 +1,174 @@
+package rocev2
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Errors Encode and EncodeHeaders return. They describe a caller mistake in
+// Headers or the buffer; each is allocated once.
+var (
+	ErrBufferTooSmall = errors.New("rocev2: encode: buffer too small for the frame")
+	ErrEncodeOpcode   = errors.New("rocev2: encode: opcode is not in the opcode table")
+	ErrEncodeAddr     = errors.New("rocev2: encode: IP source and destination must both be IPv4 or both IPv6")
+	ErrEncodePayload  = errors.New("rocev2: encode: payload length not allowed for the opcode")
+	ErrEncodeTooLong  = errors.New("rocev2: encode: packet exceeds the IP length field")
+)
+
+// L3Offset returns where the IP header starts.
+func (h *Headers) L3Offset() int { return h.Eth.Len() }
+
+// HeaderLen returns how many bytes EncodeHeaders writes: link, IP, UDP, BTH
+// and extended transport headers.
+func (h *Headers) HeaderLen() int {
+	return h.Eth.Len() + h.IP.Len() + UDPLen + BTHLen + opTable[h.BTH.Opcode].HeaderLen
+}
+
+// FrameLen returns the length of a frame carrying payloadLen bytes: headers,
+// payload, pad and ICRC.
+func (h *Headers) FrameLen(payloadLen int) int {
+	return h.HeaderLen() + payloadLen + PadCount(payloadLen) + ICRCLen
+}
+
+// EncodeHeaders writes the headers of a packet carrying payloadLen payload
+// bytes into buf and returns how many bytes it wrote. It derives PadCnt, the
+// IP and UDP lengths and the IPv4 checksum from payloadLen, so the caller
+// only appends the payload, the pad and the ICRC (see ICRC and PutICRC), or
+// calls Encode to do all of it. It does not allocate.
+func (h *Headers) EncodeHeaders(buf []byte, payloadLen int) (int, error) {
+	info := &opTable[h.BTH.Opcode]
+	if !info.Valid {
+		return 0, ErrEncodeOpcode
+	}
+	pad := PadCount(payloadLen)
+	switch {
+	case payloadLen < 0,
+		!info.Payload && payloadLen != 0,
+		info.FixedPayload != 0 && payloadLen != info.FixedPayload,
+		pad != 0 && !info.Padded:
+		return 0, ErrEncodePayload
+	}
+	v4 := h.IP.Src.Is4()
+	if v4 != h.IP.Dst.Is4() || (!v4 && (!h.IP.Src.Is6() || !h.IP.Dst.Is6())) {
+		return 0, ErrEncodeAddr
+	}
+	n := h.HeaderLen()
+	if len(buf) < n {
+		return 0, ErrBufferTooSmall
+	}
+	udpLen := UDPLen + BTHLen + info.HeaderLen + payloadLen + pad + ICRCLen
+	if udpLen+IPv4Len > 0xFFFF {
+		return 0, ErrEncodeTooLong
+	}
+
+	off := 0
+	copy(buf[0:6], h.Eth.Dst[:])
+	copy(buf[6:12], h.Eth.Src[:])
+	if h.Eth.HasVLAN {
+		binary.BigEndian.PutUint16(buf[12:], EtherTypeVLAN)
+		binary.BigEndian.PutUint16(buf[14:], h.Eth.VLANTCI)
+		off = 16
+	} else {
+		off = 12
+	}
+	if v4 {
+		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv4)
+		off += 2
+		ip := buf[off : off+IPv4Len]
+		ip[0] = 0x45
+		ip[1] = h.IP.TOS
+		binary.BigEndian.PutUint16(ip[2:], uint16(IPv4Len+udpLen))
+		binary.BigEndian.PutUint16(ip[4:], h.IP.ID)
+		binary.BigEndian.PutUint16(ip[6:], uint16(h.IP.Flags&7)<<13)
+		ip[8] = h.IP.TTL
+		ip[9] = IPProtoUDP
+		ip[10], ip[11] = 0, 0
+		src, dst := h.IP.Src.As4(), h.IP.Dst.As4()
+		copy(ip[12:16], src[:])
+		copy(ip[16:20], dst[:])
+		binary.BigEndian.PutUint16(ip[10:], ^ipv4Checksum(ip))
+		off += IPv4Len
+	} else {
+		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv6)
+		off += 2
+		ip := buf[off : off+IPv6Len]
+		binary.BigEndian.PutUint32(ip, 6<<28|uint32(h.IP.TOS)<<20|h.IP.FlowLabel&0xFFFFF)
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
+		ip[6] = IPProtoUDP
+		ip[7] = h.IP.TTL
+		src, dst := h.IP.Src.As16(), h.IP.Dst.As16()
+		copy(ip[8:24], src[:])
+		copy(ip[24:40], dst[:])
+		off += IPv6Len
+	}
+
+	u := buf[off : off+UDPLen]
+	binary.BigEndian.PutUint16(u, h.UDP.SrcPort)
+	binary.BigEndian.PutUint16(u[2:], h.UDP.DstPort)
+	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
+	binary.BigEndian.PutUint16(u[6:], h.UDP.Checksum)
+	off += UDPLen
+
+	bth := h.BTH
+	bth.PadCnt = uint8(pad)
+	BTH(buf[off : off+BTHLen]).Encode(&bth)
+	off += BTHLen
+
+	if hs := info.Headers; hs != 0 {
+		if hs&HasDETH != 0 {
+			DETH(buf[off : off+DETHLen]).Encode(&h.DETH)
+			off += DETHLen
+		}
+		if hs&HasFETH != 0 {
+			FETH(buf[off : off+FETHLen]).Encode(&h.FETH)
+			off += FETHLen
+		}
+		if hs&HasRETH != 0 {
+			RETH(buf[off : off+RETHLen]).Encode(&h.RETH)
+			off += RETHLen
+		}
+		if hs&HasAtomicETH != 0 {
+			AtomicETH(buf[off : off+AtomicETHLen]).Encode(&h.AtomicETH)
+			off += AtomicETHLen
+		}
+		if hs&HasAETH != 0 {
+			AETH(buf[off : off+AETHLen]).Encode(&h.AETH)
+			off += AETHLen
+		}
+		if hs&HasAtomicAckETH != 0 {
+			AtomicAckETH(buf[off : off+AtomicAckETHLen]).Encode(&h.AtomicAckETH)
+			off += AtomicAckETHLen
+		}
+		if hs&HasImmDt != 0 {
+			binary.BigEndian.PutUint32(buf[off:], h.ImmDt)
+			off += ImmDtLen
+		}
+		if hs&HasIETH != 0 {
+			binary.BigEndian.PutUint32(buf[off:], h.IETH)
+			off += IETHLen
+		}
+	}
+	return off, nil
+}
+
+// Encode writes a complete frame into buf: the headers, payload, zero pad
+// and ICRC. It returns the frame length. payload may already sit in buf at
+// HeaderLen(); the copy is then a no-op move. It does not allocate.
+func (h *Headers) Encode(buf, payload []byte) (int, error) {
+	n, err := h.EncodeHeaders(buf, len(payload))
+	if err != nil {
+		return 0, err
+	}
+	pad := PadCount(len(payload))
+	total := n + len(payload) + pad + ICRCLen
+	if len(buf) < total {
+		return 0, ErrBufferTooSmall
+	}
+	copy(buf[n:], payload)
+	end := n + len(payload)
+	copy(buf[end:end+pad], zeroPad[:pad])
+	l3 := h.L3Offset()
+	crc := icrc(buf[l3:end+pad], h.IP.Len()+UDPLen, nil, 0)
+	PutICRC(buf[end+pad:], crc)
+	return total, nil
+}
