@@ -1,0 +1,263 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/bpf"
+)
+
+// DefaultPinRoot is where Pin puts <ifname>/{link,prog,xsks,qp_owner,counters}.
+const DefaultPinRoot = "/sys/fs/bpf/ndkxdp"
+
+// bpffsMount is the conventional bpffs mount point; Pin mounts it if needed.
+const bpffsMount = "/sys/fs/bpf"
+
+const (
+	pinLink = "link"
+	pinProg = "prog"
+)
+
+// pinnedMaps are the map names as pinned; they match bpf/steer.c.
+var pinnedMaps = []string{bpf.SteerMapXsks, bpf.SteerMapQpOwner, bpf.SteerMapCounters}
+
+func (p *Program) maps() []*ebpf.Map { return []*ebpf.Map{p.xsks, p.qpOwner, p.counters} }
+
+// PinDir returns the directory Pin uses for ifname under opts.PinRoot.
+func PinDir(ifname string, opts Options) string {
+	o := opts.withDefaults()
+	return filepath.Join(o.PinRoot, ifname)
+}
+
+// Pin pins the link, program and maps under <PinRoot>/<ifname>, mounting
+// bpffs at /sys/fs/bpf first if PinRoot lies there and nothing is mounted.
+// While pinned, Close leaves the program attached; OpenPinned takes it over.
+func (x *XDP) Pin() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pinDir != "" {
+		return nil
+	}
+	dir := PinDir(x.ifname, x.opts)
+	if err := preparePinDir(dir); err != nil {
+		return fmt.Errorf("loader: pin xdp for %s: %w", x.ifname, err)
+	}
+	// Maps and program first, link last: a directory with a link pin is
+	// complete, whatever else failed on the way.
+	for i, m := range x.maps() {
+		if err := m.Pin(filepath.Join(dir, pinnedMaps[i])); err != nil {
+			return x.unpinAfter(fmt.Errorf("loader: pin xdp for %s: pin map %s: %w", x.ifname, pinnedMaps[i], err))
+		}
+	}
+	if err := x.prog.Pin(filepath.Join(dir, pinProg)); err != nil {
+		return x.unpinAfter(fmt.Errorf("loader: pin xdp for %s: pin program: %w", x.ifname, err))
+	}
+	if err := x.link.Pin(filepath.Join(dir, pinLink)); err != nil {
+		return x.unpinAfter(fmt.Errorf("loader: pin xdp for %s: pin link: %w", x.ifname, err))
+	}
+	x.pinDir = dir
+	return nil
+}
+
+// unpinAfter undoes a partial Pin and returns err with anything that went
+// wrong undoing it.
+func (x *XDP) unpinAfter(err error) error {
+	return errors.Join(err, x.unpin(PinDir(x.ifname, x.opts)))
+}
+
+// Unpin removes the pins. The program stays attached until the last handle
+// to it is closed.
+func (x *XDP) Unpin() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pinDir == "" {
+		return nil
+	}
+	if err := x.unpin(x.pinDir); err != nil {
+		return fmt.Errorf("loader: unpin xdp for %s: %w", x.ifname, err)
+	}
+	x.pinDir = ""
+	return nil
+}
+
+func (x *XDP) unpin(dir string) error {
+	errs := []error{x.link.Unpin(), x.prog.Unpin()}
+	for _, m := range x.maps() {
+		errs = append(errs, m.Unpin())
+	}
+	// Only an empty directory goes; anything else in it is not ours.
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Pinned reports whether the attachment is pinned (by Pin, or because it was
+// opened with OpenPinned and not unpinned since).
+func (x *XDP) Pinned() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.pinDir != ""
+}
+
+// OpenPinned takes over the attachment a previous process pinned for ifname
+// under opts.PinRoot: the same link, program and maps, with their contents
+// (QPs, sockets, counters). The result is pinned; call Unpin before Close to
+// detach. Only opts.PinRoot and opts.Logger are used; the map sizes are
+// those pinned.
+func OpenPinned(ifname string, opts Options) (*XDP, error) {
+	o := opts.withDefaults()
+	dir := PinDir(ifname, o)
+	fail := func(step string, err error) (*XDP, error) {
+		return nil, fmt.Errorf("loader: open pinned xdp for %s: %s: %w", ifname, step, err)
+	}
+	ifindex, err := interfaceIndex(ifname)
+	if err != nil {
+		return fail("check interface", err)
+	}
+	spec, err := bpf.LoadSteer()
+	if err != nil {
+		return fail("load spec", err)
+	}
+
+	var closers []interface{ Close() error }
+	ok := false
+	defer func() {
+		if !ok {
+			for _, c := range closers {
+				c.Close()
+			}
+		}
+	}()
+
+	l, err := link.LoadPinnedLink(filepath.Join(dir, pinLink), nil)
+	if err != nil {
+		return fail("load pinned link", err)
+	}
+	closers = append(closers, l)
+	info, err := l.Info()
+	if err != nil {
+		return fail("link info", err)
+	}
+	xi := info.XDP()
+	if xi == nil {
+		return fail("check link", fmt.Errorf("%s is a %v link, not XDP", dir, info.Type))
+	}
+	if int(xi.Ifindex) != ifindex {
+		// Ifindex 0: the interface went away and the kernel detached the
+		// link; otherwise the name now belongs to another interface.
+		return fail("check link", fmt.Errorf("pinned link is attached to ifindex %d, %s is ifindex %d; remove %s",
+			xi.Ifindex, ifname, ifindex, dir))
+	}
+
+	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProg), nil)
+	if err != nil {
+		return fail("load pinned program", err)
+	}
+	closers = append(closers, prog)
+
+	maps := make([]*ebpf.Map, len(pinnedMaps))
+	for i, name := range pinnedMaps {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if err != nil {
+			return fail("load pinned map "+name, err)
+		}
+		closers = append(closers, m)
+		// Capacities may differ (Options), layouts may not: a pin left by
+		// an incompatible version must not be driven with this one's keys.
+		ms := spec.Maps[name].Copy()
+		if name != bpf.SteerMapCounters {
+			ms.MaxEntries = m.MaxEntries()
+		}
+		if err := ms.Compatible(m); err != nil {
+			return fail("check pinned map "+name, err)
+		}
+		maps[i] = m
+	}
+
+	mode, err := attachedMode(ifindex)
+	if err != nil {
+		return fail("read attach mode", err)
+	}
+	o.MaxQueues = maps[0].MaxEntries()
+	o.MaxQPs = maps[1].MaxEntries()
+	o.Mode = mode
+	ok = true
+	return &XDP{
+		Program: &Program{prog: prog, xsks: maps[0], qpOwner: maps[1], counters: maps[2], opts: o},
+		ifname:  ifname,
+		ifindex: ifindex,
+		mode:    mode,
+		link:    l,
+		pinDir:  dir,
+	}, nil
+}
+
+// attachedMode asks the kernel how the XDP program on ifindex is attached.
+func attachedMode(ifindex int) (AttachMode, error) {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return 0, err
+	}
+	xdp := l.Attrs().Xdp
+	if xdp == nil || !xdp.Attached {
+		return 0, fmt.Errorf("no XDP program on ifindex %d", ifindex)
+	}
+	switch xdp.AttachMode {
+	case xdpAttachedDriver:
+		return AttachDriver, nil
+	case xdpAttachedSKB:
+		return AttachGeneric, nil
+	}
+	return 0, fmt.Errorf("XDP program on ifindex %d attached in unsupported mode %d", ifindex, xdp.AttachMode)
+}
+
+// XDP_ATTACHED_* from include/uapi/linux/if_link.h.
+const (
+	xdpAttachedDriver = 1
+	xdpAttachedSKB    = 2
+)
+
+// preparePinDir makes sure dir can hold pins: bpffs mounted at /sys/fs/bpf
+// when dir is below it, and dir itself created.
+func preparePinDir(dir string) error {
+	if dir == bpffsMount || strings.HasPrefix(dir, bpffsMount+"/") {
+		if err := mountBPFFS(bpffsMount); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("pin directory %s is not on a bpf filesystem", dir)
+	}
+	return nil
+}
+
+// mountBPFFS mounts bpffs at dir unless one is already there.
+func mountBPFFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
+	}
+	return nil
+}
