@@ -313,7 +313,7 @@ func (s *Socket) bind(owner *Socket, cfg *SocketConfig) error {
 		// Mode, need-wakeup and SG come from the UMEM's first socket.
 		sa.Flags = unix.XDP_SHARED_UMEM
 		sa.SharedUmemFD = uint32(owner.fd)
-		if err := unix.Bind(s.fd, &sa); err != nil {
+		if err := bindBusyRetry(s.fd, &sa); err != nil {
 			return fmt.Errorf("bind sharing the UMEM of queue %d of ifindex %d: %w", owner.queue, owner.ifindex, err)
 		}
 	} else {
@@ -366,7 +366,24 @@ func (s *Socket) bind(owner *Socket, cfg *SocketConfig) error {
 
 func (s *Socket) bindFlags(sa *unix.SockaddrXDP, flags uint16) error {
 	sa.Flags = flags
-	return unix.Bind(s.fd, sa)
+	return bindBusyRetry(s.fd, sa)
+}
+
+// bindBusyRetry binds, retrying EBUSY for a short, bounded time. Closing an
+// AF_XDP socket frees its claim on the device queue from a workqueue
+// (xp_put_pool -> xp_release_deferred in net/xdp/xsk_buff_pool.c), so a
+// queue closed a moment ago can still be busy; a queue another live socket
+// holds stays busy and fails after the bound.
+func bindBusyRetry(fd int, sa *unix.SockaddrXDP) error {
+	const attempts, pause = 100, 2 * time.Millisecond
+	var err error
+	for range attempts {
+		if err = unix.Bind(fd, sa); !errors.Is(err, unix.EBUSY) {
+			return err
+		}
+		time.Sleep(pause)
+	}
+	return fmt.Errorf("queue busy for %v: another AF_XDP socket holds it: %w", attempts*pause, err)
 }
 
 func (s *Socket) setBusyPoll(bp *BusyPollConfig) error {
