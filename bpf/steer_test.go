@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/bpf"
@@ -99,7 +101,7 @@ type objects struct {
 	bpf.SteerMaps
 }
 
-func load(t *testing.T) *objects {
+func load(t testing.TB) *objects {
 	t.Helper()
 	testenv.RequireRoot(t)
 	spec, err := bpf.LoadSteer()
@@ -335,4 +337,47 @@ func TestSteerMultiBuffer(t *testing.T) {
 			t.Run(fmt.Sprintf("linear %d %s", linear, c.name), func(t *testing.T) { run(t, objs, c, opts) })
 		}
 	}
+}
+
+// BenchmarkSteer reports the program's cost per frame as measured by
+// BPF_PROG_TEST_RUN (kernel-side loop, no syscall per frame), next to a
+// program that only returns XDP_PASS, which measures the test-run harness
+// itself: the difference is what steering costs.
+func BenchmarkSteer(b *testing.B) {
+	objs := load(b)
+	baseline, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.XDP,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, xdpPass), asm.Return()},
+		License:      "MIT",
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer baseline.Close()
+	tcp := cat(ether(etIPv4), ipv4(6, 0, 0x4000, make([]byte, 40)))
+	b.Run("baseline_return_pass", func(b *testing.B) { benchRun(b, baseline, tcp) })
+	for _, c := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"pass_ipv4_tcp", cat(ether(etIPv4), ipv4(6, 0, 0x4000, make([]byte, 40)))},
+		{"pass_ipv4_udp_other", cat(ether(etIPv4), ipv4(17, 0, 0x4000, udp(53, make([]byte, 32))))},
+		{"drop_unknown_qp", cat(ether(etIPv4), ipv4(17, 0, 0x4000, udp(rocePrt, roce(0, qpUnknown, 64))))},
+		{"drop_no_socket_ipv6_vlan", cat(ether(etIPv6, tpidQ), ipv6(17, udp(rocePrt, roce(0, qpLocal, 1024))))},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchRun(b, objs.Steer, c.frame) })
+	}
+}
+
+func benchRun(b *testing.B, prog *ebpf.Program, frame []byte) {
+	const repeat = 1 << 16
+	var total time.Duration
+	for b.Loop() {
+		_, per, err := prog.Benchmark(frame, repeat, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += per
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/frame")
 }

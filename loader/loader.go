@@ -112,8 +112,9 @@ func Load(opts Options) (*Program, error) {
 // RegisterSocket puts the AF_XDP socket fd in the socket map at queue.
 // The socket must be bound to the same queue of the interface the program is
 // attached to: the kernel delivers a redirected frame only to a socket bound
-// to the queue it arrived on, and drops it otherwise. The map holds its own
-// reference to the socket; close fd whenever convenient.
+// to the queue it arrived on, and drops it otherwise. The entry lasts until
+// UnregisterSocket or until the socket is closed: the kernel removes a
+// released socket from every socket map (net/xdp/xsk.c, xsk_release).
 func (p *Program) RegisterSocket(queue uint32, fd int) error {
 	if queue >= p.opts.MaxQueues {
 		return fmt.Errorf("loader: register socket for queue %d: queue out of range (MaxQueues %d)", queue, p.opts.MaxQueues)
