@@ -264,6 +264,31 @@ func TestTransmitReachesPeer(t *testing.T) {
 	if u.Allocator().Available() != u.NumFrames() {
 		t.Fatalf("%d of %d frames back after all completions", u.Allocator().Available(), u.NumFrames())
 	}
+
+	// The per-packet transmit path, syscall included, allocates nothing.
+	frame := testFrame(p.B.MAC, p.A.MAC, 64, 0)
+	var kickErr error
+	allocs := testing.AllocsPerRun(50, func() {
+		addr, ok := u.Alloc()
+		if !ok {
+			return
+		}
+		copy(u.Frame(addr), frame)
+		if i, got := s.TX().Reserve(1); got == 1 {
+			s.TX().Set(i, Desc{Addr: addr, Len: uint32(len(frame))})
+			s.TX().Submit()
+		}
+		if err := s.Kick(); err != nil {
+			kickErr = err
+		}
+		_, _ = s.Completion().ReclaimTo(u.Allocator(), 64)
+	})
+	if kickErr != nil {
+		t.Fatal(kickErr)
+	}
+	if allocs != 0 {
+		t.Fatalf("transmit path: %v allocations per frame, want 0", allocs)
+	}
 }
 
 func TestStatistics(t *testing.T) {
@@ -327,6 +352,12 @@ func TestBusyPollOptions(t *testing.T) {
 	}
 	if ready, err := s.Poll(10 * time.Millisecond); err != nil || ready {
 		t.Fatalf("Poll on an idle socket = (%v, %v), want (false, nil)", ready, err)
+	}
+	if n := testing.AllocsPerRun(20, func() {
+		_ = s.WakeupRX()
+		_, _ = s.Poll(0)
+	}); n != 0 {
+		t.Fatalf("WakeupRX and Poll: %v allocations per call, want 0", n)
 	}
 }
 
