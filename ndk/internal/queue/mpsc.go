@@ -32,12 +32,14 @@ type mpscSlot[T any] struct {
 }
 
 // NewMPSC returns a ring holding capacity elements; capacity is rounded up
-// to a power of two.
+// to a power of two, and to at least 2: with one slot, a full slot's
+// sequence (pos+1) would equal the next position's and read as free.
 func NewMPSC[T any](capacity int) (*MPSC[T], error) {
 	n, err := roundCapacity(capacity)
 	if err != nil {
 		return nil, err
 	}
+	n = max(n, 2)
 	q := &MPSC[T]{mask: n - 1, slots: make([]mpscSlot[T], n)}
 	for i := range q.slots {
 		q.slots[i].seq.Store(uint64(i))

@@ -24,7 +24,7 @@ func TestNewRejectsBadCapacity(t *testing.T) {
 }
 
 func TestCapacityRoundsUpToPowerOfTwo(t *testing.T) {
-	for _, tc := range []struct{ in, want int }{{1, 1}, {2, 2}, {3, 4}, {1000, 1024}, {1024, 1024}} {
+	for _, tc := range []struct{ in, spsc, mpsc int }{{1, 1, 2}, {2, 2, 2}, {3, 4, 4}, {1000, 1024, 1024}, {1024, 1024, 1024}} {
 		s, err := NewSPSC[item](tc.in)
 		if err != nil {
 			t.Fatal(err)
@@ -33,8 +33,8 @@ func TestCapacityRoundsUpToPowerOfTwo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Cap() != tc.want || m.Cap() != tc.want {
-			t.Errorf("capacity %d: SPSC %d, MPSC %d, want %d", tc.in, s.Cap(), m.Cap(), tc.want)
+		if s.Cap() != tc.spsc || m.Cap() != tc.mpsc {
+			t.Errorf("capacity %d: SPSC %d, MPSC %d, want %d and %d", tc.in, s.Cap(), m.Cap(), tc.spsc, tc.mpsc)
 		}
 	}
 }
@@ -58,6 +58,21 @@ func rings(t *testing.T, capacity int) map[string]ring {
 		t.Fatal(err)
 	}
 	return map[string]ring{"SPSC": s, "MPSC": m}
+}
+
+// TestSmallestRingsRefuseWhenFull guards the one-slot corner: every ring
+// must refuse a push once Cap elements are queued.
+func TestSmallestRingsRefuseWhenFull(t *testing.T) {
+	for name, q := range rings(t, 1) {
+		for i := range q.Cap() {
+			if !q.TryPush(&item{seq: uint64(i)}) {
+				t.Fatalf("%s: push %d refused below Cap %d", name, i, q.Cap())
+			}
+		}
+		if q.TryPush(&item{}) {
+			t.Fatalf("%s: push beyond Cap %d succeeded", name, q.Cap())
+		}
+	}
 }
 
 func TestFullAndEmpty(t *testing.T) {

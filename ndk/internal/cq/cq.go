@@ -1,0 +1,318 @@
+package cq
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
+)
+
+// Entry is one completion: NDK_RESULT_EX plus what the notification logic
+// needs to know about it.
+type Entry struct {
+	Status                       uint32 // NTSTATUS
+	BytesTransferred             uint32
+	Type                         uint32 // NDK_OPERATION_TYPE
+	ProviderErrorCode            uint32
+	TypeSpecificCompletionOutput uint64 // the invalidated token for ReceiveAndInvalidate
+	QPContext                    any
+	RequestContext               any
+	// Solicited marks a receive completion of a send that carried
+	// NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT (the BTH SE bit).
+	Solicited bool
+}
+
+// Notify is NDK_CQ_NOTIFY_* (ndkpi.h values).
+type Notify uint32
+
+const (
+	NotifyErrors    Notify = 0
+	NotifyAny       Notify = 1
+	NotifySolicited Notify = 2
+)
+
+// Arm levels, ordered so that combining two arms is taking the larger: the
+// NDKPI.md §8 table makes ANY absorb everything and SOLICITED absorb ERRORS.
+const (
+	armNone      = 0
+	armErrors    = 1
+	armSolicited = 2
+	armAny       = 3
+	armMask      = 3
+
+	// countUnit is one completion in the arm word's upper 62 bits.
+	countUnit = 4
+)
+
+// MaxDepth bounds New's depth.
+const MaxDepth = queue.MaxCapacity
+
+// CQ is a completion queue. Push may be called from any number of engine
+// goroutines; Pop and Arm by one consumer at a time (NDKPI: the consumer
+// serializes GetCqResults, GetCqResultsEx and ArmCq per CQ).
+type CQ struct {
+	ring *queue.MPSC[Entry]
+
+	// word is count<<2 | arm level. count is the number of completions
+	// pushed; producers add countUnit after publishing, so one atomic add
+	// both counts and reads the arm, and a consumer that sets the arm reads
+	// the count in the same operation. That pairing is what makes a
+	// completion and a concurrent arm always see each other.
+	word atomic.Uint64
+	// solicited counts pushed completions that satisfy a SOLICITED arm; a
+	// producer adds to it before its add to word.
+	solicited atomic.Uint64
+
+	// Snapshot at the last notification: the count in word when its arm was
+	// cleared and the solicited count read right after.
+	notifiedCount     atomic.Uint64
+	notifiedSolicited atomic.Uint64
+
+	popped uint64 // consumer-owned: completions taken by Pop
+
+	errStatus   atomic.Uint32 // first CQ error, 0 while healthy
+	errReported atomic.Bool
+
+	// Notifications cleared from the arm but not yet delivered.
+	pendingNormal atomic.Int64
+	pendingError  atomic.Int64
+
+	notify func(status uint32)
+	wake   chan struct{}
+	stop   chan struct{}
+	exited chan struct{}
+	closed atomic.Bool
+}
+
+// New returns a CQ holding at least depth completions (rounded up to a power
+// of two). notify is called once per fired arm with the CQ status
+// (STATUS_SUCCESS, or the CQ error); nil makes a CQ that is only polled.
+func New(depth int, notify func(status uint32)) (*CQ, error) {
+	if depth < 1 || depth > MaxDepth {
+		return nil, fmt.Errorf("cq depth %d out of range [1, %d]", depth, MaxDepth)
+	}
+	ring, err := queue.NewMPSC[Entry](depth)
+	if err != nil {
+		return nil, fmt.Errorf("cq ring: %w", err)
+	}
+	c := &CQ{
+		ring:   ring,
+		notify: notify,
+		wake:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+	if notify != nil {
+		go c.dispatch()
+	} else {
+		close(c.exited)
+	}
+	return c, nil
+}
+
+// Cap returns the number of completions the CQ holds before it overruns.
+func (c *CQ) Cap() int { return c.ring.Cap() }
+
+// Len returns the number of completions queued (approximate while producers
+// are pushing).
+func (c *CQ) Len() int { return c.ring.Len() }
+
+// Err returns the CQ error status (STATUS_BUFFER_OVERFLOW after an overrun,
+// or what Fail set), 0 while the CQ is healthy.
+func (c *CQ) Err() uint32 { return c.errStatus.Load() }
+
+// Push queues a completion. It returns false if the CQ is full: the entry is
+// dropped and the CQ enters the overrun state (STATUS_BUFFER_OVERFLOW,
+// NDKPI.md §4: the CQ and its QPs are unusable). Safe for concurrent
+// producers; allocates nothing.
+func (c *CQ) Push(e *Entry) bool {
+	if !c.ring.TryPush(e) {
+		c.Fail(ntstatus.BufferOverflow)
+		return false
+	}
+	sol := e.Solicited || e.Status != ntstatus.Success
+	if sol {
+		c.solicited.Add(1)
+	}
+	w := c.word.Add(countUnit)
+	if w&armMask == armNone {
+		return true
+	}
+	c.notifyArmed(w, sol)
+	return true
+}
+
+// notifyArmed is Push's slow path: the CQ was armed when this completion
+// was counted.
+func (c *CQ) notifyArmed(w uint64, sol bool) {
+	for {
+		switch lvl := w & armMask; {
+		case lvl == armNone, lvl == armErrors, lvl == armSolicited && !sol:
+			return
+		}
+		if c.word.CompareAndSwap(w, w&^armMask) {
+			c.fireNormal(w)
+			return
+		}
+		w = c.word.Load() // another completion counted, or the consumer re-armed
+	}
+}
+
+// Fail puts the CQ into the error state with status (the engine uses
+// STATUS_INTERNAL_ERROR for a fatal failure) and notifies an armed consumer.
+// Only the first error is kept.
+func (c *CQ) Fail(status uint32) {
+	if status == ntstatus.Success || !c.errStatus.CompareAndSwap(0, status) {
+		return
+	}
+	for w := c.word.Load(); w&armMask != armNone; w = c.word.Load() {
+		if c.word.CompareAndSwap(w, w&^armMask) {
+			c.fireError()
+			return
+		}
+	}
+	// Not armed: the next Arm reports it.
+}
+
+// Arm requests one notification of kind n. It reports false if n is not an
+// NDK_CQ_NOTIFY_* value, the CQ has no callback, or it is closed. Consumer
+// only (serialized with Pop).
+func (c *CQ) Arm(n Notify) bool {
+	var lvl uint64
+	switch n {
+	case NotifyErrors:
+		lvl = armErrors
+	case NotifySolicited:
+		lvl = armSolicited
+	case NotifyAny:
+		lvl = armAny
+	default:
+		return false
+	}
+	if c.notify == nil || c.closed.Load() {
+		return false
+	}
+	w := c.word.Load()
+	for {
+		nw := w&^armMask | max(w&armMask, lvl)
+		if c.word.CompareAndSwap(w, nw) {
+			w = nw
+			break
+		}
+		w = c.word.Load()
+	}
+	// Fire at once for what arrived before the arm (seed 002).
+	for {
+		lvl := w & armMask
+		if lvl == armNone {
+			return true // a producer fired it meanwhile
+		}
+		errPending := c.errStatus.Load() != 0 && !c.errReported.Load()
+		if !errPending && !c.arrivedSinceNotification(w) {
+			return true
+		}
+		if c.word.CompareAndSwap(w, w&^armMask) {
+			if errPending {
+				c.fireError()
+			} else {
+				c.fireNormal(w)
+			}
+			return true
+		}
+		w = c.word.Load()
+	}
+}
+
+// arrivedSinceNotification reports whether the CQ holds completions and one
+// that satisfies the arm in w arrived after the last notification. Counting
+// by arrival is conservative: a new completion that was consumed while
+// older ones are still queued may fire too, which the seed permits ("may
+// fire at once otherwise").
+func (c *CQ) arrivedSinceNotification(w uint64) bool {
+	count := w >> 2
+	if int64(count-c.popped) <= 0 { // popped can briefly lead count: pop before the producer's add
+		return false
+	}
+	switch w & armMask {
+	case armAny:
+		return count > c.notifiedCount.Load()
+	case armSolicited:
+		return c.solicited.Load() > c.notifiedSolicited.Load()
+	}
+	return false
+}
+
+// fireNormal records the notification snapshot and hands a STATUS_SUCCESS
+// callback to the dispatcher; w is the word whose arm the caller cleared.
+func (c *CQ) fireNormal(w uint64) {
+	c.notifiedCount.Store(w >> 2)
+	c.notifiedSolicited.Store(c.solicited.Load())
+	c.pendingNormal.Add(1)
+	c.kick()
+}
+
+func (c *CQ) fireError() {
+	c.errReported.Store(true)
+	c.pendingError.Add(1)
+	c.kick()
+}
+
+func (c *CQ) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default: // a wake-up is already pending; the dispatcher drains all
+	}
+}
+
+// dispatch runs the callbacks, one at a time, off the engine goroutines.
+func (c *CQ) dispatch() {
+	defer close(c.exited)
+	for {
+		select {
+		case <-c.wake:
+		case <-c.stop:
+			return
+		}
+		for !c.closed.Load() {
+			if c.pendingNormal.Load() > 0 {
+				c.pendingNormal.Add(-1)
+				c.notify(ntstatus.Success)
+				continue
+			}
+			if c.pendingError.Load() > 0 {
+				c.pendingError.Add(-1)
+				c.notify(c.errStatus.Load())
+				continue
+			}
+			break
+		}
+	}
+}
+
+// Pop moves the oldest completion into *e; false if none is ready. Consumer
+// only; allocates nothing.
+func (c *CQ) Pop(e *Entry) bool {
+	if !c.ring.TryPop(e) {
+		return false
+	}
+	c.popped++
+	return true
+}
+
+// Close disarms the CQ, waits for a running callback to return and stops the
+// callback goroutine; callbacks not yet started are dropped. It must not be
+// called from the CQ's own callback (it would wait for itself). Completions
+// may still be pushed and popped after Close (a QP that outlives its CQ's
+// close still completes into it, NDKPI.md §8 object lifetime).
+func (c *CQ) Close() {
+	if c.closed.CompareAndSwap(false, true) {
+		for w := c.word.Load(); w&armMask != armNone; w = c.word.Load() {
+			if c.word.CompareAndSwap(w, w&^armMask) {
+				break
+			}
+		}
+		close(c.stop)
+	}
+	<-c.exited
+}
