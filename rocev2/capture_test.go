@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
@@ -25,20 +26,7 @@ type capturedFrame struct {
 	data  []byte
 }
 
-func (c capturedFrame) String() string { return c.file + " frame " + itoa(c.index) }
-
-func itoa(i int) string {
-	var b [20]byte
-	n := len(b)
-	if i == 0 {
-		return "0"
-	}
-	for ; i > 0; i /= 10 {
-		n--
-		b[n] = byte('0' + i%10)
-	}
-	return string(b[n:])
-}
+func (c capturedFrame) String() string { return c.file + " frame " + strconv.Itoa(c.index) }
 
 // isRoCEv2 selects frames independently of Parse: Ethernet, at most one
 // 802.1Q tag, IPv4 or IPv6 carrying UDP to port 4791. Everything else in the

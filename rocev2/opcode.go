@@ -156,7 +156,10 @@ type OpInfo struct {
 	// SolicitedEvent reports whether the SE bit may be set: the last or only
 	// packet of a SEND or RDMA WRITE with immediate (IBTA 9.2.1, C9-9).
 	SolicitedEvent bool
-	Position       Position
+	// Response reports a responder-to-requester packet: READ responses,
+	// ACK and ATOMIC_ACK. Everything else is a request (IBTA 9.2).
+	Response bool
+	Position Position
 }
 
 var opTable [256]OpInfo
@@ -213,6 +216,7 @@ func init() {
 			Padded:         o.payload && o.fixed == 0 && o.pos&PosLast != 0,
 			SolicitedEvent: o.se,
 			Position:       o.pos,
+			Response:       prefix == TransportRC && o.code >= 0x0D && o.code <= 0x12,
 		}
 	}
 	for _, o := range common {
