@@ -51,6 +51,7 @@ type BusyPollConfig struct {
 
 // SocketConfig describes one AF_XDP socket: one queue of one device.
 type SocketConfig struct {
+	// Ifindex is the device, Queue its RX/TX queue (as in ethtool -l).
 	Ifindex int
 	Queue   uint32
 	// RxRingSize and TxRingSize are the RX and TX ring entries (powers of
@@ -448,8 +449,11 @@ func (s *Socket) TX() *TxQueue { return &s.tx }
 // when nothing is pending. In zero-copy mode the driver transmits by itself
 // and Kick makes the syscall only when the TX ring asks for a wakeup.
 //
-// Kick returns ErrTxBusy when the bound is reached with the kernel still
-// pushing back. It allocates nothing unless the kernel reports an error.
+// The kernel takes a TX descriptor only when it can reserve its completion
+// slot, so with a full completion ring Kick returns nil and descriptors stay
+// pending until the completion ring is drained. Kick returns ErrTxBusy when
+// the bound is reached with the kernel still pushing back. It allocates
+// nothing unless the kernel reports an error.
 func (s *Socket) Kick() error {
 	if s.fd < 0 {
 		return ErrClosed
