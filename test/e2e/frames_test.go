@@ -214,7 +214,7 @@ func TestPingAndTCPWithProgramAttached(t *testing.T) {
 					t.Errorf("ping %s: %v\n%s", dst, err, out)
 				}
 			}
-			if err := tcpEcho(p, 4 << 20); err != nil {
+			if err := tcpEcho(p, 4<<20); err != nil {
 				t.Error(err)
 			}
 			ca, _ := a.XDP.Counters()
