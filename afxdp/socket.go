@@ -137,6 +137,9 @@ func NewSocket(umem *UMEM, cfg SocketConfig) (*Socket, error) {
 		cfg.TxRingSize = DefaultRingSize
 	}
 	where := fmt.Sprintf("queue %d of ifindex %d", cfg.Queue, cfg.Ifindex)
+	if umem == nil {
+		return nil, fmt.Errorf("afxdp: socket for %s: nil UMEM", where)
+	}
 	if err := checkSocketConfig(&cfg); err != nil {
 		return nil, fmt.Errorf("afxdp: socket for %s: %w", where, err)
 	}

@@ -203,6 +203,9 @@ func TestUMEMCloseIdempotent(t *testing.T) {
 	if err := u.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+	if _, err := NewSocket(nil, SocketConfig{Ifindex: 1}); err == nil {
+		t.Fatal("NewSocket accepted a nil UMEM")
+	}
 	if _, err := NewSocket(u, SocketConfig{Ifindex: 1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("NewSocket on a closed UMEM = %v, want ErrClosed", err)
 	}
