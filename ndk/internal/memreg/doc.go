@@ -1,0 +1,30 @@
+// Package memreg is ndkxdp's memory-region token table: it hands out the
+// local and remote tokens (lkey/rkey) of registered memory and answers, on
+// the engine's per-packet path, whether a token may touch a byte range.
+//
+// A token is index<<8 | key. The index selects a slot in an array of atomic
+// pointers, so a lookup is one atomic load and no lock (the layout Linux
+// rxe uses: rxe_pool_get_index(key >> 8)). The key byte is drawn from a
+// ChaCha8 generator seeded by crypto/rand for every registration, differs
+// between the local and the remote token, and differs from both keys of the
+// slot's previous occupant, so a stale token from a reused slot fails. With
+// 8 key bits a token is not a secret against a determined peer (as in IB);
+// it stops accidents and casual guessing.
+//
+// A region's virtual address is an index only, as NdkRegisterMr requires
+// (seed 001): checks compute offsets from it and return the bytes through
+// the region's slice, never by turning an address into a pointer. Zero-based
+// addresses are refused.
+//
+// It is not the public API (package ndk's PD and MR are), and it does not
+// know QPs, connections or wire formats: the engine maps a Fault to an NDK
+// completion status or an IB NAK.
+//
+// Example:
+//
+//	tab, _ := memreg.New(1 << 16)
+//	tok, _ := tab.Register(memreg.Region{PD: 1, VA: va, Buf: buf, Access: memreg.AccessRemoteWrite})
+//	dst, fault := tab.CheckRemote(1, tok.Remote, rethVA, rethLen, memreg.AccessRemoteWrite)
+//	if fault != memreg.OK { /* NAK: remote access error */ }
+//	copy(dst, payload)
+package memreg
