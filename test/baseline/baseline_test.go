@@ -1,0 +1,68 @@
+package baseline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// TestMeasurementsProduceFigures runs every measurement briefly and checks
+// each produced a plausible figure: frames were counted, round trips were
+// timed and ordered. It asserts nothing about speed (this machine is shared).
+func TestMeasurementsProduceFigures(t *testing.T) {
+	p := harness.New(t, harness.Config{})
+	r, err := Run(p, Options{Duration: 100 * time.Millisecond, Pings: 300, Progress: func(s string) { t.Log(s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{XDP, UDP, TCP} {
+		for _, size := range r.Options.Sizes {
+			m := r.Rates[c][size]
+			if m.Messages == 0 || m.Elapsed < 100*time.Millisecond || m.Bytes != m.Messages*uint64(size) {
+				t.Errorf("%s rate at %d bytes: %+v", c, size, m)
+			}
+		}
+		l := r.RTT[c]
+		if l.N != 300 || l.P50 <= 0 || l.P99 < l.P50 || l.Max < l.P99 || l.Min > l.P50 {
+			t.Errorf("%s ping-pong: %+v", c, l)
+		}
+	}
+	t.Logf("\n%s", r.Table())
+}
+
+// BenchmarkBaseline measures raw AF_XDP, Go UDP and Go TCP on one veth pair
+// in one run and prints the figures with their ratios to AF_XDP:
+//
+//	go test -run '^$' -bench Baseline -benchtime 1x ./test/baseline
+func BenchmarkBaseline(b *testing.B) {
+	p := harness.New(b, harness.Config{})
+	for range b.N {
+		r, err := Run(p, Options{Duration: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, size := range r.Options.Sizes {
+			b.ReportMetric(r.Rates[XDP][size].PerSecond(), "xdp-pps-"+itoa(size))
+			b.ReportMetric(r.Rates[UDP][size].PerSecond()/r.Rates[XDP][size].PerSecond(), "udp/xdp-rate-"+itoa(size))
+			b.ReportMetric(r.Rates[TCP][size].PerSecond()/r.Rates[XDP][size].PerSecond(), "tcp/xdp-rate-"+itoa(size))
+		}
+		b.ReportMetric(us(r.RTT[XDP].P50), "xdp-rtt-p50-us")
+		b.ReportMetric(float64(r.RTT[UDP].P50)/float64(r.RTT[XDP].P50), "udp/xdp-rtt-p50")
+		b.ReportMetric(float64(r.RTT[TCP].P50)/float64(r.RTT[XDP].P50), "tcp/xdp-rtt-p50")
+		b.Logf("\n%s", r.Table())
+	}
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for ; n > 0; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+	}
+	return string(b[i:])
+}

@@ -1,0 +1,311 @@
+package baseline
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/loader"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/ndkxdp/ndkxdp/test/rawxdp"
+)
+
+// xdpQPN is the destination QP of baseline frames: the steering program
+// redirects them like any RoCEv2 frame for a known QP.
+const xdpQPN = 0x0000b5
+
+// RoCEFrame returns a valid RoCEv2 RC SEND_ONLY frame from src to dst of
+// exactly size bytes: the largest payload that fits, and Ethernet trailer
+// bytes (as a NIC pads short frames) for the rest.
+func RoCEFrame(src, dst *harness.Host, qpn uint32, size int) ([]byte, error) {
+	h := rocev2.Headers{
+		Eth: rocev2.EthernetFields{Dst: rocev2.MAC(dst.MAC), Src: rocev2.MAC(src.MAC)},
+		IP:  rocev2.NewIPFields(src.IPv4, dst.IPv4),
+		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, qpn, qpn), DstPort: rocev2.UDPPort},
+		BTH: rocev2.BTHFields{Opcode: rocev2.RCSendOnly, PKey: rocev2.DefaultPKey, DestQP: qpn},
+	}
+	payload := (size - h.FrameLen(0)) &^ 3
+	if payload < 0 {
+		return nil, fmt.Errorf("a RoCEv2 frame needs at least %d bytes, not %d", h.FrameLen(0), size)
+	}
+	buf := make([]byte, size)
+	if _, err := h.Encode(buf, make([]byte, payload)); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// openXDPPair attaches the steering program on both hosts, binds one socket
+// on queue 0 of each and steers xdpQPN to it.
+func openXDPPair(p *harness.Pair, multiBuffer bool) (a, b *rawxdp.Endpoint, err error) {
+	cfg := rawxdp.Config{Attach: loader.AttachAuto, MultiBuffer: multiBuffer, BusyPoll: true}
+	if a, err = rawxdp.Open(p.A, cfg); err != nil {
+		return nil, nil, err
+	}
+	if b, err = rawxdp.Open(p.B, cfg); err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	for _, e := range []*rawxdp.Endpoint{a, b} {
+		if err := e.XDP.AddQP(xdpQPN, 0); err != nil {
+			a.Close()
+			b.Close()
+			return nil, nil, err
+		}
+	}
+	return a, b, nil
+}
+
+// txFrames copies frame into n UMEM frames of e and returns their
+// descriptors (one per frame; frames larger than a UMEM frame are not
+// supported here).
+func txFrames(e *rawxdp.Endpoint, frame []byte, n int) ([]afxdp.Desc, error) {
+	if len(frame) > int(e.UMEM.FrameSize()) {
+		return nil, fmt.Errorf("%d-byte frame larger than a UMEM frame", len(frame))
+	}
+	descs := make([]afxdp.Desc, 0, n)
+	for range n {
+		addr, ok := e.Frames().Alloc()
+		if !ok {
+			break
+		}
+		copy(e.UMEM.Frame(addr), frame)
+		descs = append(descs, afxdp.Desc{Addr: addr, Len: uint32(len(frame))})
+	}
+	if len(descs) == 0 {
+		return nil, errors.New("no UMEM frames for transmission")
+	}
+	return descs, nil
+}
+
+// XDPRate sends frames of the given size from A's AF_XDP socket to B's for
+// d and returns the rate B's RX ring delivered. Both sides busy-poll.
+func XDPRate(p *harness.Pair, size int, d time.Duration) (Rate, error) {
+	a, b, err := openXDPPair(p, false)
+	if err != nil {
+		return Rate{}, err
+	}
+	defer a.Close()
+	defer b.Close()
+	frame, err := RoCEFrame(p.A, p.B, xdpQPN, size)
+	if err != nil {
+		return Rate{}, err
+	}
+	pool, err := txFrames(a, frame, 1024)
+	if err != nil {
+		return Rate{}, err
+	}
+
+	var received atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var rxErr, txErr error
+	wg.Add(2)
+	go func() { // receiver: count packets, recycle frames into the fill ring
+		defer wg.Done()
+		runtime.LockOSThread()
+		rx, fill, frames := b.Sock.RX(), b.Sock.Fill(), b.Frames()
+		for spins := 0; ; spins++ {
+			if spins&1023 == 0 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+			start, got := rx.Peek(64)
+			if got == 0 {
+				if fill.NeedWakeup() {
+					if err := b.Sock.WakeupRX(); err != nil {
+						rxErr = err
+						return
+					}
+				}
+				continue
+			}
+			for i := range got {
+				_ = frames.Free(rx.Get(start + i).Addr)
+			}
+			rx.Release(got)
+			fill.FillFrom(frames, got)
+			received.Add(uint64(got))
+		}
+	}()
+	go func() { // sender: keep the TX ring full
+		defer wg.Done()
+		runtime.LockOSThread()
+		tx, comp := a.Sock.TX(), a.Sock.Completion()
+		free := append([]afxdp.Desc(nil), pool...)
+		byAddr := make(map[uint64]afxdp.Desc, len(pool))
+		for _, d := range pool {
+			byAddr[d.Addr] = d
+		}
+		for spins := 0; ; spins++ {
+			if spins&255 == 0 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+			if start, got := comp.Peek(comp.Size()); got > 0 {
+				for i := range got {
+					free = append(free, byAddr[comp.Get(start+i)&^uint64(a.UMEM.FrameSize()-1)])
+				}
+				comp.Release(got)
+			}
+			if len(free) > 0 {
+				start, got := tx.Reserve(uint32(min(len(free), 64)))
+				for i := range got {
+					tx.Set(start+i, free[len(free)-1-int(i)])
+				}
+				free = free[:len(free)-int(got)]
+				tx.Submit()
+			}
+			if err := a.Sock.Kick(); err != nil && !errors.Is(err, afxdp.ErrTxBusy) {
+				txErr = err
+				return
+			}
+		}
+	}()
+	if !waitFor(func() bool { return received.Load() > 0 }, 2*time.Second) {
+		close(stop)
+		wg.Wait()
+		return Rate{}, errors.Join(errors.New("af_xdp: no frame reached the receiver within 2s"), rxErr, txErr)
+	}
+	start, c0 := time.Now(), received.Load()
+	time.Sleep(d)
+	c1, elapsed := received.Load(), time.Since(start)
+	close(stop)
+	wg.Wait()
+	if err := errors.Join(rxErr, txErr); err != nil {
+		return Rate{}, fmt.Errorf("af_xdp rate: %w", err)
+	}
+	m := c1 - c0
+	return Rate{Messages: m, Bytes: m * uint64(size), Elapsed: elapsed}, nil
+}
+
+// XDPPingPong bounces a frame of the given size between the AF_XDP sockets
+// of A and B, both busy-polling their rings, and returns the round trips of
+// up to count exchanges (stopping after d).
+func XDPPingPong(p *harness.Pair, size, count int, d time.Duration) (Latency, error) {
+	a, b, err := openXDPPair(p, false)
+	if err != nil {
+		return Latency{}, err
+	}
+	defer a.Close()
+	defer b.Close()
+	ping, err := RoCEFrame(p.A, p.B, xdpQPN, size)
+	if err != nil {
+		return Latency{}, err
+	}
+	pong, err := RoCEFrame(p.B, p.A, xdpQPN, size)
+	if err != nil {
+		return Latency{}, err
+	}
+	pingDesc, err := txFrames(a, ping, 1)
+	if err != nil {
+		return Latency{}, err
+	}
+	pongDesc, err := txFrames(b, pong, 1)
+	if err != nil {
+		return Latency{}, err
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var echoErr error
+	wg.Add(1)
+	go func() { // B: echo every frame
+		defer wg.Done()
+		runtime.LockOSThread()
+		for spins := 0; ; spins++ {
+			if spins&1023 == 0 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+			if !recvOne(b) {
+				continue
+			}
+			if err := sendOne(b, pongDesc[0]); err != nil {
+				echoErr = err
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	samples := make([]time.Duration, 0, count)
+	deadline := time.Now().Add(d)
+	for i := 0; i < count+warmup && time.Now().Before(deadline); i++ {
+		t0 := time.Now()
+		if err := sendOne(a, pingDesc[0]); err != nil {
+			return Latency{}, fmt.Errorf("af_xdp ping: %w", err)
+		}
+		limit := t0.Add(time.Second)
+		for !recvOne(a) {
+			if time.Now().After(limit) {
+				return Latency{}, errors.Join(fmt.Errorf("af_xdp pong %d lost", i), echoErr)
+			}
+		}
+		if i >= warmup {
+			samples = append(samples, time.Since(t0))
+		}
+	}
+	return Summarize(samples), echoErr
+}
+
+// sendOne queues the prebuilt frame d, kicks, and waits for its completion
+// so the same frame can be sent again.
+func sendOne(e *rawxdp.Endpoint, d afxdp.Desc) error {
+	tx, comp := e.Sock.TX(), e.Sock.Completion()
+	start, got := tx.Reserve(1)
+	if got != 1 {
+		return errors.New("TX ring full")
+	}
+	tx.Set(start, d)
+	tx.Submit()
+	if err := e.Sock.Kick(); err != nil {
+		return err
+	}
+	limit := time.Now().Add(time.Second)
+	for {
+		if start, got := comp.Peek(1); got == 1 {
+			_ = comp.Get(start)
+			comp.Release(1)
+			return nil
+		}
+		if time.Now().After(limit) {
+			return errors.New("TX completion did not arrive within 1s")
+		}
+		if err := e.Sock.Kick(); err != nil && !errors.Is(err, afxdp.ErrTxBusy) {
+			return err
+		}
+	}
+}
+
+// recvOne takes at most one frame from e's RX ring and recycles it.
+func recvOne(e *rawxdp.Endpoint) bool {
+	rx := e.Sock.RX()
+	start, got := rx.Peek(1)
+	if got == 0 {
+		if e.Sock.Fill().NeedWakeup() {
+			_ = e.Sock.WakeupRX()
+		}
+		return false
+	}
+	_ = e.Frames().Free(rx.Get(start).Addr)
+	rx.Release(1)
+	e.Sock.Fill().FillFrom(e.Frames(), 1)
+	return true
+}
