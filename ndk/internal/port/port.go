@@ -1,0 +1,66 @@
+// Package port moves whole RoCEv2 frames (Ethernet header through ICRC) for
+// one engine: the engine's only view of the network. It is the seam between
+// the RC transport (package rc) and the wire, in the manner of
+// wireguard-go's conn.Bind: the engine is written against Port, an AF_XDP
+// queue implements it for real traffic, and Pipe implements it in memory,
+// with seeded loss, duplication and reordering, so that the transport can be
+// tested without privileges and deterministically.
+//
+// A Port knows nothing of RoCE: it does not parse, checksum or steer frames.
+package port
+
+import (
+	"errors"
+	"time"
+)
+
+// MaxSegments is the most pieces one transmitted frame may be given in.
+// The engine uses at most three: headers, payload, pad+ICRC.
+const MaxSegments = 4
+
+// Errors returned by ports.
+var (
+	// ErrTxFull means the transmit queue has no room now; the frame was
+	// not queued. Flush and retry later (after Reclaim frees room).
+	ErrTxFull = errors.New("port: transmit queue full")
+	// ErrTooLarge means the frame exceeds the port's maximum frame size.
+	ErrTooLarge = errors.New("port: frame larger than the port's maximum")
+	// ErrClosed means the port was closed.
+	ErrClosed = errors.New("port: closed")
+)
+
+// Port is one queue's frame I/O. All methods except Doorbell are called by
+// the one goroutine that owns the port (the engine of that queue); Doorbell
+// may be called from any goroutine.
+type Port interface {
+	// Receive stores up to len(out) received frames in out and returns how
+	// many. It never blocks. Each frame is contiguous and stays valid until
+	// the next Receive or Release; the engine must copy what it keeps.
+	Receive(out [][]byte) int
+	// Release gives back the frames of the last Receive.
+	Release()
+
+	// Transmit queues one frame made of the concatenation of segs (at
+	// most MaxSegments). The bytes are copied or referenced before
+	// Transmit returns, so the caller may reuse segs at once. It returns
+	// ErrTxFull when there is no room and ErrTooLarge when the frame
+	// exceeds MaxFrame.
+	Transmit(segs [][]byte) error
+	// Flush makes queued frames leave (the AF_XDP TX kick) and reclaims
+	// the buffers of frames that have left.
+	Flush() error
+
+	// Wait blocks until a frame may be ready to receive, Doorbell is
+	// called, or timeout passes (a negative timeout waits without limit).
+	// It may return early; callers loop.
+	Wait(timeout time.Duration) error
+	// Doorbell wakes a Wait in progress or the next one. It is safe from
+	// any goroutine, does not allocate, and costs no syscall when the
+	// engine is not waiting.
+	Doorbell()
+
+	// MaxFrame is the largest frame Transmit accepts and Receive returns.
+	MaxFrame() int
+	// Close releases the port's resources.
+	Close() error
+}
