@@ -1,0 +1,157 @@
+package ndk
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+)
+
+// Adapter is an open NDK adapter (NDK_ADAPTER): the parent of CQs and PDs,
+// and the owner of the memory-token table its engines consult.
+type Adapter struct {
+	info    AdapterInfo
+	regions *memreg.Table
+
+	mu     sync.Mutex
+	closed bool
+	nextPD uint32
+	cqs    map[*CQ]struct{}
+	pds    map[*PD]struct{}
+}
+
+// adapterConfig is what an adapter is built from. Open (with the transport)
+// fills it from the interface and options; tests lower limits with it.
+type adapterConfig struct {
+	version Version // requested NDK version
+	info    AdapterInfo
+	regions int // capacity of the token table
+}
+
+// defaultRegions is how many MRs an adapter can hold at once: 2^16 slots of
+// one pointer each (512 KiB) per adapter.
+const defaultRegions = 1 << 16
+
+func defaultConfig() adapterConfig {
+	return adapterConfig{version: providerVersion, info: providerInfo(), regions: defaultRegions}
+}
+
+// newAdapter builds an adapter without engines: the object model alone.
+func newAdapter(cfg adapterConfig) (*Adapter, error) {
+	v, err := negotiateVersion(cfg.version)
+	if err != nil {
+		return nil, err
+	}
+	cfg.info.Version = v
+	if cfg.info.MaxCqDepth < 1 || cfg.info.MaxCqDepth > cq.MaxDepth {
+		return nil, errorf(StatusInvalidParameter, "open adapter", "MaxCqDepth %d out of range [1, %d]", cfg.info.MaxCqDepth, cq.MaxDepth)
+	}
+	regions, err := memreg.New(cfg.regions)
+	if err != nil {
+		return nil, &Error{Status: StatusInsufficientResources, Op: "open adapter", Detail: err.Error()}
+	}
+	return &Adapter{
+		info:    cfg.info,
+		regions: regions,
+		cqs:     make(map[*CQ]struct{}),
+		pds:     make(map[*PD]struct{}),
+	}, nil
+}
+
+// Info returns the adapter's limits and capabilities (NdkQueryAdapterInfo).
+// Every create and post on this adapter is checked against them.
+func (a *Adapter) Info() AdapterInfo { return a.info }
+
+// CreateCq creates a completion queue holding at least depth completions
+// (NdkCreateCq; rounded up to a power of two, as verbs providers do).
+// notify is called once per fired Arm, on a goroutine of the CQ's own,
+// with STATUS_SUCCESS or the CQ error (STATUS_BUFFER_OVERFLOW on overrun,
+// STATUS_INTERNAL_ERROR on a fatal failure). A nil notify makes a CQ that is
+// only polled. A depth of 0 or above MaxCqDepth fails with
+// STATUS_INVALID_PARAMETER.
+func (a *Adapter) CreateCq(depth int, notify func(Status)) (*CQ, error) {
+	const op = "create cq"
+	if depth < 1 || depth > int(a.info.MaxCqDepth) {
+		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCqDepth %d]", depth, a.info.MaxCqDepth)
+	}
+	var cb func(uint32)
+	if notify != nil {
+		cb = func(s uint32) { notify(Status(s)) }
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
+	}
+	core, err := cq.New(depth, cb)
+	if err != nil {
+		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: err.Error()}
+	}
+	c := &CQ{adapter: a, core: core}
+	a.cqs[c] = struct{}{}
+	return c, nil
+}
+
+// CreatePd creates a protection domain (NdkCreatePd).
+func (a *Adapter) CreatePd() (*PD, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errorf(StatusInvalidHandle, "create pd", "adapter closed")
+	}
+	if a.nextPD == ^uint32(0) {
+		return nil, errorf(StatusInsufficientResources, "create pd", "protection domain ids exhausted")
+	}
+	a.nextPD++
+	pd := &PD{adapter: a, id: a.nextPD, mrs: make(map[*MR]struct{}), done: make(chan struct{})}
+	a.pds[pd] = struct{}{}
+	return pd, nil
+}
+
+// Close closes the adapter (CLOSE_NDK_ADAPTER_HANDLER). Objects still open
+// are closed with it: CQs stop notifying, MRs are deregistered, PDs close.
+// Close returns only after every notification callback on every descendant
+// has returned, so the caller may release what the callbacks use. It must
+// not be called from a callback. A second Close does nothing.
+func (a *Adapter) Close() {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.closed = true
+	cqs, pds := a.cqs, a.pds
+	a.cqs, a.pds = nil, nil
+	a.mu.Unlock()
+
+	for c := range cqs {
+		c.Close()
+	}
+	for pd := range pds {
+		pd.closeWithSuccessors()
+	}
+}
+
+// forgetCQ and forgetPD drop a closed child; after Adapter.Close the maps
+// are nil and deleting from them is a no-op.
+func (a *Adapter) forgetCQ(c *CQ) {
+	a.mu.Lock()
+	delete(a.cqs, c)
+	a.mu.Unlock()
+}
+
+func (a *Adapter) forgetPD(pd *PD) {
+	a.mu.Lock()
+	delete(a.pds, pd)
+	a.mu.Unlock()
+}
+
+// registrationError maps a token-table refusal to the NDK status.
+func registrationError(op string, err error) error {
+	s := StatusInvalidParameter
+	if errors.Is(err, memreg.ErrFull) {
+		s = StatusInsufficientResources
+	}
+	return &Error{Status: s, Op: op, Detail: err.Error()}
+}

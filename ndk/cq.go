@@ -1,0 +1,127 @@
+package ndk
+
+import (
+	"sync/atomic"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
+)
+
+// Result is NDK_RESULT: one completion as NdkGetCqResults returns it.
+type Result struct {
+	Status           Status
+	BytesTransferred uint32 // valid for receives only (NDKPI.md §5)
+	QPContext        any    // the QP's context from CreateQp
+	RequestContext   any    // the context the request was posted with
+}
+
+// ResultEx is NDK_RESULT_EX: a Result plus the operation type and, for
+// ReceiveAndInvalidate, the token the peer invalidated.
+type ResultEx struct {
+	Result
+	Type OperationType
+	// ProviderErrorCode is 0 on success; on failure 0 means none was given
+	// (NDKPI 2.1).
+	ProviderErrorCode uint32
+	// TypeSpecificCompletionOutput holds the invalidated token when Type is
+	// OpReceiveAndInvalidate; otherwise it is undefined.
+	TypeSpecificCompletionOutput uint64
+}
+
+// CQ is a completion queue (NDK_CQ). The engine completes into it from its
+// own goroutines; the consumer polls it with GetResults or GetResultsEx and
+// asks for a notification with Arm.
+//
+// As NDKPI requires, the consumer serializes GetResults, GetResultsEx and
+// Arm on one CQ (no two at once, from any goroutines); the CQ takes no lock
+// among them. They may be called from the notification callback.
+type CQ struct {
+	adapter *Adapter
+	core    *cq.CQ
+
+	closed atomic.Bool
+}
+
+// Depth returns how many completions the CQ holds before it overruns.
+func (c *CQ) Depth() int { return c.core.Cap() }
+
+// GetResults removes up to len(results) completions, oldest first, and
+// returns how many it stored (NdkGetCqResults). A ReceiveAndInvalidate
+// completion is returned like any receive, without its Ex fields (seed
+// 002). Allocates nothing.
+func (c *CQ) GetResults(results []Result) int {
+	var e cq.Entry
+	n := 0
+	for n < len(results) && c.core.Pop(&e) {
+		results[n] = Result{
+			Status:           Status(e.Status),
+			BytesTransferred: e.BytesTransferred,
+			QPContext:        e.QPContext,
+			RequestContext:   e.RequestContext,
+		}
+		n++
+	}
+	return n
+}
+
+// GetResultsEx is GetResults with the NDK_RESULT_EX fields
+// (NdkGetCqResultsEx). Allocates nothing.
+func (c *CQ) GetResultsEx(results []ResultEx) int {
+	var e cq.Entry
+	n := 0
+	for n < len(results) && c.core.Pop(&e) {
+		results[n] = ResultEx{
+			Result: Result{
+				Status:           Status(e.Status),
+				BytesTransferred: e.BytesTransferred,
+				QPContext:        e.QPContext,
+				RequestContext:   e.RequestContext,
+			},
+			Type:                         OperationType(e.Type),
+			ProviderErrorCode:            e.ProviderErrorCode,
+			TypeSpecificCompletionOutput: e.TypeSpecificCompletionOutput,
+		}
+		n++
+	}
+	return n
+}
+
+// Arm requests one call of the CQ's notification callback (NdkArmCq):
+//   - CQNotifyAny: on the next completion;
+//   - CQNotifySolicited: on a receive of a solicited send, or any
+//     completion with an error status;
+//   - CQNotifyErrors: only on a CQ error (overrun, fatal failure).
+//
+// A CQ error satisfies every arm. If the CQ already holds completions that
+// arrived after the last notification and satisfy the arm, the callback
+// fires at once. Arming again before the callback fired combines the two
+// (NDKPI.md §8: ANY absorbs the others, SOLICITED absorbs ERRORS); it never
+// yields two callbacks.
+//
+// Arm fails with STATUS_INVALID_PARAMETER for an unknown type,
+// STATUS_INVALID_DEVICE_REQUEST for a CQ created without a callback, and
+// STATUS_INVALID_HANDLE after Close. Allocates nothing when it succeeds.
+func (c *CQ) Arm(n CQNotify) error {
+	switch n {
+	case CQNotifyAny, CQNotifyErrors, CQNotifySolicited:
+	default:
+		return errorf(StatusInvalidParameter, "arm cq", "unknown notification type %v", n)
+	}
+	if !c.core.Arm(cq.Notify(n)) {
+		if c.closed.Load() {
+			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
+		}
+		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
+	}
+	return nil
+}
+
+// Close closes the CQ (NdkCloseCq): it disarms, waits for a running
+// notification callback to return, and no callback starts afterwards. It
+// must not be called from the CQ's own callback. A second Close does
+// nothing.
+func (c *CQ) Close() {
+	if c.closed.CompareAndSwap(false, true) {
+		c.adapter.forgetCQ(c)
+	}
+	c.core.Close() // idempotent; a concurrent second Close also waits
+}

@@ -1,0 +1,99 @@
+package ndk
+
+// AdapterInfo is NDK_ADAPTER_INFO (NDKPI.md §5), field for field in header
+// order. SIZE_T fields are uint64, ULONG fields uint32.
+type AdapterInfo struct {
+	Version                Version
+	VendorID               uint32 // IEEE OUI of the vendor
+	DeviceID               uint32
+	MaxRegistrationSize    uint64 // bytes in one NdkRegisterMr
+	MaxWindowSize          uint64 // bytes in one memory window
+	FRMRPageCount          uint32 // fast-register MR size, in pages, with the most FRMRs; at least 16
+	MaxInitiatorRequestSge uint32
+	MaxReceiveRequestSge   uint32
+	MaxReadRequestSge      uint32 // overrides MaxInitiatorRequestSge for reads
+	MaxTransferLength      uint32 // bytes in one send, receive, read or write
+	MaxInlineDataSize      uint32
+	MaxInboundReadLimit    uint32 // reads a peer may have in flight towards one QP
+	MaxOutboundReadLimit   uint32 // reads one QP may have in flight
+	MaxReceiveQueueDepth   uint32
+	MaxInitiatorQueueDepth uint32
+	MaxSrqDepth            uint32 // 0: no SRQ support
+	MaxCqDepth             uint32
+	LargeRequestThreshold  uint32 // above this, read/write beats send/receive
+	MaxCallerData          uint32 // private data bytes in a connect
+	MaxCalleeData          uint32 // private data bytes in an accept or reject
+	AdapterFlags           AdapterFlag
+	RdmaTechnology         RdmaTechnology
+}
+
+// providerVersion is the NDKPI version ndkxdp reports: 2.1, the header whose
+// NDK_RESULT_EX has ProviderErrorCode, which ResultEx carries. A consumer
+// that asks for major version 1 gets 1.2 (NdkSendAndInvalidate,
+// NdkGetCqResultsEx, DEFER: NDKPI.md §1). The 2.1 connector calls
+// (NdkAcceptEx, NdkCompleteConnectEx) arrive with the transport.
+var providerVersion = Version{Major: 2, Minor: 1}
+
+// providerInfo returns the limits of an ndkxdp adapter. Every create and
+// post checks against the AdapterInfo of its adapter, which starts as this.
+func providerInfo() AdapterInfo {
+	return AdapterInfo{
+		Version: providerVersion,
+		// ndkxdp has no IEEE OUI; Linux rxe reports 0 too (rxe_param.h
+		// RXE_VENDOR_ID).
+		VendorID: 0,
+		DeviceID: 0,
+		// Regions are Go memory the caller keeps alive; 1 TiB bounds the
+		// offset arithmetic far from 2^64 without limiting real use.
+		MaxRegistrationSize: 1 << 40,
+		MaxWindowSize:       1 << 40,
+		FRMRPageCount:       256,
+		// 16 SGEs cover scatter/gather consumers (SMB Direct posts fewer)
+		// and keep a WQE small enough to copy into the send ring.
+		MaxInitiatorRequestSge: 16,
+		MaxReceiveRequestSge:   16,
+		MaxReadRequestSge:      16,
+		// The RETH DMA length is 32 bits (ROCEV2.md); 1 GiB keeps one
+		// request's segmentation and retransmission state bounded.
+		MaxTransferLength: 1 << 30,
+		// Inline data is copied into the WQE at post time.
+		MaxInlineDataSize: 256,
+		// Read limits travel in one byte of the CM REQ/REP (responder
+		// resources, initiator depth); 16 matches common RoCE NICs.
+		MaxInboundReadLimit:    16,
+		MaxOutboundReadLimit:   16,
+		MaxReceiveQueueDepth:   4096,
+		MaxInitiatorQueueDepth: 4096,
+		MaxSrqDepth:            0, // no SRQ yet
+		// Big enough for 8 QPs at full depth on one CQ.
+		MaxCqDepth: 1 << 16,
+		// Under 64 KiB a SEND's single round trip and no token exchange win;
+		// above it, one-sided placement saves the receiver's bounce through
+		// posted buffers.
+		LargeRequestThreshold: 64 << 10,
+		// IB CM REQ private data is 92 bytes, of which rdma_cm's header
+		// takes 36; a REP carries 196 (NDKPI.md §9). A REJ carries only 148,
+		// which the connector enforces for NdkReject.
+		MaxCallerData: 56,
+		MaxCalleeData: 196,
+		// A software engine places bytes in order and needs no special
+		// rights on read sinks. No LOOPBACK (no loopback path yet), no
+		// moderation or resize (NdkControlCqInterruptModeration and
+		// NdkResizeCq are not offered).
+		AdapterFlags:   AdapterFlagInOrderDMASupported | AdapterFlagRdmaReadSinkNotRequired,
+		RdmaTechnology: RdmaRoCEv2,
+	}
+}
+
+// negotiateVersion answers an adapter open for version req (NDKPI.md §1):
+// an unsupported major, or a minor above ndkxdp's highest for that major,
+// fails with NDIS_STATUS_BAD_VERSION; otherwise the adapter reports its
+// highest minor of that major.
+func negotiateVersion(req Version) (Version, error) {
+	highest := map[uint16]uint16{1: 2, providerVersion.Major: providerVersion.Minor}
+	minor, ok := highest[req.Major]
+	if !ok || req.Minor > minor {
+		return Version{}, errorf(StatusNDISBadVersion, "open adapter", "NDK version %v not supported (1.0-1.2 and 2.0-%v are)", req, providerVersion)
+	}
+	return Version{Major: req.Major, Minor: minor}, nil
+}
