@@ -57,6 +57,7 @@ func (h *Headers) EncodeHeaders(buf []byte, payloadLen int) (int, error) {
 		return 0, ErrBufferTooSmall
 	}
 	udpLen := UDPLen + BTHLen + info.HeaderLen + payloadLen + pad + ICRCLen
+	// The IPv4 total length is the tighter bound; IPv6 allows 20 bytes more.
 	if udpLen+IPv4Len > 0xFFFF {
 		return 0, ErrEncodeTooLong
 	}
@@ -104,7 +105,7 @@ func (h *Headers) EncodeHeaders(buf []byte, payloadLen int) (int, error) {
 
 	u := buf[off : off+UDPLen]
 	binary.BigEndian.PutUint16(u, h.UDP.SrcPort)
-	binary.BigEndian.PutUint16(u[2:], h.UDP.DstPort)
+	binary.BigEndian.PutUint16(u[2:], UDPPort)
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	binary.BigEndian.PutUint16(u[6:], h.UDP.Checksum)
 	off += UDPLen

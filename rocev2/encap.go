@@ -99,12 +99,12 @@ func (f *IPFields) Len() int {
 	return IPv6Len
 }
 
-// UDPFields holds the UDP header. Length is derived when encoding.
+// UDPFields holds the UDP header. The destination port is always UDPPort
+// and the length is derived when encoding.
 type UDPFields struct {
 	// SrcPort is a per-QP flow identifier (see UDPSourcePort); receivers
 	// must not validate it.
 	SrcPort uint16
-	DstPort uint16
 	// Checksum is sent as given. Every observed RoCEv2 sender sends 0, and
 	// the field is masked out of the ICRC.
 	Checksum uint16

@@ -49,30 +49,77 @@ type BTHFields struct {
 	PSN    PSN
 }
 
-func (b BTH) Opcode() Opcode      { return Opcode(b[0]) }
-func (b BTH) SE() bool            { return b[1]&0x80 != 0 }
-func (b BTH) MigReq() bool        { return b[1]&0x40 != 0 }
-func (b BTH) PadCnt() uint8       { return b[1] >> 4 & 3 }
-func (b BTH) TVer() uint8         { return b[1] & 0x0F }
-func (b BTH) PKey() uint16        { return binary.BigEndian.Uint16(b[2:]) }
-func (b BTH) FECN() bool          { return b[4]&0x80 != 0 }
-func (b BTH) BECN() bool          { return b[4]&0x40 != 0 }
-func (b BTH) Resv6() uint8        { return b[4] & 0x3F }
-func (b BTH) DestQP() uint32      { return uint24(b[5:]) }
-func (b BTH) AckReq() bool        { return b[8]&0x80 != 0 }
-func (b BTH) Resv7() uint8        { return b[8] & 0x7F }
-func (b BTH) PSN() PSN            { return PSN(uint24(b[9:])) }
-func (b BTH) SetOpcode(o Opcode)  { b[0] = byte(o) }
-func (b BTH) SetSE(v bool)        { b[1] = setBit(b[1], 0x80, v) }
-func (b BTH) SetMigReq(v bool)    { b[1] = setBit(b[1], 0x40, v) }
-func (b BTH) SetPadCnt(n uint8)   { b[1] = b[1]&^0x30 | (n&3)<<4 }
-func (b BTH) SetTVer(v uint8)     { b[1] = b[1]&^0x0F | v&0x0F }
-func (b BTH) SetPKey(k uint16)    { binary.BigEndian.PutUint16(b[2:], k) }
-func (b BTH) SetFECN(v bool)      { b[4] = setBit(b[4], 0x80, v) }
-func (b BTH) SetBECN(v bool)      { b[4] = setBit(b[4], 0x40, v) }
+// Opcode returns the operation code.
+func (b BTH) Opcode() Opcode { return Opcode(b[0]) }
+
+// SE reports the solicited-event bit.
+func (b BTH) SE() bool { return b[1]&0x80 != 0 }
+
+// MigReq reports the migration-request bit.
+func (b BTH) MigReq() bool { return b[1]&0x40 != 0 }
+
+// PadCnt returns the number of pad bytes before the ICRC.
+func (b BTH) PadCnt() uint8 { return b[1] >> 4 & 3 }
+
+// TVer returns the transport header version (0).
+func (b BTH) TVer() uint8 { return b[1] & 0x0F }
+
+// PKey returns the partition key.
+func (b BTH) PKey() uint16 { return binary.BigEndian.Uint16(b[2:]) }
+
+// FECN reports forward congestion notification.
+func (b BTH) FECN() bool { return b[4]&0x80 != 0 }
+
+// BECN reports backward congestion notification.
+func (b BTH) BECN() bool { return b[4]&0x40 != 0 }
+
+// Resv6 returns the six reserved bits of byte 4.
+func (b BTH) Resv6() uint8 { return b[4] & 0x3F }
+
+// DestQP returns the 24-bit destination QP.
+func (b BTH) DestQP() uint32 { return uint24(b[5:]) }
+
+// AckReq reports whether the sender asks for an acknowledgement.
+func (b BTH) AckReq() bool { return b[8]&0x80 != 0 }
+
+// Resv7 returns the seven reserved bits of byte 8.
+func (b BTH) Resv7() uint8 { return b[8] & 0x7F }
+
+// PSN returns the packet sequence number.
+func (b BTH) PSN() PSN { return PSN(uint24(b[9:])) }
+
+// SetOpcode sets the operation code.
+func (b BTH) SetOpcode(o Opcode) { b[0] = byte(o) }
+
+// SetSE sets the solicited-event bit.
+func (b BTH) SetSE(v bool) { b[1] = setBit(b[1], 0x80, v) }
+
+// SetMigReq sets the migration-request bit.
+func (b BTH) SetMigReq(v bool) { b[1] = setBit(b[1], 0x40, v) }
+
+// SetPadCnt sets the pad count (two bits).
+func (b BTH) SetPadCnt(n uint8) { b[1] = b[1]&^0x30 | (n&3)<<4 }
+
+// SetTVer sets the transport header version.
+func (b BTH) SetTVer(v uint8) { b[1] = b[1]&^0x0F | v&0x0F }
+
+// SetPKey sets the partition key.
+func (b BTH) SetPKey(k uint16) { binary.BigEndian.PutUint16(b[2:], k) }
+
+// SetFECN sets forward congestion notification.
+func (b BTH) SetFECN(v bool) { b[4] = setBit(b[4], 0x80, v) }
+
+// SetBECN sets backward congestion notification.
+func (b BTH) SetBECN(v bool) { b[4] = setBit(b[4], 0x40, v) }
+
+// SetDestQP sets the destination QP (24 bits).
 func (b BTH) SetDestQP(qp uint32) { putUint24(b[5:], qp) }
-func (b BTH) SetAckReq(v bool)    { b[8] = setBit(b[8], 0x80, v) }
-func (b BTH) SetPSN(p PSN)        { putUint24(b[9:], uint32(p)) }
+
+// SetAckReq sets the acknowledge-request bit.
+func (b BTH) SetAckReq(v bool) { b[8] = setBit(b[8], 0x80, v) }
+
+// SetPSN sets the packet sequence number.
+func (b BTH) SetPSN(p PSN) { putUint24(b[9:], uint32(p)) }
 
 // Fields decodes every field of b.
 func (b BTH) Fields() BTHFields {
@@ -106,11 +153,22 @@ type DETHFields struct {
 	SrcQP uint32
 }
 
-func (d DETH) QKey() uint32       { return binary.BigEndian.Uint32(d) }
-func (d DETH) SrcQP() uint32      { return uint24(d[5:]) }
-func (d DETH) SetQKey(k uint32)   { binary.BigEndian.PutUint32(d, k) }
+// QKey returns the queue key.
+func (d DETH) QKey() uint32 { return binary.BigEndian.Uint32(d) }
+
+// SrcQP returns the 24-bit source QP.
+func (d DETH) SrcQP() uint32 { return uint24(d[5:]) }
+
+// SetQKey sets the queue key.
+func (d DETH) SetQKey(k uint32) { binary.BigEndian.PutUint32(d, k) }
+
+// SetSrcQP sets the source QP (24 bits).
 func (d DETH) SetSrcQP(qp uint32) { putUint24(d[5:], qp) }
+
+// Fields decodes d.
 func (d DETH) Fields() DETHFields { return DETHFields{QKey: d.QKey(), Resv8: d[4], SrcQP: d.SrcQP()} }
+
+// Encode writes f into d.
 func (d DETH) Encode(f *DETHFields) {
 	binary.BigEndian.PutUint32(d, f.QKey)
 	d[4] = f.Resv8
@@ -132,7 +190,10 @@ func (f FETHFields) PlacementType() uint8 { return uint8(f.Bits & 0xF) }
 // SelectivityLevel returns bits 5:4.
 func (f FETHFields) SelectivityLevel() uint8 { return uint8(f.Bits >> 4 & 3) }
 
-func (f FETH) Fields() FETHFields   { return FETHFields{Bits: binary.BigEndian.Uint32(f)} }
+// Fields decodes f.
+func (f FETH) Fields() FETHFields { return FETHFields{Bits: binary.BigEndian.Uint32(f)} }
+
+// Encode writes v into f.
 func (f FETH) Encode(v *FETHFields) { binary.BigEndian.PutUint32(f, v.Bits) }
 
 // RETH is the RDMA Extended Transport Header: virtual address, R_Key and
@@ -146,13 +207,28 @@ type RETHFields struct {
 	DMALen uint32
 }
 
-func (r RETH) VA() uint64         { return binary.BigEndian.Uint64(r) }
-func (r RETH) RKey() uint32       { return binary.BigEndian.Uint32(r[8:]) }
-func (r RETH) DMALen() uint32     { return binary.BigEndian.Uint32(r[12:]) }
-func (r RETH) SetVA(va uint64)    { binary.BigEndian.PutUint64(r, va) }
-func (r RETH) SetRKey(k uint32)   { binary.BigEndian.PutUint32(r[8:], k) }
+// VA returns the remote virtual address.
+func (r RETH) VA() uint64 { return binary.BigEndian.Uint64(r) }
+
+// RKey returns the remote key.
+func (r RETH) RKey() uint32 { return binary.BigEndian.Uint32(r[8:]) }
+
+// DMALen returns the length of the whole RDMA operation.
+func (r RETH) DMALen() uint32 { return binary.BigEndian.Uint32(r[12:]) }
+
+// SetVA sets the remote virtual address.
+func (r RETH) SetVA(va uint64) { binary.BigEndian.PutUint64(r, va) }
+
+// SetRKey sets the remote key.
+func (r RETH) SetRKey(k uint32) { binary.BigEndian.PutUint32(r[8:], k) }
+
+// SetDMALen sets the length of the RDMA operation.
 func (r RETH) SetDMALen(n uint32) { binary.BigEndian.PutUint32(r[12:], n) }
+
+// Fields decodes r.
 func (r RETH) Fields() RETHFields { return RETHFields{VA: r.VA(), RKey: r.RKey(), DMALen: r.DMALen()} }
+
+// Encode writes f into r.
 func (r RETH) Encode(f *RETHFields) {
 	binary.BigEndian.PutUint64(r, f.VA)
 	binary.BigEndian.PutUint32(r[8:], f.RKey)
@@ -172,13 +248,24 @@ type AtomicETHFields struct {
 	Compare uint64
 }
 
-func (a AtomicETH) VA() uint64      { return binary.BigEndian.Uint64(a) }
-func (a AtomicETH) RKey() uint32    { return binary.BigEndian.Uint32(a[8:]) }
+// VA returns the remote virtual address (8-byte aligned).
+func (a AtomicETH) VA() uint64 { return binary.BigEndian.Uint64(a) }
+
+// RKey returns the remote key.
+func (a AtomicETH) RKey() uint32 { return binary.BigEndian.Uint32(a[8:]) }
+
+// SwapAdd returns the swap value or addend.
 func (a AtomicETH) SwapAdd() uint64 { return binary.BigEndian.Uint64(a[12:]) }
+
+// Compare returns the compare value of COMPARE_SWAP.
 func (a AtomicETH) Compare() uint64 { return binary.BigEndian.Uint64(a[20:]) }
+
+// Fields decodes a.
 func (a AtomicETH) Fields() AtomicETHFields {
 	return AtomicETHFields{VA: a.VA(), RKey: a.RKey(), SwapAdd: a.SwapAdd(), Compare: a.Compare()}
 }
+
+// Encode writes f into a.
 func (a AtomicETH) Encode(f *AtomicETHFields) {
 	binary.BigEndian.PutUint64(a, f.VA)
 	binary.BigEndian.PutUint32(a[8:], f.RKey)
@@ -195,11 +282,22 @@ type AETHFields struct {
 	MSN      uint32
 }
 
-func (a AETH) Syndrome() Syndrome     { return Syndrome(a[0]) }
-func (a AETH) MSN() uint32            { return uint24(a[1:]) }
+// Syndrome returns the ACK/NAK syndrome.
+func (a AETH) Syndrome() Syndrome { return Syndrome(a[0]) }
+
+// MSN returns the 24-bit message sequence number.
+func (a AETH) MSN() uint32 { return uint24(a[1:]) }
+
+// SetSyndrome sets the syndrome.
 func (a AETH) SetSyndrome(s Syndrome) { a[0] = byte(s) }
-func (a AETH) SetMSN(m uint32)        { putUint24(a[1:], m) }
-func (a AETH) Fields() AETHFields     { return AETHFields{Syndrome: a.Syndrome(), MSN: a.MSN()} }
+
+// SetMSN sets the message sequence number (24 bits).
+func (a AETH) SetMSN(m uint32) { putUint24(a[1:], m) }
+
+// Fields decodes a.
+func (a AETH) Fields() AETHFields { return AETHFields{Syndrome: a.Syndrome(), MSN: a.MSN()} }
+
+// Encode writes f into a.
 func (a AETH) Encode(f *AETHFields) {
 	a[0] = byte(f.Syndrome)
 	putUint24(a[1:], f.MSN)
@@ -213,8 +311,13 @@ type AtomicAckETHFields struct {
 	OrigData uint64
 }
 
-func (a AtomicAckETH) OrigData() uint64           { return binary.BigEndian.Uint64(a) }
+// OrigData returns the remote value before the atomic operation.
+func (a AtomicAckETH) OrigData() uint64 { return binary.BigEndian.Uint64(a) }
+
+// Fields decodes a.
 func (a AtomicAckETH) Fields() AtomicAckETHFields { return AtomicAckETHFields{OrigData: a.OrigData()} }
+
+// Encode writes f into a.
 func (a AtomicAckETH) Encode(f *AtomicAckETHFields) {
 	binary.BigEndian.PutUint64(a, f.OrigData)
 }
@@ -223,13 +326,19 @@ func (a AtomicAckETH) Encode(f *AtomicAckETHFields) {
 // wire (big-endian) order as a number, as verbs reports it after ntohl.
 type ImmDt []byte
 
-func (i ImmDt) Value() uint32     { return binary.BigEndian.Uint32(i) }
+// Value returns the immediate data.
+func (i ImmDt) Value() uint32 { return binary.BigEndian.Uint32(i) }
+
+// SetValue sets the immediate data.
 func (i ImmDt) SetValue(v uint32) { binary.BigEndian.PutUint32(i, v) }
 
 // IETH carries the R_Key a SEND_WITH_INVALIDATE invalidates.
 type IETH []byte
 
-func (i IETH) RKey() uint32     { return binary.BigEndian.Uint32(i) }
+// RKey returns the R_Key to invalidate.
+func (i IETH) RKey() uint32 { return binary.BigEndian.Uint32(i) }
+
+// SetRKey sets the R_Key to invalidate.
 func (i IETH) SetRKey(k uint32) { binary.BigEndian.PutUint32(i, k) }
 
 func uint24(b []byte) uint32 {

@@ -74,10 +74,39 @@ func icrc(hdr []byte, bthOff int, payload []byte, pad int) uint32 {
 		m[46], m[47] = 0xFF, 0xFF // UDP checksum
 	}
 	m[bthOff+4] = 0xFF // FECN, BECN, resv6
-	crc := crc32.Update(icrcSeed, crc32.IEEETable, m[:n])
+	crc := crcMasked(icrcSeed, m[:n])
 	crc = crc32.Update(crc, crc32.IEEETable, hdr[n:])
 	crc = crc32.Update(crc, crc32.IEEETable, payload)
 	return crc32.Update(crc, crc32.IEEETable, zeroPad[:pad])
+}
+
+// ieee8 holds the slicing-by-8 tables of the IEEE polynomial.
+var ieee8 = func() (t [8][256]uint32) {
+	t[0] = *crc32.IEEETable
+	for i := range 256 {
+		for k := 1; k < 8; k++ {
+			t[k][i] = t[k-1][i]>>8 ^ t[0][t[k-1][i]&0xFF]
+		}
+	}
+	return t
+}()
+
+// crcMasked continues an IEEE CRC-32 like crc32.Update over the masked copy
+// of the headers. crc32.Update reaches its accelerated code through a
+// function variable, which would move the caller's stack buffer to the heap;
+// this loop keeps it on the stack, and for at most 60 bytes it is as fast.
+func crcMasked(crc uint32, p []byte) uint32 {
+	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = ieee8[0][p[7]] ^ ieee8[1][p[6]] ^ ieee8[2][p[5]] ^ ieee8[3][p[4]] ^
+			ieee8[4][crc>>24] ^ ieee8[5][crc>>16&0xFF] ^ ieee8[6][crc>>8&0xFF] ^ ieee8[7][crc&0xFF]
+		p = p[8:]
+	}
+	for _, v := range p {
+		crc = ieee8[0][byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
 }
 
 // PutICRC writes crc in wire order: least significant byte first, like the

@@ -156,7 +156,6 @@ func parse(frame []byte, p *Packet, verifyICRC bool) error {
 	}
 	p.UDP = UDPFields{
 		SrcPort:  binary.BigEndian.Uint16(u),
-		DstPort:  UDPPort,
 		Checksum: binary.BigEndian.Uint16(u[6:]),
 	}
 
