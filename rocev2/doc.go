@@ -34,7 +34,7 @@
 //	h := rocev2.Headers{
 //		Eth: rocev2.EthernetFields{Dst: peerMAC, Src: ourMAC},
 //		IP:  rocev2.NewIPFields(ourIP, peerIP),
-//		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, lqpn, rqpn), DstPort: rocev2.UDPPort},
+//		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, lqpn, rqpn)},
 //		BTH: rocev2.BTHFields{Opcode: rocev2.RCWriteOnly, PKey: rocev2.DefaultPKey, DestQP: rqpn, AckReq: true, PSN: psn},
 //		RETH: rocev2.RETHFields{VA: va, RKey: rkey, DMALen: uint32(len(data))},
 //	}

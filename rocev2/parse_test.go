@@ -12,7 +12,7 @@ func testHeaders(op Opcode, v6, vlan bool) *Headers {
 	h := &Headers{
 		Eth:  EthernetFields{Dst: MAC{2, 0, 0, 0, 0, 2}, Src: MAC{2, 0, 0, 0, 0, 1}},
 		IP:   NewIPFields(netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")),
-		UDP:  UDPFields{SrcPort: UDPSourcePort(0, 0x11, 0x12), DstPort: UDPPort},
+		UDP:  UDPFields{SrcPort: UDPSourcePort(0, 0x11, 0x12)},
 		BTH:  BTHFields{Opcode: op, PKey: DefaultPKey, DestQP: 0x12, AckReq: true, PSN: 0xFFFFFE},
 		DETH: DETHFields{QKey: GSIQKey, SrcQP: 1}, FETH: FETHFields{Bits: 0x21},
 		RETH:         RETHFields{VA: 0x7fee260fb000, RKey: 0x2b8, DMALen: 65536},
