@@ -48,8 +48,8 @@ func (h *Headers) EncodeHeaders(buf []byte, payloadLen int) (int, error) {
 		pad != 0 && !info.Padded:
 		return 0, ErrEncodePayload
 	}
-	v4 := h.IP.Src.Is4()
-	if v4 != h.IP.Dst.Is4() || (!v4 && (!h.IP.Src.Is6() || !h.IP.Dst.Is6())) {
+	v4, ok := sameFamily(h.IP.Src, h.IP.Dst)
+	if !ok {
 		return 0, ErrEncodeAddr
 	}
 	n := h.HeaderLen()

@@ -28,8 +28,8 @@ func (h *CMAHeader) Encode(b []byte) error {
 	if len(b) < CMAHeaderLen {
 		return fmt.Errorf("encode rdma_cm header: %d-byte buffer, need %d", len(b), CMAHeaderLen)
 	}
-	v4 := h.Src.Is4()
-	if v4 != h.Dst.Is4() || (!v4 && (!h.Src.Is6() || !h.Dst.Is6())) {
+	v4, ok := sameFamily(h.Src, h.Dst)
+	if !ok {
 		return fmt.Errorf("encode rdma_cm header: addresses %v and %v are not of one IP version: %w", h.Src, h.Dst, ErrCMAHeader)
 	}
 	clear(b[:CMAHeaderLen])

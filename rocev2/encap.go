@@ -88,6 +88,15 @@ func NewIPFields(src, dst netip.Addr) IPFields {
 	return IPFields{Src: src, Dst: dst, TTL: DefaultTTL, Flags: IPv4FlagDF}
 }
 
+// sameFamily reports whether a and b are both IPv4 or both IPv6 (IPv4-mapped
+// IPv6 counts as IPv6), and whether that is IPv4.
+func sameFamily(a, b netip.Addr) (v4, ok bool) {
+	if a.Is4() && b.Is4() {
+		return true, true
+	}
+	return false, a.Is6() && b.Is6()
+}
+
 // Is4 reports whether f describes IPv4.
 func (f *IPFields) Is4() bool { return f.Src.Is4() }
 

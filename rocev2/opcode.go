@@ -131,7 +131,6 @@ type Position uint8
 
 // Positions. A single-packet message is Only (First and Last at once).
 const (
-	PosNone   Position = 0
 	PosFirst  Position = 1
 	PosMiddle Position = 2
 	PosLast   Position = 4

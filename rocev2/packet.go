@@ -9,7 +9,9 @@ import (
 // fills it; Encode turns it back into the same bytes. Which extended
 // transport headers are present is decided by BTH.Opcode through the opcode
 // table; the others are ignored when encoding and zero after parsing.
-// Lengths, PadCnt, the IPv4 checksum and the ICRC are derived, never stored.
+// Lengths, the IPv4 checksum and the ICRC are derived, never stored;
+// BTH.PadCnt is filled by Parse and ignored by Encode, which derives it
+// from the payload length.
 type Headers struct {
 	Eth          EthernetFields
 	IP           IPFields
