@@ -49,7 +49,7 @@ func newAdapter(cfg adapterConfig) (*Adapter, error) {
 	}
 	regions, err := memreg.New(cfg.regions)
 	if err != nil {
-		return nil, &Error{Status: StatusInsufficientResources, Op: "open adapter", Detail: err.Error()}
+		return nil, &Error{Status: StatusInsufficientResources, Op: "open adapter", Detail: "token table", Err: err}
 	}
 	return &Adapter{
 		info:    cfg.info,
@@ -86,7 +86,7 @@ func (a *Adapter) CreateCq(depth int, notify func(Status)) (*CQ, error) {
 	}
 	core, err := cq.New(depth, cb)
 	if err != nil {
-		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: err.Error()}
+		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}
 	c := &CQ{adapter: a, core: core}
 	a.cqs[c] = struct{}{}
@@ -153,5 +153,5 @@ func registrationError(op string, err error) error {
 	if errors.Is(err, memreg.ErrFull) {
 		s = StatusInsufficientResources
 	}
-	return &Error{Status: s, Op: op, Detail: err.Error()}
+	return &Error{Status: s, Op: op, Err: err}
 }

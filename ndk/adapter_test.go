@@ -44,13 +44,13 @@ func TestNewAdapterRejectsBadConfig(t *testing.T) {
 
 func TestCreateCqChecksDepthAgainstMaxCqDepth(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	max := int(a.Info().MaxCqDepth)
-	for _, d := range []int{0, -1, max + 1} {
+	maxDepth := int(a.Info().MaxCqDepth)
+	for _, d := range []int{0, -1, maxDepth + 1} {
 		if _, err := a.CreateCq(d, nil); !errors.Is(err, ErrInvalidParameter) {
 			t.Errorf("CreateCq(%d): %v, want STATUS_INVALID_PARAMETER", d, err)
 		}
 	}
-	for _, d := range []int{1, 1000, max} {
+	for _, d := range []int{1, 1000, maxDepth} {
 		c, err := a.CreateCq(d, nil)
 		if err != nil {
 			t.Fatalf("CreateCq(%d): %v", d, err)

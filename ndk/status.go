@@ -113,23 +113,35 @@ type Error struct {
 	Status Status
 	Op     string // the call that failed, e.g. "create cq"
 	Detail string // what was wrong, e.g. "depth 70000 exceeds MaxCqDepth 65536"
+	Err    error  // the underlying cause, if any
 }
 
 func (e *Error) Error() string {
-	switch {
-	case e.Op == "" && e.Detail == "":
-		return "ndk: " + e.Status.String()
-	case e.Detail == "":
-		return fmt.Sprintf("ndk: %s: %s", e.Op, e.Status)
-	default:
-		return fmt.Sprintf("ndk: %s: %s (%s)", e.Op, e.Detail, e.Status)
+	msg := "ndk: "
+	if e.Op != "" {
+		msg += e.Op + ": "
 	}
+	if e.Detail != "" {
+		msg += e.Detail + " "
+	}
+	if e.Op == "" && e.Detail == "" {
+		msg += e.Status.String()
+	} else {
+		msg += "(" + e.Status.String() + ")"
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
 }
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is the sentinel of e's status.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Op == "" && t.Detail == "" && t.Status == e.Status
+	return ok && t.Op == "" && t.Detail == "" && t.Err == nil && t.Status == e.Status
 }
 
 // Sentinel errors, one per failure status: test with errors.Is.

@@ -121,3 +121,13 @@ func TestErrorMessageSaysWhatFailed(t *testing.T) {
 		t.Errorf("sentinel message %q", got)
 	}
 }
+
+func TestErrorKeepsItsCause(t *testing.T) {
+	err := fmt.Errorf("setup: %w", &Error{Status: StatusInsufficientResources, Op: "open adapter", Detail: "token table", Err: io.ErrShortBuffer})
+	if !errors.Is(err, io.ErrShortBuffer) || !errors.Is(err, ErrInsufficientResources) {
+		t.Fatalf("%v: cause or status lost", err)
+	}
+	if !strings.Contains(err.Error(), io.ErrShortBuffer.Error()) {
+		t.Fatalf("message %q omits the cause", err)
+	}
+}

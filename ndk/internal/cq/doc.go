@@ -22,8 +22,9 @@
 //
 // Push allocates nothing and takes no lock: it stores the entry in a
 // lock-free MPSC ring and does one atomic add on the arm word, which both
-// counts the completion and reads the arm. Only when the CQ is armed does it
-// go further (a CAS to clear the arm and a channel send to wake the callback
+// counts the completion and reads the arm (a solicited or error completion
+// also bumps a second counter). Only when the CQ is armed does it go further
+// (a CAS to clear the arm and a channel send to wake the callback
 // goroutine).
 //
 // It is not the public API: status and type fields are plain numbers
