@@ -87,7 +87,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		h := rocev2.Headers{
 			Eth: rocev2.EthernetFields{Dst: rocev2.MAC(p.B.MAC), Src: rocev2.MAC(p.A.MAC)},
 			IP:  rocev2.NewIPFields(p.A.IPv4, p.B.IPv4),
-			UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, qpn, qpn), DstPort: rocev2.UDPPort},
+			UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, qpn, qpn)},
 			BTH: rocev2.BTHFields{Opcode: rocev2.RCSendOnly, PKey: rocev2.DefaultPKey, DestQP: qpn, AckReq: true, PSN: rocev2.PSN(i)},
 		}
 		frame := make([]byte, h.FrameLen(size))

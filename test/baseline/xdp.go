@@ -28,7 +28,7 @@ func RoCEFrame(src, dst *harness.Host, qpn uint32, size int) ([]byte, error) {
 	h := rocev2.Headers{
 		Eth: rocev2.EthernetFields{Dst: rocev2.MAC(dst.MAC), Src: rocev2.MAC(src.MAC)},
 		IP:  rocev2.NewIPFields(src.IPv4, dst.IPv4),
-		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, qpn, qpn), DstPort: rocev2.UDPPort},
+		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, qpn, qpn)},
 		BTH: rocev2.BTHFields{Opcode: rocev2.RCSendOnly, PKey: rocev2.DefaultPKey, DestQP: qpn},
 	}
 	payload := (size - h.FrameLen(0)) &^ 3

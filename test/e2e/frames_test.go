@@ -34,7 +34,7 @@ func roceFrame(t *testing.T, a, b *harness.Host, qpn uint32, psn rocev2.PSN, pay
 	h := rocev2.Headers{
 		Eth: rocev2.EthernetFields{Dst: rocev2.MAC(b.MAC), Src: rocev2.MAC(a.MAC)},
 		IP:  rocev2.NewIPFields(a.IPv4, b.IPv4),
-		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, 0x11, qpn), DstPort: rocev2.UDPPort},
+		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, 0x11, qpn)},
 		BTH: rocev2.BTHFields{Opcode: rocev2.RCSendOnly, PKey: rocev2.DefaultPKey, DestQP: qpn, AckReq: true, PSN: psn},
 	}
 	buf := make([]byte, h.FrameLen(len(payload)))
