@@ -66,7 +66,6 @@ func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.B.IPv4, basePort))
 
 	var received atomic.Uint64
-	var started atomic.Bool
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -75,7 +74,6 @@ func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 			if _, err := rx.Read(buf); err != nil {
 				return
 			}
-			started.Store(true)
 			received.Add(1)
 		}
 	}()
@@ -104,15 +102,7 @@ func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 			}
 		}
 	}()
-	// Warm up until the first frame arrives (bounded), then measure.
-	if !waitFor(started.Load, time.Second) {
-		close(stop)
-		wg.Wait()
-		return Rate{}, errors.New("udp: no frame reached the receiver within 1s")
-	}
-	start, c0 := time.Now(), received.Load()
-	time.Sleep(d)
-	c1, elapsed := received.Load(), time.Since(start)
+	r, ok := countWindow(&received, d, frame)
 	close(stop)
 	wg.Wait()
 	rx.Close()
@@ -120,8 +110,10 @@ func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 	if sendErr != nil {
 		return Rate{}, fmt.Errorf("udp send: %w", sendErr)
 	}
-	m := c1 - c0
-	return Rate{Messages: m, Bytes: m * uint64(frame), Elapsed: elapsed}, nil
+	if !ok {
+		return Rate{}, errors.New("udp: no frame reached the receiver within 2s")
+	}
+	return r, nil
 }
 
 // UDPPingPong bounces a frame of the given size between A and B and returns
@@ -270,15 +262,7 @@ func TCPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 			}
 		}
 	}()
-	if !waitFor(func() bool { return received.Load() > 0 }, time.Second) {
-		close(stop)
-		cli.Close()
-		wg.Wait()
-		return Rate{}, errors.New("tcp: no message reached the receiver within 1s")
-	}
-	start, c0 := time.Now(), received.Load()
-	time.Sleep(d)
-	c1, elapsed := received.Load(), time.Since(start)
+	r, ok := countWindow(&received, d, frame)
 	close(stop)
 	cli.Close()
 	wg.Wait()
@@ -287,8 +271,10 @@ func TCPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 	if sendErr != nil && !errors.Is(sendErr, net.ErrClosed) {
 		return Rate{}, fmt.Errorf("tcp send: %w", sendErr)
 	}
-	m := c1 - c0
-	return Rate{Messages: m, Bytes: m * uint64(frame), Elapsed: elapsed}, nil
+	if !ok {
+		return Rate{}, errors.New("tcp: no message reached the receiver within 2s")
+	}
+	return r, nil
 }
 
 // TCPPingPong bounces a message of the given frame size over a TCP
@@ -334,13 +320,17 @@ func TCPPingPong(p *harness.Pair, frame, count int, d time.Duration) (Latency, e
 	return Summarize(samples), nil
 }
 
-func waitFor(cond func() bool, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
+// countWindow waits (up to 2s) for the first message to arrive, so that
+// start-up is not measured, then returns what arrived during d. It reports
+// false if nothing arrived.
+func countWindow(received *atomic.Uint64, d time.Duration, frame int) (Rate, bool) {
+	for deadline := time.Now().Add(2 * time.Second); received.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return Rate{}, false
 		}
-		time.Sleep(time.Millisecond)
 	}
-	return cond()
+	start, c0 := time.Now(), received.Load()
+	time.Sleep(d)
+	m, elapsed := received.Load()-c0, time.Since(start)
+	return Rate{Messages: m, Bytes: m * uint64(frame), Elapsed: elapsed}, true
 }

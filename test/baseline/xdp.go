@@ -176,21 +176,16 @@ func XDPRate(p *harness.Pair, size int, d time.Duration) (Rate, error) {
 			}
 		}
 	}()
-	if !waitFor(func() bool { return received.Load() > 0 }, 2*time.Second) {
-		close(stop)
-		wg.Wait()
-		return Rate{}, errors.Join(errors.New("af_xdp: no frame reached the receiver within 2s"), rxErr, txErr)
-	}
-	start, c0 := time.Now(), received.Load()
-	time.Sleep(d)
-	c1, elapsed := received.Load(), time.Since(start)
+	r, ok := countWindow(&received, d, size)
 	close(stop)
 	wg.Wait()
 	if err := errors.Join(rxErr, txErr); err != nil {
 		return Rate{}, fmt.Errorf("af_xdp rate: %w", err)
 	}
-	m := c1 - c0
-	return Rate{Messages: m, Bytes: m * uint64(size), Elapsed: elapsed}, nil
+	if !ok {
+		return Rate{}, errors.New("af_xdp: no frame reached the receiver within 2s")
+	}
+	return r, nil
 }
 
 // XDPPingPong bounces a frame of the given size between the AF_XDP sockets
