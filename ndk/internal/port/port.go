@@ -1,12 +1,3 @@
-// Package port moves whole RoCEv2 frames (Ethernet header through ICRC) for
-// one engine: the engine's only view of the network. It is the seam between
-// the RC transport (package rc) and the wire, in the manner of
-// wireguard-go's conn.Bind: the engine is written against Port, an AF_XDP
-// queue implements it for real traffic, and Pipe implements it in memory,
-// with seeded loss, duplication and reordering, so that the transport can be
-// tested without privileges and deterministically.
-//
-// A Port knows nothing of RoCE: it does not parse, checksum or steer frames.
 package port
 
 import (
@@ -25,6 +16,8 @@ var (
 	ErrTxFull = errors.New("port: transmit queue full")
 	// ErrTooLarge means the frame exceeds the port's maximum frame size.
 	ErrTooLarge = errors.New("port: frame larger than the port's maximum")
+	// ErrEmptyFrame means Transmit was given no bytes.
+	ErrEmptyFrame = errors.New("port: empty frame")
 	// ErrClosed means the port was closed.
 	ErrClosed = errors.New("port: closed")
 )

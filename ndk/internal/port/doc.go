@@ -1,0 +1,43 @@
+// Package port moves whole RoCEv2 frames (Ethernet header through ICRC) for
+// one engine: the engine's only view of the network. It is the seam between
+// the RC transport (package rc) and the wire, in the manner of
+// wireguard-go's conn.Bind: the engine is written against Port, an AF_XDP
+// queue implements it for real traffic (XSK), and Pipe implements it in
+// memory, with seeded loss, duplication and reordering, so that the
+// transport can be tested without privileges and deterministically.
+// Capture wraps any Port to record its frames in a pcap file.
+//
+// A Port knows nothing of RoCE: it does not parse, checksum or steer frames.
+//
+// # Sleeping and the doorbell
+//
+// An engine that finds no work calls Wait; a goroutine that posts work for
+// it (a send queue entry, a CQ arm) calls Doorbell after the post. Doorbell
+// costs two atomic operations while the engine is awake and wakes a
+// sleeping one; a Doorbell that comes before Wait makes that Wait return at
+// once. So no wake-up is lost as long as the engine checks its queues after
+// every return from Wait, and posters post before they ring. Nothing else
+// is asked of either side: see bell for the ordering argument.
+//
+// Example, an engine loop over a pipe:
+//
+//	p, _ := port.NewPipe(port.PipeConfig{Seed: 1, Loss: 0.01})
+//	a := p.A() // give p.B() to the peer engine
+//	frames := make([][]byte, 64)
+//	for running {
+//		n := a.Receive(frames)
+//		for _, f := range frames[:n] {
+//			handle(f) // copy what must outlive Release
+//		}
+//		a.Release()
+//		for w := range work() {
+//			if err := a.Transmit([][]byte{w.hdr, w.payload, w.trailer}); errors.Is(err, port.ErrTxFull) {
+//				break // retry after the next Flush
+//			}
+//		}
+//		a.Flush()
+//		if n == 0 && !haveWork() {
+//			a.Wait(time.Millisecond)
+//		}
+//	}
+package port
