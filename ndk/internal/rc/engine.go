@@ -1,0 +1,607 @@
+package rc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// Errors of the control path.
+var (
+	ErrClosed    = errors.New("rc: engine closed")
+	ErrQPNInUse  = errors.New("rc: QP number already in use on this engine")
+	ErrBadState  = errors.New("rc: QP is not in a state that allows this")
+	ErrBadConfig = errors.New("rc: invalid configuration")
+)
+
+// Config configures an engine.
+type Config struct {
+	Port    port.Port
+	Regions *memreg.Table
+	Poll    PollMode
+	// SpinLoops is how many idle loops an adaptive engine spins before it
+	// sleeps (default 2000: a few tens of microseconds).
+	SpinLoops int
+	// MaxQPs bounds the QPs on this engine (default 4096).
+	MaxQPs int
+	// Window is the most PSNs one QP keeps unacknowledged (default 512).
+	Window int
+}
+
+// Tuning defaults.
+const (
+	defaultSpinLoops = 2000
+	defaultMaxQPs    = 4096
+	defaultWindow    = 512
+	rxBatch          = 64
+	// qpBudget bounds the frames one QP sends per loop, so that one bulk
+	// transfer cannot starve the others or the receive side.
+	qpBudget = 64
+	// ackEvery sets AckReq on every ackEvery-th packet of a long message
+	// besides its last (rxe asks after 64 unacknowledged packets; a
+	// shorter stride retires WQEs sooner with a 512-PSN window).
+	ackEvery = 32
+	// blockedWait is how long an adaptive engine sleeps while frames wait
+	// for transmit room: TX completions do not wake Port.Wait.
+	blockedWait = 50 * time.Microsecond
+	noDeadline  = math.MaxInt64
+)
+
+// Engine runs the RC transport of one queue: it owns one port, the QPs
+// assigned to it and their timers, on one goroutine locked to its thread.
+type Engine struct {
+	port    port.Port
+	regions *memreg.Table
+	poll    PollMode
+	spin    int
+	window  uint32
+	maxQPs  int
+
+	ready *queue.MPSC[*QP] // QPs with new posts, flush or close requests
+
+	ctlMu      sync.Mutex
+	ctlQ       []func()
+	ctlClosed  bool
+	ctlPending atomic.Bool
+	stop       atomic.Bool
+	done       chan struct{}
+
+	c counters
+
+	// Engine goroutine only.
+	qps       map[uint32]*QP
+	lastQP    *QP
+	live      []*QP // connected QPs: timers are checked on these
+	active    []*QP // QPs with frames to send
+	rx        [rxBatch][]byte
+	pkt       rocev2.Packet
+	entry     cq.Entry
+	hbuf      [192]byte
+	tbuf      [8]byte
+	segs      [3][]byte
+	gather    []byte
+	epoch     time.Time
+	now       int64
+	nextTimer int64
+}
+
+// NewEngine starts an engine on cfg.Port. Close stops it.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Port == nil || cfg.Regions == nil {
+		return nil, fmt.Errorf("%w: engine needs a port and a token table", ErrBadConfig)
+	}
+	if cfg.SpinLoops <= 0 {
+		cfg.SpinLoops = defaultSpinLoops
+	}
+	if cfg.MaxQPs <= 0 {
+		cfg.MaxQPs = defaultMaxQPs
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = defaultWindow
+	}
+	if cfg.Window > 1<<22 {
+		return nil, fmt.Errorf("%w: window %d exceeds 2^22 PSNs", ErrBadConfig, cfg.Window)
+	}
+	ready, err := queue.NewMPSC[*QP](cfg.MaxQPs)
+	if err != nil {
+		return nil, fmt.Errorf("rc: ready ring: %w", err)
+	}
+	e := &Engine{
+		port:      cfg.Port,
+		regions:   cfg.Regions,
+		poll:      cfg.Poll,
+		spin:      cfg.SpinLoops,
+		window:    uint32(cfg.Window),
+		maxQPs:    cfg.MaxQPs,
+		ready:     ready,
+		done:      make(chan struct{}),
+		qps:       make(map[uint32]*QP),
+		live:      make([]*QP, 0, cfg.MaxQPs),
+		active:    make([]*QP, 0, cfg.MaxQPs),
+		gather:    make([]byte, rocev2.MTU4096.Bytes()),
+		epoch:     time.Now(),
+		nextTimer: noDeadline,
+	}
+	go e.run()
+	return e, nil
+}
+
+// Close stops the engine. QPs still open complete every pending request
+// with STATUS_CANCELLED first. Close waits for the engine goroutine and is
+// safe to call more than once; it does not close the port.
+func (e *Engine) Close() {
+	e.stop.Store(true)
+	e.port.Doorbell()
+	<-e.done
+}
+
+// do runs fn on the engine goroutine and waits for it: the control path
+// (create, connect, close) changes engine-owned state only there.
+func (e *Engine) do(fn func()) error {
+	done := make(chan struct{})
+	e.ctlMu.Lock()
+	if e.ctlClosed {
+		e.ctlMu.Unlock()
+		return ErrClosed
+	}
+	e.ctlQ = append(e.ctlQ, func() { fn(); close(done) })
+	e.ctlPending.Store(true)
+	e.ctlMu.Unlock()
+	e.port.Doorbell()
+	<-done
+	return nil
+}
+
+func (e *Engine) runControl() {
+	e.ctlMu.Lock()
+	q := e.ctlQ
+	e.ctlQ = nil
+	e.ctlPending.Store(false)
+	e.ctlMu.Unlock()
+	for _, fn := range q {
+		fn()
+	}
+}
+
+func (e *Engine) clock() int64 { return int64(time.Since(e.epoch)) }
+
+func (e *Engine) run() {
+	// One engine per queue, on its own thread: the rings it owns are never
+	// touched by two threads, and busy polling keeps a core (DESIGN.md).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(e.done)
+
+	idle := 0
+	for !e.stop.Load() {
+		e.now = e.clock()
+		work := e.receive()
+		work += e.drainReady()
+		if e.ctlPending.Load() {
+			e.runControl()
+			work++
+		}
+		work += e.transmit()
+		if e.now >= e.nextTimer {
+			e.timers()
+		}
+		if err := e.port.Flush(); err != nil {
+			e.c.txErrors.Add(1)
+		}
+		if work > 0 {
+			idle = 0
+			continue
+		}
+		idle++
+		if e.poll == PollBusy || idle < e.spin {
+			continue
+		}
+		e.sleep()
+	}
+	e.shutdown()
+}
+
+// sleep waits for a frame, a doorbell or the next deadline.
+func (e *Engine) sleep() {
+	timeout := time.Duration(-1)
+	if len(e.active) > 0 {
+		timeout = blockedWait
+	} else if e.nextTimer != noDeadline {
+		timeout = max(time.Duration(e.nextTimer-e.clock()), 0)
+	}
+	if timeout == 0 {
+		return
+	}
+	e.c.sleeps.Add(1)
+	if err := e.port.Wait(timeout); err != nil {
+		e.c.rxErrors.Add(1)
+	}
+}
+
+// shutdown cancels what is left and refuses further control calls.
+func (e *Engine) shutdown() {
+	e.ctlMu.Lock()
+	e.ctlClosed = true
+	q := e.ctlQ
+	e.ctlQ = nil
+	e.ctlMu.Unlock()
+	for _, fn := range q {
+		fn()
+	}
+	for _, qp := range e.qps {
+		e.enterError(qp)
+	}
+}
+
+// lookup finds the QP a frame is for; the last hit is cached because
+// traffic comes in bursts per QP.
+func (e *Engine) lookup(qpn uint32) *QP {
+	if q := e.lastQP; q != nil && q.cfg.QPN == qpn {
+		return q
+	}
+	q := e.qps[qpn]
+	if q != nil {
+		e.lastQP = q
+	}
+	return q
+}
+
+func (e *Engine) receive() int {
+	n := e.port.Receive(e.rx[:])
+	if n == 0 {
+		return 0
+	}
+	e.c.framesIn.Add(uint64(n))
+	for i := 0; i < n; i++ {
+		if err := rocev2.Parse(e.rx[i], &e.pkt); err != nil {
+			if rocev2.ReasonOf(err) == rocev2.ReasonICRC {
+				e.c.badICRC.Add(1)
+			} else {
+				e.c.malformed.Add(1)
+			}
+			continue
+		}
+		e.dispatch()
+	}
+	e.port.Release()
+	return n
+}
+
+func (e *Engine) dispatch() {
+	op := e.pkt.BTH.Opcode
+	if op.Transport() != rocev2.TransportRC {
+		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
+		// 1.7); UC/UD are not ours.
+		e.c.notRC.Add(1)
+		return
+	}
+	q := e.lookup(e.pkt.BTH.DestQP)
+	if q == nil {
+		e.c.unknownQP.Add(1)
+		return
+	}
+	if !q.t.connected || q.t.failed {
+		e.c.notConnected.Add(1)
+		return
+	}
+	if op.Info().Response {
+		e.completer(q)
+	} else {
+		e.responder(q)
+	}
+}
+
+// drainReady takes the QPs that posted since the last loop.
+func (e *Engine) drainReady() int {
+	n := 0
+	var q *QP
+	for e.ready.TryPop(&q) {
+		// Clear before looking at the rings: a post after this point
+		// queues the QP again, so none is missed.
+		q.ready.Store(false)
+		e.schedule(q)
+		n++
+	}
+	return n
+}
+
+// schedule puts q on the list of QPs to service this loop.
+func (e *Engine) schedule(q *QP) {
+	if !q.t.active {
+		q.t.active = true
+		e.active = append(e.active, q)
+	}
+}
+
+func (e *Engine) transmit() int {
+	sent, n := 0, 0
+	for i := 0; i < len(e.active); i++ {
+		q := e.active[i]
+		s, more := e.service(q)
+		sent += s
+		if more {
+			e.active[n] = q
+			n++
+		} else {
+			q.t.active = false
+		}
+	}
+	clear(e.active[n:])
+	e.active = e.active[:n]
+	return sent
+}
+
+// service sends what q has to send: responses first (they unblock the
+// peer's requester), then requests. It reports whether work is left.
+func (e *Engine) service(q *QP) (int, bool) {
+	t := &q.t
+	if q.flushReq.Swap(false) {
+		e.enterError(q)
+	}
+	sent, more := e.respond(q)
+	if more {
+		return sent, true
+	}
+	if t.failed {
+		e.cancelAll(q)
+		return sent, false
+	}
+	if !t.connected {
+		return sent, false
+	}
+	s, more := e.request(q)
+	return sent + s, more
+}
+
+func (e *Engine) setDeadline(d int64) {
+	if d < e.nextTimer {
+		e.nextTimer = d
+	}
+}
+
+// timers fires expired ACK and RNR timers and finds the next deadline.
+func (e *Engine) timers() {
+	next := int64(noDeadline)
+	for _, q := range e.live {
+		t := &q.t
+		if t.rnrUntil != 0 {
+			if e.now >= t.rnrUntil {
+				t.rnrUntil = 0
+				e.schedule(q)
+			} else {
+				next = min(next, t.rnrUntil)
+			}
+		}
+		if t.ackDeadline != 0 && e.now >= t.ackDeadline {
+			t.ackDeadline = 0
+			e.c.timeouts.Add(1)
+			e.retry(q, t.una, false)
+		}
+		if t.ackDeadline != 0 {
+			next = min(next, t.ackDeadline)
+		}
+	}
+	e.nextTimer = next
+}
+
+// emit builds the frame for q's current header fields around payload and
+// queues it: header scratch, payload in place (MR or WQE memory), pad and
+// ICRC. It returns port.ErrTxFull when there is no room; other failures
+// are counted and the frame is dropped (retransmission recovers).
+func (e *Engine) emit(q *QP, payload []byte) error {
+	t := &q.t
+	t.ipID++
+	t.hdr.IP.ID = t.ipID
+	hl, err := t.hdr.EncodeHeaders(e.hbuf[:], len(payload))
+	if err != nil {
+		e.c.encodeErrors.Add(1)
+		return nil
+	}
+	pad := rocev2.PadCount(len(payload))
+	crc, err := rocev2.ICRC(e.hbuf[t.l3:hl], payload, pad)
+	if err != nil {
+		e.c.encodeErrors.Add(1)
+		return nil
+	}
+	tail := e.tbuf[:pad+rocev2.ICRCLen]
+	clear(tail[:pad])
+	rocev2.PutICRC(tail[pad:], crc)
+	e.segs[0] = e.hbuf[:hl]
+	segs := e.segs[:2]
+	if len(payload) > 0 {
+		e.segs[1] = payload
+		e.segs[2] = tail
+		segs = e.segs[:3]
+	} else {
+		e.segs[1] = tail
+	}
+	err = e.port.Transmit(segs)
+	e.segs[1], e.segs[2] = nil, nil
+	switch {
+	case err == nil:
+		e.c.framesOut.Add(1)
+		return nil
+	case errors.Is(err, port.ErrTxFull):
+		e.c.txFull.Add(1)
+		return port.ErrTxFull
+	default:
+		e.c.txErrors.Add(1)
+		return nil
+	}
+}
+
+// span returns n bytes at offset off of the concatenated segments: in
+// place when they lie in one segment, else gathered into scratch.
+func (e *Engine) span(seg *[MaxSGE][]byte, nseg uint8, off, n uint32) []byte {
+	if n == 0 {
+		return nil
+	}
+	i := uint8(0)
+	for ; i < nseg && off >= uint32(len(seg[i])); i++ {
+		off -= uint32(len(seg[i]))
+	}
+	if i == nseg {
+		return nil
+	}
+	if off+n <= uint32(len(seg[i])) {
+		return seg[i][off : off+n]
+	}
+	out := e.gather[:n]
+	c := uint32(0)
+	for ; i < nseg && c < n; i++ {
+		c += uint32(copy(out[c:], seg[i][off:]))
+		off = 0
+	}
+	return out
+}
+
+// scatter copies data into the concatenated segments at offset off and
+// reports false, copying nothing, if it does not fit.
+func scatter(seg *[MaxSGE][]byte, nseg uint8, off uint32, data []byte) bool {
+	var total uint64
+	for i := uint8(0); i < nseg; i++ {
+		total += uint64(len(seg[i]))
+	}
+	if uint64(off)+uint64(len(data)) > total {
+		return false
+	}
+	for i := uint8(0); i < nseg && len(data) > 0; i++ {
+		s := seg[i]
+		if off >= uint32(len(s)) {
+			off -= uint32(len(s))
+			continue
+		}
+		c := copy(s[off:], data)
+		data = data[c:]
+		off = 0
+	}
+	return true
+}
+
+// CreateQP registers a QP on the engine. The QP starts in StateInit:
+// receives may be posted, sends fail with STATUS_CONNECTION_INVALID until
+// Connect.
+func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
+	switch {
+	case cfg.QPN <= 1 || cfg.QPN > rocev2.PSNMask:
+		return nil, fmt.Errorf("%w: QPN %#x outside [2, 2^24)", ErrBadConfig, cfg.QPN)
+	case cfg.RecvCQ == nil || cfg.SendCQ == nil:
+		return nil, fmt.Errorf("%w: QP needs a receive and an initiator CQ", ErrBadConfig)
+	case cfg.RecvDepth < 1 || cfg.SendDepth < 1 || cfg.RecvDepth > queue.MaxCapacity || cfg.SendDepth > queue.MaxCapacity:
+		return nil, fmt.Errorf("%w: queue depths %d/%d", ErrBadConfig, cfg.RecvDepth, cfg.SendDepth)
+	case cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > MaxSGE || cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > MaxSGE ||
+		cfg.MaxReadSGE < 0 || cfg.MaxReadSGE > MaxSGE:
+		return nil, fmt.Errorf("%w: SGE limits above %d", ErrBadConfig, MaxSGE)
+	case cfg.InlineSize < 0 || cfg.InlineSize > MaxInline:
+		return nil, fmt.Errorf("%w: inline size %d above %d", ErrBadConfig, cfg.InlineSize, MaxInline)
+	}
+	q := &QP{
+		eng:     e,
+		regions: e.regions,
+		cfg:     cfg,
+		sq:      newWorkRing[sendWQE](cfg.SendDepth),
+		rq:      newWorkRing[recvWQE](cfg.RecvDepth),
+	}
+	var err error
+	if derr := e.do(func() {
+		switch {
+		case e.qps[cfg.QPN] != nil:
+			err = fmt.Errorf("%w: %#x", ErrQPNInUse, cfg.QPN)
+		case len(e.qps) >= e.maxQPs:
+			err = fmt.Errorf("%w: engine holds its maximum of %d QPs", ErrBadConfig, e.maxQPs)
+		default:
+			e.qps[cfg.QPN] = q
+		}
+	}); derr != nil {
+		return nil, derr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// Connect moves the QP from Init to connected (RTR and RTS at once) with
+// the given parameters.
+func (q *QP) Connect(p ConnParams) error {
+	switch {
+	case !p.PathMTU.Valid():
+		return fmt.Errorf("%w: path MTU %v", ErrBadConfig, p.PathMTU)
+	case p.Local.QPN != q.cfg.QPN:
+		return fmt.Errorf("%w: local QPN %#x is not this QP's %#x", ErrBadConfig, p.Local.QPN, q.cfg.QPN)
+	case p.Remote.QPN <= 1 || p.Remote.QPN > rocev2.PSNMask:
+		return fmt.Errorf("%w: remote QPN %#x outside [2, 2^24)", ErrBadConfig, p.Remote.QPN)
+	case !p.Local.IP.IsValid() || !p.Remote.IP.IsValid() || p.Local.IP.Is4() != p.Remote.IP.Is4():
+		return fmt.Errorf("%w: addresses %v -> %v", ErrBadConfig, p.Local.IP, p.Remote.IP)
+	case p.InboundReadLimit < 0 || p.OutboundReadLimit < 0 || p.InboundReadLimit > 255 || p.OutboundReadLimit > 255:
+		return fmt.Errorf("%w: read limits %d/%d", ErrBadConfig, p.InboundReadLimit, p.OutboundReadLimit)
+	case p.RetryCount < 0 || p.RetryCount > 7 || p.RNRRetry < 0 || p.RNRRetry > 7:
+		return fmt.Errorf("%w: retry counts %d/%d outside 0-7", ErrBadConfig, p.RetryCount, p.RNRRetry)
+	case p.AckTimeout < 0:
+		return fmt.Errorf("%w: negative ACK timeout", ErrBadConfig)
+	}
+	e := q.eng
+	var err error
+	derr := e.do(func() {
+		if e.qps[q.cfg.QPN] != q || q.t.connected || q.t.failed {
+			err = fmt.Errorf("%w: connect from state %v", ErrBadState, q.State())
+			return
+		}
+		q.t.setup(p)
+		q.t.connected = true
+		q.state.Store(uint32(StateConnected))
+		e.live = append(e.live, q)
+		e.schedule(q)
+	})
+	if derr != nil {
+		return derr
+	}
+	return err
+}
+
+// Close cancels the QP's pending requests (STATUS_CANCELLED) and removes
+// it from the engine. Posts after Close fail with STATUS_INVALID_HANDLE.
+func (q *QP) Close() error {
+	e := q.eng
+	err := e.do(func() {
+		if e.qps[q.cfg.QPN] != q {
+			return
+		}
+		e.enterError(q)
+		delete(e.qps, q.cfg.QPN)
+		if e.lastQP == q {
+			e.lastQP = nil
+		}
+		e.live = removeQP(e.live, q)
+		e.active = removeQP(e.active, q)
+		q.t.active = false
+		q.state.Store(uint32(StateClosed))
+	})
+	if errors.Is(err, ErrClosed) {
+		// The engine stopped and cancelled everything already.
+		q.state.Store(uint32(StateClosed))
+		return nil
+	}
+	return err
+}
+
+func removeQP(list []*QP, q *QP) []*QP {
+	for i, x := range list {
+		if x == q {
+			copy(list[i:], list[i+1:])
+			list[len(list)-1] = nil
+			return list[:len(list)-1]
+		}
+	}
+	return list
+}

@@ -1,0 +1,241 @@
+package rc
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+const testPD = 7
+
+// host is one side of an engine-to-engine test: an engine on one end of
+// the link, its token table, CQs and QPs.
+type host struct {
+	t       testing.TB
+	eng     *Engine
+	port    *testPort
+	regions *memreg.Table
+	rcq     *cq.CQ
+	scq     *cq.CQ
+	ip      netip.Addr
+	mac     rocev2.MAC
+	qps     []*QP
+}
+
+type pairOptions struct {
+	ab, ba    linkConfig
+	mtu       rocev2.MTU
+	params    func(*ConnParams) // adjusts both sides' parameters
+	paramsB   func(*ConnParams) // then B's only
+	qps       int
+	depth     int
+	poll      PollMode
+	cqDepth   int
+	noConnect bool
+}
+
+func newHost(t testing.TB, p *testPort, ip string, mac byte, o *pairOptions) *host {
+	t.Helper()
+	regions, err := memreg.New(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := NewEngine(Config{Port: p, Regions: regions, Poll: o.poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Close)
+	depth := o.cqDepth
+	if depth == 0 {
+		depth = 1 << 16
+	}
+	rcq, _ := cq.New(depth, nil)
+	scq, _ := cq.New(depth, nil)
+	return &host{t: t, eng: eng, port: p, regions: regions, rcq: rcq, scq: scq,
+		ip: netip.MustParseAddr(ip), mac: rocev2.MAC{2, 0, 0, 0, 0, mac}}
+}
+
+func (h *host) createQP(qpn uint32, depth int) *QP {
+	h.t.Helper()
+	q, err := h.eng.CreateQP(QPConfig{
+		QPN: qpn, PD: testPD, RecvCQ: h.rcq, SendCQ: h.scq, Context: qpn,
+		RecvDepth: depth, SendDepth: depth,
+		MaxRecvSGE: MaxSGE, MaxSendSGE: MaxSGE, MaxReadSGE: MaxSGE, InlineSize: MaxInline,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.qps = append(h.qps, q)
+	return q
+}
+
+func defaultParams(mtu rocev2.MTU) ConnParams {
+	return ConnParams{
+		PathMTU:           mtu,
+		InboundReadLimit:  16,
+		OutboundReadLimit: 16,
+		AckTimeout:        4 * time.Millisecond,
+		RetryCount:        7,
+		RNRRetry:          7,
+		MinRNRTimer:       rocev2.RNRTimer(1), // 10 us
+	}
+}
+
+// newPair builds two hosts joined by a faulty link with o.qps connected QP
+// pairs (QPNs 0x100+i on both sides).
+func newPair(t testing.TB, o pairOptions) (*host, *host) {
+	t.Helper()
+	if o.mtu == 0 {
+		o.mtu = rocev2.MTU1024
+	}
+	if o.qps == 0 {
+		o.qps = 1
+	}
+	if o.depth == 0 {
+		o.depth = 256
+	}
+	pa, pb := newLink(o.ab, o.ba)
+	a := newHost(t, pa, "198.18.0.1", 1, &o)
+	b := newHost(t, pb, "198.18.0.2", 2, &o)
+	for i := 0; i < o.qps; i++ {
+		qa := a.createQP(0x100+uint32(i), o.depth)
+		qb := b.createQP(0x100+uint32(i), o.depth)
+		if o.noConnect {
+			continue
+		}
+		pA := defaultParams(o.mtu)
+		if o.params != nil {
+			o.params(&pA)
+		}
+		pB := pA
+		if o.paramsB != nil {
+			o.paramsB(&pB)
+		}
+		epA := Endpoint{IP: a.ip, MAC: a.mac, QPN: qa.QPN(), PSN: uint32(0xFFFF00 + i)} // near the 2^24 wrap
+		epB := Endpoint{IP: b.ip, MAC: b.mac, QPN: qb.QPN(), PSN: uint32(0x1000 * (i + 1))}
+		pA.Local, pA.Remote = epA, epB
+		pB.Local, pB.Remote = epB, epA
+		if err := qa.Connect(pA); err != nil {
+			t.Fatal(err)
+		}
+		if err := qb.Connect(pB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
+}
+
+// buffer registers n bytes framed by guard bytes that must never change.
+type buffer struct {
+	all    []byte
+	b      []byte
+	tokens memreg.Tokens
+}
+
+const guardLen = 64
+
+func (h *host) buffer(n int, access memreg.Access, invalidatable bool) *buffer {
+	h.t.Helper()
+	all := make([]byte, n+2*guardLen)
+	for i := range all {
+		all[i] = 0xEE
+	}
+	b := all[guardLen : guardLen+n]
+	reg := b
+	if n == 0 {
+		reg = all[guardLen : guardLen+1]
+	}
+	tok, err := h.regions.Register(memreg.Region{PD: testPD, VA: addrOf(reg), Buf: reg, Access: access, Invalidatable: invalidatable})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return &buffer{all: all, b: b, tokens: tok}
+}
+
+func (b *buffer) guardsIntact() bool {
+	for _, g := range [][]byte{b.all[:guardLen], b.all[len(b.all)-guardLen:]} {
+		for _, x := range g {
+			if x != 0xEE {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (b *buffer) sge(off, n int) SGE {
+	return SGE{Addr: addrOf(b.all[guardLen:]) + uint64(off), Length: uint32(n), Token: b.tokens.Local}
+}
+
+func (b *buffer) addr(off int) uint64 { return addrOf(b.all[guardLen:]) + uint64(off) }
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+// waitCQ polls c until n completions arrived or the deadline passes.
+func waitCQ(t testing.TB, c *cq.CQ, n int, d time.Duration) []cq.Entry {
+	t.Helper()
+	out := make([]cq.Entry, 0, n)
+	deadline := time.Now().Add(d)
+	var e cq.Entry
+	for len(out) < n {
+		if c.Pop(&e) {
+			out = append(out, e)
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d of %d completions within %v", len(out), n, d)
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return out
+}
+
+// expectNone checks that c stays empty for d.
+func expectNone(t testing.TB, c *cq.CQ, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	var e cq.Entry
+	if c.Pop(&e) {
+		t.Fatalf("unexpected completion %+v", e)
+	}
+}
+
+func mustPost(t testing.TB, st uint32) {
+	t.Helper()
+	if st != ntstatus.Success {
+		t.Fatalf("post: status %#x", st)
+	}
+}
+
+func checkEntry(t testing.TB, e cq.Entry, status, typ uint32, ctx any) {
+	t.Helper()
+	if e.Status != status || e.Type != typ || e.RequestContext != ctx {
+		t.Fatalf("completion %+v, want status %#x type %d ctx %v", e, status, typ, ctx)
+	}
+}
+
+func sameBytes(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s: %d bytes differ from byte %d (len %d, want %d)", what, len(want), i, len(got), len(want))
+	}
+}
+
+func sizeName(n int) string { return fmt.Sprintf("%dB", n) }

@@ -1,0 +1,318 @@
+package rc
+
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// responder executes one request packet for q (ROCEV2.md 2, rxe_resp.c).
+func (e *Engine) responder(q *QP) {
+	t := &q.t
+	p := &e.pkt
+	op := p.BTH.Opcode
+	psn := p.BTH.PSN
+	switch d := psn.Diff(t.ePSN); {
+	case d > 0:
+		// Ahead: one NAK with the expected PSN, then silence until it
+		// arrives (rxe sent_psn_nak).
+		e.c.outOfSeq.Add(1)
+		if !t.nakSent {
+			t.nakSent = true
+			e.c.naksSent.Add(1)
+			e.setCtl(q, ctlNAK, t.ePSN, rocev2.NAKSyndrome(rocev2.NAKPSNSequenceError))
+		}
+		return
+	case d < 0:
+		e.c.duplicates.Add(1)
+		if op == rocev2.RCReadRequest {
+			e.duplicateRead(q, psn)
+			return
+		}
+		// C9-105: never execute twice; acknowledge again with ePSN-1.
+		e.setCtl(q, ctlAck, 0, 0)
+		return
+	}
+	t.nakSent = false
+	if t.ctl == ctlNAK {
+		t.ctl = ctlNone // the awaited packet arrived: the NAK is moot
+	}
+	pos := op.Info().Position
+	switch op {
+	case rocev2.RCSendFirst, rocev2.RCSendMiddle, rocev2.RCSendLast, rocev2.RCSendOnly,
+		rocev2.RCSendLastImm, rocev2.RCSendOnlyImm, rocev2.RCSendLastInvalidate, rocev2.RCSendOnlyInvalidate:
+		e.recvSend(q, op, pos)
+	case rocev2.RCWriteFirst, rocev2.RCWriteMiddle, rocev2.RCWriteLast, rocev2.RCWriteOnly:
+		e.recvWrite(q, pos)
+	case rocev2.RCReadRequest:
+		e.recvRead(q)
+	default:
+		// Atomics, FLUSH and WRITE with immediate are not offered.
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+	}
+}
+
+// inSequence checks the opcode sequence: a FIRST or ONLY starts a message
+// only between messages; MIDDLE and LAST continue one of their kind.
+func (t *qpTransport) inSequence(kind uint8, pos rocev2.Position) bool {
+	if pos&rocev2.PosFirst != 0 {
+		return t.inMsg == msgNone
+	}
+	return t.inMsg == kind
+}
+
+// fullPacket checks that a FIRST or MIDDLE packet carries exactly one path
+// MTU (ROCEV2.md 1.6).
+func (t *qpTransport) fullPacket(pos rocev2.Position, n int) bool {
+	return pos&rocev2.PosLast != 0 || uint32(n) == t.pmtu
+}
+
+func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
+	t := &q.t
+	p := &e.pkt
+	psn := p.BTH.PSN
+	if !t.inSequence(msgSend, pos) || !t.fullPacket(pos, len(p.Payload)) {
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	if pos&rocev2.PosFirst != 0 {
+		if t.rqHead == q.rq.tail.Load() {
+			// No receive posted: RNR NAK, and drop what follows until
+			// the requester comes back to this PSN.
+			t.nakSent = true
+			e.c.rnrSent.Add(1)
+			e.setCtl(q, ctlNAK, psn, rocev2.RNRNAKSyndrome(t.params.MinRNRTimer))
+			return
+		}
+		t.recvOff = 0
+	}
+	w := q.rq.at(t.rqHead)
+	if !scatter(&w.seg, w.nseg, t.recvOff, p.Payload) {
+		// The message does not fit the receive buffer: the receive
+		// fails (IB_WC_LOC_LEN_ERR) and the requester gets an invalid
+		// request NAK (rxe RESPST_ERR_LENGTH).
+		e.completeRecv(q, ntstatus.BufferOverflow, wcLocLenErr, t.recvOff, typeReceive, 0, false)
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	t.recvOff += uint32(len(p.Payload))
+	t.ePSN = t.ePSN.Next()
+	if pos&rocev2.PosLast == 0 {
+		t.inMsg = msgSend
+	} else {
+		t.inMsg = msgNone
+		t.msn = (t.msn + 1) & rocev2.PSNMask
+		typ, token := uint32(typeReceive), uint32(0)
+		if op == rocev2.RCSendLastInvalidate || op == rocev2.RCSendOnlyInvalidate {
+			token = p.IETH
+			typ = typeReceiveAndInvalidate
+			if f := e.regions.Invalidate(q.cfg.PD, token); f != memreg.OK {
+				// An invalid token aborts the connection (seed 000/004;
+				// rxe RESPST_ERR_INVALIDATE_RKEY, class J).
+				e.completeRecv(q, ntstatus.AccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false)
+				e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+				return
+			}
+		}
+		e.c.recvPlaced.Add(1)
+		e.completeRecv(q, ntstatus.Success, 0, t.recvOff, typ, token, p.BTH.SE)
+	}
+	if p.BTH.AckReq {
+		e.setCtl(q, ctlAck, 0, 0)
+	}
+}
+
+func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
+	t := &q.t
+	p := &e.pkt
+	psn := p.BTH.PSN
+	if !t.inSequence(msgWrite, pos) || !t.fullPacket(pos, len(p.Payload)) {
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	if pos&rocev2.PosFirst != 0 {
+		r := &p.RETH
+		t.wbuf, t.woff = nil, 0
+		if r.DMALen > 0 { // a zero-length WRITE checks no key (IBTA 9.4.3)
+			b, f := e.regions.CheckRemote(q.cfg.PD, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
+			if f != memreg.OK {
+				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+				return
+			}
+			t.wbuf = b
+		}
+	}
+	n := uint32(len(p.Payload))
+	if uint64(t.woff)+uint64(n) > uint64(len(t.wbuf)) ||
+		(pos&rocev2.PosLast != 0 && t.woff+n != uint32(len(t.wbuf))) {
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest) // length differs from the RETH
+		return
+	}
+	copy(t.wbuf[t.woff:], p.Payload)
+	t.woff += n
+	t.ePSN = t.ePSN.Next()
+	if pos&rocev2.PosLast == 0 {
+		t.inMsg = msgWrite
+	} else {
+		t.inMsg = msgNone
+		t.wbuf = nil
+		t.msn = (t.msn + 1) & rocev2.PSNMask
+	}
+	if p.BTH.AckReq {
+		e.setCtl(q, ctlAck, 0, 0)
+	}
+}
+
+func (e *Engine) recvRead(q *QP) {
+	t := &q.t
+	p := &e.pkt
+	psn := p.BTH.PSN
+	if t.inMsg != msgNone {
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	r := &p.RETH
+	slot := &t.res[t.resNext]
+	if slot.sending() {
+		// More READs in flight than the responder resources we granted.
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	var b []byte
+	if r.DMALen > 0 {
+		var f memreg.Fault
+		b, f = e.regions.CheckRemote(q.cfg.PD, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteRead)
+		if f != memreg.OK {
+			e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+			return
+		}
+	}
+	n := t.npkts(r.DMALen)
+	*slot = readResource{first: psn, npkts: n, va: r.VA, length: r.DMALen, buf: b}
+	t.resNext = (t.resNext + 1) % len(t.res)
+	t.ePSN = t.ePSN.Add(n)
+	t.msn = (t.msn + 1) & rocev2.PSNMask
+	e.schedule(q)
+}
+
+// duplicateRead answers a repeated READ again from the responder resource
+// whose PSN range covers it, starting at the repeated PSN; one that matches
+// none is dropped (ROCEV2.md 2, "Duplicates").
+func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
+	t := &q.t
+	r := &e.pkt.RETH
+	for i := range t.res {
+		s := &t.res[i]
+		if s.npkts == 0 {
+			continue
+		}
+		k := s.first.Distance(psn)
+		if k >= s.npkts {
+			continue
+		}
+		off := k * t.pmtu
+		if r.VA != s.va+uint64(off) || r.DMALen > s.length-off {
+			break
+		}
+		s.start, s.next = k, k
+		e.schedule(q)
+		return
+	}
+	e.c.stale.Add(1)
+}
+
+// setCtl records the acknowledgement to send after pending READ responses.
+func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
+	t := &q.t
+	if k < t.ctl {
+		return
+	}
+	t.ctl, t.ctlPSN, t.ctlSyn = k, psn, syn
+	e.schedule(q)
+}
+
+// fatalNAK answers psn with a NAK that ends the connection and moves the
+// responder's QP to the error state (rxe do_class_ac_error).
+func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
+	e.c.naksSent.Add(1)
+	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
+	e.enterError(q)
+}
+
+// respond sends q's READ responses in order, then its pending ACK or NAK,
+// which must not overtake them: an ACK beyond a READ tells the requester
+// its responses were lost.
+func (e *Engine) respond(q *QP) (int, bool) {
+	t := &q.t
+	sent := 0
+	n := len(t.res)
+	for i := 0; i < n; i++ {
+		r := &t.res[(t.resNext+i)%n]
+		for r.sending() {
+			if sent == qpBudget {
+				return sent, true
+			}
+			if e.sendReadResponse(q, r) != nil {
+				return sent, true
+			}
+			sent++
+		}
+	}
+	if t.ctl != ctlNone {
+		if e.sendCtl(q) != nil {
+			return sent, true
+		}
+		sent++
+	}
+	return sent, false
+}
+
+func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
+	t := &q.t
+	h := &t.hdr
+	k := r.next
+	off := k * t.pmtu
+	n := min(t.pmtu, r.length-off)
+	first, last := k == r.start, k+1 == r.npkts
+	switch {
+	case first && last:
+		h.BTH.Opcode = rocev2.RCReadResponseOnly
+	case first:
+		h.BTH.Opcode = rocev2.RCReadResponseFirst
+	case last:
+		h.BTH.Opcode = rocev2.RCReadResponseLast
+	default:
+		h.BTH.Opcode = rocev2.RCReadResponseMiddle
+	}
+	h.BTH.PSN = r.first.Add(k)
+	h.BTH.SE, h.BTH.AckReq = false, false
+	h.AETH = rocev2.AETHFields{Syndrome: rocev2.ACKSyndrome(rocev2.CreditInvalid), MSN: t.msn}
+	var payload []byte
+	if n > 0 {
+		payload = r.buf[off : off+n]
+	}
+	if err := e.emit(q, payload); err != nil {
+		return err
+	}
+	r.next++
+	return nil
+}
+
+func (e *Engine) sendCtl(q *QP) error {
+	t := &q.t
+	h := &t.hdr
+	h.BTH.Opcode = rocev2.RCAck
+	h.BTH.SE, h.BTH.AckReq = false, false
+	if t.ctl == ctlAck {
+		h.BTH.PSN = t.ePSN.Add(rocev2.PSNMask) // ePSN-1: everything executed
+		h.AETH = rocev2.AETHFields{Syndrome: rocev2.ACKSyndrome(rocev2.CreditInvalid), MSN: t.msn}
+	} else {
+		h.BTH.PSN = t.ctlPSN
+		h.AETH = rocev2.AETHFields{Syndrome: t.ctlSyn, MSN: t.msn}
+	}
+	if err := e.emit(q, nil); err != nil {
+		return err
+	}
+	t.ctl = ctlNone
+	return nil
+}

@@ -1,0 +1,65 @@
+package rc
+
+import "sync/atomic"
+
+// counters are written by the engine goroutine and read by Stats from
+// anywhere.
+type counters struct {
+	framesIn, framesOut     atomic.Uint64
+	malformed, badICRC      atomic.Uint64
+	notRC, unknownQP        atomic.Uint64
+	notConnected, stale     atomic.Uint64
+	duplicates, outOfSeq    atomic.Uint64
+	retransmits, timeouts   atomic.Uint64
+	naksSent, naksReceived  atomic.Uint64
+	rnrSent, rnrReceived    atomic.Uint64
+	txFull, txErrors        atomic.Uint64
+	rxErrors, encodeErrors  atomic.Uint64
+	sleeps                  atomic.Uint64
+	completions, recvPlaced atomic.Uint64
+}
+
+// Stats are an engine's counters since it started.
+type Stats struct {
+	FramesIn, FramesOut uint64
+	// Frames dropped on receive, by reason.
+	Malformed    uint64 // rejected by rocev2.Parse for a reason other than the ICRC
+	BadICRC      uint64
+	NotRC        uint64 // CNP, UC, UD: not handled by the RC engine
+	UnknownQP    uint64
+	NotConnected uint64 // for a QP not connected or in error
+	Stale        uint64 // ACKs and responses outside the window, duplicate responses
+	// Responder.
+	Duplicates uint64 // duplicate requests re-acknowledged or re-read
+	OutOfSeq   uint64 // requests ahead of the expected PSN
+	NAKsSent   uint64 // PSN sequence, invalid request, access and operational NAKs
+	RNRSent    uint64
+	// Requester.
+	Retransmits  uint64 // go-back-N rounds
+	Timeouts     uint64 // ACK timer expiries
+	NAKsReceived uint64
+	RNRReceived  uint64
+	Completions  uint64 // CQEs pushed by this engine (sends and receives)
+	// Port.
+	TxFull, TxErrors, RxErrors, EncodeErrors uint64
+	Sleeps                                   uint64 // adaptive-mode waits
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	c := &e.c
+	return Stats{
+		FramesIn: c.framesIn.Load(), FramesOut: c.framesOut.Load(),
+		Malformed: c.malformed.Load(), BadICRC: c.badICRC.Load(),
+		NotRC: c.notRC.Load(), UnknownQP: c.unknownQP.Load(),
+		NotConnected: c.notConnected.Load(), Stale: c.stale.Load(),
+		Duplicates: c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
+		NAKsSent: c.naksSent.Load(), RNRSent: c.rnrSent.Load(),
+		Retransmits: c.retransmits.Load(), Timeouts: c.timeouts.Load(),
+		NAKsReceived: c.naksReceived.Load(), RNRReceived: c.rnrReceived.Load(),
+		Completions: c.completions.Load(),
+		TxFull:      c.txFull.Load(), TxErrors: c.txErrors.Load(),
+		RxErrors: c.rxErrors.Load(), EncodeErrors: c.encodeErrors.Load(),
+		Sleeps: c.sleeps.Load(),
+	}
+}

@@ -1,0 +1,131 @@
+package rc
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// SGE names bytes of registered memory: an address inside a region and the
+// region's local token. Its layout matches ndk.SGE field for field, so the
+// public API passes its slices through without copying.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	Token  uint32
+}
+
+// MaxSGE is the most SGEs one work request carries; the WQE holds them in a
+// fixed array so that posting copies and never allocates.
+const MaxSGE = 16
+
+// MaxInline is the most bytes a request carries inline (copied into its
+// WQE at post time).
+const MaxInline = 256
+
+// Op is an initiator operation.
+type Op uint8
+
+const (
+	OpSend Op = iota + 1
+	OpSendInvalidate
+	OpWrite
+	OpRead
+)
+
+// Flags are NDK_OP_FLAG_* values (NDKPI.md §6); the engine acts on these.
+const (
+	FlagSilentSuccess       = 0x001
+	FlagReadFence           = 0x002
+	FlagSendAndSolicitEvent = 0x004
+	FlagInline              = 0x040
+	FlagDefer               = 0x200
+)
+
+// NDK_OPERATION_TYPE values for completions (ndkpi.h).
+const (
+	typeReceive              = 1
+	typeReceiveAndInvalidate = 0x8001
+	typeSend                 = 2
+	typeRead                 = 32
+	typeWrite                = 64
+)
+
+// ProviderErrorCode values: the ib_wc_status a verbs provider would report
+// (torvalds/linux include/rdma/ib_verbs.h enum ib_wc_status), so a failed
+// completion says which IB error it was behind its NTSTATUS.
+const (
+	wcLocLenErr      = 1
+	wcLocProtErr     = 4
+	wcWRFlushErr     = 5
+	wcRemInvReqErr   = 9
+	wcRemAccessErr   = 10
+	wcRemOpErr       = 11
+	wcRetryExcErr    = 12
+	wcRNRRetryExcErr = 13
+)
+
+// PollMode is how an engine waits for work.
+type PollMode uint8
+
+const (
+	// PollAdaptive spins for a bounded number of idle loops, then sleeps
+	// in Port.Wait until a frame, a doorbell or the next timer.
+	PollAdaptive PollMode = iota
+	// PollBusy never sleeps: lowest latency, one core per engine.
+	PollBusy
+)
+
+// Endpoint is one side of a connection as exchanged out of band (the way
+// ibv_rc_pingpong swaps LID/QPN/PSN): address, MAC, QP number and the first
+// PSN that side sends.
+type Endpoint struct {
+	IP  netip.Addr
+	MAC rocev2.MAC
+	QPN uint32
+	PSN uint32
+}
+
+// ConnParams are the transport parameters of a connection.
+type ConnParams struct {
+	Local, Remote Endpoint
+	// PathMTU bounds the payload of each packet.
+	PathMTU rocev2.MTU
+	// InboundReadLimit is how many READs the peer may have outstanding at
+	// us (responder resources); OutboundReadLimit how many we may issue.
+	InboundReadLimit, OutboundReadLimit int
+	// AckTimeout is how long an unacknowledged packet waits before
+	// go-back-N; RetryCount how many such retries (0-7; 7 means seven, as
+	// IBTA says, not infinite as rxe treats it).
+	AckTimeout time.Duration
+	RetryCount int
+	// RNRRetry is how many RNR NAKs to wait out (0-7; 7 is infinite).
+	RNRRetry int
+	// MinRNRTimer is what our RNR NAKs ask the peer to wait.
+	MinRNRTimer rocev2.RNRTimer
+}
+
+// State is a QP's state as the consumer sees it.
+type State uint32
+
+const (
+	StateInit      State = iota // created: receives may be posted
+	StateConnected              // RTS: both directions run
+	StateError                  // failed or flushed: everything completes CANCELLED
+	StateClosed
+)
+
+func (s State) String() string {
+	switch s {
+	case StateInit:
+		return "init"
+	case StateConnected:
+		return "connected"
+	case StateError:
+		return "error"
+	case StateClosed:
+		return "closed"
+	}
+	return "unknown"
+}

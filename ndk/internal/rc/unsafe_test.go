@@ -1,0 +1,5 @@
+package rc
+
+import "unsafe"
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
