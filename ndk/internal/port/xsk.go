@@ -1,0 +1,518 @@
+package port
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/afxdp"
+)
+
+// xdpPacketHeadroom is the room the kernel keeps in front of received data
+// in every chunk (XDP_PACKET_HEADROOM, include/linux/bpf.h).
+const xdpPacketHeadroom = 256
+
+// maxChain bounds the descriptors of one frame. The kernel builds at most
+// MAX_SKB_FRAGS (17) fragments plus the head per packet; 16 chunks carry
+// far more than a 9000-byte MTU.
+const maxChain = 16
+
+// vlanEthernetHeader is an Ethernet header with one 802.1Q tag.
+const vlanEthernetHeader = 18
+
+// DefaultXSKScratch is how many multi-descriptor frames one Receive batch
+// returns on a multi-buffer socket by default.
+const DefaultXSKScratch = 8
+
+// XSKConfig tunes an XSK. The zero value suits a 1500-byte-MTU device.
+type XSKConfig struct {
+	// MTU is the device's MTU (default 1500). MaxFrame is MTU plus an
+	// Ethernet header with one VLAN tag, capped by what the UMEM carries:
+	// one chunk less the receive headroom, or a chain of chunks on a
+	// multi-buffer socket.
+	MTU int
+	// RxFrames is how many UMEM frames the port lends the kernel to
+	// receive into, counting those it holds between Receive and Release
+	// (default half the allocator's free frames). TxFrames is how many
+	// may be in transmission (default the rest, at most the completion
+	// ring's size, so that the kernel never waits for a completion slot).
+	RxFrames, TxFrames uint32
+	// Scratch is how many frames that arrived as descriptor chains one
+	// Receive batch can return; each is copied into its own MaxFrame
+	// buffer (default DefaultXSKScratch on a multi-buffer socket, none
+	// otherwise). A batch stops before a chain that finds no buffer.
+	Scratch int
+}
+
+// XSKStats counts an XSK's frames. The data path adds to them once per
+// batch (Receive, Flush), so they may trail the engine by one batch.
+type XSKStats struct {
+	RxFrames   uint64 // frames returned by Receive
+	RxChained  uint64 // of those, chains copied into a scratch buffer
+	RxInvalid  uint64 // descriptors dropped: outside the UMEM, or a chain longer than MaxFrame
+	TxFrames   uint64 // frames queued by Transmit and flushed
+	TxChained  uint64 // of those, frames that took more than one chunk
+	TxFull     uint64 // Transmit calls refused with ErrTxFull
+	KickBusy   uint64 // Flush calls whose kick left frames pending (afxdp.ErrTxBusy)
+	RxWakeups  uint64 // fill-ring wakeups made for the kernel (need-wakeup)
+	Doorbells  uint64 // eventfd writes: Doorbell calls that found the engine asleep
+	WaitWakes  uint64 // Wait calls ended by the doorbell's eventfd
+	WaitPolled uint64 // Wait calls that entered ppoll
+}
+
+// XSK is a Port over one AF_XDP socket. Frames that arrive in one
+// descriptor are handed to the engine in place, in the UMEM; chains are
+// copied once into scratch buffers so that the engine always sees
+// contiguous frames. Transmit copies into UMEM frames (the one copy of
+// copy-mode AF_XDP's two that the engine pays) and Flush kicks the kernel.
+//
+// Like the rings it owns, an XSK belongs to one goroutine, the queue's
+// engine; only Doorbell and Stats may be called from others.
+type XSK struct {
+	sock   *afxdp.Socket
+	umem   *afxdp.UMEM
+	frames *afxdp.FrameAllocator
+	rx     *afxdp.RxQueue
+	tx     *afxdp.TxQueue
+	fill   *afxdp.FillQueue
+	comp   *afxdp.CompletionQueue
+
+	chunk    int // bytes one TX descriptor carries
+	maxFrame int
+
+	rxBudget, rxLent uint32
+	txBudget, txOut  uint32
+
+	// The last Receive: its descriptors, still peeked, and the scratch
+	// buffers its chains used.
+	rxStart, rxDescs uint32
+	scratch          [][]byte
+	scratchUsed      int
+
+	txDescs [maxChain]afxdp.Desc
+	local   XSKStats // engine-side counts, published per batch
+	stats   struct {
+		rxFrames, rxChained, rxInvalid, txFrames, txChained, txFull, kickBusy,
+		rxWakeups, doorbells, waitWakes, waitPolled atomic.Uint64
+	}
+	deferred error // a data-path failure reported by the next Flush or Wait
+
+	bell    bell
+	efd     int
+	pfds    [2]unix.PollFd // the socket (RX) and the eventfd (doorbell)
+	ts      unix.Timespec
+	one     [8]byte // the eventfd increment, never written after NewXSK
+	drained [8]byte
+
+	// closeMu keeps Close from closing the eventfd under a Doorbell
+	// that is writing to it (the number could be reused by then).
+	closeMu sync.RWMutex
+	closed  atomic.Bool
+}
+
+var _ Port = (*XSK)(nil)
+
+// NewXSK makes a Port of sock, which is already bound (and registered in
+// the program's socket map by the caller). The XSK takes sock over (Close
+// closes it) and takes frames out of frames to lend the kernel RxFrames of
+// them at once; afterwards only the XSK may use sock's rings and frames.
+func NewXSK(sock *afxdp.Socket, frames *afxdp.FrameAllocator, cfg XSKConfig) (*XSK, error) {
+	if sock == nil || frames == nil {
+		return nil, errors.New("port: NewXSK: nil socket or frame allocator")
+	}
+	where := fmt.Sprintf("port: XSK on queue %d of ifindex %d", sock.Queue(), sock.Ifindex())
+	if sock.FD() < 0 {
+		return nil, fmt.Errorf("%s: %w", where, afxdp.ErrClosed)
+	}
+	umem := sock.UMEM()
+	x := &XSK{
+		sock:   sock,
+		umem:   umem,
+		frames: frames,
+		rx:     sock.RX(),
+		tx:     sock.TX(),
+		fill:   sock.Fill(),
+		comp:   sock.Completion(),
+		chunk:  int(umem.FrameSize()),
+		efd:    -1,
+	}
+	if err := x.configure(cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("%s: doorbell eventfd: %w", where, err)
+	}
+	x.efd = efd
+	binary.NativeEndian.PutUint64(x.one[:], 1)
+	x.pfds = [2]unix.PollFd{
+		{Fd: int32(sock.FD()), Events: unix.POLLIN},
+		{Fd: int32(efd), Events: unix.POLLIN},
+	}
+	x.refill()
+	if x.deferred != nil {
+		err := x.deferred
+		unix.Close(efd)
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return x, nil
+}
+
+func (x *XSK) configure(cfg XSKConfig) error {
+	if cfg.MTU < 0 || cfg.Scratch < 0 {
+		return fmt.Errorf("MTU %d, Scratch %d: negative", cfg.MTU, cfg.Scratch)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	// Received data starts behind the kernel's and the UMEM's headroom.
+	rxRoom := x.chunk - xdpPacketHeadroom - int(x.umem.Headroom())
+	if rxRoom <= 0 {
+		return fmt.Errorf("UMEM headroom %d leaves no room in a %d-byte frame", x.umem.Headroom(), x.chunk)
+	}
+	capacity := rxRoom
+	if x.sock.MultiBuffer() {
+		capacity = maxChain * rxRoom
+		if cfg.Scratch == 0 {
+			cfg.Scratch = DefaultXSKScratch
+		}
+	} else {
+		cfg.Scratch = 0 // a chain never arrives without XDP_USE_SG
+	}
+	x.maxFrame = min(cfg.MTU+vlanEthernetHeader, capacity)
+
+	avail := x.frames.Available()
+	if cfg.RxFrames == 0 {
+		cfg.RxFrames = max(avail/2, 1)
+	}
+	if cfg.TxFrames == 0 && avail > cfg.RxFrames {
+		cfg.TxFrames = min(avail-cfg.RxFrames, x.comp.Size())
+	}
+	switch {
+	case cfg.TxFrames == 0:
+		return fmt.Errorf("no frames left to transmit: the allocator has %d free and RxFrames takes %d", avail, cfg.RxFrames)
+	case uint64(cfg.RxFrames)+uint64(cfg.TxFrames) > uint64(avail):
+		return fmt.Errorf("RxFrames %d + TxFrames %d exceed the allocator's %d free frames", cfg.RxFrames, cfg.TxFrames, avail)
+	case cfg.TxFrames > x.comp.Size():
+		return fmt.Errorf("TxFrames %d exceed the completion ring's %d entries: the kernel would stall waiting for a slot", cfg.TxFrames, x.comp.Size())
+	}
+	x.rxBudget, x.txBudget = cfg.RxFrames, cfg.TxFrames
+	x.scratch = make([][]byte, cfg.Scratch)
+	for i := range x.scratch {
+		x.scratch[i] = make([]byte, 0, x.maxFrame)
+	}
+	return nil
+}
+
+// Socket returns the AF_XDP socket the port drives.
+func (x *XSK) Socket() *afxdp.Socket { return x.sock }
+
+// Stats returns the port's counters. It is safe from any goroutine.
+func (x *XSK) Stats() XSKStats {
+	s := &x.stats
+	return XSKStats{
+		RxFrames: s.rxFrames.Load(), RxChained: s.rxChained.Load(), RxInvalid: s.rxInvalid.Load(),
+		TxFrames: s.txFrames.Load(), TxChained: s.txChained.Load(), TxFull: s.txFull.Load(),
+		KickBusy: s.kickBusy.Load(), RxWakeups: s.rxWakeups.Load(), Doorbells: s.doorbells.Load(),
+		WaitWakes: s.waitWakes.Load(), WaitPolled: s.waitPolled.Load(),
+	}
+}
+
+// publish moves the engine's batch counts into the shared counters.
+func (x *XSK) publish() {
+	l, s := &x.local, &x.stats
+	flush(&s.rxFrames, &l.RxFrames)
+	flush(&s.rxChained, &l.RxChained)
+	flush(&s.rxInvalid, &l.RxInvalid)
+	flush(&s.txFrames, &l.TxFrames)
+	flush(&s.txChained, &l.TxChained)
+	flush(&s.txFull, &l.TxFull)
+	flush(&s.kickBusy, &l.KickBusy)
+	flush(&s.rxWakeups, &l.RxWakeups)
+}
+
+func flush(shared *atomic.Uint64, local *uint64) {
+	if *local != 0 {
+		shared.Add(*local)
+		*local = 0
+	}
+}
+
+// Receive implements Port. It releases the previous batch first. Frames
+// in one descriptor alias the UMEM; chains are copied into scratch
+// buffers, at most Scratch of them per batch.
+func (x *XSK) Receive(out [][]byte) int {
+	x.Release()
+	if x.closed.Load() || len(out) == 0 {
+		return 0
+	}
+	// Peek every ready descriptor on a multi-buffer socket, so that a
+	// chain is never cut by the limit; NextPacket then splits packets.
+	limit := uint32(min(len(out), int(x.rx.Size())))
+	if x.sock.MultiBuffer() {
+		limit = x.rx.Size()
+	}
+	start, got := x.rx.Peek(limit)
+	if got == 0 {
+		x.wakeRX(true)
+		return 0
+	}
+	var i uint32
+	n := 0
+	for n < len(out) && i < got {
+		d := x.rx.Get(start + i)
+		if d.Options&afxdp.PktContd == 0 {
+			i++
+			if f := x.umem.Data(d); f != nil {
+				out[n] = f
+				n++
+			} else {
+				x.local.RxInvalid++
+			}
+			continue
+		}
+		k := x.rx.NextPacket(start+i, got-i)
+		if k == 0 || x.scratchUsed == len(x.scratch) {
+			break // the chain's tail is not here yet, or no buffer: next batch
+		}
+		f := x.gather(start+i, k)
+		i += k
+		if f == nil {
+			x.local.RxInvalid++
+			continue
+		}
+		out[n] = f
+		n++
+		x.local.RxChained++
+	}
+	x.rx.Cancel(got - i)
+	x.rxStart, x.rxDescs = start, i
+	x.local.RxFrames += uint64(n)
+	x.publish()
+	return n
+}
+
+// gather copies the chain of k descriptors at ring index start into the
+// next scratch buffer, or returns nil if a descriptor is invalid or the
+// chain exceeds MaxFrame.
+func (x *XSK) gather(start, k uint32) []byte {
+	buf := x.scratch[x.scratchUsed][:0]
+	for j := range k {
+		b := x.umem.Data(x.rx.Get(start + j))
+		if b == nil || len(buf)+len(b) > cap(buf) {
+			return nil
+		}
+		buf = append(buf, b...)
+	}
+	x.scratchUsed++
+	return buf[:len(buf):len(buf)]
+}
+
+// Release implements Port: it frees the last batch's frames and lends the
+// kernel as many again.
+func (x *XSK) Release() {
+	if x.rxDescs == 0 {
+		return
+	}
+	for j := range x.rxDescs {
+		if err := x.frames.Free(x.rx.Get(x.rxStart + j).Addr); err != nil && x.deferred == nil {
+			x.deferred = err
+		}
+	}
+	x.rx.Release(x.rxDescs)
+	x.rxLent -= x.rxDescs
+	x.rxDescs, x.scratchUsed = 0, 0
+	x.refill()
+}
+
+// refill lends the kernel frames up to the RX budget.
+func (x *XSK) refill() {
+	if x.rxLent < x.rxBudget {
+		x.rxLent += x.fill.FillFrom(x.frames, x.rxBudget-x.rxLent)
+	}
+	x.wakeRX(false)
+}
+
+// wakeRX makes the fill-ring wakeup when the kernel asks for one; with
+// idle set it also lets a busy-polling socket run the driver's poll loop
+// (afxdp.Socket.WakeupRX decides which applies).
+func (x *XSK) wakeRX(idle bool) {
+	if !idle && !x.fill.NeedWakeup() {
+		return
+	}
+	if x.fill.NeedWakeup() {
+		x.local.RxWakeups++
+	}
+	if err := x.sock.WakeupRX(); err != nil && x.deferred == nil {
+		x.deferred = err
+	}
+}
+
+// Transmit implements Port. It copies the frame into one UMEM frame, or a
+// chain of them on a multi-buffer socket, and reserves TX descriptors;
+// Flush publishes them. It never blocks: ErrTxFull when the TX ring or the
+// TX frame budget is exhausted.
+func (x *XSK) Transmit(segs [][]byte) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	n := 0
+	for _, s := range segs {
+		n += len(s)
+	}
+	switch {
+	case n == 0:
+		return ErrEmptyFrame
+	case n > x.maxFrame:
+		return ErrTooLarge
+	}
+	k := uint32((n + x.chunk - 1) / x.chunk)
+	if x.txOut+k > x.txBudget {
+		x.reclaim()
+	}
+	if x.txOut+k > x.txBudget || x.frames.Available() < k {
+		x.local.TxFull++
+		return ErrTxFull
+	}
+	start, got := x.tx.Reserve(k)
+	if got < k {
+		x.tx.Cancel(got)
+		x.local.TxFull++
+		return ErrTxFull
+	}
+	descs := x.txDescs[:k]
+	for j := range descs {
+		addr, _ := x.frames.Alloc() // cannot fail: Available() >= k
+		descs[j] = afxdp.Desc{Addr: addr}
+	}
+	j, dst := 0, x.umem.Frame(descs[0].Addr)
+	for _, s := range segs {
+		for len(s) > 0 {
+			if int(descs[j].Len) == x.chunk {
+				j++
+				dst = x.umem.Frame(descs[j].Addr)
+			}
+			c := copy(dst[descs[j].Len:], s)
+			descs[j].Len += uint32(c)
+			s = s[c:]
+		}
+	}
+	x.tx.SetPacket(start, descs)
+	x.txOut += k
+	x.local.TxFrames++
+	if k > 1 {
+		x.local.TxChained++
+	}
+	return nil
+}
+
+// Flush implements Port: it publishes the queued descriptors, kicks the
+// kernel (in copy mode the kernel transmits within the kick) and reclaims
+// completed frames. Frames the kernel could not take yet stay queued and
+// the next Flush kicks again.
+func (x *XSK) Flush() error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	x.reclaim()
+	x.tx.Submit()
+	err := x.sock.Kick()
+	if errors.Is(err, afxdp.ErrTxBusy) {
+		x.local.KickBusy++
+		err = nil
+	}
+	x.reclaim()
+	x.publish()
+	if err == nil {
+		err, x.deferred = x.deferred, nil
+	}
+	return err
+}
+
+// reclaim returns transmitted frames to the allocator.
+func (x *XSK) reclaim() {
+	n, err := x.comp.ReclaimTo(x.frames, x.comp.Size())
+	x.txOut -= n
+	if err != nil && x.deferred == nil {
+		x.deferred = err
+	}
+}
+
+// Wait implements Port: ppoll(2) on the socket (POLLIN: the RX ring holds
+// frames) and on the doorbell's eventfd. The poll also lets the kernel
+// make progress on copy-mode TX and need-wakeup (xsk_poll, net/xdp/xsk.c).
+func (x *XSK) Wait(timeout time.Duration) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	if timeout == 0 || !x.bell.sleep() {
+		return nil
+	}
+	var ts *unix.Timespec
+	if timeout > 0 {
+		x.ts = unix.NsecToTimespec(int64(timeout))
+		ts = &x.ts
+	}
+	x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
+	n, errno := ppoll(&x.pfds, ts)
+	x.bell.awake()
+	x.stats.waitPolled.Add(1)
+	if n > 0 && x.pfds[1].Revents&unix.POLLIN != 0 {
+		x.stats.waitWakes.Add(1)
+		eventfdRead(x.efd, &x.drained) // resets the counter; EAGAIN if a racing Wait read it
+	}
+	switch {
+	case errno == unix.EINTR:
+		return nil
+	case errno != 0:
+		return fmt.Errorf("port: wait on queue %d of ifindex %d: ppoll: %w", x.sock.Queue(), x.sock.Ifindex(), errno)
+	case n > 0 && (x.pfds[0].Revents|x.pfds[1].Revents)&(unix.POLLERR|unix.POLLNVAL) != 0:
+		return fmt.Errorf("port: wait on queue %d of ifindex %d: revents %#x, %#x", x.sock.Queue(), x.sock.Ifindex(), x.pfds[0].Revents, x.pfds[1].Revents)
+	}
+	err := x.deferred
+	x.deferred = nil
+	return err
+}
+
+// Doorbell implements Port. While the engine is awake it costs two atomic
+// operations; it writes the eventfd only for a sleeping engine.
+func (x *XSK) Doorbell() {
+	if !x.bell.ring() {
+		return
+	}
+	x.closeMu.RLock()
+	if !x.closed.Load() {
+		// EAGAIN means the counter is saturated, which wakes the poll
+		// just as well.
+		eventfdWrite(x.efd, &x.one)
+		x.stats.doorbells.Add(1)
+	}
+	x.closeMu.RUnlock()
+}
+
+// MaxFrame implements Port.
+func (x *XSK) MaxFrame() int { return x.maxFrame }
+
+// Close implements Port: it closes the socket and the doorbell. The frames
+// the kernel held are not returned to the allocator (see
+// afxdp.Socket.Close); close the UMEM, or rebuild its allocators, next.
+func (x *XSK) Close() error {
+	x.closeMu.Lock()
+	defer x.closeMu.Unlock()
+	if x.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if err := x.sock.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unix.Close(x.efd); err != nil {
+		errs = append(errs, fmt.Errorf("port: close doorbell eventfd: %w", err))
+	}
+	return errors.Join(errs...)
+}
