@@ -8,6 +8,8 @@ import (
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
+var debugRetry func(q *QP, psn rocev2.PSN, guarded bool)
+
 // qpTransport is a QP's transport state, owned by its engine goroutine.
 type qpTransport struct {
 	connected bool
@@ -57,10 +59,13 @@ type qpTransport struct {
 // answered, kept so a duplicate READ can be answered again from memory
 // (ROCEV2.md 2, "Duplicates").
 type readResource struct {
-	first  rocev2.PSN
-	npkts  uint32
-	start  uint32 // packet the current response run starts at (its FIRST)
-	next   uint32 // next packet to send; == npkts when done
+	first rocev2.PSN
+	npkts uint32
+	start uint32 // packet the current response run starts at (its FIRST)
+	next  uint32 // next packet to send; == npkts when done
+	// again marks a run restarted by a duplicate READ: the requester may
+	// already have everything, so a new READ may take the slot.
+	again  bool
 	va     uint64
 	length uint32
 	buf    []byte
@@ -281,7 +286,9 @@ func (e *Engine) completer(q *QP) {
 			}
 			switch syn.NAKCode() {
 			case rocev2.NAKPSNSequenceError:
-				e.retry(q, psn, true)
+				// Resend from the oldest unacknowledged PSN: that is the
+				// NAK's PSN unless a READ before it still lacks data.
+				e.retry(q, t.una, true)
 			case rocev2.NAKRemoteAccessError:
 				e.failHead(q, psn, true)
 			default: // invalid request, remote operational error
@@ -416,6 +423,9 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 		return
 	}
 	t.retryLeft--
+	if debugRetry != nil {
+		debugRetry(q, psn, guarded)
+	}
 	t.retryGuard, t.retryPSN = true, psn
 	e.c.retransmits.Add(1)
 	e.goBack(q, psn)

@@ -173,8 +173,10 @@ func (e *Engine) recvRead(q *QP) {
 	}
 	r := &p.RETH
 	slot := &t.res[t.resNext]
-	if slot.sending() {
-		// More READs in flight than the responder resources we granted.
+	if slot.sending() && !slot.again {
+		// More READs in flight than the responder resources we granted
+		// (InboundReadLimit); a run restarted by a duplicate may be
+		// overtaken, as rxe reuses its oldest resource.
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 		return
 	}
@@ -214,7 +216,7 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		if r.VA != s.va+uint64(off) || r.DMALen > s.length-off {
 			break
 		}
-		s.start, s.next = k, k
+		s.start, s.next, s.again = k, k, true
 		e.schedule(q)
 		return
 	}
