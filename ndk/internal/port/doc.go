@@ -40,4 +40,9 @@
 //			a.Wait(time.Millisecond)
 //		}
 //	}
+//
+// The same loop runs over an AF_XDP queue once its socket is bound and
+// registered with the steering program (packages afxdp and loader):
+//
+//	x, err := port.NewXSK(sock, umem.Allocator(), port.XSKConfig{MTU: 9000})
 package port

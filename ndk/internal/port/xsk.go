@@ -72,7 +72,10 @@ type XSKStats struct {
 // copy-mode AF_XDP's two that the engine pays) and Flush kicks the kernel.
 //
 // Like the rings it owns, an XSK belongs to one goroutine, the queue's
-// engine; only Doorbell and Stats may be called from others.
+// engine; only Doorbell and Stats may be called from others. Receive and
+// Release return no error, so a failure of theirs (a frame the allocator
+// does not know, a failed fill-ring wakeup) is returned by the next Flush
+// or Wait.
 type XSK struct {
 	sock   *afxdp.Socket
 	umem   *afxdp.UMEM

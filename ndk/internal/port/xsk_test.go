@@ -15,6 +15,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/baseline"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -532,9 +533,7 @@ func TestXSKCloseLeaksNoFDs(t *testing.T) {
 		if n := e.port.Receive(make([][]byte, 4)); n != 0 {
 			t.Errorf("Receive after Close returned %d", n)
 		}
-		e.umem.Close()
-		e.xdp.Close()
-		e.port, e.umem, e.xdp = nil, nil, nil
+		e.close()
 	}
 	if after := countFDs(t); after != before {
 		t.Fatalf("%d fds before, %d after three open/close rounds", before, after)
@@ -596,15 +595,27 @@ func TestNewXSKRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// close releases what openXSK opened, ahead of the test's cleanup.
+func (e *xskEnd) close() {
+	e.port.Close()
+	e.umem.Close()
+	e.xdp.Close()
+	e.port, e.umem, e.xdp = nil, nil, nil
+}
+
 // BenchmarkXSK measures frames/s from one XSK to another over the veth
 // pair: Transmit+Flush on one goroutine, Receive+Release (sleeping in Wait
-// when idle) on another.
+// when idle) on another. It reports the rate as a ratio to raw AF_XDP
+// (package baseline: pre-built frames, busy polling) on the same pair.
 func BenchmarkXSK(b *testing.B) {
+	raw := map[int]float64{} // raw AF_XDP frames/s by frame size, measured once
 	for _, size := range []int{64, 1500} {
 		b.Run(fmt.Sprintf("frame=%d", size), func(b *testing.B) {
-			_, tx, rx := xskPair(b, harness.Config{}, xskOptions{mode: loader.AttachDriver})
-			payload := max(size-rocev2.BTHLen-4-42, 0) &^ 3
-			f := roceFrame(b, tx.host, rx.host, 0, make([]byte, payload))
+			p, tx, rx := xskPair(b, harness.Config{}, xskOptions{mode: loader.AttachDriver})
+			f, err := baseline.RoCEFrame(tx.host, rx.host, testQPN, size)
+			if err != nil {
+				b.Fatal(err)
+			}
 			segs := [][]byte{f}
 			var received int
 			var last time.Time // when the last frame arrived
@@ -646,8 +657,19 @@ func BenchmarkXSK(b *testing.B) {
 			_ = tx.port.Flush()
 			<-done
 			b.StopTimer()
-			b.ReportMetric(float64(received)/last.Sub(start).Seconds(), "frames/s")
+			rate := float64(received) / last.Sub(start).Seconds()
+			b.ReportMetric(rate, "frames/s")
 			b.ReportMetric(float64(b.N-received)/float64(b.N)*100, "%lost")
+			if raw[size] == 0 {
+				tx.close()
+				rx.close()
+				r, err := baseline.XDPRate(p, len(f), time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				raw[size] = r.PerSecond()
+			}
+			b.ReportMetric(rate/raw[size], "xsk/raw-af_xdp")
 		})
 	}
 }
