@@ -430,6 +430,15 @@ func TestXSKWait(t *testing.T) {
 	}
 }
 
+func TestXSKNoLostWakeups(t *testing.T) {
+	_, _, b := xskPair(t, harness.Config{}, xskOptions{mode: loader.AttachDriver})
+	checkNoLostWakeups(t, b.port, 5000)
+	if st := b.port.Stats(); st.Doorbells == 0 || st.WaitWakes == 0 {
+		t.Fatalf("no wake-up went through the eventfd, so the sleeping path was not tested: %+v", st)
+	}
+	t.Logf("%+v", b.port.Stats())
+}
+
 // TestXSKDataPathAllocatesNothing covers Transmit, Flush, Receive, Release,
 // Doorbell and Wait, on single frames and on chains.
 func TestXSKDataPathAllocatesNothing(t *testing.T) {
