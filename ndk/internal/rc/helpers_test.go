@@ -11,6 +11,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -21,17 +22,18 @@ const testPD = 7
 type host struct {
 	t       testing.TB
 	eng     *Engine
-	port    *testPort
+	port    port.Port
 	regions *memreg.Table
 	rcq     *cq.CQ
 	scq     *cq.CQ
 	ip      netip.Addr
 	mac     rocev2.MAC
 	qps     []*QP
+	pipe    *port.Pipe
 }
 
 type pairOptions struct {
-	ab, ba    linkConfig
+	pipe      port.PipeConfig
 	mtu       rocev2.MTU
 	params    func(*ConnParams) // adjusts both sides' parameters
 	paramsB   func(*ConnParams) // then B's only
@@ -42,7 +44,7 @@ type pairOptions struct {
 	noConnect bool
 }
 
-func newHost(t testing.TB, p *testPort, ip string, mac byte, o *pairOptions) *host {
+func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *host {
 	t.Helper()
 	regions, err := memreg.New(1024)
 	if err != nil {
@@ -102,9 +104,16 @@ func newPair(t testing.TB, o pairOptions) (*host, *host) {
 	if o.depth == 0 {
 		o.depth = 256
 	}
-	pa, pb := newLink(o.ab, o.ba)
-	a := newHost(t, pa, "198.18.0.1", 1, &o)
-	b := newHost(t, pb, "198.18.0.2", 2, &o)
+	if o.pipe.Depth == 0 {
+		o.pipe.Depth = 4096
+	}
+	pipe, err := port.NewPipe(o.pipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newHost(t, pipe.A(), "198.18.0.1", 1, &o)
+	b := newHost(t, pipe.B(), "198.18.0.2", 2, &o)
+	a.pipe, b.pipe = pipe, pipe
 	for i := 0; i < o.qps; i++ {
 		qa := a.createQP(0x100+uint32(i), o.depth)
 		qb := b.createQP(0x100+uint32(i), o.depth)

@@ -508,6 +508,17 @@ func (e *Engine) fail(q *QP, status, code uint32) {
 // with STATUS_CANCELLED, now and as it is posted later (ND2 IND2QueuePair:
 // after the first error completion the connection is dead).
 func (e *Engine) enterError(q *QP) {
+	e.stopQP(q)
+	t := &q.t
+	for i := range t.res {
+		t.res[i] = readResource{}
+	}
+}
+
+// stopQP is enterError without dropping READ responses already owed: a
+// responder that NAKs a request still answers the READs before it, in
+// order, as a responder executing in PSN order would have.
+func (e *Engine) stopQP(q *QP) {
 	t := &q.t
 	if !t.failed {
 		t.failed = true
@@ -516,9 +527,6 @@ func (e *Engine) enterError(q *QP) {
 		}
 	}
 	t.ackDeadline, t.rnrUntil = 0, 0
-	for i := range t.res {
-		t.res[i] = readResource{}
-	}
 	t.wbuf = nil
 	e.cancelAll(q)
 }

@@ -238,7 +238,7 @@ func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
 func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	e.c.naksSent.Add(1)
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
-	e.enterError(q)
+	e.stopQP(q)
 }
 
 // respond sends q's READ responses in order, then its pending ACK or NAK,
