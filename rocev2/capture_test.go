@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
-	"github.com/ndkxdp/ndkxdp/rocev2/internal/pcap"
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 )
 
 // captureDir holds the public captures, read in place (never copied here).
@@ -69,15 +69,15 @@ func loadCaptures(t testing.TB) []capturedFrame {
 	sort.Strings(paths)
 	var out []capturedFrame
 	for _, path := range paths {
-		f, err := pcap.ReadFile(path)
+		f, err := pcapfile.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.LinkType != pcap.LinkTypeEthernet {
+		if f.LinkType != pcapfile.LinkTypeEthernet {
 			continue // the ERF capture is native InfiniBand, not RoCEv2
 		}
 		rel, _ := filepath.Rel(captureDir, path)
-		for _, r := range f.Records {
+		for _, r := range f.Packets {
 			if isRoCEv2(r.Data) {
 				out = append(out, capturedFrame{file: rel, index: r.Index, data: r.Data})
 			}
