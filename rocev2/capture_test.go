@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 )
 
 // captureDir holds the public captures, read in place (never copied here).
