@@ -1,0 +1,426 @@
+package cm
+
+import (
+	"net/netip"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+type epKind uint8
+
+const (
+	epListener epKind = iota
+	epConnector
+	epShared
+)
+
+// endpoint is a local address and port in use. It is reference counted
+// as NDKPI.md §8 describes: a listener's counts the listener and each
+// connector it handed over, a plain Connect's counts that connector, a
+// shared endpoint's counts itself and each connector using it. The address
+// and port stay taken until the count drops to 0.
+type endpoint struct {
+	addr  netip.AddrPort
+	kind  epKind
+	refs  int
+	peers map[netip.AddrPort]int // active connections by destination
+}
+
+func unmap(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// usableAddr reports whether a can be one end of a RoCE connection: a
+// unicast address that is neither unspecified nor loopback (rdma_cm's
+// validate_net_dev refuses the same).
+func usableAddr(a netip.Addr) bool {
+	return a.IsValid() && !a.IsUnspecified() && !a.IsMulticast() && !a.IsLoopback() &&
+		a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+func (m *Manager) checkLocal(a netip.Addr, op string) error {
+	if m.isAddr != nil && !m.isAddr(a) {
+		return errorf(ntstatus.InvalidAddress, op, nil, "%v is not an address of this adapter", a)
+	}
+	return nil
+}
+
+// conflict returns the endpoint that already holds a's port, counting a
+// wildcard address on either side as overlapping every address of its
+// family.
+func (m *Manager) conflict(a netip.Addr, port uint16) *endpoint {
+	for _, ep := range m.endpoints[port] {
+		b := ep.addr.Addr()
+		if b.Is4() != a.Is4() {
+			continue
+		}
+		if b == a || b.IsUnspecified() || a.IsUnspecified() {
+			return ep
+		}
+	}
+	return nil
+}
+
+// bind takes addr (port 0: an ephemeral port) for a new endpoint. dst is
+// the destination of a plain Connect, to tell a duplicate 4-tuple
+// (ADDRESS_ALREADY_EXISTS) from a taken port (SHARING_VIOLATION).
+func (m *Manager) bind(addr netip.AddrPort, kind epKind, dst netip.AddrPort, op string) (*endpoint, error) {
+	a, port := addr.Addr(), addr.Port()
+	if port == 0 {
+		const n = EphemeralLast - EphemeralFirst + 1
+		start := m.rng.IntN(n)
+		for i := 0; i < n; i++ {
+			p := uint16(EphemeralFirst + (start+i)%n)
+			if m.conflict(a, p) == nil {
+				port = p
+				break
+			}
+		}
+		if port == 0 {
+			return nil, errorf(ntstatus.TooManyAddresses, op, nil, "no free port in %d-%d on %v", EphemeralFirst, EphemeralLast, a)
+		}
+	} else if ep := m.conflict(a, port); ep != nil {
+		if kind == epConnector && ep.kind != epListener && ep.peers[dst] > 0 {
+			return nil, errorf(ntstatus.AddressAlreadyExists, op, nil, "connection %v -> %v exists", addr, dst)
+		}
+		return nil, errorf(ntstatus.SharingViolation, op, nil, "%v is in use by %v", addr, ep.addr)
+	}
+	ep := &endpoint{addr: netip.AddrPortFrom(a, port), kind: kind, refs: 1, peers: map[netip.AddrPort]int{}}
+	m.endpoints[port] = append(m.endpoints[port], ep)
+	return ep, nil
+}
+
+func (m *Manager) unbind(ep *endpoint) {
+	if ep.refs--; ep.refs > 0 {
+		return
+	}
+	port := ep.addr.Port()
+	eps := m.endpoints[port]
+	for i, e := range eps {
+		if e == ep {
+			eps = append(eps[:i], eps[i+1:]...)
+			break
+		}
+	}
+	if len(eps) == 0 {
+		delete(m.endpoints, port)
+	} else {
+		m.endpoints[port] = eps
+	}
+}
+
+// SharedEndpoint is one local address and port for several outgoing
+// connections (NDK_SHARED_ENDPOINT).
+type SharedEndpoint struct {
+	m      *Manager
+	ep     *endpoint
+	addr   netip.AddrPort
+	closed bool
+}
+
+// NewSharedEndpoint takes addr for shared use (NdkCreateSharedEndpoint);
+// port 0 picks one from 49152-65535. It fails with SHARING_VIOLATION when
+// the address and port are taken and INVALID_ADDRESS for an address that
+// cannot be a connection's end.
+func (m *Manager) NewSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
+	const op = "create shared endpoint"
+	addr = unmap(addr)
+	if !usableAddr(addr.Addr()) {
+		return nil, errorf(ntstatus.InvalidAddress, op, nil, "%v is not a unicast address", addr.Addr())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocal(addr.Addr(), op); err != nil {
+		return nil, err
+	}
+	ep, err := m.bind(addr, epShared, netip.AddrPort{}, op)
+	if err != nil {
+		return nil, err
+	}
+	return &SharedEndpoint{m: m, ep: ep, addr: ep.addr}, nil
+}
+
+// LocalAddr returns the endpoint's address and port.
+func (s *SharedEndpoint) LocalAddr() netip.AddrPort { return s.addr }
+
+// Close drops the endpoint's own reference; connectors using it keep the
+// address taken until they close.
+func (s *SharedEndpoint) Close() {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		s.m.unbind(s.ep)
+	}
+}
+
+// Listener hands incoming connect requests for one address and port to
+// its consumer (NDK_LISTENER).
+type Listener struct {
+	m         *Manager
+	lt        lifetime
+	onConnect func(*Connector)
+	ep        *endpoint
+	addr      netip.AddrPort
+	listening bool
+	paused    bool
+	pending   int // connect requests neither accepted nor rejected
+	conns     int // connectors handed over and not yet closed
+}
+
+// NewListener returns a listener whose connect requests go to onConnect
+// (NdkCreateListener). onConnect is called once per request with a new
+// passive Connector, which the consumer accepts, rejects or closes.
+func (m *Manager) NewListener(onConnect func(*Connector)) (*Listener, error) {
+	if onConnect == nil {
+		return nil, errorf(ntstatus.InvalidParameter, "create listener", nil, "connect callback is required")
+	}
+	l := &Listener{m: m, onConnect: onConnect}
+	l.lt.extra = func() bool { return l.conns > 0 }
+	return l, nil
+}
+
+// Listen starts listening on addr (NdkListen): rdma_cm peers reach it
+// through the ServiceID RDMA_PS_TCP | port. Port 0 picks one from
+// 49152-65535; an unspecified address listens on every address of its
+// family. It fails with SHARING_VIOLATION when the address and port are
+// taken (also by connectors still holding them) and INVALID_ADDRESS for a
+// multicast, broadcast, loopback or foreign address.
+func (l *Listener) Listen(addr netip.AddrPort) error {
+	const op = "listen"
+	m := l.m
+	addr = unmap(addr)
+	a := addr.Addr()
+	if !a.IsValid() || (!a.IsUnspecified() && !usableAddr(a)) {
+		return errorf(ntstatus.InvalidAddress, op, nil, "%v cannot be listened on", a)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed || l.lt.closed:
+		return errorf(ntstatus.InvalidHandle, op, nil, "listener or manager closed")
+	case l.listening:
+		return errorf(ntstatus.InvalidParameter, op, nil, "already listening on %v", l.addr)
+	}
+	if !a.IsUnspecified() {
+		if err := m.checkLocal(a, op); err != nil {
+			return err
+		}
+	}
+	ep, err := m.bind(addr, epListener, netip.AddrPort{}, op)
+	if err != nil {
+		return err
+	}
+	l.ep, l.addr, l.listening = ep, ep.addr, true
+	port := ep.addr.Port()
+	m.listeners[port] = append(m.listeners[port], l)
+	return nil
+}
+
+// LocalAddr returns the address and port listened on, with the port the
+// Manager picked for port 0 (NdkGetListenerLocalAddress).
+func (l *Listener) LocalAddr() netip.AddrPort {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	return l.addr
+}
+
+// ControlConnectEvents pauses or resumes connect events
+// (NdkControlConnectEvents). While paused, requests are refused as if no
+// listener existed: REJ reason 8, invalid ServiceID, as Linux's CM answers
+// a ServiceID nobody listens on.
+func (l *Listener) ControlConnectEvents(pause bool) {
+	l.m.mu.Lock()
+	l.paused = pause
+	l.m.mu.Unlock()
+}
+
+// Close stops listening at once: later requests are refused (REJ reason
+// 8). Connectors already handed over live on and keep the address and port
+// taken until they close. Close reports true when complete; false means a
+// connect callback is running or handed-over connectors are still open,
+// and done (if not nil) is called when the last of them is gone (NDKPI.md
+// §8: a listener close stays pending until its connectors are closed).
+func (l *Listener) Close(done func()) bool {
+	m := l.m
+	m.mu.Lock()
+	if l.lt.closed {
+		m.mu.Unlock()
+		return true
+	}
+	l.lt.closed = true
+	if l.listening {
+		l.listening = false
+		port := l.addr.Port()
+		ls := m.listeners[port]
+		for i, x := range ls {
+			if x == l {
+				ls = append(ls[:i], ls[i+1:]...)
+				break
+			}
+		}
+		if len(ls) == 0 {
+			delete(m.listeners, port)
+		} else {
+			m.listeners[port] = ls
+		}
+		m.unbind(l.ep)
+	}
+	complete := l.lt.inflight == 0 && l.conns == 0
+	if !complete {
+		l.lt.closeDone = done
+	}
+	m.mu.Unlock()
+	return complete
+}
+
+// findListener picks the listener for a port and destination address: an
+// exact address before a wildcard of the same family.
+func (m *Manager) findListener(port uint16, dst netip.Addr) *Listener {
+	var wild *Listener
+	for _, l := range m.listeners[port] {
+		a := l.addr.Addr()
+		switch {
+		case !dst.IsValid():
+			if wild == nil {
+				wild = l
+			}
+		case a == dst:
+			return l
+		case a.IsUnspecified() && a.Is4() == dst.Is4():
+			wild = l
+		}
+	}
+	return wild
+}
+
+// handleREQ runs the passive side of a connect request (cm.c
+// cm_req_handler and rdma_cm's cma_ib_req_handler), locked.
+func (m *Manager) handleREQ(src PathInfo, tid uint64, req *rocev2.CMReq) {
+	if c := m.remoteIDs[remoteKey{req.LocalCAGUID, req.LocalCommID}]; c != nil && c.passive {
+		m.dupREQ(c)
+		return
+	}
+	if old := m.remoteQPs[remoteKey{req.LocalCAGUID, req.LocalQPN}]; old != nil {
+		// A new REQ from a QP we still have a connection with: that
+		// connection is stale (cm.c cm_match_req).
+		m.rejectStateless(src, tid, req.LocalCommID, 0, rocev2.CMKindREQ, rocev2.RejStaleConn)
+		old.abortStale(m)
+		return
+	}
+	reject := func(r rocev2.RejectReason) {
+		m.rejectStateless(src, tid, req.LocalCommID, 0, rocev2.CMKindREQ, r)
+	}
+	ps, port, err := rocev2.ParseServiceID(req.ServiceID)
+	if err != nil || ps != rocev2.PortSpaceTCP {
+		reject(rocev2.RejInvalidServiceID)
+		return
+	}
+	hdr, herr := rocev2.DecodeCMAHeader(req.PrivateData[:])
+	var dst netip.Addr
+	if herr == nil {
+		dst = hdr.Dst.Unmap()
+	}
+	l := m.findListener(port, dst)
+	switch {
+	case l == nil || l.paused:
+		reject(rocev2.RejInvalidServiceID)
+		return
+	case herr != nil, hdr.Dst.Unmap() != src.LocalIP.Unmap(), hdr.Src.Unmap() != src.RemoteIP.Unmap():
+		// rdma_cm finds no listener for a bad header or addresses that
+		// do not match the packet; its handler's error becomes a
+		// consumer-defined REJ (cm.c cm_destroy_id in REQ_RCVD).
+		reject(rocev2.RejConsumerDefined)
+		return
+	case req.TransportType != rocev2.CMTransportRC:
+		reject(rocev2.RejInvalidTransportType)
+		return
+	case !req.PathMTU.Valid():
+		reject(rocev2.RejInvalidMTU)
+		return
+	case l.pending >= m.p.ListenBacklog:
+		reject(rocev2.RejConsumerDefined)
+		return
+	}
+
+	c := &Connector{m: m, passive: true, listener: l, ep: l.ep, state: stReqRcvd, inBacklog: true}
+	l.ep.refs++
+	l.pending++
+	l.conns++
+	c.localID = m.allocLocalID()
+	c.tid = tid
+	c.remoteID, c.remoteGUID, c.remoteQPN = req.LocalCommID, req.LocalCAGUID, req.LocalQPN
+	c.path = src
+	c.local = netip.AddrPortFrom(hdr.Dst.Unmap(), port)
+	c.peer = netip.AddrPortFrom(hdr.Src.Unmap(), hdr.SrcPort)
+	c.req = *req
+	// cm.c cm_format_paths_from_req and cm_init_av_by_path: the packet
+	// lifetime is the REQ's ACK timeout less one, the path timeout that
+	// plus one.
+	plt := req.Primary.LocalAckTimeout
+	if plt > 0 {
+		plt--
+	}
+	c.avTimeout = plt + 1
+	c.timeout = imsOf(req.LocalCMResponseTimeout)
+	c.maxRetries = req.MaxCMRetries
+	c.data = ConnectionData{
+		InboundReadLimit:  req.InitiatorDepth,
+		OutboundReadLimit: req.ResponderResources,
+		PrivateData:       append([]byte(nil), req.PrivateData[rocev2.CMAHeaderLen:]...),
+	}
+	c.haveData = true
+	m.register(c)
+	m.registerRemote(c)
+	m.queueFunc(func() { m.deliverConnect(l, c) })
+}
+
+// deliverConnect calls the listener's connect callback, or refuses the
+// request if the listener closed since it arrived.
+func (m *Manager) deliverConnect(l *Listener, c *Connector) {
+	m.mu.Lock()
+	if l.lt.closed {
+		if c.state == stReqRcvd {
+			c.sendREJ(m, &rocev2.CMRej{RemoteCommID: c.remoteID, MessageRejected: rocev2.CMKindREQ, Reason: rocev2.RejInvalidServiceID})
+			c.leaveBacklog()
+			c.enterTimeWait(m)
+		}
+		c.lt.closed = true
+		c.release(m)
+		m.unlockAndRun()
+		return
+	}
+	l.lt.inflight++
+	m.mu.Unlock()
+	l.onConnect(c)
+	m.mu.Lock()
+	l.lt.inflight--
+	done := l.lt.finishable()
+	m.mu.Unlock()
+	if done != nil {
+		done()
+	}
+}
+
+// dupREQ answers a repeated REQ from the connection's state instead of
+// starting another connection (cm.c cm_dup_req_handler; IBTA 12.9.5).
+func (m *Manager) dupREQ(c *Connector) {
+	m.stats.Duplicates++
+	switch c.state {
+	case stReqRcvd:
+		// The consumer has not decided yet: ask for patience, as rdma_cm's
+		// delayed MRA does.
+		m.send(c.path, c.tid, &rocev2.CMMra{LocalCommID: c.localID, RemoteCommID: c.remoteID,
+			MessageMRAed: rocev2.CMKindREQ, ServiceTimeout: m.p.MRAServiceTimeout})
+	case stRepSent:
+		m.sendRaw(c.path, c.out)
+	case stTimeWait, stDone:
+		if c.rejOut != nil {
+			m.sendRaw(c.path, c.rejOut)
+			return
+		}
+		m.send(c.path, c.tid, &rocev2.CMRej{LocalCommID: c.localID, RemoteCommID: c.remoteID,
+			MessageRejected: rocev2.CMKindREQ, Reason: rocev2.RejStaleConn})
+	}
+}
