@@ -569,6 +569,7 @@ func (c *Connector) Close(done func()) bool {
 		ari := guidARI(m.guid)
 		c.sendREJ(m, &rocev2.CMRej{LocalCommID: c.localID, RemoteCommID: c.remoteID,
 			MessageRejected: rocev2.CMKindREQ, Reason: rocev2.RejTimeout, RejectedInfoLength: 8, ARI: ari})
+		c.releaseQP(m)
 		c.enterTimeWait(m)
 	case stRepWait, stRepRcvd:
 		c.sendREJ(m, &rocev2.CMRej{LocalCommID: c.localID, RemoteCommID: c.remoteID,
@@ -656,6 +657,14 @@ func (c *Connector) leaveBacklog() {
 // sendREJ sends a REJ for this connection and remembers it.
 func (c *Connector) sendREJ(m *Manager, rej *rocev2.CMRej) {
 	c.rejOut = m.send(c.path, c.tid, rej)
+}
+
+// releaseQP forgets a QP that never left INIT, so that it can be used for
+// another connection after a refused or timed-out request.
+func (c *Connector) releaseQP(m *Manager) {
+	if c.qp != nil && m.byQPN[c.qpn] == c {
+		delete(m.byQPN, c.qpn)
+	}
 }
 
 func (c *Connector) cancelTimer() {
@@ -772,6 +781,7 @@ func (c *Connector) onTimeout(m *Manager) {
 		c.sendREJ(m, &rocev2.CMRej{LocalCommID: c.localID, MessageRejected: rocev2.CMKindREQ,
 			Reason: rocev2.RejTimeout, RejectedInfoLength: 8, ARI: guidARI(m.guid)})
 		c.abortErr = timeout
+		c.releaseQP(m)
 		c.enterTimeWait(m)
 		c.failConnect(m, timeout)
 	case stRepSent:
@@ -943,6 +953,7 @@ func (m *Manager) handleREJ(rej *rocev2.CMRej) {
 		c.haveData = true
 		refused := errorf(ntstatus.ConnectionRefused, "connect", re, "%v refused the connection", c.peer)
 		c.abortErr = refused
+		c.releaseQP(m)
 		c.enterTimeWait(m)
 		c.failConnect(m, refused)
 	case stRepWait:

@@ -324,6 +324,12 @@ func (m *Manager) handleREQ(src PathInfo, tid uint64, req *rocev2.CMReq) {
 	}
 	l := m.findListener(port, dst)
 	switch {
+	case l == nil && len(m.listeners[port]) > 0:
+		// Linux's CM knows the ServiceID (rdma_cm listens per port) but
+		// rdma_cm finds no listener for the address: its handler fails and
+		// the CM sends a consumer-defined REJ.
+		reject(rocev2.RejConsumerDefined)
+		return
 	case l == nil || l.paused:
 		reject(rocev2.RejInvalidServiceID)
 		return
