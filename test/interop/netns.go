@@ -1,0 +1,219 @@
+package interop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// Host is the host side of the peer VM's link: a network namespace holding
+// the tap device qemu attaches the VM's NIC to. ndkxdp code attaches to Tap
+// from inside the namespace (Do).
+type Host struct {
+	NS      string           // namespace name under /var/run/netns
+	Tap     string           // tap device name inside NS
+	Ifindex int              // tap ifindex inside NS
+	MAC     net.HardwareAddr // tap MAC address
+	IPv4    netip.Addr
+	IPv6    netip.Addr // zero unless Config.IPv6
+	MTU     int
+
+	ns netns.NsHandle
+}
+
+var nsSeq atomic.Uint32
+
+// newHost creates the namespace and the tap inside it. The namespace name
+// follows test/harness's scheme (harness.NamePrefix + "<pid>-..."), so
+// harness.RemoveStale also clears namespaces a killed run left behind.
+func newHost(cfg *Config) (*Host, error) {
+	harness.RemoveStale()
+	h := &Host{
+		NS:   fmt.Sprintf("%s%d-vm%d", harness.NamePrefix, os.Getpid(), nsSeq.Add(1)),
+		Tap:  "ndkvm0",
+		IPv4: HostIPv4,
+		MTU:  cfg.MTU,
+		ns:   -1,
+	}
+	if cfg.IPv6 {
+		h.IPv6 = HostIPv6
+	}
+	ns, err := newNamedNS(h.NS)
+	if err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", h.NS, err)
+	}
+	h.ns = ns
+	if err := h.Do(h.configure); err != nil {
+		return nil, errors.Join(err, h.close())
+	}
+	return h, nil
+}
+
+func (h *Host) configure() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("%s: find lo: %w", h.NS, err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("%s: set lo up: %w", h.NS, err)
+	}
+	// A persistent tap, created in this namespace (tun devices belong to
+	// the namespace of the opener of /dev/net/tun); qemu attaches to it
+	// by name.
+	tap := &netlink.Tuntap{
+		LinkAttrs: netlink.LinkAttrs{Name: h.Tap, MTU: h.MTU},
+		Mode:      netlink.TUNTAP_MODE_TAP,
+		Flags:     netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+	}
+	err = netlink.LinkAdd(tap)
+	for _, f := range tap.Fds {
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: create tap %s: %w", h.NS, h.Tap, err)
+	}
+	link, err := netlink.LinkByName(h.Tap)
+	if err != nil {
+		return fmt.Errorf("%s: find %s: %w", h.NS, h.Tap, err)
+	}
+	h.Ifindex, h.MAC = link.Attrs().Index, link.Attrs().HardwareAddr
+	if err := netlink.LinkSetMTU(link, h.MTU); err != nil {
+		return fmt.Errorf("%s: set %s mtu %d: %w", h.NS, h.Tap, h.MTU, err)
+	}
+	// IPv6 stays off unless asked for, so that the link carries no
+	// router solicitations or MLD reports: captures hold test traffic only.
+	if !h.IPv6.IsValid() {
+		if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+h.Tap+"/disable_ipv6", []byte("1"), 0); err != nil {
+			return fmt.Errorf("%s: disable IPv6 on %s: %w", h.NS, h.Tap, err)
+		}
+	}
+	addrs := []*netlink.Addr{{IPNet: &net.IPNet{IP: h.IPv4.AsSlice(), Mask: net.CIDRMask(PrefixLen4, 32)}}}
+	if h.IPv6.IsValid() {
+		addrs = append(addrs, &netlink.Addr{IPNet: &net.IPNet{IP: h.IPv6.AsSlice(), Mask: net.CIDRMask(PrefixLen6, 128)}, Flags: unix.IFA_F_NODAD})
+	}
+	for _, a := range addrs {
+		if err := netlink.AddrAdd(link, a); err != nil {
+			return fmt.Errorf("%s: add %s to %s: %w", h.NS, a.IPNet, h.Tap, err)
+		}
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("%s: set %s up: %w", h.NS, h.Tap, err)
+	}
+	return nil
+}
+
+// close deletes the tap and the namespace.
+func (h *Host) close() error {
+	if h.ns < 0 {
+		return nil
+	}
+	var errs []error
+	derr := h.Do(func() error {
+		link, err := netlink.LinkByName(h.Tap)
+		if err != nil {
+			return nil // never created, or already gone
+		}
+		return netlink.LinkDel(link)
+	})
+	if derr != nil {
+		errs = append(errs, fmt.Errorf("delete tap %s: %w", h.Tap, derr))
+	}
+	h.ns.Close()
+	h.ns = -1
+	if err := netns.DeleteNamed(h.NS); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("delete namespace %s: %w", h.NS, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Do runs fn inside the host namespace on a goroutine locked to its OS
+// thread and returns fn's error. Sockets fn creates belong to the namespace
+// and keep working from any goroutine afterwards. If the thread cannot
+// return to its original namespace it stays locked, so the runtime retires
+// it instead of reusing it (as in cilium/ebpf internal/testutils).
+func (h *Host) Do(fn func() error) error {
+	if h.ns < 0 {
+		return fmt.Errorf("namespace %s is closed", h.NS)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("get current namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(h.ns); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("enter namespace %s: %w", h.NS, err)
+			return
+		}
+		ferr := errors.New("function exited without returning (runtime.Goexit, e.g. t.Fatal inside Do)")
+		defer func() {
+			if err := netns.Set(orig); err != nil {
+				errc <- errors.Join(ferr, fmt.Errorf("leave namespace %s: %w", h.NS, err))
+				return
+			}
+			runtime.UnlockOSThread()
+			errc <- ferr
+		}()
+		ferr = fn()
+	}()
+	return <-errc
+}
+
+// Command returns a command that runs name inside the host namespace.
+func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
+}
+
+// newNamedNS creates a namespace bind-mounted under /var/run/netns, leaving
+// the calling thread where it was.
+func newNamedNS(name string) (netns.NsHandle, error) {
+	type result struct {
+		ns  netns.NsHandle
+		err error
+	}
+	rc := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			rc <- result{-1, err}
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.NewNamed(name)
+		if rerr := netns.Set(orig); rerr != nil {
+			if err == nil {
+				ns.Close()
+			}
+			rc <- result{-1, errors.Join(err, fmt.Errorf("return to original namespace: %w", rerr))}
+			return
+		}
+		runtime.UnlockOSThread()
+		rc <- result{ns, err}
+	}()
+	r := <-rc
+	return r.ns, r.err
+}
+
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
