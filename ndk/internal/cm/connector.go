@@ -966,7 +966,9 @@ func (m *Manager) handleREJ(rej *rocev2.CMRej) {
 		c.qpToError(m)
 		c.enterTimeWait(m)
 	case stReqRcvd, stAccepting:
-		c.abortErr = aborted
+		// The active side gave up before we answered: an abort, whatever
+		// its reason.
+		c.abortErr = errorf(ntstatus.ConnectionAborted, "", re, "peer abandoned the request")
 		c.leaveBacklog()
 		c.enterTimeWait(m)
 	case stRepSent:
