@@ -256,8 +256,11 @@ func TestManyConnections(t *testing.T) {
 	run := func(t *testing.T, clk cm.Clock, step func(cond func() bool) bool) {
 		before := runtime.NumGoroutine()
 		link := cmtest.NewLink(clk, cmtest.Faults{})
-		a, _ := cm.New(cm.Config{Transport: link.A, Clock: clk, CAGUID: link.A.GUID()})
-		b, _ := cm.New(cm.Config{Transport: link.B, Clock: clk, CAGUID: link.B.GUID()})
+		// Every REQ may arrive before the first Accept: room for all.
+		params := cm.DefaultParams()
+		params.ListenBacklog = n
+		a, _ := cm.New(cm.Config{Transport: link.A, Clock: clk, CAGUID: link.A.GUID(), Params: params})
+		b, _ := cm.New(cm.Config{Transport: link.B, Clock: clk, CAGUID: link.B.GUID(), Params: params})
 		link.A.Attach(a)
 		link.B.Attach(b)
 		addr := netip.AddrPortFrom(ipB, 18515)
@@ -265,11 +268,14 @@ func TestManyConnections(t *testing.T) {
 		var qpns atomic.Uint32
 		l, _ := b.NewListener(func(c *cm.Connector) {
 			qp := cmtest.NewQP(100000+qpns.Add(1), 0)
-			_ = c.Accept(qp, cm.AcceptParams{}, events.inc, func(err error) {
-				if err == nil {
-					accepted.inc()
+			if err := c.Accept(qp, cm.AcceptParams{}, events.inc, func(err error) {
+				if err != nil {
+					t.Errorf("accept: %v", err)
 				}
-			})
+				accepted.inc()
+			}); err != nil {
+				t.Errorf("accept: %v", err)
+			}
 		})
 		if err := l.Listen(addr); err != nil {
 			t.Fatal(err)
@@ -280,9 +286,13 @@ func TestManyConnections(t *testing.T) {
 			conns[i] = c
 			qp := cmtest.NewQP(uint32(i+1), rocev2.PSN(i))
 			if err := c.Connect(qp, link.A.PathTo(ipA, ipB), netip.AddrPort{}, addr, cm.ConnectParams{}, func(err error) {
-				if err == nil && c.CompleteConnect(nil) == nil {
-					connected.inc()
+				if err == nil {
+					err = c.CompleteConnect(nil)
 				}
+				if err != nil {
+					t.Errorf("connect: %v", err)
+				}
+				connected.inc()
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -329,4 +339,33 @@ func TestManyConnections(t *testing.T) {
 			return cond()
 		})
 	})
+}
+
+// TestBacklog: requests beyond the listener's backlog are refused until the
+// consumer decides on the ones it holds.
+func TestBacklog(t *testing.T) {
+	params := cm.DefaultParams()
+	params.ListenBacklog = 2
+	p := newPair(t, cmtest.Faults{}, params)
+	addr := netip.AddrPortFrom(ipB, 8300)
+	ls := listen(t, p.b, addr)
+	try := func(qpn uint32) error {
+		var r result
+		_ = p.a.NewConnector().Connect(cmtest.NewQP(qpn, 0), p.pathAB(), netip.AddrPort{}, addr, cm.ConnectParams{}, r.done)
+		p.clk.RunUntil(func() bool { return r.called() || ls.count() >= int(qpn) }, time.Minute)
+		_, err := r.get()
+		return err
+	}
+	_ = try(1)
+	_ = try(2)
+	if err := try(3); cm.StatusOf(err) != ntstatus.ConnectionRefused || ls.count() != 2 {
+		t.Fatalf("third request with backlog 2: %v, %d events", err, ls.count())
+	}
+	_ = ls.conn(0).Reject(nil)
+	var r result
+	_ = p.a.NewConnector().Connect(cmtest.NewQP(4, 0), p.pathAB(), netip.AddrPort{}, addr, cm.ConnectParams{}, r.done)
+	p.clk.RunUntil(func() bool { return ls.count() == 3 }, time.Minute)
+	if ls.count() != 3 {
+		t.Fatalf("request after a reject freed the backlog: %d events", ls.count())
+	}
 }
