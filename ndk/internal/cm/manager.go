@@ -159,7 +159,7 @@ type remoteKey struct {
 // New returns a Manager.
 func New(cfg Config) (*Manager, error) {
 	if cfg.Transport == nil {
-		return nil, fmt.Errorf("cm: new manager: %w", errorf(ntstatus.InvalidParameter, "new manager", nil, "no Transport"))
+		return nil, errorf(ntstatus.InvalidParameter, "new manager", nil, "no Transport")
 	}
 	if cfg.CAGUID == 0 {
 		return nil, errorf(ntstatus.InvalidParameter, "new manager", nil, "CAGUID is 0; use rocev2.EUI64 of the adapter's MAC")
