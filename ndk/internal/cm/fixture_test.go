@@ -9,7 +9,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm/cmtest"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -206,4 +205,3 @@ func rejectReason(err error) (rocev2.RejectReason, []byte, bool) {
 	return re.Reason, re.PrivateData, true
 }
 
-var _ = ntstatus.Success

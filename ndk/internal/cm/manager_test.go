@@ -415,13 +415,8 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 		p := newPair(t, cmtest.Faults{Drop: 0.3, Duplicate: 0.3, Delay: time.Millisecond, Jitter: 300 * time.Millisecond, Seed: seed}, cm.Params{})
 		ls := listen(t, p.b, netip.AddrPortFrom(ipB, 7200))
 		const n = 10
-		type side struct {
-			c    *conn
-			disc result
-		}
 		conns := make([]*conn, n)
 		accepts := map[*cm.Connector]*conn{}
-		ls.onConnect = nil
 		for i := range conns {
 			c := &conn{qpA: cmtest.NewQP(uint32(1000+i), rocev2.PSN(i)), qpB: cmtest.NewQP(uint32(2000+i), rocev2.PSN(i))}
 			c.active = p.a.NewConnector()
