@@ -204,4 +204,3 @@ func rejectReason(err error) (rocev2.RejectReason, []byte, bool) {
 	}
 	return re.Reason, re.PrivateData, true
 }
-
