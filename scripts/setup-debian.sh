@@ -11,6 +11,10 @@ pkgs=(
 	linux-libc-dev  # kernel uapi headers
 	tshark          # decodes captured RoCEv2 frames in tests
 	ca-certificates git
+	qemu-system-x86 # boots the Soft-RoCE peer VM (test/interop)
+	mmdebstrap      # builds the peer VM's Debian 12 root file system
+	zstd            # compresses the peer VM's initramfs
+	cpio            # cross-checks the initramfs writer in test/interop
 )
 missing=()
 for p in "${pkgs[@]}"; do

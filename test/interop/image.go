@@ -393,6 +393,7 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 	if err := mmdebstrap(ctx, cfg, sources, rootfs, logPath); err != nil {
 		return nil, err
 	}
+	fmt.Fprintf(cfg.Progress, "interop: root file system ready after %.0fs; packing the initramfs\n", time.Since(start).Seconds())
 	kernels, _ := filepath.Glob(filepath.Join(rootfs, "boot", "vmlinuz-*"))
 	if len(kernels) != 1 {
 		return nil, fmt.Errorf("expected one kernel in the image's /boot, found %d", len(kernels))
@@ -452,6 +453,10 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 		return nil, err
 	}
 	_ = os.Remove(logPath)
+	// MkdirTemp made it private; the finished image is for everyone.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(cfg.CacheDir, hash)
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, fmt.Errorf("move the finished image into place: %w", err)

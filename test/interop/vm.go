@@ -129,20 +129,31 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 		}
 	}
 	accel, reason := cfg.Accel, "Config.Accel"
-	auto := accel == ""
-	if auto {
-		accel, reason = DetectAccel()
-		if accel == AccelKVM {
+	// Only a choice nobody forced may fall back.
+	auto := accel == "" && os.Getenv("NDKXDP_INTEROP_ACCEL") == ""
+	if accel == "" {
+		accel, reason = detectAccel()
+		if auto && accel == AccelKVM {
 			if v, ok := kvmVerdict(img); ok {
 				accel, reason = AccelTCG, v
 			}
 		}
 	}
-	vm, err := boot(ctx, cfg, img, accel)
-	if err != nil && auto && accel == AccelKVM && ctx.Err() == nil {
-		why := fmt.Sprintf("a KVM boot failed on this machine (%v); using TCG", firstLine(err))
-		rememberKVMFailure(img, why)
-		accel, reason = AccelTCG, why
+	var vm *VM
+	var err error
+	if auto && accel == AccelKVM {
+		// A KVM that cannot run the kernel either makes qemu exit at once
+		// or hangs the guest: the attempt gets a short deadline.
+		kcfg := cfg
+		kcfg.BootTimeout = min(cfg.BootTimeout, kvmAttemptTimeout)
+		vm, err = boot(ctx, kcfg, img, accel)
+		if err != nil && ctx.Err() == nil {
+			why := fmt.Sprintf("a KVM boot failed on this machine (%v); using TCG", firstLine(err))
+			rememberKVMFailure(img, why)
+			accel, reason = AccelTCG, why
+			vm, err = boot(ctx, cfg, img, accel)
+		}
+	} else {
 		vm, err = boot(ctx, cfg, img, accel)
 	}
 	if err != nil {
@@ -151,6 +162,13 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 	vm.AccelReason = reason
 	return vm, nil
 }
+
+// kvmAttemptTimeout bounds an automatic KVM boot: a working KVM boots the
+// peer in a few seconds.
+const kvmAttemptTimeout = 60 * time.Second
+
+// detectAccel is DetectAccel; tests replace it to exercise the fallback.
+var detectAccel = DetectAccel
 
 // The KVM verdict is cached beside the images: a machine whose KVM cannot
 // boot the kernel does not pay for a failed KVM attempt on every boot.
@@ -300,8 +318,12 @@ func (vm *VM) dialAgent(ctx context.Context, sock string) (net.Conn, error) {
 
 // bootError adds what the guest and qemu printed to a boot failure.
 func (vm *VM) bootError(err error) error {
-	return fmt.Errorf("interop: boot the peer VM (%s): %w\nqemu: %s\nconsole:\n%s",
-		vm.Accel, err, tail(filepath.Join(vm.dir, "qemu.log"), 5), tail(filepath.Join(vm.dir, "console.log"), 25))
+	qemuSaid := ""
+	if q := strings.TrimSpace(tail(filepath.Join(vm.dir, "qemu.log"), 1)); q != "" {
+		qemuSaid = " [qemu: " + q + "]"
+	}
+	return fmt.Errorf("interop: boot the peer VM (%s): %w%s\nqemu log:\n%s\nconsole:\n%s",
+		vm.Accel, err, qemuSaid, tail(filepath.Join(vm.dir, "qemu.log"), 5), tail(filepath.Join(vm.dir, "console.log"), 25))
 }
 
 // parseSysfsGID parses a GID as sysfs prints it

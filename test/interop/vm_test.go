@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -305,5 +306,49 @@ func TestSetLossRejectsBadPercent(t *testing.T) {
 		if err := vm.SetLoss(context.Background(), p); err == nil {
 			t.Errorf("SetLoss(%v) accepted", p)
 		}
+	}
+}
+
+// TestBootKVMFallsBack pretends detection chose KVM. Where KVM works the VM
+// runs under it; where it cannot boot the kernel (as on a paravirtual KVM
+// without VMX), Boot must fall back to TCG and remember the verdict.
+func TestBootKVMFallsBack(t *testing.T) {
+	requireVMTools(t)
+	if os.Getenv("NDKXDP_INTEROP_ACCEL") != "" {
+		t.Setenv("NDKXDP_INTEROP_ACCEL", "")
+	}
+	img, err := EnsureImage(ctxFor(t, 15*time.Minute), ImageConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The verdict goes beside the image's directory: keep it out of the
+	// real cache.
+	local := *img
+	local.Dir = filepath.Join(t.TempDir(), img.Hash)
+	saved := detectAccel
+	detectAccel = func() (Accel, string) { return AccelKVM, "test: pretend KVM works" }
+	t.Cleanup(func() { detectAccel = saved })
+
+	vm, err := Boot(ctxFor(t, 5*time.Minute), Config{Image: &local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	logBoot(t, vm)
+	verdict, cached := kvmVerdict(&local)
+	switch vm.Accel {
+	case AccelKVM:
+		if cached {
+			t.Errorf("KVM worked but a failure verdict was stored: %s", verdict)
+		}
+	case AccelTCG:
+		if !cached || !strings.Contains(verdict, "KVM boot failed") || !strings.Contains(vm.AccelReason, "KVM boot failed") {
+			t.Errorf("fell back to TCG without recording why: verdict %q (stored %v), reason %q", verdict, cached, vm.AccelReason)
+		}
+	default:
+		t.Fatalf("accelerator %q", vm.Accel)
+	}
+	if out := mustRun(t, vm, "cat /sys/class/infiniband/rxe0/ports/1/state"); !strings.Contains(out, "ACTIVE") {
+		t.Errorf("rxe0 port state %q", out)
 	}
 }

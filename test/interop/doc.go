@@ -1,0 +1,56 @@
+// Package interop runs Linux Soft-RoCE (rdma_rxe) as an independent RoCEv2
+// peer for ndkxdp: a small Debian 12 VM under qemu whose NIC is a tap
+// device in a network namespace of its own, so ndkxdp code on the host side
+// of the tap talks RoCEv2 to the Linux kernel's implementation, with
+// rdma-core, librdmacm, perftest and the verbs utilities on the far side.
+//
+// The image (EnsureImage) is built with mmdebstrap from Debian 12 packages
+// only, through the host's own apt sources: the stock kernel (which has
+// rdma_rxe and sch_netem as modules), kmod, rdma-core, ibverbs-providers,
+// ibverbs-utils, rdmacm-utils, perftest, iproute2 and iputils-ping. It is
+// packed as a kernel plus a zstd initramfs holding only the modules the
+// peer loads, and cached in a directory named by the hash of its inputs
+// (package list, suite, guest init, module list, exclusions, apt sources):
+// /var/cache/ndkxdp/interop/<hash>/, or under $NDKXDP_INTEROP_CACHE. A
+// change of any input builds a new image; concurrent builders serialize on
+// a lock and publish with an atomic rename.
+//
+// Boot starts qemu inside the namespace: KVM when the CPU has VMX or SVM
+// and /dev/kvm works, TCG otherwise (VM.Accel says which; a TCG boot to a
+// ready rxe0 takes 10-20 s). The guest's init brings up eth0 and rxe0 and
+// waits for the RoCE v2 GID of its IPv4 address. Commands reach the guest
+// over virtio-serial, never over the test link, so a capture on the tap
+// holds test traffic only (IPv6 is off unless asked for, for the same
+// reason). Addresses come from 198.18.1.0/24 (and 2001:2:0:1::/64); the
+// namespace has no default route and nothing in it is connected to a real
+// interface. Close kills the qemu process Boot started and deletes the
+// namespace.
+//
+// It is not a test of ndkxdp by itself: it provides the peer, the
+// channel to drive it and a capture of the link. Ordering matters with
+// rdma_cm: start the guest's server, WaitListen on its port, then connect;
+// a REQ that arrives before rdma_listen is rejected with reason 8 (invalid
+// service ID). perftest -R opens a second connection right after the
+// first, so a host-side client must retry a REQ rejected with reason 8,
+// a bounded number of times, when the guest serves.
+//
+// Example:
+//
+//	vm, err := interop.Boot(ctx, interop.Config{MTU: 9000})
+//	if err != nil {
+//		return err
+//	}
+//	defer vm.Close()
+//	srv, _ := vm.Start(ctx, "ib_send_bw -R -d rxe0 -n 1000")
+//	_ = vm.WaitListen(ctx, 18515)
+//	err = vm.Host.Do(func() error {
+//		// inside the namespace: attach ndkxdp to vm.Host.Tap and
+//		// connect to vm.Guest.IPv4 port 18515
+//		return nil
+//	})
+//	out, _, code, err := srv.Wait(ctx)
+//	_ = vm.SetLoss(ctx, 5) // netem on the guest's egress
+//
+// The tests need root, qemu-system-x86_64, mmdebstrap and zstd
+// (scripts/setup-debian.sh installs them); the first run builds the image.
+package interop
