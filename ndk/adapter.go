@@ -19,6 +19,10 @@ type Adapter struct {
 	nextPD uint32
 	cqs    map[*CQ]struct{}
 	pds    map[*PD]struct{}
+
+	// transport is the engines and the wire (open.go); nil for an
+	// adapter built without one, whose CreateQp fails.
+	transport *transport
 }
 
 // adapterConfig is what an adapter is built from. Open (with the transport)
@@ -124,6 +128,12 @@ func (a *Adapter) Close() {
 	cqs, pds := a.cqs, a.pds
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
+
+	// Engines first: their QPs cancel what is pending into the CQs, which
+	// then close after the last callback.
+	if a.transport != nil {
+		a.transport.close()
+	}
 
 	for c := range cqs {
 		c.Close()

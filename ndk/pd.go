@@ -61,6 +61,12 @@ func (pd *PD) RegisterMr(buf []byte, flags MRFlag) (*MR, error) {
 // address. Keeping the address separate lets tests present the request a
 // zero-based MDL would make.
 func (pd *PD) registerAt(va uint64, buf []byte, flags MRFlag) (*MR, error) {
+	return pd.register(va, buf, flags, false)
+}
+
+// register is registerAt with the choice of whether an invalidation may
+// revoke the region (RegisterInvalidatableMr).
+func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
 	const op = "register mr"
 	info := &pd.adapter.info
 	switch {
@@ -86,6 +92,8 @@ func (pd *PD) registerAt(va uint64, buf []byte, flags MRFlag) (*MR, error) {
 		VA:     va,
 		Buf:    buf,
 		Access: memreg.Access(flags), // NDK_MR_FLAG bits are memreg's access bits
+
+		Invalidatable: invalidatable,
 	})
 	if err != nil {
 		return nil, registrationError(op, err)

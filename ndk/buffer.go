@@ -1,0 +1,120 @@
+package ndk
+
+import "sync"
+
+// bufferPool hands out page-aligned pieces of the UMEM's buffer partition:
+// first fit over a sorted free list. It is a control-path allocator.
+type bufferPool struct {
+	mu   sync.Mutex
+	mem  []byte
+	free []span // sorted by offset, coalesced
+}
+
+type span struct{ off, n int }
+
+const bufferAlign = 4096
+
+func newBufferPool(mem []byte) *bufferPool {
+	return &bufferPool{mem: mem, free: []span{{0, len(mem)}}}
+}
+
+func (p *bufferPool) alloc(n int) ([]byte, bool) {
+	size := (n + bufferAlign - 1) / bufferAlign * bufferAlign
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, s := range p.free {
+		if s.n < size {
+			continue
+		}
+		if s.n == size {
+			p.free = append(p.free[:i], p.free[i+1:]...)
+		} else {
+			p.free[i] = span{s.off + size, s.n - size}
+		}
+		b := p.mem[s.off : s.off+size : s.off+size]
+		clear(b)
+		return b[:n], true
+	}
+	return nil, false
+}
+
+func (p *bufferPool) release(b []byte) {
+	off := int(addrOf(b[:1]) - addrOf(p.mem[:1]))
+	size := (cap(b) + bufferAlign - 1) / bufferAlign * bufferAlign
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := 0
+	for i < len(p.free) && p.free[i].off < off {
+		i++
+	}
+	p.free = append(p.free, span{})
+	copy(p.free[i+1:], p.free[i:])
+	p.free[i] = span{off, size}
+	// Coalesce with the neighbours.
+	if i+1 < len(p.free) && p.free[i].off+p.free[i].n == p.free[i+1].off {
+		p.free[i].n += p.free[i+1].n
+		p.free = append(p.free[:i+1], p.free[i+2:]...)
+	}
+	if i > 0 && p.free[i-1].off+p.free[i-1].n == p.free[i].off {
+		p.free[i-1].n += p.free[i].n
+		p.free = append(p.free[:i], p.free[i+1:]...)
+	}
+}
+
+// Buffer is memory from the adapter's buffer pool, registered as an MR of
+// a PD.
+type Buffer struct {
+	*MR
+	pool *bufferPool
+}
+
+// AllocBuffer allocates n bytes of packet memory (in the UMEM, outside the
+// Go heap) and registers them with pd and flags. The point is zero-copy
+// transmit: a SEND or WRITE from UMEM-resident memory can leave as a
+// descriptor chain pointing at it. Today the AF_XDP port still copies each
+// payload once into its TX frames (port.XSK.Transmit); the buffers already
+// live where that copy will go away. On an adapter without AF_XDP
+// the memory comes from the Go heap.
+//
+// It fails with STATUS_INVALID_PARAMETER for n < 1 and
+// STATUS_INSUFFICIENT_RESOURCES when the pool (16 MiB) has no room.
+// Free releases the buffer; it deregisters the MR first.
+func (a *Adapter) AllocBuffer(pd *PD, n int, flags MRFlag) (*Buffer, error) {
+	const op = "alloc buffer"
+	if n < 1 {
+		return nil, errorf(StatusInvalidParameter, op, "length %d", n)
+	}
+	if pd == nil || pd.adapter != a {
+		return nil, errorf(StatusInvalidParameter, op, "pd of another adapter")
+	}
+	pool := a.transportOrZero().buffers
+	var b []byte
+	if pool != nil {
+		var ok bool
+		if b, ok = pool.alloc(n); !ok {
+			return nil, errorf(StatusInsufficientResources, op, "buffer pool has no %d contiguous bytes", n)
+		}
+	} else {
+		b = make([]byte, n)
+	}
+	mr, err := pd.RegisterMr(b, flags)
+	if err != nil {
+		if pool != nil {
+			pool.release(b)
+		}
+		return nil, err
+	}
+	return &Buffer{MR: mr, pool: pool}, nil
+}
+
+// Free deregisters the buffer and returns its memory to the pool. The
+// caller must not use the bytes afterwards.
+func (b *Buffer) Free() error {
+	if err := b.Deregister(); err != nil {
+		return err
+	}
+	if b.pool != nil {
+		b.pool.release(b.Bytes())
+	}
+	return nil
+}

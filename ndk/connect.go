@@ -1,0 +1,210 @@
+package ndk
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// Endpoint is what one side of a connection tells the other out of band,
+// the way ibv_rc_pingpong exchanges LID/QPN/PSN over TCP: its address,
+// MAC, QP number and the first PSN it sends.
+type Endpoint struct {
+	IP  netip.Addr
+	MAC net.HardwareAddr // may be empty in a remote endpoint: resolved through the kernel's neighbour table
+	QPN uint32
+	PSN uint32
+}
+
+// String formats e as IP/MAC/QPN/PSN, e.g.
+// "198.18.0.1/02:00:00:00:00:01/0x000100/0x3a5c01"; ParseEndpoint reads it.
+func (e Endpoint) String() string {
+	return fmt.Sprintf("%v/%v/%#06x/%#06x", e.IP, e.MAC, e.QPN, e.PSN)
+}
+
+// ParseEndpoint reads the form Endpoint.String writes; the MAC may be
+// empty ("198.18.0.2//0x100/0x0").
+func ParseEndpoint(s string) (Endpoint, error) {
+	f := strings.Split(s, "/")
+	if len(f) != 4 {
+		return Endpoint{}, fmt.Errorf("endpoint %q: want IP/MAC/QPN/PSN", s)
+	}
+	var e Endpoint
+	var err error
+	if e.IP, err = netip.ParseAddr(f[0]); err != nil {
+		return Endpoint{}, fmt.Errorf("endpoint %q: %w", s, err)
+	}
+	if f[1] != "" {
+		if e.MAC, err = net.ParseMAC(f[1]); err != nil {
+			return Endpoint{}, fmt.Errorf("endpoint %q: %w", s, err)
+		}
+	}
+	for i, dst := range []*uint32{&e.QPN, &e.PSN} {
+		v, err := strconv.ParseUint(f[2+i], 0, 24)
+		if err != nil {
+			return Endpoint{}, fmt.Errorf("endpoint %q: %w", s, err)
+		}
+		*dst = uint32(v)
+	}
+	return e, nil
+}
+
+// ConnectOptions are the connection's transport parameters. Zero fields
+// take the defaults listed; both sides should agree on the read limits
+// (each side's outbound limit at most the other's inbound), as IB CM's
+// REQ/REP negotiation would make them.
+type ConnectOptions struct {
+	// PathMTU in bytes: 256, 512, 1024, 2048 or 4096 (default the
+	// largest the interface carries, Adapter.PathMTU).
+	PathMTU int
+	// InboundReadLimit and OutboundReadLimit (default 16 each, capped
+	// by AdapterInfo's MaxInboundReadLimit and MaxOutboundReadLimit).
+	InboundReadLimit, OutboundReadLimit int
+	// AckTimeout (default 4.096 us * 2^14, about 67 ms: IB timeout code 14).
+	AckTimeout time.Duration
+	// RetryCount is how many times an unacknowledged packet is resent
+	// (0-7, default 7). RNRRetry is how many RNR NAKs are waited out (0-7,
+	// default 7: without limit).
+	RetryCount, RNRRetry *int
+	// MinRNRTimer is the wait our RNR NAKs ask for (default 10 us,
+	// rounded up to IB's table).
+	MinRNRTimer time.Duration
+}
+
+// LocalEndpoint returns this QP's side of the out-of-band exchange. The
+// PSN was drawn at random when the QP was created.
+func (q *QP) LocalEndpoint() Endpoint {
+	t := q.adapter.transport
+	return Endpoint{IP: t.addr, MAC: append(net.HardwareAddr(nil), t.mac[:]...), QPN: q.QPN(), PSN: q.psn}
+}
+
+// ConnectOOB connects the QP to remote, which the peer's LocalEndpoint
+// gave out of band (ibv_rc_pingpong style; the path for tools until IB CM
+// connections arrive). A remote without MAC is resolved through the
+// kernel's neighbour table, probing the address if it has no entry yet.
+// It must run in the adapter's network namespace.
+//
+// It fails with STATUS_INVALID_PARAMETER for out-of-range options or a
+// remote of the wrong address family, STATUS_HOST_UNREACHABLE when the MAC
+// cannot be resolved, and STATUS_CONNECTION_INVALID when the QP is already
+// connected, failed or closed.
+func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
+	const op = "connect oob"
+	a := q.adapter
+	t := a.transport
+	local := q.LocalEndpoint()
+	p := rc.ConnParams{
+		InboundReadLimit:  16,
+		OutboundReadLimit: 16,
+		AckTimeout:        4096 * time.Nanosecond << 14,
+		RetryCount:        7,
+		RNRRetry:          7,
+		MinRNRTimer:       rocev2.RNRTimerFor(10 * time.Microsecond),
+		PathMTU:           t.pmtu,
+	}
+	if opts.PathMTU != 0 {
+		m, ok := rocev2.MTUFromBytes(opts.PathMTU)
+		if !ok || m > t.pmtu {
+			return errorf(StatusInvalidParameter, op, "path MTU %d (the interface carries up to %d)", opts.PathMTU, t.pmtu.Bytes())
+		}
+		p.PathMTU = m
+	}
+	if opts.InboundReadLimit != 0 {
+		p.InboundReadLimit = opts.InboundReadLimit
+	}
+	if opts.OutboundReadLimit != 0 {
+		p.OutboundReadLimit = opts.OutboundReadLimit
+	}
+	if p.InboundReadLimit < 0 || p.OutboundReadLimit < 0 {
+		return errorf(StatusInvalidParameter, op, "negative read limit")
+	}
+	p.InboundReadLimit = min(p.InboundReadLimit, int(a.info.MaxInboundReadLimit))
+	p.OutboundReadLimit = min(p.OutboundReadLimit, int(a.info.MaxOutboundReadLimit))
+	if opts.AckTimeout != 0 {
+		p.AckTimeout = opts.AckTimeout
+	}
+	if opts.RetryCount != nil {
+		p.RetryCount = *opts.RetryCount
+	}
+	if opts.RNRRetry != nil {
+		p.RNRRetry = *opts.RNRRetry
+	}
+	if opts.MinRNRTimer != 0 {
+		p.MinRNRTimer = rocev2.RNRTimerFor(opts.MinRNRTimer)
+	}
+	if p.RetryCount < 0 || p.RetryCount > 7 || p.RNRRetry < 0 || p.RNRRetry > 7 || p.AckTimeout < 0 {
+		return errorf(StatusInvalidParameter, op, "retry counts %d/%d (0-7) or ACK timeout %v", p.RetryCount, p.RNRRetry, p.AckTimeout)
+	}
+	if !remote.IP.IsValid() || remote.IP.Unmap().Is4() != local.IP.Is4() {
+		return errorf(StatusInvalidParameter, op, "remote address %v does not match the local %v", remote.IP, local.IP)
+	}
+	mac := remote.MAC
+	if len(mac) == 0 {
+		var err error
+		if mac, err = resolveNeighbour(t.ifindex, remote.IP.Unmap()); err != nil {
+			return &Error{Status: StatusHostUnreachable, Op: op, Detail: remote.IP.String(), Err: err}
+		}
+	}
+	if len(mac) != 6 {
+		return errorf(StatusInvalidParameter, op, "remote MAC %v", mac)
+	}
+	p.Local = rc.Endpoint{IP: local.IP, QPN: local.QPN, PSN: local.PSN}
+	copy(p.Local.MAC[:], local.MAC)
+	p.Remote = rc.Endpoint{IP: remote.IP.Unmap(), QPN: remote.QPN, PSN: remote.PSN}
+	copy(p.Remote.MAC[:], mac)
+	if err := q.rc.Connect(p); err != nil {
+		if errors.Is(err, rc.ErrBadConfig) {
+			return &Error{Status: StatusInvalidParameter, Op: op, Err: err}
+		}
+		return &Error{Status: StatusConnectionInvalid, Op: op, Err: err}
+	}
+	return nil
+}
+
+// resolveNeighbour finds ip's MAC in the neighbour table of ifindex. With
+// no usable entry it asks the kernel to resolve (a UDP datagram to the
+// discard port makes it ARP or solicit) and waits up to a second.
+func resolveNeighbour(ifindex int, ip netip.Addr) (net.HardwareAddr, error) {
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	lookup := func() net.HardwareAddr {
+		ns, err := netlink.NeighList(ifindex, family)
+		if err != nil {
+			return nil
+		}
+		for _, n := range ns {
+			a, ok := netip.AddrFromSlice(n.IP)
+			if ok && a.Unmap() == ip && len(n.HardwareAddr) == 6 &&
+				n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_PERMANENT|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_NOARP) != 0 {
+				return n.HardwareAddr
+			}
+		}
+		return nil
+	}
+	if m := lookup(); m != nil {
+		return m, nil
+	}
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 9)))
+	if err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	_, _ = c.Write([]byte{0})
+	c.Close()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if m := lookup(); m != nil {
+			return m, nil
+		}
+	}
+	return nil, errors.New("no neighbour entry after probing for 1s")
+}

@@ -1,0 +1,282 @@
+package ndk
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/loader"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// PollingMode is how the engines wait for work.
+type PollingMode int
+
+const (
+	// PollAdaptive spins briefly when idle, then sleeps in poll(2) on the
+	// AF_XDP socket and a doorbell until a frame, a post or a timer.
+	PollAdaptive PollingMode = iota
+	// PollBusy never sleeps: the lowest latency, a core per engine.
+	PollBusy
+)
+
+// XDPMode selects where the kernel runs the steering program.
+type XDPMode int
+
+const (
+	XDPAuto    XDPMode = iota // driver mode, falling back to generic
+	XDPDriver                 // native driver mode
+	XDPGeneric                // generic (skb) mode: any device, slower
+)
+
+// Options configure Open. The zero value is one queue, adaptive polling
+// and automatic XDP mode.
+type Options struct {
+	// Queues is the number of device queues, each with its own AF_XDP
+	// socket and engine (default 1). Frames reach only the socket of the
+	// queue they arrive on, so a peer must send each QP's frames to the
+	// queue the QP is assigned to; with Queues 1 there is nothing to
+	// arrange.
+	Queues int
+	// Polling is the engines' waiting strategy.
+	Polling PollingMode
+	// XDPMode is where the steering program runs.
+	XDPMode XDPMode
+	// Version is the NDK version asked for (zero: the highest, 2.1).
+	Version Version
+	// Address is the local IP address QPs use; by default the
+	// interface's first IPv4 address, else its first global IPv6 one.
+	Address netip.Addr
+	// LockThreads locks each engine to an OS thread; worth it only when
+	// every engine has a core to itself (see rc.Config.LockThread).
+	LockThreads bool
+}
+
+// transport is an adapter's engines and their wire.
+type transport struct {
+	ifindex int
+	mac     rocev2.MAC
+	addr    netip.Addr
+	mtu     int
+	pmtu    rocev2.MTU
+
+	xdp     *loader.XDP // nil over an in-memory pipe
+	umem    *afxdp.UMEM
+	ports   []port.Port
+	engines []*rc.Engine
+	buffers *bufferPool
+
+	mu         sync.Mutex
+	nextQPN    uint32
+	nextEngine int
+	qps        map[uint32]*QP
+}
+
+// firstQPN leaves room below for QP0/QP1 and well-known numbers, as rxe
+// starts at 0x11.
+const firstQPN = 0x100
+
+// framesPerQueue is each queue's share of the UMEM: 4096 frames of 4 KiB
+// (16 MiB), the afxdp defaults for one socket; the buffer pool gets the
+// same again.
+const framesPerQueue = 4096
+
+// Open opens an NDK adapter on the network interface ifname: it attaches
+// the steering program, maps one UMEM shared by opts.Queues AF_XDP sockets
+// (multi-buffer when the MTU needs frames over one 4 KiB chunk), and starts
+// one engine per queue. It must run in the interface's network namespace,
+// on a thread that stays there (as loader.Attach).
+//
+// It fails with STATUS_NDIS_BAD_VERSION for an unsupported version,
+// STATUS_INVALID_PARAMETER for bad options, STATUS_INVALID_ADDRESS when
+// the interface has no usable address, and STATUS_NDIS_ADAPTER_NOT_READY
+// when the interface, the program or a socket cannot be set up; the error
+// wraps the cause.
+func Open(ifname string, opts Options) (*Adapter, error) {
+	const op = "open adapter"
+	if opts.Queues == 0 {
+		opts.Queues = 1
+	}
+	if opts.Queues < 0 || opts.Queues > 64 {
+		return nil, errorf(StatusInvalidParameter, op, "%d queues (1-64)", opts.Queues)
+	}
+	cfg := defaultConfig()
+	if opts.Version != (Version{}) {
+		cfg.version = opts.Version
+	}
+	link, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: fmt.Sprintf("interface %q", ifname), Err: err}
+	}
+	attrs := link.Attrs()
+	t := &transport{ifindex: attrs.Index, mtu: attrs.MTU, qps: make(map[uint32]*QP), nextQPN: firstQPN}
+	copy(t.mac[:], attrs.HardwareAddr)
+	if t.addr, err = localAddress(link, opts.Address); err != nil {
+		return nil, &Error{Status: StatusInvalidAddress, Op: op, Detail: ifname, Err: err}
+	}
+	var ok bool
+	if t.pmtu, ok = rocev2.MTUForNetdev(attrs.MTU); !ok {
+		return nil, errorf(StatusNDISAdapterNotReady, op, "%s: MTU %d below RoCE's minimum", ifname, attrs.MTU)
+	}
+	a, err := newAdapter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.transport = t
+	if err := t.openXDP(ifname, opts, a.regions); err != nil {
+		a.Close()
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: ifname, Err: err}
+	}
+	return a, nil
+}
+
+// Ifindex, LocalAddress, MAC and PathMTU describe the adapter's wire.
+func (a *Adapter) LocalAddress() netip.Addr { return a.transportOrZero().addr }
+
+// MAC returns the interface's hardware address.
+func (a *Adapter) MAC() net.HardwareAddr {
+	m := a.transportOrZero().mac
+	return net.HardwareAddr(m[:])
+}
+
+// PathMTU returns the largest path MTU the interface carries, in bytes
+// (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
+func (a *Adapter) PathMTU() int { return a.transportOrZero().pmtu.Bytes() }
+
+func (a *Adapter) transportOrZero() *transport {
+	if a.transport == nil {
+		return &transport{}
+	}
+	return a.transport
+}
+
+func localAddress(link netlink.Link, want netip.Addr) (netip.Addr, error) {
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("list addresses: %w", err)
+	}
+	var v6 netip.Addr
+	for _, x := range addrs {
+		ip, ok := netip.AddrFromSlice(x.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		switch {
+		case want.IsValid():
+			if ip == want {
+				return ip, nil
+			}
+		case ip.Is4():
+			return ip, nil
+		case ip.IsGlobalUnicast() && !v6.IsValid():
+			v6 = ip
+		}
+	}
+	if want.IsValid() {
+		return netip.Addr{}, fmt.Errorf("address %v is not on the interface", want)
+	}
+	if v6.IsValid() {
+		return v6, nil
+	}
+	return netip.Addr{}, errors.New("interface has no IPv4 or global IPv6 address")
+}
+
+// openXDP attaches the program and builds one socket, port and engine per
+// queue over one UMEM.
+func (t *transport) openXDP(ifname string, opts Options, regions *memreg.Table) error {
+	mode := map[XDPMode]loader.AttachMode{XDPAuto: loader.AttachAuto, XDPDriver: loader.AttachDriver, XDPGeneric: loader.AttachGeneric}[opts.XDPMode]
+	var err error
+	if t.xdp, err = loader.Attach(ifname, loader.Options{Mode: mode}); err != nil {
+		return err
+	}
+	if t.umem, err = afxdp.NewUMEM(afxdp.UMEMConfig{NumFrames: uint32(framesPerQueue * (opts.Queues + 1))}); err != nil {
+		return err
+	}
+	parts, err := t.umem.Partition(opts.Queues + 1)
+	if err != nil {
+		return err
+	}
+	// A frame that does not fit one chunk (after the kernel's 256-byte
+	// headroom) needs XDP_USE_SG (DESIGN.md, Memory).
+	multi := t.mtu+rocev2.EthernetLen+rocev2.VLANTagLen > int(t.umem.FrameSize())-256
+	for q := 0; q < opts.Queues; q++ {
+		sock, err := afxdp.NewSocket(t.umem, afxdp.SocketConfig{Ifindex: t.ifindex, Queue: uint32(q), MultiBuffer: multi})
+		if err != nil {
+			return fmt.Errorf("queue %d: %w", q, err)
+		}
+		if err := t.xdp.RegisterSocket(uint32(q), sock.FD()); err != nil {
+			sock.Close()
+			return fmt.Errorf("queue %d: %w", q, err)
+		}
+		p, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: t.mtu})
+		if err != nil {
+			sock.Close()
+			return fmt.Errorf("queue %d: %w", q, err)
+		}
+		if err := t.startEngine(p, opts, regions); err != nil {
+			return err
+		}
+	}
+	lo, hi := parts[opts.Queues].Range()
+	t.buffers = newBufferPool(t.umem.Bytes()[lo:hi])
+	return nil
+}
+
+// startEngine runs an engine on p, which the transport then owns.
+func (t *transport) startEngine(p port.Port, opts Options, regions *memreg.Table) error {
+	t.ports = append(t.ports, p)
+	poll := rc.PollAdaptive
+	if opts.Polling == PollBusy {
+		poll = rc.PollBusy
+	}
+	e, err := rc.NewEngine(rc.Config{Port: p, Regions: regions, Poll: poll, LockThread: opts.LockThreads})
+	if err != nil {
+		return err
+	}
+	t.engines = append(t.engines, e)
+	return nil
+}
+
+// Stats returns the counters of each queue's engine.
+func (a *Adapter) Stats() []EngineStats {
+	t := a.transportOrZero()
+	out := make([]EngineStats, len(t.engines))
+	for i, e := range t.engines {
+		out[i] = e.Stats()
+	}
+	return out
+}
+
+// close stops the engines (cancelling what QPs still hold), then tears
+// down the wire.
+func (t *transport) close() {
+	for _, e := range t.engines {
+		e.Close()
+	}
+	t.engines = nil
+	for _, p := range t.ports {
+		p.Close()
+	}
+	t.ports = nil
+	if t.xdp != nil {
+		t.xdp.Close()
+		t.xdp = nil
+	}
+	if t.umem != nil {
+		t.umem.Close()
+		t.umem = nil
+	}
+}
+
+// EngineStats are one engine's counters: frames in and out, drops by
+// reason, retransmissions, NAKs and RNR NAKs sent and received.
+type EngineStats = rc.Stats

@@ -1,0 +1,265 @@
+package ndk
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// QPConfig is NdkCreateQp's parameters (NDKPI.md §3, PD dispatch): the
+// CQs, the context returned in every completion, queue depths, SGE limits
+// and the inline size, each checked against the adapter's AdapterInfo.
+type QPConfig struct {
+	ReceiveCq, InitiatorCq *CQ
+	Context                any
+	ReceiveQueueDepth      int
+	InitiatorQueueDepth    int
+	MaxReceiveRequestSge   int
+	MaxInitiatorRequestSge int
+	InlineDataSize         int
+}
+
+// QP is a reliable-connection queue pair (NDK_QP). Requests posted on it
+// run in the engine of the queue it was assigned to.
+//
+// As NDKPI requires (NDKPI.md §8), the consumer never posts to one queue
+// from two goroutines at once: Send, SendAndInvalidate, Read and Write share
+// the initiator queue; Receive has the receive queue, which may be driven
+// concurrently with it. Flush and Close may run concurrently with posts.
+type QP struct {
+	pd      *PD
+	adapter *Adapter
+	rc      *rc.QP
+	queue   int
+	closed  atomic.Bool
+	psn     uint32 // the first PSN this QP sends, drawn at random
+}
+
+// The public SGE must stay layout-identical to the engine's, which posts
+// read in place (no copy, no allocation).
+var _ = [1]struct{}{}[unsafe.Sizeof(SGE{})-unsafe.Sizeof(rc.SGE{})]
+var _ = [1]struct{}{}[unsafe.Offsetof(SGE{}.Length)-unsafe.Offsetof(rc.SGE{}.Length)]
+var _ = [1]struct{}{}[unsafe.Offsetof(SGE{}.Token)-unsafe.Offsetof(rc.SGE{}.Token)]
+
+func engineSGL(sgl []SGE) []rc.SGE {
+	if len(sgl) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*rc.SGE)(unsafe.Pointer(unsafe.SliceData(sgl))), len(sgl))
+}
+
+// CreateQp creates a QP on the PD (NdkCreateQp). It fails with
+// STATUS_INVALID_PARAMETER when a CQ is missing or belongs to another
+// adapter, or a depth, SGE count or inline size is out of [0, its
+// AdapterInfo limit] (depths at least 1); STATUS_NOT_SUPPORTED on an
+// adapter opened without a transport; STATUS_INVALID_HANDLE after the PD
+// or adapter closed.
+//
+// The QP is assigned to a queue round-robin; receives may be posted at
+// once, initiator requests after ConnectOOB (or, with connection
+// management, after the connector completes).
+func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
+	const op = "create qp"
+	a := pd.adapter
+	info := &a.info
+	switch {
+	case cfg.ReceiveCq == nil || cfg.InitiatorCq == nil:
+		return nil, errorf(StatusInvalidParameter, op, "a receive and an initiator CQ are required")
+	case cfg.ReceiveCq.adapter != a || cfg.InitiatorCq.adapter != a:
+		return nil, errorf(StatusInvalidParameter, op, "CQ of another adapter")
+	case cfg.ReceiveQueueDepth < 1 || cfg.ReceiveQueueDepth > int(info.MaxReceiveQueueDepth):
+		return nil, errorf(StatusInvalidParameter, op, "ReceiveQueueDepth %d outside [1, %d]", cfg.ReceiveQueueDepth, info.MaxReceiveQueueDepth)
+	case cfg.InitiatorQueueDepth < 1 || cfg.InitiatorQueueDepth > int(info.MaxInitiatorQueueDepth):
+		return nil, errorf(StatusInvalidParameter, op, "InitiatorQueueDepth %d outside [1, %d]", cfg.InitiatorQueueDepth, info.MaxInitiatorQueueDepth)
+	case cfg.MaxReceiveRequestSge < 0 || cfg.MaxReceiveRequestSge > int(info.MaxReceiveRequestSge):
+		return nil, errorf(StatusInvalidParameter, op, "MaxReceiveRequestSge %d outside [0, %d]", cfg.MaxReceiveRequestSge, info.MaxReceiveRequestSge)
+	case cfg.MaxInitiatorRequestSge < 0 || cfg.MaxInitiatorRequestSge > int(info.MaxInitiatorRequestSge):
+		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSge %d outside [0, %d]", cfg.MaxInitiatorRequestSge, info.MaxInitiatorRequestSge)
+	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
+		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
+	case a.transport == nil:
+		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
+	}
+	pd.mu.Lock()
+	closing := pd.closing
+	pd.mu.Unlock()
+	if closing {
+		return nil, errorf(StatusInvalidHandle, op, "pd closed")
+	}
+	t := a.transport
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.engines) == 0 {
+		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
+	}
+	qpn := t.nextQPN
+	for t.qps[qpn] != nil || qpn < firstQPN {
+		qpn = (qpn + 1) & 0xFFFFFF
+	}
+	queue := t.nextEngine
+	// The SGE limit for reads is the adapter's MaxReadRequestSge, capped
+	// by what this QP accepts for other requests.
+	readSGE := min(cfg.MaxInitiatorRequestSge, int(info.MaxReadRequestSge))
+	q, err := t.engines[queue].CreateQP(rc.QPConfig{
+		QPN: qpn, PD: pd.id,
+		RecvCQ: cfg.ReceiveCq.core, SendCQ: cfg.InitiatorCq.core, Context: cfg.Context,
+		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
+		MaxRecvSGE: cfg.MaxReceiveRequestSge, MaxSendSGE: cfg.MaxInitiatorRequestSge, MaxReadSGE: readSGE,
+		InlineSize: cfg.InlineDataSize,
+	})
+	if err != nil {
+		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "engine refused the QP", Err: err}
+	}
+	if t.xdp != nil {
+		if err := t.xdp.AddQP(qpn, uint32(queue)); err != nil {
+			q.Close()
+			return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "steering map", Err: err}
+		}
+	}
+	t.nextQPN = (qpn + 1) & 0xFFFFFF
+	t.nextEngine = (queue + 1) % len(t.engines)
+	var psn [4]byte
+	_, _ = rand.Read(psn[:])
+	qp := &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}
+	t.qps[qpn] = qp
+	return qp, nil
+}
+
+// QPN returns the QP number peers address.
+func (q *QP) QPN() uint32 { return q.rc.QPN() }
+
+// Queue returns the device queue whose engine runs the QP.
+func (q *QP) Queue() int { return q.queue }
+
+// Connected reports whether the QP is connected and not in error.
+func (q *QP) Connected() bool { return q.rc.State() == rc.StateConnected }
+
+// postError turns an engine post status into the error the NDK call
+// returns. It allocates; only failures reach it.
+func postError(op string, st uint32) error {
+	switch st {
+	case ntstatus.ConnectionInvalid:
+		return errorf(StatusConnectionInvalid, op, "queue pair not connected")
+	case ntstatus.InvalidParameter:
+		return errorf(StatusInvalidParameter, op, "SGE count or inline size over the QP's limits, or length over 4 GiB")
+	case ntstatus.AccessViolation:
+		return errorf(StatusAccessViolation, op, "an SGE's local token, bounds or rights do not allow this access")
+	case ntstatus.InsufficientResource:
+		return errorf(StatusInsufficientResources, op, "queue full: wait for completions")
+	case ntstatus.InvalidHandle:
+		return errorf(StatusInvalidHandle, op, "queue pair closed")
+	}
+	return errorf(Status(st), op, "post failed")
+}
+
+func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
+	if err := checkOpFlags(pop, OpFlag(wr.Flags), q.adapter.info.AdapterFlags); err != nil {
+		return err
+	}
+	if st := q.rc.PostSend(wr); st != ntstatus.Success {
+		return postError(op, st)
+	}
+	return nil
+}
+
+// Send posts a send of the bytes sgl names (NdkSend; seed 003). Flags:
+// SILENT_SUCCESS (no completion unless it fails), READ_FENCE (start after
+// every earlier Read completed), SEND_AND_SOLICIT_EVENT (the peer's
+// SOLICITED arm fires on this receive), INLINE (the bytes are copied now;
+// tokens are not checked, the SGE count may exceed MaxInitiatorRequestSge,
+// the total must fit InlineDataSize) and DEFER (no doorbell: the request
+// waits for the next post without DEFER).
+//
+// It returns nil once queued (a completion follows, unless silent), or:
+// STATUS_CONNECTION_INVALID on a QP never connected;
+// STATUS_INVALID_PARAMETER for undocumented flags, too many SGEs or
+// inline data over the limit; STATUS_ACCESS_VIOLATION for an SGE its
+// token does not cover; STATUS_INSUFFICIENT_RESOURCES when the initiator
+// queue is full. These inline failures produce no completion. After the
+// QP failed or was flushed, requests complete with STATUS_CANCELLED.
+// Send never blocks and allocates nothing when it succeeds.
+func (q *QP) Send(ctx any, sgl []SGE, flags OpFlag) error {
+	wr := rc.SendWR{Op: rc.OpSend, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl)}
+	return q.post("send", postSend, &wr)
+}
+
+// SendAndInvalidate is Send plus remoteToken, which the peer invalidates
+// when the receive completes (NdkSendAndInvalidate; seeds 000, 004). The
+// initiator's completion has Type OpSend; the peer's has
+// OpReceiveAndInvalidate with the token in TypeSpecificCompletionOutput.
+// A token the peer cannot invalidate aborts the connection: the peer's
+// receive fails, this request completes with STATUS_REMOTE_RESOURCES and
+// both QPs enter the error state.
+func (q *QP) SendAndInvalidate(ctx any, sgl []SGE, flags OpFlag, remoteToken uint32) error {
+	wr := rc.SendWR{Op: rc.OpSendInvalidate, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), InvalidateToken: remoteToken}
+	return q.post("send and invalidate", postSendAndInvalidate, &wr)
+}
+
+// Write posts an RDMA write of sgl to the peer's memory at remoteAddress,
+// named by remoteToken (NdkWrite). Flags: SILENT_SUCCESS, READ_FENCE,
+// INLINE, DEFER. The peer refusing the access completes it with
+// STATUS_ACCESS_VIOLATION and fails the connection.
+func (q *QP) Write(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, flags OpFlag) error {
+	wr := rc.SendWR{Op: rc.OpWrite, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
+	return q.post("write", postWrite, &wr)
+}
+
+// Read posts an RDMA read of the peer's memory at remoteAddress into sgl
+// (NdkRead). Flags: SILENT_SUCCESS, READ_FENCE, DEFER. At most the
+// connection's outbound read limit run at once. The peer refusing the
+// access (bad token, bounds or rights) completes it with
+// STATUS_REMOTE_RESOURCES, as NdkRead documents for reads beyond the
+// remote region, and fails the connection.
+func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, flags OpFlag) error {
+	wr := rc.SendWR{Op: rc.OpRead, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
+	return q.post("read", postRead, &wr)
+}
+
+// Receive posts a receive buffer (NdkReceive); allowed before the QP is
+// connected. Its completion reports the bytes received, with Type
+// OpReceive, or OpReceiveAndInvalidate and the invalidated token. It fails
+// inline with STATUS_INVALID_PARAMETER (too many SGEs),
+// STATUS_ACCESS_VIOLATION (an SGE without local write) or
+// STATUS_INSUFFICIENT_RESOURCES (queue full). Allocates nothing when it
+// succeeds.
+func (q *QP) Receive(ctx any, sgl []SGE) error {
+	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != ntstatus.Success {
+		return postError("receive", st)
+	}
+	return nil
+}
+
+// Flush cancels every pending request (NdkFlush): each completes with
+// STATUS_CANCELLED, in order, and the QP is in the error state
+// afterwards, as after a failure. It returns before the cancellations
+// complete.
+func (q *QP) Flush() { q.rc.Flush() }
+
+// Close closes the QP (NdkCloseQp): pending requests complete with
+// STATUS_CANCELLED, the QP number leaves the steering map, and later posts
+// fail with STATUS_INVALID_HANDLE. A second Close does nothing.
+func (q *QP) Close() error {
+	if !q.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := q.rc.Close()
+	t := q.adapter.transport
+	t.mu.Lock()
+	delete(t.qps, q.QPN())
+	xdp := t.xdp
+	t.mu.Unlock()
+	if xdp != nil {
+		if rerr := xdp.RemoveQP(q.QPN()); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}
+	}
+	return nil
+}

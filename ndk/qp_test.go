@@ -1,0 +1,179 @@
+package ndk
+
+import (
+	"errors"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// pipeAdapter opens an adapter whose one engine runs over an in-memory
+// pipe end instead of AF_XDP: the public API without privileges.
+func pipeAdapter(t testing.TB, end port.Port, ip string, mac byte) *Adapter {
+	t.Helper()
+	a, err := newAdapter(defaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.transport = &transport{addr: netip.MustParseAddr(ip), mac: rocev2.MAC{2, 0, 0, 0, 0, mac}, mtu: 1500,
+		pmtu: rocev2.MTU1024, qps: make(map[uint32]*QP), nextQPN: firstQPN}
+	if err := a.transport.startEngine(end, Options{}, a.regions); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a
+}
+
+type side struct {
+	a        *Adapter
+	pd       *PD
+	rcq, icq *CQ
+	qp       *QP
+}
+
+func newSide(t testing.TB, a *Adapter) *side {
+	t.Helper()
+	s := &side{a: a}
+	var err error
+	if s.pd, err = a.CreatePd(); err != nil {
+		t.Fatal(err)
+	}
+	if s.rcq, err = a.CreateCq(1024, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.icq, err = a.CreateCq(1024, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = s.pd.CreateQp(QPConfig{ReceiveCq: s.rcq, InitiatorCq: s.icq, Context: "qp",
+		ReceiveQueueDepth: 64, InitiatorQueueDepth: 64, MaxReceiveRequestSge: 4, MaxInitiatorRequestSge: 4, InlineDataSize: 128}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pipePair(t testing.TB, connect bool) (*side, *side) {
+	t.Helper()
+	p, err := port.NewPipe(port.PipeConfig{Depth: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newSide(t, pipeAdapter(t, p.A(), "198.18.0.1", 1))
+	y := newSide(t, pipeAdapter(t, p.B(), "198.18.0.2", 2))
+	if connect {
+		if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := y.qp.ConnectOOB(x.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return x, y
+}
+
+func waitResult(t testing.TB, c *CQ) ResultEx {
+	t.Helper()
+	var r [1]ResultEx
+	for deadline := time.Now().Add(5 * time.Second); c.GetResultsEx(r[:]) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no completion within 5s")
+		}
+		runtime.Gosched()
+	}
+	return r[0]
+}
+
+func TestQPSendReceiveOverPipe(t *testing.T) {
+	x, y := pipePair(t, true)
+	src := make([]byte, 3000)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	dst := make([]byte, 3000)
+	smr, _ := x.pd.RegisterMr(src, 0)
+	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	ss, _ := smr.SGE(0, 3000)
+	ds, _ := dmr.SGE(0, 3000)
+	if err := y.qp.Receive("r", []SGE{ds}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.Send("s", []SGE{ss}, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, y.rcq)
+	if r.Status != StatusSuccess || r.Type != OpReceive || r.BytesTransferred != 3000 || r.RequestContext != "r" || r.QPContext != "qp" {
+		t.Fatalf("receive %+v", r)
+	}
+	if s := waitResult(t, x.icq); s.Status != StatusSuccess || s.Type != OpSend || s.RequestContext != "s" {
+		t.Fatalf("send %+v", s)
+	}
+	if string(dst) != string(src) {
+		t.Fatal("payload differs")
+	}
+}
+
+func TestQPNotConnectedAndBadFlags(t *testing.T) {
+	x, _ := pipePair(t, false)
+	if err := x.qp.Send(nil, nil, 0); !errors.Is(err, ErrConnectionInvalid) {
+		t.Fatalf("send before connect: %v", err)
+	}
+	if err := x.qp.Send(nil, nil, OpFlagAllowRemoteRead); !errors.Is(err, ErrInvalidParameter) {
+		t.Fatalf("undocumented flag: %v", err)
+	}
+	if err := x.qp.Read(nil, nil, 0, 0, OpFlagInline); !errors.Is(err, ErrInvalidParameter) {
+		t.Fatalf("INLINE on a read: %v", err)
+	}
+}
+
+func TestCreateQpChecksLimits(t *testing.T) {
+	x, _ := pipePair(t, false)
+	info := x.a.Info()
+	base := QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: 1, InitiatorQueueDepth: 1}
+	for name, mod := range map[string]func(*QPConfig){
+		"ReceiveDepth":  func(c *QPConfig) { c.ReceiveQueueDepth = int(info.MaxReceiveQueueDepth) + 1 },
+		"InitiatorZero": func(c *QPConfig) { c.InitiatorQueueDepth = 0 },
+		"RecvSGE":       func(c *QPConfig) { c.MaxReceiveRequestSge = int(info.MaxReceiveRequestSge) + 1 },
+		"SendSGE":       func(c *QPConfig) { c.MaxInitiatorRequestSge = int(info.MaxInitiatorRequestSge) + 1 },
+		"Inline":        func(c *QPConfig) { c.InlineDataSize = int(info.MaxInlineDataSize) + 1 },
+		"NoCQ":          func(c *QPConfig) { c.ReceiveCq = nil },
+	} {
+		c := base
+		mod(&c)
+		if _, err := x.pd.CreateQp(c); !errors.Is(err, ErrInvalidParameter) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestQPPostAndPollAllocateNothing(t *testing.T) {
+	x, y := pipePair(t, true)
+	src := make([]byte, 64)
+	dst := make([]byte, 64)
+	smr, _ := x.pd.RegisterMr(src, 0)
+	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	ss, _ := smr.SGE(0, 64)
+	ds, _ := dmr.SGE(0, 64)
+	ssgl, dsgl := []SGE{ss}, []SGE{ds}
+	ctx := new(int)
+	var rs [4]Result
+	wait := func(c *CQ) {
+		for c.GetResults(rs[:1]) == 0 {
+			runtime.Gosched()
+		}
+	}
+	round := func() {
+		_ = y.qp.Receive(ctx, dsgl)
+		_ = x.qp.Send(ctx, ssgl, 0)
+		wait(x.icq)
+		wait(y.rcq)
+	}
+	for i := 0; i < 20; i++ {
+		round()
+	}
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("%.2f allocations per Receive+Send+GetResults round trip", n)
+	}
+}
