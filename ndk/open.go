@@ -246,7 +246,9 @@ func (t *transport) startEngine(p port.Port, opts Options, regions *memreg.Table
 	return nil
 }
 
-// Stats returns the counters of each queue's engine.
+// Stats returns the counters of each queue's engine. Each engine takes its
+// snapshot on its own goroutine, which also orders the caller with it (see
+// the ndk doc: memory a peer writes with RDMA WRITE).
 func (a *Adapter) Stats() []EngineStats {
 	t := a.transportOrZero()
 	out := make([]EngineStats, len(t.engines))

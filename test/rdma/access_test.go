@@ -50,6 +50,7 @@ func TestRemoteAccessViolations(t *testing.T) {
 				expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "inv")
 				wait(t, b.rcq, 1, 5*time.Second)
 			}
+			b.settle()
 			targetBefore := append([]byte(nil), tg.all...)
 			localBefore := append([]byte(nil), local.all...)
 			want, typ := ndk.StatusAccessViolation, ndk.OpWrite
@@ -63,6 +64,7 @@ func TestRemoteAccessViolations(t *testing.T) {
 			es := wait(t, a.icq, 2, 5*time.Second)
 			expect(t, es[0], want, typ, 1)
 			expect(t, es[1], ndk.StatusCancelled, ndk.OpSend, 2)
+			b.settle()
 			same(t, "target and its guards", tg.all, targetBefore)
 			same(t, "local memory and its guards", local.all, localBefore)
 			for deadline := time.Now().Add(time.Second); qb.Connected(); time.Sleep(time.Millisecond) {

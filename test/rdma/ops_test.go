@@ -42,14 +42,17 @@ func TestSizes(t *testing.T) {
 					wdst := b.region(n, ndk.MRFlagAllowRemoteWrite)
 					must(t, qa.Write("w", src.sgl(0, n), wdst.mr.Addr(), wdst.mr.RemoteToken(), 0))
 					expect(t, wait(t, a.icq, 1, d)[0], ndk.StatusSuccess, ndk.OpWrite, "w")
+					b.settle()
 					same(t, "write", wdst.b, src.b)
 					// READ
 					rsrc := b.region(n, ndk.MRFlagAllowRemoteRead)
 					fill(rsrc.b, uint64(n)+1)
+					b.settle()
 					sink := a.region(n, ndk.MRFlagAllowLocalWrite)
 					must(t, qa.Read("rd", sink.sgl(0, n), rsrc.mr.Addr(), rsrc.mr.RemoteToken(), 0))
 					expect(t, wait(t, a.icq, 1, d)[0], ndk.StatusSuccess, ndk.OpRead, "rd")
 					same(t, "read", sink.b, rsrc.b)
+					b.settle()
 					for _, r := range []*region{src, dst, wdst, rsrc, sink} {
 						if !r.guardsIntact() {
 							t.Fatal("guard bytes changed")

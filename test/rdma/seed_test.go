@@ -129,6 +129,7 @@ func TestSend_SilentSuccessCompletesOnlyOnFailure(t *testing.T) {
 	must(t, qa.Write(8, src.sgl(0, 64), dst.mr.Addr(), dst.mr.RemoteToken(), 0))
 	expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpWrite, 8)
 	none(t, a.icq, 10*time.Millisecond)
+	b.settle()
 	same(t, "silent writes", dst.b, src.b)
 	// A silent request that fails still completes.
 	must(t, qa.Write(9, src.sgl(0, 64), dst.mr.Addr(), dst.mr.RemoteToken()^0x55, ndk.OpFlagSilentSuccess))
@@ -268,6 +269,7 @@ func TestSendAndInvalidate(t *testing.T) {
 		// A later use of the token fails, and touches nothing.
 		must(t, qa.Write("w", src.sgl(0, 8), target.mr.Addr(), tok, 0))
 		expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusAccessViolation, ndk.OpWrite, "w")
+		b.settle()
 		if target.b[0] != 0xEE || !target.guardsIntact() {
 			t.Fatal("the invalidated region was written")
 		}
@@ -353,6 +355,7 @@ func TestSeedRegisterMr_ReadSinkNotRequired(t *testing.T) {
 	qa, _ := a.pairWith(b, ndk.ConnectOptions{})
 	src := b.region(512, ndk.MRFlagAllowRemoteRead|ndk.MRFlagRdmaReadSink)
 	fill(src.b, 8)
+	b.settle()
 	for i, flags := range []ndk.MRFlag{ndk.MRFlagAllowLocalWrite, ndk.MRFlagAllowLocalWrite | ndk.MRFlagRdmaReadSink, ndk.MRFlagRdmaReadSink} {
 		sink := a.region(512, flags)
 		must(t, qa.Read(i, sink.sgl(0, 512), src.mr.Addr(), src.mr.RemoteToken(), 0))

@@ -210,3 +210,10 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// settle orders the test's memory accesses with x's engines. A peer's
+// WRITE completion proves that x's engine placed the bytes, and a READ is
+// posted after its source was filled, but those orders cross the kernel,
+// where the race detector cannot see them; Adapter.Stats synchronizes
+// with every engine of x.
+func (x *host) settle() { x.a.Stats() }

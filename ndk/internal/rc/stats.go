@@ -45,8 +45,23 @@ type Stats struct {
 	Sleeps                                   uint64 // adaptive-mode waits
 }
 
-// Stats returns the engine's counters.
+// Stats returns the engine's counters. While the engine runs, the
+// snapshot is taken on the engine goroutine, so it is consistent and
+// orders the caller with the engine: what the engine did before (placing a
+// WRITE's bytes, say) happens before Stats returns, and what the caller
+// did before calling (filling memory a peer will READ) happens before the
+// engine's next step. A peer's completion tells the consumer that the
+// engine placed bytes, but that causality crosses the kernel, where the
+// race detector cannot follow it; Stats makes it visible.
 func (e *Engine) Stats() Stats {
+	var s Stats
+	if e.do(func() { s = e.snapshot() }) != nil {
+		s = e.snapshot()
+	}
+	return s
+}
+
+func (e *Engine) snapshot() Stats {
 	c := &e.c
 	return Stats{
 		FramesIn: c.framesIn.Load(), FramesOut: c.framesOut.Load(),
