@@ -548,9 +548,12 @@ func (e *Engine) cancelAll(q *QP) {
 
 // completeSend retires the oldest send WQE, pushing its completion unless
 // it succeeded silently (SILENT_SUCCESS: the WQE still retires in order).
+// The slot is freed before the completion is pushed, so a consumer that
+// sees the completion finds room for a new post.
 func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 	t := &q.t
-	if status != ntstatus.Success || w.flags&FlagSilentSuccess == 0 {
+	signal := status != ntstatus.Success || w.flags&FlagSilentSuccess == 0
+	if signal {
 		typ := uint32(typeSend)
 		switch w.op {
 		case OpWrite:
@@ -565,9 +568,6 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 			QPContext:         q.cfg.Context,
 			RequestContext:    w.ctx,
 		}
-		q.cfg.SendCQ.Push(&e.entry)
-		e.entry = cq.Entry{}
-		e.c.completions.Add(1)
 	}
 	if w.op == OpRead && t.sqHead < t.sqStart {
 		t.readsOut--
@@ -579,9 +579,15 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 		t.sqStart = t.sqHead
 	}
 	q.sq.retire(t.sqHead)
+	if signal {
+		q.cfg.SendCQ.Push(&e.entry)
+		e.entry = cq.Entry{}
+		e.c.completions.Add(1)
+	}
 }
 
-// completeRecv retires the oldest receive WQE with a completion.
+// completeRecv retires the oldest receive WQE with a completion, freeing
+// the slot first (see completeSend).
 func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, solicited bool) {
 	t := &q.t
 	w := q.rq.at(t.rqHead)
@@ -595,11 +601,11 @@ func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, 
 		RequestContext:               w.ctx,
 		Solicited:                    solicited,
 	}
-	q.cfg.RecvCQ.Push(&e.entry)
-	e.entry = cq.Entry{}
-	e.c.completions.Add(1)
 	w.ctx = nil
 	clear(w.seg[:w.nseg])
 	t.rqHead++
 	q.rq.retire(t.rqHead)
+	q.cfg.RecvCQ.Push(&e.entry)
+	e.entry = cq.Entry{}
+	e.c.completions.Add(1)
 }

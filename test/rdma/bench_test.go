@@ -1,0 +1,333 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/baseline"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// Benchmark parameters: a 64-byte SEND, a 64 KiB WRITE, one-second
+// windows, 20000 ping-pongs at most (each side also stops after 5 s).
+const (
+	benchMsg    = 64
+	benchWrite  = 64 << 10
+	benchWindow = time.Second
+	benchPings  = 20000
+	benchMTU    = 9000
+)
+
+// rdmaFrame is the Ethernet frame (without FCS) of a SEND_ONLY carrying n
+// bytes over IPv4: what the baselines' frame sizes are compared with.
+func rdmaFrame(n int) int {
+	return rocev2.EthernetLen + rocev2.IPv4Len + rocev2.UDPLen + rocev2.BTHLen + n + rocev2.PadCount(n) + rocev2.ICRCLen
+}
+
+type figures struct {
+	sendRate  float64 // messages/s
+	rtt       baseline.Latency
+	writeGbps float64
+}
+
+// BenchmarkRDMAvsBaseline measures, in one run on one veth pair (MTU
+// 9000): raw AF_XDP, Go UDP and Go TCP (test/baseline), then ndkxdp on
+// both ends: the 64 B SEND message rate, the 64 B SEND ping-pong and the
+// 64 KiB WRITE bandwidth. It prints a table and reports each ratio as a
+// metric. Run it with -benchtime 1x: one iteration measures everything.
+// NDKXDP_BENCH_POLL=busy makes the engines busy-poll.
+func BenchmarkRDMAvsBaseline(b *testing.B) {
+	p := harness.New(b, harness.Config{MTU: benchMTU, StaticNeighbours: true})
+	frame := rdmaFrame(benchMsg)
+	for b.Loop() {
+		var base struct {
+			xdpRate, udpRate, tcpBW baseline.Rate
+			xdpRTT, udpRTT, tcpRTT  baseline.Latency
+		}
+		var err error
+		if base.xdpRate, err = baseline.XDPRate(p, frame, benchWindow); err != nil {
+			b.Fatal(err)
+		}
+		if base.udpRate, err = baseline.UDPRate(p, frame, benchWindow); err != nil {
+			b.Fatal(err)
+		}
+		if base.tcpBW, err = baseline.TCPRate(p, benchWrite, benchWindow); err != nil {
+			b.Fatal(err)
+		}
+		if base.xdpRTT, err = baseline.XDPPingPong(p, frame, benchPings, 5*benchWindow); err != nil {
+			b.Fatal(err)
+		}
+		if base.udpRTT, err = baseline.UDPPingPong(p, frame, benchPings, 5*benchWindow); err != nil {
+			b.Fatal(err)
+		}
+		if base.tcpRTT, err = baseline.TCPPingPong(p, frame, benchPings, 5*benchWindow); err != nil {
+			b.Fatal(err)
+		}
+		f := measureRDMA(b, p)
+
+		ratio := func(x, y float64) float64 { return x / y }
+		sendVsXDP := ratio(f.sendRate, base.xdpRate.PerSecond())
+		sendVsUDP := ratio(f.sendRate, base.udpRate.PerSecond())
+		rttVsXDP := ratio(float64(f.rtt.P50), float64(base.xdpRTT.P50))
+		rttVsTCP := ratio(float64(f.rtt.P50), float64(base.tcpRTT.P50))
+		writeVsTCP := ratio(f.writeGbps, base.tcpBW.Gbps())
+
+		var t strings.Builder
+		fmt.Fprintf(&t, "veth pair, MTU %d, %d-byte frames (a 64 B RC SEND), 64 KiB WRITE, %v windows\n", benchMTU, frame, benchWindow)
+		fmt.Fprintf(&t, "%-28s %14s %14s %14s\n", "", "ndkxdp", "reference", "ratio")
+		fmt.Fprintf(&t, "%-28s %14.0f %14.0f %14.2f  (target >= 0.50)\n", "msg/s vs raw AF_XDP", f.sendRate, base.xdpRate.PerSecond(), sendVsXDP)
+		fmt.Fprintf(&t, "%-28s %14.0f %14.0f %14.2f  (target > 1)\n", "msg/s vs Go UDP", f.sendRate, base.udpRate.PerSecond(), sendVsUDP)
+		fmt.Fprintf(&t, "%-28s %14v %14v %14.2f  (target <= 2)\n", "RTT p50 vs AF_XDP", f.rtt.P50, base.xdpRTT.P50, rttVsXDP)
+		fmt.Fprintf(&t, "%-28s %14v %14v %14.2f  (target < 1)\n", "RTT p50 vs Go TCP", f.rtt.P50, base.tcpRTT.P50, rttVsTCP)
+		fmt.Fprintf(&t, "%-28s %14v %14v\n", "RTT p99 (AF_XDP)", f.rtt.P99, base.xdpRTT.P99)
+		fmt.Fprintf(&t, "%-28s %14v %14v\n", "RTT p50/p99 (UDP)", base.udpRTT.P50, base.udpRTT.P99)
+		fmt.Fprintf(&t, "%-28s %14v %14v\n", "RTT p99 (TCP)", f.rtt.P99, base.tcpRTT.P99)
+		fmt.Fprintf(&t, "%-28s %14.2f %14.2f %14.2f  (target >= 0.70)\n", "WRITE Gbit/s vs Go TCP", f.writeGbps, base.tcpBW.Gbps(), writeVsTCP)
+		b.Log("\n" + t.String())
+
+		b.ReportMetric(f.sendRate, "send-msg/s")
+		b.ReportMetric(sendVsXDP, "send/xdp-rate")
+		b.ReportMetric(sendVsUDP, "send/udp-rate")
+		b.ReportMetric(float64(f.rtt.P50.Nanoseconds()), "rtt-p50-ns")
+		b.ReportMetric(float64(f.rtt.P99.Nanoseconds()), "rtt-p99-ns")
+		b.ReportMetric(rttVsXDP, "rtt/xdp-rtt")
+		b.ReportMetric(rttVsTCP, "rtt/tcp-rtt")
+		b.ReportMetric(f.writeGbps, "write-Gbit/s")
+		b.ReportMetric(writeVsTCP, "write/tcp-bw")
+	}
+}
+
+// measureRDMA opens ndkxdp on both hosts of p and measures it.
+func measureRDMA(b *testing.B, p *harness.Pair) figures {
+	s := setup{}
+	if os.Getenv("NDKXDP_BENCH_POLL") == "busy" {
+		s.opts.Polling = ndk.PollBusy
+	}
+	x := openHost(b, p.A, s, nil)
+	y := openHost(b, p.B, s, nil)
+	defer x.a.Close()
+	defer y.a.Close()
+	var f figures
+	var err error
+	// Each measurement gets fresh CQs: the previous one's QPs complete
+	// their cancelled receives into the old ones as they close.
+	x.freshCQs()
+	y.freshCQs()
+	if f.sendRate, err = sendRate(x, y); err != nil {
+		b.Fatal(err)
+	}
+	x.freshCQs()
+	y.freshCQs()
+	if f.rtt, err = pingPong(x, y); err != nil {
+		b.Fatal(err)
+	}
+	x.freshCQs()
+	y.freshCQs()
+	if f.writeGbps, err = writeBandwidth(x, y); err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+func (x *host) freshCQs() {
+	x.t.Helper()
+	var err error
+	if x.rcq, err = x.a.CreateCq(8192, nil); err != nil {
+		x.t.Fatal(err)
+	}
+	if x.icq, err = x.a.CreateCq(8192, nil); err != nil {
+		x.t.Fatal(err)
+	}
+}
+
+// sendRate streams silent 64-byte SENDs from x to y, y re-posting each
+// receive as it completes, and returns the receives per second over one
+// window after a short warm-up.
+func sendRate(x, y *host) (float64, error) {
+	qa, qb := x.pairWith(y, ndk.ConnectOptions{})
+	defer qa.Close()
+	defer qb.Close()
+	src := x.region(benchMsg, 0)
+	dst := y.region(benchMsg*defaultQP.ReceiveQueueDepth, ndk.MRFlagAllowLocalWrite)
+	for i := 0; i < defaultQP.ReceiveQueueDepth; i++ {
+		if err := qb.Receive(i, dst.sgl(i*benchMsg, benchMsg)); err != nil {
+			return 0, err
+		}
+	}
+	var stop atomic.Bool
+	var counting atomic.Bool
+	var received atomic.Uint64
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() { // receiver
+		defer wg.Done()
+		rs := make([]ndk.Result, 64)
+		for !stop.Load() {
+			n := y.rcq.GetResults(rs)
+			for _, r := range rs[:n] {
+				if r.Status != ndk.StatusSuccess {
+					errs <- fmt.Errorf("receive: %v", r.Status)
+					return
+				}
+				i := r.RequestContext.(int)
+				if err := qb.Receive(i, dst.sgl(i*benchMsg, benchMsg)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if counting.Load() {
+				received.Add(uint64(n))
+			}
+			if n == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	go func() { // sender
+		defer wg.Done()
+		sgl := src.sgl(0, benchMsg)
+		for !stop.Load() {
+			err := qa.Send(nil, sgl, ndk.OpFlagSilentSuccess)
+			if errors.Is(err, ndk.ErrInsufficientResources) {
+				runtime.Gosched()
+				continue
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	counting.Store(true)
+	start := time.Now()
+	time.Sleep(benchWindow)
+	n := received.Load()
+	elapsed := time.Since(start)
+	stop.Store(true)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// pingPong bounces a 64-byte SEND between x and y and returns the round
+// trips seen by x.
+func pingPong(x, y *host) (baseline.Latency, error) {
+	qa, qb := x.pairWith(y, ndk.ConnectOptions{})
+	defer qa.Close()
+	defer qb.Close()
+	sa, ra := x.region(benchMsg, 0), x.region(benchMsg, ndk.MRFlagAllowLocalWrite)
+	sb, rb := y.region(benchMsg, 0), y.region(benchMsg, ndk.MRFlagAllowLocalWrite)
+	if err := qa.Receive(nil, ra.sgl(0, benchMsg)); err != nil {
+		return baseline.Latency{}, err
+	}
+	if err := qb.Receive(nil, rb.sgl(0, benchMsg)); err != nil {
+		return baseline.Latency{}, err
+	}
+	var stop atomic.Bool
+	done := make(chan error, 1)
+	go func() { // y echoes
+		var r [1]ndk.Result
+		ssgl, rsgl := sb.sgl(0, benchMsg), rb.sgl(0, benchMsg)
+		for !stop.Load() {
+			if y.rcq.GetResults(r[:]) == 0 {
+				runtime.Gosched()
+				continue
+			}
+			if err := qb.Receive(nil, rsgl); err != nil {
+				done <- err
+				return
+			}
+			if err := qb.Send(nil, ssgl, ndk.OpFlagSilentSuccess); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	samples := make([]time.Duration, 0, benchPings)
+	var r [1]ndk.Result
+	ssgl, rsgl := sa.sgl(0, benchMsg), ra.sgl(0, benchMsg)
+	deadline := time.Now().Add(5 * benchWindow)
+	var err error
+	for i := 0; i < benchPings+100 && time.Now().Before(deadline); i++ {
+		t0 := time.Now()
+		if err = qa.Send(nil, ssgl, ndk.OpFlagSilentSuccess); err != nil {
+			break
+		}
+		for x.rcq.GetResults(r[:]) == 0 {
+			if time.Now().After(deadline) {
+				err = errors.New("ping-pong: no reply before the deadline")
+				break
+			}
+			runtime.Gosched()
+		}
+		if err != nil {
+			break
+		}
+		rtt := time.Since(t0)
+		if err = qa.Receive(nil, rsgl); err != nil {
+			break
+		}
+		if i >= 100 { // warm-up
+			samples = append(samples, rtt)
+		}
+	}
+	stop.Store(true)
+	if e := <-done; err == nil {
+		err = e
+	}
+	return baseline.Summarize(samples), err
+}
+
+// writeBandwidth streams 64 KiB WRITEs from x to y for one window and
+// returns the completed bytes per second, in Gbit/s.
+func writeBandwidth(x, y *host) (float64, error) {
+	qa, qb := x.pairWith(y, ndk.ConnectOptions{})
+	defer qa.Close()
+	defer qb.Close()
+	src := x.region(benchWrite, 0)
+	dst := y.region(benchWrite, ndk.MRFlagAllowRemoteWrite)
+	sgl := src.sgl(0, benchWrite)
+	rs := make([]ndk.Result, 64)
+	var done uint64
+	var counted uint64
+	warm := time.Now().Add(100 * time.Millisecond)
+	var start time.Time
+	end := warm.Add(benchWindow)
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		if start.IsZero() && now.After(warm) {
+			start, counted = now, done
+		}
+		err := qa.Write(nil, sgl, dst.mr.Addr(), dst.mr.RemoteToken(), 0)
+		if err != nil && !errors.Is(err, ndk.ErrInsufficientResources) {
+			return 0, err
+		}
+		n := x.icq.GetResults(rs)
+		for _, r := range rs[:n] {
+			if r.Status != ndk.StatusSuccess {
+				return 0, fmt.Errorf("write: %v", r.Status)
+			}
+		}
+		done += uint64(n)
+		if err != nil && n == 0 {
+			runtime.Gosched()
+		}
+	}
+	elapsed := time.Since(start)
+	return float64((done-counted)*benchWrite*8) / elapsed.Seconds() / 1e9, nil
+}
