@@ -1,0 +1,182 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Access is what a registration allows. The values are NDK_MR_FLAG_*
+// (NDKPI.md §6, ndk.MRFlag), so the wiring converts with a plain cast.
+type Access uint32
+
+const (
+	AccessLocalWrite  Access = 0x1
+	AccessRemoteRead  Access = 0x2
+	AccessRemoteWrite Access = 0x5 // includes AccessLocalWrite, as NDK_MR_FLAG_ALLOW_REMOTE_WRITE does
+	// AccessRemoteAtomic lets the peer run atomics on the region. NDKPI has
+	// no separate flag (atomics are outside NDK 1.2); verbs needs
+	// IBV_ACCESS_REMOTE_ATOMIC, so the bit is ours and above NDK's.
+	AccessRemoteAtomic Access = 0x100
+)
+
+// Region is registered memory: the bytes, the address a peer names in RDMA
+// operations, and the two tokens (NDK's local and remote token, verbs' lkey
+// and rkey).
+type Region struct {
+	Buf  []byte
+	Addr uint64
+	LKey uint32
+	RKey uint32
+}
+
+// Segment is a window of a region, the one-entry scatter/gather list every
+// operation here takes.
+type Segment struct {
+	Region Region
+	Off    int
+	Len    int
+}
+
+// Bytes returns the window's bytes.
+func (s Segment) Bytes() []byte { return s.Region.Buf[s.Off : s.Off+s.Len] }
+
+// Seg returns the window [off, off+n) of r, or an error if it does not fit.
+func (r Region) Seg(off, n int) (Segment, error) {
+	if off < 0 || n < 0 || off+n > len(r.Buf) {
+		return Segment{}, fmt.Errorf("segment [%d, %d) outside a %d-byte region: %w", off, off+n, len(r.Buf), ErrInvalid)
+	}
+	return Segment{Region: r, Off: off, Len: n}, nil
+}
+
+// Op names the operation a completion reports.
+type Op uint8
+
+const (
+	OpSend Op = iota + 1
+	OpReceive
+	OpRead
+	OpWrite
+	OpFetchAdd
+	OpCompareSwap
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpSend:
+		return "send"
+	case OpReceive:
+		return "receive"
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	case OpFetchAdd:
+		return "fetch-add"
+	case OpCompareSwap:
+		return "compare-swap"
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// Completion is one finished request (NDK_RESULT_EX): the caller's ID, the
+// operation, the bytes received (receives) or transferred, and nil or the
+// failure (a flushed request reports ErrFlushed).
+type Completion struct {
+	ID    uint64
+	Op    Op
+	Bytes int
+	Err   error
+}
+
+// Endpoint is one connected reliable-connection QP with its completion
+// queue, as the NDK API offers it. Posting never blocks: a full queue
+// returns ErrQueueFull. All methods are called from one goroutine.
+type Endpoint interface {
+	// Register makes buf usable in requests on this endpoint (NdkRegisterMr).
+	Register(buf []byte, access Access) (Region, error)
+	// Send posts a SEND of local (NdkSend). An unsignaled request makes no
+	// completion when it succeeds (NDK_OP_FLAG_SILENT_SUCCESS).
+	Send(id uint64, local Segment, signaled bool) error
+	// Receive posts a receive buffer (NdkReceive); its completion is always
+	// signaled and carries the received length.
+	Receive(id uint64, local Segment) error
+	// Read posts an RDMA READ of local.Len bytes at remoteAddr into local (NdkRead).
+	Read(id uint64, local Segment, remoteAddr uint64, rkey uint32, signaled bool) error
+	// Write posts an RDMA WRITE of local to remoteAddr (NdkWrite).
+	Write(id uint64, local Segment, remoteAddr uint64, rkey uint32, signaled bool) error
+	// Poll moves up to len(out) completions into out and returns how many
+	// (NdkGetResultsEx). It does not block and must not allocate. It returns
+	// ErrDisconnected once the peer has disconnected and every request has
+	// completed.
+	Poll(out []Completion) (int, error)
+	// Peek returns the byte at off in r as the peer's RDMA WRITEs have left
+	// it. ib_write_lat learns of an arriving WRITE only by polling the last
+	// byte of its buffer (no completion exists at the responder); Peek is
+	// that poll, ordered after the placement of every WRITE the
+	// implementation has executed, so the poll is no data race.
+	Peek(r Region, off int) byte
+	// Close disconnects (DREQ) and releases the QP; requests still queued
+	// complete with ErrFlushed first. Closing twice is harmless.
+	Close() error
+}
+
+// Atomics is the optional extension for ib_atomic_bw: 8-byte fetch-and-add
+// and compare-and-swap on the peer's memory, the original value landing in
+// local (8 bytes). Endpoints without atomics do not implement it.
+type Atomics interface {
+	FetchAdd(id uint64, local Segment, remoteAddr uint64, rkey uint32, add uint64, signaled bool) error
+	CompareSwap(id uint64, local Segment, remoteAddr uint64, rkey uint32, compare, swap uint64, signaled bool) error
+}
+
+// ConnParams are the rdma_conn_param values a side offers (librdmacm
+// rdma_connect / rdma_accept) plus a hook that runs on the new endpoint
+// before the connection is established, to post the receives the peer may
+// need at once (rping and perftest post theirs before rdma_connect and
+// rdma_accept).
+type ConnParams struct {
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	RetryCount         uint8
+	RNRRetryCount      uint8
+	PrivateData        []byte
+	Prepare            func(Endpoint) error
+}
+
+// Connector opens connections to one peer address (rdma_resolve_addr,
+// rdma_resolve_route, rdma_connect over IB CM).
+type Connector interface {
+	// Connect connects to the peer's rdma_cm port. A REJ from the peer is
+	// returned as a *RejectError.
+	Connect(ctx context.Context, port uint16, p ConnParams) (Endpoint, error)
+}
+
+// Listener accepts connections on one rdma_cm port (rdma_listen).
+type Listener interface {
+	// Accept waits for the next REQ and accepts it with p.
+	Accept(ctx context.Context, p ConnParams) (Endpoint, error)
+	Close() error
+}
+
+// RejectError is a connection attempt the peer answered with a CM REJ
+// (IBTA 12.6.7); Reason is the REJ reason code.
+type RejectError struct {
+	Reason uint16
+}
+
+// RejectInvalidServiceID is REJ reason 8: nobody listens on that port (yet).
+const RejectInvalidServiceID = 8
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("connection rejected by the peer (CM REJ reason %d)", e.Reason)
+}
+
+// Sentinel errors an Endpoint returns.
+var (
+	ErrInvalid      = errors.New("invalid argument")
+	ErrQueueFull    = errors.New("work queue full")
+	ErrFlushed      = errors.New("request flushed")
+	ErrDisconnected = errors.New("connection closed by the peer")
+	ErrAccess       = errors.New("remote access error")
+	ErrTooLong      = errors.New("message longer than the receive buffer")
+)

@@ -1,0 +1,401 @@
+// Package verbstest is an in-memory implementation of verbs.Endpoint for
+// tests: two endpoints joined back to back that execute every operation at
+// once by copying bytes between registered regions and checking tokens,
+// bounds and access rights as a responder would. A SEND that finds no
+// receive waits for one, as an RNR retry would. It also provides Network, a
+// Connector and Listener on numbered ports that rejects a connection to an
+// unbound port with REJ reason 8, as IB CM does.
+package verbstest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+)
+
+// Options tune a pair.
+type Options struct {
+	// QueueDepth bounds posted-but-uncompleted sends and receives per side;
+	// 0 means 1024.
+	QueueDepth int
+}
+
+type region struct {
+	r      verbs.Region
+	access verbs.Access
+}
+
+type pending struct {
+	id       uint64
+	data     []byte
+	signaled bool
+}
+
+// Endpoint is one side of a pair.
+type Endpoint struct {
+	mu      *sync.Mutex // shared by both sides
+	peer    *Endpoint
+	depth   int
+	regions map[uint32]region // by rkey and by lkey
+	nextKey uint32
+	nextVA  uint64
+	recvs   []recvWR
+	sends   []pending // SENDs waiting for a receive at the peer
+	cq      []verbs.Completion
+	cqHead  int
+	closed  bool
+
+	// Counters for tests.
+	Posted struct{ Send, Receive, Read, Write, Atomic int }
+}
+
+type recvWR struct {
+	id  uint64
+	seg verbs.Segment
+}
+
+// Pair returns two connected endpoints.
+func Pair(o Options) (*Endpoint, *Endpoint) {
+	if o.QueueDepth <= 0 {
+		o.QueueDepth = 1024
+	}
+	mu := new(sync.Mutex)
+	a := &Endpoint{mu: mu, depth: o.QueueDepth, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
+	b := &Endpoint{mu: mu, depth: o.QueueDepth, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
+	a.peer, b.peer = b, a
+	return a, b
+}
+
+// Register implements verbs.Endpoint. Addresses are fake but distinct, so a
+// peer that used its own pointer instead of the advertised address fails.
+func (e *Endpoint) Register(buf []byte, access verbs.Access) (verbs.Region, error) {
+	if len(buf) == 0 {
+		return verbs.Region{}, fmt.Errorf("register: empty buffer: %w", verbs.ErrInvalid)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := verbs.Region{Buf: buf, Addr: e.nextVA, LKey: e.nextKey, RKey: e.nextKey + 1}
+	e.nextKey += 2
+	e.nextVA += uint64(len(buf)+4095) &^ 4095
+	e.regions[r.LKey] = region{r, access}
+	e.regions[r.RKey] = region{r, access}
+	return r, nil
+}
+
+func (e *Endpoint) checkLocal(s verbs.Segment) error {
+	reg, ok := e.regions[s.Region.LKey]
+	if !ok || reg.r.LKey != s.Region.LKey {
+		return fmt.Errorf("local key %#x not registered here: %w", s.Region.LKey, verbs.ErrInvalid)
+	}
+	if s.Off < 0 || s.Len < 0 || s.Off+s.Len > len(reg.r.Buf) {
+		return fmt.Errorf("local segment [%d,%d) outside its region: %w", s.Off, s.Off+s.Len, verbs.ErrInvalid)
+	}
+	return nil
+}
+
+// remote finds [addr, addr+n) in a region of e registered under rkey with want.
+func (e *Endpoint) remote(addr uint64, rkey uint32, n int, want verbs.Access) ([]byte, error) {
+	reg, ok := e.regions[rkey]
+	if !ok || reg.r.RKey != rkey {
+		return nil, fmt.Errorf("rkey %#x unknown: %w", rkey, verbs.ErrAccess)
+	}
+	if reg.access&want != want {
+		return nil, fmt.Errorf("rkey %#x lacks access %#x: %w", rkey, want, verbs.ErrAccess)
+	}
+	if addr < reg.r.Addr || addr+uint64(n) > reg.r.Addr+uint64(len(reg.r.Buf)) {
+		return nil, fmt.Errorf("[%#x, %#x) outside rkey %#x: %w", addr, addr+uint64(n), rkey, verbs.ErrAccess)
+	}
+	off := addr - reg.r.Addr
+	return reg.r.Buf[off : off+uint64(n)], nil
+}
+
+func (e *Endpoint) complete(c verbs.Completion) { e.cq = append(e.cq, c) }
+
+func (e *Endpoint) usable() error {
+	if e.closed {
+		return fmt.Errorf("endpoint closed: %w", verbs.ErrInvalid)
+	}
+	if e.peer.closed {
+		return fmt.Errorf("post: %w", verbs.ErrDisconnected)
+	}
+	return nil
+}
+
+// Send implements verbs.Endpoint.
+func (e *Endpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := e.checkLocal(local); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if len(e.sends) >= e.depth {
+		return fmt.Errorf("send: %w", verbs.ErrQueueFull)
+	}
+	e.Posted.Send++
+	// The payload is taken now, as the HCA would by DMA at post time.
+	e.sends = append(e.sends, pending{id, append([]byte(nil), local.Bytes()...), signaled})
+	e.deliver()
+	return nil
+}
+
+// deliver matches queued SENDs with the peer's receives, in order.
+func (e *Endpoint) deliver() {
+	p := e.peer
+	for len(e.sends) > 0 && len(p.recvs) > 0 {
+		s, r := e.sends[0], p.recvs[0]
+		e.sends, p.recvs = e.sends[1:], p.recvs[1:]
+		if len(s.data) > r.seg.Len {
+			p.complete(verbs.Completion{ID: r.id, Op: verbs.OpReceive, Err: verbs.ErrTooLong})
+			e.complete(verbs.Completion{ID: s.id, Op: verbs.OpSend, Err: verbs.ErrTooLong})
+			continue
+		}
+		copy(r.seg.Bytes(), s.data)
+		p.complete(verbs.Completion{ID: r.id, Op: verbs.OpReceive, Bytes: len(s.data)})
+		if s.signaled {
+			e.complete(verbs.Completion{ID: s.id, Op: verbs.OpSend, Bytes: len(s.data)})
+		}
+	}
+}
+
+// Receive implements verbs.Endpoint.
+func (e *Endpoint) Receive(id uint64, local verbs.Segment) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("receive: endpoint closed: %w", verbs.ErrInvalid)
+	}
+	if err := e.checkLocal(local); err != nil {
+		return fmt.Errorf("receive: %w", err)
+	}
+	if len(e.recvs) >= e.depth {
+		return fmt.Errorf("receive: %w", verbs.ErrQueueFull)
+	}
+	e.Posted.Receive++
+	e.recvs = append(e.recvs, recvWR{id, local})
+	e.peer.deliver()
+	return nil
+}
+
+// Read implements verbs.Endpoint.
+func (e *Endpoint) Read(id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := e.checkLocal(local); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	e.Posted.Read++
+	src, err := e.peer.remote(addr, rkey, local.Len, verbs.AccessRemoteRead)
+	if err != nil {
+		e.complete(verbs.Completion{ID: id, Op: verbs.OpRead, Err: err})
+		return nil
+	}
+	copy(local.Bytes(), src)
+	if signaled {
+		e.complete(verbs.Completion{ID: id, Op: verbs.OpRead, Bytes: local.Len})
+	}
+	return nil
+}
+
+// Write implements verbs.Endpoint.
+func (e *Endpoint) Write(id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := e.checkLocal(local); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	e.Posted.Write++
+	dst, err := e.peer.remote(addr, rkey, local.Len, verbs.AccessRemoteWrite)
+	if err != nil {
+		e.complete(verbs.Completion{ID: id, Op: verbs.OpWrite, Err: err})
+		return nil
+	}
+	copy(dst, local.Bytes())
+	if signaled {
+		e.complete(verbs.Completion{ID: id, Op: verbs.OpWrite, Bytes: local.Len})
+	}
+	return nil
+}
+
+func (e *Endpoint) atomic(op verbs.Op, id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool, f func(old uint64) uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := e.checkLocal(local); err != nil {
+		return fmt.Errorf("%v: %w", op, err)
+	}
+	if local.Len != 8 || addr%8 != 0 {
+		return fmt.Errorf("%v: needs an 8-byte local segment and an 8-byte aligned address: %w", op, verbs.ErrInvalid)
+	}
+	e.Posted.Atomic++
+	dst, err := e.peer.remote(addr, rkey, 8, verbs.AccessRemoteAtomic)
+	if err != nil {
+		e.complete(verbs.Completion{ID: id, Op: op, Err: err})
+		return nil
+	}
+	// Host byte order, as verbs atomics operate on the responder's memory.
+	old := binary.LittleEndian.Uint64(dst)
+	binary.LittleEndian.PutUint64(dst, f(old))
+	binary.LittleEndian.PutUint64(local.Bytes(), old)
+	if signaled {
+		e.complete(verbs.Completion{ID: id, Op: op, Bytes: 8})
+	}
+	return nil
+}
+
+// FetchAdd implements verbs.Atomics.
+func (e *Endpoint) FetchAdd(id uint64, local verbs.Segment, addr uint64, rkey uint32, add uint64, signaled bool) error {
+	return e.atomic(verbs.OpFetchAdd, id, local, addr, rkey, signaled, func(old uint64) uint64 { return old + add })
+}
+
+// CompareSwap implements verbs.Atomics.
+func (e *Endpoint) CompareSwap(id uint64, local verbs.Segment, addr uint64, rkey uint32, compare, swap uint64, signaled bool) error {
+	return e.atomic(verbs.OpCompareSwap, id, local, addr, rkey, signaled, func(old uint64) uint64 {
+		if old == compare {
+			return swap
+		}
+		return old
+	})
+}
+
+// Poll implements verbs.Endpoint.
+func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := copy(out, e.cq[e.cqHead:])
+	e.cqHead += n
+	if e.cqHead == len(e.cq) {
+		e.cq, e.cqHead = e.cq[:0], 0
+	}
+	if n == 0 && e.peer.closed {
+		return 0, verbs.ErrDisconnected
+	}
+	return n, nil
+}
+
+// Peek implements verbs.Endpoint.
+func (e *Endpoint) Peek(r verbs.Region, off int) byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return r.Buf[off]
+}
+
+// Close implements verbs.Endpoint: the peer's posted receives flush and its
+// Poll reports ErrDisconnected once drained.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	for _, p := range []*Endpoint{e, e.peer} {
+		for _, r := range p.recvs {
+			p.complete(verbs.Completion{ID: r.id, Op: verbs.OpReceive, Err: verbs.ErrFlushed})
+		}
+		p.recvs = nil
+	}
+	return nil
+}
+
+// Network joins Connectors and Listeners by port, in memory.
+type Network struct {
+	mu        sync.Mutex
+	listeners map[uint16]*Listener
+	// RejectFirst makes the first n Connect calls fail with REJ reason 8
+	// even when a listener exists, to model a peer that listens late.
+	RejectFirst int
+	// Connects counts Connect calls.
+	Connects int
+	Options  Options
+}
+
+// Listener is a Network port.
+type Listener struct {
+	n     *Network
+	port  uint16
+	queue chan *Endpoint
+}
+
+// Listen binds port.
+func (n *Network) Listen(port uint16) (*Listener, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.listeners == nil {
+		n.listeners = map[uint16]*Listener{}
+	}
+	if _, ok := n.listeners[port]; ok {
+		return nil, fmt.Errorf("listen on port %d: already bound: %w", port, verbs.ErrInvalid)
+	}
+	l := &Listener{n: n, port: port, queue: make(chan *Endpoint, 8)}
+	n.listeners[port] = l
+	return l, nil
+}
+
+// Accept implements verbs.Listener.
+func (l *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	select {
+	case ep := <-l.queue:
+		if p.Prepare != nil {
+			if err := p.Prepare(ep); err != nil {
+				return nil, fmt.Errorf("accept: prepare: %w", err)
+			}
+		}
+		return ep, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("accept on port %d: %w", l.port, ctx.Err())
+	}
+}
+
+// Close implements verbs.Listener.
+func (l *Listener) Close() error {
+	l.n.mu.Lock()
+	defer l.n.mu.Unlock()
+	if l.n.listeners[l.port] == l {
+		delete(l.n.listeners, l.port)
+	}
+	return nil
+}
+
+// Connect implements verbs.Connector.
+func (n *Network) Connect(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.Connects++
+	l := n.listeners[port]
+	reject := n.RejectFirst > 0
+	if reject {
+		n.RejectFirst--
+	}
+	n.mu.Unlock()
+	if l == nil || reject {
+		return nil, &verbs.RejectError{Reason: verbs.RejectInvalidServiceID}
+	}
+	a, b := Pair(n.Options)
+	if p.Prepare != nil {
+		if err := p.Prepare(a); err != nil {
+			return nil, fmt.Errorf("connect: prepare: %w", err)
+		}
+	}
+	select {
+	case l.queue <- b:
+		return a, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

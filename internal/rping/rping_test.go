@@ -1,0 +1,252 @@
+package rping
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs/verbstest"
+)
+
+func TestInfoWireLayout(t *testing.T) {
+	// Frame 4 of rping.pcap: the client's first SEND (rxe, -S 64).
+	want := []byte{0x00, 0x00, 0x5b, 0x26, 0x93, 0x82, 0xe5, 0xe0, 0x00, 0x00, 0x20, 0x95, 0x00, 0x00, 0x00, 0x40}
+	in := Info{Addr: 0x00005b269382e5e0, RKey: 0x2095, Size: 64}
+	var got [InfoLen]byte
+	if err := in.Put(got[:]); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[:], want) {
+		t.Fatalf("Put = % x, want % x", got, want)
+	}
+	back, err := DecodeInfo(want)
+	if err != nil || back != in {
+		t.Fatalf("DecodeInfo = %+v, %v; want %+v", back, err, in)
+	}
+	for _, n := range []int{0, 8, 15, 17, 64} {
+		if _, err := DecodeInfo(make([]byte, n)); !errors.Is(err, ErrBogus) {
+			t.Errorf("DecodeInfo(%d bytes) error %v, want ErrBogus", n, err)
+		}
+	}
+	if err := in.Put(make([]byte, 15)); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("Put into 15 bytes: %v", err)
+	}
+}
+
+func TestFillPing(t *testing.T) {
+	tests := []struct {
+		name  string
+		size  int
+		n     int
+		start byte
+		want  string
+		next  byte
+	}{
+		// Frame 7 of rping.pcap: the READ response of ping 0.
+		{"capture ping 0", 64, 0, 'A', "rdma-ping-0: ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqr\x00", 'B'},
+		{"wrap", 30, 7, 'y', "rdma-ping-7: yzABCDEFGHIJKLMN\x00", 'z'},
+		{"start wraps", 26, 1, 'z', "rdma-ping-1: zABCDEFGHIJK\x00", 'A'},
+		{"long number truncated by snprintf", 26, 2147483647, 'A', "rdma-ping-2147483647: ABC\x00", 'B'},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			buf := make([]byte, tt.size)
+			next := FillPing(buf, tt.n, tt.start)
+			if string(buf) != tt.want {
+				t.Errorf("buf = %q, want %q", buf, tt.want)
+			}
+			if next != tt.next {
+				t.Errorf("next start = %q, want %q", next, tt.next)
+			}
+		})
+	}
+}
+
+func TestConfigLimits(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		fail bool
+	}{
+		{Config{}, false},
+		{Config{Size: MinSize}, false},
+		{Config{Size: MaxSize}, false},
+		{Config{Size: MinSize - 1}, true},
+		{Config{Size: MaxSize + 1}, true},
+		{Config{Count: -1}, true},
+	}
+	for _, tt := range tests {
+		c := tt.cfg
+		err := c.check()
+		if (err != nil) != tt.fail {
+			t.Errorf("%+v: error %v, want failure %v", tt.cfg, err, tt.fail)
+		}
+		if err == nil && c.Size == 0 {
+			t.Errorf("%+v: size not defaulted", tt.cfg)
+		}
+		if err != nil && !strings.Contains(err.Error(), "valid range is 26 to 65535") && tt.cfg.Count >= 0 {
+			t.Errorf("error %q does not name the range", err)
+		}
+	}
+}
+
+// run starts a server and a client on an in-memory network.
+func run(t *testing.T, ccfg, scfg Config, wrap func(verbs.Listener) verbs.Listener) (Stats, error, Stats, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n verbstest.Network
+	l, err := n.Listen(DefaultPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var sl verbs.Listener = l
+	if wrap != nil {
+		sl = wrap(l)
+	}
+	var wg sync.WaitGroup
+	var sst Stats
+	var serr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sst, serr = RunServer(ctx, scfg, sl)
+	}()
+	cst, cerr := RunClient(ctx, ccfg, &n, DefaultPort)
+	wg.Wait()
+	return cst, cerr, sst, serr
+}
+
+func TestClientServer(t *testing.T) {
+	for _, size := range []int{MinSize, DefaultSize, 4096, MaxSize} {
+		for _, count := range []int{1, 10} {
+			t.Run(fmt.Sprintf("S%d_C%d", size, count), func(t *testing.T) {
+				var cout, sout bytes.Buffer
+				cst, cerr, sst, serr := run(t,
+					Config{Size: size, Count: count, Validate: true, Verbose: &cout},
+					Config{Size: size, Verbose: &sout}, nil)
+				if cerr != nil || serr != nil {
+					t.Fatalf("client %v, server %v", cerr, serr)
+				}
+				if cst.Pings != count || sst.Pings != count {
+					t.Fatalf("pings client %d server %d, want %d", cst.Pings, sst.Pings, count)
+				}
+				clines := strings.Split(strings.TrimSuffix(cout.String(), "\n"), "\n")
+				slines := strings.Split(strings.TrimSuffix(sout.String(), "\n"), "\n")
+				if len(clines) != count || len(slines) != count {
+					t.Fatalf("%d client and %d server lines, want %d", len(clines), len(slines), count)
+				}
+				start := byte('A')
+				for i := range count {
+					buf := make([]byte, size)
+					start = FillPing(buf, i, start)
+					ping := string(buf[:size-1])
+					if clines[i] != "ping data: "+ping {
+						t.Errorf("client line %d = %.40q..., want ping %q...", i, clines[i], ping[:20])
+					}
+					if slines[i] != "server ping data: "+ping {
+						t.Errorf("server line %d = %.40q...", i, slines[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestServerLargerBufferAccepted(t *testing.T) {
+	// rping's server READs the client's size into its own -S buffer; a
+	// larger server buffer is fine, a smaller one is an error.
+	_, cerr, sst, serr := run(t, Config{Size: 100, Count: 3, Validate: true}, Config{Size: 200}, nil)
+	if cerr != nil || serr != nil || sst.Pings != 3 {
+		t.Fatalf("client %v, server %v, pings %d", cerr, serr, sst.Pings)
+	}
+	_, _, _, serr = run(t, Config{Size: 200, Count: 1}, Config{Size: 100}, nil)
+	if !errors.Is(serr, verbs.ErrInvalid) {
+		t.Fatalf("server with a smaller buffer: %v, want ErrInvalid", serr)
+	}
+}
+
+// corrupting flips the first byte of every WRITE the server posts.
+type corrupting struct{ verbs.Endpoint }
+
+func (c corrupting) Write(id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool) error {
+	local.Bytes()[0] ^= 0xFF
+	return c.Endpoint.Write(id, local, addr, rkey, signaled)
+}
+
+type corruptingListener struct{ verbs.Listener }
+
+func (l corruptingListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	ep, err := l.Listener.Accept(ctx, p)
+	return corrupting{ep}, err
+}
+
+func TestValidateDetectsMismatch(t *testing.T) {
+	wrap := func(l verbs.Listener) verbs.Listener { return corruptingListener{l} }
+	cst, cerr, _, _ := run(t, Config{Count: 3, Validate: true}, Config{}, wrap)
+	if !errors.Is(cerr, ErrMismatch) || cst.Pings != 0 {
+		t.Fatalf("client: %v after %d pings, want ErrMismatch after 0", cerr, cst.Pings)
+	}
+	// Without -V the same corruption goes unnoticed, as in rping.
+	cst, cerr, _, _ = run(t, Config{Count: 3}, Config{}, wrap)
+	if cerr != nil || cst.Pings != 3 {
+		t.Fatalf("client without -V: %v, %d pings", cerr, cst.Pings)
+	}
+}
+
+func TestServerRejectsBogusMessage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var n verbstest.Network
+	l, _ := n.Listen(DefaultPort)
+	done := make(chan error, 1)
+	go func() {
+		_, err := RunServer(ctx, Config{}, l)
+		done <- err
+	}()
+	ep, err := n.Connect(ctx, DefaultPort, verbs.ConnParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := ep.Register(make([]byte, 8), 0)
+	seg, _ := r.Seg(0, 8)
+	if err := ep.Send(1, seg, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrBogus) {
+		t.Fatalf("server: %v, want ErrBogus", err)
+	}
+}
+
+func TestClientBoundedByContext(t *testing.T) {
+	// A server that accepts and never answers: the client's wait ends with
+	// the context.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var n verbstest.Network
+	l, _ := n.Listen(DefaultPort)
+	go l.Accept(ctx, verbs.ConnParams{})
+	start := time.Now()
+	_, err := RunClient(ctx, Config{Count: 1}, &n, DefaultPort)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("client: %v, want deadline exceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("client took %v", d)
+	}
+}
+
+func TestConnectRejected(t *testing.T) {
+	var n verbstest.Network
+	_, err := RunClient(context.Background(), Config{Count: 1}, &n, DefaultPort)
+	var rej *verbs.RejectError
+	if !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID {
+		t.Fatalf("connect to an unbound port: %v, want REJ reason 8", err)
+	}
+}
