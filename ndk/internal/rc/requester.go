@@ -51,6 +51,10 @@ type qpTransport struct {
 	res     []readResource
 	resNext int
 	ctl     ctlKind
+	// ackHold delays a plain ACK after a completed receive: the consumer
+	// often answers at once, and the ACK then leaves in the same kick as
+	// the answer instead of a kick of its own ahead of it.
+	ackHold int64
 	ctlPSN  rocev2.PSN
 	ctlSyn  rocev2.Syndrome
 }

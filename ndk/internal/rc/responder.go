@@ -116,6 +116,10 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		}
 		e.c.recvPlaced.Add(1)
 		e.completeRecv(q, ntstatus.Success, 0, t.recvOff, typ, token, p.BTH.SE)
+		if p.BTH.AckReq && t.ctl == ctlNone {
+			t.ackHold = e.now + ackHoldTime
+			e.setDeadline(t.ackHold)
+		}
 	}
 	if p.BTH.AckReq {
 		e.setCtl(q, ctlAck, 0, 0)
@@ -260,6 +264,9 @@ func (e *Engine) respond(q *QP) (int, bool) {
 			sent++
 		}
 	}
+	if t.ctl == ctlAck && t.ackHold != 0 && e.now < t.ackHold {
+		return sent, false // held: service sends it with the next request, timers when it expires
+	}
 	if t.ctl != ctlNone {
 		if e.sendCtl(q) != nil {
 			return sent, true
@@ -316,5 +323,6 @@ func (e *Engine) sendCtl(q *QP) error {
 		return err
 	}
 	t.ctl = ctlNone
+	t.ackHold = 0
 	return nil
 }
