@@ -1,0 +1,126 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// TestOpen_InfoFilled checks that an opened adapter reports every
+// NDK_ADAPTER_INFO field with a real limit.
+func TestOpen_InfoFilled(t *testing.T) {
+	a, _ := newHosts(t, setup{})
+	i := a.a.Info()
+	if i.RdmaTechnology != ndk.RdmaRoCEv2 {
+		t.Errorf("RdmaTechnology %v", i.RdmaTechnology)
+	}
+	want := ndk.AdapterFlagInOrderDMASupported | ndk.AdapterFlagRdmaReadSinkNotRequired
+	if i.AdapterFlags&want != want {
+		t.Errorf("AdapterFlags %v lack %v", i.AdapterFlags, want)
+	}
+	for name, v := range map[string]uint64{
+		"MaxRegistrationSize": i.MaxRegistrationSize, "MaxWindowSize": i.MaxWindowSize,
+		"FRMRPageCount": uint64(i.FRMRPageCount), "MaxInitiatorRequestSge": uint64(i.MaxInitiatorRequestSge),
+		"MaxReceiveRequestSge": uint64(i.MaxReceiveRequestSge), "MaxReadRequestSge": uint64(i.MaxReadRequestSge),
+		"MaxTransferLength": uint64(i.MaxTransferLength), "MaxInlineDataSize": uint64(i.MaxInlineDataSize),
+		"MaxInboundReadLimit": uint64(i.MaxInboundReadLimit), "MaxOutboundReadLimit": uint64(i.MaxOutboundReadLimit),
+		"MaxReceiveQueueDepth": uint64(i.MaxReceiveQueueDepth), "MaxInitiatorQueueDepth": uint64(i.MaxInitiatorQueueDepth),
+		"MaxCqDepth": uint64(i.MaxCqDepth), "LargeRequestThreshold": uint64(i.LargeRequestThreshold),
+		"MaxCallerData": uint64(i.MaxCallerData), "MaxCalleeData": uint64(i.MaxCalleeData),
+	} {
+		if v == 0 {
+			t.Errorf("%s is 0", name)
+		}
+	}
+	if i.Version != (ndk.Version{Major: 2, Minor: 1}) {
+		t.Errorf("version %v", i.Version)
+	}
+	// Limits are enforced: a QP over them is refused.
+	c := defaultQP
+	c.ReceiveCq, c.InitiatorCq, c.InlineDataSize = a.rcq, a.icq, int(i.MaxInlineDataSize)+1
+	if _, err := a.pd.CreateQp(c); !errors.Is(err, ndk.ErrInvalidParameter) {
+		t.Errorf("inline size over the limit: %v", err)
+	}
+}
+
+// TestOpen_Options opens both ends with each XDP mode, polling mode and
+// two queues, and runs traffic on QPs spread over the queues.
+func TestOpen_Options(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts ndk.Options
+	}{
+		{"Generic", ndk.Options{XDPMode: ndk.XDPGeneric}},
+		{"Driver", ndk.Options{XDPMode: ndk.XDPDriver}},
+		{"BusyPoll", ndk.Options{Polling: ndk.PollBusy}},
+		{"TwoQueues", ndk.Options{Queues: 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := harness.New(t, harness.Config{Queues: max(c.opts.Queues, 1), StaticNeighbours: true})
+			s := setup{opts: c.opts}
+			a, b := openHost(t, p.A, s, nil), openHost(t, p.B, s, nil)
+			if n := len(a.a.Stats()); n != max(c.opts.Queues, 1) {
+				t.Fatalf("%d engines", n)
+			}
+			// QPs are assigned round-robin in the same order on both
+			// hosts, so each pair shares a queue number, and the veth
+			// delivers on the queue the sender used.
+			for i := 0; i < 4; i++ {
+				qa, qb := a.pairWith(b, ndk.ConnectOptions{})
+				if qa.Queue() != qb.Queue() {
+					t.Fatalf("pair %d on queues %d/%d", i, qa.Queue(), qb.Queue())
+				}
+				src := a.region(5000, 0)
+				fill(src.b, uint64(i))
+				dst := b.region(5000, ndk.MRFlagAllowLocalWrite)
+				must(t, qb.Receive(i, dst.sgl(0, 5000)))
+				must(t, qa.Send(i, src.sgl(0, 5000), 0))
+				expect(t, wait(t, b.rcq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpReceive, i)
+				expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, i)
+				same(t, fmt.Sprintf("pair %d", i), dst.b, src.b)
+			}
+		})
+	}
+}
+
+func TestOpen_UnknownInterface(t *testing.T) {
+	p := harness.New(t, harness.Config{})
+	err := p.A.Do(func() error {
+		_, err := ndk.Open("no-such-if0", ndk.Options{})
+		return err
+	})
+	if !errors.Is(err, ndk.ErrNDISAdapterNotReady) {
+		t.Fatalf("open of a missing interface: %v", err)
+	}
+}
+
+// TestAllocBuffer sends from and receives into buffers of the adapter's
+// UMEM pool.
+func TestAllocBuffer(t *testing.T) {
+	a, b := newHosts(t, setup{})
+	qa, qb := a.pairWith(b, ndk.ConnectOptions{})
+	src, err := a.a.AllocBuffer(a.pd, 10000, 0)
+	must(t, err)
+	dst, err := b.a.AllocBuffer(b.pd, 10000, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
+	must(t, err)
+	fill(src.Bytes(), 1)
+	s, _ := src.SGE(0, 10000)
+	d, _ := dst.SGE(0, 10000)
+	must(t, qb.Receive(nil, []ndk.SGE{d}))
+	must(t, qa.Send(nil, []ndk.SGE{s}, 0))
+	wait(t, b.rcq, 1, 5*time.Second)
+	same(t, "buffer send", dst.Bytes(), src.Bytes())
+	must(t, src.Free())
+	must(t, dst.Free())
+	if _, err := a.a.AllocBuffer(a.pd, 64<<20, 0); !errors.Is(err, ndk.ErrInsufficientResources) {
+		t.Fatalf("64 MiB from the 16 MiB pool: %v", err)
+	}
+	// Freed memory is reusable.
+	again, err := a.a.AllocBuffer(a.pd, 16<<20, 0)
+	must(t, err)
+	must(t, again.Free())
+}
