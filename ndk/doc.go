@@ -3,23 +3,48 @@
 // values, status codes and rules, expressed as Go methods. NDKPI.md is the
 // reference; SEEDS.md maps each rule of the seed pages to its test.
 //
-// What is here (the object model, without the transport):
+// What is here:
 //   - Status (NTSTATUS) and errors that carry it: errors.Is(err,
 //     ndk.ErrInvalidParameter), ndk.StatusOf(err);
 //   - the NDK flag and enum types with their numeric values (OpFlag, MRFlag,
 //     CQNotify, AdapterFlag, OperationType, RdmaTechnology, ObjectType,
 //     Version);
 //   - AdapterInfo with ndkxdp's limits, which every create checks;
+//   - Open(ifname, Options): the steering program, AF_XDP sockets on one
+//     UMEM and one RC engine per queue (ndk/internal/rc), returning an
+//     Adapter; Adapter.AllocBuffer for UMEM-resident buffers;
 //   - Adapter, CQ (GetResults, GetResultsEx, Arm with the NDKPI notification
-//     rules), PD, MR (RegisterMr, tokens, Deregister) and SGE.
+//     rules), PD, MR (RegisterMr, RegisterInvalidatableMr, tokens,
+//     Deregister) and SGE;
+//   - QP (PD.CreateQp): Send, SendAndInvalidate, Write, Read, Receive,
+//     Flush, Close, with the NDK_OP_FLAG semantics of the seed pages;
+//   - out-of-band connection (QP.LocalEndpoint, QP.ConnectOOB), the way
+//     ibv_rc_pingpong exchanges QPN and PSN, for tools until IB CM
+//     connections (Connector, Listener) arrive.
 //
-// What comes with the transport engine (ndk/internal): Open(ifname, opts),
-// which starts the AF_XDP engines and returns an Adapter; QP, SRQ, MW,
-// Connector, Listener and SharedEndpoint; posting (Send, SendAndInvalidate,
-// Receive, Read, Write, Bind, FastRegister, Invalidate, Flush); IB CM
-// connection setup. The engine completes into a CQ through its internal
-// core (ndk/internal/cq) and checks tokens through the adapter's table
-// (ndk/internal/memreg), both lock-free and allocation-free.
+// Not yet: SRQ, MW, NdkFastRegister, NdkInvalidate, Connector, Listener,
+// SharedEndpoint (IB CM lives in ndk/internal/cm).
+//
+// Completion statuses of failed requests (NDKPI.md §7 and §9; the
+// ProviderErrorCode is the ib_wc_status a verbs provider would report):
+//   - the peer's remote access error NAK (bad token, bounds, rights,
+//     invalidated): STATUS_ACCESS_VIOLATION for Write, and
+//     STATUS_REMOTE_RESOURCES for Read, which NdkRead documents for
+//     reading beyond the remote region;
+//   - the peer's invalid request or operational error NAK (a SEND larger
+//     than the receive, a token SendAndInvalidate cannot invalidate, more
+//     READs than its inbound limit): STATUS_REMOTE_RESOURCES;
+//   - ACK timeout or RNR retries exhausted: STATUS_IO_TIMEOUT;
+//   - on the receiving side, a SEND larger than the receive:
+//     STATUS_BUFFER_OVERFLOW; a token it cannot invalidate:
+//     STATUS_ACCESS_VIOLATION;
+//   - everything pending after the first error, and after Flush or
+//     Close: STATUS_CANCELLED (the QP stays in error; ND2 IND2QueuePair).
+//
+// Memory a peer writes with RDMA WRITE is placed by an engine goroutine;
+// the requester's completion proves it happened, but that order crosses
+// the network, where Go's race detector cannot follow it. Adapter.Stats
+// synchronizes with the engines.
 //
 // What it is not: a binding to Windows, or a verbs (libibverbs) API.
 // Blocking NDKPI calls that return STATUS_PENDING and complete through a
@@ -33,7 +58,7 @@
 //
 // Example:
 //
-//	a, _ := ndk.Open("eth1", nil) // with the transport
+//	a, _ := ndk.Open("eth1", ndk.Options{}) // in eth1's network namespace
 //	defer a.Close()
 //	var cq *ndk.CQ
 //	cq, _ = a.CreateCq(1024, func(s ndk.Status) {
@@ -53,5 +78,10 @@
 //	mr, err := pd.RegisterMr(buf, ndk.MRFlagAllowRemoteWrite)
 //	if errors.Is(err, ndk.ErrInvalidParameter) { ... }
 //	sge, _ := mr.SGE(0, 4096)
-//	_ = sge // qp.Send(ctx, []ndk.SGE{sge}, 0) with the transport
+//	qp, _ := pd.CreateQp(ndk.QPConfig{ReceiveCq: cq, InitiatorCq: cq,
+//		ReceiveQueueDepth: 256, InitiatorQueueDepth: 256,
+//		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
+//	fmt.Println(qp.LocalEndpoint()) // give it to the peer out of band
+//	_ = qp.ConnectOOB(peerEndpoint, ndk.ConnectOptions{})
+//	_ = qp.Send("ctx", []ndk.SGE{sge}, ndk.OpFlagSendAndSolicitEvent)
 package ndk

@@ -1,8 +1,99 @@
 // Package rc is ndkxdp's reliable-connection transport engine: the RoCEv2
-// RC requester, responder and completer for the QPs of one queue, run by
-// one goroutine over one port.Port.
+// RC requester, responder and completer for the QPs of one device queue,
+// run by one goroutine over one port.Port (an AF_XDP socket, or an
+// in-memory pipe in tests). Package ndk wraps it in the public QP.
 //
-// Work in progress; see the end of this comment for what is left.
+// It is not the wire codec (rocev2 parses and builds frames), the frame
+// I/O (port), connection management (cm), or the API's object model
+// (ndk); it knows QPs, PSNs, WQEs and memory tokens.
+//
+// # Threads and posting
+//
+// Each Engine owns its QPs' transport state; nothing on the packet path is
+// locked. Consumers post into per-QP work rings (single producer, the
+// engine consumes in place: a WQE stays in its slot until acknowledged so
+// go-back-N rebuilds frames from it). Posting validates the request
+// (state, SGE count, inline size, local tokens through memreg.CheckLocal),
+// copies the SGEs (or the inline bytes) into the slot, and, unless
+// FlagDefer, queues the QP on the engine's MPSC ready ring and rings the
+// port's doorbell, which costs no syscall while the engine is awake. An
+// inline failure rings for earlier deferred posts first (NDKPI.md §8).
+// Posting and completing allocate nothing (TestPostAndCompleteAllocateNothing).
+//
+// The loop: receive a batch (rocev2.Parse; bad frames, unknown QPs and
+// other transports are dropped and counted), dispatch requests to the
+// responder and ACKs/NAKs/READ responses to the completer; take the ready
+// QPs; run control calls; send (responses before requests, 64 frames per
+// QP per loop); fire timers; flush the port. Idle, it yields its P every
+// loop; PollAdaptive sleeps in Port.Wait after SpinLoops idle loops (the
+// port's doorbell protocol loses no wake-up), PollBusy never sleeps.
+// Timers are per-QP deadlines on a coarse monotonic clock checked when the
+// earliest one is due, not one timer per packet.
+//
+// # Transport (ROCEV2.md §2, rxe semantics)
+//
+//   - Segmentation by path MTU; FIRST/MIDDLE carry exactly one PMTU. PSNs
+//     are 24-bit; a READ takes ceil(len/PMTU) PSNs. AckReq on the last
+//     packet of each message and every 32 packets; a window of 512
+//     unacknowledged PSNs per QP.
+//   - Responder: execute at ePSN; re-ACK duplicates of SEND/WRITE (never
+//     re-execute); answer a duplicate READ again from its responder
+//     resource; one PSN-sequence NAK per gap; ACKs coalesced (one per QP
+//     per receive batch, on AckReq) and never ahead of READ responses they
+//     would cover; an ACK after a completed receive waits up to 20 us to
+//     leave with the consumer's answer. MSN counts completed messages.
+//   - Requester: cumulative ACKs retire WQEs in order; a NAK acknowledges
+//     what precedes it; sequence NAKs, response gaps and ACK timeouts go
+//     back N to the oldest unacknowledged PSN (a READ re-asks only for the
+//     missing part); RetryCount retries, reset by progress, then
+//     STATUS_IO_TIMEOUT. RNR NAK: wait the timer from the table, resend;
+//     RNRRetry (7 = infinite).
+//   - Fatal NAKs (remote access, invalid request, remote operational)
+//     complete the request in error; both QPs enter the error state and
+//     everything else completes STATUS_CANCELLED. A responder that NAKs
+//     still sends the READ responses it owed for earlier PSNs.
+//   - Outbound read limit and READ_FENCE hold requests before they get
+//     PSNs; the inbound limit is the number of responder resources, and a
+//     READ beyond it is an invalid request.
+//   - SEND with Invalidate: IETH; the receiver invalidates the token
+//     (memreg.Invalidate) and completes with Type ReceiveAndInvalidate and
+//     the token; a token it cannot invalidate aborts the connection.
+//   - SE on the last packet of a solicited SEND; the receive completion is
+//     marked Solicited for the CQ's arm.
+//   - SILENT_SUCCESS: no completion on success, the WQE still retires in
+//     order.
+//
+// Status mapping (ndk's doc lists it for users): remote access NAK ->
+// STATUS_ACCESS_VIOLATION (STATUS_REMOTE_RESOURCES for a READ, as NdkRead
+// documents); invalid request / operational NAK -> STATUS_REMOTE_RESOURCES;
+// retries exhausted -> STATUS_IO_TIMEOUT; receive too small ->
+// STATUS_BUFFER_OVERFLOW; flushed -> STATUS_CANCELLED. ProviderErrorCode
+// carries the ib_wc_status number.
+//
+// # Decisions that differ from DESIGN.md
+//
+// The engine goroutine is locked to its thread only with
+// Config.LockThread: a yield from a locked thread is a thread hand-off,
+// and on two cores with two engines and two consumers that made the
+// ping-pong 5x slower. Bad local tokens are refused at post time
+// (STATUS_ACCESS_VIOLATION, no completion) instead of completing in error.
+//
+// # Left to do
+//
+//   - Atomics (CMP_SWAP, FETCH_ADD) are refused with an invalid request
+//     NAK; so are WRITE with immediate and FLUSH. SEND with immediate is
+//     received as a plain SEND (the immediate is dropped).
+//   - No NdkBind/NdkFastRegister/NdkInvalidate WQEs (no wire packets, but
+//     they must retire in order with the others) and no SRQ.
+//   - Zero-copy transmit: the XSK port copies payloads into UMEM frames;
+//     frames could reference UMEM-resident payloads (ndk.AllocBuffer)
+//     instead.
+//   - Congestion: CNPs are counted and ignored (no DCQCN).
+//   - Credits: ACKs advertise "no credit information" (like rxe) and
+//     incoming credit counts are ignored.
+//   - WRITE bandwidth on veth is about half of Go TCP's (copy-mode AF_XDP
+//     moves 4 KiB frames one by one, TCP 64 KiB GSO segments); see the
+//     BenchmarkRDMAvsBaseline note in test/rdma.
 //
 // Example:
 //
@@ -10,6 +101,6 @@
 //	defer e.Close()
 //	qp, _ := e.CreateQP(rc.QPConfig{QPN: 0x100, PD: 1, RecvCQ: rcq, SendCQ: scq,
 //		RecvDepth: 256, SendDepth: 256, MaxRecvSGE: 4, MaxSendSGE: 4, MaxReadSGE: 4})
-//	_ = qp.Connect(params)
-//	st := qp.PostSend(&rc.SendWR{Op: rc.OpSend, SGL: sgl})
+//	_ = qp.Connect(params) // both Endpoints, path MTU, limits, timers
+//	if st := qp.PostSend(&rc.SendWR{Op: rc.OpSend, SGL: sgl}); st != ntstatus.Success { ... }
 package rc
