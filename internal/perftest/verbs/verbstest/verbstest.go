@@ -8,9 +8,11 @@
 package verbstest
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
@@ -67,6 +69,20 @@ func Pair(o Options) (*Endpoint, *Endpoint) {
 	b := &Endpoint{mu: mu, depth: o.QueueDepth, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
 	a.peer, b.peer = b, a
 	return a, b
+}
+
+// Regions returns the regions registered on e, in registration order.
+func (e *Endpoint) Regions() []verbs.Region {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var rs []verbs.Region
+	for k, r := range e.regions {
+		if k == r.r.LKey {
+			rs = append(rs, r.r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b verbs.Region) int { return cmp.Compare(a.LKey, b.LKey) })
+	return rs
 }
 
 // Register implements verbs.Endpoint. Addresses are fake but distinct, so a

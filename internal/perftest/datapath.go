@@ -1,0 +1,285 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+)
+
+// Atomic operands: perftest's ATOMIC_ADD_VALUE and ATOMIC_SWAP_VALUE.
+const (
+	atomicAdd  = 1
+	atomicSwap = 7
+)
+
+// counts tallies completions by kind; the data-path loops poll into it.
+type counts struct {
+	sends, recvs, rdma int
+	spins              int
+}
+
+// poll drains up to 16 completions into n without allocating. A failed
+// completion or a disconnect is an error; every 64 empty polls it checks
+// ctx and yields.
+func (d *data) poll(ctx context.Context, n *counts) (int, error) {
+	k, err := d.w.ep.Poll(d.w.buf[:])
+	if err != nil {
+		return 0, err
+	}
+	for i := range d.w.buf[:k] {
+		c := &d.w.buf[i]
+		if c.Err != nil {
+			return 0, fmt.Errorf("%v %d failed: %w", c.Op, c.ID, c.Err)
+		}
+		switch c.Op {
+		case verbs.OpSend:
+			n.sends++
+		case verbs.OpReceive:
+			n.recvs++
+		default:
+			n.rdma++
+		}
+	}
+	if k == 0 {
+		n.spins++
+		if n.spins&63 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			runtime.Gosched()
+		}
+	}
+	return k, nil
+}
+
+// post issues request i of the test's verb against the peer's buffer.
+func (d *data) post(p *Params, at verbs.Atomics, peer *Dest, signaled bool) error {
+	ep := d.w.ep
+	switch p.Verb {
+	case Write:
+		return ep.Write(idRDMA, d.local, peer.VAddr, peer.RKey, signaled)
+	case Read:
+		return ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, signaled)
+	case Send:
+		return ep.Send(idSend, d.local, signaled)
+	}
+	if p.AtomicType == CompareAndSwap {
+		return at.CompareSwap(idRDMA, d.local, peer.VAddr, peer.RKey, 0, atomicSwap, signaled)
+	}
+	return at.FetchAdd(idRDMA, d.local, peer.VAddr, peer.RKey, atomicAdd, signaled)
+}
+
+func (d *data) atomics(p *Params) (verbs.Atomics, error) {
+	if p.Verb != Atomic {
+		return nil, nil
+	}
+	at, ok := d.w.ep.(verbs.Atomics)
+	if !ok {
+		return nil, fmt.Errorf("the endpoint has no atomics: %w", ErrUnsupported)
+	}
+	return at, nil
+}
+
+// window is how many requests may be outstanding: the TX depth, and for
+// READ and atomics also the outstanding-read limit negotiated in the CM
+// (initiator depth), which the requester must not exceed.
+func window(p *Params) int {
+	if p.Verb == Read || p.Verb == Atomic {
+		return min(p.TxDepth, p.OutReads)
+	}
+	return p.TxDepth
+}
+
+// warmUp is perform_warm_up: one window of requests, the last signaled,
+// before the measured run of a one-sided test.
+func warmUp(ctx context.Context, p *Params, d *data, peer Dest) error {
+	at, err := d.atomics(p)
+	if err != nil {
+		return err
+	}
+	n := min(window(p), p.Iterations)
+	for i := range n {
+		if err := d.post(p, at, &peer, i == n-1); err != nil {
+			return err
+		}
+	}
+	var c counts
+	for c.rdma+c.sends < 1 {
+		if _, err := d.poll(ctx, &c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// postBW is run_iter_bw for one QP: keep the window full, signal every
+// CQMod-th request and the last, stamp each post and each signaled
+// completion. It allocates nothing.
+func postBW(ctx context.Context, p *Params, d *data, peer Dest, posted, completed []uint64) error {
+	at, err := d.atomics(p)
+	if err != nil {
+		return err
+	}
+	iters, win := p.Iterations, window(p)
+	clk := clock{time.Now()}
+	scnt, ccnt := 0, 0
+	var c counts
+	for ccnt < iters {
+		for scnt < iters && scnt-ccnt < win {
+			signaled := (scnt+1)%p.CQMod == 0 || scnt == iters-1
+			if !p.NoPeak || scnt == 0 {
+				posted[scnt] = clk.now()
+			}
+			err := d.post(p, at, &peer, signaled)
+			if errors.Is(err, verbs.ErrQueueFull) {
+				break // wait for completions
+			}
+			if err != nil {
+				return fmt.Errorf("post %v %d: %w", p.Verb, scnt, err)
+			}
+			scnt++
+		}
+		before := c.rdma + c.sends
+		if _, err := d.poll(ctx, &c); err != nil {
+			return fmt.Errorf("after %d of %d completions: %w", ccnt, iters, err)
+		}
+		for range c.rdma + c.sends - before {
+			ccnt = min(ccnt+p.CQMod, iters)
+			if !p.NoPeak {
+				completed[ccnt-1] = clk.now()
+			}
+		}
+	}
+	if p.NoPeak {
+		completed[0] = clk.now()
+	}
+	return nil
+}
+
+// recvBW is run_iter_bw_server: count Iterations receives, reposting while
+// fewer than Iterations are posted. Its report spans the first to the last
+// receive and has no peak.
+func recvBW(ctx context.Context, p *Params, d *data) (Report, error) {
+	clk := clock{time.Now()}
+	var c counts
+	var first uint64
+	posts := p.RxDepth
+	for c.recvs < p.Iterations {
+		before := c.recvs
+		if _, err := d.poll(ctx, &c); err != nil {
+			return Report{}, fmt.Errorf("after %d of %d receives: %w", c.recvs, p.Iterations, err)
+		}
+		if before == 0 && c.recvs > 0 {
+			first = clk.now()
+		}
+		for ; posts < p.Iterations && posts < c.recvs+p.RxDepth; posts++ {
+			if err := d.w.ep.Receive(idRecv, d.recv); err != nil {
+				return Report{}, fmt.Errorf("repost receive: %w", err)
+			}
+		}
+	}
+	last := clk.now()
+	q := *p
+	q.NoPeak = true
+	posted, completed := make([]uint64, p.Iterations), make([]uint64, p.Iterations)
+	posted[0], completed[0] = first, last
+	return bwReport(&q, posted, completed), nil
+}
+
+// readLat is run_iter_lat for READ: one READ at a time, stamped at post.
+func readLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint64) error {
+	clk := clock{time.Now()}
+	var c counts
+	for i := range posted {
+		posted[i] = clk.now()
+		if err := d.w.ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
+			return fmt.Errorf("post read %d: %w", i, err)
+		}
+		for c.rdma <= i {
+			if _, err := d.poll(ctx, &c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writeLat is run_iter_lat_write: each side WRITEs its buffer to the
+// peer with the iteration number (mod 256) in the last byte, and learns of
+// the peer's WRITE by polling the last byte of its own target half. The
+// client writes first.
+func writeLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint64, client bool) error {
+	clk := clock{time.Now()}
+	iters := len(posted)
+	pollAt, postAt := d.half+p.Size-1, p.Size-1
+	var c counts
+	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
+		if rcnt < iters && !(scnt < 1 && client) {
+			rcnt++
+			for spins := 0; d.w.ep.Peek(d.buf, pollAt) != byte(rcnt); spins++ {
+				if spins&63 == 63 {
+					if err := ctx.Err(); err != nil {
+						return fmt.Errorf("waiting for the peer's write %d: %w", rcnt, err)
+					}
+					runtime.Gosched()
+				}
+			}
+		}
+		if scnt < iters {
+			posted[scnt] = clk.now()
+			scnt++
+			d.buf.Buf[postAt] = byte(scnt)
+			if err := d.w.ep.Write(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
+				return fmt.Errorf("post write %d: %w", scnt, err)
+			}
+			for c.rdma < scnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sendLat is run_iter_lat_send: ping-pong of SENDs, the client first, the
+// receives reposted as they are consumed.
+func sendLat(ctx context.Context, p *Params, d *data, posted []uint64, client bool) error {
+	clk := clock{time.Now()}
+	iters := len(posted)
+	posts := p.RxDepth
+	var c counts
+	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
+		if rcnt < iters && !(scnt < 1 && client) {
+			for c.recvs <= rcnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return fmt.Errorf("waiting for receive %d: %w", rcnt, err)
+				}
+			}
+			rcnt++
+			if posts < iters {
+				if err := d.w.ep.Receive(idRecv, d.recv); err != nil {
+					return fmt.Errorf("repost receive: %w", err)
+				}
+				posts++
+			}
+		}
+		if scnt < iters {
+			posted[scnt] = clk.now()
+			if err := d.w.ep.Send(idSend, d.local, true); err != nil {
+				return fmt.Errorf("post send %d: %w", scnt, err)
+			}
+			scnt++
+			for c.sends < scnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package perftest
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+)
+
+// Verb is the operation a test measures (perftest's VerbType).
+type Verb int
+
+const (
+	Send Verb = iota
+	Write
+	Read
+	Atomic
+)
+
+func (v Verb) String() string {
+	return [...]string{"send", "write", "read", "atomic"}[v]
+}
+
+// Kind is bandwidth or latency (perftest's TestType BW / LAT).
+type Kind int
+
+const (
+	BW Kind = iota
+	Lat
+)
+
+// AtomicType is -A.
+type AtomicType int
+
+const (
+	FetchAndAdd AtomicType = iota // perftest's default
+	CompareAndSwap
+)
+
+// Defaults and limits of perftest (src/perftest_parameters.h).
+const (
+	DefaultPort      = 18515
+	DefaultSizeBW    = 65536
+	DefaultSizeLat   = 2
+	DefaultIters     = 1000
+	DefaultItersWBW  = 5000 // DEF_ITERS_WB: ib_write_bw
+	DefaultTxBW      = 128
+	DefaultTxLat     = 1
+	DefaultRxSend    = 512
+	DefaultCQMod     = 100
+	SizeAtomic       = 8
+	MinIters         = 5
+	MaxIters         = 100000000
+	MinTx            = 1
+	MaxTx            = 15000
+	MaxSize          = 8388608 // 8 MiB
+	DefaultCycleBuf  = 4096    // sysconf(_SC_PAGESIZE), exchanged by check_sys_data
+	DefaultCacheLine = 64
+	// DefaultVersion is what we announce in exchange_versions: Debian 12's
+	// perftest 4.5+0.17 says "6.06". Peers older than 5.70 refuse to run
+	// (check_version_compatibility), and so do we.
+	DefaultVersion = "6.06"
+	minPeerVersion = 5.70
+	// NoPeakIters: perftest computes the peak only up to 20000 iterations.
+	NoPeakIters = 20000
+)
+
+// Retry bounds how often a client repeats a connection attempt the peer
+// rejected with REJ reason 8 (nobody listening yet).
+type Retry struct {
+	Attempts int
+	Interval time.Duration
+}
+
+// Params are the perftest options ndkxdp supports, with perftest's names.
+type Params struct {
+	Verb Verb
+	Kind Kind
+	// Size is -s (bytes); 0 means the test's default. Atomics are 8 bytes.
+	Size int
+	// Iterations is -n; 0 means the default (5000 for write bw, else 1000).
+	Iterations int
+	// TxDepth is -t; 0 means 128 for bandwidth, 1 for latency.
+	TxDepth int
+	// RxDepth is -r for send tests; 0 means 512 (never more than Iterations).
+	RxDepth int
+	// CQMod is -Q: one signaled completion every CQMod requests (bw); 0
+	// means 100, clamped to TxDepth.
+	CQMod int
+	// OutReads is -o: outstanding READs/atomics; 0 means 16.
+	OutReads int
+	// Port is -p; 0 means 18515.
+	Port uint16
+	// ReportGbits is --report_gbits: Gb/s instead of MB/s (2^20 bytes).
+	ReportGbits bool
+	// NoPeak is -N. Forced on above 20000 iterations, as perftest does.
+	NoPeak bool
+	// AtomicType is -A.
+	AtomicType AtomicType
+	// GIDIndex is -x, echoed in pingpong_dest.
+	GIDIndex int32
+	// MTU is the path MTU in bytes (check_mtu exchanges it); 0 means 1024.
+	MTU int
+	// Duration (-D) and AllSizes (-a) are parsed by the CLI but not run yet.
+	Duration time.Duration
+	AllSizes bool
+	// Version is what we announce; "" means DefaultVersion.
+	Version string
+	// ConnectRetry makes the client retry the data connection on REJ
+	// reason 8 (perftest -R opens it right after a handshake, and a slow
+	// server may not listen yet). Zero means no retry.
+	ConnectRetry Retry
+}
+
+// ErrUnsupported is an option ndkxdp does not run (yet).
+var ErrUnsupported = errors.New("perftest: not supported")
+
+// ErrProtocol is a peer message that does not fit perftest's protocol.
+var ErrProtocol = errors.New("perftest: protocol error")
+
+// normalize fills defaults and checks limits, as perftest's parser does.
+func (p *Params) normalize() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("perftest: "+format+": %w", append(a, verbs.ErrInvalid)...)
+	}
+	if p.Verb < Send || p.Verb > Atomic || p.Kind < BW || p.Kind > Lat {
+		return bad("unknown test %d/%d", p.Verb, p.Kind)
+	}
+	if p.Verb == Atomic && p.Kind == Lat {
+		return fmt.Errorf("perftest: ib_atomic_lat: %w", ErrUnsupported)
+	}
+	if p.Duration != 0 {
+		return fmt.Errorf("perftest: -D (duration mode): %w", ErrUnsupported)
+	}
+	if p.AllSizes {
+		return fmt.Errorf("perftest: -a (all sizes): %w", ErrUnsupported)
+	}
+	switch {
+	case p.Verb == Atomic:
+		if p.Size != 0 && p.Size != SizeAtomic {
+			return bad("atomics are %d bytes, not %d", SizeAtomic, p.Size)
+		}
+		p.Size = SizeAtomic
+	case p.Size == 0 && p.Kind == BW:
+		p.Size = DefaultSizeBW
+	case p.Size == 0:
+		p.Size = DefaultSizeLat
+	}
+	if p.Size < 1 || p.Size > MaxSize {
+		return bad("size %d outside 1..%d", p.Size, MaxSize)
+	}
+	if p.Iterations == 0 {
+		p.Iterations = DefaultIters
+		if p.Verb == Write && p.Kind == BW {
+			p.Iterations = DefaultItersWBW
+		}
+	}
+	if p.Iterations < MinIters || p.Iterations > MaxIters {
+		return bad("iterations %d outside %d..%d", p.Iterations, MinIters, MaxIters)
+	}
+	if p.TxDepth == 0 {
+		p.TxDepth = DefaultTxBW
+		if p.Kind == Lat {
+			p.TxDepth = DefaultTxLat
+		}
+	}
+	if p.TxDepth < MinTx || p.TxDepth > MaxTx {
+		return bad("tx depth %d outside %d..%d", p.TxDepth, MinTx, MaxTx)
+	}
+	if p.RxDepth == 0 {
+		p.RxDepth = DefaultRxSend
+	}
+	if p.RxDepth < 1 || p.RxDepth > MaxTx {
+		return bad("rx depth %d outside 1..%d", p.RxDepth, MaxTx)
+	}
+	p.RxDepth = min(p.RxDepth, p.Iterations)
+	if p.CQMod == 0 {
+		p.CQMod = DefaultCQMod
+	}
+	if p.CQMod < 1 || p.CQMod > 1024 {
+		return bad("cq moderation %d outside 1..1024", p.CQMod)
+	}
+	p.CQMod = min(p.CQMod, p.TxDepth)
+	if p.Kind == Lat {
+		p.CQMod = 1
+	}
+	if p.OutReads == 0 {
+		p.OutReads = 16
+	}
+	if p.OutReads < 1 || p.OutReads > 255 {
+		return bad("outstanding reads %d outside 1..255", p.OutReads)
+	}
+	if p.Verb == Read || p.Verb == Atomic {
+		// The window is min(TxDepth, OutReads); a signaled request must fit in it.
+		p.CQMod = min(p.CQMod, p.OutReads)
+	}
+	if p.Port == 0 {
+		p.Port = DefaultPort
+	}
+	if p.MTU == 0 {
+		p.MTU = 1024
+	}
+	if _, ok := mtuEnum(p.MTU); !ok {
+		return bad("MTU %d is not 256, 512, 1024, 2048 or 4096", p.MTU)
+	}
+	if p.Version == "" {
+		p.Version = DefaultVersion
+	}
+	if len(p.Version) >= VersionLen {
+		return bad("version %q too long", p.Version)
+	}
+	if p.Iterations > NoPeakIters {
+		p.NoPeak = true
+	}
+	if p.ConnectRetry.Attempts < 0 || p.ConnectRetry.Attempts > 1000 || p.ConnectRetry.Interval < 0 || p.ConnectRetry.Interval > 10*time.Second {
+		return bad("connect retry %+v out of bounds (at most 1000 attempts, 10 s apart)", p.ConnectRetry)
+	}
+	return nil
+}
+
+// preRunHandshakes is how many 56-byte handshakes the test's main() does
+// between the post-connect handshake of create_rdma_cm_connection and the
+// measurement, read from Debian 12's perftest 4.5+0.17 binaries and matched
+// with rdma_cm.pcap: write/read/atomic bw shake once per QP to gather,
+// once per QP while printing, once "after moving qp to RTR"; send bw and
+// the latency tests shake once more (send: a sync so the client does not
+// send before the server posted its receives; lat: a gather of all QPs
+// before the per-QP loop).
+func (p *Params) preRunHandshakes() int {
+	if p.Kind == BW && p.Verb != Send {
+		return 3
+	}
+	return 4
+}

@@ -1,0 +1,292 @@
+package perftest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+)
+
+// Result is what a run measured and learned.
+type Result struct {
+	Params      Params // after defaults
+	PeerVersion string
+	MTU         int // agreed path MTU in bytes
+	Local, Peer Dest
+	// BW is the bandwidth row the side printed: the client's own, and on a
+	// write/read/atomic server the one the client sent (perftest's server
+	// prints that). Nil for latency tests and for a read_lat server.
+	BW *Report
+	// Lat is the latency row the side printed (clients; both sides of
+	// send and write latency).
+	Lat *LatStats
+}
+
+// data is the test QP with its buffer: 2 x BUFF_SIZE, the first half the
+// source and sink of our own requests, the second half the target the peer
+// names (set_up_connection advertises buf + BUFF_SIZE).
+type data struct {
+	w     waiter
+	buf   verbs.Region
+	half  int
+	local verbs.Segment // [0, size)
+	recv  verbs.Segment // [half, half+size)
+}
+
+func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
+	return func(ep verbs.Endpoint) error {
+		d.w.ep = ep
+		d.half = max(p.Size, cycle) // BUFF_SIZE(size, cycle_buffer)
+		access := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+		if p.Verb == Atomic {
+			access |= verbs.AccessRemoteAtomic
+		}
+		var err error
+		if d.buf, err = ep.Register(make([]byte, 2*d.half), access); err != nil {
+			return fmt.Errorf("register test buffer: %w", err)
+		}
+		d.local, _ = d.buf.Seg(0, p.Size)
+		d.recv, _ = d.buf.Seg(d.half, p.Size)
+		// Send tests post their receives before the connection exists, so
+		// no SEND of the peer can find an empty queue.
+		if p.Verb == Send {
+			for i := 0; i < p.RxDepth; i++ {
+				if err := ep.Receive(idRecv, d.recv); err != nil {
+					return fmt.Errorf("post receive %d: %w", i, err)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// Work request IDs on the data QP.
+const (
+	idRecv uint64 = iota + 1
+	idSend
+	idRDMA
+)
+
+func connParams(p *Params, prepare func(verbs.Endpoint) error) verbs.ConnParams {
+	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare}
+	if p.Verb == Read || p.Verb == Atomic {
+		// rdma_cm_route_handler / rdma_cm_connection_request_handler.
+		cp.ResponderResources, cp.InitiatorDepth = uint8(p.OutReads), uint8(p.OutReads)
+	}
+	return cp
+}
+
+// GIDer is optionally implemented by endpoints that know their GID (for
+// pingpong_dest.gid; perftest peers only print it).
+type GIDer interface{ GID() [16]byte }
+
+// QPNumberer is optionally implemented by endpoints that know their QPN.
+type QPNumberer interface{ QPN() uint32 }
+
+func (d *data) dest(p *Params) Dest {
+	dst := Dest{OutReads: int32(p.OutReads), PSN: int32(rand.Uint32() & 0xFFFFFF), RKey: d.buf.RKey, VAddr: d.buf.Addr + uint64(d.half), GIDIndex: p.GIDIndex}
+	if g, ok := d.w.ep.(GIDer); ok {
+		dst.GID = g.GID()
+	}
+	if q, ok := d.w.ep.(QPNumberer); ok {
+		dst.QPN = int32(q.QPN())
+	}
+	return dst
+}
+
+// RunClient runs one perftest test as the client (`ib_<verb>_<bw|lat> -R
+// <server>`), printing perftest's report table to out.
+func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) (Result, error) {
+	if err := p.normalize(); err != nil {
+		return Result{}, err
+	}
+	ctl := &control{client: true}
+	ep, err := connectData(ctx, c, &p, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+	if err != nil {
+		return Result{Params: p}, fmt.Errorf("perftest: control connection to port %d: %w", p.Port, err)
+	}
+	defer ep.Close()
+	return session(ctx, &p, ctl, out, func(cp verbs.ConnParams) (verbs.Endpoint, error) {
+		return connectData(ctx, c, &p, cp)
+	})
+}
+
+// RunServer runs one perftest test as the server (`ib_<verb>_<bw|lat> -R`)
+// for one client that connects to l. The data connection is accepted on
+// the same listener, which stays bound throughout, so a client's second
+// REQ always finds it (no REJ reason 8 from our side).
+func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (Result, error) {
+	if err := p.normalize(); err != nil {
+		return Result{}, err
+	}
+	ctl := &control{}
+	ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+	if err != nil {
+		return Result{Params: p}, fmt.Errorf("perftest: accept control connection: %w", err)
+	}
+	defer ep.Close()
+	return session(ctx, &p, ctl, out, func(cp verbs.ConnParams) (verbs.Endpoint, error) {
+		return l.Accept(ctx, cp)
+	})
+}
+
+// session is main() of the test from exchange_versions on (see doc.go for
+// the message sequence).
+func session(ctx context.Context, p *Params, ctl *control, out io.Writer, open func(verbs.ConnParams) (verbs.Endpoint, error)) (Result, error) {
+	res := Result{Params: *p}
+	fail := func(what string, err error) (Result, error) {
+		return res, fmt.Errorf("perftest %v %v %s: %s: %w", p.Verb, kindName(p.Kind), role(ctl.client), what, err)
+	}
+	peer, cycle, mtu, err := ctl.prologue(ctx, p)
+	res.PeerVersion, res.MTU = peer, 128<<mtu
+	if err != nil {
+		return fail("prologue", err)
+	}
+	// create_rdma_cm_connection: a handshake of zeroed dests, the data
+	// connection, another zeroed handshake.
+	var zero Dest
+	if _, err := ctl.handshake(ctx, &zero); err != nil {
+		return fail("sync before the data connection", err)
+	}
+	d := &data{}
+	dep, err := open(connParams(p, prepareData(d, p, cycle)))
+	if err != nil {
+		return fail("data connection", err)
+	}
+	defer dep.Close()
+	if _, err := ctl.handshake(ctx, &zero); err != nil {
+		return fail("sync after the data connection", err)
+	}
+	res.Local = d.dest(p)
+	for i := 0; i < p.preRunHandshakes(); i++ {
+		if res.Peer, err = ctl.handshake(ctx, &res.Local); err != nil {
+			return fail("exchange of pingpong_dest", err)
+		}
+	}
+	if p.Kind == Lat {
+		return latSession(ctx, p, ctl, d, res, out, fail)
+	}
+	return bwSession(ctx, p, ctl, d, res, out, fail)
+}
+
+func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
+	switch {
+	case p.Verb != Send && !ctl.client:
+		// The server of a one-sided test waits for the client to finish,
+		// then prints the client's numbers (write_bw.c: "server just waits
+		// for client to exit").
+		if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+			return fail("waiting for the client", err)
+		}
+		rep, err := ctl.reports(ctx, Report{})
+		if err != nil {
+			return fail("reports", err)
+		}
+		res.BW = &rep
+		PrintBWHeader(out, p.ReportGbits)
+		PrintBW(out, rep, p.ReportGbits)
+	case p.Verb == Send && !ctl.client:
+		// send_bw.c: a sync so the client sends only once our receives are
+		// posted (they are, since the connection was prepared), then
+		// run_iter_bw_server.
+		if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+			return fail("sync before the test", err)
+		}
+		rep, err := recvBW(ctx, p, d)
+		if err != nil {
+			return fail("receiving", err)
+		}
+		res.BW = &rep
+		PrintBWHeader(out, p.ReportGbits)
+		PrintBW(out, rep, p.ReportGbits)
+	default:
+		if p.Verb == Send {
+			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+				return fail("sync before the test", err)
+			}
+		} else if err := warmUp(ctx, p, d, res.Peer); err != nil {
+			return fail("warm-up", err)
+		}
+		posted, completed := make([]uint64, p.Iterations), make([]uint64, p.Iterations)
+		if err := postBW(ctx, p, d, res.Peer, posted, completed); err != nil {
+			return fail("test", err)
+		}
+		rep := bwReport(p, posted, completed)
+		res.BW = &rep
+		PrintBWHeader(out, p.ReportGbits)
+		PrintBW(out, rep, p.ReportGbits)
+		if p.Verb != Send {
+			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+				return fail("sync after the test", err)
+			}
+			if _, err := ctl.reports(ctx, rep); err != nil {
+				return fail("reports", err)
+			}
+		}
+	}
+	PrintFooter(out)
+	if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+		return fail("closing handshake", err)
+	}
+	return res, nil
+}
+
+func latSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
+	if p.Verb == Read && !ctl.client {
+		// read_lat.c: "Only Client post read request."
+		if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+			return fail("closing handshake", err)
+		}
+		return res, nil
+	}
+	if p.Verb == Send {
+		// send_lat.c: receives are posted, then a sync before the run.
+		if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+			return fail("sync before the test", err)
+		}
+	}
+	posted := make([]uint64, p.Iterations)
+	var err error
+	switch p.Verb {
+	case Read:
+		err = readLat(ctx, p, d, res.Peer, posted)
+	case Write:
+		err = writeLat(ctx, p, d, res.Peer, posted, ctl.client)
+	case Send:
+		err = sendLat(ctx, p, d, posted, ctl.client)
+	}
+	if err != nil {
+		return fail("test", err)
+	}
+	st := latReport(p, posted)
+	res.Lat = &st
+	PrintLatHeader(out)
+	PrintLat(out, st)
+	PrintFooter(out)
+	if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+		return fail("closing handshake", err)
+	}
+	return res, nil
+}
+
+func kindName(k Kind) string {
+	if k == Lat {
+		return "lat"
+	}
+	return "bw"
+}
+
+func role(client bool) string {
+	if client {
+		return "client"
+	}
+	return "server"
+}
+
+// clock returns monotonic nanoseconds since base.
+type clock struct{ base time.Time }
+
+func (c clock) now() uint64 { return uint64(time.Since(c.base)) }

@@ -1,0 +1,238 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+)
+
+// waiter collects completions of one endpoint without allocating.
+type waiter struct {
+	ep    verbs.Endpoint
+	buf   [16]verbs.Completion
+	queue []verbs.Completion
+}
+
+// next returns the next completion, spinning until one arrives or ctx ends.
+func (w *waiter) next(ctx context.Context) (verbs.Completion, error) {
+	for spins := 0; ; spins++ {
+		if len(w.queue) > 0 {
+			c := w.queue[0]
+			w.queue = w.queue[1:]
+			return c, nil
+		}
+		n, err := w.ep.Poll(w.buf[:])
+		if err != nil {
+			return verbs.Completion{}, err
+		}
+		if n > 0 {
+			w.queue = w.buf[:n]
+			continue
+		}
+		if spins&63 == 63 {
+			if err := ctx.Err(); err != nil {
+				return verbs.Completion{}, err
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// wait returns the next completion of op; failed completions are errors.
+func (w *waiter) wait(ctx context.Context, op verbs.Op) (verbs.Completion, error) {
+	c, err := w.next(ctx)
+	if err != nil {
+		return c, fmt.Errorf("waiting for %v: %w", op, err)
+	}
+	if c.Err != nil {
+		return c, fmt.Errorf("%v failed: %w", c.Op, c.Err)
+	}
+	if c.Op != op {
+		return c, fmt.Errorf("%v completion while waiting for %v: %w", c.Op, op, ErrProtocol)
+	}
+	return c, nil
+}
+
+// control is the rdma_cm control connection of perftest (create_comm_struct:
+// an RC QP with tx and rx depth 1 and one 56-byte buffer). Every message is
+// one SEND that the sender waits to complete (rdma_write_data); the
+// receiver reposts its single receive at once (rdma_read_data).
+type control struct {
+	w      waiter
+	client bool
+	send   verbs.Region
+	recv   verbs.Region
+	in     [DestLen]byte
+}
+
+const idControl = 1 // SYNC_SPEC_ID in perftest; any ID will do on our side
+
+// prepareControl registers the buffers and posts the first receive, before
+// the connection is established (rdma_client_connect, rdma_server_connect:
+// post_one_recv_wqe before rdma_connect / rdma_accept).
+func prepareControl(c *control) func(verbs.Endpoint) error {
+	return func(ep verbs.Endpoint) error {
+		c.w.ep = ep
+		var err error
+		if c.send, err = ep.Register(make([]byte, DestLen), 0); err != nil {
+			return fmt.Errorf("register control send buffer: %w", err)
+		}
+		if c.recv, err = ep.Register(make([]byte, DestLen), verbs.AccessLocalWrite); err != nil {
+			return fmt.Errorf("register control receive buffer: %w", err)
+		}
+		return c.postRecv()
+	}
+}
+
+func (c *control) postRecv() error {
+	seg, _ := c.recv.Seg(0, DestLen)
+	if err := c.w.ep.Receive(idControl, seg); err != nil {
+		return fmt.Errorf("post control receive: %w", err)
+	}
+	return nil
+}
+
+func (c *control) sendMsg(ctx context.Context, b []byte) error {
+	copy(c.send.Buf, b)
+	seg, _ := c.send.Seg(0, len(b))
+	if err := c.w.ep.Send(idControl, seg, true); err != nil {
+		return fmt.Errorf("control send: %w", err)
+	}
+	if _, err := c.w.wait(ctx, verbs.OpSend); err != nil {
+		return fmt.Errorf("control send: %w", err)
+	}
+	return nil
+}
+
+func (c *control) recvMsg(ctx context.Context, want int) ([]byte, error) {
+	comp, err := c.w.wait(ctx, verbs.OpReceive)
+	if err != nil {
+		return nil, fmt.Errorf("control receive: %w", err)
+	}
+	n := copy(c.in[:], c.recv.Buf[:comp.Bytes])
+	if err := c.postRecv(); err != nil {
+		return nil, err
+	}
+	if n != want {
+		return nil, fmt.Errorf("control message of %d bytes, expected %d: %w", n, want, ErrProtocol)
+	}
+	return c.in[:n], nil
+}
+
+// xchg is ctx_xchg_data: the client writes first, then reads; the server
+// reads, then writes. It returns the peer's message (valid until the next call).
+func (c *control) xchg(ctx context.Context, mine []byte) ([]byte, error) {
+	if c.client {
+		if err := c.sendMsg(ctx, mine); err != nil {
+			return nil, err
+		}
+		return c.recvMsg(ctx, len(mine))
+	}
+	theirs, err := c.recvMsg(ctx, len(mine))
+	if err != nil {
+		return nil, err
+	}
+	return theirs, c.sendMsg(ctx, mine)
+}
+
+// handshake is ctx_hand_shake over rdma_cm: one pingpong_dest each way.
+func (c *control) handshake(ctx context.Context, mine *Dest) (Dest, error) {
+	var b [DestLen]byte
+	if err := mine.Put(b[:]); err != nil {
+		return Dest{}, err
+	}
+	theirs, err := c.xchg(ctx, b[:])
+	if err != nil {
+		return Dest{}, fmt.Errorf("handshake: %w", err)
+	}
+	return DecodeDest(theirs)
+}
+
+// prologue is what every test's main() exchanges right after the control
+// connection: exchange_versions (16 bytes), check_sys_data (cycle buffer
+// and cache line size, big-endian int32 each, peers >= 5.32) and check_mtu
+// ("%d" of enum ibv_mtu, 2 bytes, peers >= 5.31). It returns the peer's
+// version, the agreed cycle buffer and the agreed MTU enum.
+func (c *control) prologue(ctx context.Context, p *Params) (string, int, int, error) {
+	var v [VersionLen]byte
+	if err := putVersion(v[:], p.Version); err != nil {
+		return "", 0, 0, err
+	}
+	theirs, err := c.xchg(ctx, v[:])
+	if err != nil {
+		return "", 0, 0, fmt.Errorf("exchange versions: %w", err)
+	}
+	peer, pv, err := parseVersion(theirs)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if pv < minPeerVersion {
+		return peer, 0, 0, fmt.Errorf("peer runs perftest %s; like perftest we need 5.70 or newer: %w", peer, ErrProtocol)
+	}
+	cycle := DefaultCycleBuf
+	for _, mine := range []int{DefaultCycleBuf, DefaultCacheLine} {
+		var b [4]byte
+		putBE32(b[:], uint32(mine))
+		theirs, err := c.xchg(ctx, b[:])
+		if err != nil {
+			return peer, 0, 0, fmt.Errorf("exchange system data: %w", err)
+		}
+		if mine == DefaultCycleBuf {
+			// check_sys_data keeps the larger of the two.
+			cycle = max(cycle, int(be32(theirs)))
+		}
+	}
+	myMTU, _ := mtuEnum(p.MTU)
+	m := [mtuLen]byte{byte('0' + myMTU), 0}
+	theirs, err = c.xchg(ctx, m[:])
+	if err != nil {
+		return peer, 0, 0, fmt.Errorf("exchange MTU: %w", err)
+	}
+	mtu := myMTU
+	if r := int(theirs[0] - '0'); theirs[1] == 0 && r >= 1 && r <= 5 && r < mtu {
+		mtu = r // check_mtu takes the smaller valid one
+	}
+	if cycle > MaxSize {
+		return peer, 0, 0, fmt.Errorf("peer's cycle buffer %d is implausible: %w", cycle, ErrProtocol)
+	}
+	return peer, cycle, mtu, nil
+}
+
+// reports is xchg_bw_reports: five 8-byte exchanges.
+func (c *control) reports(ctx context.Context, mine Report) (Report, error) {
+	f := mine.fields()
+	var got [5]uint64
+	for i, v := range f {
+		var b [ReportLen]byte
+		putBE64(b[:], v)
+		theirs, err := c.xchg(ctx, b[:])
+		if err != nil {
+			return Report{}, fmt.Errorf("exchange reports: %w", err)
+		}
+		got[i] = be64(theirs)
+	}
+	return reportFrom(got), nil
+}
+
+// connectData opens the data connection, retrying on REJ reason 8 as
+// configured.
+func connectData(ctx context.Context, c verbs.Connector, p *Params, cp verbs.ConnParams) (verbs.Endpoint, error) {
+	for attempt := 0; ; attempt++ {
+		ep, err := c.Connect(ctx, p.Port, cp)
+		var rej *verbs.RejectError
+		if err == nil || !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID || attempt >= p.ConnectRetry.Attempts {
+			if err != nil && attempt > 0 {
+				err = fmt.Errorf("after %d attempts: %w", attempt+1, err)
+			}
+			return ep, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("retrying rejected connection: %w", ctx.Err())
+		case <-afterFunc(p.ConnectRetry.Interval):
+		}
+	}
+}
