@@ -38,6 +38,10 @@ func (r *recorder) Connect(ctx context.Context, port uint16, p verbs.ConnParams)
 	}
 	first := r.calls == 1
 	r.mu.Unlock()
+	if first && p.Prepare != nil {
+		prepare := p.Prepare
+		p.Prepare = func(ep verbs.Endpoint) error { return prepare(&sizeLog{Endpoint: ep, r: r}) }
+	}
 	ep, err := r.net.Connect(ctx, port, p)
 	if err != nil {
 		return nil, err
@@ -45,9 +49,6 @@ func (r *recorder) Connect(ctx context.Context, port uint16, p verbs.ConnParams)
 	r.mu.Lock()
 	r.eps = append(r.eps, ep.(*verbstest.Endpoint))
 	r.mu.Unlock()
-	if first {
-		return &sizeLog{Endpoint: ep, r: r}, nil
-	}
 	return ep, nil
 }
 

@@ -24,6 +24,11 @@ func bwReport(p *Params, posted, completed []uint64) Report {
 	iters := len(posted)
 	cqMod := p.CQMod
 	optDelta := completed[0] - posted[0]
+	if completed[0] == 0 {
+		// With CQMod > 1 perftest never sets tcompleted[0]; the unsigned
+		// difference wraps to a huge start value. Say so directly.
+		optDelta = math.MaxUint64
+	}
 	if !p.NoPeak {
 		for i := 0; i < iters; i++ {
 			for j := roundUp(i+1, cqMod) - 1; j < iters; j += cqMod {

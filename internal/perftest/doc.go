@@ -1,0 +1,84 @@
+// Package perftest is the protocol logic of `ndkxdp perf`: client and
+// server of linux-rdma perftest's tests in rdma_cm mode (-R), ib_send_bw,
+// ib_write_bw, ib_read_bw, ib_atomic_bw, ib_send_lat, ib_write_lat and
+// ib_read_lat, over any verbs.Endpoint, printing perftest's report table.
+//
+// The reference is Debian 12's perftest 4.5+0.17, which announces version
+// "6.06". Its message flow was read from linux-rdma/perftest
+// (src/perftest_communication.c: create_comm_struct, establish_connection,
+// rdma_client_connect, rdma_server_connect, ctx_hand_shake,
+// rdma_write_keys/rdma_read_keys, ctx_xchg_data, exchange_versions,
+// check_sys_data, check_mtu, xchg_bw_reports, create_rdma_cm_connection,
+// rdma_cm_client_connection; src/*_bw.c, *_lat.c main()), counted in the
+// Debian binaries' main() (calls of ctx_hand_shake per test) and checked
+// against ../shared/testdata/pcaps/linlinw5__rdma_ib_tutorial/rdma_cm.pcap
+// (ib_write_bw --rdma_cm, perftest 6.20), which our client reproduces
+// message for message (TestCaptureMatchesOurFlow).
+//
+// Wire protocol, one QP, RC, iterations mode, not bidirectional:
+//
+//  1. Control connection: rdma_cm to port 18515 (-p), retry_count 7,
+//     rnr_retry 7, no private data. Each side registers one 56-byte buffer
+//     and posts one receive before rdma_connect / rdma_accept. Every
+//     message is a single signaled SEND whose completion the sender awaits;
+//     the receiver reposts its receive at once. In every exchange the
+//     client sends first and the server answers (ctx_xchg_data,
+//     ctx_hand_shake).
+//  2. Prologue (after perftest's sleep(1), which we do not need): the
+//     version string, 16 bytes NUL-padded ("6.06"; both refuse a peer
+//     older than 5.70); cycle buffer (page size) and cache line size,
+//     4-byte big-endian each, the larger kept; the MTU as sprintf("%d") of
+//     enum ibv_mtu in 2 bytes ("3\0" for 1024), the smaller kept.
+//  3. create_rdma_cm_connection: a pingpong_dest handshake with zeroed
+//     dests, then the data connection on the same port (responder
+//     resources and initiator depth = -o for read and atomic tests), then
+//     another zeroed handshake. perftest's server only starts listening for
+//     the data connection after that first handshake, so a fast client's
+//     REQ can meet no listener and get REJ reason 8; perftest's client
+//     retries 10 times, 100 ms apart. Our client retries as Params.
+//     ConnectRetry says (bounded); our server accepts the data connection
+//     on the listener that accepted the control connection, which stays
+//     bound, so it never rejects.
+//  4. pingpong_dest handshakes (56 bytes, struct pingpong_dest big-endian,
+//     see Dest): 3 for write/read/atomic bw (gather, print loop, "after
+//     RTR"), 4 for send bw (plus the sync that keeps the client from
+//     sending before the server's receives are posted) and for the latency
+//     tests. Each side advertises rkey and vaddr = buffer + BUFF_SIZE, the
+//     second half of a 2 x max(size, cycle buffer) buffer.
+//  5. The test on the data QP:
+//     write/read/atomic bw: the client warms up (one window of requests),
+//     then keeps up to -t requests outstanding (for READ and atomics also
+//     at most -o), signaling every -Q-th and the last, stamping each post
+//     and each signaled completion; the server idles. send bw: the server
+//     has -r receives posted and reposts until -n are consumed. write lat:
+//     ping-pong of WRITEs, the iteration number in the last byte, each side
+//     polling the last byte of its own target half, the client first. send
+//     lat: ping-pong of SENDs, the client first. read lat: the client
+//     READs one at a time; the server idles.
+//  6. After the test: write/read/atomic bw: one handshake, then
+//     xchg_bw_reports (size, iterations as big-endian u64; peak, average,
+//     message rate as big-endian doubles; five 8-byte exchanges) and the
+//     server prints the client's row. Every test ends with a closing
+//     handshake (ctx_close_connection), then disconnects.
+//
+// Statistics are perftest's, computed from monotonic nanoseconds:
+// print_report_bw (peak = the best rate over windows ending at a signaled
+// completion, with perftest's integer division; average and Mpps over the
+// whole run; MB/sec = 2^20 bytes/s, --report_gbits 10^9 bits/s; peak
+// disabled by -N and above 20000 iterations) and print_report_lat (deltas
+// between posts, halved for send and write round trips, sorted, the two
+// largest dropped; typical = median; stdev with perftest's truncation to
+// int; 99% and 99.9% at ceil(n x 0.99) and ceil(n x 0.999)).
+//
+// What it is not: the test banner of ctx_print_test_info, bidirectional
+// mode (-b), several QPs (-q), duration mode (-D) and all sizes (-a)
+// (Params rejects the last two with ErrUnsupported), UD/UC/XRC/DC, and
+// perftest's Ethernet-socket exchange (without -R). The send bw server's
+// row spans its first to its last receive, without a peak.
+//
+// Example:
+//
+//	res, err := perftest.RunClient(ctx, perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: 65536,
+//		ConnectRetry: perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}}, connector, os.Stdout)
+//	// prints the ib_write_bw table; res.BW holds the row
+package perftest
