@@ -154,8 +154,7 @@ func TestCaptureMatchesOurFlow(t *testing.T) {
 	if r.Size != 3000 || r.Iters != 5 || !(r.BWAvg > 0) || !(r.BWPeak > 0.99*r.BWAvg) || !(r.MsgRate > 0) || math.IsInf(r.BWPeak, 0) {
 		t.Errorf("client's report %+v", r)
 	}
-	// (perftest's integer peak windows can leave the peak a hair under
-	// the average, as here.) The server's report fields are its
-	// uninitialised bw_report_data,
-	// which the client ignores; ours are zero.
+	// perftest's integer peak windows can leave the peak a hair under the
+	// average, as here. The server's report fields are its uninitialised
+	// bw_report_data, which the client ignores; ours are zero.
 }
