@@ -73,9 +73,10 @@ func newHosts(t testing.TB, s setup) (*host, *host) {
 var defaultQP = ndk.QPConfig{ReceiveQueueDepth: 512, InitiatorQueueDepth: 512,
 	MaxReceiveRequestSge: 4, MaxInitiatorRequestSge: 4, InlineDataSize: 256}
 
-func (x *host) qp(ctx any) *ndk.QP {
+func (x *host) qp(ctx any) *ndk.QP { return x.qpWith(ctx, defaultQP) }
+
+func (x *host) qpWith(ctx any, c ndk.QPConfig) *ndk.QP {
 	x.t.Helper()
-	c := defaultQP
 	c.ReceiveCq, c.InitiatorCq, c.Context = x.rcq, x.icq, ctx
 	q, err := x.pd.CreateQp(c)
 	if err != nil {
