@@ -138,7 +138,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	return a, nil
 }
 
-// Ifindex, LocalAddress, MAC and PathMTU describe the adapter's wire.
+// LocalAddress returns the IP address the adapter's QPs send from.
 func (a *Adapter) LocalAddress() netip.Addr { return a.transportOrZero().addr }
 
 // MAC returns the interface's hardware address.
@@ -151,6 +151,8 @@ func (a *Adapter) MAC() net.HardwareAddr {
 // (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
 func (a *Adapter) PathMTU() int { return a.transportOrZero().pmtu.Bytes() }
 
+// transportOrZero lets the accessors answer zero values on an adapter
+// built without a transport.
 func (a *Adapter) transportOrZero() *transport {
 	if a.transport == nil {
 		return &transport{}
