@@ -454,6 +454,9 @@ func TestSend_InlineOverLimitRejected(t *testing.T) {
 	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagInline, SGL: []SGE{{Addr: addrOf(raw), Length: 65}}}); st != ntstatus.InvalidParameter {
 		t.Fatalf("65 inline bytes over a 64-byte limit: status %#x", st)
 	}
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagInline, SGL: []SGE{{Addr: 0, Length: 8}}}); st != ntstatus.InvalidParameter {
+		t.Fatalf("inline from address 0: status %#x", st)
+	}
 	expectNone(t, a.scq, 5*time.Millisecond)
 }
 

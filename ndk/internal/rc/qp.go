@@ -147,7 +147,11 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 	}
 	var total uint64
 	for i := range wr.SGL {
-		total += uint64(wr.SGL[i].Length)
+		s := &wr.SGL[i]
+		if inline && s.Addr == 0 && s.Length > 0 {
+			return ntstatus.InvalidParameter // no memory to copy from
+		}
+		total += uint64(s.Length)
 	}
 	if total > 1<<32-1 || (inline && total > uint64(q.cfg.InlineSize)) {
 		return ntstatus.InvalidParameter
