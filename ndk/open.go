@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
@@ -58,6 +59,10 @@ type Options struct {
 	// LockThreads locks each engine to an OS thread; worth it only when
 	// every engine has a core to itself (see rc.Config.LockThread).
 	LockThreads bool
+	// Capture, if set, records every frame the engines send and receive
+	// (ndkxdp demo --capture). Recording costs a copy and a lock per
+	// frame: a debugging aid, not for production traffic.
+	Capture *pcapfile.Writer
 }
 
 // transport is an adapter's engines and their wire.
@@ -219,10 +224,14 @@ func (t *transport) openXDP(ifname string, opts Options, regions *memreg.Table) 
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
-		p, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: t.mtu})
+		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: t.mtu})
 		if err != nil {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
+		}
+		var p port.Port = xsk
+		if opts.Capture != nil {
+			p = port.Capture(xsk, opts.Capture)
 		}
 		if err := t.startEngine(p, opts, regions); err != nil {
 			return err
