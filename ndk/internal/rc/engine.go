@@ -46,6 +46,10 @@ type Config struct {
 	// (BenchmarkSendRoundTrip). Lock when each engine has a core of its
 	// own.
 	LockThread bool
+	// GSI and FirstPacket connect the engine to connection management
+	// (see gsi.go); both run on the engine goroutine and must not block.
+	GSI         func(p *rocev2.Packet)
+	FirstPacket func(qpn uint32)
 }
 
 // Tuning defaults.
@@ -82,6 +86,13 @@ type Engine struct {
 	maxQPs  int
 
 	lockThread bool
+
+	gsi         func(p *rocev2.Packet)
+	firstPacket func(qpn uint32)
+	gsiTx       *queue.MPSC[[]byte] // MADs to transmit (TransmitGSI)
+	gsiHeld     []byte              // a MAD the port had no room for
+	gsiTries    int
+	awaitFirst  map[uint32]struct{} // connected QPs that have not received yet
 
 	ready *queue.MPSC[*QP] // QPs with new posts, flush or close requests
 
@@ -132,22 +143,30 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rc: ready ring: %w", err)
 	}
+	gsiTx, err := queue.NewMPSC[[]byte](gsiQueueDepth)
+	if err != nil {
+		return nil, fmt.Errorf("rc: GSI ring: %w", err)
+	}
 	e := &Engine{
-		port:       cfg.Port,
-		regions:    cfg.Regions,
-		poll:       cfg.Poll,
-		spin:       cfg.SpinLoops,
-		window:     uint32(cfg.Window),
-		maxQPs:     cfg.MaxQPs,
-		lockThread: cfg.LockThread,
-		ready:      ready,
-		done:       make(chan struct{}),
-		qps:        make(map[uint32]*QP),
-		live:       make([]*QP, 0, cfg.MaxQPs),
-		active:     make([]*QP, 0, cfg.MaxQPs),
-		gather:     make([]byte, rocev2.MTU4096.Bytes()),
-		epoch:      time.Now(),
-		nextTimer:  noDeadline,
+		gsi:         cfg.GSI,
+		firstPacket: cfg.FirstPacket,
+		gsiTx:       gsiTx,
+		awaitFirst:  make(map[uint32]struct{}),
+		port:        cfg.Port,
+		regions:     cfg.Regions,
+		poll:        cfg.Poll,
+		spin:        cfg.SpinLoops,
+		window:      uint32(cfg.Window),
+		maxQPs:      cfg.MaxQPs,
+		lockThread:  cfg.LockThread,
+		ready:       ready,
+		done:        make(chan struct{}),
+		qps:         make(map[uint32]*QP),
+		live:        make([]*QP, 0, cfg.MaxQPs),
+		active:      make([]*QP, 0, cfg.MaxQPs),
+		gather:      make([]byte, rocev2.MTU4096.Bytes()),
+		epoch:       time.Now(),
+		nextTimer:   noDeadline,
 	}
 	go e.run()
 	return e, nil
@@ -208,6 +227,7 @@ func (e *Engine) run() {
 			e.runControl()
 			work++
 		}
+		work += e.transmitGSI()
 		work += e.transmit()
 		if e.now >= e.nextTimer {
 			e.timers()
@@ -307,7 +327,11 @@ func (e *Engine) dispatch() {
 	op := e.pkt.BTH.Opcode
 	if op.Transport() != rocev2.TransportRC {
 		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
-		// 1.7); UC/UD are not ours.
+		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
+		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP && e.gsi != nil {
+			e.gsi(&e.pkt)
+			return
+		}
 		e.c.notRC.Add(1)
 		return
 	}
@@ -319,6 +343,9 @@ func (e *Engine) dispatch() {
 	if !q.t.connected || q.t.failed {
 		e.c.notConnected.Add(1)
 		return
+	}
+	if len(e.awaitFirst) != 0 {
+		e.noteFirst(q.cfg.QPN)
 	}
 	if op.Info().Response {
 		e.completer(q)
@@ -602,6 +629,9 @@ func (q *QP) Connect(p ConnParams) error {
 		}
 		q.t.setup(p)
 		q.t.connected = true
+		if e.firstPacket != nil {
+			e.awaitFirst[q.cfg.QPN] = struct{}{}
+		}
 		q.state.Store(uint32(StateConnected))
 		e.live = append(e.live, q)
 		e.schedule(q)
@@ -622,6 +652,7 @@ func (q *QP) Close() error {
 		}
 		e.enterError(q)
 		delete(e.qps, q.cfg.QPN)
+		delete(e.awaitFirst, q.cfg.QPN)
 		if e.lastQP == q {
 			e.lastQP = nil
 		}
