@@ -19,8 +19,13 @@ const (
 	AccessRemoteRead  Access = 0x2
 	AccessRemoteWrite Access = 0x4 // only together with AccessLocalWrite
 	AccessReadSink    Access = 0x8 // may receive RDMA read responses
+	// AccessRemoteAtomic lets a peer run CMP_SWAP and FETCH_ADD on the
+	// region. NDK has no such flag (NDKPI has no atomic verb); the bit is
+	// an ndkxdp extension above NDK_MR_FLAG_*'s, and like verbs'
+	// IBV_ACCESS_REMOTE_ATOMIC it needs AccessLocalWrite.
+	AccessRemoteAtomic Access = 0x100
 
-	accessKnown = AccessLocalWrite | AccessRemoteRead | AccessRemoteWrite | AccessReadSink
+	accessKnown = AccessLocalWrite | AccessRemoteRead | AccessRemoteWrite | AccessReadSink | AccessRemoteAtomic
 )
 
 // Region describes memory to register.
@@ -134,6 +139,8 @@ func (t *Table) Register(r Region) (Tokens, error) {
 		return Tokens{}, fmt.Errorf("memreg: unknown access bits %#x", uint32(r.Access&^accessKnown))
 	case r.Access&AccessRemoteWrite != 0 && r.Access&AccessLocalWrite == 0:
 		return Tokens{}, errors.New("memreg: remote write requires local write (NDK_MR_FLAG_ALLOW_REMOTE_WRITE is 0x5)")
+	case r.Access&AccessRemoteAtomic != 0 && r.Access&AccessLocalWrite == 0:
+		return Tokens{}, errors.New("memreg: remote atomic requires local write (as IBV_ACCESS_REMOTE_ATOMIC does)")
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -246,9 +253,9 @@ func (t *Table) CheckLocal(pd, token uint32, va uint64, length uint32, need Acce
 }
 
 // CheckRemote checks a peer's access (remote token, address, length from a
-// RETH) arriving on a QP of protection domain pd; need is AccessRemoteRead
-// or AccessRemoteWrite. On success it returns the bytes to read or write.
-// Lock-free; allocates nothing.
+// RETH or AtomicETH) arriving on a QP of protection domain pd; need is
+// AccessRemoteRead, AccessRemoteWrite or AccessRemoteAtomic. On success it
+// returns the bytes to read or write. Lock-free; allocates nothing.
 func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
 	e, f := t.lookup(token, true)
 	if f != OK {

@@ -62,6 +62,17 @@
 //     marked Solicited for the CQ's arm.
 //   - SILENT_SUCCESS: no completion on success, the WQE still retires in
 //     order.
+//   - Atomics (CMP_SWAP, FETCH_ADD; an ndkxdp extension, OpCompareSwap and
+//     OpFetchAdd): the responder needs memreg.AccessRemoteAtomic on 8
+//     bytes (else a remote access NAK) at an 8-byte aligned address (else
+//     an invalid request NAK), executes with sync/atomic on the memory
+//     (atomic across QPs, engines and local sync/atomic users, in host
+//     byte order as rxe), and keeps the original value in the responder
+//     resource: a duplicate gets the saved ATOMIC_ACKNOWLEDGE again and is
+//     never executed twice. The requester counts atomics against the
+//     outbound read limit like READs and retires them only by their
+//     ATOMIC_ACKNOWLEDGE, whose value lands in the 8-byte local SGE in
+//     host order.
 //
 // Status mapping (ndk's doc lists it for users): remote access NAK ->
 // STATUS_ACCESS_VIOLATION (STATUS_REMOTE_RESOURCES for a READ, as NdkRead
@@ -80,9 +91,9 @@
 //
 // # Left to do
 //
-//   - Atomics (CMP_SWAP, FETCH_ADD) are refused with an invalid request
-//     NAK; so are WRITE with immediate and FLUSH. SEND with immediate is
-//     received as a plain SEND (the immediate is dropped).
+//   - WRITE with immediate, FLUSH and ATOMIC_WRITE are refused with an
+//     invalid request NAK. SEND with immediate is received as a plain SEND
+//     (the immediate is dropped).
 //   - No NdkBind/NdkFastRegister/NdkInvalidate WQEs (no wire packets, but
 //     they must retire in order with the others) and no SRQ.
 //   - Zero-copy transmit: the XSK port copies payloads into UMEM frames;

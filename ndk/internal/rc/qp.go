@@ -20,6 +20,8 @@ type sendWQE struct {
 	remoteAddr  uint64
 	remoteToken uint32
 	invToken    uint32
+	compare     uint64 // CMP_SWAP's compare value
+	swapAdd     uint64 // CMP_SWAP's swap value, FETCH_ADD's addend
 	ctx         any
 	seg         [MaxSGE][]byte // resolved at post time (inline: seg[0] aliases inline)
 	inline      [MaxInline]byte
@@ -93,13 +95,17 @@ type SendWR struct {
 	RemoteToken uint32
 	// InvalidateToken is the peer token a SendInvalidate invalidates.
 	InvalidateToken uint32
+	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
+	// swap) and OpFetchAdd (SwapAdd is the addend).
+	Compare, SwapAdd uint64
 }
 
 // PostSend queues an initiator request. It returns an NTSTATUS: Success,
 // or an inline failure that produces no completion:
 //   - ConnectionInvalid: the QP was never connected;
 //   - InvalidParameter: too many SGEs, inline data over the QP's inline
-//     size, or a total length that overflows 32 bits;
+//     size, a total length that overflows 32 bits, or an atomic whose SGL
+//     is not one 8-byte SGE;
 //   - AccessViolation: an SGE whose local token, bounds or rights fail
 //     (checked now, so that a bad SGE never reaches the wire);
 //   - InsufficientResources: the send queue is full;
@@ -133,12 +139,15 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 	case StateClosed:
 		return ntstatus.InvalidHandle
 	}
-	inline := wr.Flags&FlagInline != 0 && wr.Op != OpRead
+	inline := wr.Flags&FlagInline != 0 && !wr.Op.responded()
 	maxSGE := q.cfg.MaxSendSGE
 	need := memreg.Access(0)
-	if wr.Op == OpRead {
+	if wr.Op.responded() {
 		maxSGE = q.cfg.MaxReadSGE
 		need = memreg.AccessReadSink
+	}
+	if wr.Op.atomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
+		return ntstatus.InvalidParameter // the original value is 8 bytes (IBTA 9.4.5)
 	}
 	// Inline requests may exceed the SGE limit (NDKPI.md §5), but the WQE
 	// gathers them from at most MaxSGE pieces.
@@ -191,6 +200,8 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 	w.remoteAddr = wr.RemoteAddr
 	w.remoteToken = wr.RemoteToken
 	w.invToken = wr.InvalidateToken
+	w.compare = wr.Compare
+	w.swapAdd = wr.SwapAdd
 	w.ctx = wr.Context
 	q.sq.publish()
 	return ntstatus.Success

@@ -60,7 +60,8 @@ type qpTransport struct {
 }
 
 // readResource is one responder resource (IRD entry): a READ being
-// answered, kept so a duplicate READ can be answered again from memory
+// answered, kept so a duplicate READ can be answered again from memory, or
+// an executed atomic, kept so a duplicate gets the saved original value
 // (ROCEV2.md 2, "Duplicates").
 type readResource struct {
 	first rocev2.PSN
@@ -73,6 +74,11 @@ type readResource struct {
 	va     uint64
 	length uint32
 	buf    []byte
+	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
+	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
+	// operation, which a duplicate gets again (never a second execution).
+	atomic bool
+	orig   uint64
 }
 
 func (r *readResource) sending() bool { return r.next < r.npkts }
@@ -140,7 +146,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 			if w.flags&FlagReadFence != 0 && t.readsOut > 0 {
 				break // READ_FENCE: wait for every earlier READ
 			}
-			if w.op == OpRead && t.readsOut >= max(t.params.OutboundReadLimit, 1) {
+			if w.op.responded() && t.readsOut >= max(t.params.OutboundReadLimit, 1) {
 				break
 			}
 			if t.una.Distance(t.nextPSN) >= e.window {
@@ -151,7 +157,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 			w.received = 0
 			t.nextPSN = t.nextPSN.Add(w.npkts)
 			t.sqStart++
-			if w.op == OpRead {
+			if w.op.responded() {
 				t.readsOut++
 			}
 		}
@@ -163,7 +169,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 			return sent, true
 		}
 		sent++
-		if w.op == OpRead || t.txPkt+1 >= w.npkts {
+		if w.op.responded() || t.txPkt+1 >= w.npkts {
 			t.txIdx++
 			t.txPkt = 0
 		} else {
@@ -189,7 +195,16 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 	h.BTH.SE = false
 	h.BTH.AckReq = false
 	var payload []byte
-	if w.op == OpRead {
+	if w.op.atomic() {
+		// One packet, one PSN; AckReq because its ATOMIC_ACKNOWLEDGE is
+		// the answer (IBTA 9.4.5).
+		h.BTH.Opcode = rocev2.RCFetchAdd
+		if w.op == OpCompareSwap {
+			h.BTH.Opcode = rocev2.RCCompareSwap
+		}
+		h.AtomicETH = rocev2.AtomicETHFields{VA: w.remoteAddr, RKey: w.remoteToken, SwapAdd: w.swapAdd, Compare: w.compare}
+		h.BTH.AckReq = true
+	} else if w.op == OpRead {
 		// A retried READ asks only for what has not arrived (rxe
 		// req_retry: the RETH moves by the packets already received).
 		off := k * t.pmtu
@@ -303,13 +318,15 @@ func (e *Engine) completer(q *QP) {
 		}
 	case rocev2.RCReadResponseFirst, rocev2.RCReadResponseMiddle, rocev2.RCReadResponseLast, rocev2.RCReadResponseOnly:
 		e.readResponse(q, psn)
+	case rocev2.RCAtomicAck:
+		e.atomicAck(q, psn)
 	default:
-		e.c.stale.Add(1) // atomics are not requested by this engine
+		e.c.stale.Add(1)
 	}
 }
 
 // ackThrough retires every WQE whose packets all lie at or before psn.
-// A READ is retired only by its responses: an ACK beyond a READ's first
+// A READ (or atomic) is retired only by its responses: an ACK beyond a READ's first
 // PSN that did not come with its data means the responses were lost, so
 // the READ is asked again (rxe check_psn: COMPST_ERROR_RETRY). readPSN
 // calls from a READ response pass inRead so the READ it belongs to is left
@@ -323,7 +340,7 @@ func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
 			break
 		}
 		last := w.firstPSN.Add(w.npkts - 1)
-		if w.op == OpRead {
+		if w.op.responded() {
 			if !inRead {
 				e.retry(q, t.una, true)
 			}
@@ -564,6 +581,10 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 			typ = typeWrite
 		case OpRead:
 			typ = typeRead
+		case OpCompareSwap:
+			typ = typeCompareSwap
+		case OpFetchAdd:
+			typ = typeFetchAdd
 		}
 		e.entry = cq.Entry{
 			Status:            status,
@@ -573,7 +594,7 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 			RequestContext:    w.ctx,
 		}
 	}
-	if w.op == OpRead && t.sqHead < t.sqStart {
+	if w.op.responded() && t.sqHead < t.sqStart {
 		t.readsOut--
 	}
 	w.ctx = nil

@@ -29,6 +29,10 @@ func (e *Engine) responder(q *QP) {
 			e.duplicateRead(q, psn)
 			return
 		}
+		if op == rocev2.RCCompareSwap || op == rocev2.RCFetchAdd {
+			e.duplicateAtomic(q, psn)
+			return
+		}
 		// C9-105: never execute twice; acknowledge again with ePSN-1.
 		e.setCtl(q, ctlAck, 0, 0)
 		return
@@ -46,8 +50,10 @@ func (e *Engine) responder(q *QP) {
 		e.recvWrite(q, pos)
 	case rocev2.RCReadRequest:
 		e.recvRead(q)
+	case rocev2.RCCompareSwap, rocev2.RCFetchAdd:
+		e.recvAtomic(q, op)
 	default:
-		// Atomics, FLUSH and WRITE with immediate are not offered.
+		// FLUSH, ATOMIC_WRITE and WRITE with immediate are not offered.
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 	}
 }
@@ -209,7 +215,7 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 	r := &e.pkt.RETH
 	for i := range t.res {
 		s := &t.res[i]
-		if s.npkts == 0 {
+		if s.npkts == 0 || s.atomic {
 			continue
 		}
 		k := s.first.Distance(psn)
@@ -245,7 +251,8 @@ func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	e.stopQP(q)
 }
 
-// respond sends q's READ responses in order, then its pending ACK or NAK,
+// respond sends q's READ responses and atomic acknowledgements in order,
+// then its pending ACK or NAK,
 // which must not overtake them: an ACK beyond a READ tells the requester
 // its responses were lost.
 func (e *Engine) respond(q *QP) (int, bool) {
@@ -258,7 +265,13 @@ func (e *Engine) respond(q *QP) (int, bool) {
 			if sent == qpBudget {
 				return sent, true
 			}
-			if e.sendReadResponse(q, r) != nil {
+			var err error
+			if r.atomic {
+				err = e.sendAtomicAck(q, r)
+			} else {
+				err = e.sendReadResponse(q, r)
+			}
+			if err != nil {
 				return sent, true
 			}
 			sent++

@@ -17,6 +17,7 @@ type counters struct {
 	rxErrors, encodeErrors  atomic.Uint64
 	sleeps                  atomic.Uint64
 	completions, recvPlaced atomic.Uint64
+	atomics, atomicReplays  atomic.Uint64
 }
 
 // Stats are an engine's counters since it started.
@@ -34,6 +35,9 @@ type Stats struct {
 	OutOfSeq   uint64 // requests ahead of the expected PSN
 	NAKsSent   uint64 // PSN sequence, invalid request, access and operational NAKs
 	RNRSent    uint64
+	// Atomics executed, and duplicates answered from a saved result
+	// instead of executing again.
+	Atomics, AtomicReplays uint64
 	// Requester.
 	Retransmits  uint64 // go-back-N rounds
 	Timeouts     uint64 // ACK timer expiries
@@ -70,6 +74,7 @@ func (e *Engine) snapshot() Stats {
 		NotConnected: c.notConnected.Load(), Stale: c.stale.Load(),
 		Duplicates: c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
 		NAKsSent: c.naksSent.Load(), RNRSent: c.rnrSent.Load(),
+		Atomics: c.atomics.Load(), AtomicReplays: c.atomicReplays.Load(),
 		Retransmits: c.retransmits.Load(), Timeouts: c.timeouts.Load(),
 		NAKsReceived: c.naksReceived.Load(), RNRReceived: c.rnrReceived.Load(),
 		Completions: c.completions.Load(),

@@ -32,7 +32,21 @@ const (
 	OpSendInvalidate
 	OpWrite
 	OpRead
+	// OpCompareSwap and OpFetchAdd are the IB atomics (ROCEV2.md 1.4,
+	// opcodes 0x13 and 0x14): an ndkxdp extension, since NDKPI has no
+	// atomic verb. The local SGL is the 8 bytes the original value lands
+	// in, host byte order as verbs delivers it.
+	OpCompareSwap
+	OpFetchAdd
 )
+
+// responded reports whether the peer answers op with data of its own (READ
+// responses, ATOMIC_ACKNOWLEDGE): such requests count against the
+// outbound read limit (IBTA 9.5: initiator depth covers READs and atomics)
+// and are retired only by their response.
+func (op Op) responded() bool { return op >= OpRead }
+
+func (op Op) atomic() bool { return op == OpCompareSwap || op == OpFetchAdd }
 
 // Flags are NDK_OP_FLAG_* values (NDKPI.md §6); the engine acts on these.
 const (
@@ -50,6 +64,16 @@ const (
 	typeSend                 = 2
 	typeRead                 = 32
 	typeWrite                = 64
+	// ndkxdp extension: NDK_OPERATION_TYPE has no atomics. The values
+	// stay clear of ndkpi.h's bits and of ReceiveAndInvalidate.
+	typeCompareSwap = 0x10000
+	typeFetchAdd    = 0x20000
+)
+
+// Exported so ndk can name the extension's completion types.
+const (
+	TypeCompareSwap = typeCompareSwap
+	TypeFetchAdd    = typeFetchAdd
 )
 
 // ProviderErrorCode values: the ib_wc_status a verbs provider would report
