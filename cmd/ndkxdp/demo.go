@@ -3,24 +3,33 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/loader"
-	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/baseline"
 	"github.com/ndkxdp/ndkxdp/test/harness"
-	"github.com/ndkxdp/ndkxdp/test/rawxdp"
 )
 
 type demoFlags struct {
-	dev      string
-	mtu      int
-	messages int
-	duration time.Duration
-	mode     string
+	dev        string
+	mtu        int
+	messages   int
+	sendSize   int
+	rdmaSize   int
+	rdmaOps    int
+	pings      int
+	mode       string
+	polling    string
+	capture    string
+	captureMax int
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -29,19 +38,33 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var f demoFlags
 	fs.StringVar(&f.dev, "dev", "", "run on this real NIC instead of the embedded veth pair (not supported yet)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "MTU of the embedded veth pair (1500 gives path MTU 1024, 9000 gives 4096)")
-	fs.IntVar(&f.messages, "messages", 1000, "RoCEv2 frames to exchange and verify")
-	fs.DurationVar(&f.duration, "duration", 500*time.Millisecond, "length of the rate measurement")
+	fs.IntVar(&f.messages, "messages", 20000, "SEND messages to exchange and verify")
+	fs.IntVar(&f.sendSize, "send-size", 64, "bytes per SEND")
+	fs.IntVar(&f.rdmaSize, "rdma-size", 64<<10, "bytes per WRITE and READ")
+	fs.IntVar(&f.rdmaOps, "rdma-ops", 500, "WRITEs and READs to run and verify")
+	fs.IntVar(&f.pings, "pings", 5000, "SEND ping-pong round trips to time")
 	fs.StringVar(&f.mode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
+	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame both hosts exchange to this pcap file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if f.dev != "" {
 		return fmt.Errorf("-dev %s: running on a real NIC needs a remote peer and is not supported yet; omit -dev to use the embedded veth pair", f.dev)
 	}
-	if f.messages < 1 || f.messages > 1_000_000 || f.duration <= 0 || f.duration > time.Minute {
-		return fmt.Errorf("-messages must be in [1, 1000000] and -duration in (0, 1m]")
+	switch {
+	case f.messages < 1 || f.messages > 10_000_000:
+		return errors.New("-messages must be in [1, 10000000]")
+	case f.sendSize < 8 || f.sendSize > 1<<20:
+		return errors.New("-send-size must be in [8, 1048576]")
+	case f.rdmaSize < 1 || f.rdmaSize > 16<<20:
+		return errors.New("-rdma-size must be in [1, 16777216]")
+	case f.rdmaOps < 1 || f.rdmaOps > 1_000_000:
+		return errors.New("-rdma-ops must be in [1, 1000000]")
+	case f.pings < 1 || f.pings > 1_000_000:
+		return errors.New("-pings must be in [1, 1000000]")
 	}
-	mode, err := parseMode(f.mode)
+	opts, err := adapterOptions(f.mode, f.polling)
 	if err != nil {
 		return err
 	}
@@ -50,96 +73,569 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	start := time.Now()
+	if f.capture != "" {
+		file, err := os.Create(f.capture)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		if opts.Capture, err = pcapfile.NewWriter(file, 0, pcapfile.LinkTypeEthernet); err != nil {
+			return err
+		}
+	}
 	p, err := harness.NewPair(harness.Config{MTU: f.mtu})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	fmt.Fprintf(stdout, "hosts: %s %s %s <-> %s %s %s (veth, MTU %d)\n",
-		p.A.Name, p.A.IPv4, p.A.MAC, p.B.Name, p.B.IPv4, p.B.MAC, f.mtu)
+	fmt.Fprintf(stdout, "hosts: %s %s <-> %s %s (veth, MTU %d)\n", p.A.Name, p.A.IPv4, p.B.Name, p.B.IPv4, f.mtu)
 
-	const qpn = 0x000011
-	a, err := rawxdp.Open(p.A, rawxdp.Config{Attach: mode, MultiBuffer: f.mtu > 4000})
+	a, err := openDemoHost(p.A, opts)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
-	b, err := rawxdp.Open(p.B, rawxdp.Config{Attach: mode, MultiBuffer: f.mtu > 4000})
+	defer a.close()
+	b, err := openDemoHost(p.B, opts)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	if err := b.XDP.AddQP(qpn, 0); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "xdp: steering program attached in %s mode on both hosts; AF_XDP sockets in %s mode; QP 0x%06x steered to queue 0 on %s\n",
-		a.XDP.Mode(), a.Sock.Mode(), qpn, p.B.Name)
+	defer b.close()
+	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", p.A.Link, p.B.Link, a.ad.PathMTU(), f.polling)
 
-	pmtu, _ := rocev2.MTUForNetdev(f.mtu)
-	size := pmtu.Bytes()
-	fmt.Fprintf(stdout, "exchange: %d RC SEND_ONLY frames of %d payload bytes (path MTU %d) from A to B...\n", f.messages, size, pmtu.Bytes())
-	var pkt rocev2.Packet
-	for i := range f.messages {
-		if err := ctx.Err(); err != nil {
+	// Each phase runs on a fresh, connected QP pair, so that no phase
+	// inherits another's posted receives.
+	var report []string
+	var rtt baseline.Latency
+	phases := []struct {
+		what string
+		run  func(qa, qb *ndk.QP) error
+	}{
+		{fmt.Sprintf("SEND: %d messages of %d bytes, A -> B, contents verified", f.messages, f.sendSize), func(qa, qb *ndk.QP) error {
+			r, err := demoSend(ctx, a, b, qa, qb, f.messages, f.sendSize)
+			report = append(report, r.line("SEND", f.sendSize))
 			return err
-		}
-		payload := bytes.Repeat([]byte{byte(i)}, size)
-		h := rocev2.Headers{
-			Eth: rocev2.EthernetFields{Dst: rocev2.MAC(p.B.MAC), Src: rocev2.MAC(p.A.MAC)},
-			IP:  rocev2.NewIPFields(p.A.IPv4, p.B.IPv4),
-			UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, qpn, qpn)},
-			BTH: rocev2.BTHFields{Opcode: rocev2.RCSendOnly, PKey: rocev2.DefaultPKey, DestQP: qpn, AckReq: true, PSN: rocev2.PSN(i)},
-		}
-		frame := make([]byte, h.FrameLen(size))
-		if _, err := h.Encode(frame, payload); err != nil {
+		}},
+		{fmt.Sprintf("WRITE: %d x %d bytes into B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(qa, _ *ndk.QP) error {
+			r, err := demoWrite(ctx, a, b, qa, f.rdmaOps, f.rdmaSize)
+			report = append(report, r.line("WRITE", f.rdmaSize))
 			return err
-		}
-		if err := a.Send(frame); err != nil {
-			return fmt.Errorf("frame %d: %w", i, err)
-		}
-		got, _, err := b.Receive(2 * time.Second)
+		}},
+		{fmt.Sprintf("READ: %d x %d bytes from B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(qa, _ *ndk.QP) error {
+			r, err := demoRead(ctx, a, b, qa, f.rdmaOps, f.rdmaSize)
+			report = append(report, r.line("READ", f.rdmaSize))
+			return err
+		}},
+		{fmt.Sprintf("ping-pong: %d SEND round trips of 64 bytes", f.pings), func(qa, qb *ndk.QP) error {
+			var err error
+			rtt, err = demoPingPong(ctx, a, b, qa, qb, f.pings)
+			return err
+		}},
+	}
+	for _, ph := range phases {
+		qa, qb, err := connectOOB(a, b)
 		if err != nil {
-			return fmt.Errorf("frame %d: %w", i, err)
+			return err
 		}
-		if err := rocev2.Parse(got, &pkt); err != nil {
-			return fmt.Errorf("frame %d does not parse on arrival: %w", i, err)
-		}
-		if !bytes.Equal(pkt.Payload, payload) || pkt.BTH.PSN != rocev2.PSN(i) {
-			return fmt.Errorf("frame %d arrived altered", i)
+		fmt.Fprintf(stdout, "%s (QP 0x%06x <-> QP 0x%06x, connected out of band)...\n", ph.what, qa.QPN(), qb.QPN())
+		err = ph.run(qa, qb)
+		qa.Close()
+		qb.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", ph.what, err)
 		}
 	}
-	fmt.Fprintf(stdout, "exchange: %d frames arrived intact, ICRC verified\n", f.messages)
 
-	c, err := b.XDP.Counters()
-	if err != nil {
-		return err
+	fmt.Fprintf(stdout, "\nreport:\n")
+	for _, l := range report {
+		fmt.Fprintln(stdout, l)
 	}
-	fmt.Fprintf(stdout, "counters on %s:\n%s", p.B.Name, c.String())
-	a.Close()
-	b.Close()
-
-	fmt.Fprintf(stdout, "measuring raw AF_XDP rate (64 B frames, %v) and ping-pong (64 B, busy polling)...\n", f.duration)
-	rate, err := baseline.XDPRate(p, 64, f.duration)
-	if err != nil {
-		return err
+	fmt.Fprintf(stdout, "  %-6s RTT p50 %.1f us, p99 %.1f us (%d round trips)\n", "SEND", us(rtt.P50), us(rtt.P99), rtt.N)
+	for _, x := range []*demoHost{a, b} {
+		var st ndk.EngineStats
+		for _, s := range x.ad.Stats() {
+			st.FramesIn += s.FramesIn
+			st.FramesOut += s.FramesOut
+			st.Retransmits += s.Retransmits
+			st.RNRReceived += s.RNRReceived
+			st.BadICRC += s.BadICRC
+		}
+		fmt.Fprintf(stdout, "  %s: %d frames out, %d in, %d bad ICRC, %d retransmission rounds, %d RNR NAKs received\n",
+			x.h.Name, st.FramesOut, st.FramesIn, st.BadICRC, st.Retransmits, st.RNRReceived)
 	}
-	rtt, err := baseline.XDPPingPong(p, 64, 10000, 5*f.duration)
-	if err != nil {
-		return err
+	a.close()
+	b.close()
+	if opts.Capture != nil {
+		if err := opts.Capture.Err(); err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+		fmt.Fprintf(stdout, "capture: %s (RoCEv2 frames of both hosts)\n", f.capture)
 	}
-	fmt.Fprintf(stdout, "report: %.0f messages/s, %.2f Gbit/s, RTT %s\n", rate.PerSecond(), rate.Gbps(), rtt)
 	fmt.Fprintf(stdout, "done in %v; namespaces removed\n", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-func parseMode(s string) (loader.AttachMode, error) {
-	switch s {
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func adapterOptions(mode, polling string) (ndk.Options, error) {
+	var o ndk.Options
+	switch mode {
 	case "auto":
-		return loader.AttachAuto, nil
+		o.XDPMode = ndk.XDPAuto
 	case "driver":
-		return loader.AttachDriver, nil
+		o.XDPMode = ndk.XDPDriver
 	case "generic":
-		return loader.AttachGeneric, nil
+		o.XDPMode = ndk.XDPGeneric
+	default:
+		return o, fmt.Errorf("unknown -xdp-mode %q (want auto, driver or generic)", mode)
 	}
-	return 0, fmt.Errorf("unknown -xdp-mode %q (want auto, driver or generic)", s)
+	switch polling {
+	case "adaptive":
+		o.Polling = ndk.PollAdaptive
+	case "busy":
+		o.Polling = ndk.PollBusy
+	default:
+		return o, fmt.Errorf("unknown -polling %q (want adaptive or busy)", polling)
+	}
+	return o, nil
+}
+
+// demoHost is one side of the demo: an adapter in a namespace, a PD and
+// a receive and an initiator CQ.
+type demoHost struct {
+	h        *harness.Host
+	ad       *ndk.Adapter
+	pd       *ndk.PD
+	rcq, icq *ndk.CQ
+}
+
+func openDemoHost(h *harness.Host, opts ndk.Options) (*demoHost, error) {
+	x := &demoHost{h: h}
+	if err := h.Do(func() error {
+		var err error
+		x.ad, err = ndk.Open(h.Link, opts)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("open ndkxdp on %s/%s: %w", h.Name, h.Link, err)
+	}
+	var err error
+	if x.pd, err = x.ad.CreatePd(); err != nil {
+		x.close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// newCQs gives the host fresh CQs for the next phase, closing the previous
+// ones (whose QPs are closed by then), so that no phase sees another's
+// completions, such as the cancelled receives of a closed QP.
+func (x *demoHost) newCQs() error {
+	for _, c := range []*ndk.CQ{x.rcq, x.icq} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	var err error
+	if x.rcq, err = x.ad.CreateCq(8192, nil); err != nil {
+		return err
+	}
+	x.icq, err = x.ad.CreateCq(8192, nil)
+	return err
+}
+
+func (x *demoHost) close() {
+	if x.ad != nil {
+		x.ad.Close()
+	}
+}
+
+const demoQueueDepth = 1024
+
+func connectOOB(a, b *demoHost) (*ndk.QP, *ndk.QP, error) {
+	cfg := func(x *demoHost) ndk.QPConfig {
+		return ndk.QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: demoQueueDepth,
+			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1}
+	}
+	for _, x := range []*demoHost{a, b} {
+		if err := x.newCQs(); err != nil {
+			return nil, nil, err
+		}
+	}
+	qa, err := a.pd.CreateQp(cfg(a))
+	if err != nil {
+		return nil, nil, err
+	}
+	qb, err := b.pd.CreateQp(cfg(b))
+	if err != nil {
+		return nil, nil, err
+	}
+	ea, eb := qa.LocalEndpoint(), qb.LocalEndpoint()
+	if err := a.h.Do(func() error { return qa.ConnectOOB(eb, ndk.ConnectOptions{}) }); err != nil {
+		return nil, nil, err
+	}
+	if err := b.h.Do(func() error { return qb.ConnectOOB(ea, ndk.ConnectOptions{}) }); err != nil {
+		return nil, nil, err
+	}
+	return qa, qb, nil
+}
+
+type phase struct {
+	ops     int
+	bytes   uint64
+	elapsed time.Duration
+}
+
+func (p phase) line(op string, size int) string {
+	s := p.elapsed.Seconds()
+	return fmt.Sprintf("  %-6s %7d x %-8d %10.0f messages/s %8.2f Gbit/s", op, p.ops, size, float64(p.ops)/s, float64(p.bytes)*8/s/1e9)
+}
+
+// waitOne polls cq until it yields one result or the deadline passes.
+func waitOne(ctx context.Context, cq *ndk.CQ, r *ndk.Result, deadline time.Time) error {
+	var rs [1]ndk.Result
+	for cq.GetResults(rs[:]) == 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no completion within 10s")
+		}
+		runtime.Gosched()
+	}
+	*r = rs[0]
+	if r.Status != ndk.StatusSuccess {
+		return fmt.Errorf("completion status %v", r.Status)
+	}
+	return nil
+}
+
+// demoSend streams n SENDs of size bytes from a to b; every message carries
+// its sequence number and a pattern that b checks.
+func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) (phase, error) {
+	const slots = demoQueueDepth
+	src := make([]byte, size*slots)
+	dst := make([]byte, size*slots)
+	smr, err := a.pd.RegisterMr(src, ndk.MRFlagAllowLocalRead)
+	if err != nil {
+		return phase{}, err
+	}
+	defer smr.Deregister()
+	dmr, err := b.pd.RegisterMr(dst, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		return phase{}, err
+	}
+	defer dmr.Deregister()
+	post := func(slot int) error {
+		sge, err := dmr.SGE(slot*size, size)
+		if err != nil {
+			return err
+		}
+		return qb.Receive(slot, []ndk.SGE{sge})
+	}
+	for i := range slots {
+		if err := post(i); err != nil {
+			return phase{}, err
+		}
+	}
+	errc := make(chan error, 1)
+	go func() { // B: verify and repost each receive
+		var rs [64]ndk.Result
+		deadline := time.Now().Add(10 * time.Second)
+		for got := 0; got < n; {
+			k := b.rcq.GetResults(rs[:])
+			if k == 0 {
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					errc <- fmt.Errorf("receiver: %d of %d messages after the deadline", got, n)
+					return
+				}
+				runtime.Gosched()
+				continue
+			}
+			deadline = time.Now().Add(10 * time.Second)
+			for _, r := range rs[:k] {
+				slot := r.RequestContext.(int)
+				msg := dst[slot*size : (slot+1)*size]
+				if r.Status != ndk.StatusSuccess || int(r.BytesTransferred) != size || !checkMessage(msg, uint64(got)) {
+					errc <- fmt.Errorf("message %d arrived wrong (status %v, %d bytes)", got, r.Status, r.BytesTransferred)
+					return
+				}
+				got++
+				if err := post(slot); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+		errc <- nil
+	}()
+	t0 := time.Now()
+	var rs [64]ndk.Result
+	inflight := 0
+	for i := 0; i < n; {
+		if inflight < slots/2 {
+			slot := i % slots
+			fillMessage(src[slot*size:(slot+1)*size], uint64(i))
+			sge, _ := smr.SGE(slot*size, size)
+			err := qa.Send(nil, []ndk.SGE{sge}, 0)
+			if err == nil {
+				i++
+				inflight++
+				continue
+			}
+			if !errors.Is(err, ndk.ErrInsufficientResources) {
+				return phase{}, err
+			}
+		}
+		k := a.icq.GetResults(rs[:])
+		for _, r := range rs[:k] {
+			if r.Status != ndk.StatusSuccess {
+				return phase{}, fmt.Errorf("send completion %v", r.Status)
+			}
+		}
+		inflight -= k
+		if k == 0 {
+			runtime.Gosched()
+		}
+	}
+	if err := <-errc; err != nil {
+		return phase{}, err
+	}
+	elapsed := time.Since(t0)
+	for deadline := time.Now().Add(10 * time.Second); inflight > 0; {
+		var r ndk.Result
+		if err := waitOne(ctx, a.icq, &r, deadline); err != nil {
+			return phase{}, err
+		}
+		inflight--
+	}
+	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: elapsed}, nil
+}
+
+func fillMessage(b []byte, seq uint64) {
+	binary.LittleEndian.PutUint64(b, seq)
+	for i := 8; i < len(b); i++ {
+		b[i] = byte(seq) + byte(i)
+	}
+}
+
+func checkMessage(b []byte, seq uint64) bool {
+	if binary.LittleEndian.Uint64(b) != seq {
+		return false
+	}
+	for i := 8; i < len(b); i++ {
+		if b[i] != byte(seq)+byte(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// rdmaSlots is how many WRITEs or READs the demo keeps in flight, each
+// with its own slot of memory on both sides.
+const rdmaSlots = 16
+
+// demoWrite writes n messages of size bytes into b's memory, op i into slot
+// i mod rdmaSlots with pattern i, keeping rdmaSlots in flight. A slot's
+// source is refilled only after its previous WRITE completed; at the end
+// every slot of b's memory must hold the last pattern written to it.
+func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+	src := make([]byte, size*rdmaSlots)
+	dst := make([]byte, size*rdmaSlots)
+	smr, err := a.pd.RegisterMr(src, ndk.MRFlagAllowLocalRead)
+	if err != nil {
+		return phase{}, err
+	}
+	defer smr.Deregister()
+	dmr, err := b.pd.RegisterMr(dst, ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		return phase{}, err
+	}
+	defer dmr.Deregister()
+	t0 := time.Now()
+	err = pipeline(ctx, a.icq, n, func(i int) error {
+		slot := i % rdmaSlots
+		fillMessage(src[slot*size:(slot+1)*size], uint64(i))
+		sge, err := smr.SGE(slot*size, size)
+		if err != nil {
+			return err
+		}
+		return qa.Write(nil, []ndk.SGE{sge}, dmr.Addr()+uint64(slot*size), dmr.RemoteToken(), 0)
+	}, nil)
+	if err != nil {
+		return phase{}, err
+	}
+	elapsed := time.Since(t0)
+	b.ad.Stats() // orders this goroutine after B's engine placed the bytes
+	if !bytes.Equal(dst, src) {
+		return phase{}, errors.New("B's memory does not hold the last WRITE of every slot")
+	}
+	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: elapsed}, nil
+}
+
+// demoRead reads n messages of size bytes from b's memory, op i from slot
+// i mod rdmaSlots into the same slot of a's memory, and checks each one as
+// it completes.
+func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+	src := make([]byte, size*rdmaSlots)
+	for slot := range rdmaSlots {
+		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
+	}
+	dst := make([]byte, size*rdmaSlots)
+	smr, err := b.pd.RegisterMr(src, ndk.MRFlagAllowRemoteRead)
+	if err != nil {
+		return phase{}, err
+	}
+	defer smr.Deregister()
+	dmr, err := a.pd.RegisterMr(dst, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		return phase{}, err
+	}
+	defer dmr.Deregister()
+	t0 := time.Now()
+	err = pipeline(ctx, a.icq, n, func(i int) error {
+		slot := i % rdmaSlots
+		clear(dst[slot*size : (slot+1)*size])
+		sge, err := dmr.SGE(slot*size, size)
+		if err != nil {
+			return err
+		}
+		return qa.Read(slot, []ndk.SGE{sge}, smr.Addr()+uint64(slot*size), smr.RemoteToken(), 0)
+	}, func(r ndk.Result) error {
+		slot := r.RequestContext.(int)
+		if !bytes.Equal(dst[slot*size:(slot+1)*size], src[slot*size:(slot+1)*size]) {
+			return fmt.Errorf("READ into slot %d returned other bytes than B's memory holds", slot)
+		}
+		return nil
+	})
+	if err != nil {
+		return phase{}, err
+	}
+	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: time.Since(t0)}, nil
+}
+
+// pipeline posts n requests with post(i), keeping at most rdmaSlots in
+// flight, and hands each completion to done. Completions of one QP arrive
+// in posting order, so request i's slot is free again once i-rdmaSlots has
+// completed.
+func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, done func(ndk.Result) error) error {
+	var rs [rdmaSlots]ndk.Result
+	completed := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for posted := 0; completed < n; {
+		for posted < n && posted-completed < rdmaSlots {
+			if err := post(posted); err != nil {
+				return err
+			}
+			posted++
+		}
+		k := cq.GetResults(rs[:])
+		for _, r := range rs[:k] {
+			if r.Status != ndk.StatusSuccess {
+				return fmt.Errorf("completion status %v", r.Status)
+			}
+			if done != nil {
+				if err := done(r); err != nil {
+					return err
+				}
+			}
+		}
+		completed += k
+		if k == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d requests completed within 30s", completed, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// demoPingPong bounces a 64-byte SEND between a and b.
+func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
+	const size = 64
+	buf := func(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
+		mr, err := x.pd.RegisterMr(make([]byte, size), flags)
+		if err != nil {
+			return ndk.SGE{}, nil, err
+		}
+		sge, err := mr.SGE(0, size)
+		return sge, func() { mr.Deregister() }, err
+	}
+	sa, da, err := buf(a, ndk.MRFlagAllowLocalRead)
+	if err != nil {
+		return baseline.Latency{}, err
+	}
+	defer da()
+	ra, dra, err := buf(a, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		return baseline.Latency{}, err
+	}
+	defer dra()
+	sb, db, err := buf(b, ndk.MRFlagAllowLocalRead)
+	if err != nil {
+		return baseline.Latency{}, err
+	}
+	defer db()
+	rb, drb, err := buf(b, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		return baseline.Latency{}, err
+	}
+	defer drb()
+	if err := qa.Receive(nil, []ndk.SGE{ra}); err != nil {
+		return baseline.Latency{}, err
+	}
+	if err := qb.Receive(nil, []ndk.SGE{rb}); err != nil {
+		return baseline.Latency{}, err
+	}
+	stop := make(chan struct{})
+	echo := make(chan error, 1)
+	go func() {
+		var r [1]ndk.Result
+		for {
+			select {
+			case <-stop:
+				echo <- nil
+				return
+			default:
+			}
+			if b.rcq.GetResults(r[:]) == 0 {
+				runtime.Gosched()
+				continue
+			}
+			if err := qb.Receive(nil, []ndk.SGE{rb}); err != nil {
+				echo <- err
+				return
+			}
+			if err := qb.Send(nil, []ndk.SGE{sb}, ndk.OpFlagSilentSuccess); err != nil {
+				echo <- err
+				return
+			}
+		}
+	}()
+	samples := make([]time.Duration, 0, n)
+	deadline := time.Now().Add(30 * time.Second)
+	var r ndk.Result
+	for i := 0; i < n+100; i++ {
+		t0 := time.Now()
+		if err = qa.Send(nil, []ndk.SGE{sa}, ndk.OpFlagSilentSuccess); err != nil {
+			break
+		}
+		if err = waitOne(ctx, a.rcq, &r, deadline); err != nil {
+			break
+		}
+		rtt := time.Since(t0)
+		if err = qa.Receive(nil, []ndk.SGE{ra}); err != nil {
+			break
+		}
+		if i >= 100 {
+			samples = append(samples, rtt)
+		}
+	}
+	close(stop)
+	if e := <-echo; err == nil {
+		err = e
+	}
+	return baseline.Summarize(samples), err
 }
