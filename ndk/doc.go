@@ -18,6 +18,10 @@
 //     Deregister) and SGE;
 //   - QP (PD.CreateQp): Send, SendAndInvalidate, Write, Read, Receive,
 //     Flush, Close, with the NDK_OP_FLAG semantics of the seed pages;
+//   - the atomic extension (atomic.go; NDKPI has no atomic verb):
+//     QP.CompareAndSwap and QP.FetchAndAdd, MRFlagAllowRemoteAtomic, and
+//     completion Types OpCompareAndSwap and OpFetchAndAdd, the IB atomics
+//     a verbs peer's ib_atomic_bw uses;
 //   - out-of-band connection (QP.LocalEndpoint, QP.ConnectOOB), the way
 //     ibv_rc_pingpong exchanges QPN and PSN, for tools until IB CM
 //     connections (Connector, Listener) arrive.

@@ -51,6 +51,7 @@ const (
 	postBind
 	postFastRegister
 	postInvalidate
+	postAtomic // ndkxdp extension (atomic.go)
 )
 
 // postOpFlags lists, per initiator call, the flags NDKPI documents for it
@@ -68,6 +69,7 @@ var postOpFlags = [...]struct {
 	postFastRegister: {"fast register", OpFlagSilentSuccess | OpFlagReadFence | OpFlagAllowRemoteRead |
 		OpFlagAllowRemoteWrite | OpFlagRdmaReadSink | OpFlagDefer},
 	postInvalidate: {"invalidate", OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer},
+	postAtomic:     {"atomic", OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer},
 }
 
 // checkOpFlags rejects flags that op does not accept, and flags whose
@@ -100,11 +102,13 @@ const (
 	MRFlagRdmaReadSink     MRFlag = 0x8
 
 	// mrFlagsKnown is every bit NdkRegisterMr defines.
-	mrFlagsKnown = MRFlagAllowLocalWrite | MRFlagAllowRemoteRead | MRFlagAllowRemoteWrite | MRFlagRdmaReadSink
+	mrFlagsKnown = MRFlagAllowLocalWrite | MRFlagAllowRemoteRead | MRFlagAllowRemoteWrite | MRFlagRdmaReadSink |
+		MRFlagAllowRemoteAtomic // ndkxdp extension (atomic.go)
 )
 
 var mrFlagNames = []flagName[MRFlag]{
 	{MRFlagAllowRemoteWrite, "ALLOW_REMOTE_WRITE"},
+	{MRFlagAllowRemoteAtomic &^ MRFlagAllowLocalWrite, "ALLOW_REMOTE_ATOMIC"},
 	{MRFlagAllowLocalWrite, "ALLOW_LOCAL_WRITE"},
 	{MRFlagAllowRemoteRead, "ALLOW_REMOTE_READ"},
 	{MRFlagRdmaReadSink, "RDMA_READ_SINK"},
@@ -197,6 +201,10 @@ func (t OperationType) String() string {
 		return "Read"
 	case OpWrite:
 		return "Write"
+	case OpCompareAndSwap:
+		return "CompareAndSwap"
+	case OpFetchAndAdd:
+		return "FetchAndAdd"
 	}
 	return fmt.Sprintf("OperationType(%#x)", uint32(t))
 }

@@ -80,6 +80,8 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 		return nil, errorf(StatusInvalidParameter, op, "unknown flag bits %#x", uint32(flags&^mrFlagsKnown))
 	case flags&0x4 != 0 && flags&MRFlagAllowLocalWrite == 0:
 		return nil, errorf(StatusInvalidParameter, op, "flags %#x: remote write without local write (ALLOW_REMOTE_WRITE is 0x5)", uint32(flags))
+	case flags&0x100 != 0 && flags&MRFlagAllowLocalWrite == 0:
+		return nil, errorf(StatusInvalidParameter, op, "flags %#x: remote atomic without local write (ALLOW_REMOTE_ATOMIC is 0x101)", uint32(flags))
 	}
 
 	pd.mu.Lock()

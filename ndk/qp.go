@@ -38,6 +38,9 @@ type QP struct {
 	queue   int
 	closed  atomic.Bool
 	psn     uint32 // the first PSN this QP sends, drawn at random
+	// atomicSGL holds an atomic's result SGE while it is posted (atomic.go):
+	// initiator posts are serialized, and a local array would escape.
+	atomicSGL [1]rc.SGE
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
