@@ -159,6 +159,7 @@ func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
 		return
 	}
 	copy(t.wbuf[t.woff:], p.Payload)
+	e.c.writesPlaced.Add(1) // publishes the bytes (PlacedWrites)
 	t.woff += n
 	t.ePSN = t.ePSN.Next()
 	if pos&rocev2.PosLast == 0 {

@@ -18,7 +18,16 @@ type counters struct {
 	sleeps                  atomic.Uint64
 	completions, recvPlaced atomic.Uint64
 	atomics, atomicReplays  atomic.Uint64
+	// writesPlaced is incremented after each WRITE packet's bytes are
+	// placed: a release that PlacedWrites' load pairs with.
+	writesPlaced atomic.Uint64
 }
+
+// PlacedWrites returns how many RDMA WRITE packets the QP's engine has
+// placed into memory (for every QP of the engine). The load is an
+// acquire: bytes those packets placed are visible to the caller afterwards,
+// so a consumer may poll memory a peer writes without a data race.
+func (q *QP) PlacedWrites() uint64 { return q.eng.c.writesPlaced.Load() }
 
 // Stats are an engine's counters since it started.
 type Stats struct {
