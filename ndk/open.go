@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/loader"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
@@ -63,6 +65,12 @@ type Options struct {
 	// (ndkxdp demo --capture). Recording costs a copy and a lock per
 	// frame: a debugging aid, not for production traffic.
 	Capture *pcapfile.Writer
+	// MADFaults, if set, decides the fate of every connection-management
+	// datagram (a 256-byte IB CM MAD) the adapter sends: how many copies
+	// leave (0 drops it, 2 duplicates it) and after what delay. It exists
+	// to test connection setup on a lossy network (test/cm) and is nil in
+	// normal use. It may be called from several goroutines.
+	MADFaults func(mad []byte) (copies int, delay time.Duration)
 }
 
 // transport is an adapter's engines and their wire.
@@ -78,6 +86,7 @@ type transport struct {
 	ports   []port.Port
 	engines []*rc.Engine
 	buffers *bufferPool
+	mgmt    *management // IB CM on QP1 (gsi.go)
 
 	mu         sync.Mutex
 	nextQPN    uint32
@@ -136,9 +145,24 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 		return nil, err
 	}
 	a.transport = t
+	t.mgmt = newManagement(t, opts.MADFaults)
+	if err := t.mgmt.openNamespace(); err != nil {
+		a.Close()
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: ifname, Err: err}
+	}
 	if err := t.openXDP(ifname, opts, a.regions); err != nil {
 		a.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: ifname, Err: err}
+	}
+	// QP1's datagrams go to the management queue, whose engine hands them
+	// to the CM (loader.GSIQPN).
+	if err := t.xdp.AddQP(loader.GSIQPN, 0); err != nil {
+		a.Close()
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "steer QP1", Err: err}
+	}
+	if err := t.mgmt.start(cm.Params{}); err != nil {
+		a.Close()
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "connection management", Err: err}
 	}
 	return a, nil
 }
@@ -249,7 +273,14 @@ func (t *transport) startEngine(p port.Port, opts Options, regions *memreg.Table
 	if opts.Polling == PollBusy {
 		poll = rc.PollBusy
 	}
-	e, err := rc.NewEngine(rc.Config{Port: p, Regions: regions, Poll: poll, LockThread: opts.LockThreads})
+	cfg := rc.Config{Port: p, Regions: regions, Poll: poll, LockThread: opts.LockThreads}
+	if g := t.mgmt; g != nil {
+		cfg.FirstPacket = g.onFirstPacket
+		if len(t.engines) == 0 {
+			cfg.GSI = g.onGSI // the management queue
+		}
+	}
+	e, err := rc.NewEngine(cfg)
 	if err != nil {
 		return err
 	}
@@ -272,6 +303,9 @@ func (a *Adapter) Stats() []EngineStats {
 // close stops the engines (cancelling what QPs still hold), then tears
 // down the wire.
 func (t *transport) close() {
+	if t.mgmt != nil {
+		t.mgmt.close()
+	}
 	for _, e := range t.engines {
 		e.Close()
 	}

@@ -1,0 +1,387 @@
+package ndk
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// cmPipeAdapter is pipeAdapter with connection management: the CM runs
+// over the pipe like over AF_XDP, and paths come from a table instead of
+// the kernel's routes and neighbours.
+func cmPipeAdapter(t testing.TB, end port.Port, ip string, mac byte, peers map[netip.Addr]rocev2.MAC, params cm.Params) *Adapter {
+	t.Helper()
+	a, err := newAdapter(defaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &transport{addr: netip.MustParseAddr(ip), mac: rocev2.MAC{2, 0, 0, 0, 0, mac}, mtu: 1500,
+		pmtu: rocev2.MTU1024, qps: make(map[uint32]*QP), nextQPN: firstQPN}
+	a.transport = tr
+	tr.mgmt = newManagement(tr, nil)
+	tr.mgmt.resolve = func(src, dst netip.Addr) (cm.PathInfo, error) {
+		m, ok := peers[dst]
+		if !ok {
+			return cm.PathInfo{}, &cm.Error{Status: uint32(StatusNetworkUnreachable), Op: "resolve", Detail: dst.String()}
+		}
+		return cm.PathInfo{LocalIP: tr.addr, RemoteIP: dst, LocalMAC: tr.mac, RemoteMAC: m, MTU: 1500}, nil
+	}
+	if err := tr.startEngine(end, Options{}, a.regions); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.mgmt.start(params); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a
+}
+
+var (
+	pipeIPA = netip.MustParseAddr("198.18.0.1")
+	pipeIPB = netip.MustParseAddr("198.18.0.2")
+)
+
+// cmPipePair joins two CM adapters by a pipe with the given fault filter.
+func cmPipePair(t testing.TB, filter func(port.Direction, []byte) port.Verdict, params cm.Params) (*side, *side) {
+	t.Helper()
+	p, err := port.NewPipe(port.PipeConfig{Depth: 1024, Filter: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peers := map[netip.Addr]rocev2.MAC{pipeIPA: {2, 0, 0, 0, 0, 1}, pipeIPB: {2, 0, 0, 0, 0, 2}}
+	x := newSide(t, cmPipeAdapter(t, p.A(), pipeIPA.String(), 1, peers, params))
+	y := newSide(t, cmPipeAdapter(t, p.B(), pipeIPB.String(), 2, peers, params))
+	return x, y
+}
+
+// accepted is what a listener's callback saw.
+type accepted struct {
+	c          *Connector
+	in, out    int
+	data       []byte
+	err        error
+	disconnect chan struct{}
+}
+
+// listen starts a listener on y that accepts every request with qp (once)
+// and reports through the returned channel.
+func listen(t testing.TB, y *side, addr netip.AddrPort, reply []byte) (*Listener, chan accepted) {
+	t.Helper()
+	ch := make(chan accepted, 16)
+	l, err := y.a.CreateListener(func(c *Connector) {
+		r := accepted{c: c, disconnect: make(chan struct{})}
+		var n int
+		r.in, r.out, n, r.err = c.GetConnectionData(nil)
+		if r.err == nil {
+			r.data = make([]byte, n)
+			_, _, _, r.err = c.GetConnectionData(r.data)
+		}
+		if r.err == nil {
+			var once sync.Once
+			r.err = c.Accept(context.Background(), y.qp, 4, 4, reply, func() { once.Do(func() { close(r.disconnect) }) })
+		}
+		ch <- r
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Listen(addr); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l, ch
+}
+
+func sendOne(t testing.TB, x, y *side, payload []byte) {
+	t.Helper()
+	src := append([]byte(nil), payload...)
+	dst := make([]byte, len(payload))
+	smr, err := x.pd.RegisterMr(src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dmr, err := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := smr.SGE(0, len(src))
+	ds, _ := dmr.SGE(0, len(dst))
+	if err := y.qp.Receive("r", []SGE{ds}); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.Send("s", []SGE{ss}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitResult(t, y.rcq); r.Status != StatusSuccess || r.BytesTransferred != uint32(len(payload)) {
+		t.Fatalf("receive %+v", r)
+	}
+	if r := waitResult(t, x.icq); r.Status != StatusSuccess {
+		t.Fatalf("send %+v", r)
+	}
+	if !bytes.Equal(dst, payload) {
+		t.Fatal("payload altered")
+	}
+}
+
+func TestConnectAcceptSendDisconnectOverPipe(t *testing.T) {
+	x, y := cmPipePair(t, nil, cm.Params{})
+	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7471), []byte("welcome"))
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx, x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 7471), 2, 8, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	in, out, n, err := c.GetConnectionData(nil)
+	if err != nil || n != MaxCalleeData {
+		t.Fatalf("size query: %d, %v; want %d, nil", n, err, MaxCalleeData)
+	}
+	// Effective limits: our inbound 2 against the peer's outbound 4, our
+	// outbound 8 against its inbound 4.
+	if in != 2 || out != 4 {
+		t.Fatalf("read limits %d/%d, want 2/4", in, out)
+	}
+	if _, _, got, err := c.GetConnectionData(make([]byte, 10)); !errors.Is(err, ErrBufferTooSmall) || got != MaxCalleeData {
+		t.Fatalf("short buffer: size %d, %v", got, err)
+	}
+	data := make([]byte, n)
+	if _, _, _, err := c.GetConnectionData(data); err != nil || !bytes.HasPrefix(data, []byte("welcome\x00")) {
+		t.Fatalf("REP private data %q, %v", data[:16], err)
+	}
+	var discs atomic.Int32
+	if err := c.CompleteConnect(func() { discs.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.in != 8 || r.out != 2 || !bytes.HasPrefix(r.data, []byte("hello\x00")) || len(r.data) != MaxCallerData {
+		t.Fatalf("passive side saw limits %d/%d, data %q (%d bytes)", r.in, r.out, r.data[:8], len(r.data))
+	}
+	if got, want := r.c.PeerAddress().Addr(), pipeIPA; got != want || c.PeerAddress() != netip.AddrPortFrom(pipeIPB, 7471) {
+		t.Fatalf("addresses: passive peer %v, active peer %v", got, c.PeerAddress())
+	}
+	if c.LocalAddress() != r.c.PeerAddress() {
+		t.Fatalf("active local %v != passive's peer %v", c.LocalAddress(), r.c.PeerAddress())
+	}
+	sendOne(t, x, y, []byte("over the CM-made connection"))
+	sendOne(t, y, x, []byte("and back"))
+
+	if err := c.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.disconnect:
+	case <-time.After(5 * time.Second):
+		t.Fatal("passive side got no disconnect event")
+	}
+	if discs.Load() != 0 {
+		t.Fatal("the side that disconnected got a disconnect event")
+	}
+	if x.qp.Connected() || y.qp.Connected() {
+		t.Fatal("QPs still connected after disconnect")
+	}
+	c.Close()
+	r.c.Close()
+	for _, ch := range []<-chan struct{}{c.Closed(), r.c.Closed()} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal("connector close did not complete")
+		}
+	}
+	s := x.a.CMStats()
+	for _, id := range []rocev2.AttributeID{rocev2.AttrREQ, rocev2.AttrRTU, rocev2.AttrDREQ} {
+		if s.Sent[id] != 1 {
+			t.Errorf("active side sent %d of attribute %#x, want 1", s.Sent[id], id)
+		}
+	}
+}
+
+// madAttr returns the CM attribute of a GSI frame, or 0 for other frames.
+func madAttr(frame []byte) rocev2.AttributeID {
+	var p rocev2.Packet
+	_, _, mad, err := cm.ParseGSI(frame, &p)
+	if err != nil {
+		return 0
+	}
+	return rocev2.AttributeID(binary.BigEndian.Uint16(mad[16:]))
+}
+
+func TestConnectSurvivesLostAndDuplicatedMADs(t *testing.T) {
+	// Drop the first REQ, REP and RTU once, and duplicate every MAD after
+	// that: the connection still forms, exactly once on the passive side.
+	var mu sync.Mutex
+	dropped := map[rocev2.AttributeID]bool{}
+	filter := func(_ port.Direction, f []byte) port.Verdict {
+		id := madAttr(f)
+		if id == 0 {
+			return port.Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if (id == rocev2.AttrREQ || id == rocev2.AttrREP || id == rocev2.AttrRTU) && !dropped[id] {
+			dropped[id] = true
+			return port.Drop
+		}
+		return port.Duplicate
+	}
+	// Shorter CM timeouts: the REQ's retransmission after 2^(20-8)+... ms
+	// would make the test take seconds per lost MAD.
+	params := cm.DefaultParams()
+	params.CMResponseTimeout = 12
+	x, y := cmPipePair(t, filter, params)
+	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7472), nil)
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx, x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 7472), 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CompleteConnect(nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	sendOne(t, x, y, []byte("after losses"))
+	select {
+	case extra := <-ch:
+		t.Fatalf("a second connect event: %+v", extra)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if s := x.a.CMStats(); s.Retransmits == 0 {
+		t.Errorf("no retransmission counted on the active side: %+v", s)
+	}
+	if s := y.a.CMStats(); s.Duplicates == 0 {
+		t.Errorf("no duplicate counted on the passive side: %+v", s)
+	}
+}
+
+func TestConnectTimesOutWhenEveryMADIsLost(t *testing.T) {
+	params := cm.DefaultParams()
+	params.CMResponseTimeout = 8
+	params.MaxCMRetries = 3
+	x, y := cmPipePair(t, func(_ port.Direction, f []byte) port.Verdict {
+		if madAttr(f) != 0 {
+			return port.Drop
+		}
+		return port.Pass
+	}, params)
+	listen(t, y, netip.AddrPortFrom(pipeIPB, 7473), nil)
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = c.Connect(context.Background(), x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 7473), 1, 1, nil)
+	if !errors.Is(err, ErrIOTimeout) {
+		t.Fatalf("connect: %v, want STATUS_IO_TIMEOUT", err)
+	}
+	if s := x.a.CMStats(); s.Sent[rocev2.AttrREQ] != 1+3 {
+		t.Fatalf("sent %d REQs, want 1 + MaxCMRetries 3", s.Sent[rocev2.AttrREQ])
+	}
+	t.Logf("IO_TIMEOUT after %v", time.Since(start))
+}
+
+func TestConnectRefusedAndRejected(t *testing.T) {
+	x, y := cmPipePair(t, nil, cm.Params{})
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Connect(ctx, x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 9), 1, 1, nil); !errors.Is(err, ErrConnectionRefused) {
+		t.Fatalf("connect to a port nobody listens on: %v", err)
+	}
+	l, err := y.a.CreateListener(func(c *Connector) {
+		if err := c.Reject([]byte("go away")); err != nil {
+			t.Error(err)
+		}
+		c.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Listen(netip.AddrPortFrom(pipeIPB, 0)); err != nil {
+		t.Fatal(err)
+	}
+	port := l.LocalAddress().Port()
+	if port < cm.EphemeralFirst {
+		t.Fatalf("port 0 gave %d", port)
+	}
+	c2, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp2, err := x.pd.CreateQp(QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4,
+		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c2.Connect(ctx, qp2, netip.AddrPort{}, l.LocalAddress(), 1, 1, nil)
+	if !errors.Is(err, ErrConnectionRefused) {
+		t.Fatalf("rejected connect: %v", err)
+	}
+	buf := make([]byte, MaxRejectData)
+	if _, _, n, err := c2.GetConnectionData(buf); err != nil || n != MaxRejectData || !bytes.HasPrefix(buf, []byte("go away\x00")) {
+		t.Fatalf("REJ private data %q (%d), %v", buf[:10], n, err)
+	}
+	if _, err := y.a.CreateListener(nil); !errors.Is(err, ErrInvalidParameter) {
+		t.Fatalf("listener without callback: %v", err)
+	}
+}
+
+func TestGSIHookAllocatesNothing(t *testing.T) {
+	tr := &transport{addr: pipeIPA, mac: rocev2.MAC{2, 0, 0, 0, 0, 1}, mtu: 1500}
+	g := newManagement(tr, nil)
+	var mad [rocev2.MADLen]byte
+	var framer cm.GSIFramer
+	frame := make([]byte, cm.GSIFrameLen6)
+	path := cm.PathInfo{LocalIP: pipeIPB, RemoteIP: pipeIPA, LocalMAC: rocev2.MAC{2, 0, 0, 0, 0, 2}, RemoteMAC: tr.mac}
+	n, err := framer.Build(frame, &path, &mad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p rocev2.Packet
+	if err := rocev2.Parse(frame[:n], &p); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		g.onGSI(&p)
+		<-g.in
+		g.onFirstPacket(0x100)
+		<-g.in
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per GSI frame", allocs)
+	}
+	// A full queue drops and counts instead of blocking the engine.
+	for range gsiQueue + 3 {
+		g.onGSI(&p)
+	}
+	if d := g.queueDrops.Load(); d != 3 {
+		t.Fatalf("%d drops counted, want 3", d)
+	}
+	runtime.KeepAlive(g)
+}

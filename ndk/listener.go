@@ -1,0 +1,180 @@
+package ndk
+
+import (
+	"net/netip"
+	"sync"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+)
+
+// Listener hands incoming connect requests for one address and port to its
+// consumer (NDK_LISTENER). Peers reach it through the rdma_cm ServiceID of
+// its port (RDMA_PS_TCP | port), so librdmacm clients (rping -c, perftest
+// -R) connect to it as to a Linux listener.
+type Listener struct {
+	a *Adapter
+	g *management
+	l *cm.Listener
+
+	mu       sync.Mutex
+	inflight int // connect callbacks running
+	closing  bool
+	cmClosed bool
+	done     chan struct{}
+}
+
+// CreateListener returns a listener whose connect requests go to onConnect
+// (NdkCreateListener). onConnect runs on a goroutine of its own for each
+// request with a new Connector: call GetConnectionData, then Accept or
+// Reject, and Close the connector when done with it. A connector neither
+// accepted nor rejected counts against the listener's backlog (128), and
+// requests beyond it are refused.
+func (a *Adapter) CreateListener(onConnect func(*Connector)) (*Listener, error) {
+	const op = "create listener"
+	g := a.mgmt()
+	if g == nil || g.m == nil {
+		return nil, errorf(StatusNotSupported, op, "adapter has no connection management (use ndk.Open)")
+	}
+	if onConnect == nil {
+		return nil, errorf(StatusInvalidParameter, op, "no connect callback")
+	}
+	x := &Listener{a: a, g: g, done: make(chan struct{})}
+	l, err := g.m.NewListener(func(cc *cm.Connector) { x.connectEvent(cc, onConnect) })
+	if err != nil {
+		return nil, cmError(op, err)
+	}
+	x.l = l
+	if err := g.track(func() { g.listeners[x] = struct{}{} }); err != nil {
+		l.Close(nil)
+		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
+	}
+	return x, nil
+}
+
+// connectEvent runs on the CM's goroutine: it wraps the request in a
+// Connector and hands it over on a goroutine of its own, so that the
+// consumer may call Accept, which waits for the CM's next MAD.
+func (x *Listener) connectEvent(cc *cm.Connector, onConnect func(*Connector)) {
+	c, err := x.g.newConnector(x.a, cc)
+	if err != nil {
+		return // the adapter is closing; the CM refuses the request
+	}
+	x.mu.Lock()
+	if x.closing {
+		x.mu.Unlock()
+		c.Close()
+		return
+	}
+	x.inflight++
+	x.mu.Unlock()
+	go func() {
+		defer func() {
+			x.mu.Lock()
+			x.inflight--
+			x.finishLocked()
+			x.mu.Unlock()
+		}()
+		onConnect(c)
+	}()
+}
+
+// Listen starts listening on addr (NdkListen). Port 0 picks a free one
+// from 49152-65535 (LocalAddress tells which); an unspecified address
+// listens on every address of its family. It fails with
+// STATUS_SHARING_VIOLATION when the address and port are taken, also by
+// connectors of a closed listener still open, and STATUS_INVALID_ADDRESS
+// for an address that is not the adapter's.
+func (x *Listener) Listen(addr netip.AddrPort) error {
+	return cmError("listen", x.l.Listen(addr))
+}
+
+// LocalAddress returns the address and port listened on
+// (NdkGetListenerLocalAddress), with the port picked for port 0.
+func (x *Listener) LocalAddress() netip.AddrPort { return x.l.LocalAddr() }
+
+// ControlConnectEvents pauses or resumes connect events
+// (NdkControlConnectEvents). While paused, requests are refused as if
+// nobody listened (the peer sees STATUS_CONNECTION_REFUSED).
+func (x *Listener) ControlConnectEvents(pause bool) { x.l.ControlConnectEvents(pause) }
+
+// Close stops listening at once: later requests are refused. Connectors
+// already handed over live on and keep the address and port taken until
+// they close; the close completes (Closed) when they have and every connect
+// callback returned (NDKPI.md §8). Close does not wait and may be called
+// from a callback. A second Close does nothing.
+func (x *Listener) Close() {
+	x.mu.Lock()
+	if x.closing {
+		x.mu.Unlock()
+		return
+	}
+	x.closing = true
+	x.mu.Unlock()
+	if x.l.Close(x.cmCloseDone) {
+		x.cmCloseDone()
+	}
+}
+
+// Closed returns a channel closed when the listener's close completed.
+func (x *Listener) Closed() <-chan struct{} { return x.done }
+
+func (x *Listener) cmCloseDone() {
+	x.mu.Lock()
+	x.cmClosed = true
+	x.finishLocked()
+	x.mu.Unlock()
+}
+
+func (x *Listener) finishLocked() {
+	if !x.cmClosed || x.inflight > 0 {
+		return
+	}
+	select {
+	case <-x.done:
+		return
+	default:
+	}
+	close(x.done)
+	x.g.forget(func() { delete(x.g.listeners, x) })
+}
+
+// SharedEndpoint is one local address and port for several outgoing
+// connections (NDK_SHARED_ENDPOINT; Connector.ConnectWithSharedEndpoint).
+type SharedEndpoint struct {
+	a  *Adapter
+	g  *management
+	se *cm.SharedEndpoint
+}
+
+// CreateSharedEndpoint takes addr for shared use (NdkCreateSharedEndpoint);
+// port 0 picks one from 49152-65535. It fails with
+// STATUS_SHARING_VIOLATION when the address and port are taken and
+// STATUS_INVALID_ADDRESS for an address that is not the adapter's.
+func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
+	const op = "create shared endpoint"
+	g := a.mgmt()
+	if g == nil || g.m == nil {
+		return nil, errorf(StatusNotSupported, op, "adapter has no connection management (use ndk.Open)")
+	}
+	se, err := g.m.NewSharedEndpoint(addr)
+	if err != nil {
+		return nil, cmError(op, err)
+	}
+	x := &SharedEndpoint{a: a, g: g, se: se}
+	if err := g.track(func() { g.endpoints[x] = struct{}{} }); err != nil {
+		se.Close()
+		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
+	}
+	return x, nil
+}
+
+// LocalAddress returns the endpoint's address and port
+// (NdkGetSharedEndpointLocalAddress).
+func (x *SharedEndpoint) LocalAddress() netip.AddrPort { return x.se.LocalAddr() }
+
+// Close drops the endpoint's own reference: connectors using it keep the
+// address and port taken until they close.
+func (x *SharedEndpoint) Close() {
+	x.se.Close()
+	x.g.forget(func() { delete(x.g.endpoints, x) })
+}
