@@ -452,3 +452,43 @@ func (x *cmQP) Drained(f func()) {
 		f()
 	}()
 }
+
+// CMOptions tune the IB CM. Zero fields take the values Linux's rdma_cm
+// uses (CMA_CM_RESPONSE_TIMEOUT, CMA_IBOE_PACKET_LIFETIME,
+// CMA_MAX_CM_RETRIES), which is what peers expect; shorter timers suit a
+// test network. A REQ is resent after 2·2^(PacketLifeTime-8) +
+// 2^(ResponseTimeout-8) ms, MaxRetries times, before Connect fails with
+// STATUS_IO_TIMEOUT.
+type CMOptions struct {
+	// ResponseTimeout is the CM response timeout exponent (4.096 µs ·
+	// 2^n, 8-31): 0 means 20, about 4.3 s.
+	ResponseTimeout int
+	// PacketLifeTime is the path's packet lifetime exponent (8-30); it
+	// also sets the QP's ACK timeout: 0 means 16.
+	PacketLifeTime int
+	// MaxRetries is how often a REQ, REP or DREQ is resent (1-15): 0
+	// means 15.
+	MaxRetries int
+}
+
+func (o CMOptions) params() (cm.Params, error) {
+	p := cm.DefaultParams()
+	switch {
+	case o.ResponseTimeout != 0 && (o.ResponseTimeout < 8 || o.ResponseTimeout > 31):
+		return p, fmt.Errorf("CM ResponseTimeout %d outside 8-31", o.ResponseTimeout)
+	case o.PacketLifeTime != 0 && (o.PacketLifeTime < 8 || o.PacketLifeTime > 30):
+		return p, fmt.Errorf("CM PacketLifeTime %d outside 8-30", o.PacketLifeTime)
+	case o.MaxRetries < 0 || o.MaxRetries > 15:
+		return p, fmt.Errorf("CM MaxRetries %d outside 1-15", o.MaxRetries)
+	}
+	if o.ResponseTimeout != 0 {
+		p.CMResponseTimeout = uint8(o.ResponseTimeout)
+	}
+	if o.PacketLifeTime != 0 {
+		p.PacketLifeTime = uint8(o.PacketLifeTime)
+	}
+	if o.MaxRetries != 0 {
+		p.MaxCMRetries = uint8(o.MaxRetries)
+	}
+	return p, nil
+}

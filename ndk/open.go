@@ -13,7 +13,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/loader"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
@@ -71,6 +70,9 @@ type Options struct {
 	// to test connection setup on a lossy network (test/cm) and is nil in
 	// normal use. It may be called from several goroutines.
 	MADFaults func(mad []byte) (copies int, delay time.Duration)
+	// CM tunes connection management's timers; the zero value is what
+	// Linux's rdma_cm uses.
+	CM CMOptions
 }
 
 // transport is an adapter's engines and their wire.
@@ -140,6 +142,10 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if t.pmtu, ok = rocev2.MTUForNetdev(attrs.MTU); !ok {
 		return nil, errorf(StatusNDISAdapterNotReady, op, "%s: MTU %d below RoCE's minimum", ifname, attrs.MTU)
 	}
+	params, err := opts.CM.params()
+	if err != nil {
+		return nil, &Error{Status: StatusInvalidParameter, Op: op, Err: err}
+	}
 	a, err := newAdapter(cfg)
 	if err != nil {
 		return nil, err
@@ -160,7 +166,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 		a.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "steer QP1", Err: err}
 	}
-	if err := t.mgmt.start(cm.Params{}); err != nil {
+	if err := t.mgmt.start(params); err != nil {
 		a.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "connection management", Err: err}
 	}
