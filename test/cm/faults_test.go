@@ -1,0 +1,168 @@
+package cm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// fastCM shortens the CM's timers so that lost MADs cost milliseconds: a
+// REQ is resent after 2·2^(10-8) + 2^(10-8) = 12 ms.
+var fastCM = ndk.CMOptions{ResponseTimeout: 10, PacketLifeTime: 10}
+
+// lossy is a MADFaults hook that drops, duplicates and delays MADs with a
+// seeded generator, and counts what it did by attribute.
+type lossy struct {
+	mu               sync.Mutex
+	rng              *rand.Rand
+	drop, dup        float64
+	delay            time.Duration
+	dropped, doubled map[rocev2.AttributeID]int
+}
+
+func newLossy(seed uint64, drop, dup float64, delay time.Duration) *lossy {
+	return &lossy{rng: rand.New(rand.NewPCG(seed, 1)), drop: drop, dup: dup, delay: delay,
+		dropped: map[rocev2.AttributeID]int{}, doubled: map[rocev2.AttributeID]int{}}
+}
+
+func (l *lossy) fault(mad []byte) (int, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := rocev2.AttributeID(binary.BigEndian.Uint16(mad[16:]))
+	d := time.Duration(l.rng.Int64N(int64(l.delay) + 1))
+	switch x := l.rng.Float64(); {
+	case x < l.drop:
+		l.dropped[id]++
+		return 0, 0
+	case x < l.drop+l.dup:
+		l.doubled[id]++
+		return 2, d
+	}
+	return 1, d
+}
+
+func (l *lossy) counts() (dropped, doubled int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range l.dropped {
+		dropped += n
+	}
+	for _, n := range l.doubled {
+		doubled += n
+	}
+	return dropped, doubled
+}
+
+// TestLossyConnections runs connections over a veth pair whose CM
+// datagrams are dropped (25%), duplicated (25%) and delayed (up to 15 ms,
+// so they also overtake each other) in both directions: every connection
+// forms exactly once, carries data, and disconnects.
+func TestLossyConnections(t *testing.T) {
+	la, lb := newLossy(1, 0.25, 0.25, 15*time.Millisecond), newLossy(2, 0.25, 0.25, 15*time.Millisecond)
+	p, a, b := pair(t, harness.Config{StaticNeighbours: true},
+		ndk.Options{MADFaults: la.fault, CM: fastCM}, ndk.Options{MADFaults: lb.fault, CM: fastCM})
+	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7100), nil)
+	const n = 30
+	for i := range n {
+		cl := dial(t, a, netip.AddrPortFrom(p.B.IPv4, 7100), []byte{byte(i)})
+		sc := srv.next(t)
+		if sc.data[0] != byte(i) {
+			t.Fatalf("connection %d: the listener got the request of connection %d", i, sc.data[0])
+		}
+		exchange(t, a, b, cl.qp, sc.rb, []byte("through the noise"))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := cl.c.Disconnect(ctx)
+		cancel()
+		// A DREQ whose every copy was lost times out; the peer then
+		// learns of the end from its own time-wait, not from us.
+		if err != nil && !errors.Is(err, ndk.ErrIOTimeout) {
+			t.Fatalf("connection %d: disconnect: %v", i, err)
+		}
+		cl.c.Close()
+		sc.c.Close()
+		closed(t, "active close", cl.c.Closed(), 5*time.Second)
+		closed(t, "passive close", sc.c.Closed(), 5*time.Second)
+		cl.qp.Close()
+		sc.qp.Close()
+	}
+	// Late duplicates (up to 15 ms) must not start another connection.
+	time.Sleep(100 * time.Millisecond)
+	if got := srv.events(); got != n {
+		t.Fatalf("%d connect events for %d connections", got, n)
+	}
+	da, ua := la.counts()
+	db, ub := lb.counts()
+	sa, sb := a.a.CMStats(), b.a.CMStats()
+	t.Logf("A dropped %d, duplicated %d; B dropped %d, duplicated %d; retransmits A %d B %d; duplicates answered A %d B %d",
+		da, ua, db, ub, sa.Retransmits, sb.Retransmits, sa.Duplicates, sb.Duplicates)
+	if da == 0 || db == 0 || ua == 0 || ub == 0 || sa.Retransmits+sb.Retransmits == 0 || sb.Duplicates == 0 {
+		t.Fatal("the faults did not happen or were not recovered from")
+	}
+}
+
+// TestConnectTimesOutAfterRetries: every REQ is lost, so Connect fails
+// with IO_TIMEOUT after the first REQ and exactly MaxRetries more.
+func TestConnectTimesOutAfterRetries(t *testing.T) {
+	dropREQ := func(mad []byte) (int, time.Duration) {
+		if rocev2.AttributeID(binary.BigEndian.Uint16(mad[16:])) == rocev2.AttrREQ {
+			return 0, 0
+		}
+		return 1, 0
+	}
+	cmOpts := fastCM
+	cmOpts.MaxRetries = 4
+	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{MADFaults: dropREQ, CM: cmOpts}, ndk.Options{})
+	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7101), nil)
+	start := time.Now()
+	_, err := tryDial(t, a, netip.AddrPort{}, netip.AddrPortFrom(p.B.IPv4, 7101), nil)
+	if !errors.Is(err, ndk.ErrIOTimeout) {
+		t.Fatalf("connect: %v, want IO_TIMEOUT", err)
+	}
+	if s := a.a.CMStats(); s.Sent[rocev2.AttrREQ] != 1+4 || s.Retransmits != 4 {
+		t.Fatalf("sent %d REQs with %d retransmissions, want 5 and 4", s.Sent[rocev2.AttrREQ], s.Retransmits)
+	}
+	if srv.events() != 0 {
+		t.Fatal("the listener saw a request")
+	}
+	t.Logf("IO_TIMEOUT after %v", time.Since(start))
+}
+
+// TestAcceptTimesOutWithoutRTU: every REP is lost, so no RTU (and no
+// data) ever comes: Accept fails with IO_TIMEOUT after the REP's retries,
+// which are the REQ's MaxCMRetries (IBTA 12.6.5; cm.c takes
+// max_cm_retries from the REQ), while the active side still resends its
+// REQ.
+func TestAcceptTimesOutWithoutRTU(t *testing.T) {
+	dropAll := func([]byte) (int, time.Duration) { return 0, 0 }
+	cmOpts := fastCM
+	cmOpts.MaxRetries = 5
+	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmOpts}, ndk.Options{MADFaults: dropAll, CM: fastCM})
+	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7102), nil)
+	c, err := a.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	go c.Connect(ctx, a.qp(), netip.AddrPort{}, netip.AddrPortFrom(p.B.IPv4, 7102), 1, 1, nil)
+	select {
+	case sc := <-srv.conns:
+		if !errors.Is(sc.err, ndk.ErrIOTimeout) {
+			t.Fatalf("accept: %v, want IO_TIMEOUT", sc.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("accept did not end")
+	}
+	if s := b.a.CMStats(); s.Retransmits != 5 {
+		t.Fatalf("%d REP retransmissions, want the REQ's MaxCMRetries 5 (stats %+v)", s.Retransmits, s)
+	}
+}
