@@ -115,6 +115,7 @@ func waitCQ(t testing.TB, c *ndk.CQ, ctx any, d time.Duration) ndk.ResultEx {
 func exchange(t testing.TB, x, y *host, qa *ndk.QP, rb *buffer, msg []byte) {
 	t.Helper()
 	sb := x.buffer(len(msg))
+	defer sb.mr.Deregister()
 	copy(sb.b, msg)
 	if err := qa.Send("send", sb.sgl(len(msg)), 0); err != nil {
 		t.Fatal(err)
