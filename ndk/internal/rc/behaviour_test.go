@@ -294,6 +294,15 @@ func TestSend_SilentSuccessCompletesOnlyOnFailure(t *testing.T) {
 func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 	for _, fence := range []bool{false, true} {
 		w := &wire{}
+		if !fence {
+			// Without the fence the SEND must not wait for the READ. To
+			// see that whatever the scheduling, the READ request is lost
+			// until the SEND has gone out: a SEND held back for the READ
+			// would never leave, and the test would time out.
+			w.drop = func(dir port.Direction, p *rocev2.Packet, _ int) bool {
+				return dir == port.AtoB && p.BTH.Opcode == rocev2.RCReadRequest && w.seen[rocev2.RCSendOnly] == 0
+			}
+		}
 		a, b := newWiredPair(t, w, pairOptions{})
 		sink := a.buffer(8192, memreg.AccessLocalWrite, false)
 		src := b.buffer(8192, memreg.AccessRemoteRead, false)

@@ -33,7 +33,10 @@ func TestFaultyLink(t *testing.T) {
 				pc := port.PipeConfig{Seed: int64(seed), Loss: c.loss, Duplicate: c.dup, Reorder: c.reorder}
 				a, b := newPair(t, pairOptions{pipe: pc, mtu: rocev2.MTU1024,
 					params: func(p *ConnParams) {
-						p.AckTimeout = 10 * time.Millisecond
+						// Short enough for a quick test, long enough that a
+						// peer engine slowed by -race on a loaded machine
+						// does not spend every retry while still working.
+						p.AckTimeout = 30 * time.Millisecond
 						p.InboundReadLimit, p.OutboundReadLimit = 4, 4
 					}})
 				runStream(t, a, b, seed, 240)
