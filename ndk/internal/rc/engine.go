@@ -650,6 +650,12 @@ func (q *QP) Close() error {
 		if e.qps[q.cfg.QPN] != q {
 			return
 		}
+		if t := &q.t; t.connected && !t.failed && t.ctl == ctlAck {
+			// Acknowledge what the QP executed before it goes: the
+			// consumer may close as soon as it sees a receive whose ACK
+			// is still held (ackHold), and the peer would wait for it.
+			_ = e.sendCtl(q)
+		}
 		e.enterError(q)
 		delete(e.qps, q.cfg.QPN)
 		delete(e.awaitFirst, q.cfg.QPN)

@@ -1,0 +1,39 @@
+// Package ndkverbs runs the ndkxdp test tools' protocol logic (rping,
+// perftest) on ndk: it adapts an ndk QP, its completion queue and its
+// memory registrations to the verbs.Endpoint contract of
+// internal/perftest/verbs, with the atomic extension as verbs.Atomics.
+//
+// What the adapter maps:
+//
+//   - Register: ndk.PD.RegisterMr with the verbs access bits, which are
+//     NDK_MR_FLAG values; AccessRemoteAtomic becomes
+//     ndk.MRFlagAllowRemoteAtomic. The region's address is the buffer's
+//     real address, its keys the MR's local and remote tokens.
+//   - Send, Receive, Read, Write: the QP calls with one SGE; an unsignaled
+//     request is NDK_OP_FLAG_SILENT_SUCCESS. FetchAdd and CompareSwap are
+//     ndk's QP.FetchAndAdd and QP.CompareAndSwap.
+//   - Poll: CQ.GetResultsEx on the initiator CQ, then on the receive CQ,
+//     whose completions wait while a signaled SEND is unacknowledged (the
+//     order perftest and rping expect; see Endpoint.Poll).
+//     STATUS_CANCELLED is verbs.ErrFlushed, an IB_WC_REM_ACCESS_ERR
+//     completion verbs.ErrAccess, STATUS_BUFFER_OVERFLOW verbs.ErrTooLong.
+//     Once the peer disconnected and the CQs are empty it returns
+//     verbs.ErrDisconnected. Poll allocates nothing; neither do posts
+//     whose ID is below 256 (Go boxes those without allocating).
+//   - Peek: ndk's QP.PeerWrites (an acquire on the engine's placements),
+//     then the byte.
+//
+// It is not connection management: Device.Endpoint gives a QP that the
+// caller connects (ConnectOOB, or IB CM through ndk's Connector and
+// Listener), then hands back with Endpoint.Connected.
+//
+// Example:
+//
+//	dev, _ := ndkverbs.New(adapter)
+//	ep, _ := dev.Endpoint(ndkverbs.Depths{})
+//	_ = ep.QP().ConnectOOB(peer, ndk.ConnectOptions{})
+//	ep.Connected(nil) // no disconnect hook
+//	r, _ := ep.Register(make([]byte, 4096), verbs.AccessLocalWrite)
+//	seg, _ := r.Seg(0, 64)
+//	_ = ep.Receive(1, seg)
+package ndkverbs

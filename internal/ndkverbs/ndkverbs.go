@@ -1,0 +1,336 @@
+package ndkverbs
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// Device makes endpoints on one adapter, in one protection domain.
+type Device struct {
+	Adapter *ndk.Adapter
+	PD      *ndk.PD
+}
+
+// New creates a protection domain on a for the endpoints it will make.
+func New(a *ndk.Adapter) (*Device, error) {
+	pd, err := a.CreatePd()
+	if err != nil {
+		return nil, fmt.Errorf("ndkverbs: create pd: %w", err)
+	}
+	return &Device{Adapter: a, PD: pd}, nil
+}
+
+// Close closes the protection domain (after the endpoints are closed).
+func (d *Device) Close() { d.PD.Close() }
+
+// Depths size an endpoint's queues; zero fields take the defaults.
+type Depths struct {
+	Send, Receive int // default 1024 each
+}
+
+// Endpoint is one ndk QP with its CQ, as verbs.Endpoint and verbs.Atomics.
+type Endpoint struct {
+	dev *Device
+	qp  *ndk.QP
+	scq *ndk.CQ // initiator completions
+	rcq *ndk.CQ // receive completions
+
+	// sendsOut counts signaled SENDs not yet completed; while there are
+	// any, Poll holds receive completions back (see Poll).
+	sendsOut int
+	failed   bool // a completion failed: the QP is in error, nothing is held
+
+	mu  sync.Mutex // guards mrs and closed against Close from another goroutine
+	mrs []*ndk.MR
+
+	// Poster and poller scratch: the contract has one goroutine calling.
+	sgl     [1]ndk.SGE
+	results [64]ndk.ResultEx
+
+	gone       atomic.Bool // the peer disconnected
+	disconnect func() error
+	closed     bool
+}
+
+var (
+	_ verbs.Endpoint = (*Endpoint)(nil)
+	_ verbs.Atomics  = (*Endpoint)(nil)
+)
+
+// Endpoint creates a QP and its CQ, unconnected: receives may be posted,
+// and the caller connects QP() and then calls Connected.
+func (d *Device) Endpoint(q Depths) (*Endpoint, error) {
+	if q.Send == 0 {
+		q.Send = 1024
+	}
+	if q.Receive == 0 {
+		q.Receive = 1024
+	}
+	scq, err := d.Adapter.CreateCq(q.Send, nil)
+	if err != nil {
+		return nil, fmt.Errorf("ndkverbs: create initiator cq: %w", err)
+	}
+	rcq, err := d.Adapter.CreateCq(q.Receive, nil)
+	if err != nil {
+		scq.Close()
+		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
+	}
+	qp, err := d.PD.CreateQp(ndk.QPConfig{ReceiveCq: rcq, InitiatorCq: scq,
+		ReceiveQueueDepth: q.Receive, InitiatorQueueDepth: q.Send,
+		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
+	if err != nil {
+		scq.Close()
+		rcq.Close()
+		return nil, fmt.Errorf("ndkverbs: create qp: %w", err)
+	}
+	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq}, nil
+}
+
+// QP returns the endpoint's QP, to connect it.
+func (e *Endpoint) QP() *ndk.QP { return e.qp }
+
+// Connected records how Close disconnects (nil: nothing to tell the peer).
+func (e *Endpoint) Connected(disconnect func() error) { e.disconnect = disconnect }
+
+// PeerDisconnected tells the endpoint the peer has gone (its DREQ
+// arrived): Poll returns verbs.ErrDisconnected once the CQ is empty. Safe
+// from any goroutine.
+func (e *Endpoint) PeerDisconnected() { e.gone.Store(true) }
+
+// Register implements verbs.Endpoint.
+func (e *Endpoint) Register(buf []byte, access verbs.Access) (verbs.Region, error) {
+	flags := ndk.MRFlag(access &^ verbs.AccessRemoteAtomic)
+	if access&verbs.AccessRemoteAtomic != 0 {
+		flags |= ndk.MRFlagAllowRemoteAtomic
+	}
+	mr, err := e.dev.PD.RegisterMr(buf, flags)
+	if err != nil {
+		return verbs.Region{}, fmt.Errorf("register %d bytes (%v): %w: %w", len(buf), flags, verbs.ErrInvalid, err)
+	}
+	e.mu.Lock()
+	e.mrs = append(e.mrs, mr)
+	e.mu.Unlock()
+	return verbs.Region{Buf: buf, Addr: mr.Addr(), LKey: mr.LocalToken(), RKey: mr.RemoteToken()}, nil
+}
+
+func (e *Endpoint) sge(s verbs.Segment) []ndk.SGE {
+	e.sgl[0] = ndk.SGE{Addr: s.Region.Addr + uint64(s.Off), Length: uint32(s.Len), Token: s.Region.LKey}
+	return e.sgl[:]
+}
+
+func silent(signaled bool) ndk.OpFlag {
+	if signaled {
+		return 0
+	}
+	return ndk.OpFlagSilentSuccess
+}
+
+// postErr maps an ndk post failure onto the verbs sentinels. Only failures
+// reach it, so it may allocate.
+func postErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, ndk.ErrInsufficientResources):
+		return fmt.Errorf("%s: %w: %w", op, verbs.ErrQueueFull, err)
+	case errors.Is(err, ndk.ErrConnectionInvalid):
+		return fmt.Errorf("%s: %w: %w", op, verbs.ErrDisconnected, err)
+	}
+	return fmt.Errorf("%s: %w: %w", op, verbs.ErrInvalid, err)
+}
+
+// Send implements verbs.Endpoint.
+func (e *Endpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
+	if err := e.qp.Send(id, e.sge(local), silent(signaled)); err != nil {
+		return postErr("send", err)
+	}
+	if signaled {
+		e.sendsOut++
+	}
+	return nil
+}
+
+// Receive implements verbs.Endpoint.
+func (e *Endpoint) Receive(id uint64, local verbs.Segment) error {
+	return postErr("receive", e.qp.Receive(id, e.sge(local)))
+}
+
+// Read implements verbs.Endpoint.
+func (e *Endpoint) Read(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, signaled bool) error {
+	return postErr("read", e.qp.Read(id, e.sge(local), remoteAddr, rkey, silent(signaled)))
+}
+
+// Write implements verbs.Endpoint.
+func (e *Endpoint) Write(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, signaled bool) error {
+	return postErr("write", e.qp.Write(id, e.sge(local), remoteAddr, rkey, silent(signaled)))
+}
+
+// FetchAdd implements verbs.Atomics.
+func (e *Endpoint) FetchAdd(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, add uint64, signaled bool) error {
+	return postErr("fetch and add", e.qp.FetchAndAdd(id, e.sge(local)[0], remoteAddr, rkey, add, silent(signaled)))
+}
+
+// CompareSwap implements verbs.Atomics.
+func (e *Endpoint) CompareSwap(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, compare, swap uint64, signaled bool) error {
+	return postErr("compare and swap", e.qp.CompareAndSwap(id, e.sge(local)[0], remoteAddr, rkey, compare, swap, silent(signaled)))
+}
+
+func opOf(t ndk.OperationType) verbs.Op {
+	switch t {
+	case ndk.OpSend:
+		return verbs.OpSend
+	case ndk.OpReceive, ndk.OpReceiveAndInvalidate:
+		return verbs.OpReceive
+	case ndk.OpRead:
+		return verbs.OpRead
+	case ndk.OpWrite:
+		return verbs.OpWrite
+	case ndk.OpFetchAndAdd:
+		return verbs.OpFetchAdd
+	case ndk.OpCompareAndSwap:
+		return verbs.OpCompareSwap
+	}
+	return 0
+}
+
+// ibWCRemAccessErr is IB_WC_REM_ACCESS_ERR, the ProviderErrorCode of a
+// completion the peer refused (ndk doc: completion statuses).
+const ibWCRemAccessErr = 10
+
+// completionErr maps a failed completion; only failures reach it.
+func completionErr(r *ndk.ResultEx) error {
+	switch {
+	case r.Status == ndk.StatusCancelled:
+		return verbs.ErrFlushed
+	case r.ProviderErrorCode == ibWCRemAccessErr:
+		return fmt.Errorf("%v (ib_wc_status %d): %w", r.Status, r.ProviderErrorCode, verbs.ErrAccess)
+	case r.Status == ndk.StatusBufferOverflow:
+		return fmt.Errorf("%v: %w", r.Status, verbs.ErrTooLong)
+	}
+	return fmt.Errorf("completion status %v (ib_wc_status %d)", r.Status, r.ProviderErrorCode)
+}
+
+// Poll implements verbs.Endpoint. Initiator completions come first; a
+// receive completion is held back while a signaled SEND of ours is still
+// unacknowledged. The peer's answer to a SEND can overtake the ACK of that
+// SEND (our engine or the peer's holds ACKs briefly to ride with data, and
+// a lost ACK is only repaired by a retransmission), and perftest and rping
+// wait for their SEND's completion before they look for the answer, as
+// perftest's separate send and receive CQs let them. Holding the answer
+// keeps that order on one Poll; after a failure or the peer's disconnect
+// nothing is held.
+func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
+	n := 0
+	want := min(len(out), len(e.results))
+	k := e.scq.GetResultsEx(e.results[:want])
+	for i := range e.results[:k] {
+		out[n] = e.completion(&e.results[i])
+		if c := &out[n]; c.Op == verbs.OpSend && c.Err == nil && e.sendsOut > 0 {
+			e.sendsOut--
+		}
+		n++
+	}
+	gone := e.gone.Load()
+	if (e.sendsOut == 0 || e.failed || gone) && n < want {
+		k = e.rcq.GetResultsEx(e.results[:want-n])
+		for i := range e.results[:k] {
+			out[n] = e.completion(&e.results[i])
+			n++
+		}
+	}
+	if n == 0 && gone {
+		return 0, verbs.ErrDisconnected
+	}
+	return n, nil
+}
+
+func (e *Endpoint) completion(r *ndk.ResultEx) verbs.Completion {
+	id, _ := r.RequestContext.(uint64)
+	c := verbs.Completion{ID: id, Op: opOf(r.Type)}
+	if r.Type == ndk.OpReceive || r.Type == ndk.OpReceiveAndInvalidate {
+		c.Bytes = int(r.BytesTransferred)
+	}
+	if r.Status != ndk.StatusSuccess {
+		c.Err = completionErr(r)
+		e.failed = true
+	}
+	*r = ndk.ResultEx{}
+	return c
+}
+
+// Peek implements verbs.Endpoint: QP.PeerWrites orders the read after the
+// placement of every WRITE packet the engine has executed.
+func (e *Endpoint) Peek(r verbs.Region, off int) byte {
+	e.qp.PeerWrites()
+	return r.Buf[off]
+}
+
+// Settling bounds for Close.
+const (
+	settleSends = time.Second
+	// settleAck outlasts the engine's ACK hold (rc ackHoldTime, 20 us):
+	// a receive the consumer saw may still have its ACK held back.
+	settleAck = time.Millisecond
+)
+
+// settle lets the last exchange finish before the connection goes: the
+// signaled SENDs still unacknowledged complete (rping's server closes
+// right after posting its last go-ahead, and a DREQ or a closed QP would
+// otherwise cancel it), and held ACKs leave. Their completions are
+// discarded; the caller is closing.
+func (e *Endpoint) settle() {
+	deadline := time.Now().Add(settleSends)
+	for e.sendsOut > 0 && !e.failed && !e.gone.Load() && time.Now().Before(deadline) {
+		k := e.scq.GetResultsEx(e.results[:])
+		for i := range e.results[:k] {
+			if e.completion(&e.results[i]).Op == verbs.OpSend && e.sendsOut > 0 {
+				e.sendsOut--
+			}
+		}
+		if k == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	time.Sleep(settleAck)
+}
+
+// Close implements verbs.Endpoint: it lets the last SENDs and ACKs finish
+// (bounded, see settle), disconnects (when a hook was given),
+// closes the QP (pending requests are flushed), deregisters the endpoint's
+// memory and closes its CQ.
+func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	mrs := e.mrs
+	e.mrs = nil
+	e.mu.Unlock()
+	e.settle()
+	var errs []error
+	if e.disconnect != nil {
+		if err := e.disconnect(); err != nil {
+			errs = append(errs, fmt.Errorf("disconnect: %w", err))
+		}
+	}
+	if err := e.qp.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close qp: %w", err))
+	}
+	for _, mr := range mrs {
+		if err := mr.Deregister(); err != nil {
+			errs = append(errs, fmt.Errorf("deregister: %w", err))
+		}
+	}
+	e.scq.Close()
+	e.rcq.Close()
+	return errors.Join(errs...)
+}

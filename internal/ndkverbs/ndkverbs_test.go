@@ -1,0 +1,281 @@
+package ndkverbs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/ndkxdp/ndkxdp/internal/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/rping"
+)
+
+// TestRping runs rping's client and server (internal/rping) on two ndkxdp
+// adapters over a veth pair, with the ping data verified (-V): the
+// protocol's SENDs, READs and WRITEs through the adapter.
+func TestRping(t *testing.T) {
+	for _, size := range []int{rping.MinSize, 64, 4096, 65535} {
+		t.Run(strings.ReplaceAll(time.Duration(size).String(), "ns", "B"), func(t *testing.T) {
+			a, b := newSides(t, 1500)
+			n := &oobNet{client: a, server: b}
+			n.listen(rping.DefaultPort)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cfg := rping.Config{Size: size, Count: 20, Validate: true}
+			var srv rping.Stats
+			var serr error
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				srv, serr = rping.RunServer(ctx, cfg, oobListener{n, rping.DefaultPort})
+			}()
+			cli, cerr := rping.RunClient(ctx, cfg, n, rping.DefaultPort)
+			wg.Wait()
+			if cerr != nil || serr != nil {
+				t.Fatalf("client: %v; server: %v", cerr, serr)
+			}
+			if cli.Pings != 20 || srv.Pings != 20 {
+				t.Fatalf("pings: client %d, server %d; want 20", cli.Pings, srv.Pings)
+			}
+		})
+	}
+}
+
+// TestPerftest runs every perftest test of internal/perftest between two
+// ndkxdp adapters (both MTUs for write bw) and checks the reports; the
+// atomic tests check the server's target word afterwards.
+func TestPerftest(t *testing.T) {
+	tests := []struct {
+		name string
+		mtu  int
+		p    perftest.Params
+	}{
+		{"send_bw", 1500, perftest.Params{Verb: perftest.Send, Kind: perftest.BW, Size: 4096, Iterations: 300, RxDepth: 64}},
+		{"write_bw", 1500, perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: 65536, Iterations: 200}},
+		{"write_bw_9000", 9000, perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: 1 << 20, Iterations: 20}},
+		{"read_bw", 1500, perftest.Params{Verb: perftest.Read, Kind: perftest.BW, Size: 4096, Iterations: 200}},
+		{"atomic_bw_fetch_add", 1500, perftest.Params{Verb: perftest.Atomic, Kind: perftest.BW, Iterations: 500}},
+		{"atomic_bw_cmp_swap", 1500, perftest.Params{Verb: perftest.Atomic, Kind: perftest.BW, Iterations: 200, AtomicType: perftest.CompareAndSwap}},
+		{"send_lat", 1500, perftest.Params{Verb: perftest.Send, Kind: perftest.Lat, Size: 64, Iterations: 200}},
+		{"write_lat", 1500, perftest.Params{Verb: perftest.Write, Kind: perftest.Lat, Size: 1, Iterations: 200}},
+		{"read_lat", 1500, perftest.Params{Verb: perftest.Read, Kind: perftest.Lat, Size: 64, Iterations: 200}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newSides(t, tt.mtu)
+			n := &oobNet{client: a, server: b}
+			n.listen(perftest.DefaultPort)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var sout, cout bytes.Buffer
+			var srv perftest.Result
+			var serr error
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				srv, serr = perftest.RunServer(ctx, tt.p, oobListener{n, perftest.DefaultPort}, &sout)
+			}()
+			cli, cerr := perftest.RunClient(ctx, tt.p, n, &cout)
+			if cerr != nil {
+				cancel()
+			}
+			wg.Wait()
+			if cerr != nil || serr != nil {
+				t.Fatalf("client: %v\nserver: %v\n%s\n%s", cerr, serr, cout.String(), sout.String())
+			}
+			t.Logf("client:\n%s", cout.String())
+			p := cli.Params
+			if p.Kind == perftest.BW {
+				if cli.BW == nil || cli.BW.Iters != uint64(p.Iterations) || !(cli.BW.BWAvg > 0) {
+					t.Fatalf("client report %+v", cli.BW)
+				}
+			} else if cli.Lat == nil || cli.Lat.Iters != p.Iterations || !(cli.Lat.Typical > 0) {
+				t.Fatalf("client latency %+v", cli.Lat)
+			}
+			if p.Verb == perftest.Atomic {
+				// The server's target is the second half of its buffer.
+				b.dev.Adapter.Stats() // orders the engines' atomics before the read
+				word := serverTarget(t, n, srv)
+				warm := uint64(min(p.TxDepth, p.OutReads, p.Iterations))
+				want := uint64(p.Iterations) + warm
+				if p.AtomicType == perftest.CompareAndSwap {
+					want = 7 // perftest's ATOMIC_SWAP_VALUE: the first compare (0) hits
+				}
+				if word != want {
+					t.Fatalf("server's atomic target %d, want %d", word, want)
+				}
+			}
+		})
+	}
+}
+
+// serverTarget reads the word at the server's advertised address from the
+// regions the server's endpoints registered (RegisterMr uses the buffer's
+// own address).
+func serverTarget(t *testing.T, n *oobNet, srv perftest.Result) uint64 {
+	t.Helper()
+	for _, b := range n.serverMem {
+		base := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+		if a := srv.Local.VAddr; a >= base && a+8 <= base+uint64(len(b)) {
+			return binary.NativeEndian.Uint64(b[a-base:])
+		}
+	}
+	t.Fatal("no server region holds the advertised address")
+	return 0
+}
+
+// TestEndpointErrorsAndDisconnect: a refused atomic completes with
+// verbs.ErrAccess, everything after it is flushed, and once one side
+// closes, the other's Poll returns verbs.ErrDisconnected.
+func TestEndpointErrorsAndDisconnect(t *testing.T) {
+	a, b := newSides(t, 1500)
+	n := &oobNet{client: a, server: b}
+	n.listen(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type acc struct {
+		ep  verbs.Endpoint
+		err error
+	}
+	got := make(chan acc, 1)
+	go func() {
+		ep, err := oobListener{n, 1}.Accept(ctx, verbs.ConnParams{ResponderResources: 4, InitiatorDepth: 4})
+		got <- acc{ep, err}
+	}()
+	cli, err := n.Connect(ctx, 1, verbs.ConnParams{ResponderResources: 4, InitiatorDepth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-got
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	srv := s.ep
+	target, err := srv.Register(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteRead) // no atomic right
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, _ := cli.Register(make([]byte, 64), verbs.AccessLocalWrite)
+	seg, _ := local.Seg(0, 8)
+	if err := cli.(verbs.Atomics).FetchAdd(7, seg, target.Addr, target.RKey, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Send(8, seg, true); err != nil {
+		t.Fatal(err)
+	}
+	cs := pollN(t, cli, 2)
+	if cs[0].ID != 7 || cs[0].Op != verbs.OpFetchAdd || !errors.Is(cs[0].Err, verbs.ErrAccess) {
+		t.Fatalf("refused atomic completed %+v", cs[0])
+	}
+	if cs[1].ID != 8 || cs[1].Op != verbs.OpSend || !errors.Is(cs[1].Err, verbs.ErrFlushed) {
+		t.Fatalf("send after the failure completed %+v", cs[1])
+	}
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out [4]verbs.Completion
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := srv.Poll(out[:])
+		if errors.Is(err, verbs.ErrDisconnected) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("server poll after the client closed: %v", err)
+		}
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pollN(t *testing.T, ep verbs.Endpoint, n int) []verbs.Completion {
+	t.Helper()
+	var out []verbs.Completion
+	buf := make([]verbs.Completion, 8)
+	for deadline := time.Now().Add(5 * time.Second); len(out) < n; {
+		k, err := ep.Poll(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, buf[:k]...)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d completions", len(out), n)
+		}
+	}
+	return out
+}
+
+// TestPostAndPollAllocateNothing: a SEND/receive round trip and an atomic
+// through the adapter allocate nothing.
+func TestPostAndPollAllocateNothing(t *testing.T) {
+	a, b := newSides(t, 1500)
+	n := &oobNet{client: a, server: b}
+	n.listen(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan verbs.Endpoint, 1)
+	go func() {
+		ep, err := oobListener{n, 2}.Accept(ctx, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ep
+	}()
+	cli, err := n.Connect(ctx, 2, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := <-got
+	if srv == nil {
+		t.FailNow()
+	}
+	lr, _ := cli.Register(make([]byte, 64), verbs.AccessLocalWrite)
+	rr, _ := srv.Register(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteAtomic)
+	ls, _ := lr.Seg(0, 8)
+	rs, _ := rr.Seg(0, 64)
+	at := cli.(verbs.Atomics)
+	var out [4]verbs.Completion
+	wait := func(ep verbs.Endpoint) {
+		for {
+			k, err := ep.Poll(out[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k > 0 {
+				if out[0].Err != nil {
+					t.Fatal(out[0].Err)
+				}
+				return
+			}
+		}
+	}
+	round := func() {
+		if err := srv.Receive(1, rs); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.Send(2, ls, true); err != nil {
+			t.Fatal(err)
+		}
+		wait(cli)
+		wait(srv)
+		if err := at.FetchAdd(3, ls, rr.Addr+8, rr.RKey, 1, true); err != nil {
+			t.Fatal(err)
+		}
+		wait(cli)
+	}
+	for i := 0; i < 20; i++ {
+		round()
+	}
+	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
+		t.Fatalf("%.2f allocations per round, want 0", allocs)
+	}
+}
