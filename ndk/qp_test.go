@@ -177,3 +177,39 @@ func TestQPPostAndPollAllocateNothing(t *testing.T) {
 		t.Fatalf("%.2f allocations per Receive+Send+GetResults round trip", n)
 	}
 }
+
+// TestQueueFullAllocatesNothing checks that a post refused because the
+// queue is full returns STATUS_INSUFFICIENT_RESOURCES, naming the
+// operation, without allocating: a streaming consumer meets it on every
+// retry.
+func TestQueueFullAllocatesNothing(t *testing.T) {
+	x, y := pipePair(t, false)
+	// Only x is connected: y drops its frames, so no ACK retires x's
+	// writes and the initiator queue (64 deep) fills.
+	if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 64)
+	smr, _ := x.pd.RegisterMr(src, 0)
+	ss, _ := smr.SGE(0, 64)
+	dst := make([]byte, 64)
+	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite|MRFlagAllowRemoteWrite)
+	ds, _ := dmr.SGE(0, 64)
+	ssgl, dsgl := []SGE{ss}, []SGE{ds}
+	full := func(what string, post func() error) {
+		t.Helper()
+		var err error
+		for i := 0; i < 65 && err == nil; i++ {
+			err = post()
+		}
+		var e *Error
+		if !errors.Is(err, ErrInsufficientResources) || !errors.As(err, &e) || e.Op != what {
+			t.Fatalf("%s into a full queue: %v", what, err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = post() }); n != 0 {
+			t.Fatalf("%s into a full queue: %.2f allocations", what, n)
+		}
+	}
+	full("receive", func() error { return y.qp.Receive(nil, dsgl) })
+	full("write", func() error { return x.qp.Write(nil, ssgl, dmr.Addr(), dmr.RemoteToken(), 0) })
+}
