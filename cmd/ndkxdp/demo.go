@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"runtime"
 	"time"
@@ -131,19 +132,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}},
 	}
+	srv, err := listenCM(b, netip.AddrPortFrom(p.B.IPv4, demoPort))
+	if err != nil {
+		return err
+	}
+	defer srv.l.Close()
 	for _, ph := range phases {
-		qa, qb, err := connectOOB(a, b)
+		cn, err := connectCM(ctx, a, b, srv)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s (QP 0x%06x <-> QP 0x%06x, connected out of band)...\n", ph.what, qa.QPN(), qb.QPN())
-		err = ph.run(qa, qb)
-		qa.Close()
-		qb.Close()
+		fmt.Fprintf(stdout, "%s (QP 0x%06x <-> QP 0x%06x, connected through the IB CM: %v -> %v)...\n",
+			ph.what, cn.qa.QPN(), cn.qb.QPN(), cn.ca.LocalAddress(), cn.ca.PeerAddress())
+		err = ph.run(cn.qa, cn.qb)
+		if derr := cn.disconnect(ctx); err == nil {
+			err = derr
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", ph.what, err)
 		}
 	}
+	fmt.Fprintf(stdout, "connections: %d set up with REQ/REP/RTU and torn down with DREQ/DREP\n", len(phases))
 
 	fmt.Fprintf(stdout, "\nreport:\n")
 	for _, l := range report {
@@ -250,32 +259,141 @@ func (x *demoHost) close() {
 
 const demoQueueDepth = 1024
 
-func connectOOB(a, b *demoHost) (*ndk.QP, *ndk.QP, error) {
+// demoPort is the port B listens on: its rdma_cm ServiceID is
+// RDMA_PS_TCP | 7174, as for `rping -s -p 7174`.
+const demoPort = 7174
+
+// demoReadLimit is both sides' inbound and outbound read limit.
+const demoReadLimit = 16
+
+// cmServer is B's listener: each connect request is accepted with the QP
+// the next phase handed it.
+type cmServer struct {
+	l        *ndk.Listener
+	qps      chan *ndk.QP
+	accepted chan acceptResult
+}
+
+type acceptResult struct {
+	c   *ndk.Connector
+	err error
+}
+
+func listenCM(b *demoHost, addr netip.AddrPort) (*cmServer, error) {
+	s := &cmServer{qps: make(chan *ndk.QP, 1), accepted: make(chan acceptResult, 1)}
+	var err error
+	s.l, err = b.ad.CreateListener(func(c *ndk.Connector) {
+		var qp *ndk.QP
+		select {
+		case qp = <-s.qps:
+		default:
+			c.Reject(nil) // a request the demo did not make
+			c.Close()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.accepted <- acceptResult{c, c.Accept(ctx, qp, demoReadLimit, demoReadLimit, nil, nil)}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.l.Listen(addr); err != nil {
+		s.l.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// cmConnection is one phase's connection: a QP and a connector per side.
+type cmConnection struct {
+	qa, qb *ndk.QP
+	ca, cb *ndk.Connector
+}
+
+// connectCM gives both hosts fresh CQs and QPs and connects them through
+// the IB CM: A's Connector sends REQ to B's listener, which accepts (REP),
+// and A completes (RTU).
+func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnection, error) {
 	cfg := func(x *demoHost) ndk.QPConfig {
 		return ndk.QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: demoQueueDepth,
 			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1}
 	}
 	for _, x := range []*demoHost{a, b} {
 		if err := x.newCQs(); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	qa, err := a.pd.CreateQp(cfg(a))
+	cn := &cmConnection{}
+	var err error
+	if cn.qa, err = a.pd.CreateQp(cfg(a)); err != nil {
+		return nil, err
+	}
+	if cn.qb, err = b.pd.CreateQp(cfg(b)); err != nil {
+		cn.qa.Close()
+		return nil, err
+	}
+	if cn.ca, err = a.ad.CreateConnector(); err != nil {
+		cn.close()
+		return nil, err
+	}
+	srv.qps <- cn.qb
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cn.ca.Connect(cctx, cn.qa, netip.AddrPort{}, srv.l.LocalAddress(), demoReadLimit, demoReadLimit, nil); err != nil {
+		select {
+		case <-srv.qps: // the request never reached the listener
+		default:
+		}
+		cn.close()
+		return nil, fmt.Errorf("connect to %v: %w", srv.l.LocalAddress(), err)
+	}
+	if err := cn.ca.CompleteConnect(nil); err != nil {
+		cn.close()
+		return nil, err
+	}
+	select {
+	case r := <-srv.accepted:
+		cn.cb = r.c
+		if r.err != nil {
+			cn.close()
+			return nil, fmt.Errorf("accept: %w", r.err)
+		}
+	case <-cctx.Done():
+		cn.close()
+		return nil, fmt.Errorf("accept: %w", cctx.Err())
+	}
+	return cn, nil
+}
+
+// disconnect ends the connection from A (DREQ, answered by DREP) and
+// closes both connectors and QPs.
+func (cn *cmConnection) disconnect(ctx context.Context) error {
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := cn.ca.Disconnect(dctx)
+	cn.close()
 	if err != nil {
-		return nil, nil, err
+		return fmt.Errorf("disconnect: %w", err)
 	}
-	qb, err := b.pd.CreateQp(cfg(b))
-	if err != nil {
-		return nil, nil, err
+	return nil
+}
+
+func (cn *cmConnection) close() {
+	for _, c := range []*ndk.Connector{cn.ca, cn.cb} {
+		if c != nil {
+			c.Close()
+			select {
+			case <-c.Closed():
+			case <-time.After(10 * time.Second):
+			}
+		}
 	}
-	ea, eb := qa.LocalEndpoint(), qb.LocalEndpoint()
-	if err := a.h.Do(func() error { return qa.ConnectOOB(eb, ndk.ConnectOptions{}) }); err != nil {
-		return nil, nil, err
+	for _, q := range []*ndk.QP{cn.qa, cn.qb} {
+		if q != nil {
+			q.Close()
+		}
 	}
-	if err := b.h.Do(func() error { return qb.ConnectOOB(ea, ndk.ConnectOptions{}) }); err != nil {
-		return nil, nil, err
-	}
-	return qa, qb, nil
 }
 
 type phase struct {
