@@ -88,10 +88,12 @@ func (q *QP) LocalEndpoint() Endpoint {
 }
 
 // ConnectOOB connects the QP to remote, which the peer's LocalEndpoint
-// gave out of band (ibv_rc_pingpong style; the path for tools until IB CM
-// connections arrive). A remote without MAC is resolved through the
-// kernel's neighbour table, probing the address if it has no entry yet.
-// It must run in the adapter's network namespace.
+// gave out of band (ibv_rc_pingpong style): the path for tools and tests
+// that set up both ends themselves. Connections with peers that use the
+// IB CM (librdmacm applications, other ndkxdp adapters) go through
+// Connector and Listener instead. A remote without MAC is resolved
+// through the kernel's neighbour table, probing the address if it has no
+// entry yet. It must run in the adapter's network namespace.
 //
 // It fails with STATUS_INVALID_PARAMETER for out-of-range options or a
 // remote of the wrong address family, STATUS_HOST_UNREACHABLE when the MAC

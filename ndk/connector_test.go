@@ -385,3 +385,44 @@ func TestGSIHookAllocatesNothing(t *testing.T) {
 	}
 	runtime.KeepAlive(g)
 }
+
+func TestFirstPacketStandsInForLostRTU(t *testing.T) {
+	// Every RTU is lost. The active side's first SEND proves it sent one
+	// (IBTA 12.9.6 COMM_EST): Accept completes on it, long before the
+	// REP's retries could run out.
+	filter := func(_ port.Direction, f []byte) port.Verdict {
+		if madAttr(f) == rocev2.AttrRTU {
+			return port.Drop
+		}
+		return port.Pass
+	}
+	x, y := cmPipePair(t, filter, cm.Params{})
+	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7474), nil)
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(context.Background(), x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 7474), 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CompleteConnect(nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ch:
+		t.Fatalf("accept completed before any data: %v", r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	sendOne(t, x, y, []byte("data before the RTU"))
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("accept did not complete on the first packet")
+	}
+	if s := y.a.CMStats(); s.Received[rocev2.AttrRTU] != 0 {
+		t.Fatalf("an RTU arrived: %+v", s)
+	}
+}

@@ -22,12 +22,33 @@
 //     QP.CompareAndSwap and QP.FetchAndAdd, MRFlagAllowRemoteAtomic, and
 //     completion Types OpCompareAndSwap and OpFetchAndAdd, the IB atomics
 //     a verbs peer's ib_atomic_bw uses;
+//   - connections through the InfiniBand CM on QP1, as librdmacm peers
+//     (rping, perftest -R) expect: Adapter.CreateConnector, Connector
+//     (Connect, ConnectWithSharedEndpoint, CompleteConnect, Accept,
+//     Reject, Disconnect, GetConnectionData, LocalAddress, PeerAddress,
+//     Close), Adapter.CreateListener, Listener (Listen with port 0,
+//     ControlConnectEvents, Close), Adapter.CreateSharedEndpoint, and
+//     Adapter.CMStats. The CM itself (state machines, rdma_cm header,
+//     what differs from Linux on the wire) is ndk/internal/cm;
 //   - out-of-band connection (QP.LocalEndpoint, QP.ConnectOOB), the way
-//     ibv_rc_pingpong exchanges QPN and PSN, for tools until IB CM
-//     connections (Connector, Listener) arrive.
+//     ibv_rc_pingpong exchanges QPN and PSN: for tools and tests that
+//     set up both ends themselves. It sends nothing on QP1, so a peer
+//     must be connected the same way.
 //
-// Not yet: SRQ, MW, NdkFastRegister, NdkInvalidate, Connector, Listener,
-// SharedEndpoint (IB CM lives in ndk/internal/cm).
+// Not yet: SRQ, MW, NdkFastRegister, NdkInvalidate.
+//
+// Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
+// the peer answered or the CM gave up (NDKPI's STATUS_PENDING becomes the
+// wait; a context bounds it). Route and next-hop MAC come from the kernel's
+// tables in the adapter's network namespace, from whatever goroutine
+// calls. The management queue's engine hands each QP1 datagram to a
+// bounded queue served by the adapter's CM goroutine, so connection setup
+// never stalls the data path; a listener's connect callback and a
+// connector's disconnect callback run on goroutines of their own and may
+// call the blocking methods. Listener and Connector Close return at once
+// and complete (Closed) after their callbacks and, for a listener, its
+// handed-over connectors; an address and port stay taken until the last
+// connector using them closes.
 //
 // Completion statuses of failed requests (NDKPI.md §7 and §9; the
 // ProviderErrorCode is the ib_wc_status a verbs provider would report):
@@ -85,7 +106,12 @@
 //	qp, _ := pd.CreateQp(ndk.QPConfig{ReceiveCq: cq, InitiatorCq: cq,
 //		ReceiveQueueDepth: 256, InitiatorQueueDepth: 256,
 //		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
-//	fmt.Println(qp.LocalEndpoint()) // give it to the peer out of band
-//	_ = qp.ConnectOOB(peerEndpoint, ndk.ConnectOptions{})
+//	c, _ := a.CreateConnector()
+//	err = c.Connect(ctx, qp, netip.AddrPort{}, netip.MustParseAddrPort("198.18.0.2:7174"), 1, 1, nil)
+//	if errors.Is(err, ndk.ErrConnectionRefused) { ... } // nobody listens, or rejected
+//	_ = c.CompleteConnect(func() { log.Print("peer disconnected") })
 //	_ = qp.Send("ctx", []ndk.SGE{sge}, ndk.OpFlagSendAndSolicitEvent)
+//	...
+//	_ = c.Disconnect(ctx) // DREQ, DREP, QP drained
+//	c.Close()
 package ndk
