@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -277,5 +279,76 @@ func TestPostAndPollAllocateNothing(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
 		t.Fatalf("%.2f allocations per round, want 0", allocs)
+	}
+}
+
+// TestOverIBCM runs rping and perftest through Connector and Listener,
+// ndk's IB CM on QP1 (REQ, REP, RTU, DREQ, DREP), and checks that a
+// connection to a port nobody listens on is a *verbs.RejectError with
+// reason 8, the error perftest's client retries on.
+func TestOverIBCM(t *testing.T) {
+	a, b := newSides(t, 1500)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var peer netip.Addr
+	if err := b.h.Do(func() error { peer = b.dev.Adapter.LocalAddress(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn := &Connector{Dev: a.dev, Peer: peer}
+	// The CM resolves routes in the adapter's namespace.
+	connect := func(fn func() error) error { return a.h.Do(fn) }
+
+	t.Run("reject8", func(t *testing.T) {
+		var err error
+		_ = connect(func() error { _, err = conn.Connect(ctx, 4000, verbs.ConnParams{}); return nil })
+		var rej *verbs.RejectError
+		if !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID {
+			t.Fatalf("connect to an unbound port: %v, want REJ reason 8", err)
+		}
+	})
+	t.Run("rping", func(t *testing.T) {
+		var l *Listener
+		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, rping.DefaultPort, Depths{}); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		cfg := rping.Config{Size: 1000, Count: 30, Validate: true}
+		var srv rping.Stats
+		var serr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); srv, serr = rping.RunServer(ctx, cfg, l) }()
+		var cli rping.Stats
+		var cerr error
+		_ = connect(func() error { cli, cerr = rping.RunClient(ctx, cfg, conn, rping.DefaultPort); return nil })
+		wg.Wait()
+		if cerr != nil || serr != nil || cli.Pings != 30 || srv.Pings != 30 {
+			t.Fatalf("client %d pings (%v), server %d (%v)", cli.Pings, cerr, srv.Pings, serr)
+		}
+	})
+	for _, p := range []perftest.Params{
+		{Verb: perftest.Write, Kind: perftest.BW, Size: 65536, Iterations: 100},
+		{Verb: perftest.Atomic, Kind: perftest.BW, Iterations: 200},
+		{Verb: perftest.Send, Kind: perftest.Lat, Size: 64, Iterations: 100},
+	} {
+		t.Run(fmt.Sprintf("perftest_%v_%v", p.Verb, p.Kind), func(t *testing.T) {
+			var l *Listener
+			if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			p.ConnectRetry = perftest.Retry{Attempts: 20, Interval: 50 * time.Millisecond}
+			var sout, cout bytes.Buffer
+			var serr, cerr error
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); _, serr = perftest.RunServer(ctx, p, l, &sout) }()
+			_ = connect(func() error { _, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
+			wg.Wait()
+			if cerr != nil || serr != nil {
+				t.Fatalf("client: %v\nserver: %v\n%s\n%s", cerr, serr, cout.String(), sout.String())
+			}
+			t.Logf("client:\n%s", cout.String())
+		})
 	}
 }
