@@ -426,3 +426,38 @@ func TestFirstPacketStandsInForLostRTU(t *testing.T) {
 		t.Fatalf("an RTU arrived: %+v", s)
 	}
 }
+
+func TestAdapterCloseDisconnectsItsConnections(t *testing.T) {
+	// Closing an adapter closes its connectors and listeners; the DREQ of
+	// its established connection still leaves, so the peer hears of it.
+	x, y := cmPipePair(t, nil, cm.Params{})
+	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7475), nil)
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(context.Background(), x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 7475), 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CompleteConnect(nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	x.a.Close()
+	select {
+	case <-r.disconnect:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer got no disconnect event")
+	}
+	select {
+	case <-c.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connector's close did not complete with the adapter's")
+	}
+	if _, err := x.a.CreateConnector(); !errors.Is(err, ErrInvalidHandle) {
+		t.Fatalf("connector on a closed adapter: %v", err)
+	}
+}

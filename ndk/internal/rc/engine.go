@@ -287,6 +287,11 @@ func (e *Engine) shutdown() {
 	for _, qp := range e.qps {
 		e.enterError(qp)
 	}
+	// MADs queued before Close (the DREQs and REJs of connections closed
+	// with the adapter) still leave.
+	if e.transmitGSI() > 0 {
+		_ = e.port.Flush()
+	}
 }
 
 // lookup finds the QP a frame is for; the last hit is cached because
