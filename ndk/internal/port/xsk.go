@@ -29,6 +29,13 @@ const vlanEthernetHeader = 18
 // returns on a multi-buffer socket by default.
 const DefaultXSKScratch = 8
 
+// MinTxReference is the smallest segment Transmit references in place
+// (XSKConfig.TxReference) rather than copies: a referenced segment costs a
+// descriptor of its own, and in copy mode the kernel a page for it
+// (xsk_build_skb, net/xdp/xsk.c), which copying a few hundred bytes
+// undercuts.
+const MinTxReference = 1024
+
 // XSKConfig tunes an XSK. The zero value suits a 1500-byte-MTU device.
 type XSKConfig struct {
 	// MTU is the device's MTU (default 1500). MaxFrame is MTU plus an
@@ -47,22 +54,34 @@ type XSKConfig struct {
 	// buffer (default DefaultXSKScratch on a multi-buffer socket, none
 	// otherwise). A batch stops before a chain that finds no buffer.
 	Scratch int
+	// TxReference is a UMEM address range [lo, hi) whose bytes stay put
+	// while a frame that carries them is in flight: the adapter's buffer
+	// pool (ndk.AllocBuffer), whose memory a request keeps until the
+	// peer's ACK retires it, which comes after the frame left. On a
+	// multi-buffer socket, Transmit sends a segment of at least
+	// MinTxReference bytes that lies inside the range as descriptors
+	// pointing at it instead of copying it (DESIGN.md, Memory: a header
+	// frame, the payload in place, a trailer). It must not overlap the
+	// allocator's frames. Zero: every byte is copied.
+	TxReference [2]uint64
 }
 
 // XSKStats counts an XSK's frames. The data path adds to them once per
 // batch (Receive, Flush), so they may trail the engine by one batch.
 type XSKStats struct {
-	RxFrames   uint64 // frames returned by Receive
-	RxChained  uint64 // of those, chains copied into a scratch buffer
-	RxInvalid  uint64 // descriptors dropped: outside the UMEM, or a chain longer than MaxFrame
-	TxFrames   uint64 // frames queued by Transmit and flushed
-	TxChained  uint64 // of those, frames that took more than one chunk
-	TxFull     uint64 // Transmit calls refused with ErrTxFull
-	KickBusy   uint64 // Flush calls whose kick left frames pending (afxdp.ErrTxBusy)
-	RxWakeups  uint64 // fill-ring wakeups made for the kernel (need-wakeup)
-	Doorbells  uint64 // eventfd writes: Doorbell calls that found the engine asleep
-	WaitWakes  uint64 // Wait calls ended by the doorbell's eventfd
-	WaitPolled uint64 // Wait calls that entered ppoll
+	RxFrames    uint64 // frames returned by Receive
+	RxChained   uint64 // of those, chains copied into a scratch buffer
+	RxInvalid   uint64 // descriptors dropped: outside the UMEM, or a chain longer than MaxFrame
+	TxFrames    uint64 // frames queued by Transmit and flushed
+	TxChained   uint64 // of those, frames that took more than one chunk
+	TxRefFrames uint64 // of those, frames with a segment referenced in place (TxReference)
+	TxRefBytes  uint64 // bytes those references carried: copies saved
+	TxFull      uint64 // Transmit calls refused with ErrTxFull
+	KickBusy    uint64 // Flush calls whose kick left frames pending (afxdp.ErrTxBusy)
+	RxWakeups   uint64 // fill-ring wakeups made for the kernel (need-wakeup)
+	Doorbells   uint64 // eventfd writes: Doorbell calls that found the engine asleep
+	WaitWakes   uint64 // Wait calls ended by the doorbell's eventfd
+	WaitPolled  uint64 // Wait calls that entered ppoll
 }
 
 // XSK is a Port over one AF_XDP socket. Frames that arrive in one
@@ -89,7 +108,16 @@ type XSK struct {
 	maxFrame int
 
 	rxBudget, rxLent uint32
-	txBudget, txOut  uint32
+	txBudget, txOut  uint32 // TX frames: the most in flight, and in flight
+	txInFlight       uint32 // TX descriptors not yet completed
+
+	// Zero-copy transmit: the UMEM range Transmit may reference, the
+	// allocator's range, and per allocator frame the TX descriptors in
+	// flight that point into it (a frame holding a header and a trailer
+	// is freed when both completed, whatever order completions come in).
+	refLo, refHi uint64
+	frLo, frHi   uint64
+	txRefs       []uint8
 
 	// The last Receive: its descriptors, still peeked, and the scratch
 	// buffers its chains used.
@@ -100,8 +128,8 @@ type XSK struct {
 	txDescs [maxChain]afxdp.Desc
 	local   XSKStats // engine-side counts, published per batch
 	stats   struct {
-		rxFrames, rxChained, rxInvalid, txFrames, txChained, txFull, kickBusy,
-		rxWakeups, doorbells, waitWakes, waitPolled atomic.Uint64
+		rxFrames, rxChained, rxInvalid, txFrames, txChained, txRefFrames, txRefBytes,
+		txFull, kickBusy, rxWakeups, doorbells, waitWakes, waitPolled atomic.Uint64
 	}
 	deferred error // a data-path failure reported by the next Flush or Wait
 
@@ -205,6 +233,17 @@ func (x *XSK) configure(cfg XSKConfig) error {
 		return fmt.Errorf("TxFrames %d exceed the completion ring's %d entries: the kernel would stall waiting for a slot", cfg.TxFrames, x.comp.Size())
 	}
 	x.rxBudget, x.txBudget = cfg.RxFrames, cfg.TxFrames
+	x.frLo, x.frHi = x.frames.Range()
+	x.txRefs = make([]uint8, x.frames.Frames())
+	if lo, hi := cfg.TxReference[0], cfg.TxReference[1]; hi != 0 {
+		switch {
+		case lo >= hi || hi > uint64(len(x.umem.Bytes())):
+			return fmt.Errorf("TxReference [%#x, %#x) is not a range inside the %d-byte UMEM", lo, hi, len(x.umem.Bytes()))
+		case lo < x.frHi && x.frLo < hi:
+			return fmt.Errorf("TxReference [%#x, %#x) overlaps the port's frames [%#x, %#x)", lo, hi, x.frLo, x.frHi)
+		}
+		x.refLo, x.refHi = lo, hi
+	}
 	x.scratch = make([][]byte, cfg.Scratch)
 	for i := range x.scratch {
 		x.scratch[i] = make([]byte, 0, x.maxFrame)
@@ -221,6 +260,7 @@ func (x *XSK) Stats() XSKStats {
 	return XSKStats{
 		RxFrames: s.rxFrames.Load(), RxChained: s.rxChained.Load(), RxInvalid: s.rxInvalid.Load(),
 		TxFrames: s.txFrames.Load(), TxChained: s.txChained.Load(), TxFull: s.txFull.Load(),
+		TxRefFrames: s.txRefFrames.Load(), TxRefBytes: s.txRefBytes.Load(),
 		KickBusy: s.kickBusy.Load(), RxWakeups: s.rxWakeups.Load(), Doorbells: s.doorbells.Load(),
 		WaitWakes: s.waitWakes.Load(), WaitPolled: s.waitPolled.Load(),
 	}
@@ -234,6 +274,8 @@ func (x *XSK) publish() {
 	flush(&s.rxInvalid, &l.RxInvalid)
 	flush(&s.txFrames, &l.TxFrames)
 	flush(&s.txChained, &l.TxChained)
+	flush(&s.txRefFrames, &l.TxRefFrames)
+	flush(&s.txRefBytes, &l.TxRefBytes)
 	flush(&s.txFull, &l.TxFull)
 	flush(&s.kickBusy, &l.KickBusy)
 	flush(&s.rxWakeups, &l.RxWakeups)
@@ -358,15 +400,21 @@ func (x *XSK) wakeRX(idle bool) {
 
 // Transmit implements Port. It copies the frame into one UMEM frame, or a
 // chain of them on a multi-buffer socket, and reserves TX descriptors;
-// Flush publishes them. It never blocks: ErrTxFull when the TX ring or the
-// TX frame budget is exhausted.
+// Flush publishes them. Segments inside TxReference are not copied but
+// referenced by descriptors of their own. It never blocks: ErrTxFull when
+// the TX ring, the TX frame budget or the completion ring is exhausted.
 func (x *XSK) Transmit(segs [][]byte) error {
 	if x.closed.Load() {
 		return ErrClosed
 	}
-	n := 0
-	for _, s := range segs {
+	n, copied, refd := 0, 0, uint32(0)
+	for i, s := range segs {
 		n += len(s)
+		if i < 32 && x.referable(s) {
+			refd |= 1 << i
+		} else {
+			copied += len(s)
+		}
 	}
 	switch {
 	case n == 0:
@@ -374,44 +422,104 @@ func (x *XSK) Transmit(segs [][]byte) error {
 	case n > x.maxFrame:
 		return ErrTooLarge
 	}
-	k := uint32((n + x.chunk - 1) / x.chunk)
-	if x.txOut+k > x.txBudget {
+	k := x.layout(segs, refd, false)
+	if refd != 0 && k > maxChain {
+		refd, copied = 0, n // too fragmented to reference: copy it all
+		k = x.layout(segs, 0, false)
+	}
+	frames := uint32((copied + x.chunk - 1) / x.chunk)
+	if x.txOut+frames > x.txBudget || x.txInFlight+uint32(k) > x.comp.Size() {
 		x.reclaim()
 	}
-	if x.txOut+k > x.txBudget || x.frames.Available() < k {
+	if x.txOut+frames > x.txBudget || x.frames.Available() < frames || x.txInFlight+uint32(k) > x.comp.Size() {
 		x.local.TxFull++
 		return ErrTxFull
 	}
-	start, got := x.tx.Reserve(k)
-	if got < k {
+	start, got := x.tx.Reserve(uint32(k))
+	if got < uint32(k) {
 		x.tx.Cancel(got)
 		x.local.TxFull++
 		return ErrTxFull
 	}
-	descs := x.txDescs[:k]
-	for j := range descs {
-		addr, _ := x.frames.Alloc() // cannot fail: Available() >= k
-		descs[j] = afxdp.Desc{Addr: addr}
-	}
-	j, dst := 0, x.umem.Frame(descs[0].Addr)
-	for _, s := range segs {
-		for len(s) > 0 {
-			if int(descs[j].Len) == x.chunk {
-				j++
-				dst = x.umem.Frame(descs[j].Addr)
-			}
-			c := copy(dst[descs[j].Len:], s)
-			descs[j].Len += uint32(c)
-			s = s[c:]
-		}
-	}
-	x.tx.SetPacket(start, descs)
-	x.txOut += k
+	x.layout(segs, refd, true)
+	x.tx.SetPacket(start, x.txDescs[:k])
+	x.txOut += frames
+	x.txInFlight += uint32(k)
 	x.local.TxFrames++
 	if k > 1 {
 		x.local.TxChained++
 	}
+	if refd != 0 {
+		x.local.TxRefFrames++
+		x.local.TxRefBytes += uint64(n - copied)
+	}
 	return nil
+}
+
+// referable reports whether Transmit may send s in place: a multi-buffer
+// socket, a segment worth a descriptor, wholly inside TxReference.
+func (x *XSK) referable(s []byte) bool {
+	if x.refHi == 0 || len(s) < MinTxReference || !x.sock.MultiBuffer() {
+		return false
+	}
+	off, ok := umemOffset(x.umem.Bytes(), s)
+	return ok && off >= x.refLo && off+uint64(len(s)) <= x.refHi
+}
+
+// layout lays segs out as descriptors and returns how many: the segments
+// whose bit is set in refd in place, split at chunk boundaries (a
+// descriptor never crosses one: xp_aligned_validate_desc,
+// net/xdp/xsk_queue.h); the others copied back to back into frames from
+// the allocator, so that a header and a trailer around a referenced
+// payload share one frame. With fill false it only counts; with fill set
+// it allocates the frames (the caller checked there are enough), copies,
+// and writes x.txDescs, which must hold the count.
+func (x *XSK) layout(segs [][]byte, refd uint32, fill bool) int {
+	k, open := 0, -1 // descriptors; the copy descriptor being extended
+	used := x.chunk  // bytes used of the current copy frame: none yet
+	var frame []byte
+	var faddr uint64
+	for i, s := range segs {
+		if i < 32 && refd&(1<<i) != 0 {
+			addr, _ := umemOffset(x.umem.Bytes(), s)
+			for len(s) > 0 {
+				c := min(len(s), x.chunk-int(addr%uint64(x.chunk)))
+				if fill {
+					x.txDescs[k] = afxdp.Desc{Addr: addr, Len: uint32(c)}
+				}
+				k++
+				addr += uint64(c)
+				s = s[c:]
+			}
+			open = -1
+			continue
+		}
+		for len(s) > 0 {
+			if used == x.chunk {
+				if fill {
+					faddr, _ = x.frames.Alloc() // cannot fail: checked by Transmit
+					frame = x.umem.Frame(faddr)
+				}
+				used, open = 0, -1
+			}
+			if open < 0 {
+				if fill {
+					x.txDescs[k] = afxdp.Desc{Addr: faddr + uint64(used)}
+					x.txRefs[(faddr-x.frLo)/uint64(x.chunk)]++
+				}
+				open = k
+				k++
+			}
+			c := min(len(s), x.chunk-used)
+			if fill {
+				copy(frame[used:], s[:c])
+				x.txDescs[open].Len += uint32(c)
+			}
+			used += c
+			s = s[c:]
+		}
+	}
+	return k
 }
 
 // Flush implements Port: it publishes the queued descriptors, kicks the
@@ -437,11 +545,38 @@ func (x *XSK) Flush() error {
 	return err
 }
 
-// reclaim returns transmitted frames to the allocator.
+// reclaim takes the completed descriptors: each one into the port's
+// frames drops its frame's count, and the frame is freed at zero;
+// referenced bytes (TxReference) belong to their owner, who learns from
+// the peer's ACK that they may change.
 func (x *XSK) reclaim() {
-	n, err := x.comp.ReclaimTo(x.frames, x.comp.Size())
-	x.txOut -= n
-	if err != nil && x.deferred == nil {
+	start, got := x.comp.Peek(x.comp.Size())
+	for j := range got {
+		addr := x.comp.Get(start + j)
+		switch {
+		case addr >= x.frLo && addr < x.frHi:
+			i := (addr - x.frLo) / uint64(x.chunk)
+			if x.txRefs[i] == 0 {
+				x.fault(afxdp.ErrFrameNotAllocated)
+				continue
+			}
+			if x.txRefs[i]--; x.txRefs[i] == 0 {
+				if err := x.frames.Free(addr); err != nil {
+					x.fault(err)
+				}
+				x.txOut--
+			}
+		case addr < x.refLo || addr >= x.refHi:
+			x.fault(afxdp.ErrFrameOutOfRange)
+		}
+	}
+	x.comp.Release(got)
+	x.txInFlight -= min(got, x.txInFlight)
+}
+
+// fault keeps the first data-path failure for the next Flush or Wait.
+func (x *XSK) fault(err error) {
+	if x.deferred == nil {
 		x.deferred = err
 	}
 }

@@ -28,6 +28,7 @@ type xskEnd struct {
 	xdp  *loader.XDP
 	umem *afxdp.UMEM
 	port *XSK
+	ref  []byte // the UMEM bytes the port may reference (xskOptions.ref)
 }
 
 type xskOptions struct {
@@ -35,6 +36,9 @@ type xskOptions struct {
 	multi  bool
 	txRing uint32
 	cfg    XSKConfig
+	// ref gives the port half of the UMEM's frames and makes the other
+	// half its TxReference, as ndk.Open does with its buffer pool.
+	ref bool
 }
 
 // openXSK attaches the steering program to h's veth, binds a socket on
@@ -75,7 +79,18 @@ func openXSK(t testing.TB, h *harness.Host, o xskOptions) *xskEnd {
 		t.Fatalf("open AF_XDP on %s/%s: %v", h.Name, h.Link, err)
 	}
 	o.cfg.MTU = h.MTU
-	if e.port, err = NewXSK(sock, e.umem.Allocator(), o.cfg); err != nil {
+	frames := e.umem.Allocator()
+	if o.ref {
+		parts, err := e.umem.Partition(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = parts[0]
+		lo, hi := parts[1].Range()
+		o.cfg.TxReference = [2]uint64{lo, hi}
+		e.ref = e.umem.Bytes()[lo:hi]
+	}
+	if e.port, err = NewXSK(sock, frames, o.cfg); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -576,6 +591,9 @@ func TestNewXSKRejectsBadConfig(t *testing.T) {
 		{XSKConfig{RxFrames: 8192}, "no frames left to transmit"},
 		{XSKConfig{RxFrames: 5000, TxFrames: 5000}, "exceed the allocator's 8192 free frames"},
 		{XSKConfig{RxFrames: 100, TxFrames: 3000}, "exceed the completion ring's 2048 entries"},
+		{XSKConfig{TxReference: [2]uint64{4096, 8192}}, "overlaps the port's frames"},
+		{XSKConfig{TxReference: [2]uint64{8192, 4096}}, "is not a range inside"},
+		{XSKConfig{TxReference: [2]uint64{0, 1 << 40}}, "is not a range inside"},
 	} {
 		x, err := NewXSK(sock, frames, tc.cfg)
 		if err == nil {
@@ -680,5 +698,117 @@ func BenchmarkXSK(b *testing.B) {
 			}
 			b.ReportMetric(rate/raw[size], "xsk/raw-af_xdp")
 		})
+	}
+}
+
+// TestXSKTransmitReferencesInPlace sends frames whose payload lies in the
+// TxReference range: the payload must leave from where it is (bytes
+// changed after Transmit and before Flush are the ones on the wire), a
+// payload crossing a chunk boundary must arrive whole, small segments and
+// memory outside the range are copied, every frame of the port comes back
+// once the kernel completed, and none of it allocates.
+func TestXSKTransmitReferencesInPlace(t *testing.T) {
+	_, a, b := xskPair(t, harness.Config{MTU: 9000}, xskOptions{mode: loader.AttachDriver, multi: true, ref: true})
+	avail := a.port.frames.Available()
+	const payloadLen = 8000
+	f := roceFrame(t, a.host, b.host, 7, pattern(payloadLen, 3))
+	hl := len(f) - payloadLen - rocev2.ICRCLen
+	// The payload starts 100 bytes before a chunk boundary of the
+	// reference range: three descriptors of 100, 4096 and 3804 bytes.
+	payload := a.ref[4096-100 : 4096-100+payloadLen]
+	copy(payload, f[hl:hl+payloadLen])
+	segs := [][]byte{f[:hl], payload, f[hl+payloadLen:]}
+	if err := a.port.Transmit(segs); err != nil {
+		t.Fatal(err)
+	}
+	// Referenced, not copied: what the memory holds at Flush is sent.
+	payload[0] ^= 0xff
+	if err := a.port.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := receive(t, b.port, 1)[0]
+	want := bytes.Clone(f)
+	want[hl] ^= 0xff
+	if !bytes.Equal(got, want) {
+		t.Fatalf("received %d bytes, not the %d-byte frame with its payload read in place", len(got), len(want))
+	}
+	payload[0] ^= 0xff
+	st := a.port.Stats()
+	if st.TxRefFrames != 1 || st.TxRefBytes != payloadLen || st.TxChained != 1 {
+		t.Fatalf("stats %+v, want one chained frame with %d referenced bytes", st, payloadLen)
+	}
+
+	// Copied: a segment under MinTxReference, and one outside the range
+	// (the Go heap).
+	small := roceFrame(t, a.host, b.host, 8, pattern(MinTxReference-1, 5))
+	shl := len(small) - (MinTxReference - 1) - rocev2.ICRCLen
+	sp := a.ref[:MinTxReference-1]
+	copy(sp, small[shl:])
+	for _, segs := range [][][]byte{{small[:shl], sp, small[len(small)-rocev2.ICRCLen:]}, {f[:hl], f[hl : hl+payloadLen], f[hl+payloadLen:]}} {
+		if err := a.port.Transmit(segs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.port.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, b.port, 2); !bytes.Equal(got[0], small) || !bytes.Equal(got[1], f) {
+		t.Fatal("copied frames arrived changed")
+	}
+	if st := a.port.Stats(); st.TxRefFrames != 1 || st.TxFrames != 3 {
+		t.Fatalf("stats %+v: only the first frame references memory", st)
+	}
+
+	step := func() {
+		if err := a.port.Transmit(segs); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.port.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var rx [4][]byte
+		for i := 0; i < 1000; i++ { // bounded: the frame is usually there at once
+			if b.port.Receive(rx[:]) > 0 {
+				break
+			}
+			if err := b.port.Wait(time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.port.Release()
+	}
+	if n := testing.AllocsPerRun(100, step); n != 0 {
+		t.Fatalf("%v allocations per referenced frame", n)
+	}
+	if err := a.port.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Copy mode completes within the kick: every TX frame is back.
+	if a.port.txOut != 0 || a.port.txInFlight != 0 || a.port.frames.Available() != avail {
+		t.Fatalf("after completion %d frames and %d descriptors out, %d of %d frames free",
+			a.port.txOut, a.port.txInFlight, a.port.frames.Available(), avail)
+	}
+}
+
+// TestXSKSingleBufferCopiesReferences checks that a socket without
+// multi-buffer, which cannot send chains, copies even TxReference bytes.
+func TestXSKSingleBufferCopiesReferences(t *testing.T) {
+	_, a, b := xskPair(t, harness.Config{}, xskOptions{mode: loader.AttachDriver, ref: true})
+	f := roceFrame(t, a.host, b.host, 1, pattern(1400, 9))
+	hl := len(f) - 1400 - rocev2.ICRCLen
+	p := a.ref[:1400]
+	copy(p, f[hl:])
+	if err := a.port.Transmit([][]byte{f[:hl], p, f[len(f)-rocev2.ICRCLen:]}); err != nil {
+		t.Fatal(err)
+	}
+	p[0] ^= 0xff // copied already: the wire keeps the old byte
+	if err := a.port.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, b.port, 1); !bytes.Equal(got[0], f) {
+		t.Fatal("frame arrived changed")
+	}
+	if st := a.port.Stats(); st.TxRefFrames != 0 || st.TxChained != 0 {
+		t.Fatalf("stats %+v, want nothing referenced", st)
 	}
 }

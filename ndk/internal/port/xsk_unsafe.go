@@ -29,3 +29,18 @@ func eventfdRead(fd int, v *[8]byte) unix.Errno {
 	_, _, errno := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
 	return errno
 }
+
+// umemOffset returns where b starts in mem, or false when b is empty or
+// not wholly inside mem: Transmit references only bytes of the UMEM, the
+// one memory the kernel can read descriptors from.
+func umemOffset(mem, b []byte) (uint64, bool) {
+	if len(b) == 0 || len(mem) == 0 {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if p < base || p-base >= uintptr(len(mem)) || uintptr(len(b)) > uintptr(len(mem))-(p-base) {
+		return 0, false
+	}
+	return uint64(p - base), true
+}
