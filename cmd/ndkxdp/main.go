@@ -2,6 +2,8 @@
 //
 //	ndkxdp demo [flags]            two RDMA hosts on an embedded veth pair
 //	ndkxdp perf baseline [flags]   raw AF_XDP, Go UDP and Go TCP on a veth pair
+//	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev
+//	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
 //	ndkxdp version
 //
@@ -25,6 +27,9 @@ const usage = `usage: ndkxdp <command> [flags]
 commands:
   demo            run two RDMA hosts on an embedded veth pair and report
   perf baseline   measure raw AF_XDP, Go UDP and Go TCP on a veth pair
+  perf TEST       perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,
+                  write_lat or read_lat over rdma_cm against any RoCE peer
+  rping           librdmacm's rping, client or server, against any RoCE peer
   counters        print the steering counters of a pinned attachment
   version         print the version
 
@@ -58,6 +63,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPerf(ctx, args[1:], stdout, stderr)
 	case "counters":
 		return runCounters(args[1:], stdout, stderr)
+	case "rping":
+		return runRping(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ndkxdp", version)
 		return nil

@@ -12,8 +12,12 @@ import (
 )
 
 func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] != "baseline" && args[0][0] != '-' {
+		return runPerfTest(ctx, args[0], args[1:], stdout, stderr) // perftest.go
+	}
 	if len(args) == 0 || args[0] != "baseline" {
 		fmt.Fprintln(stderr, "usage: ndkxdp perf baseline [-duration D] [-pings N] [-mtu N]")
+		fmt.Fprintln(stderr, perfTestUsage)
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("perf baseline", flag.ContinueOnError)

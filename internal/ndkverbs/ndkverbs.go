@@ -15,6 +15,23 @@ import (
 type Device struct {
 	Adapter *ndk.Adapter
 	PD      *ndk.PD
+	owned   bool // Close closes Adapter (Open made it)
+}
+
+// Open opens an adapter on ifname (ndk.Open: it must run in the
+// interface's network namespace) and a Device on it; Close closes both.
+func Open(ifname string, opts ndk.Options) (*Device, error) {
+	a, err := ndk.Open(ifname, opts)
+	if err != nil {
+		return nil, fmt.Errorf("ndkverbs: open %s: %w", ifname, err)
+	}
+	d, err := New(a)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	d.owned = true
+	return d, nil
 }
 
 // New creates a protection domain on a for the endpoints it will make.
@@ -26,8 +43,14 @@ func New(a *ndk.Adapter) (*Device, error) {
 	return &Device{Adapter: a, PD: pd}, nil
 }
 
-// Close closes the protection domain (after the endpoints are closed).
-func (d *Device) Close() { d.PD.Close() }
+// Close closes the protection domain (after the endpoints are closed),
+// and the adapter when Open opened it.
+func (d *Device) Close() {
+	d.PD.Close()
+	if d.owned {
+		d.Adapter.Close()
+	}
+}
 
 // Depths size an endpoint's queues; zero fields take the defaults.
 type Depths struct {

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// TestToolInvocations: the rping and perf tools refuse bad flags with a
+// message naming what is wrong, before touching any interface.
+func TestToolInvocations(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rping", "-dev", "x"}, "exactly one of -s and -c"},
+		{[]string{"rping", "-s", "-c", "-dev", "x"}, "exactly one of -s and -c"},
+		{[]string{"rping", "-c", "-dev", "x"}, "needs -a ADDR"},
+		{[]string{"rping", "-s"}, "-dev is required"},
+		{[]string{"rping", "-c", "-a", "nonsense", "-dev", "x"}, "-a \"nonsense\""},
+		{[]string{"rping", "-s", "-p", "70000", "-dev", "x"}, "not a port"},
+		{[]string{"perf", "bogus_bw", "-dev", "x"}, "unknown test"},
+		{[]string{"perf", "write_bw"}, "-dev is required"},
+		{[]string{"perf", "write_bw", "1.2.3.4", "5.6.7.8", "-dev", "x"}, "unexpected arguments"},
+		{[]string{"perf", "write_bw", "not-an-address", "-dev", "x"}, "server address"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), tc.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// runBoth runs the server command in namespace B and, once it listens,
+// the client command in namespace A.
+func runBoth(t *testing.T, p *harness.Pair, server, client []string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sout, serr, cout, cerr bytes.Buffer
+	var srvErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srvErr = p.B.Do(func() error { return run(ctx, server, &sout, &serr) })
+	}()
+	// The client retries nothing for rping: give the server time to listen.
+	time.Sleep(300 * time.Millisecond)
+	cliErr := p.A.Do(func() error { return run(ctx, client, &cout, &cerr) })
+	if cliErr != nil {
+		cancel()
+	}
+	wg.Wait()
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("client: %v\n%s%s\nserver: %v\n%s%s", cliErr, cout.String(), cerr.String(), srvErr, sout.String(), serr.String())
+	}
+	return cout.String(), sout.String()
+}
+
+// TestRpingAndPerfCommands runs `ndkxdp rping` and `ndkxdp perf` as
+// server and client on the two ends of a veth pair, over IB CM.
+func TestRpingAndPerfCommands(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srvAddr := p.B.IPv4.String()
+	t.Run("rping", func(t *testing.T) {
+		cout, _ := runBoth(t, p,
+			[]string{"rping", "-s", "-C", "10", "-S", "100", "-dev", p.B.Link},
+			[]string{"rping", "-c", "-a", srvAddr, "-C", "10", "-S", "100", "-V", "-v", "-dev", p.A.Link})
+		if n := strings.Count(cout, "ping data: rdma-ping-"); n != 10 {
+			t.Fatalf("client printed %d pings, want 10:\n%s", n, cout)
+		}
+	})
+	for _, test := range []string{"write_bw", "read_lat", "atomic_bw"} {
+		t.Run(test, func(t *testing.T) {
+			cout, sout := runBoth(t, p,
+				[]string{"perf", test, "-n", "50", "-dev", p.B.Link},
+				[]string{"perf", test, "-n", "50", srvAddr, "-dev", p.A.Link})
+			want := "BW average"
+			if strings.HasSuffix(test, "_lat") {
+				want = "t_typical"
+			}
+			if !strings.Contains(cout, want) {
+				t.Fatalf("client report lacks %q:\n%s\nserver:\n%s", want, cout, sout)
+			}
+			t.Logf("client:\n%s", cout)
+		})
+	}
+}
