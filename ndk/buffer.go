@@ -70,11 +70,16 @@ type Buffer struct {
 
 // AllocBuffer allocates n bytes of packet memory (in the UMEM, outside the
 // Go heap) and registers them with pd and flags. The point is zero-copy
-// transmit: a SEND or WRITE from UMEM-resident memory can leave as a
-// descriptor chain pointing at it. Today the AF_XDP port still copies each
-// payload once into its TX frames (port.XSK.Transmit); the buffers already
-// live where that copy will go away. On an adapter without AF_XDP
-// the memory comes from the Go heap.
+// transmit: each packet of a SEND, WRITE or READ response whose payload
+// lies in one such buffer leaves as a descriptor chain (a header frame,
+// the payload in place, a trailer with the ICRC), so the engine copies
+// nothing; payloads under port.MinTxReference bytes, and sockets without
+// multi-buffer (MTU up to 3800 bytes), still copy. Zero-copy AF_XDP
+// drivers then read the payload straight from the buffer; veth, which
+// has only copy mode, copies it in the kernel instead of in the engine.
+// As in verbs, the bytes must not change until the request completes: a
+// retransmission reads them again. On an adapter without AF_XDP the
+// memory comes from the Go heap.
 //
 // It fails with STATUS_INVALID_PARAMETER for n < 1 and
 // STATUS_INSUFFICIENT_RESOURCES when the pool (16 MiB) has no room.

@@ -245,6 +245,9 @@ func (t *transport) openXDP(ifname string, opts Options, regions *memreg.Table) 
 	// A frame that does not fit one chunk (after the kernel's 256-byte
 	// headroom) needs XDP_USE_SG (DESIGN.md, Memory).
 	multi := t.mtu+rocev2.EthernetLen+rocev2.VLANTagLen > int(t.umem.FrameSize())-256
+	// The buffer pool's memory (AllocBuffer) stays put until the ACK that
+	// retires a request using it: the ports send it in place.
+	lo, hi := parts[opts.Queues].Range()
 	for q := 0; q < opts.Queues; q++ {
 		sock, err := afxdp.NewSocket(t.umem, afxdp.SocketConfig{Ifindex: t.ifindex, Queue: uint32(q), MultiBuffer: multi})
 		if err != nil {
@@ -254,7 +257,7 @@ func (t *transport) openXDP(ifname string, opts Options, regions *memreg.Table) 
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
-		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: t.mtu})
+		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: t.mtu, TxReference: [2]uint64{lo, hi}})
 		if err != nil {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
@@ -267,7 +270,6 @@ func (t *transport) openXDP(ifname string, opts Options, regions *memreg.Table) 
 			return err
 		}
 	}
-	lo, hi := parts[opts.Queues].Range()
 	t.buffers = newBufferPool(t.umem.Bytes()[lo:hi])
 	return nil
 }
