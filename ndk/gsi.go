@@ -47,6 +47,7 @@ type management struct {
 	queueDrops atomic.Uint64 // MADs lost to a full receive queue
 	sendDrops  atomic.Uint64 // MADs lost to a full transmit queue
 	delayed    sync.WaitGroup
+	stopped    atomic.Bool // the engines are stopping: MADs are dropped
 
 	mu         sync.Mutex
 	closed     bool
@@ -186,6 +187,9 @@ func (g *management) SendMAD(dst cm.PathInfo, mad *[rocev2.MADLen]byte) error {
 }
 
 func (g *management) transmit(frame []byte) error {
+	if g.stopped.Load() {
+		return errors.New("adapter closed")
+	}
 	if err := g.eng.TransmitGSI(frame); err != nil {
 		g.sendDrops.Add(1)
 		return err
@@ -304,11 +308,13 @@ func (g *management) close() {
 		for s := range eps {
 			s.Close()
 		}
-		g.delayed.Wait()
 		g.m.Close()
 		close(g.stop)
 		<-g.done
+		g.delayed.Wait()
 	}
+	// Nothing may reach the engines once they stop.
+	g.stopped.Store(true)
 	if g.nl != nil {
 		g.nl.Close()
 	}
