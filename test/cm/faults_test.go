@@ -143,8 +143,10 @@ func TestConnectTimesOutAfterRetries(t *testing.T) {
 // REQ.
 func TestAcceptTimesOutWithoutRTU(t *testing.T) {
 	dropAll := func([]byte) (int, time.Duration) { return 0, 0 }
-	cmOpts := fastCM
-	cmOpts.MaxRetries = 5
+	// The REP is resent every 2^(10-8) ms; the REQ every 2·2^(14-8) +
+	// 2^(10-8) ms, so the active side outlasts the passive one by far
+	// even when the listener is slow to accept.
+	cmOpts := ndk.CMOptions{ResponseTimeout: 10, PacketLifeTime: 14, MaxRetries: 5}
 	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmOpts}, ndk.Options{MADFaults: dropAll, CM: fastCM})
 	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7102), nil)
 	c, err := a.a.CreateConnector()
