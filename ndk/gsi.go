@@ -422,9 +422,16 @@ func (x *cmQP) ToRTS() error {
 		return fmt.Errorf("QP %#x: RTS before RTR", x.q.QPN())
 	}
 	ri := &x.ri
+	// Linux takes each side's StartingPSN as the PSN that side receives
+	// first: the active side sends from the REP's PSN and the passive side
+	// from the REQ's (cm.c cm_rep_handler sets sq_psn from the REP). The
+	// rxe capture linlinw5__rdma_ib_tutorial/rping.pcap shows it: REQ PSN
+	// 0x3da6, REP PSN 0xfebd3d, the client's first SEND 0xfebd3d and the
+	// server's first READ 0x3da6. So our requester starts at the peer's
+	// StartingPSN and our responder expects our own.
 	p := rc.ConnParams{
-		Local:             rc.Endpoint{IP: ri.Path.LocalIP.Unmap(), MAC: ri.Path.LocalMAC, QPN: x.q.QPN(), PSN: x.q.psn},
-		Remote:            rc.Endpoint{IP: ri.Path.RemoteIP.Unmap(), MAC: ri.Path.RemoteMAC, QPN: ri.QPN, PSN: uint32(ri.PSN)},
+		Local:             rc.Endpoint{IP: ri.Path.LocalIP.Unmap(), MAC: ri.Path.LocalMAC, QPN: x.q.QPN(), PSN: uint32(ri.PSN)},
+		Remote:            rc.Endpoint{IP: ri.Path.RemoteIP.Unmap(), MAC: ri.Path.RemoteMAC, QPN: ri.QPN, PSN: x.q.psn},
 		PathMTU:           ri.PathMTU,
 		InboundReadLimit:  int(ri.InboundReadLimit),
 		OutboundReadLimit: int(ri.OutboundReadLimit),
