@@ -58,6 +58,8 @@ func TestOpen_Options(t *testing.T) {
 		{"Driver", ndk.Options{XDPMode: ndk.XDPDriver}},
 		{"BusyPoll", ndk.Options{Polling: ndk.PollBusy}},
 		{"TwoQueues", ndk.Options{Queues: 2}},
+		{"LockedThreads", ndk.Options{ThreadLocking: ndk.LockAlways}},
+		{"UnlockedThreads", ndk.Options{ThreadLocking: ndk.LockNever}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := harness.New(t, harness.Config{Queues: max(c.opts.Queues, 1), StaticNeighbours: true})

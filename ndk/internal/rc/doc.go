@@ -86,7 +86,9 @@
 // The engine goroutine is locked to its thread only with
 // Config.LockThread: a yield from a locked thread is a thread hand-off,
 // and on two cores with two engines and two consumers that made the
-// ping-pong 5x slower. Bad local tokens are refused at post time
+// ping-pong 5x slower. ndk.Open decides per adapter (ndk.LockAuto): it
+// locks when every engine can have a core of its own and one is left for
+// the consumers. Bad local tokens are refused at post time
 // (STATUS_ACCESS_VIOLATION, no completion) instead of completing in error.
 //
 // # Left to do
