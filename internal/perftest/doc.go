@@ -41,9 +41,9 @@
 //     bound, so it never rejects.
 //  4. pingpong_dest handshakes (56 bytes, struct pingpong_dest big-endian,
 //     see Dest): 3 for write/read/atomic bw (gather, print loop, "after
-//     RTR"), 4 for send bw (plus the sync that keeps the client from
-//     sending before the server's receives are posted) and for the latency
-//     tests. Each side advertises rkey and vaddr = buffer + BUFF_SIZE, the
+//     RTR"), 4 for send bw and for the latency tests, and no further sync
+//     before the run (live Debian 12 rxe answers exactly that many; the
+//     receives of send tests are posted before the connection). Each side advertises rkey and vaddr = buffer + BUFF_SIZE, the
 //     second half of a 2 x max(size, cycle buffer) buffer.
 //  5. The test on the data QP:
 //     write/read/atomic bw: the client warms up (one window of requests),
