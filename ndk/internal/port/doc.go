@@ -9,6 +9,20 @@
 //
 // A Port knows nothing of RoCE: it does not parse, checksum or steer frames.
 //
+// # Zero-copy transmit
+//
+// Transmit takes a frame in segments (headers, payload, trailer). An XSK
+// given a TxReference range (ndk gives it the AllocBuffer pool) sends a
+// payload segment that lies there as descriptors pointing at it, split at
+// chunk boundaries, with the headers and the trailer copied side by side
+// into one port frame; completions free port frames by the count of their
+// descriptors and never touch referenced memory. With a zero-copy driver
+// no payload byte is copied on transmit; veth has only copy mode, where
+// the kernel copies the payload into an skb instead (xsk_build_skb,
+// net/xdp/xsk.c, one page per fragment). On the 64 KiB WRITE stream over
+// veth this halved the sending engine's own cost per 4 KiB frame (0.61 to
+// 0.30 us) and left the kernel's unchanged (about 3 us).
+//
 // # Sleeping and the doorbell
 //
 // An engine that finds no work calls Wait; a goroutine that posts work for

@@ -87,8 +87,9 @@ type XSKStats struct {
 // XSK is a Port over one AF_XDP socket. Frames that arrive in one
 // descriptor are handed to the engine in place, in the UMEM; chains are
 // copied once into scratch buffers so that the engine always sees
-// contiguous frames. Transmit copies into UMEM frames (the one copy of
-// copy-mode AF_XDP's two that the engine pays) and Flush kicks the kernel.
+// contiguous frames. Transmit copies into UMEM frames, except segments in
+// XSKConfig.TxReference, which it sends in place, and Flush kicks the
+// kernel.
 //
 // Like the rings it owns, an XSK belongs to one goroutine, the queue's
 // engine; only Doorbell and Stats may be called from others. Receive and
