@@ -98,15 +98,21 @@
 //     (the immediate is dropped).
 //   - No NdkBind/NdkFastRegister/NdkInvalidate WQEs (no wire packets, but
 //     they must retire in order with the others) and no SRQ.
-//   - Zero-copy transmit: the XSK port copies payloads into UMEM frames;
-//     frames could reference UMEM-resident payloads (ndk.AllocBuffer)
-//     instead.
+//   - Zero-copy receive: a frame over one 4 KiB chunk (path MTU 4096)
+//     arrives as a two-descriptor chain that the XSK port gathers into a
+//     scratch buffer before the engine places the payload, a second copy
+//     DESIGN.md does not have (0.7-1.2 us per frame on the receiving
+//     engine with the ICRC and the placement). Transmit from
+//     ndk.AllocBuffer memory is zero-copy already (port.XSKConfig.TxReference).
 //   - Congestion: CNPs are counted and ignored (no DCQCN).
 //   - Credits: ACKs advertise "no credit information" (like rxe) and
 //     incoming credit counts are ignored.
-//   - WRITE bandwidth on veth is about half of Go TCP's (copy-mode AF_XDP
-//     moves 4 KiB frames one by one, TCP 64 KiB GSO segments); see the
-//     BenchmarkRDMAvsBaseline note in test/rdma.
+//   - WRITE bandwidth on veth is at most about half of Go TCP's: the
+//     sending engine's kick runs copy-mode AF_XDP transmit and, inline,
+//     the peer's veth receive, XDP and copy into its UMEM, about 3 us per
+//     4 KiB frame against 0.3-0.6 us of the engine's own work, while TCP
+//     moves 64 KiB GSO segments; see the BenchmarkRDMAvsBaseline note in
+//     test/rdma for the profile.
 //
 // Example:
 //
