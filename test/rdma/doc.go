@@ -14,9 +14,10 @@
 //
 // # Measured
 //
-// `go test ./test/rdma -run XXX -bench RDMAvsBaseline -benchtime 1x`, three
-// runs on the project's 2-core Debian 12 VM (kernel 6.18, veth MTU 9000,
-// adaptive polling, other work sharing the machine), gave:
+// `go test ./test/rdma -run XXX -bench RDMAvsBaseline -benchtime 1x`, on
+// the project's 2-core Debian 12 VM (kernel 6.18, veth MTU 9000, adaptive
+// polling). Three runs on an otherwise idle machine, before the changes
+// below, gave:
 //
 //	                          ndkxdp          reference          ratio      target
 //	64 B SEND msg/s           432k-575k       AF_XDP 371k-400k   1.08-1.55  >= 0.50
@@ -25,14 +26,50 @@
 //	                                          Go TCP 13.6-16.6us 0.50-0.77  < 1
 //	64 KiB WRITE              7.0-8.6 Gbit/s  Go TCP 17.6-19.8   0.35-0.49  >= 0.70
 //
-// The WRITE target is not met. Copy-mode AF_XDP on veth moves every 4 KiB
-// frame through the sender's kick syscall (veth transmit, the peer's XDP
-// redirect and its copy into the peer's UMEM all run there: about half of
-// the CPU time in a profile), plus an ICRC pass and a copy into the TX
-// frame on each side, while Go TCP moves 64 KiB GSO segments. Zero-copy
-// transmit from UMEM buffers (ndk.AllocBuffer; the port still copies) and
-// a port API to build frames in place would remove one pass per side.
-// Before the engines yielded on every idle loop, the ping-pong took 20 us.
+// The machine is shared: with other work taking one core or more (load
+// average 3-8), every ndkxdp figure drops, since the benchmark runs two
+// engines and two polling consumers on two cores, while the baselines
+// keep most of theirs. Runs of the old and the new code interleaved under
+// the same load (load average 5-7; three runs before, five after, the
+// last two of them with the receive join):
+//
+//	                     before                          after
+//	64 B SEND msg/s      59k-116k (0.14-0.29 of AF_XDP)  62k-116k (0.12-0.38)
+//	SEND ping-pong p50   11.8-12.3 us (0.87-0.90 of TCP) 11.9-12.3 us (0.87-0.91)
+//	64 KiB WRITE         2.1-3.6 Gbit/s (0.18-0.36 of TCP) 1.0-4.3 Gbit/s (0.11-0.21)
+//
+// and the ping-pong sometimes missed its 5-second bound, before and after.
+// So the loaded runs cannot show a change of 10%; the CPU cost per 4 KiB
+// frame of the WRITE stream (perf record on the process, samples of each
+// call tree divided by the frames sent) can:
+//
+//	                                           before        after
+//	sender's kick (kernel work, see below)     2.0-3.9 us    the same
+//	sending engine's own work, Go memory       0.3-0.75 us   the same
+//	sending engine's own work, AllocBuffer     0.61 us       0.30 us (payload sent in place)
+//	receiving engine (chain, ICRC, placement)  0.7-1.2 us    0.5-0.7 us (chain joined in place)
+//	consumer's refused posts (queue full)      7-12% of CPU  none (no allocation)
+//
+// The WRITE target is out of reach on veth in copy mode. The sending
+// engine spends about 87% of its time in its kick, sendto(2): copy-mode
+// AF_XDP transmit (__xsk_generic_xmit: an skb per frame, the 4 KiB
+// payload copied in, a page for the second fragment) and, inline in the
+// same call, veth's transmit and then the peer's NAPI poll as a softirq
+// (veth_poll: the skb copied again into page-pool pages because an AF_XDP
+// skb has neither XDP's 256 bytes of headroom nor a linear body,
+// skb_pp_cow_data; the XDP program; the redirect; the copy into the
+// peer's UMEM, __xsk_rcv). That is 3 copies and about 3 us of kernel time
+// per 4158-byte frame on one core, a ceiling near 300k frames/s, or about
+// 10 Gbit/s, however little the engine does itself. Go TCP on the same
+// pair moves 64 KiB GSO segments: 2 copies per byte and per-segment
+// costs paid once per 64 KiB, about 20 Gbit/s here. Evaluated and not
+// kept: a kernel TX budget of 512 descriptors per sendto
+// (XDP_MAX_TX_SKB_BUDGET) instead of 32 changed nothing measurable;
+// threaded NAPI on the veth moves the peer's receive path off the
+// sending thread but then overflows veth's 256-entry ring, and each
+// dropped tail costs a 67 ms ACK timeout. What would lift the ceiling is
+// a driver with zero-copy AF_XDP, where AllocBuffer payloads already
+// leave without a copy.
 //
 // The tests need root (namespaces, XDP); without it they skip, and with
 // NDKXDP_STRICT=1 they fail. Example:
