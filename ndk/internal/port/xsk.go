@@ -87,8 +87,9 @@ type XSKStats struct {
 
 // XSK is a Port over one AF_XDP socket. Frames that arrive in one
 // descriptor are handed to the engine in place, in the UMEM; chains are
-// copied once into scratch buffers so that the engine always sees
-// contiguous frames. Transmit copies into UMEM frames, except segments in
+// joined in place when their chunks are adjacent (the usual case, see
+// join) and otherwise copied once into scratch buffers, so that the engine
+// always sees contiguous frames. Transmit copies into UMEM frames, except segments in
 // XSKConfig.TxReference, which it sends in place, and Flush kicks the
 // kernel.
 //

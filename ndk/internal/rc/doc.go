@@ -98,12 +98,13 @@
 //     (the immediate is dropped).
 //   - No NdkBind/NdkFastRegister/NdkInvalidate WQEs (no wire packets, but
 //     they must retire in order with the others) and no SRQ.
-//   - Zero-copy receive: a frame over one 4 KiB chunk (path MTU 4096)
-//     arrives as a two-descriptor chain that the XSK port gathers into a
-//     scratch buffer before the engine places the payload, a second copy
-//     DESIGN.md does not have (0.7-1.2 us per frame on the receiving
-//     engine with the ICRC and the placement). Transmit from
-//     ndk.AllocBuffer memory is zero-copy already (port.XSKConfig.TxReference).
+//   - Zero-copy transmit and receive hold on the XSK port: AllocBuffer
+//     payloads leave in place (port.XSKConfig.TxReference), and a frame
+//     over one 4 KiB chunk is joined where it lies rather than gathered
+//     (0.7-1.2 us per frame on the receiving engine became 0.5-0.7 us),
+//     so receive places each payload with one copy. A chain whose chunks
+//     are not adjacent (once per round of the fill ring) is still
+//     gathered.
 //   - Congestion: CNPs are counted and ignored (no DCQCN).
 //   - Credits: ACKs advertise "no credit information" (like rxe) and
 //     incoming credit counts are ignored.
