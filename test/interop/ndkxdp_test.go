@@ -161,10 +161,17 @@ const (
 	bwIters    = 20
 	latIters   = 10
 	perfPort   = perftest.DefaultPort
-	// caseTimeout bounds one perftest run: under TCG the longest (1 MiB x
-	// 20) takes well under a minute.
-	caseTimeout = 90 * time.Second
 )
+
+// timeout bounds one perftest run: under TCG the longest bandwidth run (1
+// MiB x 20) takes well under a minute, a latency run (10 round trips) a
+// few seconds.
+func (c perfCase) timeout() time.Duration {
+	if c.kind == perftest.Lat {
+		return 45 * time.Second
+	}
+	return 90 * time.Second
+}
 
 // perfReport keeps the lines of a perftest report that carry numbers, for
 // the log and the closing table.
@@ -260,6 +267,9 @@ func (c perfCase) params(size int) perftest.Params {
 // guestArgs are the perftest flags matching p.
 func guestArgs(p perftest.Params) string {
 	args := fmt.Sprintf("-R -d rxe0 -F -n %d -p %d", p.Iterations, p.Port)
+	if p.TxDepth != 0 {
+		args += fmt.Sprintf(" -t %d", p.TxDepth)
+	}
 	if p.Verb != perftest.Atomic {
 		args += fmt.Sprintf(" -s %d", p.Size)
 	}
@@ -277,7 +287,7 @@ func testPerftest(t *testing.T, p *peer) {
 			prm.MTU = p.dev.Adapter.PathMTU()
 			t.Run(fmt.Sprintf("%s/%dB/rxe_server", c.tool, size), func(t *testing.T) {
 				p.capture(t)
-				ctx := ctxFor(t, caseTimeout)
+				ctx := ctxFor(t, c.timeout())
 				var ours bytes.Buffer
 				out := p.guestServer(t, ctx, c.tool+" "+guestArgs(prm), perfPort, func() error {
 					_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
@@ -293,7 +303,7 @@ func testPerftest(t *testing.T, p *peer) {
 			})
 			t.Run(fmt.Sprintf("%s/%dB/rxe_client", c.tool, size), func(t *testing.T) {
 				p.capture(t)
-				ctx := ctxFor(t, caseTimeout)
+				ctx := ctxFor(t, c.timeout())
 				var ours bytes.Buffer
 				out := p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
 					_, err := perftest.RunServer(ctx, prm, l, &ours)
@@ -593,8 +603,7 @@ func (p *peer) responderStats() (dups, outOfSeq, naks uint64) {
 // payloads rxe sent (rebuilt from the frames that arrived, retransmissions
 // included: every WRITE of the run carries the same source buffer).
 func testLoss(t *testing.T, p *peer) {
-	ctx := ctxFor(t, 5*time.Minute)
-	if err := p.vm.SetLoss(ctx, 5); err != nil {
+	if err := p.vm.SetLoss(ctxFor(t, time.Minute), 5); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -604,8 +613,11 @@ func testLoss(t *testing.T, p *peer) {
 	}()
 	t.Run("ib_write_bw", func(t *testing.T) {
 		p.capture(t)
+		ctx := ctxFor(t, 3*time.Minute)
+		// A few messages in flight: rxe goes back N over all of them for
+		// each lost packet, which under TCG costs seconds per loss.
 		const size = 65536
-		prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: size, Iterations: 50, Port: perfPort, MTU: p.dev.Adapter.PathMTU()}
+		prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: size, Iterations: 10, TxDepth: 2, Port: perfPort, MTU: p.dev.Adapter.PathMTU()}
 		before := len(p.framesNow(t))
 		d0, o0, _ := p.responderStats()
 		var rl *regionListener
@@ -641,6 +653,7 @@ func testLoss(t *testing.T, p *peer) {
 	})
 	t.Run("rping_rxe_client", func(t *testing.T) {
 		p.capture(t)
+		ctx := ctxFor(t, 2*time.Minute)
 		var st rping.Stats
 		out := p.hostServer(t, ctx, rpingPort, func(ctx context.Context, l verbs.Listener) (err error) {
 			st, err = rping.RunServer(ctx, rping.Config{Size: 4096}, l)
@@ -652,6 +665,7 @@ func testLoss(t *testing.T, p *peer) {
 	})
 	t.Run("rping_rxe_server", func(t *testing.T) {
 		p.capture(t)
+		ctx := ctxFor(t, 2*time.Minute)
 		var st rping.Stats
 		p.guestServer(t, ctx, fmt.Sprintf("rping -s -a %v -S 4096 -C 50", GuestIPv4), rpingPort, func() (err error) {
 			st, err = rping.RunClient(ctx, rping.Config{Size: 4096, Count: 50, Validate: true}, &ndkxdpConnector{p}, rpingPort)
