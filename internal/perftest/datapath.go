@@ -218,7 +218,12 @@ func writeLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint6
 	pollAt, postAt := d.half+p.Size-1, p.Size-1
 	var c counts
 	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
-		if rcnt < iters && !(scnt < 1 && client) {
+		// The server writes first: run_iter_lat_write skips the first
+		// wait on the SERVER (scnt < 1 && machine == SERVER). Live rxe
+		// deadlocks otherwise: its client waits for our first write, and
+		// as a server it finds our second write where it waits for the
+		// first.
+		if rcnt < iters && !(scnt < 1 && !client) {
 			rcnt++
 			for spins := 0; d.w.ep.Peek(d.buf, pollAt) != byte(rcnt); spins++ {
 				if spins&63 == 63 {
@@ -254,7 +259,12 @@ func sendLat(ctx context.Context, p *Params, d *data, posted []uint64, client bo
 	posts := p.RxDepth
 	var c counts
 	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
-		if rcnt < iters && !(scnt < 1 && client) {
+		// The server writes first: run_iter_lat_write skips the first
+		// wait on the SERVER (scnt < 1 && machine == SERVER). Live rxe
+		// deadlocks otherwise: its client waits for our first write, and
+		// as a server it finds our second write where it waits for the
+		// first.
+		if rcnt < iters && !(scnt < 1 && !client) {
 			for c.recvs <= rcnt {
 				if _, err := d.poll(ctx, &c); err != nil {
 					return fmt.Errorf("waiting for receive %d: %w", rcnt, err)

@@ -52,7 +52,8 @@
 //     and each signaled completion; the server idles. send bw: the server
 //     has -r receives posted and reposts until -n are consumed. write lat:
 //     ping-pong of WRITEs, the iteration number in the last byte, each side
-//     polling the last byte of its own target half, the client first. send
+//     polling the last byte of its own target half, the server first (as
+//     in linlinw5__rdma_ib_tutorial/rdma_write_lat.pcap and live rxe). send
 //     lat: ping-pong of SENDs, the client first. read lat: the client
 //     READs one at a time; the server idles.
 //  6. After the test: write/read/atomic bw: one handshake, then
