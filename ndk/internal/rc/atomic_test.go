@@ -109,9 +109,14 @@ func TestAtomicDuplicateAnsweredFromSavedResult(t *testing.T) {
 func TestAtomicsUnderLossAndDuplication(t *testing.T) {
 	const n = 300
 	a, b := newPair(t, pairOptions{
-		pipe:   port.PipeConfig{Seed: 3, Loss: 0.05, Duplicate: 0.05, Reorder: 0.05},
-		params: func(p *ConnParams) { p.AckTimeout = time.Millisecond; p.InboundReadLimit = 4; p.OutboundReadLimit = 4 },
-		depth:  n,
+		pipe: port.PipeConfig{Seed: 3, Loss: 0.05, Duplicate: 0.05, Reorder: 0.05},
+		params: func(p *ConnParams) {
+			// Short for a quick test, long enough that a loaded machine does
+			// not spend all seven retries on a peer that is merely slow.
+			p.AckTimeout = timeScale * 10 * time.Millisecond
+			p.InboundReadLimit, p.OutboundReadLimit = 4, 4
+		},
+		depth: n,
 	})
 	res := a.buffer(8*n, memreg.AccessLocalWrite, false)
 	tgt := b.buffer(8, atomicAccess, false)
@@ -167,7 +172,7 @@ func TestAtomicsCountAgainstOutboundReadLimit(t *testing.T) {
 		}},
 		params: func(p *ConnParams) {
 			p.InboundReadLimit, p.OutboundReadLimit = limit, limit
-			p.AckTimeout = 20 * time.Millisecond // 7 retries outlast the hold
+			p.AckTimeout = timeScale * 20 * time.Millisecond // 7 retries outlast the hold
 		},
 	})
 	holdUntil.Store(time.Now().Add(50 * time.Millisecond).UnixNano())

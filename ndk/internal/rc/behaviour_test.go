@@ -167,7 +167,7 @@ func TestDuplicateSend_ReacknowledgedNotReexecuted(t *testing.T) {
 	w := &wire{drop: func(dir port.Direction, p *rocev2.Packet, n int) bool {
 		return dir == port.BtoA && p.BTH.Opcode == rocev2.RCAck && n == 0
 	}}
-	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = 2 * time.Millisecond }})
+	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = timeScale * 5 * time.Millisecond }})
 	src := a.buffer(100, 0, false)
 	dst := b.buffer(100, memreg.AccessLocalWrite, false)
 	mustPost(t, b.qps[0].PostReceive(1, []SGE{dst.sge(0, 100)}))

@@ -36,7 +36,7 @@ func TestFaultyLink(t *testing.T) {
 						// Short enough for a quick test, long enough that a
 						// peer engine slowed by -race on a loaded machine
 						// does not spend every retry while still working.
-						p.AckTimeout = 30 * time.Millisecond
+						p.AckTimeout = timeScale * 30 * time.Millisecond
 						p.InboundReadLimit, p.OutboundReadLimit = 4, 4
 					}})
 				runStream(t, a, b, seed, 240)

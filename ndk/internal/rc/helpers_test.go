@@ -87,7 +87,7 @@ func defaultParams(mtu rocev2.MTU) ConnParams {
 		// Long enough that a peer engine descheduled on a loaded 2-core
 		// machine (or under -race) does not exhaust RetryCount: 8 timeouts
 		// without progress fail the QP. Tests of the timer set their own.
-		AckTimeout:  25 * time.Millisecond,
+		AckTimeout:  timeScale * 25 * time.Millisecond,
 		RetryCount:  7,
 		RNRRetry:    7,
 		MinRNRTimer: rocev2.RNRTimer(1), // 10 us
