@@ -424,7 +424,8 @@ func checkFrames(t *testing.T, p *peer) {
 	// messages, 16 of its frames). That payload guess is turned off; the
 	// RoCEv2 headers are dissected in full.
 	out, err := exec.CommandContext(ctx, tshark, "-n", "-r", path, "--disable-protocol", "rpcordma",
-		"-Y", "_ws.malformed", "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Info").Output()
+		"-Y", "_ws.malformed", "-T", "fields", "-e", "frame.number", "-e", "frame.len", "-e", "frame.protocols",
+		"-e", "infiniband.bth.opcode", "-e", "infiniband.bth.psn", "-e", "_ws.col.Info").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
 	}
