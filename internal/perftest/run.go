@@ -224,7 +224,7 @@ func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result
 		}
 	}
 	PrintFooter(out)
-	if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+	if err := ctl.closingHandshake(ctx, &res.Local); err != nil {
 		return fail("closing handshake", err)
 	}
 	return res, nil
@@ -233,7 +233,7 @@ func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result
 func latSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
 	if p.Verb == Read && !ctl.client {
 		// read_lat.c: "Only Client post read request."
-		if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+		if err := ctl.closingHandshake(ctx, &res.Local); err != nil {
 			return fail("closing handshake", err)
 		}
 		return res, nil
@@ -259,7 +259,7 @@ func latSession(ctx context.Context, p *Params, ctl *control, d *data, res Resul
 	PrintLatHeader(out)
 	PrintLat(out, st)
 	PrintFooter(out)
-	if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+	if err := ctl.closingHandshake(ctx, &res.Local); err != nil {
 		return fail("closing handshake", err)
 	}
 	return res, nil
