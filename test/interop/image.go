@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // guestInit is PID 1 of the peer VM and its command agent.
@@ -340,7 +338,7 @@ func removeStaleBuilds(cacheDir string) {
 		}
 		pidStr, _, _ := strings.Cut(rest, "-")
 		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || harness.ProcessAlive(pid) {
+		if err != nil || pid == os.Getpid() || processAlive(pid) {
 			continue
 		}
 		_ = removeBuildDir(filepath.Join(cacheDir, e.Name()))
