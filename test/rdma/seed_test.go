@@ -171,7 +171,7 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 			t.Fatalf("events %v", order)
 		}
 	}
-	expect(t, wait(t, a.icq, 1, time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "send")
+	expect(t, wait(t, a.icq, 1, 10*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "send")
 }
 
 func TestSend_InlineIgnoresTokenAndSgeLimit(t *testing.T) {
