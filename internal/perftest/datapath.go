@@ -259,12 +259,11 @@ func sendLat(ctx context.Context, p *Params, d *data, posted []uint64, client bo
 	posts := p.RxDepth
 	var c counts
 	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
-		// The server writes first: run_iter_lat_write skips the first
-		// wait on the SERVER (scnt < 1 && machine == SERVER). Live rxe
-		// deadlocks otherwise: its client waits for our first write, and
-		// as a server it finds our second write where it waits for the
-		// first.
-		if rcnt < iters && !(scnt < 1 && !client) {
+		// The client sends first: run_iter_lat_send skips the first wait
+		// on the CLIENT (scnt < 1 && machine == CLIENT), the server waits
+		// for the client's first SEND. Live rxe as the server deadlocks
+		// otherwise (both sides wait for receive 0).
+		if rcnt < iters && !(scnt < 1 && client) {
 			for c.recvs <= rcnt {
 				if _, err := d.poll(ctx, &c); err != nil {
 					return fmt.Errorf("waiting for receive %d: %w", rcnt, err)

@@ -59,8 +59,10 @@
 //  6. After the test: write/read/atomic bw: one handshake, then
 //     xchg_bw_reports (size, iterations as big-endian u64; peak, average,
 //     message rate as big-endian doubles; five 8-byte exchanges) and the
-//     server prints the client's row. Every test ends with a closing
-//     handshake (ctx_close_connection), then disconnects.
+//     server prints the client's row. Every test but write lat ends with
+//     a closing handshake (ctx_close_connection), then disconnects;
+//     write_lat.c's main() returns after its report and disconnects
+//     without one (live rxe, both roles).
 //
 // Statistics are perftest's, computed from monotonic nanoseconds:
 // print_report_bw (peak = the best rate over windows ending at a signaled

@@ -350,3 +350,136 @@ func TestParams(t *testing.T) {
 		})
 	}
 }
+
+// opLog records, across both data endpoints, who posted each SEND and WRITE
+// and in which order.
+type opLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *opLog) add(op string) {
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.mu.Unlock()
+}
+
+type loggedEndpoint struct {
+	verbs.Endpoint
+	role string
+	log  *opLog
+}
+
+func (e *loggedEndpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
+	e.log.add(e.role + " send")
+	return e.Endpoint.Send(id, local, signaled)
+}
+
+func (e *loggedEndpoint) Write(id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool) error {
+	e.log.add(e.role + " write")
+	return e.Endpoint.Write(id, local, addr, rkey, signaled)
+}
+
+// loggingConnector and loggingListener log the data connection (the second
+// one) of each side.
+type loggingConnector struct {
+	verbs.Connector
+	log   *opLog
+	calls int
+}
+
+func (c *loggingConnector) Connect(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
+	c.calls++
+	if c.calls > 1 {
+		p.Prepare = logPrepare(p.Prepare, "client", c.log)
+	}
+	return c.Connector.Connect(ctx, port, p)
+}
+
+// logPrepare hands the test's Prepare (which keeps the endpoint for the
+// data path) a loggedEndpoint.
+func logPrepare(prepare func(verbs.Endpoint) error, role string, log *opLog) func(verbs.Endpoint) error {
+	return func(ep verbs.Endpoint) error {
+		return prepare(&loggedEndpoint{Endpoint: ep, role: role, log: log})
+	}
+}
+
+type loggingListener struct {
+	verbs.Listener
+	log   *opLog
+	calls int
+}
+
+func (l *loggingListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	l.calls++
+	if l.calls > 1 {
+		p.Prepare = logPrepare(p.Prepare, "server", l.log)
+	}
+	return l.Listener.Accept(ctx, p)
+}
+
+// TestLatencyPingPongOrder pins who opens each latency ping-pong and which
+// tests end with a closing handshake, as Debian 12's perftest does (live
+// rxe deadlocks or is left waiting otherwise): send_lat's client sends
+// first (run_iter_lat_send skips the first wait on the CLIENT),
+// write_lat's server writes first (run_iter_lat_write skips it on the
+// SERVER), and write_lat's main() returns after its report without
+// ctx_close_connection.
+func TestLatencyPingPongOrder(t *testing.T) {
+	tests := []struct {
+		p       Params
+		first   string
+		closing bool
+	}{
+		{Params{Verb: Send, Kind: Lat, Size: 64, Iterations: 20}, "client send", true},
+		{Params{Verb: Write, Kind: Lat, Size: 64, Iterations: 20}, "server write", false},
+		{Params{Verb: Read, Kind: Lat, Size: 64, Iterations: 20}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.p.Verb.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			n := &verbstest.Network{}
+			l, err := n.Listen(DefaultPort)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			log := &opLog{}
+			rec := &recorder{net: n}
+			var serr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, serr = RunServer(ctx, tt.p, &loggingListener{Listener: l, log: log}, &bytes.Buffer{})
+			}()
+			_, cerr := RunClient(ctx, tt.p, &loggingConnector{Connector: rec, log: log}, &bytes.Buffer{})
+			if cerr != nil {
+				cancel()
+			}
+			<-done
+			if cerr != nil || serr != nil {
+				t.Fatalf("client: %v\nserver: %v", cerr, serr)
+			}
+			if tt.first != "" && (len(log.ops) == 0 || log.ops[0] != tt.first) {
+				t.Errorf("data QP operations begin %v, want %q first", log.ops[:min(4, len(log.ops))], tt.first)
+			}
+			// 56-byte control messages of the client: two zeroed syncs
+			// around the data connection, four pingpong_dest handshakes,
+			// and the closing handshake where the test has one.
+			dests := 0
+			for _, n := range rec.sent {
+				if n == DestLen {
+					dests++
+				}
+			}
+			want := 6
+			if tt.closing {
+				want++
+			}
+			if dests != want {
+				t.Errorf("client sent %d pingpong_dest messages, want %d (closing handshake: %v)", dests, want, tt.closing)
+			}
+		})
+	}
+}
