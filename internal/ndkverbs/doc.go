@@ -16,7 +16,8 @@
 //     whose completions wait while a signaled SEND is unacknowledged (the
 //     order perftest and rping expect; see Endpoint.Poll).
 //     STATUS_CANCELLED is verbs.ErrFlushed, an IB_WC_REM_ACCESS_ERR
-//     completion verbs.ErrAccess, STATUS_BUFFER_OVERFLOW verbs.ErrTooLong.
+//     completion verbs.ErrAccess, IB_WC_RETRY_EXC_ERR
+//     verbs.ErrRetryExceeded, STATUS_BUFFER_OVERFLOW verbs.ErrTooLong.
 //     Once the peer disconnected and the CQs are empty it returns
 //     verbs.ErrDisconnected. Poll allocates nothing; neither do posts
 //     whose ID is below 256 (Go boxes those without allocating).

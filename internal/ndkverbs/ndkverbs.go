@@ -223,9 +223,13 @@ func opOf(t ndk.OperationType) verbs.Op {
 	return 0
 }
 
-// ibWCRemAccessErr is IB_WC_REM_ACCESS_ERR, the ProviderErrorCode of a
-// completion the peer refused (ndk doc: completion statuses).
-const ibWCRemAccessErr = 10
+// ib_wc_status values ndk gives as ProviderErrorCode (ndk doc: completion
+// statuses): IB_WC_REM_ACCESS_ERR, a request the peer refused, and
+// IB_WC_RETRY_EXC_ERR, one it never acknowledged.
+const (
+	ibWCRemAccessErr = 10
+	ibWCRetryExcErr  = 12
+)
 
 // completionErr maps a failed completion; only failures reach it.
 func completionErr(r *ndk.ResultEx) error {
@@ -234,6 +238,8 @@ func completionErr(r *ndk.ResultEx) error {
 		return verbs.ErrFlushed
 	case r.ProviderErrorCode == ibWCRemAccessErr:
 		return fmt.Errorf("%v (ib_wc_status %d): %w", r.Status, r.ProviderErrorCode, verbs.ErrAccess)
+	case r.ProviderErrorCode == ibWCRetryExcErr:
+		return fmt.Errorf("%v (ib_wc_status %d): %w", r.Status, r.ProviderErrorCode, verbs.ErrRetryExceeded)
 	case r.Status == ndk.StatusBufferOverflow:
 		return fmt.Errorf("%v: %w", r.Status, verbs.ErrTooLong)
 	}

@@ -58,6 +58,13 @@ var ErrBogus = errors.New("rping: received bogus data")
 // ErrMismatch is a pong that differs from its ping (-V).
 var ErrMismatch = errors.New("rping: data mismatch")
 
+// ErrLastGoAhead is a server that did its Count pings but never had its
+// last go-ahead acknowledged: whether the client holds it is unknown. A
+// client that leaves at once (rping disconnects and destroys its QP right
+// after the last go-ahead) causes it when both its ACK and its DREQ are
+// lost.
+var ErrLastGoAhead = errors.New("rping: the last go-ahead was never acknowledged")
+
 // DecodeInfo reads an rping_rdma_info. Like server_recv and client_recv it
 // accepts exactly InfoLen bytes.
 func DecodeInfo(b []byte) (Info, error) {
@@ -100,7 +107,10 @@ type Config struct {
 	// Size is -S, the ping size in bytes (MinSize..MaxSize); 0 means DefaultSize.
 	Size int
 	// Count is -C, the number of pings. 0 pings until ctx ends or, on the
-	// server, until the client disconnects, as rping does.
+	// server, until the client disconnects, as rping does. A server with a
+	// Count returns once the last go-ahead is acknowledged, so it does not
+	// depend on the client's DREQ (which a client that leaves at once
+	// sends only once).
 	Count int
 	// Validate is -V: the client compares each pong with its ping.
 	Validate bool
@@ -358,6 +368,18 @@ func RunServer(ctx context.Context, cfg Config, l verbs.Listener) (Stats, error)
 			return st, fmt.Errorf("rping: post go-ahead: %w", err)
 		}
 		st.Pings++
+	}
+	// Count pings done: Close would cancel the last go-ahead if its first
+	// copy was lost, so wait for its acknowledgement. The client
+	// disconnecting instead ends the run as well (it only leaves once it
+	// holds the go-ahead).
+	_, err = s.wait(ctx, verbs.OpSend)
+	switch {
+	case errors.Is(err, verbs.ErrDisconnected) || errors.Is(err, verbs.ErrFlushed):
+	case errors.Is(err, verbs.ErrRetryExceeded):
+		return st, fmt.Errorf("%w: %w (the client may have left with its ACK and DREQ lost)", ErrLastGoAhead, err)
+	case err != nil:
+		return st, fmt.Errorf("%w (waiting for the last go-ahead's acknowledgement)", err)
 	}
 	return st, nil
 }

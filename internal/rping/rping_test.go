@@ -250,3 +250,154 @@ func TestConnectRejected(t *testing.T) {
 		t.Fatalf("connect to an unbound port: %v, want REJ reason 8", err)
 	}
 }
+
+// lingering is a connector whose endpoints never close: a client whose
+// DREQ is lost, as far as the server can tell.
+type lingering struct {
+	net  *verbstest.Network
+	mu   sync.Mutex
+	kept []verbs.Endpoint
+}
+
+func (c *lingering) Connect(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
+	ep, err := c.net.Connect(ctx, port, p)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.kept = append(c.kept, ep)
+	c.mu.Unlock()
+	return noClose{ep}, nil
+}
+
+type noClose struct{ verbs.Endpoint }
+
+func (noClose) Close() error { return nil }
+
+// TestServerCountEndsWithoutDisconnect: with -C the server ends after its
+// Count pings once the last go-ahead is acknowledged, without the client's
+// disconnect (rping's client sends its DREQ once and leaves; under loss it
+// may never arrive).
+func TestServerCountEndsWithoutDisconnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n verbstest.Network
+	l, _ := n.Listen(DefaultPort)
+	defer l.Close()
+	done := make(chan error, 1)
+	var sst Stats
+	al := &accountingListener{Listener: l}
+	go func() {
+		var err error
+		sst, err = RunServer(ctx, Config{Count: 5}, al)
+		done <- err
+	}()
+	c := &lingering{net: &n}
+	cst, cerr := RunClient(ctx, Config{Count: 5, Validate: true}, c, DefaultPort)
+	serr := <-done
+	if cerr != nil || serr != nil || cst.Pings != 5 || sst.Pings != 5 {
+		t.Fatalf("client %v (%d pings), server %v (%d pings); want both 5 pings and no error", cerr, cst.Pings, serr, sst.Pings)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the server waited for the context")
+	}
+	// Close cancels what is outstanding: the server must have seen its
+	// last go-ahead complete before it closed.
+	if al.ep == nil || !al.ep.closed || al.ep.outstanding != 0 {
+		t.Fatalf("server endpoint %+v: closed with SENDs outstanding", al.ep)
+	}
+	for _, ep := range c.kept {
+		ep.Close()
+	}
+}
+
+// unackedLast fails the server's last go-ahead (its 2n-th SEND completion)
+// with a retry-exceeded error.
+type unackedLast struct {
+	verbs.Endpoint
+	n, sends int
+}
+
+func (e *unackedLast) Poll(out []verbs.Completion) (int, error) {
+	k, err := e.Endpoint.Poll(out)
+	for i := range out[:k] {
+		if out[i].Op == verbs.OpSend {
+			if e.sends++; e.sends == 2*e.n {
+				out[i].Err = verbs.ErrRetryExceeded
+			}
+		}
+	}
+	return k, err
+}
+
+type unackedListener struct {
+	verbs.Listener
+	n int
+}
+
+func (l unackedListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	prepare := p.Prepare
+	var wrapped *unackedLast
+	p.Prepare = func(ep verbs.Endpoint) error {
+		wrapped = &unackedLast{Endpoint: ep, n: l.n}
+		return prepare(wrapped)
+	}
+	_, err := l.Listener.Accept(ctx, p)
+	return wrapped, err
+}
+
+func TestServerLastGoAheadUnacknowledged(t *testing.T) {
+	wrap := func(l verbs.Listener) verbs.Listener { return unackedListener{l, 4} }
+	_, cerr, sst, serr := run(t, Config{Count: 4, Validate: true}, Config{Count: 4}, wrap)
+	if cerr != nil {
+		t.Fatalf("client: %v", cerr)
+	}
+	if !errors.Is(serr, ErrLastGoAhead) || !errors.Is(serr, verbs.ErrRetryExceeded) || sst.Pings != 4 {
+		t.Fatalf("server: %v after %d pings, want ErrLastGoAhead after 4", serr, sst.Pings)
+	}
+}
+
+// accounting counts an endpoint's SENDs posted and completed, and what was
+// outstanding when it closed.
+type accounting struct {
+	verbs.Endpoint
+	posted, completed, outstanding int
+	closed                         bool
+}
+
+func (e *accounting) Send(id uint64, local verbs.Segment, signaled bool) error {
+	e.posted++
+	return e.Endpoint.Send(id, local, signaled)
+}
+
+func (e *accounting) Poll(out []verbs.Completion) (int, error) {
+	k, err := e.Endpoint.Poll(out)
+	for _, c := range out[:k] {
+		if c.Op == verbs.OpSend {
+			e.completed++
+		}
+	}
+	return k, err
+}
+
+func (e *accounting) Close() error {
+	e.outstanding, e.closed = e.posted-e.completed, true
+	return e.Endpoint.Close()
+}
+
+type accountingListener struct {
+	verbs.Listener
+	ep *accounting
+}
+
+func (l *accountingListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	prepare := p.Prepare
+	p.Prepare = func(ep verbs.Endpoint) error {
+		l.ep = &accounting{Endpoint: ep}
+		return prepare(l.ep)
+	}
+	if _, err := l.Listener.Accept(ctx, p); err != nil {
+		return nil, err
+	}
+	return l.ep, nil
+}

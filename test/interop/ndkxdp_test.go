@@ -192,10 +192,25 @@ func (p *peer) hostServerErr(ctx context.Context, port uint16, server func(ctx c
 		se = errors.New("server did not finish")
 	}
 	if se != nil || err != nil || code != 0 {
-		return out + errOut, fmt.Errorf("ndkxdp server: %v\nguest %q: exit %d (%v)\n%s%s", se, cmd, code, err, out, errOut)
+		return out + errOut, &runError{Server: se, Cmd: cmd, Code: code, Guest: err, Out: out + errOut}
 	}
 	return out + errOut, nil
 }
+
+// runError is a failed run of an ndkxdp server against a guest client.
+type runError struct {
+	Server error // nil if our side succeeded
+	Cmd    string
+	Code   int   // the guest command's exit status
+	Guest  error // running the guest command
+	Out    string
+}
+
+func (e *runError) Error() string {
+	return fmt.Sprintf("ndkxdp server: %v\nguest %q: exit %d (%v)\n%s", e.Server, e.Cmd, e.Code, e.Guest, e.Out)
+}
+
+func (e *runError) Unwrap() error { return e.Server }
 
 // Case sizes and counts: under TCG the guest moves a few MB/s, so the
 // iteration counts stay small (the issue asks for 1 B to 1 MiB).
@@ -322,24 +337,6 @@ func guestArgs(p perftest.Params) string {
 	return args
 }
 
-// notYetPassing lists the cases that do not pass against Debian 12's rxe
-// yet. They are not run (CI runs every case it registers in strict mode),
-// and the interop work stays open until they pass:
-//   - rping with rxe as client under 5% loss: our server sometimes misses
-//     the end of the run.
-//
-// NDKXDP_INTEROP_ALL=1 runs them anyway (to work on them).
-var notYetPassing = skipUnlessAll(map[string]bool{
-	"loss/rping_rxe_client": true,
-})
-
-func skipUnlessAll(m map[string]bool) map[string]bool {
-	if os.Getenv("NDKXDP_INTEROP_ALL") == "1" {
-		return nil
-	}
-	return m
-}
-
 func testPerftest(t *testing.T, p *peer) {
 	for _, c := range perfCases {
 		sizes := caseSizes
@@ -349,7 +346,7 @@ func testPerftest(t *testing.T, p *peer) {
 		for _, size := range sizes {
 			prm := c.params(size)
 			prm.MTU = p.dev.Adapter.PathMTU()
-			if !notYetPassing[c.tool+"/rxe_server"] {
+			{
 				t.Run(fmt.Sprintf("%s/%dB/rxe_server", c.tool, size), func(t *testing.T) {
 					var ours bytes.Buffer
 					var theirs string
@@ -368,9 +365,6 @@ func testPerftest(t *testing.T, p *peer) {
 						requireReport(t, c, out)
 					}
 				})
-			}
-			if notYetPassing[c.tool+"/rxe_client"] {
-				continue
 			}
 			t.Run(fmt.Sprintf("%s/%dB/rxe_client", c.tool, size), func(t *testing.T) {
 				var ours bytes.Buffer
@@ -742,24 +736,32 @@ func testLoss(t *testing.T, p *peer) {
 		}
 		t.Logf("%d bytes written by rxe, all in place; the responder saw %d duplicate and %d out-of-sequence requests", n, d1-d0, o1-o0)
 	})
-	// rping with rxe as client under loss: ndkxdp's server sometimes misses
-	// the end of the run (the client exits 0, the server still waits for
-	// its next advertisement). Not run until fixed; the interop work stays
-	// open for it. rping with rxe serving under loss, and ib_write_bw, run.
-	if !notYetPassing["loss/rping_rxe_client"] {
-		t.Run("rping_rxe_client", func(t *testing.T) {
-			p.capture(t)
-			ctx := ctxFor(t, 2*time.Minute)
-			var st rping.Stats
-			out := p.hostServer(t, ctx, rpingPort, func(ctx context.Context, l verbs.Listener) (err error) {
-				st, err = rping.RunServer(ctx, rping.Config{Size: 4096}, l)
-				return err
-			}, fmt.Sprintf("rping -c -a %v -S 4096 -C 50 -V -v", HostIPv4))
-			if n := strings.Count(out, "ping data: rdma-ping-"); n != 50 || st.Pings != 50 {
-				t.Fatalf("%d verified pings at rxe, %d at ndkxdp; want 50", n, st.Pings)
-			}
-		})
-	}
+	// rping with rxe as client under loss. rping's client disconnects and
+	// destroys its QP right after its last go-ahead, so its DREQ goes out
+	// once: our server is given the count (-C) and ends when its last
+	// go-ahead is acknowledged. If both that ACK and the DREQ are lost,
+	// it cannot know whether the client holds the go-ahead
+	// (rping.ErrLastGoAhead); rxe's own output then says.
+	t.Run("rping_rxe_client", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, 2*time.Minute)
+		var st rping.Stats
+		out, err := p.hostServerErr(ctx, rpingPort, func(ctx context.Context, l verbs.Listener) (err error) {
+			st, err = rping.RunServer(ctx, rping.Config{Size: 4096, Count: 50}, l)
+			return err
+		}, fmt.Sprintf("rping -c -a %v -S 4096 -C 50 -V -v", HostIPv4))
+		n := strings.Count(out, "ping data: rdma-ping-")
+		var re *runError
+		if err != nil && !(errors.As(err, &re) && re.Code == 0 && re.Guest == nil && errors.Is(re.Server, rping.ErrLastGoAhead) && n == 50) {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Logf("the last go-ahead's ACK and rxe's DREQ were both lost; rxe verified all 50 pings: %v", err)
+		}
+		if n != 50 || st.Pings != 50 {
+			t.Fatalf("%d verified pings at rxe, %d at ndkxdp; want 50", n, st.Pings)
+		}
+	})
 	t.Run("rping_rxe_server", func(t *testing.T) {
 		p.capture(t)
 		ctx := ctxFor(t, 2*time.Minute)

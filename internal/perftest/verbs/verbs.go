@@ -179,4 +179,7 @@ var (
 	ErrDisconnected = errors.New("connection closed by the peer")
 	ErrAccess       = errors.New("remote access error")
 	ErrTooLong      = errors.New("message longer than the receive buffer")
+	// ErrRetryExceeded is a request the peer never acknowledged within
+	// the retry count (IB_WC_RETRY_EXC_ERR).
+	ErrRetryExceeded = errors.New("transport retry count exceeded")
 )
