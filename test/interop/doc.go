@@ -51,6 +51,11 @@
 //	out, _, code, err := srv.Wait(ctx)
 //	_ = vm.SetLoss(ctx, 5) // netem on the guest's egress
 //
+// The tests (ndkxdp against rxe: rping, perftest, access errors, loss)
+// record every frame ndkxdp moves into a pcap in the test's temporary
+// directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
+// test, e.g. TestInteropMTU9000.pcap).
+//
 // The tests need root, qemu-system-x86_64, mmdebstrap and zstd
 // (scripts/setup-debian.sh installs them); the first run builds the image.
 package interop

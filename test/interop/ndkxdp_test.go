@@ -85,7 +85,11 @@ func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), 
 // back to generic mode where a driver has none.
 func attach(t *testing.T, vm *VM) *peer {
 	t.Helper()
-	p := &peer{vm: vm, pcap: filepath.Join(t.TempDir(), "ndkxdp.pcap")}
+	dir := os.Getenv("NDKXDP_INTEROP_PCAP_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	p := &peer{vm: vm, pcap: filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".pcap")}
 	f, err := os.Create(p.pcap)
 	if err != nil {
 		t.Fatal(err)
