@@ -310,8 +310,10 @@ func TestConnectRefusedAndRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := c.Connect(ctx, x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 9), 1, 1, nil); !errors.Is(err, ErrConnectionRefused) {
-		t.Fatalf("connect to a port nobody listens on: %v", err)
+	err = c.Connect(ctx, x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 9), 1, 1, nil)
+	var rej *RejectError
+	if !errors.Is(err, ErrConnectionRefused) || !errors.As(err, &rej) || rej.Reason != rocev2.RejInvalidServiceID {
+		t.Fatalf("connect to a port nobody listens on: %v, want REJ reason 8 (invalid ServiceID)", err)
 	}
 	l, err := y.a.CreateListener(func(c *Connector) {
 		if err := c.Reject([]byte("go away")); err != nil {
@@ -340,8 +342,8 @@ func TestConnectRefusedAndRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c2.Connect(ctx, qp2, netip.AddrPort{}, l.LocalAddress(), 1, 1, nil)
-	if !errors.Is(err, ErrConnectionRefused) {
-		t.Fatalf("rejected connect: %v", err)
+	if !errors.Is(err, ErrConnectionRefused) || !errors.As(err, &rej) || rej.Reason != rocev2.RejConsumerDefined {
+		t.Fatalf("rejected connect: %v, want REJ reason 28 (consumer defined)", err)
 	}
 	buf := make([]byte, MaxRejectData)
 	if _, _, n, err := c2.GetConnectionData(buf); err != nil || n != MaxRejectData || !bytes.HasPrefix(buf, []byte("go away\x00")) {

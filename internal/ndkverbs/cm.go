@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,17 +26,11 @@ type Connector struct {
 
 var _ verbs.Connector = (*Connector)(nil)
 
-// rejReason finds the REJ reason in an ndk connect error. The CM's reject
-// type lives in ndk's internal packages, so its text is what is visible
-// here ("peer sent REJ reason 8 (...)").
-var rejReason = regexp.MustCompile(`REJ reason (\d+)`)
-
+// connectErr adds a *verbs.RejectError to an ndk connect error that a
+// peer's REJ caused.
 func connectErr(err error) error {
-	if errors.Is(err, ndk.ErrConnectionRefused) || errors.Is(err, ndk.ErrConnectionAborted) {
-		if m := rejReason.FindStringSubmatch(err.Error()); m != nil {
-			r, _ := strconv.Atoi(m[1])
-			return fmt.Errorf("%w: %w", &verbs.RejectError{Reason: uint16(r)}, err)
-		}
+	if rej := (*ndk.RejectError)(nil); errors.As(err, &rej) {
+		return fmt.Errorf("%w: %w", &verbs.RejectError{Reason: uint16(rej.Reason)}, err)
 	}
 	return err
 }
