@@ -1,0 +1,89 @@
+package interop
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// TestTsharkCheckFlagsBrokenFrames shows what the frame check of the
+// interop cases catches and what it lets through: a WRITE whose payload
+// tshark would guess to be an Ethertype (06 00 00 00) and a 4-byte SEND it
+// would guess to be RPC over RDMA pass, as does a CM REQ to QP1; the WRITE
+// cut inside its RETH and the REQ cut inside its DETH are flagged. (tshark
+// does not flag a MAD cut short after its DETH: the byte-exact MAD checks
+// are test/cm's and rocev2's.)
+func TestTsharkCheckFlagsBrokenFrames(t *testing.T) {
+	tshark := testenv.RequireTool(t, "tshark")
+	h := func(op rocev2.Opcode, qp uint32) *rocev2.Headers {
+		return &rocev2.Headers{
+			Eth:  rocev2.EthernetFields{Dst: rocev2.MAC{2, 0, 0, 0, 0, 2}, Src: rocev2.MAC{2, 0, 0, 0, 0, 1}},
+			IP:   rocev2.NewIPFields(netip.MustParseAddr("198.18.1.1"), netip.MustParseAddr("198.18.1.2")),
+			UDP:  rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, 0x11, 0x12)},
+			BTH:  rocev2.BTHFields{Opcode: op, PKey: rocev2.DefaultPKey, DestQP: qp, AckReq: true, PSN: 100},
+			DETH: rocev2.DETHFields{QKey: rocev2.GSIQKey, SrcQP: 1},
+			RETH: rocev2.RETHFields{VA: 0x562d0f51c000, RKey: 0x7303, DMALen: 1},
+		}
+	}
+	frame := func(hd *rocev2.Headers, payload []byte) []byte {
+		buf := make([]byte, hd.FrameLen(len(payload)))
+		n, err := hd.Encode(buf, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	write := frame(h(rocev2.RCWriteOnly, 0x6e), []byte{6})
+	send := frame(h(rocev2.RCSendOnly, 0x6e), []byte{0, 0, 0, 1})
+	mad := make([]byte, rocev2.MADLen)
+	mad[0], mad[1], mad[2], mad[3] = 1, 7, 2, 3 // base version 1, CM class 7, version 2, Send
+	mad[16], mad[17] = 0, 0x10                  // attribute ID: REQ
+	req := frame(h(rocev2.UDSendOnly, rocev2.GSIQP), mad)
+	// Cut frames keep a valid Ethernet/IP/UDP view of their own length.
+	cut := func(f []byte, n int) []byte {
+		c := append([]byte(nil), f[:n]...)
+		ipLen, udpLen := n-14, n-34
+		c[16], c[17] = byte(ipLen>>8), byte(ipLen)
+		c[38], c[39] = byte(udpLen>>8), byte(udpLen)
+		c[24], c[25] = 0, 0 // IPv4 header checksum is not checked by tshark by default
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	check := func(name string, frames ...[]byte) string {
+		var fs []Frame
+		for _, f := range frames {
+			fs = append(fs, Frame{Time: time.Unix(1, 0), Outgoing: true, Data: f})
+		}
+		path := filepath.Join(t.TempDir(), name+".pcap")
+		if err := writePcap(path, fs); err != nil {
+			t.Fatal(err)
+		}
+		lines, err := tsharkMalformed(ctx, tshark, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lines
+	}
+	if lines := check("guesses", write, send, req); lines != "" {
+		t.Fatalf("payload guesses are flagged:\n%s", lines)
+	}
+	for _, tc := range []struct {
+		name string
+		f    []byte
+	}{
+		{"write_cut_in_reth", cut(write, 14+20+8+12+8)},
+		{"mad_cut_in_deth", cut(req, 14+20+8+12+4)},
+	} {
+		lines := check(tc.name, tc.f)
+		if !strings.HasPrefix(lines, "1\t") {
+			t.Errorf("%s: not flagged (tshark said %q)", tc.name, lines)
+		}
+	}
+}
