@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -129,7 +130,7 @@ func NewPair(cfg Config) (*Pair, error) {
 func (p *Pair) build(cfg Config) error {
 	var err error
 	for _, h := range []*Host{p.A, p.B} {
-		if h.ns, err = newNamedNS(h.Name); err != nil {
+		if h.ns, err = NewNamedNS(h.Name); err != nil {
 			return fmt.Errorf("create namespace %s: %w", h.Name, err)
 		}
 	}
@@ -167,6 +168,16 @@ func (p *Pair) build(cfg Config) error {
 		nl *netlink.Handle
 	}{{p.A, nlA}, {p.B, nlB}} {
 		if err := side.h.configure(side.nl); err != nil {
+			return err
+		}
+	}
+	// Both ends are up; the pair is ready once the kernel reports carrier
+	// on each (a frame sent before that is lost).
+	for _, side := range []struct {
+		h  *Host
+		nl *netlink.Handle
+	}{{p.A, nlA}, {p.B, nlB}} {
+		if err := side.h.waitOperUp(side.nl, 5*time.Second); err != nil {
 			return err
 		}
 	}
@@ -209,6 +220,23 @@ func (h *Host) configure(nl *netlink.Handle) error {
 		return fmt.Errorf("%s: set %s up: %w", h.Name, h.Link, err)
 	}
 	return nil
+}
+
+func (h *Host) waitOperUp(nl *netlink.Handle, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		link, err := nl.LinkByIndex(h.Ifindex)
+		if err != nil {
+			return fmt.Errorf("%s: find %s: %w", h.Name, h.Link, err)
+		}
+		if link.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %s not operationally up after %v (state %v)", h.Name, h.Link, limit, link.Attrs().OperState)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (h *Host) addNeighbour(nl *netlink.Handle, peer *Host) error {
@@ -259,6 +287,13 @@ func (h *Host) Do(fn func() error) error {
 	if h.ns < 0 {
 		return fmt.Errorf("namespace %s is closed", h.Name)
 	}
+	return DoIn(h.ns, h.Name, fn)
+}
+
+// DoIn runs fn inside namespace ns (called name in errors) on a goroutine
+// locked to its OS thread, and returns fn's error. It is Host.Do for
+// namespaces this package did not build (test/interop's VM host).
+func DoIn(ns netns.NsHandle, name string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -269,15 +304,15 @@ func (h *Host) Do(fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(h.ns); err != nil {
+		if err := netns.Set(ns); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter namespace %s: %w", h.Name, err)
+			errc <- fmt.Errorf("enter namespace %s: %w", name, err)
 			return
 		}
 		ferr := errors.New("function exited without returning (runtime.Goexit, e.g. t.Fatal inside Do)")
 		defer func() {
 			if err := netns.Set(orig); err != nil {
-				errc <- errors.Join(ferr, fmt.Errorf("leave namespace %s: %w", h.Name, err))
+				errc <- errors.Join(ferr, fmt.Errorf("leave namespace %s: %w", name, err))
 				return // stay locked: the thread dies with the goroutine
 			}
 			runtime.UnlockOSThread()
@@ -300,9 +335,9 @@ func (h *Host) Netlink() (*netlink.Handle, error) {
 	return netlink.NewHandleAt(h.ns)
 }
 
-// newNamedNS creates a namespace bind-mounted under /var/run/netns and
+// NewNamedNS creates a namespace bind-mounted under /var/run/netns and
 // returns a handle to it, leaving the calling thread where it was.
-func newNamedNS(name string) (netns.NsHandle, error) {
+func NewNamedNS(name string) (netns.NsHandle, error) {
 	type result struct {
 		ns  netns.NsHandle
 		err error
@@ -342,7 +377,7 @@ func RemoveStale() {
 	}
 	for _, e := range entries {
 		pid, ok := ownerPID(e.Name())
-		if !ok || pid == os.Getpid() || processAlive(pid) {
+		if !ok || pid == os.Getpid() || ProcessAlive(pid) {
 			continue
 		}
 		_ = netns.DeleteNamed(e.Name())
@@ -363,7 +398,9 @@ func ownerPID(name string) (int, bool) {
 	return pid, err == nil && pid > 0
 }
 
-func processAlive(pid int) bool {
+// ProcessAlive reports whether process pid exists (used to tell stale
+// namespaces and build directories from live ones).
+func ProcessAlive(pid int) bool {
 	err := unix.Kill(pid, 0)
 	return err == nil || errors.Is(err, unix.EPERM)
 }

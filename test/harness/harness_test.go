@@ -80,7 +80,7 @@ func TestPingBothFamilies(t *testing.T) {
 	p := New(t, Config{})
 	for _, dst := range []string{p.B.IPv4.String(), p.B.IPv6.String()} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		out, err := p.A.Command(ctx, "ping", "-c", "1", "-W", "2", dst).CombinedOutput()
+		out, err := p.A.Command(ctx, "ping", "-c", "1", "-w", "5", dst).CombinedOutput()
 		cancel()
 		if err != nil {
 			t.Errorf("ping %s from %s: %v\n%s", dst, p.A.Name, err, out)
@@ -172,14 +172,14 @@ func TestRemoveStaleDeletesDeadOwners(t *testing.T) {
 	}
 	dead := cmd.Process.Pid
 	name := fmt.Sprintf("%s%d-1-a", NamePrefix, dead)
-	ns, err := newNamedNS(name)
+	ns, err := NewNamedNS(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Close()
 	t.Cleanup(func() { _ = netns.DeleteNamed(name) })
 	live := fmt.Sprintf("%s%d-999-a", NamePrefix, os.Getpid())
-	ns, err = newNamedNS(live)
+	ns, err = NewNamedNS(live)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // guestInit is PID 1 of the peer VM and its command agent.
@@ -338,7 +340,7 @@ func removeStaleBuilds(cacheDir string) {
 		}
 		pidStr, _, _ := strings.Cut(rest, "-")
 		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || processAlive(pid) {
+		if err != nil || pid == os.Getpid() || harness.ProcessAlive(pid) {
 			continue
 		}
 		_ = removeBuildDir(filepath.Join(cacheDir, e.Name()))

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
@@ -50,7 +49,7 @@ func newHost(cfg *Config) (*Host, error) {
 	if cfg.IPv6 {
 		h.IPv6 = HostIPv6
 	}
-	ns, err := newNamedNS(h.NS)
+	ns, err := harness.NewNamedNS(h.NS)
 	if err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", h.NS, err)
 	}
@@ -147,73 +146,10 @@ func (h *Host) Do(fn func() error) error {
 	if h.ns < 0 {
 		return fmt.Errorf("namespace %s is closed", h.NS)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("get current namespace: %w", err)
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(h.ns); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("enter namespace %s: %w", h.NS, err)
-			return
-		}
-		ferr := errors.New("function exited without returning (runtime.Goexit, e.g. t.Fatal inside Do)")
-		defer func() {
-			if err := netns.Set(orig); err != nil {
-				errc <- errors.Join(ferr, fmt.Errorf("leave namespace %s: %w", h.NS, err))
-				return
-			}
-			runtime.UnlockOSThread()
-			errc <- ferr
-		}()
-		ferr = fn()
-	}()
-	return <-errc
+	return harness.DoIn(h.ns, h.NS, fn)
 }
 
 // Command returns a command that runs name inside the host namespace.
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
-}
-
-// newNamedNS creates a namespace bind-mounted under /var/run/netns, leaving
-// the calling thread where it was.
-func newNamedNS(name string) (netns.NsHandle, error) {
-	type result struct {
-		ns  netns.NsHandle
-		err error
-	}
-	rc := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			rc <- result{-1, err}
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.NewNamed(name)
-		if rerr := netns.Set(orig); rerr != nil {
-			if err == nil {
-				ns.Close()
-			}
-			rc <- result{-1, errors.Join(err, fmt.Errorf("return to original namespace: %w", rerr))}
-			return
-		}
-		runtime.UnlockOSThread()
-		rc <- result{ns, err}
-	}()
-	r := <-rc
-	return r.ns, r.err
-}
-
-func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
 }
