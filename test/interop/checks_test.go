@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -85,5 +86,38 @@ func TestTsharkCheckFlagsBrokenFrames(t *testing.T) {
 		if !strings.HasPrefix(lines, "1\t") {
 			t.Errorf("%s: not flagged (tshark said %q)", tc.name, lines)
 		}
+	}
+}
+
+// TestResultRow: the perftest result row is found by size and iterations;
+// inf and -nan measures pass only with perftest's own clock calibration
+// failure beside them.
+func TestResultRow(t *testing.T) {
+	p := perftest.Params{Size: 4096, Iterations: 10}
+	const head = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
+	good := head + " 4096    10          386.04        4675.75      2115.91  	       2013.47     	921.72 		4675.75 		4675.75\n"
+	void := head + " 4096    10          inf            inf          inf      	       inf         	-nan   		inf     		inf    \n"
+	warn := "Correlation coefficient r^2: 0.889544 < 0.9\n"
+	for _, tc := range []struct {
+		name         string
+		out          string
+		ok, uncalibr bool
+	}{
+		{"measured", good, true, false},
+		{"uncalibrated", void + warn, true, true},
+		{"inf without the warning", void, false, false},
+		{"header only", head, false, false},
+		{"other size", strings.Replace(good, " 4096 ", " 4095 ", 1), false, false},
+		{"other iterations", strings.Replace(good, "    10    ", "    11    ", 1), false, false},
+	} {
+		row, uncal, err := resultRow(tc.out, p)
+		if (err == nil) != tc.ok || uncal != tc.uncalibr {
+			t.Errorf("%s: row %v uncalibrated %v err %v; want ok %v uncalibrated %v", tc.name, row, uncal, err, tc.ok, tc.uncalibr)
+		}
+	}
+	// ib_atomic_bw has no size option: its rows are 8 bytes.
+	atomic := " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 8          20               0.01               0.01   \t\t   0.000764\n"
+	if _, _, err := resultRow(atomic, perftest.Params{Verb: perftest.Atomic, Iterations: 20}); err != nil {
+		t.Errorf("atomic row: %v", err)
 	}
 }
