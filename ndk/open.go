@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -44,10 +45,11 @@ const (
 // and automatic XDP mode.
 type Options struct {
 	// Queues is the number of device queues, each with its own AF_XDP
-	// socket and engine (default 1). Frames reach only the socket of the
-	// queue they arrive on, so a peer must send each QP's frames to the
-	// queue the QP is assigned to; with Queues 1 there is nothing to
-	// arrange.
+	// socket and engine (default 1). QPs are spread over the engines
+	// round-robin. Frames reach only the socket of the queue they arrive
+	// on, wherever the NIC's RSS puts them: an engine hands a frame for
+	// another engine's QP (or a CM datagram, which queue 0's engine
+	// serves) to that engine, with one copy (EngineStats.ForwardedOut).
 	Queues int
 	// Polling is the engines' waiting strategy.
 	Polling PollingMode
@@ -128,6 +130,39 @@ type transport struct {
 	nextQPN    uint32
 	nextEngine int
 	qps        map[uint32]*QP
+
+	// owners maps each QPN to its engine when there is more than one, for
+	// forwarding frames that arrive on another queue (rc.Config.Owner). It
+	// is replaced, never changed, under mu; engines read it lock-free.
+	owners atomic.Pointer[map[uint32]*rc.Engine]
+}
+
+// ownerOf names the engine owning qpn (rc.Config.Owner).
+func (t *transport) ownerOf(qpn uint32) *rc.Engine {
+	if m := t.owners.Load(); m != nil {
+		return (*m)[qpn]
+	}
+	return nil
+}
+
+// setOwner records (e != nil) or forgets (e == nil) qpn's engine. t.mu is
+// held, or the engines are not running yet.
+func (t *transport) setOwner(qpn uint32, e *rc.Engine) {
+	if len(t.engines) < 2 {
+		return
+	}
+	m := make(map[uint32]*rc.Engine)
+	if old := t.owners.Load(); old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	if e != nil {
+		m[qpn] = e
+	} else {
+		delete(m, qpn)
+	}
+	t.owners.Store(&m)
 }
 
 // firstQPN leaves room below for QP0/QP1 and well-known numbers, as rxe
@@ -195,7 +230,11 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: ifname, Err: err}
 	}
 	// QP1's datagrams go to the management queue, whose engine hands them
-	// to the CM (loader.GSIQPN).
+	// to the CM (loader.GSIQPN); the other engines forward those that
+	// arrive on their queues to it.
+	t.mu.Lock()
+	t.setOwner(loader.GSIQPN, t.engines[0])
+	t.mu.Unlock()
 	if err := t.xdp.AddQP(loader.GSIQPN, 0); err != nil {
 		a.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "steer QP1", Err: err}
@@ -317,6 +356,9 @@ func (t *transport) startEngine(p port.Port, opts Options, regions *memreg.Table
 	}
 	cfg := rc.Config{Port: p, Regions: regions, Poll: poll,
 		LockThread: opts.ThreadLocking.locks(opts.Queues, runtime.GOMAXPROCS(0))}
+	if opts.Queues > 1 {
+		cfg.Owner = t.ownerOf
+	}
 	if g := t.mgmt; g != nil {
 		cfg.FirstPacket = g.onFirstPacket
 		if len(t.engines) == 0 {

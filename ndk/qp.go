@@ -130,6 +130,7 @@ func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
 	_, _ = rand.Read(psn[:])
 	qp := &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}
 	t.qps[qpn] = qp
+	t.setOwner(qpn, t.engines[queue])
 	return qp, nil
 }
 
@@ -271,6 +272,7 @@ func (q *QP) Close() error {
 	t := q.adapter.transport
 	t.mu.Lock()
 	delete(t.qps, q.QPN())
+	t.setOwner(q.QPN(), nil)
 	xdp := t.xdp
 	t.mu.Unlock()
 	if xdp != nil {

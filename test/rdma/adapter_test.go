@@ -126,3 +126,51 @@ func TestAllocBuffer(t *testing.T) {
 	must(t, err)
 	must(t, again.Free())
 }
+
+// TestOpen_QueuesCrossed: every QP's frames arrive on a queue other than
+// the one owning it (on a NIC the RSS hash decides; on veth the sender's
+// queue), so the XDP program can only put them into the arrival queue's
+// socket. That engine forwards them to the owner: SEND, WRITE and READ
+// work both ways, and each adapter's engines count as many frames
+// forwarded in as out.
+func TestOpen_QueuesCrossed(t *testing.T) {
+	p := harness.New(t, harness.Config{Queues: 2, StaticNeighbours: true})
+	s := setup{opts: ndk.Options{Queues: 2}}
+	a, b := openHost(t, p.A, s, nil), openHost(t, p.B, s, nil)
+	b.qp("skew") // B's next QPs land one queue further than A's
+	for i := 0; i < 4; i++ {
+		qa, qb := a.pairWith(b, ndk.ConnectOptions{})
+		if qa.Queue() == qb.Queue() {
+			t.Fatalf("pair %d on the same queue %d", i, qa.Queue())
+		}
+		const n = 9000
+		src := a.region(n, ndk.MRFlagAllowRemoteRead)
+		fill(src.b, uint64(i))
+		dst := b.region(n, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
+		must(t, qb.Receive(i, dst.sgl(0, n)))
+		must(t, qa.Send(i, src.sgl(0, n), 0))
+		expect(t, wait(t, b.rcq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpReceive, i)
+		expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, i)
+		same(t, fmt.Sprintf("send %d", i), dst.b, src.b)
+		// B writes back into A's memory, then reads A's source.
+		back := a.region(n, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
+		must(t, qb.Write("w", dst.sgl(0, n), back.mr.Addr(), back.mr.RemoteToken(), 0))
+		expect(t, wait(t, b.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpWrite, "w")
+		a.settle()
+		same(t, fmt.Sprintf("write %d", i), back.b, src.b)
+		sink := b.region(n, ndk.MRFlagAllowLocalWrite)
+		must(t, qb.Read("r", sink.sgl(0, n), src.mr.Addr(), src.mr.RemoteToken(), 0))
+		expect(t, wait(t, b.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpRead, "r")
+		same(t, fmt.Sprintf("read %d", i), sink.b, src.b)
+	}
+	for _, x := range []*host{a, b} {
+		var out, in, drops uint64
+		for _, st := range x.a.Stats() {
+			out, in, drops = out+st.ForwardedOut, in+st.ForwardedIn, drops+st.ForwardDrops
+		}
+		t.Logf("%s: %d frames forwarded between queues, %d dropped", x.h.Name, out, drops)
+		if out == 0 || in != out {
+			t.Errorf("%s: %d frames forwarded out, %d in; want the same, more than 0", x.h.Name, out, in)
+		}
+	}
+}

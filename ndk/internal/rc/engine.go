@@ -50,6 +50,12 @@ type Config struct {
 	// (see gsi.go); both run on the engine goroutine and must not block.
 	GSI         func(p *rocev2.Packet)
 	FirstPacket func(qpn uint32)
+	// Owner, when set, names the engine that owns a QPN (nil if none) for
+	// the engines of one adapter: frames for QPs of another engine, and
+	// QP1's datagrams on an engine without the GSI hook, are forwarded to
+	// it (forward.go). It runs on the engine goroutine, must not block or
+	// allocate, and must be safe while QPs are created and destroyed.
+	Owner func(qpn uint32) *Engine
 }
 
 // Tuning defaults.
@@ -89,8 +95,11 @@ type Engine struct {
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
-	gsiTx       *queue.MPSC[[]byte] // MADs to transmit (TransmitGSI)
-	gsiHeld     []byte              // a MAD the port had no room for
+	owner       func(qpn uint32) *Engine
+	inbox       *queue.MPSC[forwarded] // frames other engines forwarded here
+	fwdFree     *queue.MPSC[[]byte]    // this engine's free forwarding buffers
+	gsiTx       *queue.MPSC[[]byte]    // MADs to transmit (TransmitGSI)
+	gsiHeld     []byte                 // a MAD the port had no room for
 	gsiTries    int
 	awaitFirst  map[uint32]struct{} // connected QPs that have not received yet
 
@@ -150,6 +159,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	e := &Engine{
 		gsi:         cfg.GSI,
 		firstPacket: cfg.FirstPacket,
+		owner:       cfg.Owner,
 		gsiTx:       gsiTx,
 		awaitFirst:  make(map[uint32]struct{}),
 		port:        cfg.Port,
@@ -167,6 +177,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+	}
+	if cfg.Owner != nil {
+		if err := e.initForwarding(); err != nil {
+			return nil, err
+		}
 	}
 	go e.run()
 	return e, nil
@@ -222,6 +237,7 @@ func (e *Engine) run() {
 	for !e.stop.Load() {
 		e.now = e.clock()
 		work := e.receive()
+		work += e.receiveForwarded()
 		work += e.drainReady()
 		if e.ctlPending.Load() {
 			e.runControl()
@@ -315,33 +331,47 @@ func (e *Engine) receive() int {
 	e.c.framesIn.Add(uint64(n))
 	for i := 0; i < n; i++ {
 		if err := rocev2.Parse(e.rx[i], &e.pkt); err != nil {
-			if rocev2.ReasonOf(err) == rocev2.ReasonICRC {
-				e.c.badICRC.Add(1)
-			} else {
-				e.c.malformed.Add(1)
-			}
+			e.countParseError(err)
 			continue
 		}
-		e.dispatch()
+		e.dispatch(e.rx[i], true)
 	}
 	e.port.Release()
 	return n
 }
 
-func (e *Engine) dispatch() {
+func (e *Engine) countParseError(err error) {
+	if rocev2.ReasonOf(err) == rocev2.ReasonICRC {
+		e.c.badICRC.Add(1)
+	} else {
+		e.c.malformed.Add(1)
+	}
+}
+
+// dispatch handles the packet in e.pkt, parsed from frame. Frames for QPs
+// of another engine of the adapter go to it when mayForward (forward.go).
+func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	op := e.pkt.BTH.Opcode
 	if op.Transport() != rocev2.TransportRC {
 		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
 		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
-		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP && e.gsi != nil {
-			e.gsi(&e.pkt)
-			return
+		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP {
+			if e.gsi != nil {
+				e.gsi(&e.pkt)
+				return
+			}
+			if mayForward && e.forward(rocev2.GSIQP, frame) {
+				return
+			}
 		}
 		e.c.notRC.Add(1)
 		return
 	}
 	q := e.lookup(e.pkt.BTH.DestQP)
 	if q == nil {
+		if mayForward && e.forward(e.pkt.BTH.DestQP, frame) {
+			return
+		}
 		e.c.unknownQP.Add(1)
 		return
 	}

@@ -21,6 +21,8 @@ type counters struct {
 	// writesPlaced is incremented after each WRITE packet's bytes are
 	// placed: a release that PlacedWrites' load pairs with.
 	writesPlaced atomic.Uint64
+	// Forwarding between the engines of an adapter (forward.go).
+	forwardedOut, forwardedIn, forwardDrops atomic.Uint64
 }
 
 // PlacedWrites returns how many RDMA WRITE packets the QP's engine has
@@ -56,6 +58,11 @@ type Stats struct {
 	// Port.
 	TxFull, TxErrors, RxErrors, EncodeErrors uint64
 	Sleeps                                   uint64 // adaptive-mode waits
+	// Frames that arrived on this engine's queue for a QP of another
+	// engine of the adapter (the NIC's RSS chose the queue) and were
+	// handed to it; frames other engines handed to this one; frames
+	// dropped because no forwarding buffer or inbox slot was free.
+	ForwardedOut, ForwardedIn, ForwardDrops uint64
 }
 
 // Stats returns the engine's counters. While the engine runs, the
@@ -89,6 +96,7 @@ func (e *Engine) snapshot() Stats {
 		Completions: c.completions.Load(),
 		TxFull:      c.txFull.Load(), TxErrors: c.txErrors.Load(),
 		RxErrors: c.rxErrors.Load(), EncodeErrors: c.encodeErrors.Load(),
-		Sleeps: c.sleeps.Load(),
+		Sleeps:       c.sleeps.Load(),
+		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
 	}
 }
