@@ -22,7 +22,10 @@
 //
 // The loop: receive a batch (rocev2.Parse; bad frames, unknown QPs and
 // other transports are dropped and counted), dispatch requests to the
-// responder and ACKs/NAKs/READ responses to the completer; take the ready
+// responder and ACKs/NAKs/READ responses to the completer; handle the
+// frames other engines of the adapter forwarded (forward.go: a frame for
+// another engine's QP, or QP1's datagram on an engine without the GSI
+// hook, is copied into a preallocated buffer and handed over); take the ready
 // QPs; run control calls; send (responses before requests, 64 frames per
 // QP per loop); fire timers; flush the port. Idle, it yields its P every
 // loop; PollAdaptive sleeps in Port.Wait after SpinLoops idle loops (the
