@@ -64,49 +64,19 @@ func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 	}
 	defer tx.Close()
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.B.IPv4, basePort))
-
-	var received atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 65536)
-		for {
-			if _, err := rx.Read(buf); err != nil {
-				return
-			}
-			received.Add(1)
-		}
-	}()
-
-	stop := make(chan struct{})
-	var sendErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		msg := make([]byte, n)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+	rbuf, msg := make([]byte, 65536), make([]byte, n)
+	r, ok, sendErr := flood(d, frame,
+		func() error { _, err := rx.Read(rbuf); return err },
+		func() error {
 			for range 64 {
-				if _, err := tx.WriteToUDP(msg, dst); err != nil && !errors.Is(err, net.ErrClosed) {
-					// ENOBUFS under load is normal; anything else is not.
-					if !isTransient(err) {
-						sendErr = err
-						return
-					}
+				// ENOBUFS under load is normal; anything else is not.
+				if _, err := tx.WriteToUDP(msg, dst); err != nil && !errors.Is(err, net.ErrClosed) && !isTransient(err) {
+					return err
 				}
 			}
-		}
-	}()
-	r, ok := countWindow(&received, d, frame)
-	close(stop)
-	wg.Wait()
-	rx.Close()
-	<-done
+			return nil
+		},
+		func() {}, func() { rx.Close() })
 	if sendErr != nil {
 		return Rate{}, fmt.Errorf("udp send: %w", sendErr)
 	}
@@ -231,43 +201,11 @@ func TCPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 	}
 	defer cli.Close()
 	defer srv.Close()
-	var received atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, n)
-		for {
-			if _, err := io.ReadFull(srv, buf); err != nil {
-				return
-			}
-			received.Add(1)
-		}
-	}()
-	stop := make(chan struct{})
-	var sendErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		msg := make([]byte, n)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := cli.Write(msg); err != nil {
-				sendErr = err
-				return
-			}
-		}
-	}()
-	r, ok := countWindow(&received, d, frame)
-	close(stop)
-	cli.Close()
-	wg.Wait()
-	srv.Close()
-	<-done
+	rbuf, msg := make([]byte, n), make([]byte, n)
+	r, ok, sendErr := flood(d, frame,
+		func() error { _, err := io.ReadFull(srv, rbuf); return err },
+		func() error { _, err := cli.Write(msg); return err },
+		func() { cli.Close() }, func() { srv.Close() })
 	if sendErr != nil && !errors.Is(sendErr, net.ErrClosed) {
 		return Rate{}, fmt.Errorf("tcp send: %w", sendErr)
 	}
@@ -333,4 +271,45 @@ func countWindow(received *atomic.Uint64, d time.Duration, frame int) (Rate, boo
 	time.Sleep(d)
 	m, elapsed := received.Load()-c0, time.Since(start)
 	return Rate{Messages: m, Bytes: m * uint64(frame), Elapsed: elapsed}, true
+}
+
+// flood runs recv in a loop on one goroutine and send on another for the
+// measuring window of countWindow, and returns the rate of successful
+// receives, whether any arrived, and the error that stopped send (nil if
+// the window ended first). stopSend and stopRecv unblock the two loops
+// afterwards, in that order.
+func flood(d time.Duration, frame int, recv, send func() error, stopSend, stopRecv func()) (Rate, bool, error) {
+	var received atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for recv() == nil {
+			received.Add(1)
+		}
+	}()
+	stop := make(chan struct{})
+	var sendErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := send(); err != nil {
+				sendErr = err
+				return
+			}
+		}
+	}()
+	r, ok := countWindow(&received, d, frame)
+	close(stop)
+	stopSend()
+	wg.Wait()
+	stopRecv()
+	<-done
+	return r, ok, sendErr
 }
