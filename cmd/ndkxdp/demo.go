@@ -558,16 +558,11 @@ const rdmaSlots = 16
 func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
 	src := make([]byte, size*rdmaSlots)
 	dst := make([]byte, size*rdmaSlots)
-	smr, err := a.pd.RegisterMr(src, ndk.MRFlagAllowLocalRead)
+	smr, dmr, release, err := registerPair(a.pd, src, ndk.MRFlagAllowLocalRead, b.pd, dst, ndk.MRFlagAllowRemoteWrite)
 	if err != nil {
 		return phase{}, err
 	}
-	defer smr.Deregister()
-	dmr, err := b.pd.RegisterMr(dst, ndk.MRFlagAllowRemoteWrite)
-	if err != nil {
-		return phase{}, err
-	}
-	defer dmr.Deregister()
+	defer release()
 	t0 := time.Now()
 	err = pipeline(ctx, a.icq, n, func(i int) error {
 		slot := i % rdmaSlots
@@ -589,6 +584,19 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: elapsed}, nil
 }
 
+// registerPair registers src on spd and dst on dpd; release deregisters
+// both.
+func registerPair(spd *ndk.PD, src []byte, sflags ndk.MRFlag, dpd *ndk.PD, dst []byte, dflags ndk.MRFlag) (smr, dmr *ndk.MR, release func(), err error) {
+	if smr, err = spd.RegisterMr(src, sflags); err != nil {
+		return nil, nil, nil, err
+	}
+	if dmr, err = dpd.RegisterMr(dst, dflags); err != nil {
+		smr.Deregister()
+		return nil, nil, nil, err
+	}
+	return smr, dmr, func() { dmr.Deregister(); smr.Deregister() }, nil
+}
+
 // demoRead reads n messages of size bytes from b's memory, op i from slot
 // i mod rdmaSlots into the same slot of a's memory, and checks each one as
 // it completes.
@@ -598,16 +606,11 @@ func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (pha
 		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
 	}
 	dst := make([]byte, size*rdmaSlots)
-	smr, err := b.pd.RegisterMr(src, ndk.MRFlagAllowRemoteRead)
+	smr, dmr, release, err := registerPair(b.pd, src, ndk.MRFlagAllowRemoteRead, a.pd, dst, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return phase{}, err
 	}
-	defer smr.Deregister()
-	dmr, err := a.pd.RegisterMr(dst, ndk.MRFlagAllowLocalWrite)
-	if err != nil {
-		return phase{}, err
-	}
-	defer dmr.Deregister()
+	defer release()
 	t0 := time.Now()
 	err = pipeline(ctx, a.icq, n, func(i int) error {
 		slot := i % rdmaSlots
