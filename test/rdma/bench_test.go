@@ -342,3 +342,51 @@ func writeBandwidth(x, y *host) (float64, error) {
 		sa.Retransmits, sa.Timeouts, sb.NAKsSent, sb.OutOfSeq)
 	return float64((done-counted)*benchWrite*8) / elapsed.Seconds() / 1e9, nil
 }
+
+// BenchmarkQueuesCrossed measures what forwarding between engines costs
+// (ndk.Options.Queues): in one run, the 64 B SEND ping-pong between two
+// adapters of two queues each, once with the QP pair on matching queues
+// and once on crossed queues, where each end's arrival engine forwards
+// every frame to the owner. It reports crossed/aligned for the p50 and p99
+// round trip. Run it with -benchtime 1x.
+func BenchmarkQueuesCrossed(b *testing.B) {
+	p := harness.New(b, harness.Config{MTU: benchMTU, Queues: 2, StaticNeighbours: true})
+	s := setup{opts: ndk.Options{Queues: 2}}
+	x, y := openHost(b, p.A, s, nil), openHost(b, p.B, s, nil)
+	made := [2]int{} // QPs created on x and y: both assign round-robin
+	forwarded := func() (n uint64) {
+		for _, h := range []*host{x, y} {
+			for _, st := range h.a.Stats() {
+				n += st.ForwardedOut
+			}
+		}
+		return n
+	}
+	run := func(crossed bool) baseline.Latency {
+		want := 0
+		if crossed {
+			want = 1
+		}
+		for (made[1]-made[0]+2)%2 != want {
+			y.qp("skew")
+			made[1]++
+		}
+		before := forwarded()
+		l, err := pingPong(x, y)
+		if err != nil {
+			b.Fatal(err)
+		}
+		made[0]++
+		made[1]++
+		if n := forwarded() - before; (n > 0) != crossed {
+			b.Fatalf("crossed %v: %d frames forwarded", crossed, n)
+		}
+		return l
+	}
+	for b.Loop() {
+		aligned, crossed := run(false), run(true)
+		fmt.Printf("64 B SEND ping-pong, two queues: aligned p50 %v p99 %v, crossed p50 %v p99 %v\n", aligned.P50, aligned.P99, crossed.P50, crossed.P99)
+		b.ReportMetric(float64(crossed.P50)/float64(aligned.P50), "crossed/aligned-p50")
+		b.ReportMetric(float64(crossed.P99)/float64(aligned.P99), "crossed/aligned-p99")
+	}
+}
