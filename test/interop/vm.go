@@ -219,6 +219,13 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
 		"ndkxdp.mtu=" + strconv.Itoa(cfg.MTU),
 		"ndkxdp.port=" + agentPortName,
+		// virtio-net without TX NAPI orphans each skb when it transmits
+		// it. With TX NAPI an skb lives until the TX completion, and rxe's
+		// requester stops at 64 skbs in flight per QP until their
+		// destructors wake it (rxe_skb_tx_dtor): under TCG a large
+		// ib_send_bw from the guest then stalled for good now and then,
+		// its QP mid-message with every packet acknowledged.
+		"virtio_net.napi_tx=0",
 	}
 	if cfg.IPv6 {
 		appendArgs = append(appendArgs, "ndkxdp.ip6="+GuestIPv6.String()+"/"+strconv.Itoa(PrefixLen6))

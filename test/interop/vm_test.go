@@ -101,6 +101,11 @@ func TestBootRxeReady(t *testing.T) {
 	if err != nil || gid != want || lines[1] != "RoCE v2" || lines[2] != "eth0" {
 		t.Fatalf("GID %d is %q (%v), type %q, netdev %q; want %v, RoCE v2, eth0", idx, lines[0], err, lines[1], lines[2], want)
 	}
+	// The guest's virtio-net orphans transmitted skbs (no TX NAPI): rxe's
+	// requester never waits for TX completions (vm.go).
+	if napi := strings.TrimSpace(mustRun(t, vm, "cat /sys/module/virtio_net/parameters/napi_tx")); napi != "N" {
+		t.Errorf("virtio_net napi_tx = %q, want N", napi)
+	}
 	mac := strings.TrimSpace(mustRun(t, vm, "cat /sys/class/net/eth0/address"))
 	if mac != GuestMAC.String() {
 		t.Errorf("guest eth0 MAC %s, want %s", mac, GuestMAC)
