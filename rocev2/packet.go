@@ -56,6 +56,14 @@ func Parse(frame []byte, p *Packet) error {
 	return parse(frame, p, true)
 }
 
+// ParseVerified is Parse without the ICRC check, for a copy of a frame that
+// Parse already accepted in this process (an engine handing a frame to
+// another, say): every length is still checked, the ICRC is read but not
+// recomputed.
+func ParseVerified(frame []byte, p *Packet) error {
+	return parse(frame, p, false)
+}
+
 func parse(frame []byte, p *Packet, verifyICRC bool) error {
 	*p = Packet{}
 	if len(frame) < EthernetLen {

@@ -25,6 +25,7 @@ func TestNoAllocs(t *testing.T) {
 	cases := map[string]func(){
 		"Parse":         func() { _ = Parse(frame, &p) },
 		"Parse reject":  func() { _ = ReasonOf(Parse(bad, &p)) },
+		"ParseVerified": func() { _ = ParseVerified(frame, &p) },
 		"EncodeHeaders": func() { _, _ = h.EncodeHeaders(buf, len(payload)) },
 		"Encode":        func() { _, _ = h.Encode(buf, payload) },
 		"ICRC":          func() { _, _ = ICRC(frame[l3:hdrEnd], payload, 0) },
@@ -36,6 +37,28 @@ func TestNoAllocs(t *testing.T) {
 	}
 	if err := Parse(bad, &p); ReasonOf(err) != ReasonICRC {
 		t.Fatalf("reject case: %v", err)
+	}
+}
+
+// TestParseVerified: the same packet as Parse, without recomputing the
+// ICRC (a frame whose ICRC is wrong passes), and every length still checked.
+func TestParseVerified(t *testing.T) {
+	_, _, frame := frame4KiB(t)
+	var want, got Packet
+	if err := Parse(frame, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := ParseVerified(frame, &got); err != nil || got.BTH != want.BTH || got.PayloadOffset != want.PayloadOffset ||
+		len(got.Payload) != len(want.Payload) || got.ICRC != want.ICRC {
+		t.Fatalf("ParseVerified = %+v, %v; Parse gave %+v", got, err, want)
+	}
+	bad := append([]byte(nil), frame...)
+	bad[len(bad)-1] ^= 1 // the ICRC itself
+	if err := ParseVerified(bad, &got); err != nil {
+		t.Fatalf("ParseVerified recomputed the ICRC: %v", err)
+	}
+	if err := ParseVerified(frame[:60], &got); err == nil {
+		t.Fatal("ParseVerified accepted a cut frame")
 	}
 }
 
