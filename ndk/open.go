@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -132,37 +131,36 @@ type transport struct {
 	qps        map[uint32]*QP
 
 	// owners maps each QPN to its engine when there is more than one, for
-	// forwarding frames that arrive on another queue (rc.Config.Owner). It
-	// is replaced, never changed, under mu; engines read it lock-free.
-	owners atomic.Pointer[map[uint32]*rc.Engine]
+	// forwarding frames that arrive on another queue (rc.Config.Owner).
+	// Engines read it under ownersMu's read lock; nothing that holds the
+	// write lock waits for an engine.
+	ownersMu sync.RWMutex
+	owners   map[uint32]*rc.Engine
 }
 
 // ownerOf names the engine owning qpn (rc.Config.Owner).
 func (t *transport) ownerOf(qpn uint32) *rc.Engine {
-	if m := t.owners.Load(); m != nil {
-		return (*m)[qpn]
-	}
-	return nil
+	t.ownersMu.RLock()
+	e := t.owners[qpn]
+	t.ownersMu.RUnlock()
+	return e
 }
 
-// setOwner records (e != nil) or forgets (e == nil) qpn's engine. t.mu is
-// held, or the engines are not running yet.
+// setOwner records (e != nil) or forgets (e == nil) qpn's engine.
 func (t *transport) setOwner(qpn uint32, e *rc.Engine) {
 	if len(t.engines) < 2 {
 		return
 	}
-	m := make(map[uint32]*rc.Engine)
-	if old := t.owners.Load(); old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
+	t.ownersMu.Lock()
+	defer t.ownersMu.Unlock()
+	if e == nil {
+		delete(t.owners, qpn)
+		return
 	}
-	if e != nil {
-		m[qpn] = e
-	} else {
-		delete(m, qpn)
+	if t.owners == nil {
+		t.owners = make(map[uint32]*rc.Engine)
 	}
-	t.owners.Store(&m)
+	t.owners[qpn] = e
 }
 
 // firstQPN leaves room below for QP0/QP1 and well-known numbers, as rxe
@@ -232,9 +230,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	// QP1's datagrams go to the management queue, whose engine hands them
 	// to the CM (loader.GSIQPN); the other engines forward those that
 	// arrive on their queues to it.
-	t.mu.Lock()
 	t.setOwner(loader.GSIQPN, t.engines[0])
-	t.mu.Unlock()
 	if err := t.xdp.AddQP(loader.GSIQPN, 0); err != nil {
 		a.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "steer QP1", Err: err}
