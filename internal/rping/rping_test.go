@@ -180,15 +180,31 @@ func (c corrupting) Write(id uint64, local verbs.Segment, addr uint64, rkey uint
 	return c.Endpoint.Write(id, local, addr, rkey, signaled)
 }
 
-type corruptingListener struct{ verbs.Listener }
+// wrapping hands the server the endpoint of every connection it accepts
+// wrapped by wrap, both in Prepare (where rping keeps it for polling) and
+// as Accept's result (which it posts to).
+type wrapping struct {
+	verbs.Listener
+	wrap func(verbs.Endpoint) verbs.Endpoint
+}
 
-func (l corruptingListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
-	ep, err := l.Listener.Accept(ctx, p)
-	return corrupting{ep}, err
+func (l wrapping) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	prepare := p.Prepare
+	var wrapped verbs.Endpoint
+	p.Prepare = func(ep verbs.Endpoint) error {
+		wrapped = l.wrap(ep)
+		return prepare(wrapped)
+	}
+	if _, err := l.Listener.Accept(ctx, p); err != nil {
+		return nil, err
+	}
+	return wrapped, nil
 }
 
 func TestValidateDetectsMismatch(t *testing.T) {
-	wrap := func(l verbs.Listener) verbs.Listener { return corruptingListener{l} }
+	wrap := func(l verbs.Listener) verbs.Listener {
+		return wrapping{l, func(ep verbs.Endpoint) verbs.Endpoint { return corrupting{ep} }}
+	}
 	cst, cerr, _, _ := run(t, Config{Count: 3, Validate: true}, Config{}, wrap)
 	if !errors.Is(cerr, ErrMismatch) || cst.Pings != 0 {
 		t.Fatalf("client: %v after %d pings, want ErrMismatch after 0", cerr, cst.Pings)
@@ -286,7 +302,8 @@ func TestServerCountEndsWithoutDisconnect(t *testing.T) {
 	defer l.Close()
 	done := make(chan error, 1)
 	var sst Stats
-	al := &accountingListener{Listener: l}
+	var acct *accounting
+	al := wrapping{l, func(ep verbs.Endpoint) verbs.Endpoint { acct = &accounting{Endpoint: ep}; return acct }}
 	go func() {
 		var err error
 		sst, err = RunServer(ctx, Config{Count: 5}, al)
@@ -303,8 +320,8 @@ func TestServerCountEndsWithoutDisconnect(t *testing.T) {
 	}
 	// Close cancels what is outstanding: the server must have seen its
 	// last go-ahead complete before it closed.
-	if al.ep == nil || !al.ep.closed || al.ep.outstanding != 0 {
-		t.Fatalf("server endpoint %+v: closed with SENDs outstanding", al.ep)
+	if acct == nil || !acct.closed || acct.outstanding != 0 {
+		t.Fatalf("server endpoint %+v: closed with SENDs outstanding", acct)
 	}
 	for _, ep := range c.kept {
 		ep.Close()
@@ -330,24 +347,10 @@ func (e *unackedLast) Poll(out []verbs.Completion) (int, error) {
 	return k, err
 }
 
-type unackedListener struct {
-	verbs.Listener
-	n int
-}
-
-func (l unackedListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
-	prepare := p.Prepare
-	var wrapped *unackedLast
-	p.Prepare = func(ep verbs.Endpoint) error {
-		wrapped = &unackedLast{Endpoint: ep, n: l.n}
-		return prepare(wrapped)
-	}
-	_, err := l.Listener.Accept(ctx, p)
-	return wrapped, err
-}
-
 func TestServerLastGoAheadUnacknowledged(t *testing.T) {
-	wrap := func(l verbs.Listener) verbs.Listener { return unackedListener{l, 4} }
+	wrap := func(l verbs.Listener) verbs.Listener {
+		return wrapping{l, func(ep verbs.Endpoint) verbs.Endpoint { return &unackedLast{Endpoint: ep, n: 4} }}
+	}
 	_, cerr, sst, serr := run(t, Config{Count: 4, Validate: true}, Config{Count: 4}, wrap)
 	if cerr != nil {
 		t.Fatalf("client: %v", cerr)
@@ -383,21 +386,4 @@ func (e *accounting) Poll(out []verbs.Completion) (int, error) {
 func (e *accounting) Close() error {
 	e.outstanding, e.closed = e.posted-e.completed, true
 	return e.Endpoint.Close()
-}
-
-type accountingListener struct {
-	verbs.Listener
-	ep *accounting
-}
-
-func (l *accountingListener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
-	prepare := p.Prepare
-	p.Prepare = func(ep verbs.Endpoint) error {
-		l.ep = &accounting{Endpoint: ep}
-		return prepare(l.ep)
-	}
-	if _, err := l.Listener.Accept(ctx, p); err != nil {
-		return nil, err
-	}
-	return l.ep, nil
 }
