@@ -14,16 +14,7 @@ import (
 // and full-size frames must cross the tap unfragmented.
 func TestBootJumboIPv6(t *testing.T) {
 	requireVMTools(t)
-	vm, err := Boot(ctxFor(t, 15*time.Minute), Config{MTU: 9000, IPv6: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := vm.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	logBoot(t, vm)
+	vm := bootVM(t, 15*time.Minute, Config{MTU: 9000, IPv6: true})
 	if vm.Host.MTU != 9000 || !vm.Host.IPv6.IsValid() || vm.Guest.IPv6 != GuestIPv6 {
 		t.Fatalf("host %+v guest %+v", vm.Host, vm.Guest)
 	}

@@ -583,16 +583,7 @@ func TestInteropMTU1500(t *testing.T) {
 // path MTU 4096) on a VM of its own.
 func TestInteropMTU9000(t *testing.T) {
 	requireVMTools(t)
-	vm, err := Boot(ctxFor(t, 15*time.Minute), Config{MTU: 9000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := vm.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	logBoot(t, vm)
+	vm := bootVM(t, 15*time.Minute, Config{MTU: 9000})
 	runInterop(t, vm)
 }
 

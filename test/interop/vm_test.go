@@ -60,6 +60,23 @@ func sharedVM(t *testing.T) *VM {
 	return shared.vm
 }
 
+// bootVM boots a VM of the test's own (within limit), logs how, and closes
+// it when the test ends.
+func bootVM(t *testing.T, limit time.Duration, cfg Config) *VM {
+	t.Helper()
+	vm, err := Boot(ctxFor(t, limit), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := vm.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	logBoot(t, vm)
+	return vm
+}
+
 func logBoot(t *testing.T, vm *VM) {
 	t.Logf("peer VM: image %s (kernel %s, initramfs %.1f MB), %s (%s), ready in %v (guest uptime %v)",
 		vm.Image.Hash, vm.Image.KernelRelease, float64(vm.Image.InitrdBytes)/1e6,
@@ -334,12 +351,7 @@ func TestBootKVMFallsBack(t *testing.T) {
 	detectAccel = func() (Accel, string) { return AccelKVM, "test: pretend KVM works" }
 	t.Cleanup(func() { detectAccel = saved })
 
-	vm, err := Boot(ctxFor(t, 5*time.Minute), Config{Image: &local})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	logBoot(t, vm)
+	vm := bootVM(t, 5*time.Minute, Config{Image: &local})
 	verdict, cached := kvmVerdict(&local)
 	switch vm.Accel {
 	case AccelKVM:
