@@ -483,3 +483,66 @@ func TestLatencyPingPongOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestClosingHandshakeAckLost: the side that sends the last message of
+// the closing handshake may never see it acknowledged. The peer holds the
+// message and disconnects at once (perftest's client after the server's
+// message; perftest's server after its own), so a lost ACK is never
+// repaired and the SEND is flushed by the disconnect. Both sides must
+// still end without error, with the peer's report. The lost ACK is the
+// one of the n-th 56-byte message after the ten 8-byte report messages:
+// the client's closing message is the first, the server's the second.
+func TestClosingHandshakeAckLost(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		nth  int
+	}{{"server", 2}, {"client", 1}} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			reports, dests, lost := 0, 0, 0
+			n := &verbstest.Network{Options: verbstest.Options{LoseAck: func(b []byte) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case len(b) == ReportLen:
+					reports++
+				case len(b) == DestLen && reports == 10:
+					if dests++; dests == tt.nth {
+						lost++
+						return true
+					}
+				}
+				return false
+			}}}
+			l, err := n.Listen(DefaultPort)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p := Params{Verb: Write, Kind: BW, Size: 4096, Iterations: 50}
+			var srv Result
+			var serr error
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				srv, serr = RunServer(ctx, p, l, &bytes.Buffer{})
+			}()
+			cli, cerr := RunClient(ctx, p, n, &bytes.Buffer{})
+			if cerr != nil {
+				cancel()
+			}
+			<-done
+			if cerr != nil || serr != nil {
+				t.Fatalf("client: %v\nserver: %v", cerr, serr)
+			}
+			if lost != 1 {
+				t.Fatalf("%d ACKs lost, want 1 (%d report messages, %d closing messages)", lost, reports, dests)
+			}
+			if cli.BW == nil || srv.BW == nil || cli.BW.Iters != 50 || srv.BW.Iters != 50 {
+				t.Fatalf("reports: client %+v, server %+v", cli.BW, srv.BW)
+			}
+		})
+	}
+}

@@ -520,7 +520,7 @@ func tsharkMalformed(ctx context.Context, tshark, path string) (string, error) {
 // logFrames prints the last frames of a failed case: tshark's summary
 // and, for each, the transport fields that explain most failures.
 func logFrames(t *testing.T, fs []Frame) {
-	fs = fs[max(0, len(fs)-60):]
+	fs = fs[max(0, len(fs)-24):]
 	var b strings.Builder
 	var pkt rocev2.Packet
 	for i, f := range fs {

@@ -108,7 +108,11 @@ type Endpoint interface {
 	// Poll moves up to len(out) completions into out and returns how many
 	// (NdkGetResultsEx). It does not block and must not allocate. It returns
 	// ErrDisconnected once the peer has disconnected and every request has
-	// completed.
+	// completed. A receive completion does not come while a signaled SEND
+	// posted before it is unacknowledged, unless a request failed or the
+	// peer disconnected: perftest and rping wait for their SEND's
+	// completion before they look for the answer (which can overtake the
+	// ACK), as perftest's separate send and receive CQs let them.
 	Poll(out []Completion) (int, error)
 	// Peek returns the byte at off in r as the peer's RDMA WRITEs have left
 	// it. ib_write_lat learns of an arriving WRITE only by polling the last

@@ -2,7 +2,8 @@
 // tests: two endpoints joined back to back that execute every operation at
 // once by copying bytes between registered regions and checking tokens,
 // bounds and access rights as a responder would. A SEND that finds no
-// receive waits for one, as an RNR retry would. It also provides Network, a
+// receive waits for one, as an RNR retry would; a SEND can be made to lose
+// its ACK (Options.LoseAck). It also provides Network, a
 // Connector and Listener on numbered ports that rejects a connection to an
 // unbound port with REJ reason 8, as IB CM does.
 package verbstest
@@ -23,6 +24,15 @@ type Options struct {
 	// QueueDepth bounds posted-but-uncompleted sends and receives per side;
 	// 0 means 1024.
 	QueueDepth int
+	// LoseAck, if set, sees the payload of every SEND as it is delivered.
+	// Where it returns true the receiver gets the message but the
+	// sender's ACK is lost and every retransmission finds the peer gone:
+	// the SEND stays unacknowledged until either side closes and then
+	// completes with ErrFlushed, as a transport that moves the QP to
+	// error at the peer's disconnect flushes it. Meanwhile the sender's
+	// receive completions are held (verbs.Endpoint.Poll). It may be
+	// called from several goroutines.
+	LoseAck func(payload []byte) bool
 }
 
 type region struct {
@@ -41,13 +51,16 @@ type Endpoint struct {
 	mu      *sync.Mutex // shared by both sides
 	peer    *Endpoint
 	depth   int
+	loseAck func([]byte) bool
 	regions map[uint32]region // by rkey and by lkey
 	nextKey uint32
 	nextVA  uint64
 	recvs   []recvWR
-	sends   []pending // SENDs waiting for a receive at the peer
-	cq      []verbs.Completion
-	cqHead  int
+	sends   []pending          // SENDs waiting for a receive at the peer
+	unacked []pending          // SENDs delivered whose ACK was lost
+	cq      []verbs.Completion // initiator completions
+	rcq     []verbs.Completion // receive completions
+	failed  bool               // a completion carried an error
 	closed  bool
 
 	// Counters for tests.
@@ -65,8 +78,8 @@ func Pair(o Options) (*Endpoint, *Endpoint) {
 		o.QueueDepth = 1024
 	}
 	mu := new(sync.Mutex)
-	a := &Endpoint{mu: mu, depth: o.QueueDepth, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
-	b := &Endpoint{mu: mu, depth: o.QueueDepth, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
+	a := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
+	b := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
 	a.peer, b.peer = b, a
 	return a, b
 }
@@ -128,7 +141,16 @@ func (e *Endpoint) remote(addr uint64, rkey uint32, n int, want verbs.Access) ([
 	return reg.r.Buf[off : off+uint64(n)], nil
 }
 
-func (e *Endpoint) complete(c verbs.Completion) { e.cq = append(e.cq, c) }
+func (e *Endpoint) complete(c verbs.Completion) {
+	if c.Err != nil {
+		e.failed = true
+	}
+	if c.Op == verbs.OpReceive {
+		e.rcq = append(e.rcq, c)
+		return
+	}
+	e.cq = append(e.cq, c)
+}
 
 func (e *Endpoint) usable() error {
 	if e.closed {
@@ -173,7 +195,10 @@ func (e *Endpoint) deliver() {
 		}
 		copy(r.seg.Bytes(), s.data)
 		p.complete(verbs.Completion{ID: r.id, Op: verbs.OpReceive, Bytes: len(s.data)})
-		if s.signaled {
+		switch {
+		case e.loseAck != nil && e.loseAck(s.data):
+			e.unacked = append(e.unacked, s)
+		case s.signaled:
 			e.complete(verbs.Completion{ID: s.id, Op: verbs.OpSend, Bytes: len(s.data)})
 		}
 	}
@@ -287,19 +312,38 @@ func (e *Endpoint) CompareSwap(id uint64, local verbs.Segment, addr uint64, rkey
 	})
 }
 
-// Poll implements verbs.Endpoint.
+// Poll implements verbs.Endpoint: initiator completions first, then
+// receive completions unless a signaled SEND is unacknowledged (waiting
+// for a receive, or its ACK lost) on a connection that has not failed.
 func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	n := copy(out, e.cq[e.cqHead:])
-	e.cqHead += n
-	if e.cqHead == len(e.cq) {
-		e.cq, e.cqHead = e.cq[:0], 0
+	n := take(&e.cq, out)
+	if !e.sendOutstanding() || e.failed || e.closed || e.peer.closed {
+		n += take(&e.rcq, out[n:])
 	}
 	if n == 0 && e.peer.closed {
 		return 0, verbs.ErrDisconnected
 	}
 	return n, nil
+}
+
+func (e *Endpoint) sendOutstanding() bool {
+	for _, q := range [][]pending{e.unacked, e.sends} {
+		for _, s := range q {
+			if s.signaled {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// take moves the head of *q into out without allocating.
+func take(q *[]verbs.Completion, out []verbs.Completion) int {
+	n := copy(out, *q)
+	*q = (*q)[:copy(*q, (*q)[n:])]
+	return n
 }
 
 // Peek implements verbs.Endpoint.
@@ -309,8 +353,9 @@ func (e *Endpoint) Peek(r verbs.Region, off int) byte {
 	return r.Buf[off]
 }
 
-// Close implements verbs.Endpoint: the peer's posted receives flush and its
-// Poll reports ErrDisconnected once drained.
+// Close implements verbs.Endpoint: the SENDs and receives still
+// outstanding on either side flush, and the peer's Poll reports
+// ErrDisconnected once drained.
 func (e *Endpoint) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -319,10 +364,13 @@ func (e *Endpoint) Close() error {
 	}
 	e.closed = true
 	for _, p := range []*Endpoint{e, e.peer} {
+		for _, s := range slices.Concat(p.unacked, p.sends) {
+			p.complete(verbs.Completion{ID: s.id, Op: verbs.OpSend, Err: verbs.ErrFlushed})
+		}
 		for _, r := range p.recvs {
 			p.complete(verbs.Completion{ID: r.id, Op: verbs.OpReceive, Err: verbs.ErrFlushed})
 		}
-		p.recvs = nil
+		p.unacked, p.sends, p.recvs = nil, nil, nil
 	}
 	return nil
 }

@@ -87,6 +87,49 @@ func TestSendWaitsForReceiveAndCloseFlushes(t *testing.T) {
 	}
 }
 
+// TestLostAckHoldsReceivesUntilFlushed: a SEND whose ACK is lost reaches
+// the peer but does not complete; the answer that overtakes it is held,
+// and when the peer closes the SEND completes flushed ahead of the answer
+// and of the peer's disconnect.
+func TestLostAckHoldsReceivesUntilFlushed(t *testing.T) {
+	a, b := Pair(Options{LoseAck: func(p []byte) bool { return string(p) == "ping" }})
+	abuf, _ := a.Register([]byte("ping...."), verbs.AccessLocalWrite)
+	bbuf, _ := b.Register([]byte("pong...."), verbs.AccessLocalWrite)
+	ping, _ := abuf.Seg(0, 4)
+	aRecv, _ := abuf.Seg(4, 4)
+	pong, _ := bbuf.Seg(0, 4)
+	bRecv, _ := bbuf.Seg(4, 4)
+	if err := a.Receive(10, aRecv); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Receive(20, bRecv); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Send(11, ping, true); err != nil {
+		t.Fatal(err)
+	}
+	var c [4]verbs.Completion
+	if n, err := b.Poll(c[:]); n != 1 || err != nil || c[0].ID != 20 || c[0].Err != nil || string(bbuf.Buf[4:]) != "ping" {
+		t.Fatalf("peer: %d completions (%v) %+v, buffer %q", n, err, c[0], bbuf.Buf)
+	}
+	if err := b.Send(21, pong, true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Poll(c[:]); n != 0 || err != nil {
+		t.Fatalf("the answer came before the unacknowledged SEND: %d %+v %v", n, c[0], err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := a.Poll(c[:])
+	if n != 2 || err != nil || c[0].ID != 11 || !errors.Is(c[0].Err, verbs.ErrFlushed) || c[1].ID != 10 || c[1].Err != nil || c[1].Bytes != 4 {
+		t.Fatalf("after the peer closed: %d completions (%v): %+v", n, err, c[:n])
+	}
+	if _, err := a.Poll(c[:]); !errors.Is(err, verbs.ErrDisconnected) {
+		t.Fatalf("drained: %v, want ErrDisconnected", err)
+	}
+}
+
 func TestNetworkRejectsUnboundPort(t *testing.T) {
 	var n Network
 	_, err := n.Connect(context.Background(), 99, verbs.ConnParams{})
