@@ -90,34 +90,40 @@ func TestTsharkCheckFlagsBrokenFrames(t *testing.T) {
 }
 
 // TestResultRow: the perftest result row is found by size and iterations;
-// inf and -nan measures pass only with perftest's own clock calibration
-// failure beside them.
+// void measures (inf, -nan, or all zero) pass only with perftest's own
+// clock calibration failure in the output that would carry it.
 func TestResultRow(t *testing.T) {
 	p := perftest.Params{Size: 4096, Iterations: 10}
 	const head = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
 	good := head + " 4096    10          386.04        4675.75      2115.91  	       2013.47     	921.72 		4675.75 		4675.75\n"
 	void := head + " 4096    10          inf            inf          inf      	       inf         	-nan   		inf     		inf    \n"
+	const bwHead = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+	bw := bwHead + " 4096       10               0.00               34.60  \t\t   0.000554\n"
+	zero := bwHead + " 4096       10               0.00               0.00  \t\t   0.000000\n"
 	warn := "Correlation coefficient r^2: 0.889544 < 0.9\n"
 	for _, tc := range []struct {
 		name         string
-		out          string
+		out, calib   string
 		ok, uncalibr bool
 	}{
-		{"measured", good, true, false},
-		{"uncalibrated", void + warn, true, true},
-		{"inf without the warning", void, false, false},
-		{"header only", head, false, false},
-		{"other size", strings.Replace(good, " 4096 ", " 4095 ", 1), false, false},
-		{"other iterations", strings.Replace(good, "    10    ", "    11    ", 1), false, false},
+		{"measured", good, good, true, false},
+		{"uncalibrated", void + warn, void + warn, true, true},
+		{"inf without the warning", void, void, false, false},
+		{"no peak, an average", bw, bw, true, false},
+		{"zero bandwidth without the warning", zero, zero, false, false},
+		{"zero bandwidth, the warning elsewhere", zero, warn, true, true},
+		{"header only", head, head, false, false},
+		{"other size", strings.Replace(good, " 4096 ", " 4095 ", 1), good, false, false},
+		{"other iterations", strings.Replace(good, "    10    ", "    11    ", 1), good, false, false},
 	} {
-		row, uncal, err := resultRow(tc.out, p)
+		row, uncal, err := resultRow(tc.out, tc.calib, p)
 		if (err == nil) != tc.ok || uncal != tc.uncalibr {
 			t.Errorf("%s: row %v uncalibrated %v err %v; want ok %v uncalibrated %v", tc.name, row, uncal, err, tc.ok, tc.uncalibr)
 		}
 	}
 	// ib_atomic_bw has no size option: its rows are 8 bytes.
-	atomic := " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 8          20               0.01               0.01   \t\t   0.000764\n"
-	if _, _, err := resultRow(atomic, perftest.Params{Verb: perftest.Atomic, Iterations: 20}); err != nil {
+	atomic := bwHead + " 8          20               0.01               0.01   \t\t   0.000764\n"
+	if _, _, err := resultRow(atomic, atomic, perftest.Params{Verb: perftest.Atomic, Iterations: 20}); err != nil {
 		t.Errorf("atomic row: %v", err)
 	}
 }
