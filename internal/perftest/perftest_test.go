@@ -492,15 +492,21 @@ func TestLatencyPingPongOrder(t *testing.T) {
 // still end without error, with the peer's report. The lost ACK is the
 // one of the n-th 56-byte message after the ten 8-byte report messages:
 // the client's closing message is the first, the server's the second.
+//
+// Both kinds of transport: one that flushes requests at the peer's
+// disconnect (the SEND completes flushed) and one that leaves them
+// outstanding (ndk, rdma_cm: Poll reports the disconnect while the SEND
+// is pending and the server's message is already in).
 func TestClosingHandshakeAckLost(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		nth  int
-	}{{"server", 2}, {"client", 1}} {
+		keep bool
+	}{{"server/flushed", 2, false}, {"client/flushed", 1, false}, {"server/kept", 2, true}, {"client/kept", 1, true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex
 			reports, dests, lost := 0, 0, 0
-			n := &verbstest.Network{Options: verbstest.Options{LoseAck: func(b []byte) bool {
+			n := &verbstest.Network{Options: verbstest.Options{KeepOnPeerClose: tt.keep, LoseAck: func(b []byte) bool {
 				mu.Lock()
 				defer mu.Unlock()
 				switch {

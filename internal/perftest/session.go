@@ -156,23 +156,18 @@ func (c *control) handshake(ctx context.Context, mine *Dest) (Dest, error) {
 // as soon as it is done with it (the client once it holds the server's
 // message, the server once its own is sent), so the ACK of the last SEND
 // either side makes may be lost for good: the peer is gone before a
-// retransmission arrives, and the disconnect completes the SEND flushed
-// (or Poll reports it) instead of acknowledged. perftest's C code does not
-// stop for that either. The client still needs the server's message; the
-// server, once it has the client's, only needs to see the disconnect.
+// retransmission arrives. Depending on the transport, the disconnect then
+// completes that SEND flushed or leaves it pending while Poll reports the
+// disconnect. perftest's C code does not stop for that either. The
+// client still needs the server's message; the server, once it has the
+// client's, only needs to see the disconnect.
 func (c *control) closingHandshake(ctx context.Context, mine *Dest) error {
 	var b [DestLen]byte
 	if err := mine.Put(b[:]); err != nil {
 		return err
 	}
 	if c.client {
-		if err := c.sendMsg(ctx, b[:]); err != nil && !errors.Is(err, verbs.ErrFlushed) && !errors.Is(err, verbs.ErrDisconnected) {
-			return err
-		}
-		// A flushed SEND here is harmless only if the server's message
-		// arrived: a receive the disconnect flushed is an error.
-		_, err := c.recvMsg(ctx, len(b))
-		return err
+		return c.closingClient(ctx, b[:])
 	}
 	if _, err := c.recvMsg(ctx, len(b)); err != nil {
 		return err
@@ -183,6 +178,40 @@ func (c *control) closingHandshake(ctx context.Context, mine *Dest) error {
 	}
 	if err != nil && !errors.Is(err, verbs.ErrDisconnected) {
 		return err
+	}
+	return nil
+}
+
+// closingClient sends the client's closing message and takes the
+// server's, in whichever order their completions come: once the server's
+// message is in, our SEND may complete flushed or never, the server
+// having left.
+func (c *control) closingClient(ctx context.Context, msg []byte) error {
+	copy(c.send.Buf, msg)
+	seg, _ := c.send.Seg(0, len(msg))
+	if err := c.w.ep.Send(idControl, seg, true); err != nil {
+		return fmt.Errorf("control send: %w", err)
+	}
+	sent, got := false, false
+	for !sent || !got {
+		comp, err := c.w.next(ctx)
+		switch {
+		case err != nil && got && errors.Is(err, verbs.ErrDisconnected):
+			return nil
+		case err != nil:
+			return fmt.Errorf("closing handshake: %w", err)
+		case comp.Op == verbs.OpSend && (comp.Err == nil || errors.Is(comp.Err, verbs.ErrFlushed)):
+			sent = true
+		case comp.Op == verbs.OpReceive && comp.Err == nil:
+			if comp.Bytes != len(msg) {
+				return fmt.Errorf("closing handshake: message of %d bytes, expected %d: %w", comp.Bytes, len(msg), ErrProtocol)
+			}
+			got = true
+		case comp.Err != nil:
+			return fmt.Errorf("closing handshake: %v failed: %w", comp.Op, comp.Err)
+		default:
+			return fmt.Errorf("closing handshake: %v completion: %w", comp.Op, ErrProtocol)
+		}
 	}
 	return nil
 }

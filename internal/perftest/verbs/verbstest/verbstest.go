@@ -27,12 +27,18 @@ type Options struct {
 	// LoseAck, if set, sees the payload of every SEND as it is delivered.
 	// Where it returns true the receiver gets the message but the
 	// sender's ACK is lost and every retransmission finds the peer gone:
-	// the SEND stays unacknowledged until either side closes and then
-	// completes with ErrFlushed, as a transport that moves the QP to
-	// error at the peer's disconnect flushes it. Meanwhile the sender's
-	// receive completions are held (verbs.Endpoint.Poll). It may be
-	// called from several goroutines.
+	// the SEND stays unacknowledged until a close flushes it (see
+	// KeepOnPeerClose). Meanwhile the sender's receive completions are
+	// held (verbs.Endpoint.Poll). It may be called from several
+	// goroutines.
 	LoseAck func(payload []byte) bool
+	// KeepOnPeerClose makes a close flush only the closing side's
+	// requests: the peer's stay outstanding and its Poll reports
+	// ErrDisconnected once its completions are drained, as with ndk
+	// (NDKPI's provider does not flush on the peer's disconnect) and
+	// Linux's rdma_cm. By default a close flushes both sides' requests,
+	// as a transport that moves the QP to error at the peer's disconnect.
+	KeepOnPeerClose bool
 }
 
 type region struct {
@@ -52,6 +58,7 @@ type Endpoint struct {
 	peer    *Endpoint
 	depth   int
 	loseAck func([]byte) bool
+	keep    bool              // Options.KeepOnPeerClose
 	regions map[uint32]region // by rkey and by lkey
 	nextKey uint32
 	nextVA  uint64
@@ -78,8 +85,8 @@ func Pair(o Options) (*Endpoint, *Endpoint) {
 		o.QueueDepth = 1024
 	}
 	mu := new(sync.Mutex)
-	a := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
-	b := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
+	a := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
+	b := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
 	a.peer, b.peer = b, a
 	return a, b
 }
@@ -354,8 +361,8 @@ func (e *Endpoint) Peek(r verbs.Region, off int) byte {
 }
 
 // Close implements verbs.Endpoint: the SENDs and receives still
-// outstanding on either side flush, and the peer's Poll reports
-// ErrDisconnected once drained.
+// outstanding flush (on both sides, unless Options.KeepOnPeerClose), and
+// the peer's Poll reports ErrDisconnected once drained.
 func (e *Endpoint) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -363,7 +370,11 @@ func (e *Endpoint) Close() error {
 		return nil
 	}
 	e.closed = true
-	for _, p := range []*Endpoint{e, e.peer} {
+	sides := []*Endpoint{e, e.peer}
+	if e.keep {
+		sides = sides[:1]
+	}
+	for _, p := range sides {
 		for _, s := range slices.Concat(p.unacked, p.sends) {
 			p.complete(verbs.Completion{ID: s.id, Op: verbs.OpSend, Err: verbs.ErrFlushed})
 		}

@@ -92,9 +92,7 @@ func TestSendWaitsForReceiveAndCloseFlushes(t *testing.T) {
 // and when the peer closes the SEND completes flushed ahead of the answer
 // and of the peer's disconnect.
 func TestLostAckHoldsReceivesUntilFlushed(t *testing.T) {
-	a, b := Pair(Options{LoseAck: func(p []byte) bool { return string(p) == "ping" }})
-	abuf, _ := a.Register([]byte("ping...."), verbs.AccessLocalWrite)
-	bbuf, _ := b.Register([]byte("pong...."), verbs.AccessLocalWrite)
+	a, b, abuf, bbuf := pingPong(Options{})
 	ping, _ := abuf.Seg(0, 4)
 	aRecv, _ := abuf.Seg(4, 4)
 	pong, _ := bbuf.Seg(0, 4)
@@ -145,4 +143,53 @@ func TestNetworkRejectsUnboundPort(t *testing.T) {
 	if _, err := n.Connect(context.Background(), 99, verbs.ConnParams{}); !errors.As(err, &rej) {
 		t.Fatalf("after close: %v", err)
 	}
+}
+
+// TestKeepOnPeerClose: with KeepOnPeerClose the peer's close leaves the
+// unacknowledged SEND pending; the answer is no longer held, Poll then
+// reports the disconnect, and only the sender's own close flushes the SEND.
+func TestKeepOnPeerClose(t *testing.T) {
+	a, b, abuf, bbuf := pingPong(Options{KeepOnPeerClose: true})
+	ping, _ := abuf.Seg(0, 4)
+	aRecv, _ := abuf.Seg(4, 4)
+	pong, _ := bbuf.Seg(0, 4)
+	bRecv, _ := bbuf.Seg(4, 4)
+	for _, err := range []error{a.Receive(10, aRecv), b.Receive(20, bRecv), a.Send(11, ping, true)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c [4]verbs.Completion
+	if n, _ := b.Poll(c[:]); n != 1 {
+		t.Fatalf("peer: %d completions", n)
+	}
+	if err := b.Send(21, pong, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Poll(c[:]); n != 1 || err != nil || c[0].ID != 10 || c[0].Err != nil {
+		t.Fatalf("after the peer closed: %d completions (%v): %+v", n, err, c[:n])
+	}
+	if n, err := a.Poll(c[:]); n != 0 || !errors.Is(err, verbs.ErrDisconnected) {
+		t.Fatalf("then: %d completions, %v; want ErrDisconnected with the SEND pending", n, err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := a.Poll(c[:]); n != 1 || c[0].ID != 11 || !errors.Is(c[0].Err, verbs.ErrFlushed) {
+		t.Fatalf("after our own close: %d completions %+v, want the SEND flushed", n, c[:n])
+	}
+}
+
+// pingPong is a pair whose SENDs of "ping" lose their ACK, with a region
+// on each side: "ping" or "pong" in the first 4 bytes to send, 4 bytes to
+// receive into.
+func pingPong(o Options) (a, b *Endpoint, abuf, bbuf verbs.Region) {
+	o.LoseAck = func(p []byte) bool { return string(p) == "ping" }
+	a, b = Pair(o)
+	abuf, _ = a.Register([]byte("ping...."), verbs.AccessLocalWrite)
+	bbuf, _ = b.Register([]byte("pong...."), verbs.AccessLocalWrite)
+	return a, b, abuf, bbuf
 }
