@@ -179,7 +179,9 @@ func (c *Connector) wait(ctx context.Context, op string, done chan error, abando
 // CompleteConnect finishes a connection whose Connect succeeded: the RTU
 // goes out (NdkCompleteConnect). onDisconnect, if not nil, is called once,
 // on a goroutine of its own, when the peer disconnects or the connection
-// aborts. It fails with STATUS_CONNECTION_INVALID when Connect has not
+// aborts. A disconnect by the peer leaves the QP and its outstanding
+// requests alone, as NDKPI asks of a provider: Disconnect (which succeeds
+// after the peer's), Flush or Close end them. It fails with STATUS_CONNECTION_INVALID when Connect has not
 // succeeded, and STATUS_CONNECTION_ABORTED or STATUS_IO_TIMEOUT when the
 // peer gave up meanwhile.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {

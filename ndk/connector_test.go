@@ -103,7 +103,9 @@ func listen(t testing.TB, y *side, addr netip.AddrPort, reply []byte) (*Listener
 	return l, ch
 }
 
-func sendOne(t testing.TB, x, y *side, payload []byte) {
+// postSendRecv posts a receive of len(payload) bytes on y and a SEND of
+// payload (request context sctx) on x, and returns the receive buffer.
+func postSendRecv(t testing.TB, x, y *side, payload []byte, sctx any) []byte {
 	t.Helper()
 	src := append([]byte(nil), payload...)
 	dst := make([]byte, len(payload))
@@ -120,9 +122,15 @@ func sendOne(t testing.TB, x, y *side, payload []byte) {
 	if err := y.qp.Receive("r", []SGE{ds}); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.qp.Send("s", []SGE{ss}, 0); err != nil {
+	if err := x.qp.Send(sctx, []SGE{ss}, 0); err != nil {
 		t.Fatal(err)
 	}
+	return dst
+}
+
+func sendOne(t testing.TB, x, y *side, payload []byte) {
+	t.Helper()
+	dst := postSendRecv(t, x, y, payload, "s")
 	if r := waitResult(t, y.rcq); r.Status != StatusSuccess || r.BytesTransferred != uint32(len(payload)) {
 		t.Fatalf("receive %+v", r)
 	}
@@ -193,8 +201,16 @@ func TestConnectAcceptSendDisconnectOverPipe(t *testing.T) {
 	if discs.Load() != 0 {
 		t.Fatal("the side that disconnected got a disconnect event")
 	}
-	if x.qp.Connected() || y.qp.Connected() {
-		t.Fatal("QPs still connected after disconnect")
+	// The peer's disconnect leaves the passive QP alone (NDKPI: no flush
+	// because of a disconnect event); its own Disconnect ends it.
+	if x.qp.Connected() || !y.qp.Connected() {
+		t.Fatalf("after the active side's disconnect: active QP connected %v, passive %v; want false, true", x.qp.Connected(), y.qp.Connected())
+	}
+	if err := r.c.Disconnect(ctx); err != nil {
+		t.Fatalf("passive disconnect after the peer's: %v", err)
+	}
+	if y.qp.Connected() {
+		t.Fatal("passive QP still connected after its own disconnect")
 	}
 	c.Close()
 	r.c.Close()
@@ -210,6 +226,77 @@ func TestConnectAcceptSendDisconnectOverPipe(t *testing.T) {
 		if s.Sent[id] != 1 {
 			t.Errorf("active side sent %d of attribute %#x, want 1", s.Sent[id], id)
 		}
+	}
+}
+
+// TestPeerDisconnectLeavesRequestsOutstanding: "The provider should not
+// flush outstanding work requests when it indicates a disconnect event
+// because of an incoming disconnect request from the peer"
+// (NDK_FN_DISCONNECT_EVENT_CALLBACK). A SEND the peer received but whose
+// ACKs are all lost is outstanding when the peer's DREQ arrives: the
+// event fires, the QP stays connected and the SEND stays pending, and
+// only the consumer's own Disconnect cancels it.
+func TestPeerDisconnectLeavesRequestsOutstanding(t *testing.T) {
+	var dropAcks atomic.Bool
+	var dropped atomic.Int32
+	x, y := cmPipePair(t, func(d port.Direction, f []byte) port.Verdict {
+		var p rocev2.Packet
+		if d == port.BtoA && dropAcks.Load() && rocev2.Parse(f, &p) == nil && p.BTH.Opcode == rocev2.RCAck {
+			dropped.Add(1)
+			return port.Drop
+		}
+		return port.Pass
+	}, cm.Params{})
+	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7472), nil)
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Connect(ctx, x.qp, netip.AddrPort{}, netip.AddrPortFrom(pipeIPB, 7472), 0, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	event := make(chan struct{})
+	if err := c.CompleteConnect(func() { close(event) }); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.c.Close()
+
+	dropAcks.Store(true)
+	src := []byte("the closing message")
+	dst := postSendRecv(t, x, y, src, "last")
+	if res := waitResult(t, y.rcq); res.Status != StatusSuccess || !bytes.Equal(dst[:res.BytesTransferred], src) {
+		t.Fatalf("peer's receive %+v, %q", res, dst)
+	}
+	for deadline := time.Now().Add(5 * time.Second); dropped.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the peer sent no ACK to drop")
+		}
+	}
+	if err := r.c.Disconnect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-event:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no disconnect event")
+	}
+	// The SEND's retry budget (7 x the ACK timeout) is far from spent.
+	var res [1]ResultEx
+	if n := x.icq.GetResultsEx(res[:]); n != 0 || !x.qp.Connected() {
+		t.Fatalf("after the peer's disconnect: %d completions %+v, QP connected %v; want the SEND pending on a connected QP", n, res[0], x.qp.Connected())
+	}
+	if err := c.Disconnect(ctx); err != nil {
+		t.Fatalf("disconnect after the peer's: %v", err)
+	}
+	if got := waitResult(t, x.icq); got.Status != StatusCancelled || got.RequestContext != "last" {
+		t.Fatalf("after our disconnect the SEND completed %+v, want STATUS_CANCELLED", got)
 	}
 }
 

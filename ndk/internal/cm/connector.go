@@ -592,6 +592,12 @@ func (c *Connector) Close(done func()) bool {
 		c.enterTimeWait(m)
 	case stDreqSent:
 		c.enterTimeWait(m)
+	case stTimeWait, stDone:
+		// The peer disconnected and left the QP alone; closing the
+		// connector ends the connection here too.
+		if c.wasConnected {
+			c.qpToError(m)
+		}
 	case stIdle:
 		c.state = stDone
 	}
@@ -1027,8 +1033,11 @@ func (m *Manager) handleDREQ(src PathInfo, tid uint64, dreq *rocev2.CMDreq) {
 		c.establish(m)
 		fallthrough
 	case stEstablished:
+		// The QP is left as it is: NDKPI's provider does not flush
+		// outstanding requests because of a disconnect it indicates
+		// (NDK_FN_DISCONNECT_EVENT_CALLBACK). The consumer's Disconnect
+		// or Flush does.
 		m.send(c.path, tid, drep)
-		c.qpToError(m)
 		c.enterTimeWait(m)
 		c.disconnectEvent(m)
 	case stDreqSent:

@@ -532,19 +532,44 @@ func TestDisconnect(t *testing.T) {
 		if k, err := d.get(); k != 1 || err != nil {
 			t.Fatalf("disconnect %d %v", k, err)
 		}
-		if c.eventB.get() != 1 || c.eventA.get() != 0 || c.qpA.State() != "error" || c.qpB.State() != "error" {
-			t.Fatalf("events %d %d, QPs %s %s", c.eventA.get(), c.eventB.get(), c.qpA.State(), c.qpB.State())
+		// The peer's DREQ leaves the passive QP alone (NDKPI: the
+		// provider does not flush because of a disconnect event).
+		if c.eventB.get() != 1 || c.eventA.get() != 0 || c.qpA.State() != "error" || c.qpB.State() != "rts" {
+			t.Fatalf("events %d %d, QPs %s %s; want 0 1, error rts", c.eventA.get(), c.eventB.get(), c.qpA.State(), c.qpB.State())
 		}
-		// The passive side may still call Disconnect: it succeeds.
+		// The passive side may still call Disconnect: it succeeds, and
+		// its QP moves to error then.
 		var d2 result
 		if err := c.passive.Disconnect(d2.done); err != nil {
 			t.Fatal(err)
 		}
-		if k, err := d2.get(); k != 1 || err != nil {
-			t.Fatalf("disconnect after peer's: %d %v", k, err)
+		if k, err := d2.get(); k != 1 || err != nil || c.qpB.State() != "error" {
+			t.Fatalf("disconnect after peer's: %d %v, QP %s", k, err, c.qpB.State())
 		}
 		if err := c.passive.Disconnect(d2.done); err == nil {
 			t.Fatal("second disconnect accepted")
+		}
+	})
+	t.Run("close after the peer's", func(t *testing.T) {
+		// Closing the connector instead of disconnecting also ends the
+		// QP the peer's disconnect left alone.
+		p := newPair(t, cmtest.Faults{}, cm.Params{})
+		ls := listen(t, p.b, netip.AddrPortFrom(ipB, 1))
+		c := p.connect(t, ls, 1, netip.AddrPortFrom(ipB, 1))
+		var d result
+		if err := c.active.Disconnect(d.done); err != nil {
+			t.Fatal(err)
+		}
+		p.clk.Drain(time.Minute)
+		if c.eventB.get() != 1 || c.qpB.State() != "rts" {
+			t.Fatalf("event %d, passive QP %s; want 1, rts", c.eventB.get(), c.qpB.State())
+		}
+		if !c.passive.Close(nil) {
+			t.Fatal("close did not complete")
+		}
+		p.clk.Drain(time.Minute)
+		if c.qpB.State() != "error" {
+			t.Fatalf("passive QP %s after its connector closed, want error", c.qpB.State())
 		}
 	})
 	t.Run("passive", func(t *testing.T) {
