@@ -84,7 +84,10 @@ type VM struct {
 	// GuestUptime is the guest's own clock at that moment.
 	BootTime    time.Duration
 	GuestUptime time.Duration
-	Image       *Image
+	// BootNote says what the boot met on its way, if anything: an
+	// attempt that hung and was retried.
+	BootNote string
+	Image    *Image
 
 	dir     string // console log and agent socket
 	cmd     *exec.Cmd
@@ -151,16 +154,45 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 			why := fmt.Sprintf("a KVM boot failed on this machine (%v); using TCG", firstLine(err))
 			rememberKVMFailure(img, why)
 			accel, reason = AccelTCG, why
-			vm, err = boot(ctx, cfg, img, accel)
+			vm, err = bootRetrying(ctx, cfg, img, accel)
 		}
 	} else {
-		vm, err = boot(ctx, cfg, img, accel)
+		vm, err = bootRetrying(ctx, cfg, img, accel)
 	}
 	if err != nil {
 		return nil, err
 	}
 	vm.AccelReason = reason
 	return vm, nil
+}
+
+// hangTimeout cuts a boot attempt that hung. Very rarely a TCG guest
+// stops taking timer interrupts early in its boot and never gets further
+// (the console shows only RCU stalls: "rcu_preempt kthread timer wakeup
+// didn't happen"); a CI run met one. A healthy TCG boot takes 10-15 s,
+// 30 s on a loaded machine, so an attempt not ready after hangTimeout is
+// killed and the VM booted afresh, once, within Config.BootTimeout.
+const hangTimeout = 90 * time.Second
+
+// errNotReady is a boot attempt whose guest never reported rxe0 ready.
+var errNotReady = errors.New("rxe0 not ready")
+
+// bootAttempt is boot; tests replace it to exercise the retry.
+var bootAttempt = boot
+
+func bootRetrying(ctx context.Context, cfg Config, img *Image, accel Accel) (*VM, error) {
+	first := cfg
+	first.BootTimeout = min(cfg.BootTimeout, hangTimeout)
+	vm, err := bootAttempt(ctx, first, img, accel)
+	if err == nil || !errors.Is(err, errNotReady) || ctx.Err() != nil || first.BootTimeout == cfg.BootTimeout {
+		return vm, err
+	}
+	again, err2 := bootAttempt(ctx, cfg, img, accel)
+	if err2 != nil {
+		return nil, errors.Join(err, err2)
+	}
+	again.BootNote = fmt.Sprintf("a first attempt hung and was cut after %v (%s)", hangTimeout, firstLine(err))
+	return again, nil
 }
 
 // kvmAttemptTimeout bounds an automatic KVM boot: a working KVM boots the
@@ -289,7 +321,7 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 	case <-vm.exited:
 		return vm, vm.bootError(fmt.Errorf("qemu exited during boot: %v", vm.waitErr))
 	case <-bctx.Done():
-		return vm, vm.bootError(fmt.Errorf("rxe0 not ready after %v: %w", time.Since(start).Round(time.Millisecond), context.Cause(bctx)))
+		return vm, vm.bootError(fmt.Errorf("%w after %v: %w", errNotReady, time.Since(start).Round(time.Millisecond), context.Cause(bctx)))
 	}
 	vm.BootTime = time.Since(start)
 	vm.GuestUptime = time.Duration(r.uptime * float64(time.Second))

@@ -3,10 +3,12 @@ package interop
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,6 +83,9 @@ func logBoot(t *testing.T, vm *VM) {
 	t.Logf("peer VM: image %s (kernel %s, initramfs %.1f MB), %s (%s), ready in %v (guest uptime %v)",
 		vm.Image.Hash, vm.Image.KernelRelease, float64(vm.Image.InitrdBytes)/1e6,
 		vm.Accel, vm.AccelReason, vm.BootTime.Round(time.Millisecond), vm.GuestUptime.Round(time.Millisecond))
+	if vm.BootNote != "" {
+		t.Logf("peer VM: %s", vm.BootNote)
+	}
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -367,5 +372,46 @@ func TestBootKVMFallsBack(t *testing.T) {
 	}
 	if out := mustRun(t, vm, "cat /sys/class/infiniband/rxe0/ports/1/state"); !strings.Contains(out, "ACTIVE") {
 		t.Errorf("rxe0 port state %q", out)
+	}
+}
+
+// TestBootRetriesAHungAttempt: an attempt whose guest never got ready is
+// cut at hangTimeout and the VM booted once more with the whole
+// BootTimeout; any other failure, a second hang, or a caller's timeout no
+// longer than hangTimeout is returned as it is.
+func TestBootRetriesAHungAttempt(t *testing.T) {
+	saved := bootAttempt
+	t.Cleanup(func() { bootAttempt = saved })
+	hung := fmt.Errorf("interop: boot the peer VM (tcg): %w after 1m30s: context deadline exceeded", errNotReady)
+	exited := errors.New("interop: boot the peer VM (tcg): qemu exited during boot")
+	for _, tc := range []struct {
+		name     string
+		timeout  time.Duration
+		results  []error
+		timeouts []time.Duration // what each attempt was given
+		ok       bool
+	}{
+		{"hang then boot", 3 * time.Minute, []error{hung, nil}, []time.Duration{hangTimeout, 3 * time.Minute}, true},
+		{"first boot", 3 * time.Minute, []error{nil}, []time.Duration{hangTimeout}, true},
+		{"qemu exits", 3 * time.Minute, []error{exited}, []time.Duration{hangTimeout}, false},
+		{"two hangs", 3 * time.Minute, []error{hung, hung}, []time.Duration{hangTimeout, 3 * time.Minute}, false},
+		{"short caller timeout", time.Minute, []error{hung}, []time.Duration{time.Minute}, false},
+	} {
+		var got []time.Duration
+		bootAttempt = func(ctx context.Context, cfg Config, img *Image, accel Accel) (*VM, error) {
+			got = append(got, cfg.BootTimeout)
+			if err := tc.results[len(got)-1]; err != nil {
+				return nil, err
+			}
+			return &VM{Accel: accel}, nil
+		}
+		vm, err := bootRetrying(context.Background(), Config{BootTimeout: tc.timeout}, &Image{}, AccelTCG)
+		if (err == nil) != tc.ok || !slices.Equal(got, tc.timeouts) {
+			t.Errorf("%s: attempts given %v, error %v; want %v, success %v", tc.name, got, err, tc.timeouts, tc.ok)
+			continue
+		}
+		if tc.ok && (len(got) > 1) != strings.Contains(vm.BootNote, "hung") {
+			t.Errorf("%s: boot note %q after %d attempts", tc.name, vm.BootNote, len(got))
+		}
 	}
 }
