@@ -171,7 +171,7 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 // (the console shows only RCU stalls: "rcu_preempt kthread timer wakeup
 // didn't happen"); a CI run met one. A healthy TCG boot takes 10-15 s,
 // 30 s on a loaded machine, so an attempt not ready after hangTimeout is
-// killed and the VM booted afresh, once, within Config.BootTimeout.
+// killed and the VM booted afresh, once, with the whole Config.BootTimeout.
 const hangTimeout = 90 * time.Second
 
 // errNotReady is a boot attempt whose guest never reported rxe0 ready.
