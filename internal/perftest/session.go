@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
 )
@@ -160,39 +159,30 @@ func (c *control) handshake(ctx context.Context, mine *Dest) (Dest, error) {
 // completes that SEND flushed or leaves it pending while Poll reports the
 // disconnect. perftest's C code does not stop for that either. The
 // client still needs the server's message; the server, once it has the
-// client's, only needs to see the disconnect.
+// client's, needs nothing more.
 func (c *control) closingHandshake(ctx context.Context, mine *Dest) error {
 	var b [DestLen]byte
 	if err := mine.Put(b[:]); err != nil {
 		return err
 	}
-	if c.client {
-		return c.closingClient(ctx, b[:])
+	if !c.client {
+		if _, err := c.recvMsg(ctx, len(b)); err != nil {
+			return err
+		}
 	}
-	if _, err := c.recvMsg(ctx, len(b)); err != nil {
-		return err
-	}
-	err := c.sendMsg(ctx, b[:])
-	if errors.Is(err, verbs.ErrFlushed) {
-		err = c.awaitDisconnect(ctx, err)
-	}
-	if err != nil && !errors.Is(err, verbs.ErrDisconnected) {
-		return err
-	}
-	return nil
+	return c.closingSend(ctx, b[:], c.client)
 }
 
-// closingClient sends the client's closing message and takes the
-// server's, in whichever order their completions come: once the server's
-// message is in, our SEND may complete flushed or never, the server
-// having left.
-func (c *control) closingClient(ctx context.Context, msg []byte) error {
+// closingSend sends msg and, with await, takes the peer's message too, in
+// whichever order their completions come. The SEND may complete flushed,
+// or never once the peer disconnected; a missing message is an error.
+func (c *control) closingSend(ctx context.Context, msg []byte, await bool) error {
 	copy(c.send.Buf, msg)
 	seg, _ := c.send.Seg(0, len(msg))
 	if err := c.w.ep.Send(idControl, seg, true); err != nil {
 		return fmt.Errorf("control send: %w", err)
 	}
-	sent, got := false, false
+	sent, got := false, !await
 	for !sent || !got {
 		comp, err := c.w.next(ctx)
 		switch {
@@ -202,7 +192,7 @@ func (c *control) closingClient(ctx context.Context, msg []byte) error {
 			return fmt.Errorf("closing handshake: %w", err)
 		case comp.Op == verbs.OpSend && (comp.Err == nil || errors.Is(comp.Err, verbs.ErrFlushed)):
 			sent = true
-		case comp.Op == verbs.OpReceive && comp.Err == nil:
+		case comp.Op == verbs.OpReceive && comp.Err == nil && !got:
 			if comp.Bytes != len(msg) {
 				return fmt.Errorf("closing handshake: message of %d bytes, expected %d: %w", comp.Bytes, len(msg), ErrProtocol)
 			}
@@ -214,30 +204,6 @@ func (c *control) closingClient(ctx context.Context, msg []byte) error {
 		}
 	}
 	return nil
-}
-
-// disconnectGrace bounds how long a flushed closing SEND waits for the
-// peer's disconnect to be reported: the transport flushes the QP and
-// then tells the endpoint, in that order.
-const disconnectGrace = 5 * time.Second
-
-// awaitDisconnect returns nil once Poll reports the peer's disconnect,
-// passing over the flushed control receive; anything else, or no
-// disconnect within disconnectGrace, returns flushed.
-func (c *control) awaitDisconnect(ctx context.Context, flushed error) error {
-	ctx, cancel := context.WithTimeout(ctx, disconnectGrace)
-	defer cancel()
-	for {
-		comp, err := c.w.next(ctx)
-		switch {
-		case errors.Is(err, verbs.ErrDisconnected):
-			return nil
-		case err != nil:
-			return fmt.Errorf("%w; then, waiting for the peer's disconnect: %w", flushed, err)
-		case !errors.Is(comp.Err, verbs.ErrFlushed):
-			return fmt.Errorf("%w; then a %v completion (%v) instead of the peer's disconnect: %w", flushed, comp.Op, comp.Err, ErrProtocol)
-		}
-	}
 }
 
 // prologue is what every test's main() exchanges right after the control
