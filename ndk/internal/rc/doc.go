@@ -7,6 +7,66 @@
 // I/O (port), connection management (cm), or the API's object model
 // (ndk); it knows QPs, PSNs, WQEs and memory tokens.
 //
+// # Roles and opcodes
+//
+// As in Linux rxe (rxe_req.c, rxe_resp.c, rxe_comp.c), a QP has three
+// roles on its engine: the requester turns posted WQEs into requests, the
+// responder executes the peer's requests and answers them, and the
+// completer takes those answers and retires the requester's WQEs. Every
+// CQE is pushed by completeSend or completeRecv. Who handles each opcode
+// (ROCEV2.md 1.4; "completed by" is the function that retires the WQE):
+//
+//	opcode                          sent by           received by              completed by
+//	SEND_FIRST/MIDDLE/LAST/ONLY     sendRequest       recvSend                 ackThrough (send),
+//	                                                                           recvSend (receive)
+//	SEND_LAST/ONLY_WITH_INVALIDATE  sendRequest       recvSend (invalidates)   as SEND
+//	SEND_LAST/ONLY_WITH_IMMEDIATE   -                 recvSend (drops the      recvSend (receive)
+//	                                                  immediate)
+//	RDMA_WRITE_FIRST/MIDDLE/        sendRequest       recvWrite                ackThrough (no receive
+//	LAST/ONLY                                                                  CQE)
+//	RDMA_READ_REQUEST               sendRequest       recvRead, duplicateRead  readResponse
+//	RDMA_READ_RESPONSE_FIRST/       sendReadResponse  readResponse             readResponse (on the
+//	MIDDLE/LAST/ONLY                                                           last one)
+//	COMPARE_SWAP, FETCH_ADD         sendRequest       recvAtomic,              atomicAck
+//	                                                  duplicateAtomic
+//	ATOMIC_ACKNOWLEDGE              sendAtomicAck     atomicAck                atomicAck
+//	ACKNOWLEDGE (ACK, NAK,          sendCtl           completer                ackThrough; failHead
+//	RNR NAK)                                                                   (fatal NAK)
+//	RDMA_WRITE_*_WITH_IMMEDIATE,    -                 responder: fatalNAK      -
+//	FLUSH, ATOMIC_WRITE                               (invalid request)
+//	UD SEND_ONLY to QP1 (CM)        TransmitGSI       dispatch -> Config.GSI   (package cm)
+//
+// sendRequest is the requester's (called from request); recv*,
+// duplicate*, fatalNAK and the senders of answers (sendReadResponse,
+// sendAtomicAck, sendCtl) are the responder's; completer, ackThrough,
+// readResponse, atomicAck, retry, rnrWait and goBack are the completer's.
+// Requests end in error through fail (the oldest outstanding request,
+// with its error status: a fatal NAK, retries spent, a response of the
+// wrong length), recvSend (a receive the message does not fit, or whose
+// token cannot be invalidated) and cancelAll (everything else,
+// STATUS_CANCELLED).
+//
+// # Files
+//
+//	engine.go     Engine and Config; the loop: receive and dispatch, ready QPs,
+//	              control calls, transmit, timers, sleep
+//	qp.go         QP, QPConfig, the WQEs; CreateQP, Connect, Close
+//	post.go       PostSend, PostReceive, Flush: the consumer's side
+//	ring.go       workRing, a QP's send or receive queue
+//	transport.go  qpTransport, a QP's engine-owned transport state, and the
+//	              responder resources
+//	requester.go  the requester: request, sendRequest
+//	responder.go  the responder: requests in, READ responses, atomic
+//	              acknowledgements, ACKs and NAKs out
+//	completer.go  the completer: ACKs, NAKs and responses in; retries
+//	complete.go   CQEs, the error state, cancelling
+//	frame.go      emit (headers, payload, ICRC onto the port), span, scatter
+//	forward.go    frames handed between the engines of one adapter
+//	gsi.go        QP1's datagrams for connection management
+//	stats.go      counters and Stats
+//	types.go      SGE, Op, flags, ConnParams, State and the other shared types
+//	unsafe.go     the package's unsafe conversions
+//
 // # Threads and posting
 //
 // Each Engine owns its QPs' transport state; nothing on the packet path is

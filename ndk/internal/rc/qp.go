@@ -1,12 +1,13 @@
 package rc
 
 import (
+	"errors"
+	"fmt"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -84,198 +85,130 @@ func (q *QP) State() State { return State(q.state.Load()) }
 // Context returns the QP context given at creation.
 func (q *QP) Context() any { return q.cfg.Context }
 
-// SendWR is one initiator request as posted.
-type SendWR struct {
-	Op      Op
-	Flags   uint32
-	Context any
-	SGL     []SGE
-	// RemoteAddr and RemoteToken name the peer's memory for Read and Write.
-	RemoteAddr  uint64
-	RemoteToken uint32
-	// InvalidateToken is the peer token a SendInvalidate invalidates.
-	InvalidateToken uint32
-	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
-	// swap) and OpFetchAdd (SwapAdd is the addend).
-	Compare, SwapAdd uint64
-}
-
-// PostSend queues an initiator request. It returns an NTSTATUS: Success,
-// or an inline failure that produces no completion:
-//   - ConnectionInvalid: the QP was never connected;
-//   - InvalidParameter: too many SGEs, inline data over the QP's inline
-//     size, a total length that overflows 32 bits, or an atomic whose SGL
-//     is not one 8-byte SGE;
-//   - AccessViolation: an SGE whose local token, bounds or rights fail
-//     (checked now, so that a bad SGE never reaches the wire);
-//   - InsufficientResources: the send queue is full;
-//   - InvalidHandle: the QP is closed.
-//
-// Unless wr.Flags has FlagDefer, the engine is woken. An inline failure
-// first rings the doorbell for earlier deferred requests (NDKPI.md §8).
-// After the QP has failed or been flushed, requests are accepted and
-// complete with STATUS_CANCELLED. It allocates nothing.
-func (q *QP) PostSend(wr *SendWR) uint32 {
-	st := q.postSend(wr)
+// CreateQP registers a QP on the engine. The QP starts in StateInit:
+// receives may be posted, sends fail with STATUS_CONNECTION_INVALID until
+// Connect.
+func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 	switch {
-	case st != ntstatus.Success:
-		if q.deferred {
-			q.deferred = false
-			q.doorbell()
-		}
-	case wr.Flags&FlagDefer != 0:
-		q.deferred = true
-	default:
-		q.deferred = false
-		q.doorbell()
+	case cfg.QPN <= 1 || cfg.QPN > rocev2.PSNMask:
+		return nil, fmt.Errorf("%w: QPN %#x outside [2, 2^24)", ErrBadConfig, cfg.QPN)
+	case cfg.RecvCQ == nil || cfg.SendCQ == nil:
+		return nil, fmt.Errorf("%w: QP needs a receive and an initiator CQ", ErrBadConfig)
+	case cfg.RecvDepth < 1 || cfg.SendDepth < 1 || cfg.RecvDepth > queue.MaxCapacity || cfg.SendDepth > queue.MaxCapacity:
+		return nil, fmt.Errorf("%w: queue depths %d/%d", ErrBadConfig, cfg.RecvDepth, cfg.SendDepth)
+	case cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > MaxSGE || cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > MaxSGE ||
+		cfg.MaxReadSGE < 0 || cfg.MaxReadSGE > MaxSGE:
+		return nil, fmt.Errorf("%w: SGE limits above %d", ErrBadConfig, MaxSGE)
+	case cfg.InlineSize < 0 || cfg.InlineSize > MaxInline:
+		return nil, fmt.Errorf("%w: inline size %d above %d", ErrBadConfig, cfg.InlineSize, MaxInline)
 	}
-	return st
+	q := &QP{
+		eng:     e,
+		regions: e.regions,
+		cfg:     cfg,
+		sq:      newWorkRing[sendWQE](cfg.SendDepth),
+		rq:      newWorkRing[recvWQE](cfg.RecvDepth),
+	}
+	var err error
+	if derr := e.do(func() {
+		switch {
+		case e.qps[cfg.QPN] != nil:
+			err = fmt.Errorf("%w: %#x", ErrQPNInUse, cfg.QPN)
+		case len(e.qps) >= e.maxQPs:
+			err = fmt.Errorf("%w: engine holds its maximum of %d QPs", ErrBadConfig, e.maxQPs)
+		default:
+			e.qps[cfg.QPN] = q
+		}
+	}); derr != nil {
+		return nil, derr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
 }
 
-func (q *QP) postSend(wr *SendWR) uint32 {
-	switch State(q.state.Load()) {
-	case StateInit:
-		return ntstatus.ConnectionInvalid
-	case StateClosed:
-		return ntstatus.InvalidHandle
+// Connect moves the QP from Init to connected (RTR and RTS at once) with
+// the given parameters.
+func (q *QP) Connect(p ConnParams) error {
+	switch {
+	case !p.PathMTU.Valid():
+		return fmt.Errorf("%w: path MTU %v", ErrBadConfig, p.PathMTU)
+	case p.Local.QPN != q.cfg.QPN:
+		return fmt.Errorf("%w: local QPN %#x is not this QP's %#x", ErrBadConfig, p.Local.QPN, q.cfg.QPN)
+	case p.Remote.QPN <= 1 || p.Remote.QPN > rocev2.PSNMask:
+		return fmt.Errorf("%w: remote QPN %#x outside [2, 2^24)", ErrBadConfig, p.Remote.QPN)
+	case !p.Local.IP.IsValid() || !p.Remote.IP.IsValid() || p.Local.IP.Is4() != p.Remote.IP.Is4():
+		return fmt.Errorf("%w: addresses %v -> %v", ErrBadConfig, p.Local.IP, p.Remote.IP)
+	case p.InboundReadLimit < 0 || p.OutboundReadLimit < 0 || p.InboundReadLimit > 255 || p.OutboundReadLimit > 255:
+		return fmt.Errorf("%w: read limits %d/%d", ErrBadConfig, p.InboundReadLimit, p.OutboundReadLimit)
+	case p.RetryCount < 0 || p.RetryCount > 7 || p.RNRRetry < 0 || p.RNRRetry > 7:
+		return fmt.Errorf("%w: retry counts %d/%d outside 0-7", ErrBadConfig, p.RetryCount, p.RNRRetry)
+	case p.AckTimeout < 0:
+		return fmt.Errorf("%w: negative ACK timeout", ErrBadConfig)
 	}
-	inline := wr.Flags&FlagInline != 0 && !wr.Op.responded()
-	maxSGE := q.cfg.MaxSendSGE
-	need := memreg.Access(0)
-	if wr.Op.responded() {
-		maxSGE = q.cfg.MaxReadSGE
-		need = memreg.AccessReadSink
-	}
-	if wr.Op.atomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
-		return ntstatus.InvalidParameter // the original value is 8 bytes (IBTA 9.4.5)
-	}
-	// Inline requests may exceed the SGE limit (NDKPI.md §5), but the WQE
-	// gathers them from at most MaxSGE pieces.
-	if len(wr.SGL) > MaxSGE || (!inline && len(wr.SGL) > maxSGE) {
-		return ntstatus.InvalidParameter
-	}
-	var total uint64
-	for i := range wr.SGL {
-		s := &wr.SGL[i]
-		if inline && s.Addr == 0 && s.Length > 0 {
-			return ntstatus.InvalidParameter // no memory to copy from
+	e := q.eng
+	var err error
+	derr := e.do(func() {
+		if e.qps[q.cfg.QPN] != q || q.t.connected || q.t.failed {
+			err = fmt.Errorf("%w: connect from state %v", ErrBadState, q.State())
+			return
 		}
-		total += uint64(s.Length)
-	}
-	if total > 1<<32-1 || (inline && total > uint64(q.cfg.InlineSize)) {
-		return ntstatus.InvalidParameter
-	}
-	w := q.sq.reserve()
-	if w == nil {
-		return ntstatus.InsufficientResource
-	}
-	if inline {
-		off := 0
-		for i := range wr.SGL {
-			s := &wr.SGL[i]
-			off += copy(w.inline[off:], q.inlineBytes(s))
+		q.t.setup(p)
+		q.t.connected = true
+		if e.firstPacket != nil {
+			e.awaitFirst[q.cfg.QPN] = struct{}{}
 		}
-		w.nseg = 1
-		w.seg[0] = w.inline[:off]
-		for i := 1; i < MaxSGE; i++ {
-			w.seg[i] = nil
-		}
-	} else {
-		for i := range wr.SGL {
-			s := &wr.SGL[i]
-			b, f := q.regions.CheckLocal(q.cfg.PD, s.Token, s.Addr, s.Length, need)
-			if f != memreg.OK {
-				for j := 0; j < i; j++ {
-					w.seg[j] = nil
-				}
-				return ntstatus.AccessViolation
-			}
-			w.seg[i] = b
-		}
-		w.nseg = uint8(len(wr.SGL))
+		q.state.Store(uint32(StateConnected))
+		e.live = append(e.live, q)
+		e.schedule(q)
+	})
+	if derr != nil {
+		return derr
 	}
-	w.op = wr.Op
-	w.flags = wr.Flags
-	w.length = uint32(total)
-	w.remoteAddr = wr.RemoteAddr
-	w.remoteToken = wr.RemoteToken
-	w.invToken = wr.InvalidateToken
-	w.compare = wr.Compare
-	w.swapAdd = wr.SwapAdd
-	w.ctx = wr.Context
-	q.sq.publish()
-	return ntstatus.Success
+	return err
 }
 
-// inlineBytes returns the bytes of an inline SGE. With INLINE the token
-// "might be invalid" (seed 003; NDKPI.md §5) and the buffer need only be
-// resident: a valid token is checked like any SGE, otherwise the address
-// is taken as the live Go memory the caller names, as NDK takes
-// VirtualAddress.
-func (q *QP) inlineBytes(s *SGE) []byte {
-	if s.Length == 0 {
+// Close cancels the QP's pending requests (STATUS_CANCELLED) and removes
+// it from the engine. Posts after Close fail with STATUS_INVALID_HANDLE.
+func (q *QP) Close() error {
+	e := q.eng
+	err := e.do(func() {
+		if e.qps[q.cfg.QPN] != q {
+			return
+		}
+		if t := &q.t; t.connected && !t.failed && t.ctl == ctlAck {
+			// Acknowledge what the QP executed before it goes: the
+			// consumer may close as soon as it sees a receive whose ACK
+			// is still held (ackHold), and the peer would wait for it.
+			_ = e.sendCtl(q)
+		}
+		e.enterError(q)
+		delete(e.qps, q.cfg.QPN)
+		delete(e.awaitFirst, q.cfg.QPN)
+		if e.lastQP == q {
+			e.lastQP = nil
+		}
+		e.live = removeQP(e.live, q)
+		e.active = removeQP(e.active, q)
+		q.t.active = false
+		q.state.Store(uint32(StateClosed))
+	})
+	if errors.Is(err, ErrClosed) {
+		// The engine stopped and cancelled everything already.
+		q.state.Store(uint32(StateClosed))
 		return nil
 	}
-	if b, f := q.regions.CheckLocal(q.cfg.PD, s.Token, s.Addr, s.Length, 0); f == memreg.OK {
-		return b
-	}
-	addr := uintptr(s.Addr)
-	return unsafe.Slice(*(**byte)(unsafe.Pointer(&addr)), s.Length)
+	return err
 }
 
-// PostReceive queues a receive buffer; allowed before the QP connects. It
-// returns Success, InvalidParameter (too many SGEs), AccessViolation (an
-// SGE without local write), InsufficientResources (receive queue full) or
-// InvalidHandle (closed). It allocates nothing.
-func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
-	if State(q.state.Load()) == StateClosed {
-		return ntstatus.InvalidHandle
-	}
-	if len(sgl) > q.cfg.MaxRecvSGE {
-		return ntstatus.InvalidParameter
-	}
-	w := q.rq.reserve()
-	if w == nil {
-		return ntstatus.InsufficientResource
-	}
-	var total uint64
-	for i := range sgl {
-		s := &sgl[i]
-		b, f := q.regions.CheckLocal(q.cfg.PD, s.Token, s.Addr, s.Length, memreg.AccessLocalWrite)
-		if f != memreg.OK {
-			for j := 0; j < i; j++ {
-				w.seg[j] = nil
-			}
-			return ntstatus.AccessViolation
+func removeQP(list []*QP, q *QP) []*QP {
+	for i, x := range list {
+		if x == q {
+			copy(list[i:], list[i+1:])
+			list[len(list)-1] = nil
+			return list[:len(list)-1]
 		}
-		w.seg[i] = b
-		total += uint64(s.Length)
 	}
-	if total > 1<<32-1 {
-		total = 1<<32 - 1
-	}
-	w.nseg = uint8(len(sgl))
-	w.length = uint32(total)
-	w.ctx = ctx
-	q.rq.publish()
-	if State(q.state.Load()) == StateError {
-		q.doorbell() // the engine cancels it
-	}
-	return ntstatus.Success
-}
-
-// Flush starts cancelling every pending request: the QP moves to the error
-// state and every queued send and receive completes with
-// STATUS_CANCELLED, in order (NdkFlush). It returns at once.
-func (q *QP) Flush() {
-	q.flushReq.Store(true)
-	q.doorbell()
-}
-
-// doorbell queues the QP for the engine and wakes it.
-func (q *QP) doorbell() {
-	if !q.ready.Swap(true) {
-		q.eng.ready.TryPush(&q) // never full: each QP is queued at most once
-	}
-	q.eng.port.Doorbell()
+	return list
 }

@@ -1,10 +1,18 @@
 package rc
 
 import (
+	"sync/atomic"
+
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
+
+// The responder (rxe_resp.c) executes requests in PSN order (SEND, WRITE,
+// READ, CMP_SWAP, FETCH_ADD), keeps a responder resource per READ and
+// atomic so that a duplicate is answered again and never executed twice,
+// and sends the READ responses, ATOMIC_ACKNOWLEDGEs and its ACK or NAK
+// (respond).
 
 // responder executes one request packet for q (ROCEV2.md 2, rxe_resp.c).
 func (e *Engine) responder(q *QP) {
@@ -208,6 +216,71 @@ func (e *Engine) recvRead(q *QP) {
 	e.schedule(q)
 }
 
+// recvAtomic executes a CMP_SWAP or FETCH_ADD at ePSN (IBTA 9.4.5, rxe
+// rxe_resp.c atomic_reply): the rkey must name 8 bytes with the remote
+// atomic right (else a remote access error NAK), the address must be
+// 8-byte aligned (else an invalid request NAK, rxe
+// RESPST_ERR_MISALIGNED_ATOMIC), and the original value is kept in a
+// responder resource, so a duplicate is answered from it and the
+// operation never runs twice.
+//
+// The operation is a sync/atomic instruction on the registered memory, so
+// it is atomic against atomics from other QPs, other engines (queues) and
+// local Go code using sync/atomic on the same word, not only within this
+// engine (IBTA's IB_ATOMIC_HCA level; verbs' IB_ATOMIC_GLOB is the same on
+// a CPU-coherent host). The value is in host byte order, as rxe operates on
+// the u64 in memory.
+func (e *Engine) recvAtomic(q *QP, op rocev2.Opcode) {
+	t := &q.t
+	p := &e.pkt
+	psn := p.BTH.PSN
+	if t.inMsg != msgNone {
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	slot := &t.res[t.resNext]
+	if slot.sending() && !slot.again {
+		// More READs and atomics outstanding than our responder
+		// resources (ROCEV2.md 2, "Outstanding READ/atomic").
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	a := &p.AtomicETH
+	b, f := e.regions.CheckRemote(q.cfg.PD, a.RKey, a.VA, 8, memreg.AccessRemoteAtomic)
+	if f != memreg.OK {
+		e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+		return
+	}
+	word := alignedWord(b)
+	if a.VA&7 != 0 || word == nil {
+		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+		return
+	}
+	var orig uint64
+	if op == rocev2.RCCompareSwap {
+		orig = compareAndSwap(word, a.Compare, a.SwapAdd)
+	} else {
+		orig = atomic.AddUint64(word, a.SwapAdd) - a.SwapAdd
+	}
+	e.c.atomics.Add(1)
+	*slot = readResource{first: psn, npkts: 1, va: a.VA, length: 8, atomic: true, orig: orig}
+	t.resNext = (t.resNext + 1) % len(t.res)
+	t.ePSN = t.ePSN.Next()
+	t.msn = (t.msn + 1) & rocev2.PSNMask
+	e.schedule(q)
+}
+
+// compareAndSwap stores swap at w if it holds compare and returns what it
+// held before, in one atomic step.
+func compareAndSwap(w *uint64, compare, swap uint64) uint64 {
+	for {
+		old := atomic.LoadUint64(w)
+		if old != compare || atomic.CompareAndSwapUint64(w, old, swap) {
+			return old
+		}
+	}
+}
+
 // duplicateRead answers a repeated READ again from the responder resource
 // whose PSN range covers it, starting at the repeated PSN; one that matches
 // none is dropped (ROCEV2.md 2, "Duplicates").
@@ -230,6 +303,23 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		s.start, s.next, s.again = k, k, true
 		e.schedule(q)
 		return
+	}
+	e.c.stale.Add(1)
+}
+
+// duplicateAtomic answers a repeated atomic from the resource that saved
+// its result; one whose resource was reused is dropped (rxe: no resource,
+// no reply), and the requester's retry count decides.
+func (e *Engine) duplicateAtomic(q *QP, psn rocev2.PSN) {
+	t := &q.t
+	for i := range t.res {
+		s := &t.res[i]
+		if s.atomic && s.first == psn {
+			s.start, s.next, s.again = 0, 0, true
+			e.c.atomicReplays.Add(1)
+			e.schedule(q)
+			return
+		}
 	}
 	e.c.stale.Add(1)
 }
@@ -318,6 +408,23 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 		return err
 	}
 	r.next++
+	return nil
+}
+
+// sendAtomicAck sends the ATOMIC_ACKNOWLEDGE of r: AETH and the original
+// value (ROCEV2.md 1.3, opcode 0x12).
+func (e *Engine) sendAtomicAck(q *QP, r *readResource) error {
+	t := &q.t
+	h := &t.hdr
+	h.BTH.Opcode = rocev2.RCAtomicAck
+	h.BTH.PSN = r.first
+	h.BTH.SE, h.BTH.AckReq = false, false
+	h.AETH = rocev2.AETHFields{Syndrome: rocev2.ACKSyndrome(rocev2.CreditInvalid), MSN: t.msn}
+	h.AtomicAckETH = rocev2.AtomicAckETHFields{OrigData: r.orig}
+	if err := e.emit(q, nil); err != nil {
+		return err
+	}
+	r.next = 1
 	return nil
 }
 

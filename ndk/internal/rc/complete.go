@@ -1,0 +1,153 @@
+package rc
+
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// How work requests end. completeSend and completeRecv retire the oldest
+// WQE of a ring and push its CQE; failHead, fail and enterError move a QP
+// to the error state, where cancelAll completes everything left, and
+// everything posted later, with STATUS_CANCELLED.
+
+// failHead completes the request a fatal NAK names with the error it maps
+// to, then fails the QP. Remote access errors are STATUS_ACCESS_VIOLATION
+// (ND2: bad MR or token), except on a READ, where NdkRead names
+// STATUS_REMOTE_RESOURCES for reading beyond the remote region; other
+// fatal NAKs are STATUS_REMOTE_RESOURCES (NDKPI.md §9).
+func (e *Engine) failHead(q *QP, psn rocev2.PSN, access bool) {
+	t := &q.t
+	if t.sqHead == t.sqStart {
+		return
+	}
+	w := q.sq.at(t.sqHead)
+	switch {
+	case access && w.op != OpRead:
+		e.fail(q, ntstatus.AccessViolation, wcRemAccessErr)
+	case access:
+		e.fail(q, ntstatus.RemoteResources, wcRemAccessErr)
+	default:
+		e.fail(q, ntstatus.RemoteResources, wcRemInvReqErr)
+	}
+}
+
+// fail completes the oldest outstanding request with status and moves the
+// QP to the error state.
+func (e *Engine) fail(q *QP, status, code uint32) {
+	t := &q.t
+	if t.sqHead < q.sq.tail.Load() {
+		e.completeSend(q, q.sq.at(t.sqHead), status, code)
+	}
+	e.enterError(q)
+}
+
+// enterError moves q to the error state: every pending request completes
+// with STATUS_CANCELLED, now and as it is posted later (ND2 IND2QueuePair:
+// after the first error completion the connection is dead).
+func (e *Engine) enterError(q *QP) {
+	e.stopQP(q)
+	t := &q.t
+	for i := range t.res {
+		t.res[i] = readResource{}
+	}
+}
+
+// stopQP is enterError without dropping READ responses already owed: a
+// responder that NAKs a request still answers the READs before it, in
+// order, as a responder executing in PSN order would have.
+func (e *Engine) stopQP(q *QP) {
+	t := &q.t
+	if !t.failed {
+		t.failed = true
+		if State(q.state.Load()) != StateClosed {
+			q.state.Store(uint32(StateError))
+		}
+	}
+	t.ackDeadline, t.rnrUntil = 0, 0
+	t.wbuf = nil
+	e.cancelAll(q)
+}
+
+// cancelAll completes every queued request of a failed QP with
+// STATUS_CANCELLED.
+func (e *Engine) cancelAll(q *QP) {
+	t := &q.t
+	for tail := q.sq.tail.Load(); t.sqHead < tail; {
+		e.completeSend(q, q.sq.at(t.sqHead), ntstatus.Cancelled, wcWRFlushErr)
+	}
+	t.sqStart, t.txIdx, t.txPkt = t.sqHead, t.sqHead, 0
+	t.una = t.nextPSN
+	for tail := q.rq.tail.Load(); t.rqHead < tail; {
+		e.completeRecv(q, ntstatus.Cancelled, wcWRFlushErr, 0, typeReceive, 0, false)
+	}
+	t.inMsg = msgNone
+}
+
+// completeSend retires the oldest send WQE, pushing its completion unless
+// it succeeded silently (SILENT_SUCCESS: the WQE still retires in order).
+// The slot is freed before the completion is pushed, so a consumer that
+// sees the completion finds room for a new post.
+func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
+	t := &q.t
+	signal := status != ntstatus.Success || w.flags&FlagSilentSuccess == 0
+	if signal {
+		typ := uint32(typeSend)
+		switch w.op {
+		case OpWrite:
+			typ = typeWrite
+		case OpRead:
+			typ = typeRead
+		case OpCompareSwap:
+			typ = typeCompareSwap
+		case OpFetchAdd:
+			typ = typeFetchAdd
+		}
+		e.entry = cq.Entry{
+			Status:            status,
+			Type:              typ,
+			ProviderErrorCode: code,
+			QPContext:         q.cfg.Context,
+			RequestContext:    w.ctx,
+		}
+	}
+	if w.op.responded() && t.sqHead < t.sqStart {
+		t.readsOut--
+	}
+	w.ctx = nil
+	clear(w.seg[:w.nseg])
+	t.sqHead++
+	if t.sqStart < t.sqHead {
+		t.sqStart = t.sqHead
+	}
+	q.sq.retire(t.sqHead)
+	if signal {
+		q.cfg.SendCQ.Push(&e.entry)
+		e.entry = cq.Entry{}
+		e.c.completions.Add(1)
+	}
+}
+
+// completeRecv retires the oldest receive WQE with a completion, freeing
+// the slot first (see completeSend).
+func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, solicited bool) {
+	t := &q.t
+	w := q.rq.at(t.rqHead)
+	e.entry = cq.Entry{
+		Status:                       status,
+		BytesTransferred:             n,
+		Type:                         typ,
+		ProviderErrorCode:            code,
+		TypeSpecificCompletionOutput: uint64(token),
+		QPContext:                    q.cfg.Context,
+		RequestContext:               w.ctx,
+		Solicited:                    solicited,
+	}
+	w.ctx = nil
+	clear(w.seg[:w.nseg])
+	t.rqHead++
+	q.rq.retire(t.rqHead)
+	q.cfg.RecvCQ.Push(&e.entry)
+	e.entry = cq.Entry{}
+	e.c.completions.Add(1)
+}

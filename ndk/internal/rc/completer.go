@@ -1,0 +1,263 @@
+package rc
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// The completer (rxe_comp.c) takes the answers to q's requests (ACK, NAK,
+// RNR NAK, READ responses, ATOMIC_ACKNOWLEDGE), retires WQEs in order
+// through completeSend, and restarts the requester: go-back-N after a
+// sequence NAK, a gap in the responses or the ACK timer, a wait after an
+// RNR NAK.
+
+// completer handles an ACK, NAK, READ response or ATOMIC_ACKNOWLEDGE for
+// q's requester.
+func (e *Engine) completer(q *QP) {
+	t := &q.t
+	p := &e.pkt
+	psn := p.BTH.PSN
+	if t.sqHead == t.sqStart {
+		e.c.stale.Add(1) // nothing outstanding: a duplicate or late ACK
+		return
+	}
+	// Valid responses name a PSN in [una-1, nextPSN).
+	if psn.Diff(t.una) < -1 || !psn.Less(t.nextPSN) {
+		e.c.stale.Add(1)
+		return
+	}
+	switch p.BTH.Opcode {
+	case rocev2.RCAck:
+		syn := p.AETH.Syndrome
+		switch syn.Type() {
+		case rocev2.AckTypeACK:
+			e.ackThrough(q, psn, false)
+		case rocev2.AckTypeRNRNAK:
+			e.c.rnrReceived.Add(1)
+			e.ackThrough(q, psn.Add(rocev2.PSNMask), false)
+			e.rnrWait(q, psn, syn.RNRTimer())
+		case rocev2.AckTypeNAK:
+			e.c.naksReceived.Add(1)
+			e.ackThrough(q, psn.Add(rocev2.PSNMask), false)
+			if t.failed {
+				return
+			}
+			switch syn.NAKCode() {
+			case rocev2.NAKPSNSequenceError:
+				// Resend from the oldest unacknowledged PSN: that is the
+				// NAK's PSN unless a READ before it still lacks data.
+				e.retry(q, t.una, true)
+			case rocev2.NAKRemoteAccessError:
+				e.failHead(q, psn, true)
+			default: // invalid request, remote operational error
+				e.failHead(q, psn, false)
+			}
+		default:
+			e.c.stale.Add(1)
+		}
+	case rocev2.RCReadResponseFirst, rocev2.RCReadResponseMiddle, rocev2.RCReadResponseLast, rocev2.RCReadResponseOnly:
+		e.readResponse(q, psn)
+	case rocev2.RCAtomicAck:
+		e.atomicAck(q, psn)
+	default:
+		e.c.stale.Add(1)
+	}
+}
+
+// ackThrough retires every WQE whose packets all lie at or before psn.
+// A READ or atomic is retired only by its response: an ACK beyond its
+// first PSN that did not come with its data means the responses were
+// lost, so it is asked again (rxe check_psn: COMPST_ERROR_RETRY).
+// readResponse and atomicAck pass inRead so the request they answer is
+// left alone.
+func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
+	t := &q.t
+	progress := false
+	for t.sqHead < t.sqStart {
+		w := q.sq.at(t.sqHead)
+		if psn.Less(w.firstPSN) {
+			break
+		}
+		last := w.firstPSN.Add(w.npkts - 1)
+		if w.op.responded() {
+			if !inRead {
+				e.retry(q, t.una, true)
+			}
+			break
+		}
+		if psn.Less(last) {
+			if t.una.Less(psn.Next()) {
+				t.una = psn.Next()
+				progress = true
+			}
+			break
+		}
+		t.una = last.Next()
+		e.completeSend(q, w, ntstatus.Success, 0)
+		progress = true
+	}
+	if progress {
+		e.progress(q)
+	}
+}
+
+// progress resets the retry budget and the ACK timer after new
+// acknowledgements, and lets q send what the window held back.
+func (e *Engine) progress(q *QP) {
+	t := &q.t
+	t.retryLeft = t.params.RetryCount
+	t.rnrLeft = t.params.RNRRetry
+	t.retryGuard = false
+	if t.txIdx < t.sqHead {
+		t.txIdx, t.txPkt = t.sqHead, 0
+	}
+	if t.txIdx == t.sqHead && t.sqHead < t.sqStart {
+		// Do not resend what the ACK just covered.
+		w := q.sq.at(t.sqHead)
+		if d := w.firstPSN.Distance(t.una); d < w.npkts && d > t.txPkt && w.op != OpRead {
+			t.txPkt = d
+		}
+	}
+	if t.sqHead == t.sqStart {
+		t.ackDeadline = 0
+	} else if t.ackTO > 0 {
+		t.ackDeadline = e.now + t.ackTO
+		e.setDeadline(t.ackDeadline)
+	}
+	e.schedule(q)
+}
+
+// readResponse places one READ response packet.
+func (e *Engine) readResponse(q *QP, psn rocev2.PSN) {
+	t := &q.t
+	// A READ response acknowledges every request before it (IBTA 9.7.5.1.2).
+	e.ackThrough(q, psn.Add(rocev2.PSNMask), true)
+	if t.failed || t.sqHead == t.sqStart {
+		return
+	}
+	w := q.sq.at(t.sqHead)
+	if w.op != OpRead || psn.Less(w.firstPSN) || w.firstPSN.Distance(psn) >= w.npkts {
+		e.c.stale.Add(1)
+		return
+	}
+	if psn != t.una {
+		if t.una.Less(psn) {
+			e.retry(q, t.una, true) // a response was lost: ask again from it
+		}
+		e.c.stale.Add(1)
+		return
+	}
+	k := w.firstPSN.Distance(psn)
+	off := k * t.pmtu
+	data := e.pkt.Payload
+	last := k+1 == w.npkts
+	if (last && off+uint32(len(data)) != w.length) || (!last && uint32(len(data)) != t.pmtu) ||
+		!scatter(&w.seg, w.nseg, off, data) {
+		// The responder answered with the wrong length: a protocol
+		// violation, as rxe treats it (COMPST_ERROR, IB_WC_LOC_LEN_ERR).
+		e.fail(q, ntstatus.DataOverrun, wcLocLenErr)
+		return
+	}
+	w.received = off + uint32(len(data))
+	t.una = psn.Next()
+	if last {
+		e.completeSend(q, w, ntstatus.Success, 0)
+	}
+	e.progress(q)
+}
+
+// atomicAck completes the atomic at the head of q's send queue with the
+// original value an ATOMIC_ACKNOWLEDGE carries; like a READ response it
+// acknowledges every request before it (IBTA 9.7.5.1.2).
+func (e *Engine) atomicAck(q *QP, psn rocev2.PSN) {
+	t := &q.t
+	e.ackThrough(q, psn.Add(rocev2.PSNMask), true)
+	if t.failed || t.sqHead == t.sqStart {
+		return
+	}
+	w := q.sq.at(t.sqHead)
+	if !w.op.atomic() || w.firstPSN != psn {
+		if w.op.responded() && w.firstPSN.Less(psn) {
+			e.retry(q, t.una, true) // the head's responses were lost
+		}
+		e.c.stale.Add(1)
+		return
+	}
+	// The 8 bytes land in host order, as verbs delivers the original value
+	// (rxe_comp.c do_atomic).
+	binary.NativeEndian.PutUint64(e.tbuf[:], e.pkt.AtomicAckETH.OrigData)
+	if !scatter(&w.seg, w.nseg, 0, e.tbuf[:8]) {
+		e.fail(q, ntstatus.DataOverrun, wcLocLenErr)
+		return
+	}
+	t.una = psn.Next()
+	e.completeSend(q, w, ntstatus.Success, 0)
+	e.progress(q)
+}
+
+// retry starts go-back-N from psn. guarded retries (a gap seen in
+// responses, a sequence NAK) happen once per PSN until progress; the ACK
+// timer always retries. Each retry spends one of RetryCount.
+func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
+	t := &q.t
+	if t.failed || t.sqHead == t.sqStart {
+		t.ackDeadline = 0
+		return
+	}
+	if guarded && t.retryGuard && t.retryPSN == psn {
+		return
+	}
+	if t.retryLeft <= 0 {
+		e.fail(q, ntstatus.IOTimeout, wcRetryExcErr)
+		return
+	}
+	t.retryLeft--
+	t.retryGuard, t.retryPSN = true, psn
+	e.c.retransmits.Add(1)
+	e.goBack(q, psn)
+	if t.ackTO > 0 {
+		t.ackDeadline = e.now + t.ackTO
+		e.setDeadline(t.ackDeadline)
+	}
+}
+
+// rnrWait holds q's requester for the RNR timer, then resends from psn.
+func (e *Engine) rnrWait(q *QP, psn rocev2.PSN, timer rocev2.RNRTimer) {
+	t := &q.t
+	if t.failed || t.sqHead == t.sqStart {
+		return
+	}
+	if t.rnrUntil != 0 && t.rnrPSN == psn {
+		return // a duplicate of the NAK we are waiting out
+	}
+	if t.rnrLeft <= 0 {
+		e.fail(q, ntstatus.IOTimeout, wcRNRRetryExcErr)
+		return
+	}
+	if t.params.RNRRetry != 7 { // 7 means infinite (IBTA 9.7.5.2.8)
+		t.rnrLeft--
+	}
+	t.rnrPSN = psn
+	t.rnrUntil = e.now + int64(max(timer.Duration(), time.Microsecond))
+	e.setDeadline(t.rnrUntil)
+	t.ackDeadline = 0
+	e.goBack(q, psn)
+}
+
+// goBack points the transmit cursor at the packet with PSN psn.
+func (e *Engine) goBack(q *QP, psn rocev2.PSN) {
+	t := &q.t
+	for i := t.sqHead; i < t.sqStart; i++ {
+		w := q.sq.at(i)
+		if d := w.firstPSN.Distance(psn); d < w.npkts {
+			t.txIdx, t.txPkt = i, d
+			e.schedule(q)
+			return
+		}
+	}
+	t.txIdx, t.txPkt = t.sqStart, 0
+	e.schedule(q)
+}

@@ -1,0 +1,204 @@
+package rc
+
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+)
+
+// The consumer's side of a QP: posting into its work rings and waking the
+// engine. These run on the consumer's goroutines, never on the engine's.
+
+// SendWR is one initiator request as posted.
+type SendWR struct {
+	Op      Op
+	Flags   uint32
+	Context any
+	SGL     []SGE
+	// RemoteAddr and RemoteToken name the peer's memory for Read and Write.
+	RemoteAddr  uint64
+	RemoteToken uint32
+	// InvalidateToken is the peer token a SendInvalidate invalidates.
+	InvalidateToken uint32
+	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
+	// swap) and OpFetchAdd (SwapAdd is the addend).
+	Compare, SwapAdd uint64
+}
+
+// PostSend queues an initiator request. It returns an NTSTATUS: Success,
+// or an inline failure that produces no completion:
+//   - ConnectionInvalid: the QP was never connected;
+//   - InvalidParameter: too many SGEs, inline data over the QP's inline
+//     size, a total length that overflows 32 bits, or an atomic whose SGL
+//     is not one 8-byte SGE;
+//   - AccessViolation: an SGE whose local token, bounds or rights fail
+//     (checked now, so that a bad SGE never reaches the wire);
+//   - InsufficientResources: the send queue is full;
+//   - InvalidHandle: the QP is closed.
+//
+// Unless wr.Flags has FlagDefer, the engine is woken. An inline failure
+// first rings the doorbell for earlier deferred requests (NDKPI.md §8).
+// After the QP has failed or been flushed, requests are accepted and
+// complete with STATUS_CANCELLED. It allocates nothing.
+func (q *QP) PostSend(wr *SendWR) uint32 {
+	st := q.postSend(wr)
+	switch {
+	case st != ntstatus.Success:
+		if q.deferred {
+			q.deferred = false
+			q.doorbell()
+		}
+	case wr.Flags&FlagDefer != 0:
+		q.deferred = true
+	default:
+		q.deferred = false
+		q.doorbell()
+	}
+	return st
+}
+
+func (q *QP) postSend(wr *SendWR) uint32 {
+	switch State(q.state.Load()) {
+	case StateInit:
+		return ntstatus.ConnectionInvalid
+	case StateClosed:
+		return ntstatus.InvalidHandle
+	}
+	inline := wr.Flags&FlagInline != 0 && !wr.Op.responded()
+	maxSGE := q.cfg.MaxSendSGE
+	need := memreg.Access(0)
+	if wr.Op.responded() {
+		maxSGE = q.cfg.MaxReadSGE
+		need = memreg.AccessReadSink
+	}
+	if wr.Op.atomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
+		return ntstatus.InvalidParameter // the original value is 8 bytes (IBTA 9.4.5)
+	}
+	// Inline requests may exceed the SGE limit (NDKPI.md §5), but the WQE
+	// gathers them from at most MaxSGE pieces.
+	if len(wr.SGL) > MaxSGE || (!inline && len(wr.SGL) > maxSGE) {
+		return ntstatus.InvalidParameter
+	}
+	var total uint64
+	for i := range wr.SGL {
+		s := &wr.SGL[i]
+		if inline && s.Addr == 0 && s.Length > 0 {
+			return ntstatus.InvalidParameter // no memory to copy from
+		}
+		total += uint64(s.Length)
+	}
+	if total > 1<<32-1 || (inline && total > uint64(q.cfg.InlineSize)) {
+		return ntstatus.InvalidParameter
+	}
+	w := q.sq.reserve()
+	if w == nil {
+		return ntstatus.InsufficientResource
+	}
+	if inline {
+		off := 0
+		for i := range wr.SGL {
+			s := &wr.SGL[i]
+			off += copy(w.inline[off:], q.inlineBytes(s))
+		}
+		w.nseg = 1
+		w.seg[0] = w.inline[:off]
+		for i := 1; i < MaxSGE; i++ {
+			w.seg[i] = nil
+		}
+	} else {
+		for i := range wr.SGL {
+			s := &wr.SGL[i]
+			b, f := q.regions.CheckLocal(q.cfg.PD, s.Token, s.Addr, s.Length, need)
+			if f != memreg.OK {
+				for j := 0; j < i; j++ {
+					w.seg[j] = nil
+				}
+				return ntstatus.AccessViolation
+			}
+			w.seg[i] = b
+		}
+		w.nseg = uint8(len(wr.SGL))
+	}
+	w.op = wr.Op
+	w.flags = wr.Flags
+	w.length = uint32(total)
+	w.remoteAddr = wr.RemoteAddr
+	w.remoteToken = wr.RemoteToken
+	w.invToken = wr.InvalidateToken
+	w.compare = wr.Compare
+	w.swapAdd = wr.SwapAdd
+	w.ctx = wr.Context
+	q.sq.publish()
+	return ntstatus.Success
+}
+
+// inlineBytes returns the bytes of an inline SGE. With INLINE the token
+// "might be invalid" (seed 003; NDKPI.md §5) and the buffer need only be
+// resident: a valid token is checked like any SGE, otherwise the address
+// is taken as the live Go memory the caller names, as NDK takes
+// VirtualAddress.
+func (q *QP) inlineBytes(s *SGE) []byte {
+	if s.Length == 0 {
+		return nil
+	}
+	if b, f := q.regions.CheckLocal(q.cfg.PD, s.Token, s.Addr, s.Length, 0); f == memreg.OK {
+		return b
+	}
+	return bytesAt(s.Addr, s.Length)
+}
+
+// PostReceive queues a receive buffer; allowed before the QP connects. It
+// returns Success, InvalidParameter (too many SGEs), AccessViolation (an
+// SGE without local write), InsufficientResources (receive queue full) or
+// InvalidHandle (closed). It allocates nothing.
+func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
+	if State(q.state.Load()) == StateClosed {
+		return ntstatus.InvalidHandle
+	}
+	if len(sgl) > q.cfg.MaxRecvSGE {
+		return ntstatus.InvalidParameter
+	}
+	w := q.rq.reserve()
+	if w == nil {
+		return ntstatus.InsufficientResource
+	}
+	var total uint64
+	for i := range sgl {
+		s := &sgl[i]
+		b, f := q.regions.CheckLocal(q.cfg.PD, s.Token, s.Addr, s.Length, memreg.AccessLocalWrite)
+		if f != memreg.OK {
+			for j := 0; j < i; j++ {
+				w.seg[j] = nil
+			}
+			return ntstatus.AccessViolation
+		}
+		w.seg[i] = b
+		total += uint64(s.Length)
+	}
+	if total > 1<<32-1 {
+		total = 1<<32 - 1
+	}
+	w.nseg = uint8(len(sgl))
+	w.length = uint32(total)
+	w.ctx = ctx
+	q.rq.publish()
+	if State(q.state.Load()) == StateError {
+		q.doorbell() // the engine cancels it
+	}
+	return ntstatus.Success
+}
+
+// Flush starts cancelling every pending request: the QP moves to the error
+// state and every queued send and receive completes with
+// STATUS_CANCELLED, in order (NdkFlush). It returns at once.
+func (q *QP) Flush() {
+	q.flushReq.Store(true)
+	q.doorbell()
+}
+
+// doorbell queues the QP for the engine and wakes it.
+func (q *QP) doorbell() {
+	if !q.ready.Swap(true) {
+		q.eng.ready.TryPush(&q) // never full: each QP is queued at most once
+	}
+	q.eng.port.Doorbell()
+}

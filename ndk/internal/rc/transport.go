@@ -1,0 +1,124 @@
+package rc
+
+import "github.com/ndkxdp/ndkxdp/rocev2"
+
+// qpTransport is a QP's transport state, owned by its engine goroutine:
+// the header template, the requester's send cursor and PSNs, and the
+// responder's expected PSN, message in progress, resources and pending
+// acknowledgement.
+type qpTransport struct {
+	connected bool
+	failed    bool
+	active    bool // on the engine's active list
+	params    ConnParams
+	hdr       rocev2.Headers // template: addresses, ports, DestQP
+	l3        int
+	pmtu      uint32
+	ipID      uint16
+	ackTO     int64 // ns; 0: no ACK timer
+
+	// Requester. Send-ring indices: [sqHead, sqStart) have PSNs and are
+	// unretired, [sqStart, tail) are posted but not started.
+	sqHead, sqStart uint64
+	txIdx           uint64 // WQE of the next packet to (re)send
+	txPkt           uint32 // its packet index
+	nextPSN         rocev2.PSN
+	una             rocev2.PSN // oldest unacknowledged PSN
+	readsOut        int        // started, uncompleted READs and atomics
+	sinceAckReq     int
+	retryLeft       int
+	rnrLeft         int
+	ackDeadline     int64
+	rnrUntil        int64
+	rnrPSN          rocev2.PSN
+	retryGuard      bool // a go-back-N to retryPSN is under way
+	retryPSN        rocev2.PSN
+
+	// Responder.
+	rqHead  uint64
+	ePSN    rocev2.PSN
+	msn     uint32
+	nakSent bool // a sequence or RNR NAK was sent; drop until ePSN arrives
+	inMsg   uint8
+	recvOff uint32
+	wbuf    []byte
+	woff    uint32
+	res     []readResource
+	resNext int
+	ctl     ctlKind
+	// ackHold delays a plain ACK after a completed receive: the consumer
+	// often answers at once, and the ACK then leaves in the same kick as
+	// the answer instead of a kick of its own ahead of it.
+	ackHold int64
+	ctlPSN  rocev2.PSN
+	ctlSyn  rocev2.Syndrome
+}
+
+// readResource is one responder resource (IRD entry): a READ being
+// answered, kept so a duplicate READ can be answered again from memory, or
+// an executed atomic, kept so a duplicate gets the saved original value
+// (ROCEV2.md 2, "Duplicates").
+type readResource struct {
+	first rocev2.PSN
+	npkts uint32
+	start uint32 // packet the current response run starts at (its FIRST)
+	next  uint32 // next packet to send; == npkts when done
+	// again marks a run restarted by a duplicate READ: the requester may
+	// already have everything, so a new READ may take the slot.
+	again  bool
+	va     uint64
+	length uint32
+	buf    []byte
+	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
+	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
+	// operation, which a duplicate gets again (never a second execution).
+	atomic bool
+	orig   uint64
+}
+
+func (r *readResource) sending() bool { return r.next < r.npkts }
+
+// Message being received.
+const (
+	msgNone uint8 = iota
+	msgSend
+	msgWrite
+)
+
+// ctlKind is the responder's pending acknowledgement; a stronger one
+// replaces a weaker one.
+type ctlKind uint8
+
+const (
+	ctlNone ctlKind = iota
+	ctlAck
+	ctlNAK   // PSN sequence error or RNR: the PSN and syndrome are kept
+	ctlFatal // a NAK after which the QP is in error
+)
+
+func (t *qpTransport) setup(p ConnParams) {
+	t.params = p
+	t.pmtu = uint32(p.PathMTU.Bytes())
+	t.hdr = rocev2.Headers{
+		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC},
+		IP:  rocev2.NewIPFields(p.Local.IP, p.Remote.IP),
+		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, p.Local.QPN, p.Remote.QPN)},
+		BTH: rocev2.BTHFields{PKey: rocev2.DefaultPKey, DestQP: p.Remote.QPN},
+	}
+	t.l3 = t.hdr.L3Offset()
+	t.ackTO = int64(p.AckTimeout)
+	t.nextPSN = rocev2.PSN(p.Local.PSN & rocev2.PSNMask)
+	t.una = t.nextPSN
+	t.ePSN = rocev2.PSN(p.Remote.PSN & rocev2.PSNMask)
+	t.retryLeft = p.RetryCount
+	t.rnrLeft = p.RNRRetry
+	t.res = make([]readResource, max(1, p.InboundReadLimit))
+}
+
+// npkts is how many PSNs a message of n bytes takes: at least one.
+func (t *qpTransport) npkts(n uint32) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return (n + t.pmtu - 1) / t.pmtu
+}
