@@ -82,16 +82,17 @@
 //
 // The loop: receive a batch (rocev2.Parse; bad frames, unknown QPs and
 // other transports are dropped and counted), dispatch requests to the
-// responder and ACKs/NAKs/READ responses to the completer; handle the
-// frames other engines of the adapter forwarded (forward.go: a frame for
-// another engine's QP, or QP1's datagram on an engine without the GSI
-// hook, is copied into a preallocated buffer and handed over); take the ready
-// QPs; run control calls; send (responses before requests, 64 frames per
-// QP per loop); fire timers; flush the port. Idle, it yields its P every
-// loop; PollAdaptive sleeps in Port.Wait after SpinLoops idle loops (the
-// port's doorbell protocol loses no wake-up), PollBusy never sleeps.
-// Timers are per-QP deadlines on a coarse monotonic clock checked when the
-// earliest one is due, not one timer per packet.
+// responder and ACKs, NAKs, READ responses and atomic acknowledgements to
+// the completer; handle the frames other engines of the adapter forwarded
+// (forward.go: a frame for another engine's QP, or QP1's datagram on an
+// engine without the GSI hook, is copied into a preallocated buffer and
+// handed over); take the ready QPs; run control calls; send the queued
+// MADs, then each active QP's responses before its requests (at most 64
+// of each per QP per loop); fire timers; flush the port. Idle, it yields
+// its P every loop; PollAdaptive sleeps in Port.Wait after SpinLoops idle
+// loops (the port's doorbell protocol loses no wake-up), PollBusy never
+// sleeps. Timers are per-QP deadlines on a clock read once per loop and
+// checked when the earliest one is due, not one timer per packet.
 //
 // # Transport (ROCEV2.md §2, rxe semantics)
 //
@@ -148,10 +149,10 @@
 //
 // The engine goroutine is locked to its thread only with
 // Config.LockThread: a yield from a locked thread is a thread hand-off,
-// and on two cores with two engines and two consumers that made the
-// ping-pong 5x slower. ndk.Open decides per adapter (ndk.LockAuto): it
-// locks when every engine can have a core of its own and one is left for
-// the consumers. Bad local tokens are refused at post time
+// which with two engines and two consumers on two cores slows the
+// ping-pong several-fold (test/rdma's doc has the numbers). ndk.Open
+// decides per adapter (ndk.LockAuto): it locks when every engine can have
+// a core of its own and one is left for the consumers. Bad local tokens are refused at post time
 // (STATUS_ACCESS_VIOLATION, no completion) instead of completing in error.
 //
 // # Left to do
@@ -161,22 +162,20 @@
 //     (the immediate is dropped).
 //   - No NdkBind/NdkFastRegister/NdkInvalidate WQEs (no wire packets, but
 //     they must retire in order with the others) and no SRQ.
-//   - Zero-copy transmit and receive hold on the XSK port: AllocBuffer
-//     payloads leave in place (port.XSKConfig.TxReference), and a frame
-//     over one 4 KiB chunk is joined where it lies rather than gathered
-//     (0.7-1.2 us per frame on the receiving engine became 0.5-0.7 us),
-//     so receive places each payload with one copy. A chain whose chunks
-//     are not adjacent (once per round of the fill ring) is still
-//     gathered.
+//   - Zero copy stops at the XSK port: AllocBuffer payloads leave in place
+//     (port.XSKConfig.TxReference) and a frame over one 4 KiB chunk is
+//     joined where it lies, so receive places each payload with one copy;
+//     but a chain whose chunks are not adjacent (once per round of the
+//     fill ring) is still gathered.
 //   - Congestion: CNPs are counted and ignored (no DCQCN).
 //   - Credits: ACKs advertise "no credit information" (like rxe) and
 //     incoming credit counts are ignored.
-//   - WRITE bandwidth on veth is at most about half of Go TCP's: the
-//     sending engine's kick runs copy-mode AF_XDP transmit and, inline,
-//     the peer's veth receive, XDP and copy into its UMEM, about 3 us per
-//     4 KiB frame against 0.3-0.6 us of the engine's own work, while TCP
-//     moves 64 KiB GSO segments; see the BenchmarkRDMAvsBaseline note in
-//     test/rdma for the profile.
+//   - WRITE bandwidth on veth falls short of Go TCP's: the sending
+//     engine's kick runs copy-mode AF_XDP transmit and, inline, the
+//     peer's veth receive, XDP and copy into its UMEM, which costs far
+//     more per 4 KiB frame than the engine's own work, while TCP moves
+//     64 KiB GSO segments; test/rdma's doc has the measurements and the
+//     profile.
 //
 // Example:
 //

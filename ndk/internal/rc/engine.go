@@ -30,7 +30,7 @@ type Config struct {
 	Regions *memreg.Table
 	Poll    PollMode
 	// SpinLoops is how many idle loops an adaptive engine spins before it
-	// sleeps (default 2000: a few tens of microseconds).
+	// sleeps (default 2000).
 	SpinLoops int
 	// MaxQPs bounds the QPs on this engine (default 4096).
 	MaxQPs int
@@ -38,13 +38,11 @@ type Config struct {
 	Window int
 	// LockThread runs the engine on a goroutine locked to its OS thread
 	// (runtime.LockOSThread), as DESIGN.md describes. It is off by
-	// default: while polling, the engine yields its P every few idle
-	// loops so consumers and the other engines run, and a yield from a
-	// locked thread is a futex hand-off between threads. With two engines
-	// and a consumer on two cores, a 64-byte SEND round trip over the
-	// in-memory pipe took 110-130 us locked against 20-45 us unlocked
-	// (BenchmarkSendRoundTrip). Lock when each engine has a core of its
-	// own.
+	// default: while polling, the engine yields its P on every idle loop
+	// so consumers and the other engines run, and a yield from a locked
+	// thread is a futex hand-off between threads, which slows a round
+	// trip several-fold when engines and consumers share cores (test/rdma's
+	// doc has the numbers). Lock when each engine has a core of its own.
 	LockThread bool
 	// GSI and FirstPacket connect the engine to connection management
 	// (see gsi.go); both run on the engine goroutine and must not block.
@@ -82,7 +80,8 @@ const (
 )
 
 // Engine runs the RC transport of one queue: it owns one port, the QPs
-// assigned to it and their timers, on one goroutine locked to its thread.
+// assigned to it and their timers, on one goroutine (locked to its OS
+// thread only with Config.LockThread).
 type Engine struct {
 	port    port.Port
 	regions *memreg.Table
@@ -103,7 +102,7 @@ type Engine struct {
 	gsiTries    int
 	awaitFirst  map[uint32]struct{} // connected QPs that have not received yet
 
-	ready *queue.MPSC[*QP] // QPs with new posts, flush or close requests
+	ready *queue.MPSC[*QP] // QPs with new posts or a flush request
 
 	ctlMu      sync.Mutex
 	ctlQ       []func()
@@ -260,10 +259,9 @@ func (e *Engine) run() {
 			// Hand the P over on every idle loop: with as many polling
 			// goroutines as GOMAXPROCS (engines and consumers), a
 			// goroutine with work would otherwise wait for our next
-			// yield or the runtime's 10 ms preemption. Yielding every
-			// 64 idle loops gave a 20 us ping-pong on the 2-core veth
-			// benchmark; every loop, 7 us. Gosched with nothing else to
-			// run returns at once.
+			// yield or the runtime's 10 ms preemption; yielding only
+			// every 64 idle loops made the ping-pong slower (test/rdma's
+			// doc). Gosched with nothing else to run returns at once.
 			runtime.Gosched()
 			continue
 		}
