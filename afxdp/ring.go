@@ -21,7 +21,11 @@ const PktContd = unix.XDP_PKT_CONTD
 // acquire-loads the producer index, reads entries, then release-stores its
 // consumer index. sync/atomic loads and stores are sequentially consistent,
 // which is at least acquire/release. Indices run freely over uint32 and wrap
-// at 2^32; an entry lives at index & mask.
+// at 2^32; an entry lives at index & mask. The shared indices and flags are
+// words in the ring's memory, mmap'd from the kernel, so the rings hold
+// *uint32 into it and use atomic.LoadUint32 and StoreUint32; an index in Go
+// memory is a typed atomic field instead (atomic.Uint64 in
+// ndk/internal/queue).
 //
 // Each side caches the peer's index and refreshes it only when the cache
 // cannot satisfy a request, so a batch costs one atomic load and one atomic
