@@ -14,6 +14,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -53,9 +54,9 @@ var (
 )
 
 // cmPipePair joins two CM adapters by a pipe with the given fault filter.
-func cmPipePair(t testing.TB, filter func(port.Direction, []byte) port.Verdict, params cm.Params) (*side, *side) {
+func cmPipePair(t testing.TB, filter func(porttest.Direction, []byte) porttest.Verdict, params cm.Params) (*side, *side) {
 	t.Helper()
-	p, err := port.NewPipe(port.PipeConfig{Depth: 1024, Filter: filter})
+	p, err := porttest.NewPipe(porttest.PipeConfig{Depth: 1024, Filter: filter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,13 +240,13 @@ func TestConnectAcceptSendDisconnectOverPipe(t *testing.T) {
 func TestPeerDisconnectLeavesRequestsOutstanding(t *testing.T) {
 	var dropAcks atomic.Bool
 	var dropped atomic.Int32
-	x, y := cmPipePair(t, func(d port.Direction, f []byte) port.Verdict {
+	x, y := cmPipePair(t, func(d porttest.Direction, f []byte) porttest.Verdict {
 		var p rocev2.Packet
-		if d == port.BtoA && dropAcks.Load() && rocev2.Parse(f, &p) == nil && p.BTH.Opcode == rocev2.RCAck {
+		if d == porttest.BtoA && dropAcks.Load() && rocev2.Parse(f, &p) == nil && p.BTH.Opcode == rocev2.RCAck {
 			dropped.Add(1)
-			return port.Drop
+			return porttest.Drop
 		}
-		return port.Pass
+		return porttest.Pass
 	}, cm.Params{})
 	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7472), nil)
 	c, err := x.a.CreateConnector()
@@ -315,18 +316,18 @@ func TestConnectSurvivesLostAndDuplicatedMADs(t *testing.T) {
 	// that: the connection still forms, exactly once on the passive side.
 	var mu sync.Mutex
 	dropped := map[rocev2.AttributeID]bool{}
-	filter := func(_ port.Direction, f []byte) port.Verdict {
+	filter := func(_ porttest.Direction, f []byte) porttest.Verdict {
 		id := madAttr(f)
 		if id == 0 {
-			return port.Pass
+			return porttest.Pass
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		if (id == rocev2.AttrREQ || id == rocev2.AttrREP || id == rocev2.AttrRTU) && !dropped[id] {
 			dropped[id] = true
-			return port.Drop
+			return porttest.Drop
 		}
-		return port.Duplicate
+		return porttest.Duplicate
 	}
 	// Shorter CM timeouts: the REQ's retransmission after 2^(20-8)+... ms
 	// would make the test take seconds per lost MAD.
@@ -368,11 +369,11 @@ func TestConnectTimesOutWhenEveryMADIsLost(t *testing.T) {
 	params := cm.DefaultParams()
 	params.CMResponseTimeout = 8
 	params.MaxCMRetries = 3
-	x, y := cmPipePair(t, func(_ port.Direction, f []byte) port.Verdict {
+	x, y := cmPipePair(t, func(_ porttest.Direction, f []byte) porttest.Verdict {
 		if madAttr(f) != 0 {
-			return port.Drop
+			return porttest.Drop
 		}
-		return port.Pass
+		return porttest.Pass
 	}, params)
 	listen(t, y, netip.AddrPortFrom(pipeIPB, 7473), nil)
 	c, err := x.a.CreateConnector()
@@ -479,11 +480,11 @@ func TestFirstPacketStandsInForLostRTU(t *testing.T) {
 	// Every RTU is lost. The active side's first SEND proves it sent one
 	// (IBTA 12.9.6 COMM_EST): Accept completes on it, long before the
 	// REP's retries could run out.
-	filter := func(_ port.Direction, f []byte) port.Verdict {
+	filter := func(_ porttest.Direction, f []byte) porttest.Verdict {
 		if madAttr(f) == rocev2.AttrRTU {
-			return port.Drop
+			return porttest.Drop
 		}
-		return port.Pass
+		return porttest.Pass
 	}
 	x, y := cmPipePair(t, filter, cm.Params{})
 	_, ch := listen(t, y, netip.AddrPortFrom(pipeIPB, 7474), nil)

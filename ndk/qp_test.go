@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -57,7 +58,7 @@ func newSide(t testing.TB, a *Adapter) *side {
 
 func pipePair(t testing.TB, connect bool) (*side, *side) {
 	t.Helper()
-	p, err := port.NewPipe(port.PipeConfig{Depth: 1024})
+	p, err := porttest.NewPipe(porttest.PipeConfig{Depth: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

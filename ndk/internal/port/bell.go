@@ -2,10 +2,11 @@ package port
 
 import "sync/atomic"
 
-// bell is the lost-wake-up-free doorbell shared by Pipe and XSK. A ring
+// Bell is the lost-wake-up-free doorbell of XSK and of porttest.Pipe. A ring
 // costs the ringer two atomic operations while the owner is awake; only a
 // ring that finds the owner asleep has to wake it through something
-// heavier (a channel send, an eventfd write), which ring reports.
+// heavier (a channel send, an eventfd write), which Ring reports. It is
+// exported for porttest.Pipe, a Port outside this package.
 //
 // The protocol is the classic "announce, then re-check" handshake (the
 // futex pattern; compare the sleeping/wakeup flags of Go's netpoller):
@@ -20,14 +21,14 @@ import "sync/atomic"
 // that finds pending already set returns at once: that earlier ring is
 // not consumed yet, so the owner's consuming swap, and the work check
 // the owner makes after Wait returns, both come after this ringer's post.
-type bell struct {
+type Bell struct {
 	pending  atomic.Uint32
 	sleeping atomic.Uint32
 }
 
-// ring records a ring and reports whether the owner is asleep (or about to
+// Ring records a ring and reports whether the owner is asleep (or about to
 // be) and must be woken by the caller.
-func (b *bell) ring() bool {
+func (b *Bell) Ring() bool {
 	if b.pending.Load() != 0 {
 		return false // an unconsumed ring is already on its way
 	}
@@ -37,10 +38,10 @@ func (b *bell) ring() bool {
 	return b.sleeping.Load() != 0
 }
 
-// sleep announces that the owner is about to block. It returns false if a
+// Sleep announces that the owner is about to block. It returns false if a
 // ring came first: the owner must not block then, and is awake again.
-// After true the owner blocks and calls awake when it resumes.
-func (b *bell) sleep() bool {
+// After true the owner blocks and calls Awake when it resumes.
+func (b *Bell) Sleep() bool {
 	b.sleeping.Store(1)
 	if b.pending.Swap(0) != 0 {
 		b.sleeping.Store(0)
@@ -49,9 +50,9 @@ func (b *bell) sleep() bool {
 	return true
 }
 
-// awake ends a sleep. It consumes rings that arrived meanwhile: the owner
+// Awake ends a sleep. It consumes rings that arrived meanwhile: the owner
 // checks its work after Wait returns, which covers their posts.
-func (b *bell) awake() {
+func (b *Bell) Awake() {
 	b.sleeping.Store(0)
 	b.pending.Store(0)
 }

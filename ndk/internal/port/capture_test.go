@@ -1,14 +1,57 @@
-package port
+package port_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 )
+
+// frameWithID builds a test frame of size bytes that starts with id.
+func frameWithID(id uint32, size int) []byte {
+	f := make([]byte, max(size, 4))
+	binary.BigEndian.PutUint32(f, id)
+	for i := 4; i < len(f); i++ {
+		f[i] = byte(id) + byte(i)
+	}
+	return f
+}
+
+func newPipe(t testing.TB, cfg porttest.PipeConfig) *porttest.Pipe {
+	t.Helper()
+	p, err := porttest.NewPipe(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// drain receives everything queued at e and returns the frame IDs, checking
+// that each frame is intact.
+func drain(t testing.TB, e port.Port, size int) []uint32 {
+	t.Helper()
+	var ids []uint32
+	out := make([][]byte, 7) // odd batch size: exercises partial batches
+	for {
+		n := e.Receive(out)
+		if n == 0 {
+			return ids
+		}
+		for _, f := range out[:n] {
+			id := binary.BigEndian.Uint32(f)
+			if !bytes.Equal(f, frameWithID(id, size)) {
+				t.Fatalf("frame %d arrived damaged", id)
+			}
+			ids = append(ids, id)
+		}
+	}
+}
 
 func TestCaptureRecordsBothWaysUnchanged(t *testing.T) {
 	var file bytes.Buffer
@@ -16,8 +59,8 @@ func TestCaptureRecordsBothWaysUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPipe(t, PipeConfig{Depth: 4})
-	a, b := Capture(p.A(), w), Capture(p.B(), w) // one file for both ends
+	p := newPipe(t, porttest.PipeConfig{Depth: 4})
+	a, b := port.Capture(p.A(), w), port.Capture(p.B(), w) // one file for both ends
 	begin := time.Now()
 	var sent [][]byte
 	for i := range uint32(4) {
@@ -28,7 +71,7 @@ func TestCaptureRecordsBothWaysUnchanged(t *testing.T) {
 		}
 	}
 	// Refused frames did not leave, so they are not recorded.
-	if err := a.Transmit([][]byte{frameWithID(9, 100)}); !errors.Is(err, ErrTxFull) {
+	if err := a.Transmit([][]byte{frameWithID(9, 100)}); !errors.Is(err, port.ErrTxFull) {
 		t.Fatalf("fifth frame: %v, want ErrTxFull", err)
 	}
 	out := make([][]byte, 8)
@@ -42,7 +85,7 @@ func TestCaptureRecordsBothWaysUnchanged(t *testing.T) {
 		}
 	}
 	b.Release()
-	if a.MaxFrame() != DefaultPipeMaxFrame {
+	if a.MaxFrame() != porttest.DefaultPipeMaxFrame {
 		t.Fatalf("MaxFrame %d is not the wrapped port's", a.MaxFrame())
 	}
 
@@ -85,8 +128,8 @@ func TestCaptureWriteFailureStopsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPipe(t, PipeConfig{})
-	a, b := Capture(p.A(), w), p.B()
+	p := newPipe(t, porttest.PipeConfig{})
+	a, b := port.Capture(p.A(), w), p.B()
 	for i := range uint32(3) {
 		if err := a.Transmit([][]byte{frameWithID(i, 64)}); err != nil {
 			t.Fatalf("transmit with a failing capture: %v", err)
@@ -109,8 +152,8 @@ func TestCaptureDoorbellReachesThePort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPipe(t, PipeConfig{})
-	b := Capture(p.B(), w)
+	p := newPipe(t, porttest.PipeConfig{})
+	b := port.Capture(p.B(), w)
 	b.Doorbell()
 	start := time.Now()
 	if err := b.Wait(10 * time.Second); err != nil {

@@ -2,8 +2,8 @@
 // one engine: the engine's only view of the network. It is the seam between
 // the RC transport (package rc) and the wire, in the manner of
 // wireguard-go's conn.Bind: the engine is written against Port, an AF_XDP
-// queue implements it for real traffic (XSK), and Pipe implements it in
-// memory, with seeded loss, duplication and reordering, so that the
+// queue implements it for real traffic (XSK), and porttest.Pipe implements
+// it in memory, with seeded loss, duplication and reordering, so that the
 // transport can be tested without privileges and deterministically.
 // Capture wraps any Port to record its frames in a pcap file.
 //
@@ -37,11 +37,11 @@
 // sleeping one; a Doorbell that comes before Wait makes that Wait return at
 // once. So no wake-up is lost as long as the engine checks its queues after
 // every return from Wait, and posters post before they ring. Nothing else
-// is asked of either side: see bell for the ordering argument.
+// is asked of either side: see Bell for the ordering argument.
 //
 // Example, an engine loop over a pipe:
 //
-//	p, _ := port.NewPipe(port.PipeConfig{Seed: 1, Loss: 0.01})
+//	p, _ := porttest.NewPipe(porttest.PipeConfig{Seed: 1, Loss: 0.01})
 //	a := p.A() // give p.B() to the peer engine
 //	frames := make([][]byte, 64)
 //	for running {

@@ -136,7 +136,7 @@ type XSK struct {
 	}
 	deferred error // a data-path failure reported by the next Flush or Wait
 
-	bell    bell
+	bell    Bell
 	efd     int
 	pfds    [2]unix.PollFd // the socket (RX) and the eventfd (doorbell)
 	ts      unix.Timespec
@@ -639,7 +639,7 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	if x.closed.Load() {
 		return ErrClosed
 	}
-	if timeout == 0 || !x.bell.sleep() {
+	if timeout == 0 || !x.bell.Sleep() {
 		return nil
 	}
 	var ts *unix.Timespec
@@ -649,7 +649,7 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	}
 	x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
 	n, errno := ppoll(&x.pfds, ts)
-	x.bell.awake()
+	x.bell.Awake()
 	x.stats.waitPolled.Add(1)
 	if n > 0 && x.pfds[1].Revents&unix.POLLIN != 0 {
 		x.stats.waitWakes.Add(1)
@@ -671,7 +671,7 @@ func (x *XSK) Wait(timeout time.Duration) error {
 // Doorbell implements Port. While the engine is awake it costs two atomic
 // operations; it writes the eventfd only for a sleeping engine.
 func (x *XSK) Doorbell() {
-	if !x.bell.ring() {
+	if !x.bell.Ring() {
 		return
 	}
 	x.closeMu.RLock()

@@ -11,7 +11,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -74,12 +74,12 @@ func TestAtomics(t *testing.T) {
 // incremented once and the requester still learns the original value.
 func TestAtomicDuplicateAnsweredFromSavedResult(t *testing.T) {
 	var dropped atomic.Bool
-	a, b := newPair(t, pairOptions{pipe: port.PipeConfig{Filter: func(dir port.Direction, f []byte) port.Verdict {
+	a, b := newPair(t, pairOptions{pipe: porttest.PipeConfig{Filter: func(dir porttest.Direction, f []byte) porttest.Verdict {
 		var p rocev2.Packet
-		if dir == port.BtoA && rocev2.Parse(f, &p) == nil && p.BTH.Opcode == rocev2.RCAtomicAck && dropped.CompareAndSwap(false, true) {
-			return port.Drop
+		if dir == porttest.BtoA && rocev2.Parse(f, &p) == nil && p.BTH.Opcode == rocev2.RCAtomicAck && dropped.CompareAndSwap(false, true) {
+			return porttest.Drop
 		}
-		return port.Pass
+		return porttest.Pass
 	}}})
 	res := a.buffer(8, memreg.AccessLocalWrite, false)
 	tgt := b.buffer(8, atomicAccess, false)
@@ -109,7 +109,7 @@ func TestAtomicDuplicateAnsweredFromSavedResult(t *testing.T) {
 func TestAtomicsUnderLossAndDuplication(t *testing.T) {
 	const n = 300
 	a, b := newPair(t, pairOptions{
-		pipe: port.PipeConfig{Seed: 3, Loss: 0.05, Duplicate: 0.05, Reorder: 0.05},
+		pipe: porttest.PipeConfig{Seed: 3, Loss: 0.05, Duplicate: 0.05, Reorder: 0.05},
 		params: func(p *ConnParams) {
 			// Short for a quick test, long enough that a loaded machine does
 			// not spend all seven retries on a peer that is merely slow.
@@ -142,7 +142,7 @@ func TestAtomicsUnderLossAndDuplication(t *testing.T) {
 		t.Fatalf("responder executed %d atomics for %d requests", s.Atomics, n)
 	}
 	t.Logf("responder: %d duplicates, %d answered from saved results; link: %+v / %+v",
-		s.Duplicates, s.AtomicReplays, a.pipe.Stats(port.AtoB), a.pipe.Stats(port.BtoA))
+		s.Duplicates, s.AtomicReplays, a.pipe.Stats(porttest.AtoB), a.pipe.Stats(porttest.BtoA))
 }
 
 // TestAtomicsCountAgainstOutboundReadLimit holds every ATOMIC_ACK back for
@@ -155,20 +155,20 @@ func TestAtomicsCountAgainstOutboundReadLimit(t *testing.T) {
 	seen := map[rocev2.PSN]bool{}
 	var holdUntil atomic.Int64
 	a, b := newPair(t, pairOptions{
-		pipe: port.PipeConfig{Filter: func(dir port.Direction, f []byte) port.Verdict {
+		pipe: porttest.PipeConfig{Filter: func(dir porttest.Direction, f []byte) porttest.Verdict {
 			var p rocev2.Packet
 			if rocev2.Parse(f, &p) != nil || time.Now().UnixNano() > holdUntil.Load() {
-				return port.Pass
+				return porttest.Pass
 			}
 			switch {
-			case dir == port.AtoB && p.BTH.Opcode == rocev2.RCFetchAdd:
+			case dir == porttest.AtoB && p.BTH.Opcode == rocev2.RCFetchAdd:
 				mu.Lock()
 				seen[p.BTH.PSN] = true
 				mu.Unlock()
-			case dir == port.BtoA && p.BTH.Opcode == rocev2.RCAtomicAck:
-				return port.Drop
+			case dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCAtomicAck:
+				return porttest.Drop
 			}
-			return port.Pass
+			return porttest.Pass
 		}},
 		params: func(p *ConnParams) {
 			p.InboundReadLimit, p.OutboundReadLimit = limit, limit

@@ -9,7 +9,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -18,12 +18,12 @@ import (
 type wire struct {
 	mu     sync.Mutex
 	frames []wireFrame
-	drop   func(dir port.Direction, p *rocev2.Packet, seen int) bool
+	drop   func(dir porttest.Direction, p *rocev2.Packet, seen int) bool
 	seen   map[rocev2.Opcode]int
 }
 
 type wireFrame struct {
-	dir    port.Direction
+	dir    porttest.Direction
 	op     rocev2.Opcode
 	psn    rocev2.PSN
 	se     bool
@@ -31,10 +31,10 @@ type wireFrame struct {
 	syn    rocev2.Syndrome
 }
 
-func (w *wire) filter(dir port.Direction, frame []byte) port.Verdict {
+func (w *wire) filter(dir porttest.Direction, frame []byte) porttest.Verdict {
 	var p rocev2.Packet
 	if rocev2.Parse(frame, &p) != nil {
-		return port.Pass
+		return porttest.Pass
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -44,10 +44,10 @@ func (w *wire) filter(dir port.Direction, frame []byte) port.Verdict {
 	n := w.seen[p.BTH.Opcode]
 	w.seen[p.BTH.Opcode] = n + 1
 	if w.drop != nil && w.drop(dir, &p, n) {
-		return port.Drop
+		return porttest.Drop
 	}
 	w.frames = append(w.frames, wireFrame{dir, p.BTH.Opcode, p.BTH.PSN, p.BTH.SE, p.BTH.AckReq, p.AETH.Syndrome})
-	return port.Pass
+	return porttest.Pass
 }
 
 func (w *wire) snapshot() []wireFrame {
@@ -116,7 +116,7 @@ func TestRNR_RetryExhaustedTimesOut(t *testing.T) {
 }
 
 func TestAckTimeout_RetryExhaustedTimesOut(t *testing.T) {
-	w := &wire{drop: func(dir port.Direction, p *rocev2.Packet, _ int) bool { return dir == port.AtoB }}
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, _ int) bool { return dir == porttest.AtoB }}
 	a, _ := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.RetryCount = 3; p.AckTimeout = time.Millisecond }})
 	src := a.buffer(10, 0, false)
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpWrite, Context: 1, SGL: []SGE{src.sge(0, 10)}}))
@@ -135,8 +135,8 @@ func TestAckTimeout_RetryExhaustedTimesOut(t *testing.T) {
 
 func TestSequenceNAK_GoBackN(t *testing.T) {
 	// Lose the third packet of a 10-packet SEND once.
-	w := &wire{drop: func(dir port.Direction, p *rocev2.Packet, n int) bool {
-		return dir == port.AtoB && p.BTH.Opcode == rocev2.RCSendMiddle && n == 1
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.AtoB && p.BTH.Opcode == rocev2.RCSendMiddle && n == 1
 	}}
 	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = time.Second }})
 	src := a.buffer(10*1024, 0, false)
@@ -164,8 +164,8 @@ func TestSequenceNAK_GoBackN(t *testing.T) {
 func TestDuplicateSend_ReacknowledgedNotReexecuted(t *testing.T) {
 	// Lose the first ACK: the requester times out and resends; the
 	// responder must acknowledge again without a second receive.
-	w := &wire{drop: func(dir port.Direction, p *rocev2.Packet, n int) bool {
-		return dir == port.BtoA && p.BTH.Opcode == rocev2.RCAck && n == 0
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCAck && n == 0
 	}}
 	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = timeScale * 5 * time.Millisecond }})
 	src := a.buffer(100, 0, false)
@@ -183,8 +183,8 @@ func TestDuplicateSend_ReacknowledgedNotReexecuted(t *testing.T) {
 
 func TestDuplicateRead_Reexecuted(t *testing.T) {
 	// Lose the second response packet of a 4-packet READ once.
-	w := &wire{drop: func(dir port.Direction, p *rocev2.Packet, n int) bool {
-		return dir == port.BtoA && p.BTH.Opcode == rocev2.RCReadResponseMiddle && n == 0
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCReadResponseMiddle && n == 0
 	}}
 	a, b := newWiredPair(t, w, pairOptions{})
 	sink := a.buffer(4096, memreg.AccessLocalWrite, false)
@@ -220,7 +220,7 @@ func TestAckRequestedOnLastPacketAndCoalesced(t *testing.T) {
 	var last wireFrame
 	for _, f := range w.snapshot() {
 		switch {
-		case f.dir == port.AtoB:
+		case f.dir == porttest.AtoB:
 			reqs++
 			last = f
 			if f.ackReq {
@@ -257,7 +257,7 @@ func TestSend_SolicitEventSetsSEOnLastPacket(t *testing.T) {
 	}
 	var ses []bool
 	for _, f := range w.snapshot() {
-		if f.dir == port.AtoB {
+		if f.dir == porttest.AtoB {
 			ses = append(ses, f.se)
 		}
 	}
@@ -299,8 +299,8 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 			// see that whatever the scheduling, the READ request is lost
 			// until the SEND has gone out: a SEND held back for the READ
 			// would never leave, and the test would time out.
-			w.drop = func(dir port.Direction, p *rocev2.Packet, _ int) bool {
-				return dir == port.AtoB && p.BTH.Opcode == rocev2.RCReadRequest && w.seen[rocev2.RCSendOnly] == 0
+			w.drop = func(dir porttest.Direction, p *rocev2.Packet, _ int) bool {
+				return dir == porttest.AtoB && p.BTH.Opcode == rocev2.RCReadRequest && w.seen[rocev2.RCSendOnly] == 0
 			}
 		}
 		a, b := newWiredPair(t, w, pairOptions{})
@@ -505,7 +505,7 @@ func TestPost_BadLocalTokenRejected(t *testing.T) {
 
 func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 	// Nobody answers: the ring fills and posting returns at once.
-	w := &wire{drop: func(port.Direction, *rocev2.Packet, int) bool { return true }}
+	w := &wire{drop: func(porttest.Direction, *rocev2.Packet, int) bool { return true }}
 	a, _ := newWiredPair(t, w, pairOptions{depth: 4, params: func(p *ConnParams) { p.AckTimeout = time.Hour }})
 	src := a.buffer(8, 0, false)
 	for i := 0; i < 4; i++ {
@@ -522,7 +522,7 @@ func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 }
 
 func TestFlush_CancelsEveryPendingRequest(t *testing.T) {
-	w := &wire{drop: func(dir port.Direction, _ *rocev2.Packet, _ int) bool { return dir == port.AtoB }}
+	w := &wire{drop: func(dir porttest.Direction, _ *rocev2.Packet, _ int) bool { return dir == porttest.AtoB }}
 	a, _ := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = time.Hour }})
 	src := a.buffer(8, memreg.AccessLocalWrite, false)
 	for i := 0; i < 5; i++ {
@@ -547,7 +547,7 @@ func TestFlush_CancelsEveryPendingRequest(t *testing.T) {
 }
 
 func TestClose_CancelsAndRejects(t *testing.T) {
-	w := &wire{drop: func(port.Direction, *rocev2.Packet, int) bool { return true }}
+	w := &wire{drop: func(porttest.Direction, *rocev2.Packet, int) bool { return true }}
 	a, _ := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = time.Hour }})
 	src := a.buffer(8, 0, false)
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 1, SGL: []SGE{src.sge(0, 8)}}))

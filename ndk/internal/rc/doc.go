@@ -1,7 +1,8 @@
 // Package rc is ndkxdp's reliable-connection transport engine: the RoCEv2
 // RC requester, responder and completer for the QPs of one device queue,
-// run by one goroutine over one port.Port (an AF_XDP socket, or an
-// in-memory pipe in tests). Package ndk wraps it in the public QP.
+// run by one goroutine over one port.Port (an AF_XDP socket, or
+// porttest's in-memory pipe in tests). Package ndk wraps it in the public
+// QP.
 //
 // It is not the wire codec (rocev2 parses and builds frames), the frame
 // I/O (port), connection management (cm), or the API's object model

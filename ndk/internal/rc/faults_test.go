@@ -9,7 +9,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -30,7 +30,7 @@ func TestFaultyLink(t *testing.T) {
 		for _, seed := range c.seeds {
 			name := fmt.Sprintf("loss%.2f_dup%.2f_reorder%.2f_seed%d", c.loss, c.dup, c.reorder, seed)
 			t.Run(name, func(t *testing.T) {
-				pc := port.PipeConfig{Seed: int64(seed), Loss: c.loss, Duplicate: c.dup, Reorder: c.reorder}
+				pc := porttest.PipeConfig{Seed: int64(seed), Loss: c.loss, Duplicate: c.dup, Reorder: c.reorder}
 				a, b := newPair(t, pairOptions{pipe: pc, mtu: rocev2.MTU1024,
 					params: func(p *ConnParams) {
 						// Short enough for a quick test, long enough that a
@@ -41,7 +41,7 @@ func TestFaultyLink(t *testing.T) {
 					}})
 				runStream(t, a, b, seed, 240)
 				st := a.eng.Stats()
-				if d := a.pipe.Stats(port.AtoB).Dropped; c.loss > 0 && d > 0 && st.Retransmits == 0 {
+				if d := a.pipe.Stats(porttest.AtoB).Dropped; c.loss > 0 && d > 0 && st.Retransmits == 0 {
 					t.Errorf("%d frames lost but no retransmission counted", d)
 				}
 				t.Logf("A: %+v", st)

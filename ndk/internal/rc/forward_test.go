@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -16,7 +16,7 @@ import (
 // G owns QP1 (it has the GSI hook) and whatever QPNs owned says.
 type forwardRig struct {
 	x, g    *Engine
-	inject  *port.PipeEnd // the far end of X's pipe
+	inject  *porttest.PipeEnd // the far end of X's pipe
 	gsiSeen atomic.Int64
 	owned   atomic.Pointer[map[uint32]*Engine]
 }
@@ -29,11 +29,11 @@ func newForwardRig(t *testing.T) *forwardRig {
 		}
 		return nil
 	}
-	px, err := port.NewPipe(port.PipeConfig{})
+	px, err := porttest.NewPipe(porttest.PipeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := port.NewPipe(port.PipeConfig{})
+	pg, err := porttest.NewPipe(porttest.PipeConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -20,7 +20,7 @@ func FuzzEngineFrames(f *testing.F) {
 	f.Add([]byte{0x04, 0, 0, 0x0a, 1, 0, 0, 0, 0, 0, 0x10, 0x0c, 0, 0x11, 0x60})
 	f.Add([]byte{0x06, 0, 1, 0x07, 1, 0x08, 2, 0x0c, 3, 0x0d, 0, 0x11, 0x20})
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		pipe, err := port.NewPipe(port.PipeConfig{Depth: 1024})
+		pipe, err := porttest.NewPipe(porttest.PipeConfig{Depth: 1024})
 		if err != nil {
 			t.Fatal(err)
 		}

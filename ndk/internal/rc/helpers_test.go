@@ -12,6 +12,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -29,11 +30,11 @@ type host struct {
 	ip      netip.Addr
 	mac     rocev2.MAC
 	qps     []*QP
-	pipe    *port.Pipe
+	pipe    *porttest.Pipe
 }
 
 type pairOptions struct {
-	pipe      port.PipeConfig
+	pipe      porttest.PipeConfig
 	mtu       rocev2.MTU
 	params    func(*ConnParams) // adjusts both sides' parameters
 	paramsB   func(*ConnParams) // then B's only
@@ -110,7 +111,7 @@ func newPair(t testing.TB, o pairOptions) (*host, *host) {
 	if o.pipe.Depth == 0 {
 		o.pipe.Depth = 4096
 	}
-	pipe, err := port.NewPipe(o.pipe)
+	pipe, err := porttest.NewPipe(o.pipe)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package port
+package porttest
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 )
 
@@ -87,7 +88,7 @@ type PipeStats struct {
 	Full       uint64 // Transmit calls refused with ErrTxFull
 }
 
-// Pipe is two Ports joined in memory, for running engines without a
+// Pipe is two port.Ports joined in memory, for running engines without a
 // network and without privileges. Each direction is a bounded queue of
 // frames copied into buffers that are recycled through a free list, so
 // that after warm-up no frame allocates. Each end is driven by its own
@@ -104,14 +105,14 @@ func NewPipe(cfg PipeConfig) (*Pipe, error) {
 		v    float64
 	}{{"Loss", cfg.Loss}, {"Duplicate", cfg.Duplicate}, {"Reorder", cfg.Reorder}} {
 		if !(p.v >= 0 && p.v <= 1) {
-			return nil, fmt.Errorf("port: pipe %s probability %v outside [0, 1]", p.name, p.v)
+			return nil, fmt.Errorf("porttest: pipe %s probability %v outside [0, 1]", p.name, p.v)
 		}
 	}
 	if sum := cfg.Loss + cfg.Duplicate + cfg.Reorder; sum > 1 {
-		return nil, fmt.Errorf("port: pipe Loss+Duplicate+Reorder = %v exceeds 1", sum)
+		return nil, fmt.Errorf("porttest: pipe Loss+Duplicate+Reorder = %v exceeds 1", sum)
 	}
 	if cfg.ReorderDepth < 0 || cfg.MaxFrame < 0 || cfg.Depth < 0 {
-		return nil, fmt.Errorf("port: pipe ReorderDepth %d, MaxFrame %d, Depth %d: negative", cfg.ReorderDepth, cfg.MaxFrame, cfg.Depth)
+		return nil, fmt.Errorf("porttest: pipe ReorderDepth %d, MaxFrame %d, Depth %d: negative", cfg.ReorderDepth, cfg.MaxFrame, cfg.Depth)
 	}
 	if cfg.ReorderDepth == 0 {
 		cfg.ReorderDepth = DefaultPipeReorderDepth
@@ -123,10 +124,10 @@ func NewPipe(cfg PipeConfig) (*Pipe, error) {
 		cfg.Depth = DefaultPipeDepth
 	}
 	if cfg.Depth > queue.MaxCapacity/4 {
-		return nil, fmt.Errorf("port: pipe Depth %d exceeds %d", cfg.Depth, queue.MaxCapacity/4)
+		return nil, fmt.Errorf("porttest: pipe Depth %d exceeds %d", cfg.Depth, queue.MaxCapacity/4)
 	}
 	if cfg.ReorderDepth > cfg.Depth {
-		return nil, fmt.Errorf("port: pipe ReorderDepth %d exceeds Depth %d", cfg.ReorderDepth, cfg.Depth)
+		return nil, fmt.Errorf("porttest: pipe ReorderDepth %d exceeds Depth %d", cfg.ReorderDepth, cfg.Depth)
 	}
 	p := &Pipe{}
 	for d := range p.links {
@@ -200,14 +201,14 @@ func (l *link) init(dir Direction, cfg *PipeConfig) error {
 	// Room for Depth-1 queued frames plus what one accepted Transmit may
 	// add: the frame, its duplicate, every held frame.
 	if l.wire, err = queue.NewSPSC[[]byte](cfg.Depth + 2 + cfg.ReorderDepth); err != nil {
-		return fmt.Errorf("port: pipe %v queue: %w", dir, err)
+		return fmt.Errorf("porttest: pipe %v queue: %w", dir, err)
 	}
 	// Buffers live on the wire, in the receiver's current batch (at most
 	// a wire's worth), held back, or in one Transmit (two with a
 	// duplicate). The free ring can take them all back.
 	l.maxBuffers = 2*l.wire.Cap() + cfg.ReorderDepth + 2
 	if l.free, err = queue.NewSPSC[[]byte](l.maxBuffers); err != nil {
-		return fmt.Errorf("port: pipe %v free list: %w", dir, err)
+		return fmt.Errorf("porttest: pipe %v free list: %w", dir, err)
 	}
 	l.dir = dir
 	l.cfg = cfg
@@ -268,23 +269,23 @@ func (l *link) fate() (v Verdict, hold int) {
 	return Pass, 0
 }
 
-// PipeEnd is one end of a Pipe; it implements Port.
+// PipeEnd is one end of a Pipe; it implements port.Port.
 type PipeEnd struct {
 	tx, rx   *link
 	peer     *PipeEnd
 	maxFrame int
 	closed   atomic.Bool
 
-	bell  bell
+	bell  port.Bell
 	wake  chan struct{} // the sleeping owner's wake-up, capacity 1
 	timer *time.Timer
 
 	batch [][]byte // buffers of the last Receive, at full length
 }
 
-var _ Port = (*PipeEnd)(nil)
+var _ port.Port = (*PipeEnd)(nil)
 
-// Receive implements Port. It releases the previous batch first.
+// Receive implements port.Port. It releases the previous batch first.
 func (e *PipeEnd) Receive(out [][]byte) int {
 	e.Release()
 	if e.closed.Load() {
@@ -305,7 +306,7 @@ func (e *PipeEnd) Receive(out [][]byte) int {
 	return n
 }
 
-// Release implements Port.
+// Release implements port.Port.
 func (e *PipeEnd) Release() {
 	for i, f := range e.batch {
 		e.rx.free.TryPush(&f) // cannot fail: the ring holds every buffer
@@ -314,12 +315,12 @@ func (e *PipeEnd) Release() {
 	e.batch = e.batch[:0]
 }
 
-// Transmit implements Port. The frame's fate is decided here, on the
+// Transmit implements port.Port. The frame's fate is decided here, on the
 // caller's goroutine: Filter, then one random draw (and one more for the
 // reorder distance).
 func (e *PipeEnd) Transmit(segs [][]byte) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return port.ErrClosed
 	}
 	n := 0
 	for _, s := range segs {
@@ -327,19 +328,19 @@ func (e *PipeEnd) Transmit(segs [][]byte) error {
 	}
 	switch {
 	case n == 0:
-		return ErrEmptyFrame
+		return port.ErrEmptyFrame
 	case n > e.maxFrame:
-		return ErrTooLarge
+		return port.ErrTooLarge
 	}
 	l := e.tx
 	if l.wire.Len() >= l.cfg.Depth {
 		l.stats.full.Add(1)
-		return ErrTxFull
+		return port.ErrTxFull
 	}
 	f := l.buffer()
 	if f == nil {
 		l.stats.full.Add(1)
-		return ErrTxFull
+		return port.ErrTxFull
 	}
 	for _, s := range segs {
 		f = append(f, s...) // within capacity: n <= MaxFrame
@@ -387,27 +388,27 @@ func (e *PipeEnd) Transmit(segs [][]byte) error {
 	return nil
 }
 
-// Flush implements Port; a pipe's frames are in the peer's queue as soon
+// Flush implements port.Port; a pipe's frames are in the peer's queue as soon
 // as Transmit returns.
 func (e *PipeEnd) Flush() error {
 	if e.closed.Load() {
-		return ErrClosed
+		return port.ErrClosed
 	}
 	return nil
 }
 
-// Wait implements Port.
+// Wait implements port.Port.
 func (e *PipeEnd) Wait(timeout time.Duration) error {
 	if e.closed.Load() {
-		return ErrClosed
+		return port.ErrClosed
 	}
-	if timeout == 0 || e.rx.wire.Len() > 0 || !e.bell.sleep() {
+	if timeout == 0 || e.rx.wire.Len() > 0 || !e.bell.Sleep() {
 		return nil
 	}
 	// A frame queued between the check above and sleep rang the bell;
 	// one queued before it is seen here.
 	if e.rx.wire.Len() > 0 {
-		e.bell.awake()
+		e.bell.Awake()
 		return nil
 	}
 	if timeout < 0 {
@@ -420,13 +421,13 @@ func (e *PipeEnd) Wait(timeout time.Duration) error {
 		case <-e.timer.C:
 		}
 	}
-	e.bell.awake()
+	e.bell.Awake()
 	return nil
 }
 
-// Doorbell implements Port.
+// Doorbell implements port.Port.
 func (e *PipeEnd) Doorbell() {
-	if e.bell.ring() {
+	if e.bell.Ring() {
 		select {
 		case e.wake <- struct{}{}:
 		default: // a wake-up is already waiting
@@ -434,10 +435,10 @@ func (e *PipeEnd) Doorbell() {
 	}
 }
 
-// MaxFrame implements Port.
+// MaxFrame implements port.Port.
 func (e *PipeEnd) MaxFrame() int { return e.maxFrame }
 
-// Close implements Port. Frames sent to a closed end are dropped, as on a
+// Close implements port.Port. Frames sent to a closed end are dropped, as on a
 // link nobody listens to.
 func (e *PipeEnd) Close() error {
 	e.closed.Store(true)

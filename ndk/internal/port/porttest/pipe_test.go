@@ -1,4 +1,4 @@
-package port
+package porttest
 
 import (
 	"bytes"
@@ -8,10 +8,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 )
 
 // frameWithID builds a test frame of size bytes that starts with id.
@@ -124,9 +124,9 @@ func TestPipeRejectsBadFrames(t *testing.T) {
 		segs [][]byte
 		want error
 	}{
-		{"no segments", nil, ErrEmptyFrame},
-		{"empty segments", [][]byte{{}, nil}, ErrEmptyFrame},
-		{"one byte too large", [][]byte{make([]byte, 1000), make([]byte, 1001)}, ErrTooLarge},
+		{"no segments", nil, port.ErrEmptyFrame},
+		{"empty segments", [][]byte{{}, nil}, port.ErrEmptyFrame},
+		{"one byte too large", [][]byte{make([]byte, 1000), make([]byte, 1001)}, port.ErrTooLarge},
 		{"exactly MaxFrame", [][]byte{make([]byte, 1000), make([]byte, 1000)}, nil},
 	} {
 		if err := a.Transmit(tc.segs); !errors.Is(err, tc.want) {
@@ -179,7 +179,7 @@ func TestPipeClose(t *testing.T) {
 		"Flush":    b.Flush(),
 		"Wait":     b.Wait(time.Second),
 	} {
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, port.ErrClosed) {
 			t.Errorf("%s on a closed end: %v, want ErrClosed", name, err)
 		}
 	}
@@ -202,7 +202,7 @@ func TestPipeTxFullUntilPeerDrains(t *testing.T) {
 		}
 	}
 	for range 3 {
-		if err := a.Transmit([][]byte{frameWithID(99, 64)}); !errors.Is(err, ErrTxFull) {
+		if err := a.Transmit([][]byte{frameWithID(99, 64)}); !errors.Is(err, port.ErrTxFull) {
 			t.Fatalf("transmit into a full pipe: %v, want ErrTxFull", err)
 		}
 	}
@@ -213,7 +213,7 @@ func TestPipeTxFullUntilPeerDrains(t *testing.T) {
 	if err := a.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Transmit([][]byte{frameWithID(99, 64)}); !errors.Is(err, ErrTxFull) {
+	if err := a.Transmit([][]byte{frameWithID(99, 64)}); !errors.Is(err, port.ErrTxFull) {
 		t.Fatalf("after Flush: %v, want ErrTxFull", err)
 	}
 	out := make([][]byte, 1)
@@ -483,7 +483,7 @@ func TestPipeDeterministicAcrossGoroutines(t *testing.T) {
 		switch err := a.Transmit([][]byte{frameWithID(i, 64)}); {
 		case err == nil:
 			i++
-		case errors.Is(err, ErrTxFull) && time.Now().Before(deadline):
+		case errors.Is(err, port.ErrTxFull) && time.Now().Before(deadline):
 			time.Sleep(time.Microsecond)
 		default:
 			t.Fatalf("frame %d: %v", i, err)
@@ -545,56 +545,6 @@ func TestPipeDoorbellWakesWait(t *testing.T) {
 			}
 		})
 	}
-}
-
-// checkNoLostWakeups plays engine and poster many times over on e, the
-// poster posting just as the engine goes to sleep: a lost wake-up shows up
-// as a Wait that sleeps out its long timeout.
-func checkNoLostWakeups(t *testing.T, e Port, rounds int64) {
-	var posted, taken atomic.Int64
-	const long = 5 * time.Second
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for posted.Load() < rounds {
-			if taken.Load() == posted.Load() {
-				if posted.Load()%16 == 0 {
-					// Now and then let the engine fall asleep first,
-					// so both orders of the race occur.
-					time.Sleep(50 * time.Microsecond)
-				}
-				posted.Add(1)
-				e.Doorbell()
-			}
-		}
-	})
-	var slow error
-	deadline := time.Now().Add(60 * time.Second)
-	for taken.Load() < rounds && time.Now().Before(deadline) {
-		if taken.Load() < posted.Load() {
-			taken.Add(1)
-			continue
-		}
-		start := time.Now()
-		if err := e.Wait(long); err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); d >= long {
-			slow = fmt.Errorf("Wait slept %v with a post pending after round %d: lost wake-up", d, taken.Load())
-			break
-		}
-	}
-	posted.Store(rounds) // let the poster stop if we broke out
-	wg.Wait()
-	if slow != nil {
-		t.Fatal(slow)
-	}
-	if taken.Load() != rounds {
-		t.Fatalf("took %d of %d posts before the deadline", taken.Load(), rounds)
-	}
-}
-
-func TestPipeNoLostWakeups(t *testing.T) {
-	checkNoLostWakeups(t, newPipe(t, PipeConfig{}).B(), 5000)
 }
 
 func TestPipeDataPathAllocatesNothing(t *testing.T) {
