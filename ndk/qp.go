@@ -41,6 +41,9 @@ type QP struct {
 	// atomicSGL holds an atomic's result SGE while it is posted (atomic.go):
 	// initiator posts are serialized, and a local array would escape.
 	atomicSGL [1]rc.SGE
+	// writeArm is the channel ArmPeerWrites last armed, boxed for the
+	// engine's atomic pointer; never written after it is published.
+	writeArm *chan struct{}
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts

@@ -2,18 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ndkxdp/ndkxdp/internal/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [ADDR] -dev IFNAME"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [ADDR] -dev IFNAME\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTests maps the command's test names to perftest's binaries' tests.
 var perfTests = map[string]struct {
@@ -30,6 +35,9 @@ var perfTests = map[string]struct {
 // (-R) on an ndkxdp adapter: the server without ADDR, the client with it,
 // compatible with perftest on the other side.
 func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	if name == "tcp_lat" {
+		return runTCPLat(ctx, args, stdout, stderr)
+	}
 	test, ok := perfTests[name]
 	if !ok {
 		return fmt.Errorf("unknown test %q\n%s", name, perfTestUsage)
@@ -49,6 +57,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	noPeak := fs.Bool("N", false, "no peak bandwidth")
 	dev := fs.String("dev", "", "network interface to attach to (in this network namespace)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	polling := fs.String("polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
 	// ADDR may stand between flags, as perftest allows.
 	var addr string
 	rest := args
@@ -71,6 +80,12 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		return fmt.Errorf("-p %d: not a port", *port)
 	case *timeout <= 0:
 		return fmt.Errorf("-timeout must be positive")
+	case *polling != "adaptive" && *polling != "busy":
+		return fmt.Errorf("unknown -polling %q (want adaptive or busy)", *polling)
+	}
+	opts := ndk.Options{}
+	if *polling == "busy" {
+		opts.Polling, p.BusyPoll = ndk.PollBusy, true
 	}
 	p.Port = uint16(*port)
 	p.ReportGbits, p.NoPeak = *gbits, *noPeak
@@ -92,7 +107,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	d, err := ndkverbs.Open(*dev, ndk.Options{})
+	d, err := ndkverbs.Open(*dev, opts)
 	if err != nil {
 		return err
 	}
@@ -102,16 +117,111 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if peer.IsValid() {
 		role = "client of " + peer.String()
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d\n", name, role, p.MTU)
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(*polling))
+	var res perftest.Result
 	if peer.IsValid() {
-		_, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
+		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
+	} else {
+		var l *ndkverbs.Listener
+		if l, err = ndkverbs.Listen(d, p.Port, ndkverbs.Depths{}); err != nil {
+			return err
+		}
+		defer l.Close()
+		res, err = perftest.RunServer(ctx, p, l, stdout)
+	}
+	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
+	return err
+}
+
+// printRunStats names, on stderr (stdout keeps perftest's text), what
+// explains a tail: the sleeps of the engines and of the test's polling,
+// and the transport's recoveries.
+func printRunStats(w io.Writer, engines []ndk.EngineStats, waits uint64) {
+	var s ndk.EngineStats
+	for _, e := range engines {
+		s.Sleeps += e.Sleeps
+		s.SlowYields += e.SlowYields
+		s.Retransmits += e.Retransmits
+		s.Timeouts += e.Timeouts
+		s.RNRSent += e.RNRSent
+		s.RNRReceived += e.RNRReceived
+		s.Duplicates += e.Duplicates
+		s.OutOfSeq += e.OutOfSeq
+	}
+	fmt.Fprintf(w, "ndkxdp: engine sleeps %d, slow yields %d, test's blocking waits %d; retransmission rounds %d, ACK timeouts %d, RNR NAKs sent %d received %d, duplicate requests %d, out-of-sequence %d\n",
+		s.Sleeps, s.SlowYields, waits, s.Retransmits, s.Timeouts, s.RNRSent, s.RNRReceived, s.Duplicates, s.OutOfSeq)
+}
+
+// pollingText says how the run waits, as the tools print it.
+func pollingText(mode string) string {
+	if mode == "busy" {
+		return "busy polling"
+	}
+	return fmt.Sprintf("adaptive polling (spin %v, then sleep)", verbs.DefaultSpin)
+}
+
+// runTCPLat is the send_lat ping-pong over kernel TCP (perftest.TCPLat),
+// the baseline perf's latency tests are held against: the same columns
+// between the same two hosts. Without ADDR it serves one client.
+func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("perf tcp_lat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var p perftest.Params
+	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: send_lat's)")
+	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: send_lat's)")
+	port := fs.Uint("p", perftest.DefaultPort, "TCP port")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	l, err := ndkverbs.Listen(d, p.Port, ndkverbs.Depths{})
-	if err != nil {
-		return err
+	switch {
+	case fs.NArg() > 1:
+		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args()[1:], perfTestUsage)
+	case *port == 0 || *port > 0xFFFF:
+		return fmt.Errorf("-p %d: not a port", *port)
+	case *timeout <= 0:
+		return fmt.Errorf("-timeout must be positive")
 	}
-	defer l.Close()
-	_, err = perftest.RunServer(ctx, p, l, stdout)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var conn net.Conn
+	if fs.NArg() == 1 {
+		peer, err := netip.ParseAddr(fs.Arg(0))
+		if err != nil {
+			return fmt.Errorf("server address %q: %w", fs.Arg(0), err)
+		}
+		fmt.Fprintf(stdout, "ndkxdp perf tcp_lat: client of %v, TCP_NODELAY\n", peer)
+		ap := netip.AddrPortFrom(peer, uint16(*port))
+		for {
+			var d net.Dialer
+			conn, err = d.DialContext(ctx, "tcp", ap.String())
+			if err == nil || ctx.Err() != nil || !errors.Is(err, unix.ECONNREFUSED) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // the server is not listening yet
+		}
+		if err != nil {
+			return fmt.Errorf("connect to %v: %w", ap, err)
+		}
+	} else {
+		var lc net.ListenConfig
+		l, err := lc.Listen(ctx, "tcp", fmt.Sprintf(":%d", *port))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ndkxdp perf tcp_lat: server on %v, TCP_NODELAY\n", l.Addr())
+		stop := context.AfterFunc(ctx, func() { l.Close() })
+		conn, err = l.Accept()
+		stop()
+		l.Close()
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+	}
+	defer conn.Close()
+	_, err := perftest.TCPLat(ctx, conn, p, fs.NArg() == 1, stdout)
 	return err
 }

@@ -1,6 +1,7 @@
 package ndkverbs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -76,7 +77,13 @@ type Endpoint struct {
 	sgl     [1]ndk.SGE
 	results [64]ndk.ResultEx
 
-	gone       atomic.Bool // the peer disconnected
+	gone atomic.Bool // the peer disconnected
+	// wake gets a token from the CQs' notifications, the QP's peer-write
+	// arm and the peer's disconnect; Wait blocks on it.
+	wake chan struct{}
+	// peeked is PeerWrites as the last Peek loaded it: Wait does not
+	// block if a WRITE was placed since.
+	peeked     uint64
 	disconnect func() error
 	closed     bool
 }
@@ -95,11 +102,13 @@ func (d *Device) Endpoint(q Depths) (*Endpoint, error) {
 	if q.Receive == 0 {
 		q.Receive = 1024
 	}
-	scq, err := d.Adapter.CreateCq(q.Send, nil)
+	wake := make(chan struct{}, 1)
+	notify := func(ndk.Status) { signal(wake) }
+	scq, err := d.Adapter.CreateCq(q.Send, notify)
 	if err != nil {
 		return nil, fmt.Errorf("ndkverbs: create initiator cq: %w", err)
 	}
-	rcq, err := d.Adapter.CreateCq(q.Receive, nil)
+	rcq, err := d.Adapter.CreateCq(q.Receive, notify)
 	if err != nil {
 		scq.Close()
 		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
@@ -112,7 +121,15 @@ func (d *Device) Endpoint(q Depths) (*Endpoint, error) {
 		rcq.Close()
 		return nil, fmt.Errorf("ndkverbs: create qp: %w", err)
 	}
-	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq}, nil
+	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq, wake: wake}, nil
+}
+
+// signal puts a token on ch unless one is there.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 // QP returns the endpoint's QP, to connect it.
@@ -124,7 +141,10 @@ func (e *Endpoint) Connected(disconnect func() error) { e.disconnect = disconnec
 // PeerDisconnected tells the endpoint the peer has gone (its DREQ
 // arrived): Poll returns verbs.ErrDisconnected once the CQ is empty. Safe
 // from any goroutine.
-func (e *Endpoint) PeerDisconnected() { e.gone.Store(true) }
+func (e *Endpoint) PeerDisconnected() {
+	e.gone.Store(true)
+	signal(e.wake)
+}
 
 // Register implements verbs.Endpoint.
 func (e *Endpoint) Register(buf []byte, access verbs.Access) (verbs.Region, error) {
@@ -297,8 +317,34 @@ func (e *Endpoint) completion(r *ndk.ResultEx) verbs.Completion {
 // Peek implements verbs.Endpoint: QP.PeerWrites orders the read after the
 // placement of every WRITE packet the engine has executed.
 func (e *Endpoint) Peek(r verbs.Region, off int) byte {
-	e.qp.PeerWrites()
+	e.peeked = e.qp.PeerWrites()
 	return r.Buf[off]
+}
+
+// Wait implements verbs.Endpoint: it arms both CQs (NdkArmCq, any
+// completion) and the QP's peer-write notification, and blocks until one
+// of them, the peer's disconnect or ctx ends the wait. An arm fires at
+// once for completions already queued, and a WRITE placed since the last
+// Peek returns at once, so none is slept through.
+func (e *Endpoint) Wait(ctx context.Context) error {
+	e.qp.ArmPeerWrites(e.wake)
+	if err := e.scq.Arm(ndk.CQNotifyAny); err != nil {
+		return fmt.Errorf("ndkverbs: arm initiator cq: %w", err)
+	}
+	if err := e.rcq.Arm(ndk.CQNotifyAny); err != nil {
+		return fmt.Errorf("ndkverbs: arm receive cq: %w", err)
+	}
+	// The engine counts a placed WRITE before it looks at the arm: one
+	// placed before the arm shows in the count.
+	if e.gone.Load() || e.qp.PeerWrites() != e.peeked {
+		return nil
+	}
+	select {
+	case <-e.wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Settling bounds for Close.
@@ -363,3 +409,11 @@ func (e *Endpoint) Close() error {
 	e.rcq.Close()
 	return errors.Join(errs...)
 }
+
+// QPN implements perftest.QPNumberer: the QP's number, which perftest
+// prints and exchanges.
+func (e *Endpoint) QPN() uint32 { return e.qp.QPN() }
+
+// GID implements perftest.GIDer: the adapter's address as a GID
+// (IPv4-mapped for IPv4, RoCEv2's rule).
+func (e *Endpoint) GID() [16]byte { return e.dev.Adapter.LocalAddress().As16() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
@@ -19,12 +18,11 @@ const (
 // counts tallies completions by kind; the data-path loops poll into it.
 type counts struct {
 	sends, recvs, rdma int
-	spins              int
 }
 
 // poll drains up to 16 completions into n without allocating. A failed
-// completion or a disconnect is an error; every 64 empty polls it checks
-// ctx and yields.
+// completion or a disconnect is an error; an empty poll idles
+// (verbs.Backoff: spin, then block until the endpoint has news).
 func (d *data) poll(ctx context.Context, n *counts) (int, error) {
 	k, err := d.w.ep.Poll(d.w.buf[:])
 	if err != nil {
@@ -45,13 +43,11 @@ func (d *data) poll(ctx context.Context, n *counts) (int, error) {
 		}
 	}
 	if k == 0 {
-		n.spins++
-		if n.spins&63 == 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			runtime.Gosched()
+		if err := d.w.idle.Idle(ctx, d.w.ep); err != nil {
+			return 0, err
 		}
+	} else {
+		d.w.idle.Reset()
 	}
 	return k, nil
 }
@@ -225,13 +221,8 @@ func writeLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint6
 		// first.
 		if rcnt < iters && !(scnt < 1 && !client) {
 			rcnt++
-			for spins := 0; d.w.ep.Peek(d.buf, pollAt) != byte(rcnt); spins++ {
-				if spins&63 == 63 {
-					if err := ctx.Err(); err != nil {
-						return fmt.Errorf("waiting for the peer's write %d: %w", rcnt, err)
-					}
-					runtime.Gosched()
-				}
+			if err := d.awaitByte(ctx, pollAt, byte(rcnt), &c); err != nil {
+				return fmt.Errorf("waiting for the peer's write %d: %w", rcnt, err)
 			}
 		}
 		if scnt < iters {
@@ -248,6 +239,20 @@ func writeLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint6
 			}
 		}
 	}
+	return nil
+}
+
+// awaitByte polls the byte at off of the test buffer until the peer's
+// WRITE leaves want there. It polls the completions too, as the endpoint
+// has news: a failed request or the peer's disconnect ends the wait
+// rather than leaving it to the timeout (the peer's WRITE will not come).
+func (d *data) awaitByte(ctx context.Context, off int, want byte, c *counts) error {
+	for d.w.ep.Peek(d.buf, off) != want {
+		if _, err := d.poll(ctx, c); err != nil {
+			return err
+		}
+	}
+	d.w.idle.Reset()
 	return nil
 }
 

@@ -111,6 +111,10 @@ type Params struct {
 	// reason 8 (perftest -R opens it right after a handshake, and a slow
 	// server may not listen yet). Zero means no retry.
 	ConnectRetry Retry
+	// BusyPoll makes the data path's completion polling spin without
+	// ever blocking (verbs.Backoff.Busy); by default it spins for
+	// verbs.DefaultSpin, then blocks until the endpoint has news.
+	BusyPoll bool
 }
 
 // ErrUnsupported is an option ndkxdp does not run (yet).

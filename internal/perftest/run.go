@@ -23,6 +23,9 @@ type Result struct {
 	// Lat is the latency row the side printed (clients; both sides of
 	// send and write latency).
 	Lat *LatStats
+	// Waits is how often the data path's polling blocked (verbs.Backoff):
+	// each costs a wake-up, which is where tails come from.
+	Waits uint64
 }
 
 // data is the test QP with its buffer: 2 x BUFF_SIZE, the first half the
@@ -39,6 +42,7 @@ type data struct {
 func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 	return func(ep verbs.Endpoint) error {
 		d.w.ep = ep
+		d.w.idle.Busy = p.BusyPoll
 		d.half = max(p.Size, cycle) // BUFF_SIZE(size, cycle_buffer)
 		access := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 		if p.Verb == Atomic {
@@ -166,10 +170,15 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, open f
 			return fail("exchange of pingpong_dest", err)
 		}
 	}
+	printDest(out, "local", p, &res.Local)
+	printDest(out, "remote", p, &res.Peer)
+	run := bwSession
 	if p.Kind == Lat {
-		return latSession(ctx, p, ctl, d, res, out, fail)
+		run = latSession
 	}
-	return bwSession(ctx, p, ctl, d, res, out, fail)
+	res, err = run(ctx, p, ctl, d, res, out, fail)
+	res.Waits = d.w.idle.Waits
+	return res, err
 }
 
 func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
@@ -290,3 +299,23 @@ func role(client bool) string {
 type clock struct{ base time.Time }
 
 func (c clock) now() uint64 { return uint64(time.Since(c.base)) }
+
+// printDest prints a side's pingpong_dest as ctx_print_pingpong_data does
+// once the connection is up (C's %#06x: no 0x for zero).
+func printDest(w io.Writer, side string, p *Params, d *Dest) {
+	fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
+	if p.Verb != Send {
+		fmt.Fprintf(w, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
+	}
+	g := d.GID
+	fmt.Fprintf(w, "\n GID: %02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d:%02d\n",
+		g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15])
+}
+
+// cHex is printf's %#0*x: width counts the 0x, which zero does not get.
+func cHex(v uint64, width int) string {
+	if v == 0 {
+		return fmt.Sprintf("%0*d", width, 0)
+	}
+	return fmt.Sprintf("%#0*x", width, v)
+}

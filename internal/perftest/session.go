@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
 )
@@ -14,11 +13,13 @@ type waiter struct {
 	ep    verbs.Endpoint
 	buf   [16]verbs.Completion
 	queue []verbs.Completion
+	idle  verbs.Backoff
 }
 
-// next returns the next completion, spinning until one arrives or ctx ends.
+// next returns the next completion, polling (verbs.Backoff) until one
+// arrives or ctx ends.
 func (w *waiter) next(ctx context.Context) (verbs.Completion, error) {
-	for spins := 0; ; spins++ {
+	for {
 		if len(w.queue) > 0 {
 			c := w.queue[0]
 			w.queue = w.queue[1:]
@@ -30,13 +31,11 @@ func (w *waiter) next(ctx context.Context) (verbs.Completion, error) {
 		}
 		if n > 0 {
 			w.queue = w.buf[:n]
+			w.idle.Reset()
 			continue
 		}
-		if spins&63 == 63 {
-			if err := ctx.Err(); err != nil {
-				return verbs.Completion{}, err
-			}
-			runtime.Gosched()
+		if err := w.idle.Idle(ctx, w.ep); err != nil {
+			return verbs.Completion{}, err
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strconv"
 
 	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
@@ -155,6 +154,7 @@ type side struct {
 	recvSeg   verbs.Segment
 	completed [8]verbs.Completion
 	queue     []verbs.Completion
+	idle      verbs.Backoff
 }
 
 func setup(ep verbs.Endpoint, size int, client bool) (*side, error) {
@@ -187,7 +187,7 @@ func setup(ep verbs.Endpoint, size int, client bool) (*side, error) {
 // completion is an error. A receive is reposted before it is returned, as
 // rping_cq_event_handler does.
 func (s *side) wait(ctx context.Context, op verbs.Op) (verbs.Completion, error) {
-	for spins := 0; ; spins++ {
+	for {
 		for len(s.queue) > 0 {
 			c := s.queue[0]
 			s.queue = s.queue[1:]
@@ -213,14 +213,12 @@ func (s *side) wait(ctx context.Context, op verbs.Op) (verbs.Completion, error) 
 		}
 		if n > 0 {
 			s.queue = append(s.queue[:0], s.completed[:n]...)
+			s.idle.Reset()
 			continue
 		}
-		if spins%64 == 0 {
-			if err := ctx.Err(); err != nil {
-				return verbs.Completion{}, fmt.Errorf("rping: waiting for %v: %w", op, err)
-			}
+		if err := s.idle.Idle(ctx, s.ep); err != nil {
+			return verbs.Completion{}, fmt.Errorf("rping: waiting for %v: %w", op, err)
 		}
-		runtime.Gosched()
 	}
 }
 

@@ -120,6 +120,12 @@ type Endpoint interface {
 	// that poll, ordered after the placement of every WRITE the
 	// implementation has executed, so the poll is no data race.
 	Peek(r Region, off int) byte
+	// Wait blocks until something Poll or Peek would see may have changed
+	// (a completion, a peer's WRITE placed, the peer's disconnect) or ctx
+	// ends, which it returns. It may return early; it never sleeps through
+	// an event that came after the caller's last empty Poll or Peek.
+	// Callers spin on Poll and Peek for a while before they wait (Backoff).
+	Wait(ctx context.Context) error
 	// Close disconnects (DREQ) and releases the QP; requests still queued
 	// complete with ErrFlushed first. Closing twice is harmless.
 	Close() error

@@ -89,11 +89,43 @@
 // engine without the GSI hook, is copied into a preallocated buffer and
 // handed over); take the ready QPs; run control calls; send the queued
 // MADs, then each active QP's responses before its requests (at most 64
-// of each per QP per loop); fire timers; flush the port. Idle, it yields
-// its P every loop; PollAdaptive sleeps in Port.Wait after SpinLoops idle
-// loops (the port's doorbell protocol loses no wake-up), PollBusy never
-// sleeps. Timers are per-QP deadlines on a clock read once per loop and
-// checked when the earliest one is due, not one timer per packet.
+// of each per QP per loop); fire timers; flush the port. Timers are
+// per-QP deadlines on a clock read once per loop and checked when the
+// earliest one is due, not one timer per packet.
+//
+// # Polling
+//
+// Idle, a PollAdaptive engine spins for SpinTime (20µs) and then sleeps in
+// Port.Wait, ppoll(2) on the XSK socket and the doorbell's eventfd (the
+// port's doorbell protocol loses no wake-up). While it spins it yields
+// its P and, through internal/spin, its thread (sched_yield), unless a
+// yield lately came back a whole time slice later, which shows a thread
+// on this core that does not yield back. PollBusy never sleeps and only
+// yields its P: a core per engine. Consumers do the same on their side
+// (the tools' verbs.Backoff: spin 20µs, then block on the CQ's
+// notification and QP.ArmPeerWrites).
+//
+// Why: with engines and consumers of two processes polling on two cores,
+// each thread with work waited for another's kernel time slice, because
+// a goroutine that only yields its P keeps its thread. `ndkxdp perf
+// send_lat` between two processes on a veth pair (test/latency has the
+// harness) measured p50 5 µs and p99 2,000-3,200 µs that way, write_lat
+// p99 2,800-3,900 µs; `-polling busy` (engines and consumers that never
+// block) still shows it: four spinning threads on two cores. The stats
+// line the tools print on stderr (engine sleeps, slow yields, the test's
+// blocking waits, retransmissions and RNR NAKs) showed no transport
+// recovery in those runs: the tail was scheduling alone. Spinning a
+// bounded time, yielding the thread, and blocking after it brought p99
+// to 30-100 µs on the same machine, and with a process spinning on one
+// core beside the tools p99 stays within about 2x p50 (p50 30-65 µs,
+// since every exchange then wakes a sleeper). Longer spins (100 µs, 1 ms)
+// made tails worse: a spinner holds a core that another process's thread
+// is waiting for. Measure with:
+//
+//	go test -run x -bench Latency -benchtime 1x ./test/latency/
+//
+// which reports p50, p99, p99.9 and the ratios p99/p50 and p99/TCP's p99
+// per test, idle and contended, in one run.
 //
 // # Transport (ROCEV2.md §2, rxe semantics)
 //

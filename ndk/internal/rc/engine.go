@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/spin"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
@@ -29,9 +30,14 @@ type Config struct {
 	Port    port.Port
 	Regions *memreg.Table
 	Poll    PollMode
-	// SpinLoops is how many idle loops an adaptive engine spins before it
-	// sleeps (default 2000).
-	SpinLoops int
+	// SpinTime is how long an adaptive engine keeps polling after its
+	// last work before it sleeps in Port.Wait (default 20µs). It bounds
+	// how long the engine holds a core that another thread, of this
+	// process or another, is waiting for: a thread that only yields its
+	// P (runtime.Gosched) keeps the OS thread, so engines and consumers
+	// of several processes sharing cores wait for the kernel's time slice,
+	// milliseconds (doc.go, "Polling").
+	SpinTime time.Duration
 	// MaxQPs bounds the QPs on this engine (default 4096).
 	MaxQPs int
 	// Window is the most PSNs one QP keeps unacknowledged (default 512).
@@ -58,10 +64,10 @@ type Config struct {
 
 // Tuning defaults.
 const (
-	defaultSpinLoops = 2000
-	defaultMaxQPs    = 4096
-	defaultWindow    = 512
-	rxBatch          = 64
+	defaultSpinTime = 20 * time.Microsecond
+	defaultMaxQPs   = 4096
+	defaultWindow   = 512
+	rxBatch         = 64
 	// qpBudget bounds the frames one QP sends per loop, so that one bulk
 	// transfer cannot starve the others or the receive side.
 	qpBudget = 64
@@ -86,7 +92,7 @@ type Engine struct {
 	port    port.Port
 	regions *memreg.Table
 	poll    PollMode
-	spin    int
+	spin    int64 // SpinTime in ns
 	window  uint32
 	maxQPs  int
 
@@ -111,7 +117,8 @@ type Engine struct {
 	stop       atomic.Bool
 	done       chan struct{}
 
-	c counters
+	c     counters
+	yield spin.Yielder // engine goroutine only
 
 	// Engine goroutine only.
 	qps       map[uint32]*QP
@@ -135,8 +142,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.Port == nil || cfg.Regions == nil {
 		return nil, fmt.Errorf("%w: engine needs a port and a token table", ErrBadConfig)
 	}
-	if cfg.SpinLoops <= 0 {
-		cfg.SpinLoops = defaultSpinLoops
+	if cfg.SpinTime <= 0 {
+		cfg.SpinTime = defaultSpinTime
 	}
 	if cfg.MaxQPs <= 0 {
 		cfg.MaxQPs = defaultMaxQPs
@@ -164,7 +171,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		port:        cfg.Port,
 		regions:     cfg.Regions,
 		poll:        cfg.Poll,
-		spin:        cfg.SpinLoops,
+		spin:        int64(cfg.SpinTime),
 		window:      uint32(cfg.Window),
 		maxQPs:      cfg.MaxQPs,
 		lockThread:  cfg.LockThread,
@@ -232,7 +239,7 @@ func (e *Engine) run() {
 	}
 	defer close(e.done)
 
-	idle := 0
+	var idleSince int64 // e.now when the engine last had work
 	for !e.stop.Load() {
 		e.now = e.clock()
 		work := e.receive()
@@ -251,22 +258,25 @@ func (e *Engine) run() {
 			e.c.txErrors.Add(1)
 		}
 		if work > 0 {
-			idle = 0
+			idleSince = e.now
 			continue
 		}
-		idle++
-		if e.poll == PollBusy || idle < e.spin {
+		if e.poll == PollBusy || e.now-idleSince < e.spin {
 			// Hand the P over on every idle loop: with as many polling
 			// goroutines as GOMAXPROCS (engines and consumers), a
 			// goroutine with work would otherwise wait for our next
 			// yield or the runtime's 10 ms preemption; yielding only
 			// every 64 idle loops made the ping-pong slower (test/rdma's
 			// doc). Gosched with nothing else to run returns at once.
-			runtime.Gosched()
+			if e.poll == PollBusy {
+				runtime.Gosched()
+			} else if e.yield.Yield() {
+				e.c.slowYields.Add(1)
+			}
 			continue
 		}
 		e.sleep()
-		idle = 0
+		idleSince = e.clock()
 	}
 	e.shutdown()
 }

@@ -69,6 +69,9 @@ type QP struct {
 	state    atomic.Uint32 // State
 	ready    atomic.Bool   // queued on the engine's ready ring
 	flushReq atomic.Bool
+	// writeArm is a one-shot wake-up for the next WRITE packet placed
+	// for this QP (ArmPlacedWrites).
+	writeArm atomic.Pointer[chan struct{}]
 
 	// Send-side producer state.
 	deferred bool // a DEFER post since the last doorbell

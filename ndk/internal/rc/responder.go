@@ -168,6 +168,9 @@ func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
 	}
 	copy(t.wbuf[t.woff:], p.Payload)
 	e.c.writesPlaced.Add(1) // publishes the bytes (PlacedWrites)
+	if q.writeArm.Load() != nil {
+		wakeArmed(&q.writeArm)
+	}
 	t.woff += n
 	t.ePSN = t.ePSN.Next()
 	if pos&rocev2.PosLast == 0 {

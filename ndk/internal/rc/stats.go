@@ -15,7 +15,7 @@ type counters struct {
 	rnrSent, rnrReceived    atomic.Uint64
 	txFull, txErrors        atomic.Uint64
 	rxErrors, encodeErrors  atomic.Uint64
-	sleeps                  atomic.Uint64
+	sleeps, slowYields      atomic.Uint64
 	completions, recvPlaced atomic.Uint64
 	atomics, atomicReplays  atomic.Uint64
 	// writesPlaced is incremented after each WRITE packet's bytes are
@@ -30,6 +30,25 @@ type counters struct {
 // acquire: bytes those packets placed are visible to the caller afterwards,
 // so a consumer may poll memory a peer writes without a data race.
 func (q *QP) PlacedWrites() uint64 { return q.eng.c.writesPlaced.Load() }
+
+// ArmPlacedWrites asks for one token on ch (a send that never blocks: a
+// full ch already holds one) when the engine next places a WRITE packet
+// for q; a later arm replaces an earlier one. A consumer that polls
+// memory a peer writes arms, checks the memory once more, and then blocks
+// on ch: the engine increments PlacedWrites before it looks at the arm,
+// and both are sequentially consistent atomics, so either the check sees
+// the bytes or the engine sees the arm.
+func (q *QP) ArmPlacedWrites(ch *chan struct{}) { q.writeArm.Store(ch) }
+
+// wakeArmed fires and clears a one-shot arm.
+func wakeArmed(arm *atomic.Pointer[chan struct{}]) {
+	if ch := arm.Swap(nil); ch != nil {
+		select {
+		case *ch <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // Stats are an engine's counters since it started.
 type Stats struct {
@@ -58,6 +77,10 @@ type Stats struct {
 	// Port.
 	TxFull, TxErrors, RxErrors, EncodeErrors uint64
 	Sleeps                                   uint64 // adaptive-mode waits
+	// SlowYields counts idle yields another thread answered with a whole
+	// time slice (internal/spin): a core shared with a thread that does
+	// not yield, after which the engine only yields its P for a while.
+	SlowYields uint64
 	// Frames that arrived on this engine's queue for a QP of another
 	// engine of the adapter (the NIC's RSS chose the queue) and were
 	// handed to it; frames other engines handed to this one; frames
@@ -96,7 +119,7 @@ func (e *Engine) snapshot() Stats {
 		Completions: c.completions.Load(),
 		TxFull:      c.txFull.Load(), TxErrors: c.txErrors.Load(),
 		RxErrors: c.rxErrors.Load(), EncodeErrors: c.encodeErrors.Load(),
-		Sleeps:       c.sleeps.Load(),
+		Sleeps: c.sleeps.Load(), SlowYields: c.slowYields.Load(),
 		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
 	}
 }

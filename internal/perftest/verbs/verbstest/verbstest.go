@@ -55,6 +55,8 @@ type pending struct {
 // Endpoint is one side of a pair.
 type Endpoint struct {
 	mu      *sync.Mutex // shared by both sides
+	changed *change     // shared by both sides
+	seen    uint64      // changed.gen as e's last call left it
 	peer    *Endpoint
 	depth   int
 	loseAck func([]byte) bool
@@ -85,16 +87,59 @@ func Pair(o Options) (*Endpoint, *Endpoint) {
 		o.QueueDepth = 1024
 	}
 	mu := new(sync.Mutex)
-	a := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
-	b := &Endpoint{mu: mu, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
+	changed := &change{ch: make(chan struct{})}
+	a := &Endpoint{mu: mu, changed: changed, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
+	b := &Endpoint{mu: mu, changed: changed, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
 	a.peer, b.peer = b, a
 	return a, b
+}
+
+// change is what Wait blocks on: every call under the pair's lock counts
+// one (any call may change what Poll or Peek sees; Wait may return
+// early), and closes ch for a waiter.
+type change struct {
+	gen     uint64
+	ch      chan struct{}
+	waiting bool // ch was handed to a Wait: close and replace it
+}
+
+// unlock counts a change, wakes a waiter and unlocks. It allocates only
+// when a Wait blocks.
+func (e *Endpoint) unlock() {
+	c := e.changed
+	c.gen++
+	if c.waiting {
+		close(c.ch)
+		c.ch, c.waiting = make(chan struct{}), false
+	}
+	e.seen = c.gen
+	e.mu.Unlock()
+}
+
+// Wait implements verbs.Endpoint: it returns once a call on either side
+// of the pair has followed e's last call, or when ctx ends.
+func (e *Endpoint) Wait(ctx context.Context) error {
+	e.mu.Lock()
+	c := e.changed
+	if c.gen != e.seen {
+		e.mu.Unlock()
+		return nil
+	}
+	c.waiting = true
+	ch := c.ch
+	e.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Regions returns the regions registered on e, in registration order.
 func (e *Endpoint) Regions() []verbs.Region {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	var rs []verbs.Region
 	for k, r := range e.regions {
 		if k == r.r.LKey {
@@ -112,7 +157,7 @@ func (e *Endpoint) Register(buf []byte, access verbs.Access) (verbs.Region, erro
 		return verbs.Region{}, fmt.Errorf("register: empty buffer: %w", verbs.ErrInvalid)
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	r := verbs.Region{Buf: buf, Addr: e.nextVA, LKey: e.nextKey, RKey: e.nextKey + 1}
 	e.nextKey += 2
 	e.nextVA += uint64(len(buf)+4095) &^ 4095
@@ -172,7 +217,7 @@ func (e *Endpoint) usable() error {
 // Send implements verbs.Endpoint.
 func (e *Endpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if err := e.usable(); err != nil {
 		return err
 	}
@@ -214,7 +259,7 @@ func (e *Endpoint) deliver() {
 // Receive implements verbs.Endpoint.
 func (e *Endpoint) Receive(id uint64, local verbs.Segment) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if e.closed {
 		return fmt.Errorf("receive: endpoint closed: %w", verbs.ErrInvalid)
 	}
@@ -233,7 +278,7 @@ func (e *Endpoint) Receive(id uint64, local verbs.Segment) error {
 // Read implements verbs.Endpoint.
 func (e *Endpoint) Read(id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if err := e.usable(); err != nil {
 		return err
 	}
@@ -256,7 +301,7 @@ func (e *Endpoint) Read(id uint64, local verbs.Segment, addr uint64, rkey uint32
 // Write implements verbs.Endpoint.
 func (e *Endpoint) Write(id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if err := e.usable(); err != nil {
 		return err
 	}
@@ -278,7 +323,7 @@ func (e *Endpoint) Write(id uint64, local verbs.Segment, addr uint64, rkey uint3
 
 func (e *Endpoint) atomic(op verbs.Op, id uint64, local verbs.Segment, addr uint64, rkey uint32, signaled bool, f func(old uint64) uint64) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if err := e.usable(); err != nil {
 		return err
 	}
@@ -324,7 +369,7 @@ func (e *Endpoint) CompareSwap(id uint64, local verbs.Segment, addr uint64, rkey
 // for a receive, or its ACK lost) on a connection that has not failed.
 func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	n := take(&e.cq, out)
 	if !e.sendOutstanding() || e.failed || e.closed || e.peer.closed {
 		n += take(&e.rcq, out[n:])
@@ -356,7 +401,7 @@ func take(q *[]verbs.Completion, out []verbs.Completion) int {
 // Peek implements verbs.Endpoint.
 func (e *Endpoint) Peek(r verbs.Region, off int) byte {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	return r.Buf[off]
 }
 
@@ -365,7 +410,7 @@ func (e *Endpoint) Peek(r verbs.Region, off int) byte {
 // the peer's Poll reports ErrDisconnected once drained.
 func (e *Endpoint) Close() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if e.closed {
 		return nil
 	}
