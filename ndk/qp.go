@@ -116,7 +116,7 @@ func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
 		RecvCQ: cfg.ReceiveCq.core, SendCQ: cfg.InitiatorCq.core, Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSge, MaxSendSGE: cfg.MaxInitiatorRequestSge, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize,
+		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
 	})
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "engine refused the QP", Err: err}
@@ -170,7 +170,7 @@ func postError(op string, st uint32) error {
 	case ntstatus.ConnectionInvalid:
 		return errorf(StatusConnectionInvalid, op, "queue pair not connected")
 	case ntstatus.InvalidParameter:
-		return errorf(StatusInvalidParameter, op, "SGE count or inline size over the QP's limits, or length over 4 GiB")
+		return errorf(StatusInvalidParameter, op, "SGE count or inline size over the QP's limits, or total length over the adapter's MaxTransferLength")
 	case ntstatus.AccessViolation:
 		return errorf(StatusAccessViolation, op, "an SGE's local token, bounds or rights do not allow this access")
 	case ntstatus.InsufficientResource:
@@ -183,6 +183,9 @@ func postError(op string, st uint32) error {
 
 func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 	if err := checkOpFlags(pop, OpFlag(wr.Flags), q.adapter.info.AdapterFlags); err != nil {
+		// Earlier DEFER posts still go (NDKPI.md §8), as after any
+		// inline failure.
+		q.rc.RingDeferred()
 		return err
 	}
 	if st := q.rc.PostSend(wr); st != ntstatus.Success {

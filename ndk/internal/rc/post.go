@@ -27,9 +27,9 @@ type SendWR struct {
 // PostSend queues an initiator request. It returns an NTSTATUS: Success,
 // or an inline failure that produces no completion:
 //   - ConnectionInvalid: the QP was never connected;
-//   - InvalidParameter: too many SGEs, inline data over the QP's inline
-//     size, a total length that overflows 32 bits, or an atomic whose SGL
-//     is not one 8-byte SGE;
+//   - InvalidParameter: too many SGEs (inline requests may have any
+//     number), inline data over the QP's inline size, a total length over
+//     QPConfig.MaxTransfer, or an atomic whose SGL is not one 8-byte SGE;
 //   - AccessViolation: an SGE whose local token, bounds or rights fail
 //     (checked now, so that a bad SGE never reaches the wire);
 //   - InsufficientResources: the send queue is full;
@@ -43,10 +43,7 @@ func (q *QP) PostSend(wr *SendWR) uint32 {
 	st := q.postSend(wr)
 	switch {
 	case st != ntstatus.Success:
-		if q.deferred {
-			q.deferred = false
-			q.doorbell()
-		}
+		q.RingDeferred()
 	case wr.Flags&FlagDefer != 0:
 		q.deferred = true
 	default:
@@ -73,9 +70,10 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 	if wr.Op.atomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
 		return ntstatus.InvalidParameter // the original value is 8 bytes (IBTA 9.4.5)
 	}
-	// Inline requests may exceed the SGE limit (NDKPI.md §5), but the WQE
-	// gathers them from at most MaxSGE pieces.
-	if len(wr.SGL) > MaxSGE || (!inline && len(wr.SGL) > maxSGE) {
+	// Inline requests may exceed the SGE limit (NDKPI.md §5, seeds 003
+	// and 004): their bytes are copied into the WQE now, however many
+	// pieces they come in.
+	if !inline && len(wr.SGL) > min(maxSGE, MaxSGE) {
 		return ntstatus.InvalidParameter
 	}
 	var total uint64
@@ -86,7 +84,7 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 		}
 		total += uint64(s.Length)
 	}
-	if total > 1<<32-1 || (inline && total > uint64(q.cfg.InlineSize)) {
+	if total > q.maxTransfer() || (inline && total > uint64(q.cfg.InlineSize)) {
 		return ntstatus.InvalidParameter
 	}
 	w := q.sq.reserve()
@@ -146,16 +144,45 @@ func (q *QP) inlineBytes(s *SGE) []byte {
 	return bytesAt(s.Addr, s.Length)
 }
 
+// maxTransfer is the most bytes one request or receive buffer may total.
+func (q *QP) maxTransfer() uint64 {
+	if q.cfg.MaxTransfer == 0 {
+		return 1<<32 - 1
+	}
+	return uint64(q.cfg.MaxTransfer)
+}
+
+// RingDeferred submits the requests posted with FlagDefer since the last
+// doorbell. A post the caller refuses before PostSend sees it calls this,
+// as PostSend does for its own inline failures: a refused post must not
+// leave earlier deferred requests unsubmitted (NDKPI.md §8).
+func (q *QP) RingDeferred() {
+	if q.deferred {
+		q.deferred = false
+		q.doorbell()
+	}
+}
+
 // PostReceive queues a receive buffer; allowed before the QP connects. It
-// returns Success, InvalidParameter (too many SGEs), AccessViolation (an
-// SGE without local write), InsufficientResources (receive queue full) or
-// InvalidHandle (closed). It allocates nothing.
+// returns Success, InvalidParameter (too many SGEs, or more bytes than a
+// set QPConfig.MaxTransfer), AccessViolation (an SGE without local write),
+// InsufficientResources (receive queue full) or InvalidHandle (closed). It
+// allocates nothing.
 func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
 	if State(q.state.Load()) == StateClosed {
 		return ntstatus.InvalidHandle
 	}
 	if len(sgl) > q.cfg.MaxRecvSGE {
 		return ntstatus.InvalidParameter
+	}
+	if q.cfg.MaxTransfer != 0 {
+		var sum uint64
+		for i := range sgl {
+			sum += uint64(sgl[i].Length)
+		}
+		if sum > uint64(q.cfg.MaxTransfer) {
+			return ntstatus.InvalidParameter
+		}
 	}
 	w := q.rq.reserve()
 	if w == nil {

@@ -53,6 +53,9 @@ type QPConfig struct {
 	MaxRecvSGE, MaxSendSGE int
 	MaxReadSGE             int
 	InlineSize             int
+	// MaxTransfer bounds the total length of one request or receive
+	// buffer (AdapterInfo.MaxTransferLength); 0 means 2^32-1.
+	MaxTransfer uint32
 }
 
 // QP is a reliable-connection queue pair. Post methods are called by the
