@@ -54,6 +54,14 @@ type Config struct {
 	// (see gsi.go); both run on the engine goroutine and must not block.
 	GSI         func(p *rocev2.Packet)
 	FirstPacket func(qpn uint32)
+	// AnySource accepts RC frames from any source address. By default a
+	// frame whose IP source is not the connected peer's is dropped and
+	// counted (Stats.WrongSource) before anything in it is executed: the
+	// packet-injection attacks on RoCE (ReDMArk, USENIX Security 2021)
+	// forge the peer's QPN and PSN, which hardware NICs check, but not its
+	// address, which they do not. Set it only where a peer's frames
+	// legitimately arrive from several addresses.
+	AnySource bool
 	// Owner, when set, names the engine that owns a QPN (nil if none) for
 	// the engines of one adapter: frames for QPs of another engine, and
 	// QP1's datagrams on an engine without the GSI hook, are forwarded to
@@ -97,6 +105,7 @@ type Engine struct {
 	maxQPs  int
 
 	lockThread bool
+	anySource  bool
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
@@ -175,6 +184,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		window:      uint32(cfg.Window),
 		maxQPs:      cfg.MaxQPs,
 		lockThread:  cfg.LockThread,
+		anySource:   cfg.AnySource,
 		ready:       ready,
 		done:        make(chan struct{}),
 		qps:         make(map[uint32]*QP),
@@ -385,6 +395,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	}
 	if !q.t.connected || q.t.failed {
 		e.c.notConnected.Add(1)
+		return
+	}
+	if !e.anySource && e.pkt.IP.Src.Unmap() != q.t.peerIP {
+		e.c.wrongSource.Add(1)
 		return
 	}
 	if len(e.awaitFirst) != 0 {

@@ -43,6 +43,7 @@ type pairOptions struct {
 	poll      PollMode
 	cqDepth   int
 	noConnect bool
+	anySource bool // Config.AnySource
 }
 
 func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *host {
@@ -51,7 +52,7 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Config{Port: p, Regions: regions, Poll: o.poll})
+	eng, err := NewEngine(Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ type counters struct {
 	malformed, badICRC      atomic.Uint64
 	notRC, unknownQP        atomic.Uint64
 	notConnected, stale     atomic.Uint64
+	wrongSource             atomic.Uint64
 	duplicates, outOfSeq    atomic.Uint64
 	retransmits, timeouts   atomic.Uint64
 	naksSent, naksReceived  atomic.Uint64
@@ -59,6 +60,7 @@ type Stats struct {
 	NotRC        uint64 // CNP, UC, UD: not handled by the RC engine
 	UnknownQP    uint64
 	NotConnected uint64 // for a QP not connected or in error
+	WrongSource  uint64 // from an address that is not the QP's peer (Config.AnySource)
 	Stale        uint64 // ACKs and responses outside the window, duplicate responses
 	// Responder.
 	Duplicates uint64 // duplicate requests re-acknowledged or re-read
@@ -111,7 +113,8 @@ func (e *Engine) snapshot() Stats {
 		Malformed: c.malformed.Load(), BadICRC: c.badICRC.Load(),
 		NotRC: c.notRC.Load(), UnknownQP: c.unknownQP.Load(),
 		NotConnected: c.notConnected.Load(), Stale: c.stale.Load(),
-		Duplicates: c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
+		WrongSource: c.wrongSource.Load(),
+		Duplicates:  c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
 		NAKsSent: c.naksSent.Load(), RNRSent: c.rnrSent.Load(),
 		Atomics: c.atomics.Load(), AtomicReplays: c.atomicReplays.Load(),
 		Retransmits: c.retransmits.Load(), Timeouts: c.timeouts.Load(),

@@ -1,6 +1,10 @@
 package rc
 
-import "github.com/ndkxdp/ndkxdp/rocev2"
+import (
+	"net/netip"
+
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
 
 // qpTransport is a QP's transport state, owned by its engine goroutine:
 // the header template, the requester's send cursor and PSNs, and the
@@ -11,6 +15,7 @@ type qpTransport struct {
 	failed    bool
 	active    bool // on the engine's active list
 	params    ConnParams
+	peerIP    netip.Addr     // Remote.IP, unmapped: frames from elsewhere are dropped
 	hdr       rocev2.Headers // template: addresses, ports, DestQP
 	l3        int
 	pmtu      uint32
@@ -98,6 +103,7 @@ const (
 
 func (t *qpTransport) setup(p ConnParams) {
 	t.params = p
+	t.peerIP = p.Remote.IP.Unmap()
 	t.pmtu = uint32(p.PathMTU.Bytes())
 	t.hdr = rocev2.Headers{
 		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC},
