@@ -2,14 +2,19 @@
 // local and remote tokens (lkey/rkey) of registered memory and answers, on
 // the engine's per-packet path, whether a token may touch a byte range.
 //
-// A token is index<<8 | key. The index selects a slot in an array of atomic
-// pointers, so a lookup is one atomic load and no lock (the layout Linux
-// rxe uses: rxe_pool_get_index(key >> 8)). The key byte is drawn from a
-// ChaCha8 generator seeded by crypto/rand for every registration, differs
-// between the local and the remote token, and differs from both keys of the
-// slot's previous occupant, so a stale token from a reused slot fails. With
-// 8 key bits a token is not a secret against a determined peer (as in IB);
-// it stops accidents and casual guessing.
+// A token is index<<KeyBits | key. The index selects a slot in an array of
+// atomic pointers, so a lookup is one atomic load and no lock (the layout
+// Linux rxe uses, rxe_pool_get_index(key >> 8), with a wider key). The
+// index takes only the bits the table's capacity needs and the key the
+// rest: 15 bits for ndk's 65,536-region tables, down to rxe's 8 for the
+// largest table (KeyBits). Keys are drawn from a ChaCha8 generator seeded
+// by crypto/rand for every registration, differ between the local and the
+// remote token, and differ from both keys of the slot's previous occupant,
+// so a stale token from a reused slot fails. An R_Key is then a secret of
+// KeyBits bits per region: a peer guessing keys (ReDMArk, USENIX Security
+// 2021) needs 2^14 tries on average for one region of an ndk table, and
+// each wrong guess costs it the connection (a remote access error moves
+// the QP to error).
 //
 // A region's virtual address is an index only, as NdkRegisterMr requires
 // (seed 001): checks compute offsets from it and return the bytes through

@@ -4,6 +4,7 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -98,11 +99,24 @@ type entry struct {
 type Table struct {
 	slots []atomic.Pointer[entry] // index 0 unused
 
-	mu       sync.Mutex
-	free     []uint32 // FIFO of free indices, so a slot rests as long as possible before reuse
-	freeHead int
-	lastKeys []uint16 // per slot: the previous occupant's local<<8 | remote key
-	rng      *rand.ChaCha8
+	// keyBits is the width of a token's key: every bit the index does
+	// not need (see New).
+	keyBits uint
+
+	mu         sync.Mutex
+	free       []uint32 // FIFO of free indices, so a slot rests as long as possible before reuse
+	freeHead   int
+	lastLocal  []uint32 // per slot: the previous occupant's local key
+	lastRemote []uint32 // and its remote key
+	rng        *rand.ChaCha8
+}
+
+// KeyBits is how many random key bits the tokens of a table of capacity
+// regions carry: 32 less the bits of the largest index, so from 8 (the
+// largest table) to 31. A peer that guesses R_Keys for a live region
+// needs 2^(KeyBits-1) tries on average per index.
+func KeyBits(capacity int) uint {
+	return 32 - uint(bits.Len32(uint32(capacity)))
 }
 
 // New returns a table with room for capacity regions.
@@ -115,10 +129,12 @@ func New(capacity int) (*Table, error) {
 		return nil, fmt.Errorf("memreg: seed token keys: %w", err)
 	}
 	t := &Table{
-		slots:    make([]atomic.Pointer[entry], capacity+1),
-		free:     make([]uint32, 0, capacity),
-		lastKeys: make([]uint16, capacity+1),
-		rng:      rand.NewChaCha8(seed),
+		slots:      make([]atomic.Pointer[entry], capacity+1),
+		keyBits:    KeyBits(capacity),
+		free:       make([]uint32, 0, capacity),
+		lastLocal:  make([]uint32, capacity+1),
+		lastRemote: make([]uint32, capacity+1),
+		rng:        rand.NewChaCha8(seed),
 	}
 	for i := 1; i <= capacity; i++ {
 		t.free = append(t.free, uint32(i))
@@ -153,21 +169,20 @@ func (t *Table) Register(r Region) (Tokens, error) {
 		t.free = append(t.free[:0], t.free[t.freeHead:]...)
 		t.freeHead = 0
 	}
-	last := t.lastKeys[idx]
-	oldL, oldR := uint8(last>>8), uint8(last)
-	local := t.key(func(k uint8) bool { return k != oldL && k != oldR })
-	remote := t.key(func(k uint8) bool { return k != oldL && k != oldR && k != local })
-	t.lastKeys[idx] = uint16(local)<<8 | uint16(remote)
-	e := &entry{Region: r, tokens: Tokens{Local: idx<<8 | uint32(local), Remote: idx<<8 | uint32(remote)}}
+	oldL, oldR := t.lastLocal[idx], t.lastRemote[idx]
+	local := t.key(func(k uint32) bool { return k != oldL && k != oldR })
+	remote := t.key(func(k uint32) bool { return k != oldL && k != oldR && k != local })
+	t.lastLocal[idx], t.lastRemote[idx] = local, remote
+	e := &entry{Region: r, tokens: Tokens{Local: idx<<t.keyBits | local, Remote: idx<<t.keyBits | remote}}
 	t.slots[idx].Store(e)
 	return e.tokens, nil
 }
 
-// key draws a key byte that ok accepts; at most three values are excluded,
-// so the loop ends quickly.
-func (t *Table) key(ok func(uint8) bool) uint8 {
+// key draws a key of keyBits bits that ok accepts; at most three values
+// are excluded, so the loop ends quickly.
+func (t *Table) key(ok func(uint32) bool) uint32 {
 	for {
-		k := uint8(t.rng.Uint64())
+		k := uint32(t.rng.Uint64()) & (1<<t.keyBits - 1)
 		if ok(k) {
 			return k
 		}
@@ -177,7 +192,7 @@ func (t *Table) key(ok func(uint8) bool) uint8 {
 // Deregister removes the region whose local token is given; its tokens fail
 // from the moment Deregister returns.
 func (t *Table) Deregister(local uint32) error {
-	idx := local >> 8
+	idx := local >> t.keyBits
 	if idx == 0 || idx >= uint32(len(t.slots)) {
 		return fmt.Errorf("memreg: deregister: no region for token %#x", local)
 	}
@@ -196,7 +211,7 @@ func (t *Table) Deregister(local uint32) error {
 // lookup finds the live entry for token, comparing the key byte of the kind
 // of token the caller expects.
 func (t *Table) lookup(token uint32, remote bool) (*entry, Fault) {
-	idx := token >> 8
+	idx := token >> t.keyBits
 	if idx >= uint32(len(t.slots)) {
 		return nil, FaultToken
 	}

@@ -62,7 +62,7 @@ func TestTokensHaveIndexAndDistinctKeys(t *testing.T) {
 	tab := newTable(t, 8)
 	for range 8 {
 		tok := mustRegister(t, tab, Region{PD: pd, VA: 0x1000, Buf: make([]byte, 8)})
-		if tok.Local>>8 == 0 || tok.Local>>8 != tok.Remote>>8 {
+		if tok.Local>>tab.keyBits == 0 || tok.Local>>tab.keyBits != tok.Remote>>tab.keyBits {
 			t.Fatalf("tokens %#x/%#x: want one non-zero index", tok.Local, tok.Remote)
 		}
 		if tok.Local == tok.Remote {
@@ -74,8 +74,8 @@ func TestTokensHaveIndexAndDistinctKeys(t *testing.T) {
 	}
 }
 
-// TestKeysAreUnpredictable registers many regions and expects the key bytes
-// to spread: a constant or counter key would fail.
+// TestKeysAreUnpredictable registers many regions and expects the key's
+// low byte to spread: a constant or counter key would fail.
 func TestKeysAreUnpredictable(t *testing.T) {
 	tab := newTable(t, 512)
 	seen := map[uint8]int{}
@@ -266,7 +266,7 @@ func TestStaleTokenAfterSlotReuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		tok := mustRegister(t, tab, r)
-		if tok.Local>>8 != old.Local>>8 {
+		if tok.Local>>tab.keyBits != old.Local>>tab.keyBits {
 			t.Fatalf("slot not reused: %#x then %#x", old.Local, tok.Local)
 		}
 		for _, stale := range []uint32{old.Local, old.Remote} {
@@ -387,5 +387,32 @@ func BenchmarkCheckRemote(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tab.CheckRemote(pd, tok.Remote, 0x2000, 4096, AccessRemoteWrite)
+	}
+}
+
+// TestKeysUseEveryBitBesideTheIndex: the index takes only the bits the
+// capacity needs; the rest of the token is key, and every key bit varies.
+// ndk's 65,536-region table leaves 15 key bits, the largest table 8.
+func TestKeysUseEveryBitBesideTheIndex(t *testing.T) {
+	for _, c := range []struct {
+		capacity int
+		bits     uint
+	}{{1, 31}, {8, 28}, {512, 22}, {1 << 16, 15}, {MaxCapacity, 8}} {
+		if got := KeyBits(c.capacity); got != c.bits {
+			t.Errorf("KeyBits(%d) = %d, want %d", c.capacity, got, c.bits)
+		}
+	}
+	tab := newTable(t, 1<<16)
+	var ones, zeros uint32
+	for range 256 {
+		tok := mustRegister(t, tab, Region{PD: pd, VA: 0x1000, Buf: make([]byte, 1)})
+		for _, k := range []uint32{tok.Local, tok.Remote} {
+			key := k & (1<<15 - 1)
+			ones |= key
+			zeros |= ^key & (1<<15 - 1)
+		}
+	}
+	if ones != 1<<15-1 || zeros != 1<<15-1 {
+		t.Fatalf("key bits that never varied: always 0 %#x, always 1 %#x", ^ones&(1<<15-1), ^zeros&(1<<15-1))
 	}
 }

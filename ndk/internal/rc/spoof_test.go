@@ -88,3 +88,50 @@ func TestSpoofedSourceDroppedNotExecuted(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyGuessingCostsTheConnection plays a peer that guesses R_Keys as
+// fast as it can post for a second: the first wrong guess draws a remote
+// access error NAK and moves both QPs to error, so every later guess is
+// flushed (on the guesser) or dropped (at the target) and never looked
+// up. One connection buys one guess; with memreg's 15-bit keys a guess
+// for a given region succeeds with p = 2^-15.
+func TestKeyGuessingCostsTheConnection(t *testing.T) {
+	a, b := newPair(t, pairOptions{depth: 4096})
+	src := a.buffer(8, 0, false)
+	dst := b.buffer(64, memreg.AccessRemoteWrite|memreg.AccessLocalWrite, false)
+	rng := uint32(0x9e3779b9)
+	posted := 0
+	for start := time.Now(); time.Since(start) < time.Second && posted < 4000; {
+		rng = rng*1664525 + 1013904223
+		key := rng
+		if key == dst.tokens.Remote {
+			continue // the guesser does not know the key
+		}
+		if a.qps[0].PostSend(&SendWR{Op: OpWrite, Context: posted, SGL: []SGE{src.sge(0, 8)},
+			RemoteAddr: dst.addr(0), RemoteToken: key}) != ntstatus.Success {
+			break // the QP failed: posting goes on only into the flush
+		}
+		posted++
+	}
+	es := waitCQ(t, a.scq, posted, 10*time.Second)
+	if es[0].Status != ntstatus.AccessViolation {
+		t.Fatalf("first guess completed with %#x, want STATUS_ACCESS_VIOLATION", es[0].Status)
+	}
+	for i, e := range es[1:] {
+		if e.Status != ntstatus.Cancelled {
+			t.Fatalf("guess %d after the failure completed with %#x, want STATUS_CANCELLED", i+1, e.Status)
+		}
+	}
+	sameBytes(t, "target memory", dst.b, bytes.Repeat([]byte{0xEE}, 64))
+	if !dst.guardsIntact() {
+		t.Fatal("bytes outside the region changed")
+	}
+	if a.qps[0].State() != StateError || b.qps[0].State() != StateError {
+		t.Fatalf("states after a wrong key: guesser %v, target %v; want both in error", a.qps[0].State(), b.qps[0].State())
+	}
+	st := b.eng.Stats()
+	if st.NAKsSent != 1 {
+		t.Fatalf("the target sent %d NAKs, want 1 (one guess looked up)", st.NAKsSent)
+	}
+	t.Logf("%d guesses posted in the second; the target NAKed 1 and dropped %d frames of the failed connection", posted, st.NotConnected)
+}
