@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
-	"github.com/ndkxdp/ndkxdp/test/baseline"
-	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 type demoFlags struct {
@@ -84,7 +84,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	p, err := harness.NewPair(harness.Config{MTU: f.mtu})
+	p, err := vethpair.NewPair(vethpair.Config{MTU: f.mtu})
 	if err != nil {
 		return err
 	}
@@ -211,13 +211,13 @@ func adapterOptions(mode, polling string) (ndk.Options, error) {
 // demoHost is one side of the demo: an adapter in a namespace, a PD and
 // a receive and an initiator CQ.
 type demoHost struct {
-	h        *harness.Host
+	h        *vethpair.Host
 	ad       *ndk.Adapter
 	pd       *ndk.PD
 	rcq, icq *ndk.CQ
 }
 
-func openDemoHost(h *harness.Host, opts ndk.Options) (*demoHost, error) {
+func openDemoHost(h *vethpair.Host, opts ndk.Options) (*demoHost, error) {
 	x := &demoHost{h: h}
 	if err := h.Do(func() error {
 		var err error

@@ -7,8 +7,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/test/baseline"
-	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
 func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -34,7 +34,7 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := requireRoot(); err != nil {
 		return err
 	}
-	p, err := harness.NewPair(harness.Config{MTU: *mtu})
+	p, err := vethpair.NewPair(vethpair.Config{MTU: *mtu})
 	if err != nil {
 		return err
 	}

@@ -12,10 +12,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ndkxdp/ndkxdp/internal/rawxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
-	"github.com/ndkxdp/ndkxdp/test/rawxdp"
 )
 
 const testQPN = 0x000123

@@ -1,22 +1,16 @@
-// Package harness builds throw-away RDMA test networks: two network
-// namespaces joined by a veth pair, the way two hosts would be joined by a
-// cable.
+// Package harness gives tests the two-host network of internal/vethpair:
+// New builds a pair for a test, skips (or, under NDKXDP_STRICT=1, fails)
+// the test without root, and deletes the pair when the test ends.
 //
-// Every network it builds lives only inside namespaces it creates. Addresses
-// come from the benchmarking ranges (198.18.0.0/15 for IPv4, 2001:2::/48 for
-// IPv6), no namespace has a default route, and nothing is bridged or routed to
-// a real interface. Close (or the test's cleanup) deletes the namespaces and,
-// with them, the veth pair. Namespaces left behind by a killed run carry the
-// dead process's PID in their name and are removed by the next New.
-//
-// It is not a network emulator: there is no loss or delay injection here.
+// Config, Host and Pair are vethpair's types under the names tests use, so
+// a test's pair can be handed to code that takes a *vethpair.Pair (the
+// baselines, ndkhost).
 //
 // Example:
 //
 //	p := harness.New(t, harness.Config{MTU: 9000, Queues: 2})
 //	err := p.A.Do(func() error {
-//		// runs inside namespace A on a locked OS thread; sockets created
-//		// here stay in A and may be used from any goroutine afterwards.
+//		// runs inside namespace A on a locked OS thread
 //		return nil
 //	})
 package harness

@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
 // guestInit is PID 1 of the peer VM and its command agent.
@@ -340,7 +340,7 @@ func removeStaleBuilds(cacheDir string) {
 		}
 		pidStr, _, _ := strings.Cut(rest, "-")
 		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || harness.ProcessAlive(pid) {
+		if err != nil || pid == os.Getpid() || vethpair.ProcessAlive(pid) {
 			continue
 		}
 		_ = removeBuildDir(filepath.Join(cacheDir, e.Name()))

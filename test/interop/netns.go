@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
 // Host is the host side of the peer VM's link: a network namespace holding
@@ -35,12 +35,12 @@ type Host struct {
 var nsSeq atomic.Uint32
 
 // newHost creates the namespace and the tap inside it. The namespace name
-// follows test/harness's scheme (harness.NamePrefix + "<pid>-..."), so
-// harness.RemoveStale also clears namespaces a killed run left behind.
+// follows internal/vethpair's scheme (vethpair.NamePrefix + "<pid>-..."), so
+// vethpair.RemoveStale also clears namespaces a killed run left behind.
 func newHost(cfg *Config) (*Host, error) {
-	harness.RemoveStale()
+	vethpair.RemoveStale()
 	h := &Host{
-		NS:   fmt.Sprintf("%s%d-vm%d", harness.NamePrefix, os.Getpid(), nsSeq.Add(1)),
+		NS:   fmt.Sprintf("%s%d-vm%d", vethpair.NamePrefix, os.Getpid(), nsSeq.Add(1)),
 		Tap:  "ndkvm0",
 		IPv4: HostIPv4,
 		MTU:  cfg.MTU,
@@ -49,7 +49,7 @@ func newHost(cfg *Config) (*Host, error) {
 	if cfg.IPv6 {
 		h.IPv6 = HostIPv6
 	}
-	ns, err := harness.NewNamedNS(h.NS)
+	ns, err := vethpair.NewNamedNS(h.NS)
 	if err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", h.NS, err)
 	}
@@ -146,7 +146,7 @@ func (h *Host) Do(fn func() error) error {
 	if h.ns < 0 {
 		return fmt.Errorf("namespace %s is closed", h.NS)
 	}
-	return harness.DoIn(h.ns, h.NS, fn)
+	return vethpair.DoIn(h.ns, h.NS, fn)
 }
 
 // Command returns a command that runs name inside the host namespace.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
-	"github.com/ndkxdp/ndkxdp/test/baseline"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -40,11 +40,11 @@ type figures struct {
 }
 
 // BenchmarkRDMAvsBaseline measures, in one run on one veth pair (MTU
-// 9000): raw AF_XDP, Go UDP and Go TCP (test/baseline), then ndkxdp on
-// both ends: the 64 B SEND message rate, the 64 B SEND ping-pong and the
-// 64 KiB WRITE bandwidth. It prints a table and reports each ratio as a
-// metric. Run it with -benchtime 1x: one iteration measures everything.
-// NDKXDP_BENCH_POLL=busy makes the engines busy-poll.
+// 9000): raw AF_XDP, Go UDP and Go TCP (internal/tool/baseline), then
+// ndkxdp on both ends: the 64 B SEND message rate, the 64 B SEND
+// ping-pong and the 64 KiB WRITE bandwidth. It prints a table and reports
+// each ratio as a metric. Run it with -benchtime 1x: one iteration
+// measures everything. NDKXDP_BENCH_POLL=busy makes the engines busy-poll.
 func BenchmarkRDMAvsBaseline(b *testing.B) {
 	p := harness.New(b, harness.Config{MTU: benchMTU, StaticNeighbours: true})
 	frame := rdmaFrame(benchMsg)

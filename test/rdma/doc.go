@@ -7,7 +7,8 @@
 // QPs at once, remote access violations, and one named test per rule of
 // the seed pages (ndk/SEEDS.md maps them). BenchmarkRDMAvsBaseline puts
 // ndkxdp's message rate, ping-pong and WRITE bandwidth beside raw AF_XDP,
-// Go UDP and Go TCP from test/baseline, in one run on the same pair.
+// Go UDP and Go TCP from internal/tool/baseline, in one run on the same
+// pair.
 //
 // What it is not: unit tests (ndk/internal/rc runs the engine over an
 // in-memory pipe) or interoperability with Linux rxe (test/interop).

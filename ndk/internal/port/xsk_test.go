@@ -13,9 +13,9 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/rocev2"
-	"github.com/ndkxdp/ndkxdp/test/baseline"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 

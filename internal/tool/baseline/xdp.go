@@ -11,10 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/internal/rawxdp"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/rocev2"
-	"github.com/ndkxdp/ndkxdp/test/harness"
-	"github.com/ndkxdp/ndkxdp/test/rawxdp"
 )
 
 // xdpQPN is the destination QP of baseline frames: the steering program
@@ -24,7 +24,7 @@ const xdpQPN = 0x0000b5
 // RoCEFrame returns a valid RoCEv2 RC SEND_ONLY frame from src to dst of
 // exactly size bytes: the largest payload that fits, and Ethernet trailer
 // bytes (as a NIC pads short frames) for the rest.
-func RoCEFrame(src, dst *harness.Host, qpn uint32, size int) ([]byte, error) {
+func RoCEFrame(src, dst *vethpair.Host, qpn uint32, size int) ([]byte, error) {
 	h := rocev2.Headers{
 		Eth: rocev2.EthernetFields{Dst: rocev2.MAC(dst.MAC), Src: rocev2.MAC(src.MAC)},
 		IP:  rocev2.NewIPFields(src.IPv4, dst.IPv4),
@@ -44,7 +44,7 @@ func RoCEFrame(src, dst *harness.Host, qpn uint32, size int) ([]byte, error) {
 
 // openXDPPair attaches the steering program on both hosts, binds one socket
 // on queue 0 of each and steers xdpQPN to it.
-func openXDPPair(p *harness.Pair, multiBuffer bool) (a, b *rawxdp.Endpoint, err error) {
+func openXDPPair(p *vethpair.Pair, multiBuffer bool) (a, b *rawxdp.Endpoint, err error) {
 	cfg := rawxdp.Config{Attach: loader.AttachAuto, MultiBuffer: multiBuffer, BusyPoll: true}
 	if a, err = rawxdp.Open(p.A, cfg); err != nil {
 		return nil, nil, err
@@ -87,7 +87,7 @@ func txFrames(e *rawxdp.Endpoint, frame []byte, n int) ([]afxdp.Desc, error) {
 
 // XDPRate sends frames of the given size from A's AF_XDP socket to B's for
 // d and returns the rate B's RX ring delivered. Both sides busy-poll.
-func XDPRate(p *harness.Pair, size int, d time.Duration) (Rate, error) {
+func XDPRate(p *vethpair.Pair, size int, d time.Duration) (Rate, error) {
 	a, b, err := openXDPPair(p, false)
 	if err != nil {
 		return Rate{}, err
@@ -191,7 +191,7 @@ func XDPRate(p *harness.Pair, size int, d time.Duration) (Rate, error) {
 // XDPPingPong bounces a frame of the given size between the AF_XDP sockets
 // of A and B, both busy-polling their rings, and returns the round trips of
 // up to count exchanges (stopping after d).
-func XDPPingPong(p *harness.Pair, size, count int, d time.Duration) (Latency, error) {
+func XDPPingPong(p *vethpair.Pair, size, count int, d time.Duration) (Latency, error) {
 	a, b, err := openXDPPair(p, false)
 	if err != nil {
 		return Latency{}, err

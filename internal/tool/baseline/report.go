@@ -6,7 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
 // Contender names, in report order. XDP is the reference of every ratio.
@@ -57,11 +57,11 @@ type Report struct {
 }
 
 // Run measures every contender on the pair, one after the other.
-func Run(p *harness.Pair, o Options) (*Report, error) {
+func Run(p *vethpair.Pair, o Options) (*Report, error) {
 	o.defaults()
 	r := &Report{Options: o, Rates: map[string]map[int]Rate{}, RTT: map[string]Latency{}}
-	rate := map[string]func(*harness.Pair, int, time.Duration) (Rate, error){XDP: XDPRate, UDP: UDPRate, TCP: TCPRate}
-	ping := map[string]func(*harness.Pair, int, int, time.Duration) (Latency, error){XDP: XDPPingPong, UDP: UDPPingPong, TCP: TCPPingPong}
+	rate := map[string]func(*vethpair.Pair, int, time.Duration) (Rate, error){XDP: XDPRate, UDP: UDPRate, TCP: TCPRate}
+	ping := map[string]func(*vethpair.Pair, int, int, time.Duration) (Latency, error){XDP: XDPPingPong, UDP: UDPPingPong, TCP: TCPPingPong}
 	for _, c := range []string{XDP, UDP, TCP} {
 		r.Rates[c] = map[int]Rate{}
 		for _, size := range o.Sizes {

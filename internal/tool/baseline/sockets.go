@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
 // Header bytes in front of a UDP or TCP payload in an Ethernet frame (no
@@ -31,7 +31,7 @@ func payloadSize(frame, overhead int) (int, error) {
 }
 
 // listenUDP opens a UDP socket inside host h.
-func listenUDP(h *harness.Host, port int) (*net.UDPConn, error) {
+func listenUDP(h *vethpair.Host, port int) (*net.UDPConn, error) {
 	var c *net.UDPConn
 	err := h.Do(func() error {
 		var err error
@@ -47,7 +47,7 @@ func listenUDP(h *harness.Host, port int) (*net.UDPConn, error) {
 // UDPRate sends frames of the given size from A to B for d and returns the
 // rate B received. The sender is unpaced; what the receiver sees is the rate
 // the path sustains.
-func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
+func UDPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 	n, err := payloadSize(frame, udpOverhead)
 	if err != nil {
 		return Rate{}, err
@@ -88,7 +88,7 @@ func UDPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 
 // UDPPingPong bounces a frame of the given size between A and B and returns
 // the round-trip times of up to count exchanges, stopping early after d.
-func UDPPingPong(p *harness.Pair, frame, count int, d time.Duration) (Latency, error) {
+func UDPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, error) {
 	n, err := payloadSize(frame, udpOverhead)
 	if err != nil {
 		return Latency{}, err
@@ -139,7 +139,7 @@ func UDPPingPong(p *harness.Pair, frame, count int, d time.Duration) (Latency, e
 const warmup = 100
 
 // tcpPair opens a connection from A to B and returns both ends.
-func tcpPair(p *harness.Pair, port int) (client, server *net.TCPConn, err error) {
+func tcpPair(p *vethpair.Pair, port int) (client, server *net.TCPConn, err error) {
 	var ln *net.TCPListener
 	if err := p.B.Do(func() error {
 		var err error
@@ -190,7 +190,7 @@ func tcpPair(p *harness.Pair, port int) (client, server *net.TCPConn, err error)
 
 // TCPRate streams messages of the given frame size from A to B with
 // TCP_NODELAY and returns the message rate B received.
-func TCPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
+func TCPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 	n, err := payloadSize(frame, tcpOverhead)
 	if err != nil {
 		return Rate{}, err
@@ -217,7 +217,7 @@ func TCPRate(p *harness.Pair, frame int, d time.Duration) (Rate, error) {
 
 // TCPPingPong bounces a message of the given frame size over a TCP
 // connection with TCP_NODELAY.
-func TCPPingPong(p *harness.Pair, frame, count int, d time.Duration) (Latency, error) {
+func TCPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, error) {
 	n, err := payloadSize(frame, tcpOverhead)
 	if err != nil {
 		return Latency{}, err

@@ -1,4 +1,4 @@
-package harness
+package vethpair_test
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 func nsInode(t *testing.T) uint64 {
@@ -25,8 +28,8 @@ func nsInode(t *testing.T) uint64 {
 }
 
 func TestPairTopology(t *testing.T) {
-	p := New(t, Config{MTU: 9000, Queues: 2})
-	for _, h := range []*Host{p.A, p.B} {
+	p := harness.New(t, vethpair.Config{MTU: 9000, Queues: 2})
+	for _, h := range []*vethpair.Host{p.A, p.B} {
 		nl, err := h.Netlink()
 		if err != nil {
 			t.Fatal(err)
@@ -77,7 +80,7 @@ func inBenchRange(ip net.IP) bool {
 }
 
 func TestPingBothFamilies(t *testing.T) {
-	p := New(t, Config{})
+	p := harness.New(t, vethpair.Config{})
 	for _, dst := range []string{p.B.IPv4.String(), p.B.IPv6.String()} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		out, err := p.A.Command(ctx, "ping", "-c", "1", "-w", "5", dst).CombinedOutput()
@@ -89,7 +92,7 @@ func TestPingBothFamilies(t *testing.T) {
 }
 
 func TestDoRunsInNamespaceAndReturns(t *testing.T) {
-	p := New(t, Config{})
+	p := harness.New(t, vethpair.Config{})
 	before := nsInode(t)
 	want, err := netns.GetFromName(p.A.Name)
 	if err != nil {
@@ -124,7 +127,7 @@ func TestDoRunsInNamespaceAndReturns(t *testing.T) {
 }
 
 func TestStaticNeighbours(t *testing.T) {
-	p := New(t, Config{StaticNeighbours: true})
+	p := harness.New(t, vethpair.Config{StaticNeighbours: true})
 	nl, err := p.A.Netlink()
 	if err != nil {
 		t.Fatal(err)
@@ -146,12 +149,12 @@ func TestStaticNeighbours(t *testing.T) {
 }
 
 func TestCloseDeletesNamespaces(t *testing.T) {
-	p := New(t, Config{})
+	p := harness.New(t, vethpair.Config{})
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []*Host{p.A, p.B} {
-		if _, err := os.Stat(filepath.Join(netnsDir, h.Name)); !os.IsNotExist(err) {
+	for _, h := range []*vethpair.Host{p.A, p.B} {
+		if _, err := os.Stat(filepath.Join(vethpair.NetnsDir, h.Name)); !os.IsNotExist(err) {
 			t.Errorf("namespace %s still present after Close (stat: %v)", h.Name, err)
 		}
 	}
@@ -164,41 +167,41 @@ func TestCloseDeletesNamespaces(t *testing.T) {
 }
 
 func TestRemoveStaleDeletesDeadOwners(t *testing.T) {
-	New(t, Config{}) // ensures root and the netns directory
+	harness.New(t, vethpair.Config{}) // ensures root and the netns directory
 	// A PID that certainly belonged to a process that has exited.
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
 	dead := cmd.Process.Pid
-	name := fmt.Sprintf("%s%d-1-a", NamePrefix, dead)
-	ns, err := NewNamedNS(name)
+	name := fmt.Sprintf("%s%d-1-a", vethpair.NamePrefix, dead)
+	ns, err := vethpair.NewNamedNS(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Close()
 	t.Cleanup(func() { _ = netns.DeleteNamed(name) })
-	live := fmt.Sprintf("%s%d-999-a", NamePrefix, os.Getpid())
-	ns, err = NewNamedNS(live)
+	live := fmt.Sprintf("%s%d-999-a", vethpair.NamePrefix, os.Getpid())
+	ns, err = vethpair.NewNamedNS(live)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns.Close()
 	t.Cleanup(func() { _ = netns.DeleteNamed(live) })
 
-	RemoveStale()
-	if _, err := os.Stat(filepath.Join(netnsDir, name)); !os.IsNotExist(err) {
-		t.Errorf("stale namespace %s survived RemoveStale", name)
+	vethpair.RemoveStale()
+	if _, err := os.Stat(filepath.Join(vethpair.NetnsDir, name)); !os.IsNotExist(err) {
+		t.Errorf("stale namespace %s survived vethpair.RemoveStale", name)
 	}
-	if _, err := os.Stat(filepath.Join(netnsDir, live)); err != nil {
+	if _, err := os.Stat(filepath.Join(vethpair.NetnsDir, live)); err != nil {
 		t.Errorf("namespace %s of a live process was removed: %v", live, err)
 	}
 }
 
 func TestConfigValidation(t *testing.T) {
-	for _, c := range []Config{{MTU: 10}, {Queues: 65}, {MTU: 70000}} {
-		if _, err := NewPair(c); err == nil {
-			t.Errorf("NewPair(%+v) succeeded", c)
+	for _, c := range []vethpair.Config{{MTU: 10}, {Queues: 65}, {MTU: 70000}} {
+		if _, err := vethpair.NewPair(c); err == nil {
+			t.Errorf("vethpair.NewPair(%+v) succeeded", c)
 		}
 	}
 }

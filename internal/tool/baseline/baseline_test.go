@@ -34,7 +34,7 @@ func TestMeasurementsProduceFigures(t *testing.T) {
 // BenchmarkBaseline measures raw AF_XDP, Go UDP and Go TCP on one veth pair
 // in one run and prints the figures with their ratios to AF_XDP:
 //
-//	go test -run '^$' -bench Baseline -benchtime 1x ./test/baseline
+//	go test -run '^$' -bench Baseline -benchtime 1x ./internal/tool/baseline
 func BenchmarkBaseline(b *testing.B) {
 	p := harness.New(b, harness.Config{})
 	for range b.N {

@@ -8,14 +8,16 @@
 // sizes without the FCS, so a 64-byte UDP frame carries 22 bytes of payload
 // and a TCP "frame" of the same size is a 22-byte message on a stream.
 //
-// It is used by the Go benchmarks in this package, by `ndkxdp perf baseline`,
-// and by later ndkxdp benchmarks that report their figures as ratios to
-// these. Every loop is bounded in time and count, and all traffic stays on the
-// veth pair between two test namespaces.
+// It is what `ndkxdp perf baseline` runs, and it serves the Go benchmarks in
+// this package and the ndkxdp benchmarks (test/rdma) that report their
+// figures as ratios to these. The demo and the benchmarks also summarize
+// their round trips with its Latency. Every loop is bounded in time and
+// count, and all traffic stays on the veth pair (internal/vethpair) between
+// two namespaces.
 //
 // Example:
 //
-//	p, _ := harness.NewPair(harness.Config{})
+//	p, _ := vethpair.NewPair(vethpair.Config{})
 //	defer p.Close()
 //	r, err := baseline.Run(p, baseline.Options{Duration: time.Second})
 //	fmt.Print(r.Table())

@@ -1,10 +1,3 @@
-// Package rawxdp is a raw AF_XDP endpoint on one harness host: the steering
-// program attached to the host's veth, one UMEM, one socket on one queue,
-// and frames moved with no protocol at all. End-to-end tests use it to check
-// the foundation (program, loader, rings) without the RDMA engine, and the
-// baseline benchmark uses it as the ceiling that ndkxdp is measured against.
-//
-// An Endpoint is driven by one goroutine at a time, like the rings it owns.
 package rawxdp
 
 import (
@@ -13,8 +6,8 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/loader"
-	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // Config selects how the endpoint is built.
@@ -28,7 +21,7 @@ type Config struct {
 
 // Endpoint is an attached program plus one AF_XDP socket.
 type Endpoint struct {
-	Host   *harness.Host
+	Host   *vethpair.Host
 	XDP    *loader.XDP
 	UMEM   *afxdp.UMEM
 	Sock   *afxdp.Socket
@@ -40,7 +33,7 @@ type Endpoint struct {
 // Open attaches the steering program to h's veth, binds a socket on
 // cfg.Queue and registers it in the socket map. The fill ring is filled with
 // half the frames; the other half serves transmission.
-func Open(h *harness.Host, cfg Config) (*Endpoint, error) {
+func Open(h *vethpair.Host, cfg Config) (*Endpoint, error) {
 	e := &Endpoint{Host: h}
 	err := h.Do(func() error {
 		var err error
