@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkverbs"
-	"github.com/ndkxdp/ndkxdp/internal/perftest"
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 

@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkverbs"
-	"github.com/ndkxdp/ndkxdp/internal/rping"
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 

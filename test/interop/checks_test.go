@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 

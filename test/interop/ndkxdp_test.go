@@ -18,12 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
-	"github.com/ndkxdp/ndkxdp/internal/perftest"
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
-	"github.com/ndkxdp/ndkxdp/internal/rping"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )

@@ -13,9 +13,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest"
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
-	"github.com/ndkxdp/ndkxdp/internal/rping"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 )
 
 // TestRping runs rping's client and server (internal/rping) on two ndkxdp

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 

@@ -6,7 +6,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // Sizes of the messages that cross the control connection

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs/verbstest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs/verbstest"
 )
 
 func TestInfoWireLayout(t *testing.T) {

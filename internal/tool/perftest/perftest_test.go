@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs/verbstest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs/verbstest"
 )
 
 // recorder wraps the in-memory network: it keeps every endpoint and can

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )

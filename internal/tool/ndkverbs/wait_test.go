@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // TestWaitMissesNothing plays ib_write_lat's and then ib_send_lat's

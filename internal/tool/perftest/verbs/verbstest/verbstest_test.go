@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 func TestResponderChecks(t *testing.T) {

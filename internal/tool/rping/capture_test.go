@@ -15,7 +15,7 @@ import (
 // every server SEND is a 16-byte zero go-ahead, each READ response is the
 // ping FillPing builds and each WRITE echoes it, in the order rping.c runs.
 func TestCaptureDecodes(t *testing.T) {
-	path := testenv.RequireFile(t, filepath.Join("..", "..", "..", "shared", "testdata", "pcaps", "linlinw5__rdma_ib_tutorial", "rping.pcap"))
+	path := testenv.RequireFile(t, filepath.Join("..", "..", "..", "..", "shared", "testdata", "pcaps", "linlinw5__rdma_ib_tutorial", "rping.pcap"))
 	f, err := pcapfile.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // waitCounter is an Endpoint whose Wait only counts.

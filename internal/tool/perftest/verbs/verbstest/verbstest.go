@@ -16,7 +16,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // Options tune a pair.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // Verb is the operation a test measures (perftest's VerbType).

@@ -9,7 +9,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // Protocol constants from librdmacm/examples/rping.c.

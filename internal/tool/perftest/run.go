@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // Result is what a run measured and learned.

@@ -1,7 +1,7 @@
 // Package ndkverbs runs the ndkxdp test tools' protocol logic (rping,
 // perftest) on ndk: it adapts an ndk QP, its completion queue and its
 // memory registrations to the verbs.Endpoint contract of
-// internal/perftest/verbs, with the atomic extension as verbs.Atomics.
+// internal/tool/perftest/verbs, with the atomic extension as verbs.Atomics.
 //
 // What the adapter maps:
 //

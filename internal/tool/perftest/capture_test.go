@@ -56,7 +56,7 @@ type captured struct {
 
 func readCapture(t *testing.T) captured {
 	t.Helper()
-	path := testenv.RequireFile(t, filepath.Join("..", "..", "..", "shared", "testdata", "pcaps", "linlinw5__rdma_ib_tutorial", "rdma_cm.pcap"))
+	path := testenv.RequireFile(t, filepath.Join("..", "..", "..", "..", "shared", "testdata", "pcaps", "linlinw5__rdma_ib_tutorial", "rdma_cm.pcap"))
 	f, err := pcapfile.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

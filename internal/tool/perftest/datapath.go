@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // Atomic operands: perftest's ATOMIC_ADD_VALUE and ATOMIC_SWAP_VALUE.
