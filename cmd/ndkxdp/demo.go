@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
@@ -91,17 +92,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer p.Close()
 	fmt.Fprintf(stdout, "hosts: %s %s <-> %s %s (veth, MTU %d)\n", p.A.Name, p.A.IPv4, p.B.Name, p.B.IPv4, f.mtu)
 
-	a, err := openDemoHost(p.A, opts)
+	a, err := ndkhost.Open(p.A, ndkhost.Config{Options: opts})
 	if err != nil {
 		return err
 	}
-	defer a.close()
-	b, err := openDemoHost(p.B, opts)
+	defer a.Close()
+	b, err := ndkhost.Open(p.B, ndkhost.Config{Options: opts})
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", p.A.Link, p.B.Link, a.ad.PathMTU(), f.polling)
+	defer b.Close()
+	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", p.A.Link, p.B.Link, a.Adapter.PathMTU(), f.polling)
 
 	// Each phase runs on a fresh, connected QP pair, so that no phase
 	// inherits another's posted receives.
@@ -159,9 +160,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, l)
 	}
 	fmt.Fprintf(stdout, "  %-6s RTT p50 %.1f us, p99 %.1f us (%d round trips)\n", "SEND", us(rtt.P50), us(rtt.P99), rtt.N)
-	for _, x := range []*demoHost{a, b} {
+	for _, x := range []*ndkhost.Host{a, b} {
 		var st ndk.EngineStats
-		for _, s := range x.ad.Stats() {
+		for _, s := range x.Adapter.Stats() {
 			st.FramesIn += s.FramesIn
 			st.FramesOut += s.FramesOut
 			st.Retransmits += s.Retransmits
@@ -169,10 +170,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			st.BadICRC += s.BadICRC
 		}
 		fmt.Fprintf(stdout, "  %s: %d frames out, %d in, %d bad ICRC, %d retransmission rounds, %d RNR NAKs received\n",
-			x.h.Name, st.FramesOut, st.FramesIn, st.BadICRC, st.Retransmits, st.RNRReceived)
+			x.Net.Name, st.FramesOut, st.FramesIn, st.BadICRC, st.Retransmits, st.RNRReceived)
 	}
-	a.close()
-	b.close()
+	a.Close()
+	b.Close()
 	if opts.Capture != nil {
 		if err := opts.Capture.Err(); err != nil {
 			return fmt.Errorf("capture: %w", err)
@@ -208,55 +209,6 @@ func adapterOptions(mode, polling string) (ndk.Options, error) {
 	return o, nil
 }
 
-// demoHost is one side of the demo: an adapter in a namespace, a PD and
-// a receive and an initiator CQ.
-type demoHost struct {
-	h        *vethpair.Host
-	ad       *ndk.Adapter
-	pd       *ndk.PD
-	rcq, icq *ndk.CQ
-}
-
-func openDemoHost(h *vethpair.Host, opts ndk.Options) (*demoHost, error) {
-	x := &demoHost{h: h}
-	if err := h.Do(func() error {
-		var err error
-		x.ad, err = ndk.Open(h.Link, opts)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("open ndkxdp on %s/%s: %w", h.Name, h.Link, err)
-	}
-	var err error
-	if x.pd, err = x.ad.CreatePd(); err != nil {
-		x.close()
-		return nil, err
-	}
-	return x, nil
-}
-
-// newCQs gives the host fresh CQs for the next phase, closing the previous
-// ones (whose QPs are closed by then), so that no phase sees another's
-// completions, such as the cancelled receives of a closed QP.
-func (x *demoHost) newCQs() error {
-	for _, c := range []*ndk.CQ{x.rcq, x.icq} {
-		if c != nil {
-			c.Close()
-		}
-	}
-	var err error
-	if x.rcq, err = x.ad.CreateCq(8192, nil); err != nil {
-		return err
-	}
-	x.icq, err = x.ad.CreateCq(8192, nil)
-	return err
-}
-
-func (x *demoHost) close() {
-	if x.ad != nil {
-		x.ad.Close()
-	}
-}
-
 const demoQueueDepth = 1024
 
 // demoPort is the port B listens on: its rdma_cm ServiceID is
@@ -279,10 +231,10 @@ type acceptResult struct {
 	err error
 }
 
-func listenCM(b *demoHost, addr netip.AddrPort) (*cmServer, error) {
+func listenCM(b *ndkhost.Host, addr netip.AddrPort) (*cmServer, error) {
 	s := &cmServer{qps: make(chan *ndk.QP, 1), accepted: make(chan acceptResult, 1)}
 	var err error
-	s.l, err = b.ad.CreateListener(func(c *ndk.Connector) {
+	s.l, err = b.Adapter.CreateListener(func(c *ndk.Connector) {
 		var qp *ndk.QP
 		select {
 		case qp = <-s.qps:
@@ -314,26 +266,26 @@ type cmConnection struct {
 // connectCM gives both hosts fresh CQs and QPs and connects them through
 // the IB CM: A's Connector sends REQ to B's listener, which accepts (REP),
 // and A completes (RTU).
-func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnection, error) {
-	cfg := func(x *demoHost) ndk.QPConfig {
-		return ndk.QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: demoQueueDepth,
+func connectCM(ctx context.Context, a, b *ndkhost.Host, srv *cmServer) (*cmConnection, error) {
+	cfg := func(x *ndkhost.Host) ndk.QPConfig {
+		return ndk.QPConfig{ReceiveCq: x.RCQ, InitiatorCq: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
 			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1}
 	}
-	for _, x := range []*demoHost{a, b} {
-		if err := x.newCQs(); err != nil {
+	for _, x := range []*ndkhost.Host{a, b} {
+		if err := x.NewCQs(); err != nil {
 			return nil, err
 		}
 	}
 	cn := &cmConnection{}
 	var err error
-	if cn.qa, err = a.pd.CreateQp(cfg(a)); err != nil {
+	if cn.qa, err = a.PD.CreateQp(cfg(a)); err != nil {
 		return nil, err
 	}
-	if cn.qb, err = b.pd.CreateQp(cfg(b)); err != nil {
+	if cn.qb, err = b.PD.CreateQp(cfg(b)); err != nil {
 		cn.qa.Close()
 		return nil, err
 	}
-	if cn.ca, err = a.ad.CreateConnector(); err != nil {
+	if cn.ca, err = a.Adapter.CreateConnector(); err != nil {
 		cn.close()
 		return nil, err
 	}
@@ -428,16 +380,16 @@ func waitOne(ctx context.Context, cq *ndk.CQ, r *ndk.Result, deadline time.Time)
 
 // demoSend streams n SENDs of size bytes from a to b; every message carries
 // its sequence number and a pattern that b checks.
-func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) (phase, error) {
+func demoSend(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n, size int) (phase, error) {
 	const slots = demoQueueDepth
 	src := make([]byte, size*slots)
 	dst := make([]byte, size*slots)
-	smr, err := a.pd.RegisterMr(src, ndk.MRFlagAllowLocalRead)
+	smr, err := a.PD.RegisterMr(src, ndk.MRFlagAllowLocalRead)
 	if err != nil {
 		return phase{}, err
 	}
 	defer smr.Deregister()
-	dmr, err := b.pd.RegisterMr(dst, ndk.MRFlagAllowLocalWrite)
+	dmr, err := b.PD.RegisterMr(dst, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return phase{}, err
 	}
@@ -459,7 +411,7 @@ func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) 
 		var rs [64]ndk.Result
 		deadline := time.Now().Add(10 * time.Second)
 		for got := 0; got < n; {
-			k := b.rcq.GetResults(rs[:])
+			k := b.RCQ.GetResults(rs[:])
 			if k == 0 {
 				if time.Now().After(deadline) || ctx.Err() != nil {
 					errc <- fmt.Errorf("receiver: %d of %d messages after the deadline", got, n)
@@ -503,7 +455,7 @@ func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) 
 				return phase{}, err
 			}
 		}
-		k := a.icq.GetResults(rs[:])
+		k := a.ICQ.GetResults(rs[:])
 		for _, r := range rs[:k] {
 			if r.Status != ndk.StatusSuccess {
 				return phase{}, fmt.Errorf("send completion %v", r.Status)
@@ -520,7 +472,7 @@ func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) 
 	elapsed := time.Since(t0)
 	for deadline := time.Now().Add(10 * time.Second); inflight > 0; {
 		var r ndk.Result
-		if err := waitOne(ctx, a.icq, &r, deadline); err != nil {
+		if err := waitOne(ctx, a.ICQ, &r, deadline); err != nil {
 			return phase{}, err
 		}
 		inflight--
@@ -555,16 +507,16 @@ const rdmaSlots = 16
 // i mod rdmaSlots with pattern i, keeping rdmaSlots in flight. A slot's
 // source is refilled only after its previous WRITE completed; at the end
 // every slot of b's memory must hold the last pattern written to it.
-func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+func demoWrite(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int) (phase, error) {
 	src := make([]byte, size*rdmaSlots)
 	dst := make([]byte, size*rdmaSlots)
-	smr, dmr, release, err := registerPair(a.pd, src, ndk.MRFlagAllowLocalRead, b.pd, dst, ndk.MRFlagAllowRemoteWrite)
+	smr, dmr, release, err := registerPair(a.PD, src, ndk.MRFlagAllowLocalRead, b.PD, dst, ndk.MRFlagAllowRemoteWrite)
 	if err != nil {
 		return phase{}, err
 	}
 	defer release()
 	t0 := time.Now()
-	err = pipeline(ctx, a.icq, n, func(i int) error {
+	err = pipeline(ctx, a.ICQ, n, func(i int) error {
 		slot := i % rdmaSlots
 		fillMessage(src[slot*size:(slot+1)*size], uint64(i))
 		sge, err := smr.SGE(slot*size, size)
@@ -577,7 +529,7 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 		return phase{}, err
 	}
 	elapsed := time.Since(t0)
-	b.ad.Stats() // orders this goroutine after B's engine placed the bytes
+	b.Adapter.Stats() // orders this goroutine after B's engine placed the bytes
 	if !bytes.Equal(dst, src) {
 		return phase{}, errors.New("B's memory does not hold the last WRITE of every slot")
 	}
@@ -600,19 +552,19 @@ func registerPair(spd *ndk.PD, src []byte, sflags ndk.MRFlag, dpd *ndk.PD, dst [
 // demoRead reads n messages of size bytes from b's memory, op i from slot
 // i mod rdmaSlots into the same slot of a's memory, and checks each one as
 // it completes.
-func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+func demoRead(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int) (phase, error) {
 	src := make([]byte, size*rdmaSlots)
 	for slot := range rdmaSlots {
 		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
 	}
 	dst := make([]byte, size*rdmaSlots)
-	smr, dmr, release, err := registerPair(b.pd, src, ndk.MRFlagAllowRemoteRead, a.pd, dst, ndk.MRFlagAllowLocalWrite)
+	smr, dmr, release, err := registerPair(b.PD, src, ndk.MRFlagAllowRemoteRead, a.PD, dst, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return phase{}, err
 	}
 	defer release()
 	t0 := time.Now()
-	err = pipeline(ctx, a.icq, n, func(i int) error {
+	err = pipeline(ctx, a.ICQ, n, func(i int) error {
 		slot := i % rdmaSlots
 		clear(dst[slot*size : (slot+1)*size])
 		sge, err := dmr.SGE(slot*size, size)
@@ -674,10 +626,10 @@ func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, do
 }
 
 // demoPingPong bounces a 64-byte SEND between a and b.
-func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
+func demoPingPong(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
 	const size = 64
-	buf := func(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
-		mr, err := x.pd.RegisterMr(make([]byte, size), flags)
+	buf := func(x *ndkhost.Host, flags ndk.MRFlag) (ndk.SGE, func(), error) {
+		mr, err := x.PD.RegisterMr(make([]byte, size), flags)
 		if err != nil {
 			return ndk.SGE{}, nil, err
 		}
@@ -721,7 +673,7 @@ func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (b
 				return
 			default:
 			}
-			if b.rcq.GetResults(r[:]) == 0 {
+			if b.RCQ.GetResults(r[:]) == 0 {
 				runtime.Gosched()
 				continue
 			}
@@ -743,7 +695,7 @@ func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (b
 		if err = qa.Send(nil, []ndk.SGE{sa}, ndk.OpFlagSilentSuccess); err != nil {
 			break
 		}
-		if err = waitOne(ctx, a.rcq, &r, deadline); err != nil {
+		if err = waitOne(ctx, a.RCQ, &r, deadline); err != nil {
 			break
 		}
 		rtt := time.Since(t0)

@@ -92,14 +92,14 @@ func TestConnectExchangeDisconnect(t *testing.T) {
 			if err := cl.qp.Send("late", cl.rb.sgl(8), 0); err != nil {
 				t.Fatal(err)
 			}
-			if r := waitResultAny(t, a.icq); r.Status != ndk.StatusCancelled {
+			if r := waitResultAny(t, a.ICQ); r.Status != ndk.StatusCancelled {
 				t.Fatalf("send after disconnect completed %v", r.Status)
 			}
 			for _, c := range []*ndk.Connector{cl.c, sc.c} {
 				c.Close()
 				closed(t, "connector close", c.Closed(), 5*time.Second)
 			}
-			s := a.a.CMStats()
+			s := a.Adapter.CMStats()
 			if s.Sent[rocev2.AttrREQ] != 1 || s.Received[rocev2.AttrREP] != 1 {
 				t.Fatalf("active side sent %d REQs and received %d REPs, want 1 each (stats %+v)", s.Sent[rocev2.AttrREQ], s.Received[rocev2.AttrREP], s)
 			}
@@ -123,7 +123,7 @@ func waitResultAny(t testing.TB, c *ndk.CQ) ndk.ResultEx {
 func TestRejectWithPrivateData(t *testing.T) {
 	p, a, b := pair(t, harness.Config{}, ndk.Options{}, ndk.Options{})
 	asked := make(chan []byte, 1)
-	l, err := b.a.CreateListener(func(c *ndk.Connector) {
+	l, err := b.Adapter.CreateListener(func(c *ndk.Connector) {
 		_, _, n, _ := c.GetConnectionData(nil)
 		d := make([]byte, n)
 		c.GetConnectionData(d)
@@ -203,7 +203,7 @@ func TestListenerClosedWhileConnectionsLive(t *testing.T) {
 	}
 	exchange(t, a, b, cl.qp, sc.rb, []byte("still here"))
 
-	l2, err := b.a.CreateListener(func(c *ndk.Connector) { c.Close() })
+	l2, err := b.Adapter.CreateListener(func(c *ndk.Connector) { c.Close() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,14 +238,14 @@ func TestPortZeroPausedAndShared(t *testing.T) {
 	}
 	srv.l.ControlConnectEvents(false)
 
-	se, err := a.a.CreateSharedEndpoint(netip.AddrPortFrom(p.A.IPv4, 0))
+	se, err := a.Adapter.CreateSharedEndpoint(netip.AddrPortFrom(p.A.IPv4, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.a.CreateSharedEndpoint(se.LocalAddress()); !errors.Is(err, ndk.ErrSharingViolation) {
+	if _, err := a.Adapter.CreateSharedEndpoint(se.LocalAddress()); !errors.Is(err, ndk.ErrSharingViolation) {
 		t.Fatalf("second endpoint on %v: %v", se.LocalAddress(), err)
 	}
-	if _, err := a.a.CreateSharedEndpoint(netip.MustParseAddrPort("198.18.0.99:0")); !errors.Is(err, ndk.ErrInvalidAddress) {
+	if _, err := a.Adapter.CreateSharedEndpoint(netip.MustParseAddrPort("198.18.0.99:0")); !errors.Is(err, ndk.ErrInvalidAddress) {
 		t.Fatalf("endpoint on a foreign address: %v", err)
 	}
 	// Two connections share the endpoint's address and port; only the
@@ -253,7 +253,7 @@ func TestPortZeroPausedAndShared(t *testing.T) {
 	srv2 := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 0), nil)
 	var clients []*ndk.Connector
 	for i, s := range []*server{srv, srv2, srv} {
-		c, err := a.a.CreateConnector()
+		c, err := a.Adapter.CreateConnector()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,14 +280,14 @@ func TestPortZeroPausedAndShared(t *testing.T) {
 	}
 	// Its address stays taken while connectors use it.
 	se.Close()
-	if _, err := a.a.CreateSharedEndpoint(se.LocalAddress()); !errors.Is(err, ndk.ErrSharingViolation) {
+	if _, err := a.Adapter.CreateSharedEndpoint(se.LocalAddress()); !errors.Is(err, ndk.ErrSharingViolation) {
 		t.Fatalf("endpoint reused while connectors hold it: %v", err)
 	}
 	for _, c := range clients {
 		c.Close()
 		closed(t, "connector close", c.Closed(), 5*time.Second)
 	}
-	se2, err := a.a.CreateSharedEndpoint(se.LocalAddress())
+	se2, err := a.Adapter.CreateSharedEndpoint(se.LocalAddress())
 	if err != nil {
 		t.Fatalf("endpoint after its connectors closed: %v", err)
 	}
@@ -298,7 +298,7 @@ func TestPortZeroPausedAndShared(t *testing.T) {
 // returns CANCELLED and releases the connector.
 func TestConnectCancelled(t *testing.T) {
 	p, a, b := pair(t, harness.Config{}, ndk.Options{}, ndk.Options{MADFaults: func([]byte) (int, time.Duration) { return 0, 0 }})
-	l, err := b.a.CreateListener(func(c *ndk.Connector) { c.Close() })
+	l, err := b.Adapter.CreateListener(func(c *ndk.Connector) { c.Close() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestConnectCancelled(t *testing.T) {
 	if err := l.Listen(netip.AddrPortFrom(p.B.IPv4, 6001)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := a.a.CreateConnector()
+	c, err := a.Adapter.CreateConnector()
 	if err != nil {
 		t.Fatal(err)
 	}

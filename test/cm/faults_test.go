@@ -101,7 +101,7 @@ func TestLossyConnections(t *testing.T) {
 	}
 	da, ua := la.counts()
 	db, ub := lb.counts()
-	sa, sb := a.a.CMStats(), b.a.CMStats()
+	sa, sb := a.Adapter.CMStats(), b.Adapter.CMStats()
 	t.Logf("A dropped %d, duplicated %d; B dropped %d, duplicated %d; retransmits A %d B %d; duplicates answered A %d B %d",
 		da, ua, db, ub, sa.Retransmits, sb.Retransmits, sa.Duplicates, sb.Duplicates)
 	if da == 0 || db == 0 || ua == 0 || ub == 0 || sa.Retransmits+sb.Retransmits == 0 || sb.Duplicates == 0 {
@@ -127,7 +127,7 @@ func TestConnectTimesOutAfterRetries(t *testing.T) {
 	if !errors.Is(err, ndk.ErrIOTimeout) {
 		t.Fatalf("connect: %v, want IO_TIMEOUT", err)
 	}
-	if s := a.a.CMStats(); s.Sent[rocev2.AttrREQ] != 1+4 || s.Retransmits != 4 {
+	if s := a.Adapter.CMStats(); s.Sent[rocev2.AttrREQ] != 1+4 || s.Retransmits != 4 {
 		t.Fatalf("sent %d REQs with %d retransmissions, want 5 and 4", s.Sent[rocev2.AttrREQ], s.Retransmits)
 	}
 	if srv.events() != 0 {
@@ -149,7 +149,7 @@ func TestAcceptTimesOutWithoutRTU(t *testing.T) {
 	cmOpts := ndk.CMOptions{ResponseTimeout: 10, PacketLifeTime: 14, MaxRetries: 5}
 	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmOpts}, ndk.Options{MADFaults: dropAll, CM: fastCM})
 	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7102), nil)
-	c, err := a.a.CreateConnector()
+	c, err := a.Adapter.CreateConnector()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestAcceptTimesOutWithoutRTU(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("accept did not end")
 	}
-	if s := b.a.CMStats(); s.Retransmits != 5 {
+	if s := b.Adapter.CMStats(); s.Retransmits != 5 {
 		t.Fatalf("%d REP retransmissions, want the REQ's MaxCMRetries 5 (stats %+v)", s.Retransmits, s)
 	}
 }

@@ -10,41 +10,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
-// host is one ndkxdp adapter of the veth pair with a PD and two CQs.
+// host is one ndkxdp adapter of the veth pair with a PD and two CQs, which
+// fails its test where the helpers below meet an error.
 type host struct {
-	t        testing.TB
-	h        *harness.Host
-	a        *ndk.Adapter
-	pd       *ndk.PD
-	rcq, icq *ndk.CQ
+	t testing.TB
+	*ndkhost.Host
 }
 
 func openHost(t testing.TB, h *harness.Host, opts ndk.Options) *host {
 	t.Helper()
-	x := &host{t: t, h: h}
-	if err := h.Do(func() error {
-		var err error
-		x.a, err = ndk.Open(h.Link, opts)
-		return err
-	}); err != nil {
-		t.Fatalf("open %s: %v", h.Name, err)
-	}
-	t.Cleanup(x.a.Close)
-	var err error
-	if x.pd, err = x.a.CreatePd(); err != nil {
+	x, err := ndkhost.Open(h, ndkhost.Config{Options: opts})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if x.rcq, err = x.a.CreateCq(8192, nil); err != nil {
-		t.Fatal(err)
-	}
-	if x.icq, err = x.a.CreateCq(8192, nil); err != nil {
-		t.Fatal(err)
-	}
-	return x
+	t.Cleanup(x.Close)
+	return &host{t: t, Host: x}
 }
 
 // pair builds a veth pair and opens ndkxdp on both ends. Without static
@@ -57,7 +42,7 @@ func pair(t testing.TB, cfg harness.Config, a, b ndk.Options) (*harness.Pair, *h
 
 func (x *host) qp() *ndk.QP {
 	x.t.Helper()
-	q, err := x.pd.CreateQp(ndk.QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
+	q, err := x.PD.CreateQp(ndk.QPConfig{ReceiveCq: x.RCQ, InitiatorCq: x.ICQ, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
 		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1, InlineDataSize: 64})
 	if err != nil {
 		x.t.Fatal(err)
@@ -74,7 +59,7 @@ type buffer struct {
 func (x *host) buffer(n int) *buffer {
 	x.t.Helper()
 	b := make([]byte, n)
-	mr, err := x.pd.RegisterMr(b, ndk.MRFlagAllowLocalWrite)
+	mr, err := x.PD.RegisterMr(b, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -120,10 +105,10 @@ func exchange(t testing.TB, x, y *host, qa *ndk.QP, rb *buffer, msg []byte) {
 	if err := qa.Send("send", sb.sgl(len(msg)), 0); err != nil {
 		t.Fatal(err)
 	}
-	if r := waitCQ(t, x.icq, "send", 5*time.Second); r.Status != ndk.StatusSuccess {
+	if r := waitCQ(t, x.ICQ, "send", 5*time.Second); r.Status != ndk.StatusSuccess {
 		t.Fatalf("send completed %v", r.Status)
 	}
-	r := waitCQ(t, y.rcq, "recv", 5*time.Second)
+	r := waitCQ(t, y.RCQ, "recv", 5*time.Second)
 	if r.Status != ndk.StatusSuccess || int(r.BytesTransferred) != len(msg) || !bytes.Equal(rb.b[:len(msg)], msg) {
 		t.Fatalf("receive %+v: %q, want %q", r, rb.b[:r.BytesTransferred], msg)
 	}
@@ -154,7 +139,7 @@ func serve(t testing.TB, y *host, addr netip.AddrPort, reply []byte) *server {
 	t.Helper()
 	s := &server{y: y, reply: reply, conns: make(chan *serverConn, 2048)}
 	var err error
-	s.l, err = y.a.CreateListener(s.accept)
+	s.l, err = y.Adapter.CreateListener(s.accept)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +165,7 @@ func (s *server) accept(c *ndk.Connector) {
 	if _, _, _, sc.err = c.GetConnectionData(sc.data); sc.err != nil {
 		return
 	}
-	q, err := s.y.pd.CreateQp(ndk.QPConfig{ReceiveCq: s.y.rcq, InitiatorCq: s.y.icq, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
+	q, err := s.y.PD.CreateQp(ndk.QPConfig{ReceiveCq: s.y.RCQ, InitiatorCq: s.y.ICQ, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
 		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1, InlineDataSize: 64})
 	if err != nil {
 		sc.err = err
@@ -188,7 +173,7 @@ func (s *server) accept(c *ndk.Connector) {
 	}
 	sc.qp = q
 	b := make([]byte, 256)
-	mr, err := s.y.pd.RegisterMr(b, ndk.MRFlagAllowLocalWrite)
+	mr, err := s.y.PD.RegisterMr(b, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		sc.err = err
 		return
@@ -247,7 +232,7 @@ func tryDial(t testing.TB, x *host, src, dst netip.AddrPort, data []byte) (*clie
 		t.Fatal(err)
 	}
 	var err error
-	if cl.c, err = x.a.CreateConnector(); err != nil {
+	if cl.c, err = x.Adapter.CreateConnector(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

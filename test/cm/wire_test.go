@@ -140,7 +140,7 @@ func runLikeLinux(t *testing.T, linux connection) connection {
 
 	accepted := make(chan *ndk.Connector, 1)
 	qb := b.qp()
-	l, err := b.a.CreateListener(func(c *ndk.Connector) {
+	l, err := b.Adapter.CreateListener(func(c *ndk.Connector) {
 		err := c.Accept(context.Background(), qb, int(rep.ResponderResources), int(rep.InitiatorDepth), rep.PrivateData[:], nil)
 		if err != nil {
 			t.Error(err)
@@ -154,7 +154,7 @@ func runLikeLinux(t *testing.T, linux connection) connection {
 	if err := l.Listen(netip.AddrPortFrom(p.B.IPv4, port)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := a.a.CreateConnector()
+	c, err := a.Adapter.CreateConnector()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func runLikeLinux(t *testing.T, linux connection) connection {
 	sc.Close()
 	<-c.Closed()
 	<-sc.Closed()
-	a.a.Close() // flushes the capture's last frames
+	a.Adapter.Close() // flushes the capture's last frames
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -47,8 +47,8 @@ func TestRemoteAccessViolations(t *testing.T) {
 				dst := b.region(8, ndk.MRFlagAllowLocalWrite)
 				must(t, qb.Receive(nil, dst.sgl(0, 8)))
 				must(t, qa.SendAndInvalidate("inv", local.sgl(0, 8), 0, tg.mr.RemoteToken()))
-				expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "inv")
-				wait(t, b.rcq, 1, 5*time.Second)
+				expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "inv")
+				wait(t, b.RCQ, 1, 5*time.Second)
 			}
 			b.settle()
 			targetBefore := append([]byte(nil), tg.all...)
@@ -61,7 +61,7 @@ func TestRemoteAccessViolations(t *testing.T) {
 				must(t, qa.Write(1, local.sgl(0, n), c.addr(tg), c.token(tg), 0))
 			}
 			must(t, qa.Send(2, local.sgl(0, 1), 0))
-			es := wait(t, a.icq, 2, 5*time.Second)
+			es := wait(t, a.ICQ, 2, 5*time.Second)
 			expect(t, es[0], want, typ, 1)
 			expect(t, es[1], ndk.StatusCancelled, ndk.OpSend, 2)
 			b.settle()

@@ -14,7 +14,7 @@ import (
 // NDK_ADAPTER_INFO field with a real limit.
 func TestOpen_InfoFilled(t *testing.T) {
 	a, _ := newHosts(t, setup{})
-	i := a.a.Info()
+	i := a.Adapter.Info()
 	if i.RdmaTechnology != ndk.RdmaRoCEv2 {
 		t.Errorf("RdmaTechnology %v", i.RdmaTechnology)
 	}
@@ -41,8 +41,8 @@ func TestOpen_InfoFilled(t *testing.T) {
 	}
 	// Limits are enforced: a QP over them is refused.
 	c := defaultQP
-	c.ReceiveCq, c.InitiatorCq, c.InlineDataSize = a.rcq, a.icq, int(i.MaxInlineDataSize)+1
-	if _, err := a.pd.CreateQp(c); !errors.Is(err, ndk.ErrInvalidParameter) {
+	c.ReceiveCq, c.InitiatorCq, c.InlineDataSize = a.RCQ, a.ICQ, int(i.MaxInlineDataSize)+1
+	if _, err := a.PD.CreateQp(c); !errors.Is(err, ndk.ErrInvalidParameter) {
 		t.Errorf("inline size over the limit: %v", err)
 	}
 }
@@ -65,7 +65,7 @@ func TestOpen_Options(t *testing.T) {
 			p := harness.New(t, harness.Config{Queues: max(c.opts.Queues, 1), StaticNeighbours: true})
 			s := setup{opts: c.opts}
 			a, b := openHost(t, p.A, s, nil), openHost(t, p.B, s, nil)
-			if n := len(a.a.Stats()); n != max(c.opts.Queues, 1) {
+			if n := len(a.Adapter.Stats()); n != max(c.opts.Queues, 1) {
 				t.Fatalf("%d engines", n)
 			}
 			// QPs are assigned round-robin in the same order on both
@@ -81,8 +81,8 @@ func TestOpen_Options(t *testing.T) {
 				dst := b.region(5000, ndk.MRFlagAllowLocalWrite)
 				must(t, qb.Receive(i, dst.sgl(0, 5000)))
 				must(t, qa.Send(i, src.sgl(0, 5000), 0))
-				expect(t, wait(t, b.rcq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpReceive, i)
-				expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, i)
+				expect(t, wait(t, b.RCQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpReceive, i)
+				expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, i)
 				same(t, fmt.Sprintf("pair %d", i), dst.b, src.b)
 			}
 		})
@@ -105,24 +105,24 @@ func TestOpen_UnknownInterface(t *testing.T) {
 func TestAllocBuffer(t *testing.T) {
 	a, b := newHosts(t, setup{})
 	qa, qb := a.pairWith(b, ndk.ConnectOptions{})
-	src, err := a.a.AllocBuffer(a.pd, 10000, 0)
+	src, err := a.Adapter.AllocBuffer(a.PD, 10000, 0)
 	must(t, err)
-	dst, err := b.a.AllocBuffer(b.pd, 10000, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
+	dst, err := b.Adapter.AllocBuffer(b.PD, 10000, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
 	must(t, err)
 	fill(src.Bytes(), 1)
 	s, _ := src.SGE(0, 10000)
 	d, _ := dst.SGE(0, 10000)
 	must(t, qb.Receive(nil, []ndk.SGE{d}))
 	must(t, qa.Send(nil, []ndk.SGE{s}, 0))
-	wait(t, b.rcq, 1, 5*time.Second)
+	wait(t, b.RCQ, 1, 5*time.Second)
 	same(t, "buffer send", dst.Bytes(), src.Bytes())
 	must(t, src.Free())
 	must(t, dst.Free())
-	if _, err := a.a.AllocBuffer(a.pd, 64<<20, 0); !errors.Is(err, ndk.ErrInsufficientResources) {
+	if _, err := a.Adapter.AllocBuffer(a.PD, 64<<20, 0); !errors.Is(err, ndk.ErrInsufficientResources) {
 		t.Fatalf("64 MiB from the 16 MiB pool: %v", err)
 	}
 	// Freed memory is reusable.
-	again, err := a.a.AllocBuffer(a.pd, 16<<20, 0)
+	again, err := a.Adapter.AllocBuffer(a.PD, 16<<20, 0)
 	must(t, err)
 	must(t, again.Free())
 }
@@ -149,28 +149,28 @@ func TestOpen_QueuesCrossed(t *testing.T) {
 		dst := b.region(n, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
 		must(t, qb.Receive(i, dst.sgl(0, n)))
 		must(t, qa.Send(i, src.sgl(0, n), 0))
-		expect(t, wait(t, b.rcq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpReceive, i)
-		expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, i)
+		expect(t, wait(t, b.RCQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpReceive, i)
+		expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, i)
 		same(t, fmt.Sprintf("send %d", i), dst.b, src.b)
 		// B writes back into A's memory, then reads A's source.
 		back := a.region(n, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
 		must(t, qb.Write("w", dst.sgl(0, n), back.mr.Addr(), back.mr.RemoteToken(), 0))
-		expect(t, wait(t, b.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpWrite, "w")
+		expect(t, wait(t, b.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpWrite, "w")
 		a.settle()
 		same(t, fmt.Sprintf("write %d", i), back.b, src.b)
 		sink := b.region(n, ndk.MRFlagAllowLocalWrite)
 		must(t, qb.Read("r", sink.sgl(0, n), src.mr.Addr(), src.mr.RemoteToken(), 0))
-		expect(t, wait(t, b.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpRead, "r")
+		expect(t, wait(t, b.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpRead, "r")
 		same(t, fmt.Sprintf("read %d", i), sink.b, src.b)
 	}
 	for _, x := range []*host{a, b} {
 		var out, in, drops uint64
-		for _, st := range x.a.Stats() {
+		for _, st := range x.Adapter.Stats() {
 			out, in, drops = out+st.ForwardedOut, in+st.ForwardedIn, drops+st.ForwardDrops
 		}
-		t.Logf("%s: %d frames forwarded between queues, %d dropped", x.h.Name, out, drops)
+		t.Logf("%s: %d frames forwarded between queues, %d dropped", x.Net.Name, out, drops)
 		if out == 0 || in != out {
-			t.Errorf("%s: %d frames forwarded out, %d in; want the same, more than 0", x.h.Name, out, in)
+			t.Errorf("%s: %d frames forwarded out, %d in; want the same, more than 0", x.Net.Name, out, in)
 		}
 	}
 }

@@ -115,8 +115,8 @@ func measureRDMA(b *testing.B, p *harness.Pair) figures {
 	}
 	x := openHost(b, p.A, s, nil)
 	y := openHost(b, p.B, s, nil)
-	defer x.a.Close()
-	defer y.a.Close()
+	defer x.Close()
+	defer y.Close()
 	var f figures
 	var err error
 	// Each measurement gets fresh CQs: the previous one's QPs complete
@@ -141,11 +141,7 @@ func measureRDMA(b *testing.B, p *harness.Pair) figures {
 
 func (x *host) freshCQs() {
 	x.t.Helper()
-	var err error
-	if x.rcq, err = x.a.CreateCq(8192, nil); err != nil {
-		x.t.Fatal(err)
-	}
-	if x.icq, err = x.a.CreateCq(8192, nil); err != nil {
+	if err := x.NewCQs(); err != nil {
 		x.t.Fatal(err)
 	}
 }
@@ -179,7 +175,7 @@ func sendRate(x, y *host) (float64, error) {
 		defer wg.Done()
 		rs := make([]ndk.Result, 64)
 		for !stop.Load() {
-			n := y.rcq.GetResults(rs)
+			n := y.RCQ.GetResults(rs)
 			for _, r := range rs[:n] {
 				if r.Status != ndk.StatusSuccess {
 					errs <- fmt.Errorf("receive: %v", r.Status)
@@ -227,7 +223,7 @@ func sendRate(x, y *host) (float64, error) {
 		return 0, err
 	default:
 	}
-	st := x.a.Stats()[0]
+	st := x.Adapter.Stats()[0]
 	fmt.Printf("send rate: %d RNR NAKs received, %d retransmission rounds\n", st.RNRReceived, st.Retransmits)
 	return float64(n) / elapsed.Seconds(), nil
 }
@@ -252,7 +248,7 @@ func pingPong(x, y *host) (baseline.Latency, error) {
 		var r [1]ndk.Result
 		ssgl, rsgl := sb.sgl(0, benchMsg), rb.sgl(0, benchMsg)
 		for !stop.Load() {
-			if y.rcq.GetResults(r[:]) == 0 {
+			if y.RCQ.GetResults(r[:]) == 0 {
 				runtime.Gosched()
 				continue
 			}
@@ -277,7 +273,7 @@ func pingPong(x, y *host) (baseline.Latency, error) {
 		if err = qa.Send(nil, ssgl, ndk.OpFlagSilentSuccess); err != nil {
 			break
 		}
-		for x.rcq.GetResults(r[:]) == 0 {
+		for x.RCQ.GetResults(r[:]) == 0 {
 			if time.Now().After(deadline) {
 				err = errors.New("ping-pong: no reply before the deadline")
 				break
@@ -325,7 +321,7 @@ func writeBandwidth(x, y *host) (float64, error) {
 		if err != nil && !errors.Is(err, ndk.ErrInsufficientResources) {
 			return 0, err
 		}
-		n := x.icq.GetResults(rs)
+		n := x.ICQ.GetResults(rs)
 		for _, r := range rs[:n] {
 			if r.Status != ndk.StatusSuccess {
 				return 0, fmt.Errorf("write: %v", r.Status)
@@ -337,7 +333,7 @@ func writeBandwidth(x, y *host) (float64, error) {
 		}
 	}
 	elapsed := time.Since(start)
-	sa, sb := x.a.Stats()[0], y.a.Stats()[0]
+	sa, sb := x.Adapter.Stats()[0], y.Adapter.Stats()[0]
 	fmt.Printf("write: %d retransmission rounds, %d ACK timeouts, %d sequence NAKs sent, %d frames out of sequence\n",
 		sa.Retransmits, sa.Timeouts, sb.NAKsSent, sb.OutOfSeq)
 	return float64((done-counted)*benchWrite*8) / elapsed.Seconds() / 1e9, nil
@@ -356,7 +352,7 @@ func BenchmarkQueuesCrossed(b *testing.B) {
 	made := [2]int{} // QPs created on x and y: both assign round-robin
 	forwarded := func() (n uint64) {
 		for _, h := range []*host{x, y} {
-			for _, st := range h.a.Stats() {
+			for _, st := range h.Adapter.Stats() {
 				n += st.ForwardedOut
 			}
 		}

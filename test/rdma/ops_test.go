@@ -16,8 +16,8 @@ func TestSizes(t *testing.T) {
 	for _, c := range []struct{ netdev, pmtu int }{{1500, 1024}, {9000, 4096}} {
 		t.Run(fmt.Sprintf("MTU%d", c.netdev), func(t *testing.T) {
 			a, b := newHosts(t, setup{mtu: c.netdev})
-			if a.a.PathMTU() != c.pmtu {
-				t.Fatalf("path MTU %d, want %d", a.a.PathMTU(), c.pmtu)
+			if a.Adapter.PathMTU() != c.pmtu {
+				t.Fatalf("path MTU %d, want %d", a.Adapter.PathMTU(), c.pmtu)
 			}
 			qa, qb := a.pairWith(b, ndk.ConnectOptions{})
 			m := c.pmtu
@@ -31,17 +31,17 @@ func TestSizes(t *testing.T) {
 					dst := b.region(n, ndk.MRFlagAllowLocalWrite)
 					must(t, qb.Receive("r", dst.sgl(0, n)))
 					must(t, qa.Send("s", src.sgl(0, n), 0))
-					r := wait(t, b.rcq, 1, d)[0]
+					r := wait(t, b.RCQ, 1, d)[0]
 					expect(t, r, ndk.StatusSuccess, ndk.OpReceive, "r")
 					if r.BytesTransferred != uint32(n) {
 						t.Fatalf("received %d bytes", r.BytesTransferred)
 					}
-					expect(t, wait(t, a.icq, 1, d)[0], ndk.StatusSuccess, ndk.OpSend, "s")
+					expect(t, wait(t, a.ICQ, 1, d)[0], ndk.StatusSuccess, ndk.OpSend, "s")
 					same(t, "send", dst.b, src.b)
 					// WRITE
 					wdst := b.region(n, ndk.MRFlagAllowRemoteWrite)
 					must(t, qa.Write("w", src.sgl(0, n), wdst.mr.Addr(), wdst.mr.RemoteToken(), 0))
-					expect(t, wait(t, a.icq, 1, d)[0], ndk.StatusSuccess, ndk.OpWrite, "w")
+					expect(t, wait(t, a.ICQ, 1, d)[0], ndk.StatusSuccess, ndk.OpWrite, "w")
 					b.settle()
 					same(t, "write", wdst.b, src.b)
 					// READ
@@ -50,7 +50,7 @@ func TestSizes(t *testing.T) {
 					b.settle()
 					sink := a.region(n, ndk.MRFlagAllowLocalWrite)
 					must(t, qa.Read("rd", sink.sgl(0, n), rsrc.mr.Addr(), rsrc.mr.RemoteToken(), 0))
-					expect(t, wait(t, a.icq, 1, d)[0], ndk.StatusSuccess, ndk.OpRead, "rd")
+					expect(t, wait(t, a.ICQ, 1, d)[0], ndk.StatusSuccess, ndk.OpRead, "rd")
 					same(t, "read", sink.b, rsrc.b)
 					b.settle()
 					for _, r := range []*region{src, dst, wdst, rsrc, sink} {
@@ -98,7 +98,7 @@ func TestManyQPs(t *testing.T) {
 	for range qas {
 		must(t, <-errs)
 	}
-	rs := wait(t, b.rcq, nqp*msgs, 30*time.Second)
+	rs := wait(t, b.RCQ, nqp*msgs, 30*time.Second)
 	next := make(map[any]int)
 	for _, r := range rs {
 		if r.Status != ndk.StatusSuccess || r.BytesTransferred != size {
@@ -109,7 +109,7 @@ func TestManyQPs(t *testing.T) {
 		}
 		next[r.QPContext]++
 	}
-	for _, s := range wait(t, a.icq, nqp*msgs, 10*time.Second) {
+	for _, s := range wait(t, a.ICQ, nqp*msgs, 10*time.Second) {
 		if s.Status != ndk.StatusSuccess {
 			t.Fatalf("send %+v", s)
 		}

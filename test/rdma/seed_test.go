@@ -29,7 +29,7 @@ func TestSend_NotConnectedReturnsConnectionInvalid(t *testing.T) {
 	// Receives may be posted before the connection.
 	dst := a.region(8, ndk.MRFlagAllowLocalWrite)
 	must(t, q.Receive(nil, dst.sgl(0, 8)))
-	none(t, a.icq, 10*time.Millisecond)
+	none(t, a.ICQ, 10*time.Millisecond)
 }
 
 func TestSend_RejectsUndocumentedFlags(t *testing.T) {
@@ -44,7 +44,7 @@ func TestSend_RejectsUndocumentedFlags(t *testing.T) {
 			t.Errorf("SendAndInvalidate with %v: %v", f, err)
 		}
 	}
-	none(t, a.icq, 10*time.Millisecond)
+	none(t, a.ICQ, 10*time.Millisecond)
 }
 
 func TestSend_RequestContextInResult(t *testing.T) {
@@ -57,7 +57,7 @@ func TestSend_RequestContextInResult(t *testing.T) {
 	must(t, qb.Receive(rctx, dst.sgl(0, 100)))
 	must(t, qa.Send(sctx, src.sgl(0, 100), 0))
 	var r [1]ndk.Result // plain NdkGetCqResults
-	for deadline := time.Now().Add(5 * time.Second); b.rcq.GetResults(r[:]) == 0; {
+	for deadline := time.Now().Add(5 * time.Second); b.RCQ.GetResults(r[:]) == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("no receive")
 		}
@@ -65,7 +65,7 @@ func TestSend_RequestContextInResult(t *testing.T) {
 	if r[0].RequestContext != rctx || r[0].QPContext != "b" {
 		t.Fatalf("receive result %+v", r[0])
 	}
-	s := wait(t, a.icq, 1, 5*time.Second)[0]
+	s := wait(t, a.ICQ, 1, 5*time.Second)[0]
 	if s.RequestContext != sctx || s.QPContext != "a" {
 		t.Fatalf("send result %+v", s)
 	}
@@ -80,23 +80,23 @@ func TestSeedSend_SolicitEventNotifiesPeer(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		must(t, qb.Receive(i, dst.sgl(0, 3000)))
 	}
-	must(t, b.rcq.Arm(ndk.CQNotifySolicited))
+	must(t, b.RCQ.Arm(ndk.CQNotifySolicited))
 	// Related sends: only the last carries SEND_AND_SOLICIT_EVENT.
 	must(t, qa.Send(0, src.sgl(0, 3000), 0))
 	must(t, qa.Send(1, src.sgl(0, 3000), 0))
-	wait(t, a.icq, 2, 5*time.Second)
+	wait(t, a.ICQ, 2, 5*time.Second)
 	time.Sleep(20 * time.Millisecond)
 	if fired.Load() != 0 {
 		t.Fatal("a SOLICITED arm fired for unsolicited receives")
 	}
 	must(t, qa.Send(2, src.sgl(0, 3000), ndk.OpFlagSendAndSolicitEvent))
-	wait(t, a.icq, 1, 5*time.Second)
+	wait(t, a.ICQ, 1, 5*time.Second)
 	for deadline := time.Now().Add(5 * time.Second); fired.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the solicited receive did not notify")
 		}
 	}
-	if n := len(wait(t, b.rcq, 3, time.Second)); n != 3 {
+	if n := len(wait(t, b.RCQ, 3, time.Second)); n != 3 {
 		t.Fatalf("%d receives", n)
 	}
 }
@@ -107,9 +107,9 @@ func TestSeedSend_ErrorCompletionMatchesSolicited(t *testing.T) {
 	_, qb := a.pairWith(b, ndk.ConnectOptions{})
 	dst := b.region(8, ndk.MRFlagAllowLocalWrite)
 	must(t, qb.Receive(1, dst.sgl(0, 8)))
-	must(t, b.rcq.Arm(ndk.CQNotifySolicited))
+	must(t, b.RCQ.Arm(ndk.CQNotifySolicited))
 	qb.Flush() // the receive completes with an error status
-	expect(t, wait(t, b.rcq, 1, 5*time.Second)[0], ndk.StatusCancelled, ndk.OpReceive, 1)
+	expect(t, wait(t, b.RCQ, 1, 5*time.Second)[0], ndk.StatusCancelled, ndk.OpReceive, 1)
 	for deadline := time.Now().Add(5 * time.Second); fired.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("an error completion did not satisfy the SOLICITED arm")
@@ -127,13 +127,13 @@ func TestSend_SilentSuccessCompletesOnlyOnFailure(t *testing.T) {
 		must(t, qa.Write(i, src.sgl(0, 64), dst.mr.Addr(), dst.mr.RemoteToken(), ndk.OpFlagSilentSuccess))
 	}
 	must(t, qa.Write(8, src.sgl(0, 64), dst.mr.Addr(), dst.mr.RemoteToken(), 0))
-	expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpWrite, 8)
-	none(t, a.icq, 10*time.Millisecond)
+	expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpWrite, 8)
+	none(t, a.ICQ, 10*time.Millisecond)
 	b.settle()
 	same(t, "silent writes", dst.b, src.b)
 	// A silent request that fails still completes.
 	must(t, qa.Write(9, src.sgl(0, 64), dst.mr.Addr(), dst.mr.RemoteToken()^0x55, ndk.OpFlagSilentSuccess))
-	expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusAccessViolation, ndk.OpWrite, 9)
+	expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusAccessViolation, ndk.OpWrite, 9)
 }
 
 func TestSend_ReadFenceWaitsForReads(t *testing.T) {
@@ -155,7 +155,7 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 	var sent *ndk.ResultEx
 	var r [1]ndk.ResultEx
 	pollA := func() {
-		if a.icq.GetResultsEx(r[:]) == 1 {
+		if a.ICQ.GetResultsEx(r[:]) == 1 {
 			switch r[0].RequestContext {
 			case "read":
 				order = append(order, "read")
@@ -169,9 +169,9 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 	}
 	for deadline := time.Now().Add(10 * time.Second); len(order) < 2; {
 		pollA()
-		if b.rcq.GetResultsEx(r[:]) == 1 {
+		if b.RCQ.GetResultsEx(r[:]) == 1 {
 			// The READ may have completed, and the SEND crossed the pair,
-			// between our poll of a.icq above and this one: its
+			// between our poll of a.ICQ above and this one: its
 			// completion, pushed before the SEND left, is there now.
 			if len(order) == 0 {
 				pollA()
@@ -186,7 +186,7 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 		}
 	}
 	if sent == nil {
-		sent = &wait(t, a.icq, 1, 10*time.Second)[0]
+		sent = &wait(t, a.ICQ, 1, 10*time.Second)[0]
 	}
 	expect(t, *sent, ndk.StatusSuccess, ndk.OpSend, "send")
 }
@@ -194,8 +194,8 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 func TestSend_InlineIgnoresTokenAndSgeLimit(t *testing.T) {
 	a, b := newHosts(t, setup{})
 	c := defaultQP
-	c.ReceiveCq, c.InitiatorCq, c.MaxInitiatorRequestSge = a.rcq, a.icq, 1
-	qa, err := a.pd.CreateQp(c)
+	c.ReceiveCq, c.InitiatorCq, c.MaxInitiatorRequestSge = a.RCQ, a.ICQ, 1
+	qa, err := a.PD.CreateQp(c)
 	must(t, err)
 	qb := b.qp(nil)
 	connect(t, a, b, qa, qb, ndk.ConnectOptions{})
@@ -210,8 +210,8 @@ func TestSend_InlineIgnoresTokenAndSgeLimit(t *testing.T) {
 	must(t, qb.Receive(nil, dst.sgl(0, 200)))
 	must(t, qa.Send(1, sgl, ndk.OpFlagInline)) // two SGEs over a limit of one
 	clear(raw)                                 // inline bytes were taken at post time
-	expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, 1)
-	wait(t, b.rcq, 1, 5*time.Second)
+	expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, 1)
+	wait(t, b.RCQ, 1, 5*time.Second)
 	same(t, "inline", dst.b, want)
 }
 
@@ -223,7 +223,7 @@ func TestSend_InlineOverLimitRejected(t *testing.T) {
 	if !errors.Is(err, ndk.ErrInvalidParameter) {
 		t.Fatalf("257 inline bytes: %v", err)
 	}
-	none(t, a.icq, 10*time.Millisecond)
+	none(t, a.ICQ, 10*time.Millisecond)
 }
 
 func TestSend_DeferBatchesDoorbell(t *testing.T) {
@@ -236,9 +236,9 @@ func TestSend_DeferBatchesDoorbell(t *testing.T) {
 	}
 	must(t, qa.Send(0, src.sgl(0, 8), ndk.OpFlagDefer))
 	must(t, qa.Send(1, src.sgl(0, 8), ndk.OpFlagDefer))
-	none(t, b.rcq, 30*time.Millisecond) // no doorbell: nothing left
+	none(t, b.RCQ, 30*time.Millisecond) // no doorbell: nothing left
 	must(t, qa.Send(2, src.sgl(0, 8), 0))
-	for i, r := range wait(t, b.rcq, 3, 5*time.Second) {
+	for i, r := range wait(t, b.RCQ, 3, 5*time.Second) {
 		expect(t, r, ndk.StatusSuccess, ndk.OpReceive, i)
 	}
 }
@@ -246,8 +246,8 @@ func TestSend_DeferBatchesDoorbell(t *testing.T) {
 func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 	a, b := newHosts(t, setup{})
 	c := defaultQP
-	c.ReceiveCq, c.InitiatorCq, c.InitiatorQueueDepth = a.rcq, a.icq, 4
-	qa, err := a.pd.CreateQp(c)
+	c.ReceiveCq, c.InitiatorCq, c.InitiatorQueueDepth = a.RCQ, a.ICQ, 4
+	qa, err := a.PD.CreateQp(c)
 	must(t, err)
 	qb := b.qp(nil)
 	connect(t, a, b, qa, qb, ndk.ConnectOptions{})
@@ -263,7 +263,7 @@ func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Millisecond {
 		t.Fatalf("the refused post took %v", d)
 	}
-	none(t, a.icq, 10*time.Millisecond)
+	none(t, a.ICQ, 10*time.Millisecond)
 }
 
 func TestSendAndInvalidate(t *testing.T) {
@@ -278,9 +278,9 @@ func TestSendAndInvalidate(t *testing.T) {
 	must(t, qa.SendAndInvalidate("s", src.sgl(0, 2000), 0, tok))
 
 	t.Run("InitiatorCompletionTypeSend", func(t *testing.T) {
-		expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "s")
+		expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpSend, "s")
 	})
-	r := wait(t, b.rcq, 1, 5*time.Second)[0]
+	r := wait(t, b.RCQ, 1, 5*time.Second)[0]
 	t.Run("ReceiverCompletionCarriesToken", func(t *testing.T) {
 		expect(t, r, ndk.StatusSuccess, ndk.OpReceiveAndInvalidate, "r")
 		if r.TypeSpecificCompletionOutput != uint64(tok) || r.BytesTransferred != 2000 {
@@ -291,7 +291,7 @@ func TestSendAndInvalidate(t *testing.T) {
 	t.Run("ReceiverTokenInvalidated", func(t *testing.T) {
 		// A later use of the token fails, and touches nothing.
 		must(t, qa.Write("w", src.sgl(0, 8), target.mr.Addr(), tok, 0))
-		expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusAccessViolation, ndk.OpWrite, "w")
+		expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusAccessViolation, ndk.OpWrite, "w")
 		b.settle()
 		if target.b[0] != 0xEE || !target.guardsIntact() {
 			t.Fatal("the invalidated region was written")
@@ -312,12 +312,12 @@ func TestInvalidate_AfterRemoteInvalidationFails(t *testing.T) {
 	}
 	must(t, qa.SendAndInvalidate(0, src.sgl(0, 8), 0, target.mr.RemoteToken()))
 	must(t, qa.SendAndInvalidate(1, src.sgl(0, 8), 0, target.mr.RemoteToken()))
-	rs := wait(t, b.rcq, 2, 5*time.Second)
+	rs := wait(t, b.RCQ, 2, 5*time.Second)
 	expect(t, rs[0], ndk.StatusSuccess, ndk.OpReceiveAndInvalidate, 0)
 	if rs[1].Status == ndk.StatusSuccess {
 		t.Fatalf("second invalidation succeeded: %+v", rs[1])
 	}
-	ss := wait(t, a.icq, 2, 5*time.Second)
+	ss := wait(t, a.ICQ, 2, 5*time.Second)
 	expect(t, ss[0], ndk.StatusSuccess, ndk.OpSend, 0)
 	expect(t, ss[1], ndk.StatusRemoteResources, ndk.OpSend, 1)
 }
@@ -333,10 +333,10 @@ func TestSendAndInvalidate_InvalidTokenAbortsConnection(t *testing.T) {
 	}
 	must(t, qa.SendAndInvalidate(0, src.sgl(0, 8), 0, plain.mr.RemoteToken()^0x77))
 	must(t, qa.Send(1, src.sgl(0, 8), 0))
-	rs := wait(t, b.rcq, 2, 5*time.Second)
+	rs := wait(t, b.RCQ, 2, 5*time.Second)
 	expect(t, rs[0], ndk.StatusAccessViolation, ndk.OpReceiveAndInvalidate, 0)
 	expect(t, rs[1], ndk.StatusCancelled, ndk.OpReceive, 1)
-	ss := wait(t, a.icq, 2, 5*time.Second)
+	ss := wait(t, a.ICQ, 2, 5*time.Second)
 	expect(t, ss[0], ndk.StatusRemoteResources, ndk.OpSend, 0)
 	expect(t, ss[1], ndk.StatusCancelled, ndk.OpSend, 1)
 	if qa.Connected() || qb.Connected() {
@@ -344,7 +344,7 @@ func TestSendAndInvalidate_InvalidTokenAbortsConnection(t *testing.T) {
 	}
 	// Posts after the abort complete CANCELLED.
 	must(t, qa.Send(2, src.sgl(0, 8), ndk.OpFlagSilentSuccess))
-	expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusCancelled, ndk.OpSend, 2)
+	expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusCancelled, ndk.OpSend, 2)
 }
 
 // Seed 002: a ReceiveAndInvalidate completion is retrievable with plain
@@ -358,7 +358,7 @@ func TestSeedCompletion_ReceiveAndInvalidateViaGetResults(t *testing.T) {
 	must(t, qb.Receive("r", dst.sgl(0, 8)))
 	must(t, qa.SendAndInvalidate(nil, src.sgl(0, 8), 0, target.mr.RemoteToken()))
 	var r [1]ndk.Result
-	for deadline := time.Now().Add(5 * time.Second); b.rcq.GetResults(r[:]) == 0; {
+	for deadline := time.Now().Add(5 * time.Second); b.RCQ.GetResults(r[:]) == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("no receive")
 		}
@@ -372,7 +372,7 @@ func TestSeedCompletion_ReceiveAndInvalidateViaGetResults(t *testing.T) {
 // flag, and passing RDMA_READ_SINK never fails a request.
 func TestSeedRegisterMr_ReadSinkNotRequired(t *testing.T) {
 	a, b := newHosts(t, setup{})
-	if a.a.Info().AdapterFlags&ndk.AdapterFlagRdmaReadSinkNotRequired == 0 {
+	if a.Adapter.Info().AdapterFlags&ndk.AdapterFlagRdmaReadSinkNotRequired == 0 {
 		t.Fatal("adapter does not report RDMA_READ_SINK_NOT_REQUIRED")
 	}
 	qa, _ := a.pairWith(b, ndk.ConnectOptions{})
@@ -382,7 +382,7 @@ func TestSeedRegisterMr_ReadSinkNotRequired(t *testing.T) {
 	for i, flags := range []ndk.MRFlag{ndk.MRFlagAllowLocalWrite, ndk.MRFlagAllowLocalWrite | ndk.MRFlagRdmaReadSink, ndk.MRFlagRdmaReadSink} {
 		sink := a.region(512, flags)
 		must(t, qa.Read(i, sink.sgl(0, 512), src.mr.Addr(), src.mr.RemoteToken(), 0))
-		expect(t, wait(t, a.icq, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpRead, i)
+		expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpRead, i)
 		same(t, flags.String(), sink.b, src.b)
 	}
 }
@@ -397,8 +397,8 @@ func TestFlush_CancelsEveryPendingRequest(t *testing.T) {
 		must(t, qa.Receive(i, src.sgl(0, 8)))
 	}
 	qa.Flush()
-	ss := wait(t, a.icq, 5, 5*time.Second)
-	rs := wait(t, a.rcq, 5, 5*time.Second)
+	ss := wait(t, a.ICQ, 5, 5*time.Second)
+	rs := wait(t, a.RCQ, 5, 5*time.Second)
 	for i := 0; i < 5; i++ {
 		expect(t, ss[i], ndk.StatusCancelled, ndk.OpSend, i)
 		expect(t, rs[i], ndk.StatusCancelled, ndk.OpReceive, i)

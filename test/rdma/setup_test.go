@@ -7,18 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // host is one RDMA host of the veth pair: an adapter opened inside its
-// namespace, one PD and a receive and an initiator CQ.
+// namespace, one PD and a receive and an initiator CQ, which fails its
+// test where the helpers below meet an error.
 type host struct {
-	t        testing.TB
-	h        *harness.Host
-	a        *ndk.Adapter
-	pd       *ndk.PD
-	rcq, icq *ndk.CQ
+	t testing.TB
+	*ndkhost.Host
 }
 
 type setup struct {
@@ -30,31 +29,12 @@ type setup struct {
 
 func openHost(t testing.TB, h *harness.Host, s setup, notify func(ndk.Status)) *host {
 	t.Helper()
-	x := &host{t: t, h: h}
-	err := h.Do(func() error {
-		var err error
-		x.a, err = ndk.Open(h.Link, s.opts)
-		return err
-	})
+	x, err := ndkhost.Open(h, ndkhost.Config{Options: s.opts, CQDepth: s.cqDepth, ReceiveNotify: notify})
 	if err != nil {
-		t.Fatalf("open %s: %v", h.Name, err)
+		t.Fatal(err)
 	}
-	t.Cleanup(x.a.Close)
-	depth := s.cqDepth
-	if depth == 0 {
-		depth = 8192
-	}
-	var e error
-	if x.pd, e = x.a.CreatePd(); e != nil {
-		t.Fatal(e)
-	}
-	if x.rcq, e = x.a.CreateCq(depth, notify); e != nil {
-		t.Fatal(e)
-	}
-	if x.icq, e = x.a.CreateCq(depth, nil); e != nil {
-		t.Fatal(e)
-	}
-	return x
+	t.Cleanup(x.Close)
+	return &host{t: t, Host: x}
 }
 
 // newHosts builds a veth pair in fresh namespaces and opens ndkxdp on both
@@ -77,8 +57,8 @@ func (x *host) qp(ctx any) *ndk.QP { return x.qpWith(ctx, defaultQP) }
 
 func (x *host) qpWith(ctx any, c ndk.QPConfig) *ndk.QP {
 	x.t.Helper()
-	c.ReceiveCq, c.InitiatorCq, c.Context = x.rcq, x.icq, ctx
-	q, err := x.pd.CreateQp(c)
+	c.ReceiveCq, c.InitiatorCq, c.Context = x.RCQ, x.ICQ, ctx
+	q, err := x.PD.CreateQp(c)
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -90,10 +70,10 @@ func (x *host) qpWith(ctx any, c ndk.QPConfig) *ndk.QP {
 func connect(t testing.TB, a, b *host, qa, qb *ndk.QP, o ndk.ConnectOptions) {
 	t.Helper()
 	ea, eb := qa.LocalEndpoint(), qb.LocalEndpoint()
-	if err := a.h.Do(func() error { return qa.ConnectOOB(eb, o) }); err != nil {
+	if err := a.Net.Do(func() error { return qa.ConnectOOB(eb, o) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.h.Do(func() error { return qb.ConnectOOB(ea, o) }); err != nil {
+	if err := b.Net.Do(func() error { return qb.ConnectOOB(ea, o) }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,9 +107,9 @@ func (x *host) regionWith(n int, flags ndk.MRFlag, invalidatable bool) *region {
 	reg := all[guard : guard+max(n, 1)]
 	var err error
 	if invalidatable {
-		r.mr, err = x.pd.RegisterInvalidatableMr(reg, flags)
+		r.mr, err = x.PD.RegisterInvalidatableMr(reg, flags)
 	} else {
-		r.mr, err = x.pd.RegisterMr(reg, flags)
+		r.mr, err = x.PD.RegisterMr(reg, flags)
 	}
 	if err != nil {
 		x.t.Fatal(err)
@@ -217,4 +197,4 @@ func must(t testing.TB, err error) {
 // posted after its source was filled, but those orders cross the kernel,
 // where the race detector cannot see them; Adapter.Stats synchronizes
 // with every engine of x.
-func (x *host) settle() { x.a.Stats() }
+func (x *host) settle() { x.Adapter.Stats() }

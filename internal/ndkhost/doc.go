@@ -1,0 +1,19 @@
+// Package ndkhost opens ndkxdp on one host of a veth pair
+// (internal/vethpair): the adapter, opened inside the host's namespace on
+// its veth end, one protection domain, and a receive and an initiator
+// completion queue. `ndkxdp demo` runs on two of them; test/cm and
+// test/rdma wrap Open in their own openHost, which fails the test on an
+// error and closes the host when the test ends.
+//
+// It is not a fixture for QPs, memory or connections: each user creates
+// those on the PD and CQs it is given, as its own checks require.
+//
+// Example:
+//
+//	p, _ := vethpair.NewPair(vethpair.Config{})
+//	defer p.Close()
+//	a, err := ndkhost.Open(p.A, ndkhost.Config{})
+//	if err != nil { ... }
+//	defer a.Close()
+//	qp, err := a.PD.CreateQp(ndk.QPConfig{ReceiveCq: a.RCQ, InitiatorCq: a.ICQ, ...})
+package ndkhost
