@@ -28,79 +28,58 @@ func (c *Connector) ConnectWithSharedEndpoint(qp QP, path PathInfo, se *SharedEn
 	return c.connect(qp, path, netip.AddrPort{}, se, dst, p, done)
 }
 
+// connect checks its arguments without the lock, then starts the
+// connection under it.
 func (c *Connector) connect(qp QP, path PathInfo, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, p ConnectParams, done func(error)) error {
+	dst, mtu, err := checkConnect(qp, path, dst, p, done)
+	if err != nil {
+		return err
+	}
+	return c.startConnect(qp, path, src, se, dst, mtu, p, done)
+}
+
+// checkConnect validates what needs no Manager state and returns the
+// destination unmapped and the path MTU.
+func checkConnect(qp QP, path PathInfo, dst netip.AddrPort, p ConnectParams, done func(error)) (netip.AddrPort, rocev2.MTU, error) {
 	const op = "connect"
-	m := c.m
 	if qp == nil || done == nil {
-		return errorf(ntstatus.InvalidParameter, op, nil, "QP and completion are required")
+		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "QP and completion are required")
 	}
 	if len(p.PrivateData) > MaxCallerData {
-		return errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCallerData %d", len(p.PrivateData), MaxCallerData)
+		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCallerData %d", len(p.PrivateData), MaxCallerData)
 	}
 	mtu, ok := path.pathMTU()
 	if !ok {
-		return errorf(ntstatus.InvalidParameter, op, nil, "interface MTU %d is below the smallest RoCE path MTU", path.MTU)
+		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "interface MTU %d is below the smallest RoCE path MTU", path.MTU)
 	}
 	dst = unmap(dst)
 	if !usableAddr(dst.Addr()) || dst.Port() == 0 {
-		return errorf(ntstatus.InvalidAddress, op, nil, "destination %v is not a unicast address and port", dst)
+		return dst, 0, errorf(ntstatus.InvalidAddress, op, nil, "destination %v is not a unicast address and port", dst)
 	}
 	if path.RemoteIP.Unmap() != dst.Addr() {
-		return errorf(ntstatus.InvalidParameter, op, nil, "path leads to %v, not to %v", path.RemoteIP, dst.Addr())
+		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "path leads to %v, not to %v", path.RemoteIP, dst.Addr())
 	}
+	return dst, mtu, nil
+}
 
+// startConnect takes the local endpoint, registers the connection and
+// sends its REQ.
+func (c *Connector) startConnect(qp QP, path PathInfo, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, mtu rocev2.MTU, p ConnectParams, done func(error)) error {
+	const op = "connect"
+	m := c.m
 	m.mu.Lock()
-	if m.closed || c.lt.closed {
-		m.mu.Unlock()
+	defer m.unlockAndRun()
+	switch {
+	case m.closed || c.lt.closed:
 		return errorf(ntstatus.InvalidHandle, op, nil, "connector or manager closed")
-	}
-	if c.state != stIdle || c.passive {
-		m.mu.Unlock()
+	case c.state != stIdle || c.passive:
 		return errorf(ntstatus.ConnectionInvalid, op, nil, "connector already used (%v)", c.state)
-	}
-	if other := m.byQPN[qp.QPN()]; other != nil {
-		m.mu.Unlock()
+	case m.byQPN[qp.QPN()] != nil:
 		return errorf(ntstatus.InvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
 	}
-
-	// Local address and endpoint reference (NDKPI.md §8 Endpoints).
-	var ep *endpoint
-	if se != nil {
-		if se.closed {
-			m.mu.Unlock()
-			return errorf(ntstatus.InvalidHandle, op, nil, "shared endpoint closed")
-		}
-		src = se.addr
-		if src.Addr().Is4() != dst.Addr().Is4() || src.Addr() != path.LocalIP.Unmap() {
-			m.mu.Unlock()
-			return errorf(ntstatus.InvalidAddress, op, nil, "shared endpoint %v cannot reach %v over path from %v", src, dst, path.LocalIP)
-		}
-		if se.ep.peers[dst] > 0 {
-			m.mu.Unlock()
-			return errorf(ntstatus.AddressAlreadyExists, op, nil, "connection %v -> %v exists", src, dst)
-		}
-		ep = se.ep
-		ep.refs++
-	} else {
-		src = unmap(src)
-		if !src.Addr().IsValid() || src.Addr().IsUnspecified() {
-			src = netip.AddrPortFrom(path.LocalIP.Unmap(), src.Port())
-		}
-		if src.Addr() != path.LocalIP.Unmap() || src.Addr().Is4() != dst.Addr().Is4() {
-			m.mu.Unlock()
-			return errorf(ntstatus.InvalidAddress, op, nil, "source %v does not match the path's local address %v or the destination family", src.Addr(), path.LocalIP)
-		}
-		if err := m.checkLocal(src.Addr(), op); err != nil {
-			m.mu.Unlock()
-			return err
-		}
-		var err error
-		ep, err = m.bind(src, epConnector, dst, op)
-		if err != nil {
-			m.mu.Unlock()
-			return err
-		}
-		src = ep.addr
+	ep, src, err := m.connectEndpoint(path, src, se, dst)
+	if err != nil {
+		return err
 	}
 	ep.peers[dst]++
 
@@ -118,7 +97,59 @@ func (c *Connector) connect(qp QP, path PathInfo, src netip.AddrPort, se *Shared
 	m.register(c)
 	m.byQPN[c.qpn] = c
 
-	c.req = rocev2.CMReq{
+	c.req, err = m.newREQ(c, qp.StartingPSN(), mtu, p)
+	if err != nil {
+		c.release(m)
+		m.unregister(c)
+		return errorf(ntstatus.InvalidAddress, op, err, "rdma_cm header for %v -> %v", src, dst)
+	}
+	c.out = m.send(c.path, c.tid, &c.req)
+	c.state = stReqSent
+	m.arm(c, c.timeout)
+	return nil
+}
+
+// connectEndpoint returns the local endpoint of an active connection, with
+// a reference taken, and its address: the shared endpoint se, or src bound
+// for this connection alone (NDKPI.md §8 Endpoints).
+func (m *Manager) connectEndpoint(path PathInfo, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort) (*endpoint, netip.AddrPort, error) {
+	const op = "connect"
+	if se != nil {
+		if se.closed {
+			return nil, src, errorf(ntstatus.InvalidHandle, op, nil, "shared endpoint closed")
+		}
+		src = se.addr
+		if src.Addr().Is4() != dst.Addr().Is4() || src.Addr() != path.LocalIP.Unmap() {
+			return nil, src, errorf(ntstatus.InvalidAddress, op, nil, "shared endpoint %v cannot reach %v over path from %v", src, dst, path.LocalIP)
+		}
+		if se.ep.peers[dst] > 0 {
+			return nil, src, errorf(ntstatus.AddressAlreadyExists, op, nil, "connection %v -> %v exists", src, dst)
+		}
+		se.ep.refs++
+		return se.ep, src, nil
+	}
+	src = unmap(src)
+	if !src.Addr().IsValid() || src.Addr().IsUnspecified() {
+		src = netip.AddrPortFrom(path.LocalIP.Unmap(), src.Port())
+	}
+	if src.Addr() != path.LocalIP.Unmap() || src.Addr().Is4() != dst.Addr().Is4() {
+		return nil, src, errorf(ntstatus.InvalidAddress, op, nil, "source %v does not match the path's local address %v or the destination family", src.Addr(), path.LocalIP)
+	}
+	if err := m.checkLocal(src.Addr(), op); err != nil {
+		return nil, src, err
+	}
+	ep, err := m.bind(src, epConnector, dst, op)
+	if err != nil {
+		return nil, src, err
+	}
+	return ep, ep.addr, nil
+}
+
+// newREQ builds c's REQ as Linux does over RoCE (cm.c cm_format_req, cma.c
+// cma_connect_ib): rdma_cm's header first in the private data, then p's.
+func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p ConnectParams) (rocev2.CMReq, error) {
+	src, dst := c.local, c.peer
+	req := rocev2.CMReq{
 		LocalCommID:             c.localID,
 		ServiceID:               rocev2.ServiceID(rocev2.PortSpaceTCP, dst.Port()),
 		LocalCAGUID:             m.guid,
@@ -127,10 +158,10 @@ func (c *Connector) connect(qp QP, path PathInfo, src netip.AddrPort, se *Shared
 		InitiatorDepth:          p.OutboundReadLimit,
 		RemoteCMResponseTimeout: m.p.CMResponseTimeout,
 		TransportType:           rocev2.CMTransportRC,
-		StartingPSN:             qp.StartingPSN() & rocev2.PSNMask,
+		StartingPSN:             psn & rocev2.PSNMask,
 		LocalCMResponseTimeout:  m.p.CMResponseTimeout,
 		RetryCount:              m.p.RetryCount,
-		PKey:                    path.pkey(),
+		PKey:                    c.path.pkey(),
 		PathMTU:                 mtu,
 		RNRRetryCount:           m.p.RNRRetry,
 		MaxCMRetries:            m.p.MaxCMRetries,
@@ -147,18 +178,11 @@ func (c *Connector) connect(qp QP, path PathInfo, src netip.AddrPort, se *Shared
 		},
 	}
 	hdr := rocev2.CMAHeader{SrcPort: src.Port(), Src: src.Addr(), Dst: dst.Addr()}
-	if err := hdr.Encode(c.req.PrivateData[:]); err != nil {
-		c.release(m)
-		m.unregister(c)
-		m.mu.Unlock()
-		return errorf(ntstatus.InvalidAddress, op, err, "rdma_cm header for %v -> %v", src, dst)
+	if err := hdr.Encode(req.PrivateData[:]); err != nil {
+		return req, err
 	}
-	copy(c.req.PrivateData[rocev2.CMAHeaderLen:], p.PrivateData)
-	c.out = m.send(c.path, c.tid, &c.req)
-	c.state = stReqSent
-	m.arm(c, c.timeout)
-	m.unlockAndRun()
-	return nil
+	copy(req.PrivateData[rocev2.CMAHeaderLen:], p.PrivateData)
+	return req, nil
 }
 
 // CompleteConnect finishes an active connection after Connect succeeded:

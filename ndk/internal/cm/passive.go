@@ -151,25 +151,39 @@ func (m *Manager) dupREQ(c *Connector) {
 // returned here means done will not be called.
 func (c *Connector) Accept(qp QP, p AcceptParams, onDisconnect func(), done func(error)) error {
 	const op = "accept"
-	m := c.m
 	if qp == nil || done == nil {
 		return errorf(ntstatus.InvalidParameter, op, nil, "QP and completion are required")
 	}
 	if len(p.PrivateData) > MaxCalleeData {
 		return errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
 	}
+	ri, err := c.beginAccept(qp, p)
+	if err != nil {
+		return err
+	}
+	err = qp.ToRTR(ri)
+	if err == nil {
+		err = qp.ToRTS()
+	}
+	return c.finishAccept(qp, &ri, err, p, onDisconnect, done)
+}
+
+// beginAccept takes the connect request for qp and returns the parameters
+// the QP gets at RTR. The QP moves after the lock is released, with
+// c.transition set meanwhile.
+func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
+	const op = "accept"
+	m := c.m
 	m.mu.Lock()
+	defer m.unlockAndRun()
 	if c.state != stReqRcvd {
-		err := c.abortErr
-		m.mu.Unlock()
-		if err != nil {
-			return err
+		if err := c.abortErr; err != nil {
+			return RemoteInfo{}, err
 		}
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "no connect request to accept (%v)", c.state)
+		return RemoteInfo{}, errorf(ntstatus.ConnectionInvalid, op, nil, "no connect request to accept (%v)", c.state)
 	}
 	if other := m.byQPN[qp.QPN()]; other != nil {
-		m.mu.Unlock()
-		return errorf(ntstatus.InvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
+		return RemoteInfo{}, errorf(ntstatus.InvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
 	}
 	c.leaveBacklog()
 	req := &c.req
@@ -197,55 +211,59 @@ func (c *Connector) Accept(qp QP, p AcceptParams, onDisconnect func(), done func
 	c.data = ConnectionData{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: c.data.PrivateData}
 	c.state = stAccepting
 	c.transition = true
-	ri := c.remote
-	m.unlockAndRun()
+	return c.remote, nil
+}
 
-	err := qp.ToRTR(ri)
-	if err == nil {
-		err = qp.ToRTS()
-	}
-
+// finishAccept sends the REP once the QP reached RTS, or ends the
+// connection when qpErr says it did not.
+func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptParams, onDisconnect func(), done func(error)) error {
+	const op = "accept"
+	m := c.m
 	m.mu.Lock()
+	defer m.unlockAndRun()
 	c.transition = false
 	if c.state != stAccepting {
 		// Rejected or closed while the QP moved; that path already
 		// answered the peer.
 		aerr := c.abortErr
 		c.flushQPError(m)
-		m.unlockAndRun()
 		if aerr == nil {
 			aerr = errorf(ntstatus.ConnectionAborted, op, nil, "connection ended during accept")
 		}
 		return aerr
 	}
-	if err != nil {
+	if qpErr != nil {
 		c.sendREJ(m, &rocev2.CMRej{LocalCommID: c.localID, RemoteCommID: c.remoteID,
 			MessageRejected: rocev2.CMKindREQ, Reason: rocev2.RejConsumerDefined})
 		c.qpToError(m)
 		c.enterTimeWait(m)
-		m.unlockAndRun()
-		return errorf(ntstatus.ConnectionAborted, op, err, "QP %d did not reach RTS", c.qpn)
+		return errorf(ntstatus.ConnectionAborted, op, qpErr, "QP %d did not reach RTS", c.qpn)
 	}
-	rep := &rocev2.CMRep{
-		LocalCommID:        c.localID,
-		RemoteCommID:       c.remoteID,
-		LocalQPN:           c.qpn & 0xFFFFFF,
-		StartingPSN:        qp.StartingPSN() & rocev2.PSNMask,
-		ResponderResources: in,
-		InitiatorDepth:     out,
-		TargetAckDelay:     m.p.AckDelay,
-		RNRRetryCount:      m.p.RNRRetry,
-		LocalCAGUID:        m.guid,
-	}
-	copy(rep.PrivateData[:], p.PrivateData)
-	c.out = m.send(c.path, c.tid, rep)
+	c.out = m.send(c.path, c.tid, m.newREP(c, qp.StartingPSN(), ri, p))
 	c.state = stRepSent
 	c.acceptDone = done
 	c.onDisconnect = onDisconnect
 	c.retriesLeft = c.maxRetries
 	m.arm(c, c.timeout)
-	m.unlockAndRun()
 	return nil
+}
+
+// newREP builds the REP that accepts c's REQ with the read limits of ri
+// (cm.c cm_format_rep, cma.c cma_accept_ib).
+func (m *Manager) newREP(c *Connector, psn rocev2.PSN, ri *RemoteInfo, p AcceptParams) *rocev2.CMRep {
+	rep := &rocev2.CMRep{
+		LocalCommID:        c.localID,
+		RemoteCommID:       c.remoteID,
+		LocalQPN:           c.qpn & 0xFFFFFF,
+		StartingPSN:        psn & rocev2.PSNMask,
+		ResponderResources: ri.InboundReadLimit,
+		InitiatorDepth:     ri.OutboundReadLimit,
+		TargetAckDelay:     m.p.AckDelay,
+		RNRRetryCount:      m.p.RNRRetry,
+		LocalCAGUID:        m.guid,
+	}
+	copy(rep.PrivateData[:], p.PrivateData)
+	return rep
 }
 
 func (c *Connector) leaveBacklog() {
