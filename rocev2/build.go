@@ -62,59 +62,23 @@ func (h *Headers) EncodeHeaders(buf []byte, payloadLen int) (int, error) {
 		return 0, ErrEncodeTooLong
 	}
 
-	off := 0
-	copy(buf[0:6], h.Eth.Dst[:])
-	copy(buf[6:12], h.Eth.Src[:])
-	if h.Eth.HasVLAN {
-		binary.BigEndian.PutUint16(buf[12:], EtherTypeVLAN)
-		binary.BigEndian.PutUint16(buf[14:], h.Eth.VLANTCI)
-		off = 16
-	} else {
-		off = 12
-	}
+	off := h.Eth.Len()
 	if v4 {
-		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv4)
-		off += 2
-		ip := buf[off : off+IPv4Len]
-		ip[0] = 0x45
-		ip[1] = h.IP.TOS
-		binary.BigEndian.PutUint16(ip[2:], uint16(IPv4Len+udpLen))
-		binary.BigEndian.PutUint16(ip[4:], h.IP.ID)
-		binary.BigEndian.PutUint16(ip[6:], uint16(h.IP.Flags&7)<<13)
-		ip[8] = h.IP.TTL
-		ip[9] = IPProtoUDP
-		ip[10], ip[11] = 0, 0
-		src, dst := h.IP.Src.As4(), h.IP.Dst.As4()
-		copy(ip[12:16], src[:])
-		copy(ip[16:20], dst[:])
-		binary.BigEndian.PutUint16(ip[10:], ^ipv4Checksum(ip))
+		Ethernet(buf[:off]).Encode(&h.Eth, EtherTypeIPv4)
+		IPv4(buf[off:off+IPv4Len]).Encode(&h.IP, udpLen)
 		off += IPv4Len
 	} else {
-		binary.BigEndian.PutUint16(buf[off:], EtherTypeIPv6)
-		off += 2
-		ip := buf[off : off+IPv6Len]
-		binary.BigEndian.PutUint32(ip, 6<<28|uint32(h.IP.TOS)<<20|h.IP.FlowLabel&0xFFFFF)
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = IPProtoUDP
-		ip[7] = h.IP.TTL
-		src, dst := h.IP.Src.As16(), h.IP.Dst.As16()
-		copy(ip[8:24], src[:])
-		copy(ip[24:40], dst[:])
+		Ethernet(buf[:off]).Encode(&h.Eth, EtherTypeIPv6)
+		IPv6(buf[off:off+IPv6Len]).Encode(&h.IP, udpLen)
 		off += IPv6Len
 	}
-
-	u := buf[off : off+UDPLen]
-	binary.BigEndian.PutUint16(u, h.UDP.SrcPort)
-	binary.BigEndian.PutUint16(u[2:], UDPPort)
-	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
-	binary.BigEndian.PutUint16(u[6:], h.UDP.Checksum)
+	UDP(buf[off:off+UDPLen]).Encode(&h.UDP, udpLen)
 	off += UDPLen
 
 	bth := h.BTH
 	bth.PadCnt = uint8(pad)
 	BTH(buf[off : off+BTHLen]).Encode(&bth)
 	off += BTHLen
-
 	if hs := info.Headers; hs != 0 {
 		if hs&HasDETH != 0 {
 			DETH(buf[off : off+DETHLen]).Encode(&h.DETH)

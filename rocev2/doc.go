@@ -4,18 +4,24 @@
 // It holds:
 //   - the InfiniBand transport headers (BTH, DETH, FETH, RETH, AtomicETH, AETH,
 //     AtomicAckETH, ImmDt, IETH) as views over bytes with paired accessors
-//     and Fields structs, in the manner of gVisor's pkg/tcpip/header;
+//     and Fields structs, in the manner of gVisor's pkg/tcpip/header
+//     (headers.go);
 //   - the opcode table (every RC, UC and UD opcode and the CNP), which drives
-//     both Parse and Encode;
-//   - the encapsulation: Ethernet with an optional 802.1Q tag, IPv4 or IPv6,
-//     UDP to port 4791, the per-QP UDP source port of rdma_get_udp_sport,
-//     pad count and the path MTU enumeration;
-//   - the ICRC, computed when encoding and verified when parsing;
-//   - AETH syndromes (credit codes, RNR timers, NAK codes) and 24-bit PSN
-//     arithmetic;
-//   - the management datagrams of connection setup: the MAD header, CM REQ,
-//     REP, RTU, REJ, DREQ, DREP and MRA, rdma_cm's private-data header and
-//     its ServiceIDs.
+//     both Parse and Encode (opcode.go);
+//   - the encapsulation, each header a view with named offsets, getters,
+//     Fields and an Encode that writes it whole: Ethernet with an optional
+//     802.1Q tag (ethernet.go), IPv4 or IPv6 (ip.go), UDP to port 4791 and
+//     the per-QP UDP source port of rdma_get_udp_sport (udp.go); the header
+//     sizes, pad count and path MTU enumeration (encap.go);
+//   - Parse, one layer after the other: parseEthernet, parseIPv4 or
+//     parseIPv6, parseUDP, the ICRC, parseTransport (packet.go); Encode and
+//     EncodeHeaders (build.go); ParseError and its Reasons (errors.go);
+//   - the ICRC, computed when encoding and verified when parsing (icrc.go);
+//   - AETH syndromes (credit codes, RNR timers, NAK codes; aeth.go) and
+//     24-bit PSN arithmetic (psn.go);
+//   - the management datagrams of connection setup: the MAD header and
+//     ServiceIDs (mad.go), CM REQ, REP, RTU, REJ, DREQ, DREP and MRA (cm.go),
+//     rdma_cm's private-data header (cma.go).
 //
 // It is not a transport: it keeps no QP state, checks no PSN window, does no
 // I/O and knows nothing of AF_XDP. The engine in ndk/internal uses it.

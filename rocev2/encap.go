@@ -1,9 +1,6 @@
 package rocev2
 
-import (
-	"net/netip"
-	"strconv"
-)
+import "strconv"
 
 // Encapsulation constants (ROCEV2.md 1.1; RFC 791, RFC 8200, IEEE 802.1Q).
 const (
@@ -25,121 +22,6 @@ const (
 	// DefaultTTL is what Linux and the observed hardware use for RoCEv2.
 	DefaultTTL = 64
 )
-
-// MAC is an Ethernet address. It is a value so that Packet holds no pointers
-// into, or copies of, anything but the frame.
-type MAC [6]byte
-
-func (m MAC) String() string {
-	const hex = "0123456789abcdef"
-	b := make([]byte, 0, 17)
-	for i, v := range m {
-		if i > 0 {
-			b = append(b, ':')
-		}
-		b = append(b, hex[v>>4], hex[v&0xF])
-	}
-	return string(b)
-}
-
-// EthernetFields holds the link header. With HasVLAN the frame carries one
-// 802.1Q tag (TPID 0x8100) whose TCI is VLANTCI: PCP(15:13) DEI(12) VID(11:0).
-type EthernetFields struct {
-	Dst, Src MAC
-	HasVLAN  bool
-	VLANTCI  uint16
-}
-
-// VLANID returns the VLAN identifier of the tag.
-func (e *EthernetFields) VLANID() uint16 { return e.VLANTCI & 0x0FFF }
-
-// VLANPriority returns the PCP of the tag, which PFC uses for lossless RoCE.
-func (e *EthernetFields) VLANPriority() uint8 { return uint8(e.VLANTCI >> 13) }
-
-// Len returns the link header length, tag included.
-func (e *EthernetFields) Len() int {
-	if e.HasVLAN {
-		return EthernetLen + VLANTagLen
-	}
-	return EthernetLen
-}
-
-// IPFields holds the network header. Src and Dst decide the version: both
-// must be IPv4 (not IPv4-mapped IPv6) or both IPv6. Lengths and the IPv4
-// checksum are derived when encoding.
-type IPFields struct {
-	Src, Dst netip.Addr
-	// TOS is the IPv4 TOS or the IPv6 traffic class: DSCP(7:2) ECN(1:0).
-	TOS uint8
-	// TTL is the IPv4 TTL or the IPv6 hop limit.
-	TTL uint8
-	// ID is the IPv4 identification (rxe counts up, Huawei sends 0).
-	ID uint16
-	// Flags holds the three IPv4 flag bits (reserved, DF, MF). Set
-	// IPv4FlagDF; NewIPFields does.
-	Flags uint8
-	// FlowLabel is the 20-bit IPv6 flow label.
-	FlowLabel uint32
-}
-
-// NewIPFields returns the network header RoCEv2 senders use between src and
-// dst: DF set on IPv4, TTL/hop limit 64, everything else zero.
-func NewIPFields(src, dst netip.Addr) IPFields {
-	return IPFields{Src: src, Dst: dst, TTL: DefaultTTL, Flags: IPv4FlagDF}
-}
-
-// sameFamily reports whether a and b are both IPv4 or both IPv6 (IPv4-mapped
-// IPv6 counts as IPv6), and whether that is IPv4.
-func sameFamily(a, b netip.Addr) (v4, ok bool) {
-	if a.Is4() && b.Is4() {
-		return true, true
-	}
-	return false, a.Is6() && b.Is6()
-}
-
-// Is4 reports whether f describes IPv4.
-func (f *IPFields) Is4() bool { return f.Src.Is4() }
-
-// Len returns the IP header length.
-func (f *IPFields) Len() int {
-	if f.Is4() {
-		return IPv4Len
-	}
-	return IPv6Len
-}
-
-// UDPFields holds the UDP header. The destination port is always UDPPort
-// and the length is derived when encoding.
-type UDPFields struct {
-	// SrcPort is a per-QP flow identifier (see UDPSourcePort); receivers
-	// must not validate it.
-	SrcPort uint16
-	// Checksum is sent as given. Every observed RoCEv2 sender sends 0, and
-	// the field is masked out of the ICRC.
-	Checksum uint16
-}
-
-// FlowLabel returns rdma_calc_flow_label(lqpn, rqpn): a 20-bit hash of the QP
-// pair (torvalds/linux include/rdma/ib_verbs.h).
-func FlowLabel(lqpn, rqpn uint32) uint32 {
-	v := uint64(lqpn) * uint64(rqpn)
-	v ^= v >> 20
-	v ^= v >> 40
-	return uint32(v & 0xFFFFF)
-}
-
-// UDPSourcePort returns rdma_get_udp_sport(fl, lqpn, rqpn), the UDP source
-// port Linux RoCE drivers (mlx5, irdma, hns, rxe) use for a QP: the flow
-// label, derived from the QP numbers when fl is 0, folded to 14 bits and
-// placed in 0xC000-0xFFFF (torvalds/linux include/rdma/ib_verbs.h; ROCEV2.md 1.7).
-func UDPSourcePort(fl, lqpn, rqpn uint32) uint16 {
-	if fl == 0 {
-		fl = FlowLabel(lqpn, rqpn)
-	}
-	low := fl & 0x3FFF
-	low ^= (fl & 0xFC000) >> 14
-	return uint16(low | 0xC000)
-}
 
 // MTU is the InfiniBand path MTU enumeration (IBTA 7.7.8; enum ib_mtu).
 type MTU uint8

@@ -123,11 +123,19 @@ func (b BTH) SetPSN(p PSN) { putUint24(b[9:], uint32(p)) }
 
 // Fields decodes every field of b.
 func (b BTH) Fields() BTHFields {
-	return BTHFields{
-		Opcode: b.Opcode(), SE: b.SE(), MigReq: b.MigReq(), PadCnt: b.PadCnt(), TVer: b.TVer(),
-		PKey: b.PKey(), FECN: b.FECN(), BECN: b.BECN(), Resv6: b.Resv6(), DestQP: b.DestQP(),
-		AckReq: b.AckReq(), Resv7: b.Resv7(), PSN: b.PSN(),
-	}
+	var f BTHFields
+	b.decode(&f)
+	return f
+}
+
+// decode is Fields into f. Parse uses it to fill its Packet in place: a
+// returned BTHFields comes back through the stack, and copying it from
+// there stalls on the callee's narrower stores.
+func (b BTH) decode(f *BTHFields) {
+	_ = b[11]
+	f.Opcode, f.SE, f.MigReq, f.PadCnt, f.TVer = b.Opcode(), b.SE(), b.MigReq(), b.PadCnt(), b.TVer()
+	f.PKey, f.FECN, f.BECN, f.Resv6, f.DestQP = b.PKey(), b.FECN(), b.BECN(), b.Resv6(), b.DestQP()
+	f.AckReq, f.Resv7, f.PSN = b.AckReq(), b.Resv7(), b.PSN()
 }
 
 // Encode writes f into b. DestQP and PSN are truncated to 24 bits.

@@ -63,15 +63,16 @@ func icrc(hdr []byte, bthOff int, payload []byte, pad int) uint32 {
 	n := bthOff + BTHLen
 	copy(m[:n], hdr)
 	if bthOff == IPv4Len+UDPLen {
-		m[1] = 0xFF               // TOS
-		m[8] = 0xFF               // TTL
-		m[10], m[11] = 0xFF, 0xFF // header checksum
-		m[26], m[27] = 0xFF, 0xFF // UDP checksum
+		m[ipv4TOS] = 0xFF
+		m[ipv4TTL] = 0xFF
+		m[ipv4XSum], m[ipv4XSum+1] = 0xFF, 0xFF
+		m[IPv4Len+udpXSum], m[IPv4Len+udpXSum+1] = 0xFF, 0xFF
 	} else {
-		m[0] |= 0x0F // traffic class, high nibble
-		m[1], m[2], m[3] = 0xFF, 0xFF, 0xFF
-		m[7] = 0xFF               // hop limit
-		m[46], m[47] = 0xFF, 0xFF // UDP checksum
+		// Traffic class and flow label: all of bytes 0-3 but the version.
+		m[ipv6VersTCFL] |= 0x0F
+		m[ipv6VersTCFL+1], m[ipv6VersTCFL+2], m[ipv6VersTCFL+3] = 0xFF, 0xFF, 0xFF
+		m[ipv6HopLimit] = 0xFF
+		m[IPv6Len+udpXSum], m[IPv6Len+udpXSum+1] = 0xFF, 0xFF
 	}
 	m[bthOff+4] = 0xFF // FECN, BECN, resv6
 	crc := crcMasked(icrcSeed, m[:n])

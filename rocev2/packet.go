@@ -1,9 +1,6 @@
 package rocev2
 
-import (
-	"encoding/binary"
-	"net/netip"
-)
+import "encoding/binary"
 
 // Headers is everything a RoCEv2 frame carries apart from its payload. Parse
 // fills it; Encode turns it back into the same bytes. Which extended
@@ -64,109 +61,29 @@ func ParseVerified(frame []byte, p *Packet) error {
 	return parse(frame, p, false)
 }
 
+// parse takes the frame apart layer by layer, each layer checking its own
+// header and bounding the next: link, IP, UDP, then, once the ICRC
+// verified, the InfiniBand transport.
 func parse(frame []byte, p *Packet, verifyICRC bool) error {
 	*p = Packet{}
-	if len(frame) < EthernetLen {
-		return errShortEthernet
+	etherType, l3, err := parseEthernet(frame, &p.Eth)
+	if err != nil {
+		return err
 	}
-	copy(p.Eth.Dst[:], frame[0:6])
-	copy(p.Eth.Src[:], frame[6:12])
-	etherType := binary.BigEndian.Uint16(frame[12:])
-	l3 := EthernetLen
-	if etherType == EtherTypeVLAN {
-		if len(frame) < EthernetLen+VLANTagLen {
-			return errShortEthernet
-		}
-		p.Eth.HasVLAN = true
-		p.Eth.VLANTCI = binary.BigEndian.Uint16(frame[14:])
-		etherType = binary.BigEndian.Uint16(frame[16:])
-		l3 += VLANTagLen
-	}
-
-	var end, udp int // end of the IP datagram; offset of the UDP header
+	var udp, end int // offset of the UDP header; end of the IP datagram
 	switch etherType {
 	case EtherTypeIPv4:
-		if len(frame) < l3+IPv4Len {
-			return errShortIPv4
-		}
-		ip := frame[l3 : l3+IPv4Len]
-		if ip[0]>>4 != 4 {
-			return errIPv4Version
-		}
-		if ip[0]&0x0F != 5 {
-			return errIPv4Options
-		}
-		total := int(binary.BigEndian.Uint16(ip[2:]))
-		if total < IPv4Len {
-			return errIPv4TotalLen
-		}
-		end = l3 + total
-		if end > len(frame) {
-			return errIPLenBeyond
-		}
-		frag := binary.BigEndian.Uint16(ip[6:])
-		if frag&0x3FFF != 0 { // MF or a fragment offset
-			return errIPv4Fragment
-		}
-		if ip[9] != IPProtoUDP {
-			return errNotUDP
-		}
-		if ipv4Checksum(ip) != 0xFFFF {
-			return errIPv4Checksum
-		}
-		p.IP = IPFields{
-			Src:   netip.AddrFrom4([4]byte(ip[12:16])),
-			Dst:   netip.AddrFrom4([4]byte(ip[16:20])),
-			TOS:   ip[1],
-			TTL:   ip[8],
-			ID:    binary.BigEndian.Uint16(ip[4:]),
-			Flags: uint8(frag >> 13),
-		}
-		udp = l3 + IPv4Len
+		udp, end, err = parseIPv4(frame, l3, &p.IP)
 	case EtherTypeIPv6:
-		if len(frame) < l3+IPv6Len {
-			return errShortIPv6
-		}
-		ip := frame[l3 : l3+IPv6Len]
-		if ip[0]>>4 != 6 {
-			return errIPv6Version
-		}
-		end = l3 + IPv6Len + int(binary.BigEndian.Uint16(ip[4:]))
-		if end > len(frame) {
-			return errIPLenBeyond
-		}
-		// A RoCEv2 sender puts UDP right after the fixed header; extension
-		// headers are not used (IBTA Annex A17.4.4).
-		if ip[6] != IPProtoUDP {
-			return errNotUDP
-		}
-		vtf := binary.BigEndian.Uint32(ip)
-		p.IP = IPFields{
-			Src:       netip.AddrFrom16([16]byte(ip[8:24])),
-			Dst:       netip.AddrFrom16([16]byte(ip[24:40])),
-			TOS:       uint8(vtf >> 20),
-			TTL:       ip[7],
-			FlowLabel: vtf & 0xFFFFF,
-		}
-		udp = l3 + IPv6Len
+		udp, end, err = parseIPv6(frame, l3, &p.IP)
 	default:
 		return errEtherType
 	}
-
-	// UDP header, BTH and ICRC are the least a RoCEv2 packet holds.
-	if end-udp < UDPLen+BTHLen+ICRCLen {
-		return errShortUDP
+	if err != nil {
+		return err
 	}
-	u := frame[udp : udp+UDPLen]
-	if binary.BigEndian.Uint16(u[2:]) != UDPPort {
-		return errPort
-	}
-	if int(binary.BigEndian.Uint16(u[4:])) != end-udp {
-		return errUDPLength
-	}
-	p.UDP = UDPFields{
-		SrcPort:  binary.BigEndian.Uint16(u),
-		Checksum: binary.BigEndian.Uint16(u[6:]),
+	if err := parseUDP(frame[udp:end], &p.UDP); err != nil {
+		return err
 	}
 
 	bthOff := udp + UDPLen
@@ -177,85 +94,174 @@ func parse(frame []byte, p *Packet, verifyICRC bool) error {
 	if verifyICRC && icrc(frame[l3:icrcOff], bthOff-l3, nil, 0) != p.ICRC {
 		return errICRC
 	}
-
-	bth := BTH(frame[bthOff : bthOff+BTHLen])
-	if bth.TVer() != 0 {
-		return errTVer
+	off, err := parseTransport(frame[:icrcOff], bthOff, p)
+	if err != nil {
+		return err
 	}
-	p.BTH = bth.Fields()
-	info := &opTable[p.BTH.Opcode]
-	if !info.Valid {
-		return errUnknownOpcode
-	}
-	off := bthOff + BTHLen
-	if icrcOff-off < info.HeaderLen {
-		return errOpcodeShort
-	}
-	if h := info.Headers; h != 0 {
-		if h&HasDETH != 0 {
-			p.DETH = DETH(frame[off : off+DETHLen]).Fields()
-			off += DETHLen
-		}
-		if h&HasFETH != 0 {
-			p.FETH = FETH(frame[off : off+FETHLen]).Fields()
-			off += FETHLen
-		}
-		if h&HasRETH != 0 {
-			p.RETH = RETH(frame[off : off+RETHLen]).Fields()
-			off += RETHLen
-		}
-		if h&HasAtomicETH != 0 {
-			p.AtomicETH = AtomicETH(frame[off : off+AtomicETHLen]).Fields()
-			off += AtomicETHLen
-		}
-		if h&HasAETH != 0 {
-			p.AETH = AETH(frame[off : off+AETHLen]).Fields()
-			off += AETHLen
-		}
-		if h&HasAtomicAckETH != 0 {
-			p.AtomicAckETH = AtomicAckETH(frame[off : off+AtomicAckETHLen]).Fields()
-			off += AtomicAckETHLen
-		}
-		if h&HasImmDt != 0 {
-			p.ImmDt = binary.BigEndian.Uint32(frame[off:])
-			off += ImmDtLen
-		}
-		if h&HasIETH != 0 {
-			p.IETH = binary.BigEndian.Uint32(frame[off:])
-			off += IETHLen
-		}
-	}
-
-	wire := icrcOff - off // payload plus pad
-	pad := int(p.BTH.PadCnt)
-	switch {
-	case !info.Payload && wire != 0:
-		return errOpcodePayload
-	case pad != 0 && !info.Padded:
-		return errPadNotAllowed
-	case pad > wire:
-		return errPadBeyond
-	case wire&3 != 0:
-		return errPadMisaligned
-	case info.FixedPayload != 0 && wire != info.FixedPayload:
-		return errOpcodeFixed
-	}
-	p.Payload = frame[off : off+wire-pad : off+wire-pad]
 	p.Frame = frame[:end:end]
 	p.Trailer = frame[end:]
 	p.L3Offset, p.BTHOffset, p.PayloadOffset = l3, bthOff, off
 	return nil
 }
 
-// ipv4Checksum returns the one's-complement sum of a 20-byte header; it is
-// 0xFFFF when the header checksum is correct (RFC 1071).
-func ipv4Checksum(h []byte) uint16 {
-	_ = h[19]
-	var s uint32
-	for i := 0; i < IPv4Len; i += 2 {
-		s += uint32(h[i])<<8 | uint32(h[i+1])
+// parseEthernet decodes the link header into f and returns the EtherType
+// of its payload and where that payload starts.
+func parseEthernet(frame []byte, f *EthernetFields) (etherType uint16, l3 int, err error) {
+	if len(frame) < EthernetLen {
+		return 0, 0, errShortEthernet
 	}
-	s = s>>16 + s&0xFFFF
-	s += s >> 16
-	return uint16(s)
+	e := Ethernet(frame)
+	f.Dst, f.Src = e.Dst(), e.Src()
+	if !e.HasVLAN() {
+		return e.EtherType(), EthernetLen, nil
+	}
+	if len(frame) < EthernetLen+VLANTagLen {
+		return 0, 0, errShortEthernet
+	}
+	f.HasVLAN, f.VLANTCI = true, e.VLANTCI()
+	return e.EtherType(), EthernetLen + VLANTagLen, nil
+}
+
+// parseIPv4 decodes the IPv4 header at frame[l3:] into f and returns where
+// the UDP header starts and the datagram ends.
+func parseIPv4(frame []byte, l3 int, f *IPFields) (udp, end int, err error) {
+	if len(frame) < l3+IPv4Len {
+		return 0, 0, errShortIPv4
+	}
+	ip := IPv4(frame[l3 : l3+IPv4Len])
+	if ip.Version() != 4 {
+		return 0, 0, errIPv4Version
+	}
+	if ip.IHL() != IPv4Len/4 {
+		return 0, 0, errIPv4Options
+	}
+	total := int(ip.TotalLen())
+	if total < IPv4Len {
+		return 0, 0, errIPv4TotalLen
+	}
+	end = l3 + total
+	if end > len(frame) {
+		return 0, 0, errIPLenBeyond
+	}
+	if ip.IsFragment() {
+		return 0, 0, errIPv4Fragment
+	}
+	if ip.Protocol() != IPProtoUDP {
+		return 0, 0, errNotUDP
+	}
+	if !ip.IsChecksumValid() {
+		return 0, 0, errIPv4Checksum
+	}
+	ip.decode(f)
+	return l3 + IPv4Len, end, nil
+}
+
+// parseIPv6 decodes the IPv6 header at frame[l3:] into f and returns where
+// the UDP header starts and the datagram ends.
+func parseIPv6(frame []byte, l3 int, f *IPFields) (udp, end int, err error) {
+	if len(frame) < l3+IPv6Len {
+		return 0, 0, errShortIPv6
+	}
+	ip := IPv6(frame[l3 : l3+IPv6Len])
+	if ip.Version() != 6 {
+		return 0, 0, errIPv6Version
+	}
+	end = l3 + IPv6Len + int(ip.PayloadLen())
+	if end > len(frame) {
+		return 0, 0, errIPLenBeyond
+	}
+	// A RoCEv2 sender puts UDP right after the fixed header; extension
+	// headers are not used (IBTA Annex A17.4.4).
+	if ip.NextHeader() != IPProtoUDP {
+		return 0, 0, errNotUDP
+	}
+	ip.decode(f)
+	return l3 + IPv6Len, end, nil
+}
+
+// parseUDP decodes the UDP header at the start of the IP payload seg into f.
+func parseUDP(seg []byte, f *UDPFields) error {
+	// UDP header, BTH and ICRC are the least a RoCEv2 packet holds.
+	if len(seg) < UDPLen+BTHLen+ICRCLen {
+		return errShortUDP
+	}
+	u := UDP(seg[:UDPLen])
+	if u.DstPort() != UDPPort {
+		return errPort
+	}
+	if int(u.Length()) != len(seg) {
+		return errUDPLength
+	}
+	*f = u.Fields()
+	return nil
+}
+
+// parseTransport decodes the BTH at frame[bthOff:], the extended headers
+// its opcode implies and the payload, which with its pad runs to the end
+// of frame, where the ICRC starts. It returns the payload's offset.
+func parseTransport(frame []byte, bthOff int, p *Packet) (int, error) {
+	bth := BTH(frame[bthOff : bthOff+BTHLen])
+	if bth.TVer() != 0 {
+		return 0, errTVer
+	}
+	bth.decode(&p.BTH)
+	info := &opTable[p.BTH.Opcode]
+	if !info.Valid {
+		return 0, errUnknownOpcode
+	}
+	off := bthOff + BTHLen
+	if len(frame)-off < info.HeaderLen {
+		return 0, errOpcodeShort
+	}
+	if hs := info.Headers; hs != 0 {
+		if hs&HasDETH != 0 {
+			p.DETH = DETH(frame[off : off+DETHLen]).Fields()
+			off += DETHLen
+		}
+		if hs&HasFETH != 0 {
+			p.FETH = FETH(frame[off : off+FETHLen]).Fields()
+			off += FETHLen
+		}
+		if hs&HasRETH != 0 {
+			p.RETH = RETH(frame[off : off+RETHLen]).Fields()
+			off += RETHLen
+		}
+		if hs&HasAtomicETH != 0 {
+			p.AtomicETH = AtomicETH(frame[off : off+AtomicETHLen]).Fields()
+			off += AtomicETHLen
+		}
+		if hs&HasAETH != 0 {
+			p.AETH = AETH(frame[off : off+AETHLen]).Fields()
+			off += AETHLen
+		}
+		if hs&HasAtomicAckETH != 0 {
+			p.AtomicAckETH = AtomicAckETH(frame[off : off+AtomicAckETHLen]).Fields()
+			off += AtomicAckETHLen
+		}
+		if hs&HasImmDt != 0 {
+			p.ImmDt = binary.BigEndian.Uint32(frame[off:])
+			off += ImmDtLen
+		}
+		if hs&HasIETH != 0 {
+			p.IETH = binary.BigEndian.Uint32(frame[off:])
+			off += IETHLen
+		}
+	}
+
+	wire := len(frame) - off // payload plus pad
+	pad := int(p.BTH.PadCnt)
+	switch {
+	case !info.Payload && wire != 0:
+		return 0, errOpcodePayload
+	case pad != 0 && !info.Padded:
+		return 0, errPadNotAllowed
+	case pad > wire:
+		return 0, errPadBeyond
+	case wire&3 != 0:
+		return 0, errPadMisaligned
+	case info.FixedPayload != 0 && wire != info.FixedPayload:
+		return 0, errOpcodeFixed
+	}
+	p.Payload = frame[off : off+wire-pad : off+wire-pad]
+	return off, nil
 }

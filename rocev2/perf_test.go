@@ -75,10 +75,44 @@ func BenchmarkParse4KiB(b *testing.B) {
 	}
 }
 
+// BenchmarkParseVerified parses the headers of a 4 KiB RDMA WRITE_ONLY
+// without the ICRC check: the per-layer work of Parse alone.
+func BenchmarkParseVerified(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		v6, vlan bool
+	}{{"IPv4", false, false}, {"IPv6VLAN", true, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			frame := build(b, testHeaders(RCWriteOnly, tc.v6, tc.vlan), make([]byte, 4096))
+			var p Packet
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := ParseVerified(frame, &p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkBuildHeaders writes the headers of a 4 KiB RDMA WRITE_FIRST,
 // what the engine does per TX frame before attaching the payload.
 func BenchmarkBuildHeaders(b *testing.B) {
 	h := testHeaders(RCWriteFirst, false, false)
+	buf := make([]byte, 128)
+	b.SetBytes(int64(h.HeaderLen()))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := h.EncodeHeaders(buf, 4096); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBuildHeadersIPv6VLAN is BenchmarkBuildHeaders over a tagged
+// IPv6 link.
+func BenchmarkBuildHeadersIPv6VLAN(b *testing.B) {
+	h := testHeaders(RCWriteFirst, true, true)
 	buf := make([]byte, 128)
 	b.SetBytes(int64(h.HeaderLen()))
 	b.ReportAllocs()

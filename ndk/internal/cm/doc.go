@@ -39,6 +39,32 @@
 //	...
 //	err = c.Disconnect(func(err error) { /* DREP arrived, QP drained */ })
 //
+// # Files
+//
+// The connection code is split by phase, as cm.c's handlers are:
+//
+//   - connector.go: the Connector, its states and the bookkeeping that lets
+//     Close wait for running callbacks; ConnectionData, LocalAddr, PeerAddr,
+//     RemoteInfo and Close; moving the QP to error; the retransmission timer
+//     and MRA.
+//   - active.go: Connect (checks without the lock, startConnect under it,
+//     newREQ), CompleteConnect, and the REP answering our REQ.
+//   - passive.go: a REQ arriving (handleREQ, dupREQ, deliverConnect),
+//     Accept (beginAccept, the QP to RTS, finishAccept with newREP), and RTU
+//     or first data establishing the connection.
+//   - reject.go: Reject and the REJ in both directions.
+//   - disconnect.go: Disconnect, DREQ and DREP, the disconnect event, stale
+//     connections and the time-wait.
+//   - listener.go: local endpoints (binding, ephemeral ports, reference
+//     counts), SharedEndpoint and Listener.
+//   - manager.go: Manager, Params and Stats, the effects run after the lock,
+//     identifiers, timers, and HandleMAD dispatching to the handlers above.
+//
+// Around them: path.go has PathInfo, RemoteInfo and the QP and Transport
+// interfaces; clock.go the Clock, the deadline heap and IBA time units;
+// gsi.go the QP1 framing; resolve.go the Resolver; errors.go Error,
+// StatusOf and RejectError.
+//
 // # What goes on the wire
 //
 // Every field is what Linux's ib_cm and rdma_cm put there over RoCE

@@ -1,0 +1,153 @@
+package cm
+
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// Disconnect ends an established connection gracefully (NdkDisconnect):
+// the QP moves to error (flushing its work requests), DREQ goes out and is
+// resent until DREP arrives. done is called once, when the peer answered
+// (nil) or never did (IO_TIMEOUT), and in both cases only after the QP's
+// DMA has drained. Disconnecting a connection the peer already ended
+// succeeds once the QP drained.
+func (c *Connector) Disconnect(done func(error)) error {
+	const op = "disconnect"
+	m := c.m
+	if done == nil {
+		return errorf(ntstatus.InvalidParameter, op, nil, "completion is required")
+	}
+	m.mu.Lock()
+	if c.disconnectDone != nil || c.userDisconnect {
+		m.mu.Unlock()
+		return errorf(ntstatus.ConnectionInvalid, op, nil, "already disconnecting")
+	}
+	switch {
+	case c.state == stEstablished:
+		c.userDisconnect = true
+		c.disconnectDone = done
+		c.qpToError(m)
+		c.sendDREQ(m, true)
+	case c.wasConnected && (c.state == stTimeWait || c.state == stDone):
+		c.userDisconnect = true
+		c.disconnectDone = done
+		c.discAnswered = true
+		c.qpToError(m)
+		c.maybeDisconnected(m)
+	default:
+		m.mu.Unlock()
+		return errorf(ntstatus.ConnectionInvalid, op, nil, "not connected (%v)", c.state)
+	}
+	m.unlockAndRun()
+	return nil
+}
+
+func (m *Manager) onDrained(c *Connector) {
+	m.mu.Lock()
+	c.drained = true
+	c.maybeDisconnected(m)
+	m.unlockAndRun()
+}
+
+// maybeDisconnected completes Disconnect when the peer answered and the QP
+// drained.
+func (c *Connector) maybeDisconnected(m *Manager) {
+	if c.disconnectDone == nil || !c.discAnswered || !(c.drained || c.qp == nil) {
+		return
+	}
+	f, err := c.disconnectDone, c.discErr
+	c.disconnectDone = nil
+	m.queueCall(&c.lt, true, func() { f(err) })
+}
+
+func (c *Connector) sendDREQ(m *Manager, retry bool) {
+	dreq := &rocev2.CMDreq{LocalCommID: c.localID, RemoteCommID: c.remoteID, RemoteQPN: c.remoteQPN}
+	c.out = m.send(c.path, m.tidFor(c.localID), dreq)
+	c.state = stDreqSent
+	if retry {
+		c.retriesLeft = c.maxRetries
+		m.arm(c, c.timeout)
+	}
+}
+
+// enterTimeWait ends the connection but keeps its IDs for a while, so that
+// late duplicates are answered and not mistaken for new requests (cm.c
+// cm_enter_timewait).
+func (c *Connector) enterTimeWait(m *Manager) {
+	if c.state == stTimeWait || c.state == stDone {
+		return
+	}
+	c.state = stTimeWait
+	m.arm(c, m.timeWait(c))
+}
+
+// disconnectEvent calls the consumer's disconnect callback, once, unless
+// the consumer disconnected first (NDKPI.md §8 Disconnect).
+func (c *Connector) disconnectEvent(m *Manager) {
+	if c.eventFired || c.userDisconnect || c.onDisconnect == nil {
+		return
+	}
+	c.eventFired = true
+	m.queueCall(&c.lt, false, c.onDisconnect)
+}
+
+// abortStale ends a connection the peer has evidently forgotten.
+func (c *Connector) abortStale(m *Manager) {
+	if c.state == stEstablished {
+		c.qpToError(m)
+		c.sendDREQ(m, true)
+		c.disconnectEvent(m)
+	}
+}
+
+func (m *Manager) handleDREQ(src PathInfo, tid uint64, dreq *rocev2.CMDreq) {
+	c := m.conns[dreq.RemoteCommID]
+	if c == nil || c.remoteID != dreq.LocalCommID || (c.qp != nil && c.qpn&0xFFFFFF != dreq.RemoteQPN) {
+		// Unknown or long gone: answer anyway so the peer can finish
+		// (cm.c cm_issue_drep).
+		m.stats.Unmatched++
+		m.send(src, tid, &rocev2.CMDrep{LocalCommID: dreq.RemoteCommID, RemoteCommID: dreq.LocalCommID})
+		return
+	}
+	drep := &rocev2.CMDrep{LocalCommID: c.localID, RemoteCommID: c.remoteID}
+	switch c.state {
+	case stRepSent:
+		// The peer's DREQ implies its RTU went out.
+		c.establish(m)
+		fallthrough
+	case stEstablished:
+		// The QP is left as it is: NDKPI's provider does not flush
+		// outstanding requests because of a disconnect it indicates
+		// (NDK_FN_DISCONNECT_EVENT_CALLBACK). The consumer's Disconnect
+		// or Flush does.
+		m.send(c.path, tid, drep)
+		c.enterTimeWait(m)
+		c.disconnectEvent(m)
+	case stDreqSent:
+		// Both sides disconnected at once: the peer's DREQ answers ours.
+		m.send(c.path, tid, drep)
+		c.discAnswered = true
+		c.enterTimeWait(m)
+		c.maybeDisconnected(m)
+	case stTimeWait, stDone:
+		m.stats.Duplicates++
+		m.send(c.path, tid, drep)
+	default:
+		m.stats.Duplicates++
+	}
+}
+
+func (m *Manager) handleDREP(drep *rocev2.CMDrep) {
+	c := m.conns[drep.RemoteCommID]
+	if c == nil || c.remoteID != drep.LocalCommID {
+		m.stats.Unmatched++
+		return
+	}
+	if c.state != stDreqSent {
+		m.stats.Duplicates++
+		return
+	}
+	c.discAnswered = true
+	c.enterTimeWait(m)
+	c.maybeDisconnected(m)
+}
