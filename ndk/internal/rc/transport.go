@@ -9,6 +9,7 @@ import "github.com/ndkxdp/ndkxdp/rocev2"
 type qpTransport struct {
 	connected bool
 	failed    bool
+	drained   bool // QP.drained is closed
 	active    bool // on the engine's active list
 	params    ConnParams
 	hdr       rocev2.Headers // template: addresses, ports, DestQP
