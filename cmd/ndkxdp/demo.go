@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/baseline"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -74,15 +73,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	start := time.Now()
+	var capture *sharedCapture
+	optsA, optsB := opts, opts
 	if f.capture != "" {
 		file, err := os.Create(f.capture)
 		if err != nil {
 			return err
 		}
 		defer file.Close()
-		if opts.Capture, err = pcapfile.NewWriter(file, 0, pcapfile.LinkTypeEthernet); err != nil {
-			return err
-		}
+		capture = &sharedCapture{w: file}
+		optsA.Capture, optsB.Capture = capture.stream(), capture.stream()
 	}
 	p, err := harness.NewPair(harness.Config{MTU: f.mtu})
 	if err != nil {
@@ -91,12 +91,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer p.Close()
 	fmt.Fprintf(stdout, "hosts: %s %s <-> %s %s (veth, MTU %d)\n", p.A.Name, p.A.IPv4, p.B.Name, p.B.IPv4, f.mtu)
 
-	a, err := openDemoHost(p.A, opts)
+	a, err := openDemoHost(p.A, optsA)
 	if err != nil {
 		return err
 	}
 	defer a.close()
-	b, err := openDemoHost(p.B, opts)
+	b, err := openDemoHost(p.B, optsB)
 	if err != nil {
 		return err
 	}
@@ -173,8 +173,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	a.close()
 	b.close()
-	if opts.Capture != nil {
-		if err := opts.Capture.Err(); err != nil {
+	if capture != nil {
+		if err := capture.Err(); err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
 		fmt.Fprintf(stdout, "capture: %s (RoCEv2 frames of both hosts)\n", f.capture)
