@@ -20,12 +20,16 @@ type Adapter struct {
 	cqs    map[*CQ]struct{}
 	pds    map[*PD]struct{}
 
-	// transport is the engines and the wire (open.go); nil for an
-	// adapter built without one, whose CreateQp fails.
-	transport *transport
+	// prov runs the QPs (provider.go); nil for an adapter built without
+	// one, whose CreateQp fails. buffers is its AllocBuffer pool, nil
+	// without one.
+	prov    provider
+	buffers *bufferPool
+	// conns are the CM objects the adapter closes with it (cm.go).
+	conns connections
 }
 
-// adapterConfig is what an adapter is built from. Open (with the transport)
+// adapterConfig is what an adapter is built from. Open (with the provider)
 // fills it from the interface and options; tests lower limits with it.
 type adapterConfig struct {
 	version Version // requested NDK version
@@ -129,10 +133,12 @@ func (a *Adapter) Close() {
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
 
-	// Engines first: their QPs cancel what is pending into the CQs, which
-	// then close after the last callback.
-	if a.transport != nil {
-		a.transport.close()
+	// Connections first, sending the REJ or DREQ each needs while the
+	// engines still run; then the engines: their QPs cancel what is
+	// pending into the CQs, which then close after the last callback.
+	a.conns.closeAll()
+	if a.prov != nil {
+		a.prov.Close()
 	}
 
 	for c := range cqs {
@@ -140,6 +146,14 @@ func (a *Adapter) Close() {
 	}
 	for pd := range pds {
 		pd.closeWithSuccessors()
+	}
+}
+
+// attach makes p the adapter's provider.
+func (a *Adapter) attach(p provider) {
+	a.prov = p
+	if b := p.Buffers(); b != nil {
+		a.buffers = newBufferPool(b)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -37,7 +38,7 @@ func TestAllocBufferTransmitsInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	referenced := func() uint64 {
-		return x.a.transport.ports[0].(*port.XSK).Stats().TxRefBytes
+		return x.a.prov.(*inproc.Provider).Ports()[0].(*port.XSK).Stats().TxRefBytes
 	}
 
 	const n = 64<<10 + 100 // 16 full 4096-byte packets and a short one

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -83,8 +81,8 @@ type ConnectOptions struct {
 // LocalEndpoint returns this QP's side of the out-of-band exchange. The
 // PSN was drawn at random when the QP was created.
 func (q *QP) LocalEndpoint() Endpoint {
-	t := q.adapter.transport
-	return Endpoint{IP: t.addr, MAC: append(net.HardwareAddr(nil), t.mac[:]...), QPN: q.QPN(), PSN: q.psn}
+	a := q.adapter
+	return Endpoint{IP: a.LocalAddress(), MAC: a.MAC(), QPN: q.QPN(), PSN: q.psn}
 }
 
 // ConnectOOB connects the QP to remote, which the peer's LocalEndpoint
@@ -102,7 +100,7 @@ func (q *QP) LocalEndpoint() Endpoint {
 func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	const op = "connect oob"
 	a := q.adapter
-	t := a.transport
+	pmtu := a.prov.PathMTU()
 	local := q.LocalEndpoint()
 	p := rc.ConnParams{
 		InboundReadLimit:  16,
@@ -111,12 +109,12 @@ func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 		RetryCount:        7,
 		RNRRetry:          7,
 		MinRNRTimer:       rocev2.RNRTimerFor(10 * time.Microsecond),
-		PathMTU:           t.pmtu,
+		PathMTU:           pmtu,
 	}
 	if opts.PathMTU != 0 {
 		m, ok := rocev2.MTUFromBytes(opts.PathMTU)
-		if !ok || m > t.pmtu {
-			return errorf(StatusInvalidParameter, op, "path MTU %d (the interface carries up to %d)", opts.PathMTU, t.pmtu.Bytes())
+		if !ok || m > pmtu {
+			return errorf(StatusInvalidParameter, op, "path MTU %d (the interface carries up to %d)", opts.PathMTU, pmtu.Bytes())
 		}
 		p.PathMTU = m
 	}
@@ -152,7 +150,7 @@ func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	mac := remote.MAC
 	if len(mac) == 0 {
 		var err error
-		if mac, err = resolveNeighbour(t.ifindex, remote.IP.Unmap()); err != nil {
+		if mac, err = a.prov.ResolveNeighbour(remote.IP.Unmap()); err != nil {
 			return &Error{Status: StatusHostUnreachable, Op: op, Detail: remote.IP.String(), Err: err}
 		}
 	}
@@ -170,43 +168,4 @@ func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 		return &Error{Status: StatusConnectionInvalid, Op: op, Err: err}
 	}
 	return nil
-}
-
-// resolveNeighbour finds ip's MAC in the neighbour table of ifindex. With
-// no usable entry it asks the kernel to resolve (a UDP datagram to the
-// discard port makes it ARP or solicit) and waits up to a second.
-func resolveNeighbour(ifindex int, ip netip.Addr) (net.HardwareAddr, error) {
-	family := netlink.FAMILY_V4
-	if ip.Is6() {
-		family = netlink.FAMILY_V6
-	}
-	lookup := func() net.HardwareAddr {
-		ns, err := netlink.NeighList(ifindex, family)
-		if err != nil {
-			return nil
-		}
-		for _, n := range ns {
-			a, ok := netip.AddrFromSlice(n.IP)
-			if ok && a.Unmap() == ip && len(n.HardwareAddr) == 6 &&
-				n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_PERMANENT|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_NOARP) != 0 {
-				return n.HardwareAddr
-			}
-		}
-		return nil
-	}
-	if m := lookup(); m != nil {
-		return m, nil
-	}
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 9)))
-	if err != nil {
-		return nil, fmt.Errorf("probe: %w", err)
-	}
-	_, _ = c.Write([]byte{0})
-	c.Close()
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if m := lookup(); m != nil {
-			return m, nil
-		}
-	}
-	return nil, errors.New("no neighbour entry after probing for 1s")
 }

@@ -28,7 +28,6 @@ const (
 // a goroutine of its own, once.
 type Connector struct {
 	a  *Adapter
-	g  *management
 	c  *cm.Connector
 	qp *QP
 
@@ -43,16 +42,16 @@ type Connector struct {
 // (NdkCreateConnector). It fails with STATUS_NOT_SUPPORTED on an adapter
 // without a transport and STATUS_INVALID_HANDLE after the adapter closed.
 func (a *Adapter) CreateConnector() (*Connector, error) {
-	g := a.mgmt()
-	if g == nil || g.m == nil {
+	m := a.manager()
+	if m == nil {
 		return nil, errorf(StatusNotSupported, "create connector", "adapter has no connection management (use ndk.Open)")
 	}
-	return g.newConnector(a, g.m.NewConnector())
+	return a.newConnector(m.NewConnector())
 }
 
-func (g *management) newConnector(a *Adapter, c *cm.Connector) (*Connector, error) {
-	x := &Connector{a: a, g: g, c: c, done: make(chan struct{})}
-	if err := g.track(func() { g.connectors[x] = struct{}{} }); err != nil {
+func (a *Adapter) newConnector(c *cm.Connector) (*Connector, error) {
+	x := &Connector{a: a, c: c, done: make(chan struct{})}
+	if err := a.conns.track(func() { a.conns.connectors[x] = struct{}{} }); err != nil {
 		c.Close(nil)
 		return nil, &Error{Status: StatusInvalidHandle, Op: "create connector", Err: err}
 	}
@@ -141,9 +140,9 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if !dst.IsValid() || dst.Port() == 0 {
 		return errorf(StatusInvalidAddress, op, "destination %v needs an address and a port", dst)
 	}
-	path, err := c.g.resolvePath(op, src.Addr(), dst.Addr())
+	path, err := c.a.prov.ResolvePath(src.Addr(), dst.Addr())
 	if err != nil {
-		return err
+		return cmError(op, err)
 	}
 	done := make(chan error, 1)
 	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
@@ -320,7 +319,7 @@ func (c *Connector) finishLocked() {
 	default:
 	}
 	close(c.done)
-	c.g.forget(func() { delete(c.g.connectors, c) })
+	c.a.conns.forget(func() { delete(c.a.conns.connectors, c) })
 }
 
 // event wraps a consumer event callback to run on a goroutine of its own,

@@ -6,13 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -27,23 +27,21 @@ func cmPipeAdapter(t testing.TB, end port.Port, ip string, mac byte, peers map[n
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &transport{addr: netip.MustParseAddr(ip), mac: rocev2.MAC{2, 0, 0, 0, 0, mac}, mtu: 1500,
-		pmtu: rocev2.MTU1024, qps: make(map[uint32]*QP), nextQPN: firstQPN}
-	a.transport = tr
-	tr.mgmt = newManagement(tr, nil)
-	tr.mgmt.resolve = func(src, dst netip.Addr) (cm.PathInfo, error) {
+	link := inproc.Link{Addr: netip.MustParseAddr(ip), MAC: rocev2.MAC{2, 0, 0, 0, 0, mac}, MTU: 1500, PathMTU: rocev2.MTU1024}
+	cfg := providerConfig(Options{}, a.regions)
+	cfg.CM = params
+	cfg.Resolve = func(src, dst netip.Addr) (cm.PathInfo, error) {
 		m, ok := peers[dst]
 		if !ok {
 			return cm.PathInfo{}, &cm.Error{Status: uint32(StatusNetworkUnreachable), Op: "resolve", Detail: dst.String()}
 		}
-		return cm.PathInfo{LocalIP: tr.addr, RemoteIP: dst, LocalMAC: tr.mac, RemoteMAC: m, MTU: 1500}, nil
+		return cm.PathInfo{LocalIP: link.Addr, RemoteIP: dst, LocalMAC: link.MAC, RemoteMAC: m, MTU: 1500}, nil
 	}
-	if err := tr.startEngine(end, Options{}, a.regions); err != nil {
+	p, err := inproc.OverPort(end, link, cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.mgmt.start(params); err != nil {
-		t.Fatal(err)
-	}
+	a.attach(p)
 	t.Cleanup(a.Close)
 	return a
 }
@@ -440,40 +438,6 @@ func TestConnectRefusedAndRejected(t *testing.T) {
 	if _, err := y.a.CreateListener(nil); !errors.Is(err, ErrInvalidParameter) {
 		t.Fatalf("listener without callback: %v", err)
 	}
-}
-
-func TestGSIHookAllocatesNothing(t *testing.T) {
-	tr := &transport{addr: pipeIPA, mac: rocev2.MAC{2, 0, 0, 0, 0, 1}, mtu: 1500}
-	g := newManagement(tr, nil)
-	var mad [rocev2.MADLen]byte
-	var framer cm.GSIFramer
-	frame := make([]byte, cm.GSIFrameLen6)
-	path := cm.PathInfo{LocalIP: pipeIPB, RemoteIP: pipeIPA, LocalMAC: rocev2.MAC{2, 0, 0, 0, 0, 2}, RemoteMAC: tr.mac}
-	n, err := framer.Build(frame, &path, &mad)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p rocev2.Packet
-	if err := rocev2.Parse(frame[:n], &p); err != nil {
-		t.Fatal(err)
-	}
-	allocs := testing.AllocsPerRun(1000, func() {
-		g.onGSI(&p)
-		<-g.in
-		g.onFirstPacket(0x100)
-		<-g.in
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocations per GSI frame", allocs)
-	}
-	// A full queue drops and counts instead of blocking the engine.
-	for range gsiQueue + 3 {
-		g.onGSI(&p)
-	}
-	if d := g.queueDrops.Load(); d != 3 {
-		t.Fatalf("%d drops counted, want 3", d)
-	}
-	runtime.KeepAlive(g)
 }
 
 func TestFirstPacketStandsInForLostRTU(t *testing.T) {

@@ -13,6 +13,7 @@
 //   - Open(ifname, Options): the steering program, AF_XDP sockets on one
 //     UMEM and one RC engine per queue (ndk/internal/rc), returning an
 //     Adapter; Adapter.AllocBuffer for UMEM-resident buffers;
+//     Options.Capture records every frame as a pcap stream;
 //   - Adapter, CQ (GetResults, GetResultsEx, Arm with the NDKPI notification
 //     rules), PD, MR (RegisterMr, RegisterInvalidatableMr, tokens,
 //     Deregister) and SGE;
@@ -36,6 +37,19 @@
 //     must be connected the same way.
 //
 // Not yet: SRQ, MW, NdkFastRegister, NdkInvalidate.
+//
+// What is where: this package is the API and the NDK object model (the
+// adapter's CQs, PDs, MRs and tokens, QPs, connectors and listeners). The
+// datapath behind an adapter is a provider (provider.go: what the adapter
+// asks of one); Open builds the in-process provider, ndk/internal/inproc,
+// which assembles the steering program, sockets and engines and runs the
+// CM's MAD goroutine, route resolution and its handle on QPs. The files
+// here: adapter.go (Adapter, Close), open.go (Open, Options, Stats),
+// provider.go, cm.go (CMOptions, CMStats, the connections an adapter
+// closes with it), connector.go and listener.go, connect.go (out-of-band
+// connection), qp.go, atomic.go, cq.go, pd.go, buffer.go, flags.go,
+// info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
+// internal/testhooks, installed by testhooks.go.
 //
 // Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
 // the peer answered or the CM gave up (NDKPI's STATUS_PENDING becomes the

@@ -13,7 +13,6 @@ import (
 // -R) connect to it as to a Linux listener.
 type Listener struct {
 	a *Adapter
-	g *management
 	l *cm.Listener
 
 	mu       sync.Mutex
@@ -31,20 +30,20 @@ type Listener struct {
 // requests beyond it are refused.
 func (a *Adapter) CreateListener(onConnect func(*Connector)) (*Listener, error) {
 	const op = "create listener"
-	g := a.mgmt()
-	if g == nil || g.m == nil {
+	m := a.manager()
+	if m == nil {
 		return nil, errorf(StatusNotSupported, op, "adapter has no connection management (use ndk.Open)")
 	}
 	if onConnect == nil {
 		return nil, errorf(StatusInvalidParameter, op, "no connect callback")
 	}
-	x := &Listener{a: a, g: g, done: make(chan struct{})}
-	l, err := g.m.NewListener(func(cc *cm.Connector) { x.connectEvent(cc, onConnect) })
+	x := &Listener{a: a, done: make(chan struct{})}
+	l, err := m.NewListener(func(cc *cm.Connector) { x.connectEvent(cc, onConnect) })
 	if err != nil {
 		return nil, cmError(op, err)
 	}
 	x.l = l
-	if err := g.track(func() { g.listeners[x] = struct{}{} }); err != nil {
+	if err := a.conns.track(func() { a.conns.listeners[x] = struct{}{} }); err != nil {
 		l.Close(nil)
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
@@ -55,7 +54,7 @@ func (a *Adapter) CreateListener(onConnect func(*Connector)) (*Listener, error) 
 // Connector and hands it over on a goroutine of its own, so that the
 // consumer may call Accept, which waits for the CM's next MAD.
 func (x *Listener) connectEvent(cc *cm.Connector, onConnect func(*Connector)) {
-	c, err := x.g.newConnector(x.a, cc)
+	c, err := x.a.newConnector(cc)
 	if err != nil {
 		return // the adapter is closing; the CM refuses the request
 	}
@@ -135,14 +134,13 @@ func (x *Listener) finishLocked() {
 	default:
 	}
 	close(x.done)
-	x.g.forget(func() { delete(x.g.listeners, x) })
+	x.a.conns.forget(func() { delete(x.a.conns.listeners, x) })
 }
 
 // SharedEndpoint is one local address and port for several outgoing
 // connections (NDK_SHARED_ENDPOINT; Connector.ConnectWithSharedEndpoint).
 type SharedEndpoint struct {
 	a  *Adapter
-	g  *management
 	se *cm.SharedEndpoint
 }
 
@@ -152,16 +150,16 @@ type SharedEndpoint struct {
 // STATUS_INVALID_ADDRESS for an address that is not the adapter's.
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	const op = "create shared endpoint"
-	g := a.mgmt()
-	if g == nil || g.m == nil {
+	m := a.manager()
+	if m == nil {
 		return nil, errorf(StatusNotSupported, op, "adapter has no connection management (use ndk.Open)")
 	}
-	se, err := g.m.NewSharedEndpoint(addr)
+	se, err := m.NewSharedEndpoint(addr)
 	if err != nil {
 		return nil, cmError(op, err)
 	}
-	x := &SharedEndpoint{a: a, g: g, se: se}
-	if err := g.track(func() { g.endpoints[x] = struct{}{} }); err != nil {
+	x := &SharedEndpoint{a: a, se: se}
+	if err := a.conns.track(func() { a.conns.endpoints[x] = struct{}{} }); err != nil {
 		se.Close()
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
@@ -176,5 +174,5 @@ func (x *SharedEndpoint) LocalAddress() netip.AddrPort { return x.se.LocalAddr()
 // address and port taken until they close.
 func (x *SharedEndpoint) Close() {
 	x.se.Close()
-	x.g.forget(func() { delete(x.g.endpoints, x) })
+	x.a.conns.forget(func() { delete(x.a.conns.endpoints, x) })
 }

@@ -3,9 +3,12 @@ package ndk
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -88,7 +91,7 @@ func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSge %d outside [0, %d]", cfg.MaxInitiatorRequestSge, info.MaxInitiatorRequestSge)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
-	case a.transport == nil:
+	case a.prov == nil:
 		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
 	}
 	pd.mu.Lock()
@@ -97,44 +100,25 @@ func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
 	if closing {
 		return nil, errorf(StatusInvalidHandle, op, "pd closed")
 	}
-	t := a.transport
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.engines) == 0 {
-		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
-	}
-	qpn := t.nextQPN
-	for t.qps[qpn] != nil || qpn < firstQPN {
-		qpn = (qpn + 1) & 0xFFFFFF
-	}
-	queue := t.nextEngine
 	// The SGE limit for reads is the adapter's MaxReadRequestSge, capped
 	// by what this QP accepts for other requests.
 	readSGE := min(cfg.MaxInitiatorRequestSge, int(info.MaxReadRequestSge))
-	q, err := t.engines[queue].CreateQP(rc.QPConfig{
-		QPN: qpn, PD: pd.id,
+	q, queue, err := a.prov.CreateQP(rc.QPConfig{
+		PD:     pd.id,
 		RecvCQ: cfg.ReceiveCq.core, SendCQ: cfg.InitiatorCq.core, Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSge, MaxSendSGE: cfg.MaxInitiatorRequestSge, MaxReadSGE: readSGE,
 		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
 	})
-	if err != nil {
-		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "engine refused the QP", Err: err}
+	switch {
+	case errors.Is(err, inproc.ErrClosed):
+		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
+	case err != nil:
+		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
 	}
-	if t.xdp != nil {
-		if err := t.xdp.AddQP(qpn, uint32(queue)); err != nil {
-			q.Close()
-			return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "steering map", Err: err}
-		}
-	}
-	t.nextQPN = (qpn + 1) & 0xFFFFFF
-	t.nextEngine = (queue + 1) % len(t.engines)
 	var psn [4]byte
 	_, _ = rand.Read(psn[:])
-	qp := &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}
-	t.qps[qpn] = qp
-	t.setOwner(qpn, t.engines[queue])
-	return qp, nil
+	return &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
 }
 
 // QPN returns the QP number peers address.
@@ -142,6 +126,9 @@ func (q *QP) QPN() uint32 { return q.rc.QPN() }
 
 // Queue returns the device queue whose engine runs the QP.
 func (q *QP) Queue() int { return q.queue }
+
+// forCM returns the CM's handle on the QP.
+func (q *QP) forCM() cm.QP { return q.adapter.prov.ConnectionQP(q.rc, q.psn) }
 
 // Connected reports whether the QP is connected and not in error.
 func (q *QP) Connected() bool { return q.rc.State() == rc.StateConnected }
@@ -274,19 +261,7 @@ func (q *QP) Close() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	err := q.rc.Close()
-	t := q.adapter.transport
-	t.mu.Lock()
-	delete(t.qps, q.QPN())
-	t.setOwner(q.QPN(), nil)
-	xdp := t.xdp
-	t.mu.Unlock()
-	if xdp != nil {
-		if rerr := xdp.RemoveQP(q.QPN()); rerr != nil && err == nil {
-			err = rerr
-		}
-	}
-	if err != nil {
+	if err := q.adapter.prov.CloseQP(q.rc); err != nil {
 		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}
 	}
 	return nil

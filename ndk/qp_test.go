@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -20,11 +21,12 @@ func pipeAdapter(t testing.TB, end port.Port, ip string, mac byte) *Adapter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.transport = &transport{addr: netip.MustParseAddr(ip), mac: rocev2.MAC{2, 0, 0, 0, 0, mac}, mtu: 1500,
-		pmtu: rocev2.MTU1024, qps: make(map[uint32]*QP), nextQPN: firstQPN}
-	if err := a.transport.startEngine(end, Options{}, a.regions); err != nil {
+	link := inproc.Link{Addr: netip.MustParseAddr(ip), MAC: rocev2.MAC{2, 0, 0, 0, 0, mac}, MTU: 1500, PathMTU: rocev2.MTU1024}
+	p, err := inproc.OverPort(end, link, providerConfig(Options{}, a.regions))
+	if err != nil {
 		t.Fatal(err)
 	}
+	a.attach(p)
 	t.Cleanup(a.Close)
 	return a
 }

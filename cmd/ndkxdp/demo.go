@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
-	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -75,15 +74,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	start := time.Now()
+	var capture *sharedCapture
+	optsA, optsB := opts, opts
 	if f.capture != "" {
 		file, err := os.Create(f.capture)
 		if err != nil {
 			return err
 		}
 		defer file.Close()
-		if opts.Capture, err = pcapfile.NewWriter(file, 0, pcapfile.LinkTypeEthernet); err != nil {
-			return err
-		}
+		capture = &sharedCapture{w: file}
+		optsA.Capture, optsB.Capture = capture.stream(), capture.stream()
 	}
 	p, err := vethpair.NewPair(vethpair.Config{MTU: f.mtu})
 	if err != nil {
@@ -92,12 +92,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer p.Close()
 	fmt.Fprintf(stdout, "hosts: %s %s <-> %s %s (veth, MTU %d)\n", p.A.Name, p.A.IPv4, p.B.Name, p.B.IPv4, f.mtu)
 
-	a, err := ndkhost.Open(p.A, ndkhost.Config{Options: opts})
+	a, err := ndkhost.Open(p.A, ndkhost.Config{Options: optsA})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	b, err := ndkhost.Open(p.B, ndkhost.Config{Options: opts})
+	b, err := ndkhost.Open(p.B, ndkhost.Config{Options: optsB})
 	if err != nil {
 		return err
 	}
@@ -174,8 +174,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	a.Close()
 	b.Close()
-	if opts.Capture != nil {
-		if err := opts.Capture.Err(); err != nil {
+	if capture != nil {
+		if err := capture.Err(); err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
 		fmt.Fprintf(stdout, "capture: %s (RoCEv2 frames of both hosts)\n", f.capture)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/testhooks"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -297,7 +298,8 @@ func TestPortZeroPausedAndShared(t *testing.T) {
 // TestConnectCancelled: a context that ends while the REQ goes unanswered
 // returns CANCELLED and releases the connector.
 func TestConnectCancelled(t *testing.T) {
-	p, a, b := pair(t, harness.Config{}, ndk.Options{}, ndk.Options{MADFaults: func([]byte) (int, time.Duration) { return 0, 0 }})
+	p, a, b := pair(t, harness.Config{}, ndk.Options{}, ndk.Options{})
+	testhooks.SetMADFaults(b.Adapter, func([]byte) (int, time.Duration) { return 0, 0 })
 	l, err := b.Adapter.CreateListener(func(c *ndk.Connector) { c.Close() })
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@
 // connect, accept, data, disconnect from either side, rejection with
 // private data, refusal, unreachable destinations, a listener closed while
 // its connections live, port 0, shared endpoints; CM datagrams dropped,
-// duplicated and delayed (ndk.Options.MADFaults); the MADs the adapter
+// duplicated and delayed (testhooks.SetMADFaults); the MADs the adapter
 // puts on the wire against those Linux sent in the public rdma_cm
 // captures; and 1,000 connections opened, used and closed with goroutines
 // and heap back where they started.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/testhooks"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -19,7 +20,7 @@ import (
 // REQ is resent after 2·2^(10-8) + 2^(10-8) = 12 ms.
 var fastCM = ndk.CMOptions{ResponseTimeout: 10, PacketLifeTime: 10}
 
-// lossy is a MADFaults hook that drops, duplicates and delays MADs with a
+// lossy is a MAD fault hook (testhooks.SetMADFaults) that drops, duplicates and delays MADs with a
 // seeded generator, and counts what it did by attribute.
 type lossy struct {
 	mu               sync.Mutex
@@ -68,8 +69,9 @@ func (l *lossy) counts() (dropped, doubled int) {
 // forms exactly once, carries data, and disconnects.
 func TestLossyConnections(t *testing.T) {
 	la, lb := newLossy(1, 0.25, 0.25, 15*time.Millisecond), newLossy(2, 0.25, 0.25, 15*time.Millisecond)
-	p, a, b := pair(t, harness.Config{StaticNeighbours: true},
-		ndk.Options{MADFaults: la.fault, CM: fastCM}, ndk.Options{MADFaults: lb.fault, CM: fastCM})
+	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: fastCM}, ndk.Options{CM: fastCM})
+	testhooks.SetMADFaults(a.Adapter, la.fault)
+	testhooks.SetMADFaults(b.Adapter, lb.fault)
 	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7100), nil)
 	const n = 30
 	for i := range n {
@@ -120,7 +122,8 @@ func TestConnectTimesOutAfterRetries(t *testing.T) {
 	}
 	cmOpts := fastCM
 	cmOpts.MaxRetries = 4
-	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{MADFaults: dropREQ, CM: cmOpts}, ndk.Options{})
+	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmOpts}, ndk.Options{})
+	testhooks.SetMADFaults(a.Adapter, dropREQ)
 	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7101), nil)
 	start := time.Now()
 	_, err := tryDial(t, a, netip.AddrPort{}, netip.AddrPortFrom(p.B.IPv4, 7101), nil)
@@ -147,7 +150,8 @@ func TestAcceptTimesOutWithoutRTU(t *testing.T) {
 	// 2^(10-8) ms, so the active side outlasts the passive one by far
 	// even when the listener is slow to accept.
 	cmOpts := ndk.CMOptions{ResponseTimeout: 10, PacketLifeTime: 14, MaxRetries: 5}
-	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmOpts}, ndk.Options{MADFaults: dropAll, CM: fastCM})
+	p, a, b := pair(t, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmOpts}, ndk.Options{CM: fastCM})
+	testhooks.SetMADFaults(b.Adapter, dropAll)
 	srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7102), nil)
 	c, err := a.Adapter.CreateConnector()
 	if err != nil {

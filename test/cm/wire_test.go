@@ -131,12 +131,9 @@ func runLikeLinux(t *testing.T, linux connection) connection {
 	}
 	var buf bytes.Buffer
 	var mu sync.Mutex
-	w, err := pcapfile.NewWriter(&lockedWriter{w: &buf, mu: &mu}, 0, pcapfile.LinkTypeEthernet)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmOpts := ndk.CMOptions{PacketLifeTime: int(req.Primary.LocalAckTimeout) - 1}
-	p, a, b := pair(t, harness.Config{MTU: mtu, StaticNeighbours: true}, ndk.Options{Capture: w, CM: cmOpts}, ndk.Options{CM: cmOpts})
+	capture := &lockedWriter{w: &buf, mu: &mu}
+	p, a, b := pair(t, harness.Config{MTU: mtu, StaticNeighbours: true}, ndk.Options{Capture: capture, CM: cmOpts}, ndk.Options{CM: cmOpts})
 
 	accepted := make(chan *ndk.Connector, 1)
 	qb := b.qp()

@@ -96,12 +96,8 @@ func attach(t *testing.T, vm *VM) *peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := pcapfile.NewWriter(f, 0, pcapfile.LinkTypeEthernet)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := vm.Host.Do(func() (err error) {
-		p.dev, err = ndkverbs.Open(vm.Host.Tap, ndk.Options{Capture: w})
+		p.dev, err = ndkverbs.Open(vm.Host.Tap, ndk.Options{Capture: f})
 		return err
 	}); err != nil {
 		t.Fatalf("attach ndkxdp to %s: %v", vm.Host.Tap, err)

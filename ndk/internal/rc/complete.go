@@ -46,11 +46,11 @@ func (e *Engine) fail(q *QP, status, code uint32) {
 // with STATUS_CANCELLED, now and as it is posted later (ND2 IND2QueuePair:
 // after the first error completion the connection is dead).
 func (e *Engine) enterError(q *QP) {
-	e.stopQP(q)
 	t := &q.t
 	for i := range t.res {
 		t.res[i] = readResource{}
 	}
+	e.stopQP(q)
 }
 
 // stopQP is enterError without dropping READ responses already owed: a
@@ -67,6 +67,24 @@ func (e *Engine) stopQP(q *QP) {
 	t.ackDeadline, t.rnrUntil = 0, 0
 	t.wbuf = nil
 	e.cancelAll(q)
+	e.signalDrained(q)
+}
+
+// signalDrained closes q's Drained channel once q failed and owes no READ
+// response: stopQP leaves those to service, which calls it again when
+// they are sent.
+func (e *Engine) signalDrained(q *QP) {
+	t := &q.t
+	if !t.failed || t.drained {
+		return
+	}
+	for i := range t.res {
+		if t.res[i].sending() {
+			return
+		}
+	}
+	t.drained = true
+	close(q.drained)
 }
 
 // cancelAll completes every queued request of a failed QP with

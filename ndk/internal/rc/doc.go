@@ -60,7 +60,7 @@
 //	responder.go  the responder: requests in, READ responses, atomic
 //	              acknowledgements, ACKs and NAKs out
 //	completer.go  the completer: ACKs, NAKs and responses in; retries
-//	complete.go   CQEs, the error state, cancelling
+//	complete.go   CQEs, the error state, cancelling, the drain signal
 //	frame.go      emit (headers, payload, ICRC onto the port), span, scatter
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
@@ -149,6 +149,9 @@
 //     complete the request in error; both QPs enter the error state and
 //     everything else completes STATUS_CANCELLED. A responder that NAKs
 //     still sends the READ responses it owed for earlier PSNs.
+//   - QP.Drained closes once a failed, flushed or closed QP completed
+//     everything and owes no READ response: the CM's disconnect waits on
+//     it (NDKPI.md §8 Disconnect) instead of polling the state.
 //   - Outbound read limit and READ_FENCE hold requests before they get
 //     PSNs; the inbound limit is the number of responder resources, and a
 //     READ beyond it is an invalid request.

@@ -464,6 +464,7 @@ func (e *Engine) service(q *QP) (int, bool) {
 	}
 	if t.failed {
 		e.cancelAll(q)
+		e.signalDrained(q)
 		return sent, false
 	}
 	if !t.connected {

@@ -75,6 +75,7 @@ type QP struct {
 	// writeArm is a one-shot wake-up for the next WRITE packet placed
 	// for this QP (ArmPlacedWrites).
 	writeArm atomic.Pointer[chan struct{}]
+	drained  chan struct{} // closed by the engine: see Drained
 
 	// Send-side producer state.
 	deferred bool // a DEFER post since the last doorbell
@@ -87,6 +88,14 @@ func (q *QP) QPN() uint32 { return q.cfg.QPN }
 
 // State returns the QP's state.
 func (q *QP) State() State { return State(q.state.Load()) }
+
+// Drained returns a channel the engine closes once the QP is in the error
+// state (failed, flushed or closed), every pending request completed and
+// no READ response it owes is left to send: no DMA on the QP follows, and
+// a receive from the channel is ordered after the engine's step that
+// drained it. Requests posted later still complete, CANCELLED, without
+// touching memory.
+func (q *QP) Drained() <-chan struct{} { return q.drained }
 
 // Context returns the QP context given at creation.
 func (q *QP) Context() any { return q.cfg.Context }
@@ -114,6 +123,7 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 		cfg:     cfg,
 		sq:      newWorkRing[sendWQE](cfg.SendDepth),
 		rq:      newWorkRing[recvWQE](cfg.RecvDepth),
+		drained: make(chan struct{}),
 	}
 	var err error
 	if derr := e.do(func() {

@@ -13,6 +13,7 @@ import (
 type qpTransport struct {
 	connected bool
 	failed    bool
+	drained   bool // QP.drained is closed
 	active    bool // on the engine's active list
 	params    ConnParams
 	peerIP    netip.Addr     // Remote.IP, unmapped: frames from elsewhere are dropped

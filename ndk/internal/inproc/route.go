@@ -1,0 +1,168 @@
+package inproc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+)
+
+// openNamespace remembers the calling thread's network namespace, which
+// Open runs in, so that later route lookups happen there.
+func (g *management) openNamespace() error {
+	ns, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("network namespace: %w", err)
+	}
+	nl, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return fmt.Errorf("netlink in the adapter's namespace: %w", err)
+	}
+	g.ns, g.nsOK, g.nl = ns, true, nl
+	return nil
+}
+
+// isLocal reports whether a is an address of the adapter's interface.
+func (g *management) isLocal(a netip.Addr) bool {
+	a = a.Unmap()
+	if a == g.p.link.Addr {
+		return true
+	}
+	if g.nl == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.addrs[a] {
+		return true
+	}
+	link, err := g.nl.LinkByIndex(g.p.link.Ifindex)
+	if err != nil {
+		return false
+	}
+	list, err := g.nl.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return false
+	}
+	for _, x := range list {
+		if ip, ok := netip.AddrFromSlice(x.IP); ok {
+			g.addrs[ip.Unmap()] = true
+		}
+	}
+	return g.addrs[a]
+}
+
+// ResolvePath finds the route and next-hop MAC from src (zero: the
+// kernel's choice) to dst in the adapter's namespace, and checks that it
+// leaves through the adapter's interface. Its errors carry the NTSTATUS
+// (cm.StatusOf).
+func (p *Provider) ResolvePath(src, dst netip.Addr) (cm.PathInfo, error) {
+	const op = "resolve"
+	g := p.mgmt
+	var path cm.PathInfo
+	var err error
+	switch {
+	case g == nil:
+		return path, &cm.Error{Status: ntstatus.NotSupported, Op: op, Detail: "adapter has no connection management"}
+	case g.resolve != nil:
+		path, err = g.resolve(src, dst)
+	case g.nsOK:
+		path, err = g.inNamespace(func() (cm.PathInfo, error) {
+			var r cm.Resolver
+			return r.Resolve(src, dst)
+		})
+	default:
+		return path, &cm.Error{Status: ntstatus.NotSupported, Op: op, Detail: fmt.Sprintf("adapter has no network namespace to resolve %v in", dst)}
+	}
+	if err != nil {
+		return path, err
+	}
+	if p.link.Ifindex != 0 && path.Ifindex != p.link.Ifindex {
+		return path, &cm.Error{Status: ntstatus.NetworkUnreachable, Op: op,
+			Detail: fmt.Sprintf("the route to %v leaves through %s, not the adapter's interface", dst, path.Ifname)}
+	}
+	return path, nil
+}
+
+// inNamespace runs fn on a thread that entered the adapter's network
+// namespace. If the thread cannot go back, it stays locked and dies with
+// its goroutine rather than serve others from the wrong namespace.
+func (g *management) inNamespace(fn func() (cm.PathInfo, error)) (cm.PathInfo, error) {
+	type result struct {
+		p   cm.PathInfo
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("network namespace: %w", err)}
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(g.ns); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: fmt.Errorf("enter the adapter's namespace: %w", err)}
+			return
+		}
+		p, err := fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{p, err}
+	}()
+	r := <-ch
+	return r.p, r.err
+}
+
+// resolveNeighbour finds ip's MAC in the neighbour table of ifindex, in
+// the calling thread's namespace. With no usable entry it asks the kernel
+// to resolve (a UDP datagram to the discard port makes it ARP or solicit)
+// and waits up to a second: the kernel tells nobody when an entry
+// appears, so it looks again every 5 ms.
+func resolveNeighbour(ifindex int, ip netip.Addr) (net.HardwareAddr, error) {
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	lookup := func() net.HardwareAddr {
+		ns, err := netlink.NeighList(ifindex, family)
+		if err != nil {
+			return nil
+		}
+		for _, n := range ns {
+			a, ok := netip.AddrFromSlice(n.IP)
+			if ok && a.Unmap() == ip && len(n.HardwareAddr) == 6 &&
+				n.State&(netlink.NUD_REACHABLE|netlink.NUD_STALE|netlink.NUD_PERMANENT|netlink.NUD_DELAY|netlink.NUD_PROBE|netlink.NUD_NOARP) != 0 {
+				return n.HardwareAddr
+			}
+		}
+		return nil
+	}
+	if m := lookup(); m != nil {
+		return m, nil
+	}
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 9)))
+	if err != nil {
+		return nil, fmt.Errorf("probe: %w", err)
+	}
+	_, _ = c.Write([]byte{0})
+	c.Close()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if m := lookup(); m != nil {
+			return m, nil
+		}
+	}
+	return nil, errors.New("no neighbour entry after probing for 1s")
+}
