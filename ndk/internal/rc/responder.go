@@ -75,10 +75,17 @@ func (t *qpTransport) inSequence(kind uint8, pos rocev2.Position) bool {
 	return t.inMsg == kind
 }
 
-// fullPacket checks that a FIRST or MIDDLE packet carries exactly one path
-// MTU (ROCEV2.md 1.6).
+// fullPacket checks a request packet's payload against the path MTU
+// (ROCEV2.md 1.6; rxe check_length): a FIRST or MIDDLE carries exactly
+// one, a LAST 1 to PMTU bytes, an ONLY at most one.
 func (t *qpTransport) fullPacket(pos rocev2.Position, n int) bool {
-	return pos&rocev2.PosLast != 0 || uint32(n) == t.pmtu
+	switch {
+	case pos&rocev2.PosLast == 0:
+		return uint32(n) == t.pmtu
+	case pos&rocev2.PosFirst == 0:
+		return n > 0 && uint32(n) <= t.pmtu
+	}
+	return uint32(n) <= t.pmtu
 }
 
 func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
