@@ -88,6 +88,7 @@ package rc
 //	malformed/truncated-atomiceth  FETCH_ADD with 16 of AtomicETH's 28     dropped, Malformed
 //	malformed/truncated-aeth       ACKNOWLEDGE without its AETH            dropped, Malformed
 //	malformed/read-with-payload    READ request carrying 8 bytes           dropped, Malformed
+//	malformed/wrong-pkey           WRITE_ONLY with P_Key 0x8123            dropped before the QP is looked up, BadPKey (C9-42, rxe check_keys)
 //	malformed/bad-icrc             WRITE_ONLY with a flipped ICRC bit      dropped, BadICRC
 //
 // Defects the suite found, fixed in the engine and kept as regressions:
@@ -98,7 +99,7 @@ package rc
 // original READ was sent instead of the length asked for);
 // psn/duplicate-read-invalidated and psn/duplicate-read-deregistered (a
 // duplicate READ was answered from memory whose token no longer allowed
-// it).
+// it); malformed/wrong-pkey (the P_Key was not checked).
 
 import (
 	"bytes"

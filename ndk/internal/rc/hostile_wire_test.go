@@ -246,6 +246,13 @@ func malformedCases() []hostileCase {
 		{name: "malformed/read-with-payload", live: true, counter: malformed, run: edit(func(h *hostile) []byte {
 			return h.write(rocev2.RCWriteOnly, e0, h.mr.addr(0), mrKey(h), 8, payloadOf(8, 1))
 		}, opcode(rocev2.RCReadRequest))},
+		{name: "malformed/wrong-pkey", live: true, counter: func(s Stats) uint64 { return s.BadPKey }, run: func(h *hostile) []answer {
+			hd := h.hdr(rocev2.RCWriteOnly, e0)
+			hd.BTH.PKey = 0x8123
+			hd.RETH = rocev2.RETHFields{VA: h.mr.addr(0), RKey: mrKey(h), DMALen: 16}
+			h.inj.inject(h.frame(hd, payloadOf(16, 1)))
+			return nil
+		}},
 		{name: "malformed/bad-icrc", live: true, counter: func(s Stats) uint64 { return s.BadICRC }, run: func(h *hostile) []answer {
 			b := h.write(rocev2.RCWriteOnly, e0, h.mr.addr(0), mrKey(h), 16, payloadOf(16, 1))
 			b[len(b)-1] ^= 1
