@@ -3,7 +3,6 @@ package rc
 import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
-	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // How work requests end. completeSend and completeRecv retire the oldest
@@ -12,24 +11,20 @@ import (
 // everything posted later, with STATUS_CANCELLED.
 
 // failHead completes the request a fatal NAK names with the error it maps
-// to, then fails the QP. Remote access errors are STATUS_ACCESS_VIOLATION
-// (ND2: bad MR or token), except on a READ, where NdkRead names
-// STATUS_REMOTE_RESOURCES for reading beyond the remote region; other
-// fatal NAKs are STATUS_REMOTE_RESOURCES (NDKPI.md §9).
-func (e *Engine) failHead(q *QP, psn rocev2.PSN, access bool) {
+// to, then fails the QP; code is the NAK's ib_wc_status. Remote access
+// errors are STATUS_ACCESS_VIOLATION (ND2: bad MR or token), except on a
+// READ, where NdkRead names STATUS_REMOTE_RESOURCES for reading beyond the
+// remote region; other fatal NAKs are STATUS_REMOTE_RESOURCES (NDKPI.md §9).
+func (e *Engine) failHead(q *QP, code uint32) {
 	t := &q.t
 	if t.sqHead == t.sqStart {
 		return
 	}
-	w := q.sq.at(t.sqHead)
-	switch {
-	case access && w.op != OpRead:
-		e.fail(q, ntstatus.AccessViolation, wcRemAccessErr)
-	case access:
-		e.fail(q, ntstatus.RemoteResources, wcRemAccessErr)
-	default:
-		e.fail(q, ntstatus.RemoteResources, wcRemInvReqErr)
+	if code == wcRemAccessErr && q.sq.at(t.sqHead).op != OpRead {
+		e.fail(q, ntstatus.AccessViolation, code)
+		return
 	}
+	e.fail(q, ntstatus.RemoteResources, code)
 }
 
 // fail completes the oldest outstanding request with status and moves the

@@ -51,9 +51,11 @@ func (e *Engine) completer(q *QP) {
 				// NAK's PSN unless a READ before it still lacks data.
 				e.retry(q, t.una, true)
 			case rocev2.NAKRemoteAccessError:
-				e.failHead(q, psn, true)
-			default: // invalid request, remote operational error
-				e.failHead(q, psn, false)
+				e.failHead(q, wcRemAccessErr)
+			case rocev2.NAKInvalidRequest:
+				e.failHead(q, wcRemInvReqErr)
+			default: // remote operational error, and reserved codes as rxe
+				e.failHead(q, wcRemOpErr)
 			}
 		default:
 			e.c.stale.Add(1)

@@ -67,6 +67,7 @@
 //	stats.go      counters and Stats
 //	types.go      SGE, Op, flags, ConnParams, State and the other shared types
 //	unsafe.go     the package's unsafe conversions
+//	hostile_test.go  the hostile-peer suite: its table lists each crafted frame and the verdict
 //
 // # Threads and posting
 //

@@ -385,6 +385,12 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.c.notRC.Add(1)
 		return
 	}
+	if e.pkt.BTH.PKey&0x7FFF != rocev2.DefaultPKey&0x7FFF {
+		// Not the default partition, the only one our QPs belong to
+		// (IBTA C9-42; rxe check_keys drops and counts it too).
+		e.c.badPKey.Add(1)
+		return
+	}
 	q := e.lookup(e.pkt.BTH.DestQP)
 	if q == nil {
 		if mayForward && e.forward(e.pkt.BTH.DestQP, frame) {

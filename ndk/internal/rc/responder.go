@@ -75,10 +75,17 @@ func (t *qpTransport) inSequence(kind uint8, pos rocev2.Position) bool {
 	return t.inMsg == kind
 }
 
-// fullPacket checks that a FIRST or MIDDLE packet carries exactly one path
-// MTU (ROCEV2.md 1.6).
+// fullPacket checks a request packet's payload against the path MTU
+// (ROCEV2.md 1.6; rxe check_length): a FIRST or MIDDLE carries exactly
+// one, a LAST 1 to PMTU bytes, an ONLY at most one.
 func (t *qpTransport) fullPacket(pos rocev2.Position, n int) bool {
-	return pos&rocev2.PosLast != 0 || uint32(n) == t.pmtu
+	switch {
+	case pos&rocev2.PosLast == 0:
+		return uint32(n) == t.pmtu
+	case pos&rocev2.PosFirst == 0:
+		return n > 0 && uint32(n) <= t.pmtu
+	}
+	return uint32(n) <= t.pmtu
 }
 
 func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
@@ -212,7 +219,7 @@ func (e *Engine) recvRead(q *QP) {
 		}
 	}
 	n := t.npkts(r.DMALen)
-	*slot = readResource{first: psn, npkts: n, va: r.VA, length: r.DMALen, buf: b}
+	*slot = readResource{first: psn, npkts: n, va: r.VA, length: r.DMALen, buf: b, rkey: r.RKey, stop: n, end: r.DMALen}
 	t.resNext = (t.resNext + 1) % len(t.res)
 	t.ePSN = t.ePSN.Add(n)
 	t.msn = (t.msn + 1) & rocev2.PSNMask
@@ -266,7 +273,7 @@ func (e *Engine) recvAtomic(q *QP, op rocev2.Opcode) {
 		orig = atomic.AddUint64(word, a.SwapAdd) - a.SwapAdd
 	}
 	e.c.atomics.Add(1)
-	*slot = readResource{first: psn, npkts: 1, va: a.VA, length: 8, atomic: true, orig: orig}
+	*slot = readResource{first: psn, npkts: 1, va: a.VA, length: 8, atomic: true, orig: orig, stop: 1}
 	t.resNext = (t.resNext + 1) % len(t.res)
 	t.ePSN = t.ePSN.Next()
 	t.msn = (t.msn + 1) & rocev2.PSNMask
@@ -285,8 +292,10 @@ func compareAndSwap(w *uint64, compare, swap uint64) uint64 {
 }
 
 // duplicateRead answers a repeated READ again from the responder resource
-// whose PSN range covers it, starting at the repeated PSN; one that matches
-// none is dropped (ROCEV2.md 2, "Duplicates").
+// whose PSN range covers it, starting at the repeated PSN, with the length
+// the duplicate asks for, if its R_Key still allows it (else a remote
+// access NAK, as rxe); one that matches none, or asks for more than the
+// original, is dropped (ROCEV2.md 2, "Duplicates").
 func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 	t := &q.t
 	r := &e.pkt.RETH
@@ -303,7 +312,14 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		if r.VA != s.va+uint64(off) || r.DMALen > s.length-off {
 			break
 		}
+		if r.DMALen > 0 {
+			if _, f := e.regions.CheckRemote(q.cfg.PD, s.rkey, r.VA, r.DMALen, memreg.AccessRemoteRead); f != memreg.OK {
+				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+				return
+			}
+		}
 		s.start, s.next, s.again = k, k, true
+		s.stop, s.end = k+t.npkts(r.DMALen), off+r.DMALen
 		e.schedule(q)
 		return
 	}
@@ -388,8 +404,8 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 	h := &t.hdr
 	k := r.next
 	off := k * t.pmtu
-	n := min(t.pmtu, r.length-off)
-	first, last := k == r.start, k+1 == r.npkts
+	n := min(t.pmtu, r.end-off)
+	first, last := k == r.start, k+1 == r.stop
 	switch {
 	case first && last:
 		h.BTH.Opcode = rocev2.RCReadResponseOnly

@@ -9,7 +9,7 @@ type counters struct {
 	malformed, badICRC      atomic.Uint64
 	notRC, unknownQP        atomic.Uint64
 	notConnected, stale     atomic.Uint64
-	wrongSource             atomic.Uint64
+	wrongSource, badPKey    atomic.Uint64
 	duplicates, outOfSeq    atomic.Uint64
 	retransmits, timeouts   atomic.Uint64
 	naksSent, naksReceived  atomic.Uint64
@@ -61,6 +61,7 @@ type Stats struct {
 	UnknownQP    uint64
 	NotConnected uint64 // for a QP not connected or in error
 	WrongSource  uint64 // from an address that is not the QP's peer (Config.AnySource)
+	BadPKey      uint64 // RC frames whose P_Key is not the default partition's
 	Stale        uint64 // ACKs and responses outside the window, duplicate responses
 	// Responder.
 	Duplicates uint64 // duplicate requests re-acknowledged or re-read
@@ -113,8 +114,8 @@ func (e *Engine) snapshot() Stats {
 		Malformed: c.malformed.Load(), BadICRC: c.badICRC.Load(),
 		NotRC: c.notRC.Load(), UnknownQP: c.unknownQP.Load(),
 		NotConnected: c.notConnected.Load(), Stale: c.stale.Load(),
-		WrongSource: c.wrongSource.Load(),
-		Duplicates:  c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
+		WrongSource: c.wrongSource.Load(), BadPKey: c.badPKey.Load(),
+		Duplicates: c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
 		NAKsSent: c.naksSent.Load(), RNRSent: c.rnrSent.Load(),
 		Atomics: c.atomics.Load(), AtomicReplays: c.atomicReplays.Load(),
 		Retransmits: c.retransmits.Load(), Timeouts: c.timeouts.Load(),

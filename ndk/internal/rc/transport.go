@@ -75,6 +75,14 @@ type readResource struct {
 	va     uint64
 	length uint32
 	buf    []byte
+	// rkey is the R_Key the READ was checked with: a duplicate is
+	// answered only while it still allows the read (rxe rxe_recheck_mr),
+	// so invalidating or deregistering the region ends the replays.
+	rkey uint32
+	// stop and end bound the current run: the packet after its last, and
+	// the byte offset from va where it ends. A duplicate may ask for less
+	// than the rest of the original, and gets what it asked for (rxe).
+	stop, end uint32
 	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
 	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
 	// operation, which a duplicate gets again (never a second execution).
@@ -82,7 +90,7 @@ type readResource struct {
 	orig   uint64
 }
 
-func (r *readResource) sending() bool { return r.next < r.npkts }
+func (r *readResource) sending() bool { return r.next < r.stop }
 
 // Message being received.
 const (
