@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func newTestSegment(t *testing.T, size int) *Segment {
+func newTestSegment(t testing.TB, size int) *Segment {
 	t.Helper()
 	s, err := NewSegment(t.Name(), size)
 	if err != nil {
@@ -18,7 +18,7 @@ func newTestSegment(t *testing.T, size int) *Segment {
 }
 
 // dupFD returns a new descriptor for fd, as a peer's would be.
-func dupFD(t *testing.T, fd int) int {
+func dupFD(t testing.TB, fd int) int {
 	t.Helper()
 	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
