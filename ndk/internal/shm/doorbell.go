@@ -38,12 +38,13 @@ const (
 // returns at once: the earlier ring is not consumed yet, and the work check
 // the sleeper makes after Wait covers this ringer's post too.
 //
-// A hostile peer can only cost CPU: a ringer that keeps pending set keeps
-// the sleeper from sleeping (as writing the eventfd in a loop would), and a
-// sleeper that keeps sleeping set makes every ring write the eventfd.
+// A hostile peer can only cost CPU or withhold its own wake-ups: a ringer
+// that keeps pending set keeps the sleeper from sleeping (as writing the
+// eventfd in a loop would), and a sleeper that keeps sleeping set makes
+// every ring write the eventfd.
 //
 // Ring may be called from any number of goroutines; Wait, Watch and Ready
-// from one; Close from none of the others' callers at the same time.
+// from one; Close must not run concurrently with any of them.
 type Doorbell struct {
 	pending  *atomic.Uint32
 	sleeping *atomic.Uint32

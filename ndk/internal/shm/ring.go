@@ -27,7 +27,10 @@ var ErrBroken = errors.New("shm: ring broken by its peer")
 
 // RingLayout places a ring in a segment. Both sides must use the same
 // layout; send it with the segment, and let the receiver check it against
-// the segment (NewProducer and NewConsumer do).
+// the segment (NewProducer and NewConsumer do). In memory, a ring is its
+// producer index (a host-endian uint32) at Offset, its consumer index at
+// Offset+CacheLine, and Slots records of SlotSize bytes from
+// Offset+RingHeaderSize.
 type RingLayout struct {
 	Offset   int // from the start of the segment, a multiple of CacheLine
 	SlotSize int // bytes per record, a multiple of 8 up to MaxSlotSize

@@ -9,7 +9,7 @@ import (
 
 // MaxSegmentSize bounds a segment, ours or a peer's, so that a size read
 // from a message cannot make us map the address space away.
-const MaxSegmentSize = 1 << 32
+const MaxSegmentSize int64 = 1 << 32
 
 // requiredSeals are the seals a segment must carry before it is shared:
 // without F_SEAL_SHRINK a peer could ftruncate it under our mapping, and
@@ -31,7 +31,7 @@ type Segment struct {
 // before NewSegment returns, so it can be handed to peers as it is.
 func NewSegment(name string, size int) (*Segment, error) {
 	page := unix.Getpagesize()
-	if size <= 0 || size > MaxSegmentSize {
+	if size <= 0 || int64(size) > MaxSegmentSize {
 		return nil, fmt.Errorf("shm: segment %q of %d bytes: size must be 1 to %d", name, size, MaxSegmentSize)
 	}
 	size = (size + page - 1) &^ (page - 1)
@@ -77,7 +77,7 @@ func MapSegment(fd int, size int) (*Segment, error) {
 // checked before the size: once F_SEAL_SHRINK is on, it stays on, so the
 // size fstat reports afterwards can only stay or grow.
 func checkSegment(fd int, size int) error {
-	if size <= 0 || size > MaxSegmentSize {
+	if size <= 0 || int64(size) > MaxSegmentSize {
 		return fmt.Errorf("shm: peer segment of %d bytes: size must be 1 to %d", size, MaxSegmentSize)
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)

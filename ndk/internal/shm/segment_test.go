@@ -65,8 +65,11 @@ func TestSegmentSharedMapping(t *testing.T) {
 }
 
 func TestNewSegmentRefusesBadSizes(t *testing.T) {
-	for _, size := range []int{0, -1, MaxSegmentSize + 1} {
-		if s, err := NewSegment("bad", size); err == nil {
+	for _, size := range []int64{0, -1, MaxSegmentSize + 1} {
+		if int64(int(size)) != size {
+			continue // does not fit an int here
+		}
+		if s, err := NewSegment("bad", int(size)); err == nil {
 			s.Close()
 			t.Errorf("NewSegment(%d) succeeded", size)
 		}
