@@ -463,6 +463,19 @@ func demoSend(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n, size i
 		}
 		inflight -= k
 		if k == 0 {
+			// The receiver gives up on ctx or its deadline and stops
+			// reposting; the sender must stop too, not spin forever.
+			if err := ctx.Err(); err != nil {
+				return phase{}, err
+			}
+			select {
+			case err := <-errc:
+				if err == nil {
+					err = errors.New("receiver stopped early")
+				}
+				return phase{}, err
+			default:
+			}
 			runtime.Gosched()
 		}
 	}

@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -113,6 +117,39 @@ func checkWithTshark(t *testing.T, capture string) {
 	for _, attr := range []string{"0x0010", "0x0013", "0x0014", "0x0015", "0x0016"} {
 		if cm[attr] < 2*4 {
 			t.Errorf("tshark finds %d CM MADs of attribute %s in %d frames, want at least 8 (%v)", cm[attr], attr, frames, cm)
+		}
+	}
+}
+
+// TestDemoEndsWhenInterrupted cancels the demo's context (what SIGINT and
+// SIGTERM do) at several points of its run: each time it returns promptly
+// with the cancellation, and leaves no namespace behind. The SEND phase
+// used to spin forever once its receiver had given up.
+func TestDemoEndsWhenInterrupted(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, after := range []time.Duration{50 * time.Millisecond, 120 * time.Millisecond, 300 * time.Millisecond, time.Second} {
+		ctx, cancel := context.WithTimeout(context.Background(), after)
+		var out, errOut bytes.Buffer
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- run(ctx, []string{"demo", "-messages", "2000000"}, &out, &errOut) }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(after + 20*time.Second):
+			t.Fatalf("demo still running 20s after its context ended at %v:\n%s", after, out.String())
+		}
+		cancel()
+		took := time.Since(start)
+		if err == nil {
+			t.Fatalf("demo cancelled at %v returned no error:\n%s", after, out.String())
+		}
+		t.Logf("cancelled at %v: returned after %v: %v", after, took.Round(time.Millisecond), err)
+		ents, _ := os.ReadDir("/var/run/netns")
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), vethpair.NamePrefix+strconv.Itoa(os.Getpid())+"-") {
+				t.Errorf("namespace %s left behind", e.Name())
+			}
 		}
 	}
 }
