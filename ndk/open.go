@@ -68,6 +68,14 @@ type Options struct {
 	// CM tunes connection management's timers; the zero value is what
 	// Linux's rdma_cm uses.
 	CM CMOptions
+	// AcceptAnySource executes RC frames whatever their IP source. By
+	// default a frame for a connected QP that does not come from the
+	// QP's peer is dropped and counted (EngineStats.WrongSource) before
+	// anything in it runs: packet injection into RoCE connections forges
+	// the QPN, PSN and R_Key, which a NIC checks, but not the sender's
+	// address. Set it only where a peer's frames legitimately arrive from
+	// several addresses.
+	AcceptAnySource bool
 }
 
 // ThreadLocking is the engines' thread policy.
@@ -161,6 +169,7 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		Queues:     opts.Queues,
 		Poll:       poll,
 		LockThread: opts.ThreadLocking.locks(opts.Queues, runtime.GOMAXPROCS(0)),
+		AnySource:  opts.AcceptAnySource,
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,

@@ -40,7 +40,9 @@ type Config struct {
 	Queues     int
 	Poll       rc.PollMode
 	LockThread bool
-	XDPMode    loader.AttachMode
+	// AnySource is rc.Config.AnySource.
+	AnySource bool
+	XDPMode   loader.AttachMode
 	// Address is the local address to use (zero: the interface's first
 	// IPv4 address, else its first global IPv6 one).
 	Address netip.Addr
@@ -132,7 +134,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 		pt = port.Capture(pt, p.capture)
 	}
 	p.ports = append(p.ports, pt)
-	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread}
+	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}
