@@ -642,13 +642,32 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	if timeout == 0 || !x.bell.Sleep() {
 		return nil
 	}
-	var ts *unix.Timespec
+	// The runtime's signals (goroutine preemption) interrupt ppoll; an
+	// interrupted wait goes on for the time left rather than wake the
+	// engine for nothing.
+	var end time.Time
 	if timeout > 0 {
-		x.ts = unix.NsecToTimespec(int64(timeout))
-		ts = &x.ts
+		end = time.Now().Add(timeout)
 	}
-	x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
-	n, errno := ppoll(&x.pfds, ts)
+	var n int
+	var errno unix.Errno
+	for {
+		var ts *unix.Timespec
+		if timeout > 0 {
+			left := time.Until(end)
+			if left <= 0 {
+				n, errno = 0, 0
+				break
+			}
+			x.ts = unix.NsecToTimespec(int64(left))
+			ts = &x.ts
+		}
+		x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
+		n, errno = ppoll(&x.pfds, ts)
+		if errno != unix.EINTR {
+			break
+		}
+	}
 	x.bell.Awake()
 	x.stats.waitPolled.Add(1)
 	if n > 0 && x.pfds[1].Revents&unix.POLLIN != 0 {
@@ -656,8 +675,6 @@ func (x *XSK) Wait(timeout time.Duration) error {
 		eventfdRead(x.efd, &x.drained) // resets the counter; EAGAIN if a racing Wait read it
 	}
 	switch {
-	case errno == unix.EINTR:
-		return nil
 	case errno != 0:
 		return fmt.Errorf("port: wait on queue %d of ifindex %d: ppoll: %w", x.sock.Queue(), x.sock.Ifindex(), errno)
 	case n > 0 && (x.pfds[0].Revents|x.pfds[1].Revents)&(unix.POLLERR|unix.POLLNVAL) != 0:
