@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/internal/wake"
 )
 
 // xdpPacketHeadroom is the room the kernel keeps in front of received data
@@ -642,37 +643,18 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	if timeout == 0 || !x.bell.Sleep() {
 		return nil
 	}
-	// The runtime's signals (goroutine preemption) interrupt ppoll; an
-	// interrupted wait goes on for the time left rather than wake the
-	// engine for nothing.
-	var end time.Time
+	var ts *unix.Timespec
 	if timeout > 0 {
-		end = time.Now().Add(timeout)
+		x.ts = unix.NsecToTimespec(int64(timeout))
+		ts = &x.ts
 	}
-	var n int
-	var errno unix.Errno
-	for {
-		var ts *unix.Timespec
-		if timeout > 0 {
-			left := time.Until(end)
-			if left <= 0 {
-				n, errno = 0, 0
-				break
-			}
-			x.ts = unix.NsecToTimespec(int64(left))
-			ts = &x.ts
-		}
-		x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
-		n, errno = ppoll(&x.pfds, ts)
-		if errno != unix.EINTR {
-			break
-		}
-	}
+	x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
+	n, errno := wake.Poll(x.pfds[:], ts) // sleeps through the runtime's signals
 	x.bell.Awake()
 	x.stats.waitPolled.Add(1)
 	if n > 0 && x.pfds[1].Revents&unix.POLLIN != 0 {
 		x.stats.waitWakes.Add(1)
-		eventfdRead(x.efd, &x.drained) // resets the counter; EAGAIN if a racing Wait read it
+		wake.EventfdRead(x.efd, &x.drained) // resets the counter; EAGAIN if a racing Wait read it
 	}
 	switch {
 	case errno != 0:
@@ -695,7 +677,7 @@ func (x *XSK) Doorbell() {
 	if !x.closed.Load() {
 		// EAGAIN means the counter is saturated, which wakes the poll
 		// just as well.
-		eventfdWrite(x.efd, &x.one)
+		wake.EventfdWrite(x.efd, &x.one)
 		x.stats.doorbells.Add(1)
 	}
 	x.closeMu.RUnlock()

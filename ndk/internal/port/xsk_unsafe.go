@@ -1,34 +1,11 @@
 package port
 
-// Every use of package unsafe in port lives in this file: raw system calls
-// whose x/sys/unix wrappers take slices or allocate, kept off the engine's
-// per-packet and per-wait paths.
+// Every use of package unsafe in port lives in this file (the wait's system
+// calls are in internal/wake).
 
 import (
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
-
-// ppoll is ppoll(2) on a fixed array of descriptors; a nil timeout waits
-// forever.
-func ppoll(fds *[2]unix.PollFd, timeout *unix.Timespec) (int, unix.Errno) {
-	n, _, errno := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
-		uintptr(unsafe.Pointer(timeout)), 0, 0, 0)
-	return int(n), errno
-}
-
-// eventfdWrite adds v to an eventfd counter (eventfd(2)).
-func eventfdWrite(fd int, v *[8]byte) unix.Errno {
-	_, _, errno := unix.Syscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
-	return errno
-}
-
-// eventfdRead reads and resets an eventfd counter (eventfd(2)).
-func eventfdRead(fd int, v *[8]byte) unix.Errno {
-	_, _, errno := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
-	return errno
-}
 
 // umemOffset returns where b starts in mem, or false when b is empty or
 // not wholly inside mem: Transmit references only bytes of the UMEM, the

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/internal/wake"
 )
 
 // DoorbellSize is the bytes a doorbell's flags take in a segment: one
@@ -100,7 +102,7 @@ func (d *Doorbell) Ring() bool {
 	}
 	// EAGAIN means the counter is saturated, which wakes the poll just as
 	// well.
-	eventfdWrite(d.efd, &d.one)
+	wake.EventfdWrite(d.efd, &d.one)
 	d.writes.Add(1)
 	return true
 }
@@ -139,19 +141,13 @@ func (d *Doorbell) Wait(timeout time.Duration) error {
 		ts = &d.ts
 	}
 	d.sleeps.Add(1)
-	n, errno := ppoll(d.pfds, ts)
-	for errno == unix.EINTR {
-		// The runtime's preemption signals interrupt ppoll often; the
-		// system call has left the time still to wait in d.ts
-		// (ppoll(2), NOTES).
-		n, errno = ppoll(d.pfds, ts)
-	}
+	n, errno := wake.Poll(d.pfds, ts) // sleeps through the runtime's signals
 	// Rings that came meanwhile are consumed here: the caller's check
 	// after Wait covers their posts.
 	d.sleeping.Store(0)
 	d.pending.Store(0)
 	if n > 0 && d.pfds[0].Revents&unix.POLLIN != 0 {
-		eventfdRead(d.efd, &d.drained) // resets the counter
+		wake.EventfdRead(d.efd, &d.drained) // resets the counter
 	}
 	switch {
 	case errno != 0:

@@ -1,0 +1,40 @@
+// Package wake holds the system calls of ndkxdp's sleeping and waking:
+// eventfd doorbells and ppoll(2) that sleeps through signals, shared by
+// the engine's port (ndk/internal/port) and the daemon's shared-memory
+// doorbells (ndk/internal/shm). They are raw system calls because
+// x/sys/unix's wrappers take slices or allocate, and these run on every
+// sleep and every wake-up.
+package wake
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Poll is ppoll(2) on fds; a nil timeout waits forever. A wait that a
+// signal interrupts (the Go runtime preempts goroutines with SIGURG)
+// goes on: the raw system call writes the time still to wait back into
+// *timeout (ppoll(2), NOTES), so the total wait stays the one asked for.
+// It never returns EINTR.
+func Poll(fds []unix.PollFd, timeout *unix.Timespec) (int, unix.Errno) {
+	for {
+		n, _, errno := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(unsafe.SliceData(fds))), uintptr(len(fds)),
+			uintptr(unsafe.Pointer(timeout)), 0, 0, 0)
+		if errno != unix.EINTR {
+			return int(n), errno
+		}
+	}
+}
+
+// EventfdWrite adds v to an eventfd counter (eventfd(2)).
+func EventfdWrite(fd int, v *[8]byte) unix.Errno {
+	_, _, errno := unix.Syscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+	return errno
+}
+
+// EventfdRead reads and resets an eventfd counter (eventfd(2)).
+func EventfdRead(fd int, v *[8]byte) unix.Errno {
+	_, _, errno := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+	return errno
+}
