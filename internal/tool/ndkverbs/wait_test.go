@@ -15,28 +15,9 @@ import (
 // leaves one side blocked for good, and the test's deadline fails it.
 // Wait also returns at once for a peer that has gone.
 func TestWaitMissesNothing(t *testing.T) {
-	a, b := newSides(t, 1500)
-	n := &oobNet{client: a, server: b}
-	n.listen(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cp := verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1}
-	got := make(chan verbs.Endpoint, 1)
-	go func() {
-		ep, err := oobListener{n, 1}.Accept(ctx, cp)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ep
-	}()
-	cli, err := n.Connect(ctx, 1, cp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := <-got
-	if srv == nil {
-		t.FailNow()
-	}
+	cli, srv := connectedPair(ctx, t)
 	const rounds = 3000
 	type side struct {
 		ep  verbs.Endpoint
@@ -184,25 +165,10 @@ func boolInt(b bool) int {
 // Wait's arm sends no token; Wait must see it in the count and return at
 // once rather than block (the lost wake-up that stalls ib_write_lat).
 func TestWaitSeesWriteSincePeek(t *testing.T) {
-	a, b := newSides(t, 1500)
-	n := &oobNet{client: a, server: b}
-	n.listen(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cp := verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1}
-	got := make(chan verbs.Endpoint, 1)
-	go func() {
-		ep, err := oobListener{n, 1}.Accept(ctx, cp)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ep
-	}()
-	cli, err := n.Connect(ctx, 1, cp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, _ := (<-got).(*Endpoint)
+	cli, ep := connectedPair(ctx, t)
+	srv := ep.(*Endpoint)
 	if srv == nil {
 		t.FailNow()
 	}
@@ -239,4 +205,30 @@ func TestWaitSeesWriteSincePeek(t *testing.T) {
 	if v := srv.Peek(target, 0); v != 42 {
 		t.Fatalf("byte %d after the write, want 42", v)
 	}
+}
+
+// connectedPair connects a client endpoint to a server endpoint over two
+// adapters on a veth pair (out-of-band, one outstanding READ each way).
+func connectedPair(ctx context.Context, t *testing.T) (cli, srv verbs.Endpoint) {
+	t.Helper()
+	a, b := newSides(t, 1500)
+	n := &oobNet{client: a, server: b}
+	n.listen(1)
+	cp := verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1}
+	got := make(chan verbs.Endpoint, 1)
+	go func() {
+		ep, err := oobListener{n, 1}.Accept(ctx, cp)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ep
+	}()
+	cli, err := n.Connect(ctx, 1, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if srv = <-got; srv == nil {
+		t.FailNow()
+	}
+	return cli, srv
 }
