@@ -163,11 +163,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, x := range []*ndkhost.Host{a, b} {
 		var st ndk.EngineStats
 		for _, s := range x.Adapter.Stats() {
-			st.FramesIn += s.FramesIn
-			st.FramesOut += s.FramesOut
-			st.Retransmits += s.Retransmits
-			st.RNRReceived += s.RNRReceived
-			st.BadICRC += s.BadICRC
+			st.Add(s)
 		}
 		fmt.Fprintf(stdout, "  %s: %d frames out, %d in, %d bad ICRC, %d retransmission rounds, %d RNR NAKs received\n",
 			x.Net.Name, st.FramesOut, st.FramesIn, st.BadICRC, st.Retransmits, st.RNRReceived)

@@ -139,14 +139,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 func printRunStats(w io.Writer, engines []ndk.EngineStats, waits uint64) {
 	var s ndk.EngineStats
 	for _, e := range engines {
-		s.Sleeps += e.Sleeps
-		s.SlowYields += e.SlowYields
-		s.Retransmits += e.Retransmits
-		s.Timeouts += e.Timeouts
-		s.RNRSent += e.RNRSent
-		s.RNRReceived += e.RNRReceived
-		s.Duplicates += e.Duplicates
-		s.OutOfSeq += e.OutOfSeq
+		s.Add(e)
 	}
 	fmt.Fprintf(w, "ndkxdp: engine sleeps %d, slow yields %d, test's blocking waits %d; retransmission rounds %d, ACK timeouts %d, RNR NAKs sent %d received %d, duplicate requests %d, out-of-sequence %d\n",
 		s.Sleeps, s.SlowYields, waits, s.Retransmits, s.Timeouts, s.RNRSent, s.RNRReceived, s.Duplicates, s.OutOfSeq)

@@ -1,6 +1,9 @@
 package rc
 
-import "sync/atomic"
+import (
+	"reflect"
+	"sync/atomic"
+)
 
 // counters are written by the engine goroutine and read by Stats from
 // anywhere.
@@ -89,6 +92,15 @@ type Stats struct {
 	// handed to it; frames other engines handed to this one; frames
 	// dropped because no forwarding buffer or inbox slot was free.
 	ForwardedOut, ForwardedIn, ForwardDrops uint64
+}
+
+// Add adds o's counters to s, to total the engines of an adapter. Every
+// field of Stats is a uint64 count (TestStatsAddCoversEveryField).
+func (s *Stats) Add(o Stats) {
+	dst, src := reflect.ValueOf(s).Elem(), reflect.ValueOf(o)
+	for i := range dst.NumField() {
+		dst.Field(i).SetUint(dst.Field(i).Uint() + src.Field(i).Uint())
+	}
 }
 
 // Stats returns the engine's counters. While the engine runs, the
