@@ -21,7 +21,7 @@ type Adapter struct {
 	pds    map[*PD]struct{}
 
 	// prov runs the QPs (provider.go); nil for an adapter built without
-	// one, whose CreateQp fails. buffers is its AllocBuffer pool, nil
+	// one, whose CreateQP fails. buffers is its AllocBuffer pool, nil
 	// without one.
 	prov    provider
 	buffers *bufferPool
@@ -52,8 +52,8 @@ func newAdapter(cfg adapterConfig) (*Adapter, error) {
 		return nil, err
 	}
 	cfg.info.Version = v
-	if cfg.info.MaxCqDepth < 1 || cfg.info.MaxCqDepth > cq.MaxDepth {
-		return nil, errorf(StatusInvalidParameter, "open adapter", "MaxCqDepth %d out of range [1, %d]", cfg.info.MaxCqDepth, cq.MaxDepth)
+	if cfg.info.MaxCQDepth < 1 || cfg.info.MaxCQDepth > cq.MaxDepth {
+		return nil, errorf(StatusInvalidParameter, "open adapter", "MaxCQDepth %d out of range [1, %d]", cfg.info.MaxCQDepth, cq.MaxDepth)
 	}
 	regions, err := memreg.New(cfg.regions)
 	if err != nil {
@@ -71,17 +71,17 @@ func newAdapter(cfg adapterConfig) (*Adapter, error) {
 // Every create and post on this adapter is checked against them.
 func (a *Adapter) Info() AdapterInfo { return a.info }
 
-// CreateCq creates a completion queue holding at least depth completions
+// CreateCQ creates a completion queue holding at least depth completions
 // (NdkCreateCq; rounded up to a power of two, as verbs providers do).
 // notify is called once per fired Arm, on a goroutine of the CQ's own,
 // with STATUS_SUCCESS or the CQ error (STATUS_BUFFER_OVERFLOW on overrun,
 // STATUS_INTERNAL_ERROR on a fatal failure). A nil notify makes a CQ that is
-// only polled. A depth of 0 or above MaxCqDepth fails with
+// only polled. A depth of 0 or above MaxCQDepth fails with
 // STATUS_INVALID_PARAMETER.
-func (a *Adapter) CreateCq(depth int, notify func(Status)) (*CQ, error) {
+func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
-	if depth < 1 || depth > int(a.info.MaxCqDepth) {
-		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCqDepth %d]", depth, a.info.MaxCqDepth)
+	if depth < 1 || depth > int(a.info.MaxCQDepth) {
+		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
 	}
 	var cb func(uint32)
 	if notify != nil {
@@ -101,8 +101,8 @@ func (a *Adapter) CreateCq(depth int, notify func(Status)) (*CQ, error) {
 	return c, nil
 }
 
-// CreatePd creates a protection domain (NdkCreatePd).
-func (a *Adapter) CreatePd() (*PD, error) {
+// CreatePD creates a protection domain (NdkCreatePd).
+func (a *Adapter) CreatePD() (*PD, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

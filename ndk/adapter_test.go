@@ -29,8 +29,8 @@ func newTestAdapter(t *testing.T, tune func(*adapterConfig)) *Adapter {
 
 func TestNewAdapterRejectsBadConfig(t *testing.T) {
 	for name, tune := range map[string]func(*adapterConfig){
-		"MaxCqDepth 0":    func(c *adapterConfig) { c.info.MaxCqDepth = 0 },
-		"MaxCqDepth huge": func(c *adapterConfig) { c.info.MaxCqDepth = cq.MaxDepth + 1 },
+		"MaxCQDepth 0":    func(c *adapterConfig) { c.info.MaxCQDepth = 0 },
+		"MaxCQDepth huge": func(c *adapterConfig) { c.info.MaxCQDepth = cq.MaxDepth + 1 },
 		"no regions":      func(c *adapterConfig) { c.regions = 0 },
 	} {
 		cfg := defaultConfig()
@@ -44,19 +44,19 @@ func TestNewAdapterRejectsBadConfig(t *testing.T) {
 
 func TestCreateCqChecksDepthAgainstMaxCqDepth(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	maxDepth := int(a.Info().MaxCqDepth)
+	maxDepth := int(a.Info().MaxCQDepth)
 	for _, d := range []int{0, -1, maxDepth + 1} {
-		if _, err := a.CreateCq(d, nil); !errors.Is(err, ErrInvalidParameter) {
-			t.Errorf("CreateCq(%d): %v, want STATUS_INVALID_PARAMETER", d, err)
+		if _, err := a.CreateCQ(d, nil); !errors.Is(err, ErrInvalidParameter) {
+			t.Errorf("CreateCQ(%d): %v, want STATUS_INVALID_PARAMETER", d, err)
 		}
 	}
 	for _, d := range []int{1, 1000, maxDepth} {
-		c, err := a.CreateCq(d, nil)
+		c, err := a.CreateCQ(d, nil)
 		if err != nil {
-			t.Fatalf("CreateCq(%d): %v", d, err)
+			t.Fatalf("CreateCQ(%d): %v", d, err)
 		}
 		if c.Depth() < d {
-			t.Errorf("CreateCq(%d) holds only %d", d, c.Depth())
+			t.Errorf("CreateCQ(%d) holds only %d", d, c.Depth())
 		}
 		c.Close()
 	}
@@ -66,21 +66,21 @@ func TestCreateCqChecksDepthAgainstMaxCqDepth(t *testing.T) {
 // AdapterInfo, so a lower reported limit is the enforced one.
 func TestLimitsComeFromAdapterInfo(t *testing.T) {
 	a := newTestAdapter(t, func(c *adapterConfig) {
-		c.info.MaxCqDepth = 64
+		c.info.MaxCQDepth = 64
 		c.info.MaxRegistrationSize = 4096
 	})
-	if _, err := a.CreateCq(65, nil); !errors.Is(err, ErrInvalidParameter) {
-		t.Errorf("CreateCq above the lowered MaxCqDepth: %v", err)
+	if _, err := a.CreateCQ(65, nil); !errors.Is(err, ErrInvalidParameter) {
+		t.Errorf("CreateCQ above the lowered MaxCQDepth: %v", err)
 	}
-	pd, err := a.CreatePd()
+	pd, err := a.CreatePD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pd.RegisterMr(make([]byte, 4097), 0); !errors.Is(err, ErrInvalidParameter) {
-		t.Errorf("RegisterMr above the lowered MaxRegistrationSize: %v", err)
+	if _, err := pd.RegisterMR(make([]byte, 4097), 0); !errors.Is(err, ErrInvalidParameter) {
+		t.Errorf("RegisterMR above the lowered MaxRegistrationSize: %v", err)
 	}
-	if _, err := pd.RegisterMr(make([]byte, 4096), 0); err != nil {
-		t.Errorf("RegisterMr at MaxRegistrationSize: %v", err)
+	if _, err := pd.RegisterMR(make([]byte, 4096), 0); err != nil {
+		t.Errorf("RegisterMR at MaxRegistrationSize: %v", err)
 	}
 }
 
@@ -95,7 +95,7 @@ func TestAdapterCloseWaitsForCallbacks(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var returned atomic.Bool
-	c, err := a.CreateCq(8, func(Status) {
+	c, err := a.CreateCQ(8, func(Status) {
 		close(entered)
 		<-release
 		returned.Store(true)
@@ -134,9 +134,9 @@ func TestAdapterCloseReleasesDescendants(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int32
-	c, _ := a.CreateCq(8, func(Status) { calls.Add(1) })
-	pd, _ := a.CreatePd()
-	mr, err := pd.RegisterMr(make([]byte, 64), MRFlagAllowRemoteWrite)
+	c, _ := a.CreateCQ(8, func(Status) { calls.Add(1) })
+	pd, _ := a.CreatePD()
+	mr, err := pd.RegisterMR(make([]byte, 64), MRFlagAllowRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +162,14 @@ func TestAdapterCloseReleasesDescendants(t *testing.T) {
 	if err := mr.Deregister(); !errors.Is(err, ErrInvalidHandle) {
 		t.Errorf("Deregister after adapter Close: %v", err)
 	}
-	if _, err := pd.RegisterMr(make([]byte, 8), 0); !errors.Is(err, ErrInvalidHandle) {
-		t.Errorf("RegisterMr after adapter Close: %v", err)
+	if _, err := pd.RegisterMR(make([]byte, 8), 0); !errors.Is(err, ErrInvalidHandle) {
+		t.Errorf("RegisterMR after adapter Close: %v", err)
 	}
-	if _, err := a.CreateCq(8, nil); !errors.Is(err, ErrInvalidHandle) {
-		t.Errorf("CreateCq after adapter Close: %v", err)
+	if _, err := a.CreateCQ(8, nil); !errors.Is(err, ErrInvalidHandle) {
+		t.Errorf("CreateCQ after adapter Close: %v", err)
 	}
-	if _, err := a.CreatePd(); !errors.Is(err, ErrInvalidHandle) {
-		t.Errorf("CreatePd after adapter Close: %v", err)
+	if _, err := a.CreatePD(); !errors.Is(err, ErrInvalidHandle) {
+		t.Errorf("CreatePD after adapter Close: %v", err)
 	}
 	a.Close() // second close is a no-op
 }
@@ -178,12 +178,12 @@ func TestAdapterCloseReleasesDescendants(t *testing.T) {
 // before its successors completes once every successor is closed.
 func TestPDClosePendsUntilMRsDeregistered(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	pd, _ := a.CreatePd()
-	mr1, _ := pd.RegisterMr(make([]byte, 64), MRFlagAllowLocalWrite)
-	mr2, _ := pd.RegisterMr(make([]byte, 64), MRFlagAllowRemoteRead)
+	pd, _ := a.CreatePD()
+	mr1, _ := pd.RegisterMR(make([]byte, 64), MRFlagAllowLocalWrite)
+	mr2, _ := pd.RegisterMR(make([]byte, 64), MRFlagAllowRemoteRead)
 	pd.Close()
-	if _, err := pd.RegisterMr(make([]byte, 64), 0); !errors.Is(err, ErrInvalidHandle) {
-		t.Errorf("RegisterMr on a closing PD: %v", err)
+	if _, err := pd.RegisterMR(make([]byte, 64), 0); !errors.Is(err, ErrInvalidHandle) {
+		t.Errorf("RegisterMR on a closing PD: %v", err)
 	}
 	// The MRs still work while the close pends.
 	if _, f := a.regions.CheckRemote(pd.id, mr2.RemoteToken(), mr2.Addr(), 64, memreg.AccessRemoteRead); f != memreg.OK {
@@ -210,7 +210,7 @@ func TestPDClosePendsUntilMRsDeregistered(t *testing.T) {
 
 func TestPDCloseWithoutMRsCompletesAtOnce(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	pd, _ := a.CreatePd()
+	pd, _ := a.CreatePD()
 	pd.Close()
 	select {
 	case <-pd.Closed():
@@ -223,12 +223,12 @@ func TestPDCloseWithoutMRsCompletesAtOnce(t *testing.T) {
 // registrations.
 func TestMemoryOfOnePDIsInvisibleToAnother(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	pd1, _ := a.CreatePd()
-	pd2, _ := a.CreatePd()
+	pd1, _ := a.CreatePD()
+	pd2, _ := a.CreatePD()
 	if pd1.id == pd2.id {
 		t.Fatal("two PDs share an id")
 	}
-	mr, _ := pd1.RegisterMr(make([]byte, 64), MRFlagAllowRemoteRead)
+	mr, _ := pd1.RegisterMR(make([]byte, 64), MRFlagAllowRemoteRead)
 	if _, f := a.regions.CheckRemote(pd2.id, mr.RemoteToken(), mr.Addr(), 8, memreg.AccessRemoteRead); f != memreg.FaultPD {
 		t.Fatalf("access from another PD: %v", f)
 	}

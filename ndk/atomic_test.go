@@ -19,11 +19,11 @@ func TestAtomicExtension(t *testing.T) {
 	word := make([]uint64, 1)
 	word[0] = 100
 	wordBytes := unsafe.Slice((*byte)(unsafe.Pointer(&word[0])), 8)
-	rmr, err := x.pd.RegisterMr(resBytes, MRFlagAllowLocalWrite)
+	rmr, err := x.pd.RegisterMR(resBytes, MRFlagAllowLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wmr, err := y.pd.RegisterMr(wordBytes, MRFlagAllowRemoteAtomic)
+	wmr, err := y.pd.RegisterMR(wordBytes, MRFlagAllowRemoteAtomic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +63,11 @@ func TestAtomicExtension(t *testing.T) {
 // peer's refusal of a region registered without the atomic right.
 func TestAtomicExtensionRefusals(t *testing.T) {
 	x, y := pipePair(t, true)
-	if _, err := x.pd.RegisterMr(make([]byte, 8), MRFlagAllowRemoteAtomic&^MRFlagAllowLocalWrite); !errors.Is(err, ErrInvalidParameter) {
+	if _, err := x.pd.RegisterMR(make([]byte, 8), MRFlagAllowRemoteAtomic&^MRFlagAllowLocalWrite); !errors.Is(err, ErrInvalidParameter) {
 		t.Fatalf("remote atomic without local write: %v", err)
 	}
 	res := make([]byte, 16)
-	rmr, _ := x.pd.RegisterMr(res, MRFlagAllowLocalWrite)
+	rmr, _ := x.pd.RegisterMR(res, MRFlagAllowLocalWrite)
 	short, _ := rmr.SGE(0, 4)
 	if err := x.qp.FetchAndAdd(nil, short, 8, 1, 1, 0); !errors.Is(err, ErrInvalidParameter) {
 		t.Fatalf("4-byte result: %v", err)
@@ -77,7 +77,7 @@ func TestAtomicExtensionRefusals(t *testing.T) {
 		t.Fatalf("INLINE atomic: %v", err)
 	}
 	word := make([]uint64, 1)
-	wmr, _ := y.pd.RegisterMr(unsafe.Slice((*byte)(unsafe.Pointer(&word[0])), 8), MRFlagAllowRemoteWrite|MRFlagAllowRemoteRead)
+	wmr, _ := y.pd.RegisterMR(unsafe.Slice((*byte)(unsafe.Pointer(&word[0])), 8), MRFlagAllowRemoteWrite|MRFlagAllowRemoteRead)
 	if err := x.qp.FetchAndAdd("fa", r, wmr.Addr(), wmr.RemoteToken(), 1, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +98,10 @@ func TestAtomicExtensionRefusals(t *testing.T) {
 func TestAtomicExtensionAllocatesNothing(t *testing.T) {
 	x, y := pipePair(t, true)
 	res := make([]byte, 8)
-	rmr, _ := x.pd.RegisterMr(res, MRFlagAllowLocalWrite)
+	rmr, _ := x.pd.RegisterMR(res, MRFlagAllowLocalWrite)
 	r, _ := rmr.SGE(0, 8)
 	word := make([]uint64, 1)
-	wmr, _ := y.pd.RegisterMr(unsafe.Slice((*byte)(unsafe.Pointer(&word[0])), 8), MRFlagAllowRemoteAtomic)
+	wmr, _ := y.pd.RegisterMR(unsafe.Slice((*byte)(unsafe.Pointer(&word[0])), 8), MRFlagAllowRemoteAtomic)
 	var out [1]ResultEx
 	round := func() {
 		if err := x.qp.FetchAndAdd(nil, r, wmr.Addr(), wmr.RemoteToken(), 1, 0); err != nil {

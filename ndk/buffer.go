@@ -102,7 +102,7 @@ func (a *Adapter) AllocBuffer(pd *PD, n int, flags MRFlag) (*Buffer, error) {
 	} else {
 		b = make([]byte, n)
 	}
-	mr, err := pd.RegisterMr(b, flags)
+	mr, err := pd.RegisterMR(b, flags)
 	if err != nil {
 		if pool != nil {
 			pool.release(b)

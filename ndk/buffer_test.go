@@ -48,12 +48,12 @@ func TestAllocBufferTransmitsInPlace(t *testing.T) {
 	}
 	defer buf.Free()
 	heap := make([]byte, n)
-	heapMR, err := x.pd.RegisterMr(heap, 0)
+	heapMR, err := x.pd.RegisterMR(heap, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dst := make([]byte, n)
-	dstMR, err := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite|MRFlagAllowRemoteWrite)
+	dstMR, err := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite|MRFlagAllowRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

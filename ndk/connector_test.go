@@ -108,11 +108,11 @@ func postSendRecv(t testing.TB, x, y *side, payload []byte, sctx any) []byte {
 	t.Helper()
 	src := append([]byte(nil), payload...)
 	dst := make([]byte, len(payload))
-	smr, err := x.pd.RegisterMr(src, 0)
+	smr, err := x.pd.RegisterMR(src, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dmr, err := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	dmr, err := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,8 +422,8 @@ func TestConnectRefusedAndRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp2, err := x.pd.CreateQp(QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4,
-		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
+	qp2, err := x.pd.CreateQP(QPConfig{ReceiveCQ: x.rcq, InitiatorCQ: x.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

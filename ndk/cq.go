@@ -10,7 +10,7 @@ import (
 type Result struct {
 	Status           Status
 	BytesTransferred uint32 // valid for receives only (NDKPI.md §5)
-	QPContext        any    // the QP's context from CreateQp
+	QPContext        any    // the QP's context from CreateQP
 	RequestContext   any    // the context the request was posted with
 }
 

@@ -20,7 +20,7 @@ func newNotifyingCQ(t *testing.T, depth int) (*CQ, notifications) {
 	t.Helper()
 	a := newTestAdapter(t, nil)
 	calls := make(notifications, 64)
-	c, err := a.CreateCq(depth, func(s Status) { calls <- s })
+	c, err := a.CreateCQ(depth, func(s Status) { calls <- s })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestSeedCompletion_ArmClearedBeforeCallback(t *testing.T) {
 	calls := make(notifications, 8)
 	var c *CQ
 	var round atomic.Int32
-	c, err := a.CreateCq(64, func(s Status) {
+	c, err := a.CreateCQ(64, func(s Status) {
 		switch round.Add(1) {
 		case 1:
 			complete(t, c, plain) // arm already cleared: must not fire
@@ -144,7 +144,7 @@ func TestSeedCompletion_CallbacksSerialized(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 8)
 	var running, overlaps, total atomic.Int32
-	c, err := a.CreateCq(64, func(Status) {
+	c, err := a.CreateCQ(64, func(Status) {
 		if running.Add(1) > 1 {
 			overlaps.Add(1)
 		}
@@ -188,7 +188,7 @@ func TestSeedCompletion_SlowCallbackDoesNotStallPush(t *testing.T) {
 	a := newTestAdapter(t, nil)
 	release := make(chan struct{})
 	entered := make(chan struct{})
-	c, err := a.CreateCq(4096, func(Status) {
+	c, err := a.CreateCQ(4096, func(Status) {
 		close(entered)
 		<-release
 	})
@@ -408,7 +408,7 @@ func TestSeedCompletion_ReceiveAndInvalidateVisibleToGetResults(t *testing.T) {
 // receive; this is that step, on fast-registered (invalidatable) memory.
 func TestSeedCompletion_InvalidatedTokenStaysInvalid(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	pd, _ := a.CreatePd()
+	pd, _ := a.CreatePD()
 	buf := make([]byte, 64)
 	tok, err := a.regions.Register(memreg.Region{PD: pd.id, VA: addrOf(buf), Buf: buf,
 		Access: memreg.AccessLocalWrite | memreg.AccessRemoteWrite, Invalidatable: true})
@@ -433,7 +433,7 @@ func TestSeedCompletion_InvalidatedTokenStaysInvalid(t *testing.T) {
 func TestSeedCompletion_SerializedConsumerCallsFromManyGoroutines(t *testing.T) {
 	const engines, per = 2, 5000
 	a := newTestAdapter(t, nil)
-	c, err := a.CreateCq(engines*per, func(Status) {})
+	c, err := a.CreateCQ(engines*per, func(Status) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,11 +483,11 @@ func TestSeedCompletion_SerializedConsumerCallsFromManyGoroutines(t *testing.T) 
 
 func TestCQArmErrors(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	c, _ := a.CreateCq(8, func(Status) {})
+	c, _ := a.CreateCQ(8, func(Status) {})
 	if err := c.Arm(CQNotify(3)); !errors.Is(err, ErrInvalidParameter) {
 		t.Errorf("Arm(3): %v", err)
 	}
-	polled, _ := a.CreateCq(8, nil)
+	polled, _ := a.CreateCQ(8, nil)
 	if err := polled.Arm(CQNotifyAny); !errors.Is(err, ErrInvalidDeviceRequest) {
 		t.Errorf("Arm on a CQ without callback: %v", err)
 	}
@@ -505,7 +505,7 @@ func TestCQCloseWaitsForCallbackAndNoneFollows(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var calls atomic.Int32
-	c, _ := a.CreateCq(8, func(Status) {
+	c, _ := a.CreateCQ(8, func(Status) {
 		if calls.Add(1) == 1 {
 			close(entered)
 			<-release
@@ -537,7 +537,7 @@ func TestCQCloseWaitsForCallbackAndNoneFollows(t *testing.T) {
 // and GetResultsEx, armed or not.
 func TestCQPushAndGetResultsAllocateNothing(t *testing.T) {
 	a := newTestAdapter(t, nil)
-	c, _ := a.CreateCq(64, func(Status) {})
+	c, _ := a.CreateCQ(64, func(Status) {})
 	e := cq.Entry{Type: uint32(OpReceive), RequestContext: any(new(int)), QPContext: any(new(int))}
 	var rs [4]Result
 	var xs [4]ResultEx
@@ -561,7 +561,7 @@ func TestCQPushAndGetResultsAllocateNothing(t *testing.T) {
 func BenchmarkCQPushGetResults(b *testing.B) {
 	a, _ := newAdapter(defaultConfig())
 	defer a.Close()
-	c, _ := a.CreateCq(1024, nil)
+	c, _ := a.CreateCQ(1024, nil)
 	e := cq.Entry{Type: uint32(OpReceive)}
 	var rs [16]Result
 	b.ReportAllocs()

@@ -7,7 +7,7 @@
 //   - Status (NTSTATUS) and errors that carry it: errors.Is(err,
 //     ndk.ErrInvalidParameter), ndk.StatusOf(err);
 //   - the NDK flag and enum types with their numeric values (OpFlag, MRFlag,
-//     CQNotify, AdapterFlag, OperationType, RdmaTechnology, ObjectType,
+//     CQNotify, AdapterFlag, OperationType, RDMATechnology, ObjectType,
 //     Version);
 //   - AdapterInfo with ndkxdp's limits, which every create checks;
 //   - Open(ifname, Options): the steering program, AF_XDP sockets on one
@@ -15,9 +15,9 @@
 //     Adapter; Adapter.AllocBuffer for UMEM-resident buffers;
 //     Options.Capture records every frame as a pcap stream;
 //   - Adapter, CQ (GetResults, GetResultsEx, Arm with the NDKPI notification
-//     rules), PD, MR (RegisterMr, RegisterInvalidatableMr, tokens,
+//     rules), PD, MR (RegisterMR, RegisterInvalidatableMR, tokens,
 //     Deregister) and SGE;
-//   - QP (PD.CreateQp): Send, SendAndInvalidate, Write, Read, Receive,
+//   - QP (PD.CreateQP): Send, SendAndInvalidate, Write, Read, Receive,
 //     Flush, Close, with the NDK_OP_FLAG semantics of the seed pages;
 //   - the atomic extension (atomic.go; NDKPI has no atomic verb):
 //     QP.CompareAndSwap and QP.FetchAndAdd, MRFlagAllowRemoteAtomic, and
@@ -100,7 +100,7 @@
 //	a, _ := ndk.Open("eth1", ndk.Options{}) // in eth1's network namespace
 //	defer a.Close()
 //	var cq *ndk.CQ
-//	cq, _ = a.CreateCq(1024, func(s ndk.Status) {
+//	cq, _ = a.CreateCQ(1024, func(s ndk.Status) {
 //		if s != ndk.StatusSuccess {
 //			log.Printf("cq error: %v", s) // overrun or fatal: tear down
 //			return
@@ -112,14 +112,14 @@
 //		cq.Arm(ndk.CQNotifyAny)
 //	})
 //	cq.Arm(ndk.CQNotifyAny)
-//	pd, _ := a.CreatePd()
+//	pd, _ := a.CreatePD()
 //	buf := make([]byte, 1<<20)
-//	mr, err := pd.RegisterMr(buf, ndk.MRFlagAllowRemoteWrite)
+//	mr, err := pd.RegisterMR(buf, ndk.MRFlagAllowRemoteWrite)
 //	if errors.Is(err, ndk.ErrInvalidParameter) { ... }
 //	sge, _ := mr.SGE(0, 4096)
-//	qp, _ := pd.CreateQp(ndk.QPConfig{ReceiveCq: cq, InitiatorCq: cq,
+//	qp, _ := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq,
 //		ReceiveQueueDepth: 256, InitiatorQueueDepth: 256,
-//		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
+//		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
 //	c, _ := a.CreateConnector()
 //	err = c.Connect(ctx, qp, netip.AddrPort{}, netip.MustParseAddrPort("198.18.0.2:7174"), 1, 1, nil)
 //	if errors.Is(err, ndk.ErrConnectionRefused) { ... } // nobody listens, or rejected

@@ -18,8 +18,8 @@ const (
 	OpFlagAllowLocalWrite         OpFlag = 0x010
 	OpFlagAllowRemoteWrite        OpFlag = 0x030 // includes OpFlagAllowLocalWrite
 	OpFlagInline                  OpFlag = 0x040
-	OpFlagRdmaReadSink            OpFlag = 0x080
-	OpFlagRdmaReadLocalInvalidate OpFlag = 0x100 // ndkpi.h value; the Read doc page's 0x200 is DEFER (NDKPI.md §10)
+	OpFlagRDMAReadSink            OpFlag = 0x080
+	OpFlagRDMAReadLocalInvalidate OpFlag = 0x100 // ndkpi.h value; the Read doc page's 0x200 is DEFER (NDKPI.md §10)
 	OpFlagDefer                   OpFlag = 0x200 // NDKPI 1.2: batch the doorbell
 )
 
@@ -32,8 +32,8 @@ var opFlagNames = []flagName[OpFlag]{
 	{OpFlagAllowRemoteRead, "ALLOW_REMOTE_READ"},
 	{OpFlagAllowLocalWrite, "ALLOW_LOCAL_WRITE"},
 	{OpFlagInline, "INLINE"},
-	{OpFlagRdmaReadSink, "RDMA_READ_SINK"},
-	{OpFlagRdmaReadLocalInvalidate, "RDMA_READ_LOCAL_INVALIDATE"},
+	{OpFlagRDMAReadSink, "RDMA_READ_SINK"},
+	{OpFlagRDMAReadLocalInvalidate, "RDMA_READ_LOCAL_INVALIDATE"},
 	{OpFlagDefer, "DEFER"},
 }
 
@@ -64,25 +64,25 @@ var postOpFlags = [...]struct {
 	postSend:              {"send", OpFlagSilentSuccess | OpFlagReadFence | OpFlagSendAndSolicitEvent | OpFlagInline | OpFlagDefer},
 	postSendAndInvalidate: {"send and invalidate", OpFlagSilentSuccess | OpFlagReadFence | OpFlagSendAndSolicitEvent | OpFlagInline | OpFlagDefer},
 	postWrite:             {"write", OpFlagSilentSuccess | OpFlagReadFence | OpFlagInline | OpFlagDefer},
-	postRead:              {"read", OpFlagSilentSuccess | OpFlagReadFence | OpFlagRdmaReadLocalInvalidate | OpFlagDefer},
+	postRead:              {"read", OpFlagSilentSuccess | OpFlagReadFence | OpFlagRDMAReadLocalInvalidate | OpFlagDefer},
 	postBind:              {"bind", OpFlagSilentSuccess | OpFlagReadFence | OpFlagAllowRemoteRead | OpFlagAllowRemoteWrite | OpFlagDefer},
 	postFastRegister: {"fast register", OpFlagSilentSuccess | OpFlagReadFence | OpFlagAllowRemoteRead |
-		OpFlagAllowRemoteWrite | OpFlagRdmaReadSink | OpFlagDefer},
+		OpFlagAllowRemoteWrite | OpFlagRDMAReadSink | OpFlagDefer},
 	postInvalidate: {"invalidate", OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer},
 	postAtomic:     {"atomic", OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer},
 }
 
 // checkOpFlags rejects flags that op does not accept, and flags whose
 // adapter capability is not reported (RDMA_READ_LOCAL_INVALIDATE needs
-// AdapterFlagRdmaReadLocalInvalidateSupported, NDKPI.md §6). The QP's post
+// AdapterFlagRDMAReadLocalInvalidateSupported, NDKPI.md §6). The QP's post
 // calls run it before queueing a request; it allocates only on failure.
 func checkOpFlags(op postOp, f OpFlag, adapter AdapterFlag) error {
 	if int(op) >= len(postOpFlags) {
 		return errorf(StatusInvalidParameter, "post", "unknown operation %d", op)
 	}
 	accepted := postOpFlags[op].accepted
-	if adapter&AdapterFlagRdmaReadLocalInvalidateSupported == 0 {
-		accepted &^= OpFlagRdmaReadLocalInvalidate
+	if adapter&AdapterFlagRDMAReadLocalInvalidateSupported == 0 {
+		accepted &^= OpFlagRDMAReadLocalInvalidate
 	}
 	if bad := f &^ accepted; bad != 0 {
 		return errorf(StatusInvalidParameter, postOpFlags[op].name, "flags %v not accepted (accepted: %v)", bad, accepted)
@@ -99,10 +99,10 @@ const (
 	MRFlagAllowLocalWrite  MRFlag = 0x1
 	MRFlagAllowRemoteRead  MRFlag = 0x2
 	MRFlagAllowRemoteWrite MRFlag = 0x5 // includes MRFlagAllowLocalWrite
-	MRFlagRdmaReadSink     MRFlag = 0x8
+	MRFlagRDMAReadSink     MRFlag = 0x8
 
 	// mrFlagsKnown is every bit NdkRegisterMr defines.
-	mrFlagsKnown = MRFlagAllowLocalWrite | MRFlagAllowRemoteRead | MRFlagAllowRemoteWrite | MRFlagRdmaReadSink |
+	mrFlagsKnown = MRFlagAllowLocalWrite | MRFlagAllowRemoteRead | MRFlagAllowRemoteWrite | MRFlagRDMAReadSink |
 		MRFlagAllowRemoteAtomic // ndkxdp extension (atomic.go)
 )
 
@@ -111,7 +111,7 @@ var mrFlagNames = []flagName[MRFlag]{
 	{MRFlagAllowRemoteAtomic &^ MRFlagAllowLocalWrite, "ALLOW_REMOTE_ATOMIC"},
 	{MRFlagAllowLocalWrite, "ALLOW_LOCAL_WRITE"},
 	{MRFlagAllowRemoteRead, "ALLOW_REMOTE_READ"},
-	{MRFlagRdmaReadSink, "RDMA_READ_SINK"},
+	{MRFlagRDMAReadSink, "RDMA_READ_SINK"},
 }
 
 func (f MRFlag) String() string {
@@ -148,20 +148,20 @@ type AdapterFlag uint32
 
 const (
 	AdapterFlagInOrderDMASupported              AdapterFlag = 0x1
-	AdapterFlagRdmaReadSinkNotRequired          AdapterFlag = 0x2
+	AdapterFlagRDMAReadSinkNotRequired          AdapterFlag = 0x2
 	AdapterFlagCQInterruptModerationSupported   AdapterFlag = 0x4
 	AdapterFlagMultiEngineSupported             AdapterFlag = 0x8
-	AdapterFlagRdmaReadLocalInvalidateSupported AdapterFlag = 0x10 // NDKPI 1.2
+	AdapterFlagRDMAReadLocalInvalidateSupported AdapterFlag = 0x10 // NDKPI 1.2
 	AdapterFlagCQResizeSupported                AdapterFlag = 0x100
 	AdapterFlagLoopbackConnectionsSupported     AdapterFlag = 0x10000
 )
 
 var adapterFlagNames = []flagName[AdapterFlag]{
 	{AdapterFlagInOrderDMASupported, "IN_ORDER_DMA_SUPPORTED"},
-	{AdapterFlagRdmaReadSinkNotRequired, "RDMA_READ_SINK_NOT_REQUIRED"},
+	{AdapterFlagRDMAReadSinkNotRequired, "RDMA_READ_SINK_NOT_REQUIRED"},
 	{AdapterFlagCQInterruptModerationSupported, "CQ_INTERRUPT_MODERATION_SUPPORTED"},
 	{AdapterFlagMultiEngineSupported, "MULTI_ENGINE_SUPPORTED"},
-	{AdapterFlagRdmaReadLocalInvalidateSupported, "RDMA_READ_LOCAL_INVALIDATE_SUPPORTED"},
+	{AdapterFlagRDMAReadLocalInvalidateSupported, "RDMA_READ_LOCAL_INVALIDATE_SUPPORTED"},
 	{AdapterFlagCQResizeSupported, "CQ_RESIZE_SUPPORTED"},
 	{AdapterFlagLoopbackConnectionsSupported, "LOOPBACK_CONNECTIONS_SUPPORTED"},
 }
@@ -209,33 +209,33 @@ func (t OperationType) String() string {
 	return fmt.Sprintf("OperationType(%#x)", uint32(t))
 }
 
-// RdmaTechnology is NDK_RDMA_TECHNOLOGY (NDKPI.md §5, from the Windows PDB
+// RDMATechnology is NDK_RDMA_TECHNOLOGY (NDKPI.md §5, from the Windows PDB
 // symbols).
-type RdmaTechnology uint32
+type RDMATechnology uint32
 
 const (
-	RdmaUndefined  RdmaTechnology = 0
-	RdmaIWarp      RdmaTechnology = 1
-	RdmaInfiniBand RdmaTechnology = 2
-	RdmaRoCE       RdmaTechnology = 3
-	RdmaRoCEv2     RdmaTechnology = 4
-	rdmaMax        RdmaTechnology = 5
+	RDMAUndefined  RDMATechnology = 0
+	RDMAIWarp      RDMATechnology = 1
+	RDMAInfiniBand RDMATechnology = 2
+	RDMARoCE       RDMATechnology = 3
+	RDMARoCEv2     RDMATechnology = 4
+	rdmaMax        RDMATechnology = 5
 )
 
-func (t RdmaTechnology) String() string {
+func (t RDMATechnology) String() string {
 	switch t {
-	case RdmaUndefined:
+	case RDMAUndefined:
 		return "Undefined"
-	case RdmaIWarp:
+	case RDMAIWarp:
 		return "iWARP"
-	case RdmaInfiniBand:
+	case RDMAInfiniBand:
 		return "InfiniBand"
-	case RdmaRoCE:
+	case RDMARoCE:
 		return "RoCE"
-	case RdmaRoCEv2:
+	case RDMARoCEv2:
 		return "RoCEv2"
 	}
-	return fmt.Sprintf("RdmaTechnology(%d)", uint32(t))
+	return fmt.Sprintf("RDMATechnology(%d)", uint32(t))
 }
 
 // ObjectType is NDK_OBJECT_TYPE (NDKPI.md §2).

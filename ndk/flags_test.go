@@ -20,8 +20,8 @@ func TestOpFlagValues(t *testing.T) {
 		{OpFlagAllowLocalWrite, 0x010, "ALLOW_LOCAL_WRITE"},
 		{OpFlagAllowRemoteWrite, 0x030, "ALLOW_REMOTE_WRITE"},
 		{OpFlagInline, 0x040, "INLINE"},
-		{OpFlagRdmaReadSink, 0x080, "RDMA_READ_SINK"},
-		{OpFlagRdmaReadLocalInvalidate, 0x100, "RDMA_READ_LOCAL_INVALIDATE"},
+		{OpFlagRDMAReadSink, 0x080, "RDMA_READ_SINK"},
+		{OpFlagRDMAReadLocalInvalidate, 0x100, "RDMA_READ_LOCAL_INVALIDATE"},
 		{OpFlagDefer, 0x200, "DEFER"},
 	} {
 		if uint32(tc.f) != tc.want {
@@ -52,7 +52,7 @@ func TestMRFlagValues(t *testing.T) {
 		{MRFlagAllowLocalWrite, 0x1, "ALLOW_LOCAL_WRITE"},
 		{MRFlagAllowRemoteRead, 0x2, "ALLOW_REMOTE_READ"},
 		{MRFlagAllowRemoteWrite, 0x5, "ALLOW_REMOTE_WRITE"},
-		{MRFlagRdmaReadSink, 0x8, "RDMA_READ_SINK"},
+		{MRFlagRDMAReadSink, 0x8, "RDMA_READ_SINK"},
 	} {
 		if uint32(tc.f) != tc.want {
 			t.Errorf("%s = %#x, want %#x", tc.name, uint32(tc.f), tc.want)
@@ -89,10 +89,10 @@ func TestAdapterFlagValues(t *testing.T) {
 		name string
 	}{
 		{AdapterFlagInOrderDMASupported, 0x1, "IN_ORDER_DMA_SUPPORTED"},
-		{AdapterFlagRdmaReadSinkNotRequired, 0x2, "RDMA_READ_SINK_NOT_REQUIRED"},
+		{AdapterFlagRDMAReadSinkNotRequired, 0x2, "RDMA_READ_SINK_NOT_REQUIRED"},
 		{AdapterFlagCQInterruptModerationSupported, 0x4, "CQ_INTERRUPT_MODERATION_SUPPORTED"},
 		{AdapterFlagMultiEngineSupported, 0x8, "MULTI_ENGINE_SUPPORTED"},
-		{AdapterFlagRdmaReadLocalInvalidateSupported, 0x10, "RDMA_READ_LOCAL_INVALIDATE_SUPPORTED"},
+		{AdapterFlagRDMAReadLocalInvalidateSupported, 0x10, "RDMA_READ_LOCAL_INVALIDATE_SUPPORTED"},
 		{AdapterFlagCQResizeSupported, 0x100, "CQ_RESIZE_SUPPORTED"},
 		{AdapterFlagLoopbackConnectionsSupported, 0x10000, "LOOPBACK_CONNECTIONS_SUPPORTED"},
 	} {
@@ -128,15 +128,15 @@ func TestOperationTypeValues(t *testing.T) {
 
 func TestRdmaTechnologyValues(t *testing.T) {
 	for _, tc := range []struct {
-		r    RdmaTechnology
+		r    RDMATechnology
 		want uint32
 		name string
 	}{
-		{RdmaUndefined, 0, "Undefined"},
-		{RdmaIWarp, 1, "iWARP"},
-		{RdmaInfiniBand, 2, "InfiniBand"},
-		{RdmaRoCE, 3, "RoCE"},
-		{RdmaRoCEv2, 4, "RoCEv2"},
+		{RDMAUndefined, 0, "Undefined"},
+		{RDMAIWarp, 1, "iWARP"},
+		{RDMAInfiniBand, 2, "InfiniBand"},
+		{RDMARoCE, 3, "RoCE"},
+		{RDMARoCEv2, 4, "RoCEv2"},
 	} {
 		if uint32(tc.r) != tc.want || tc.r.String() != tc.name {
 			t.Errorf("%s = %d (%q), want %d", tc.name, uint32(tc.r), tc.r.String(), tc.want)
@@ -222,8 +222,8 @@ func TestOpFlagsPerOperation(t *testing.T) {
 	}{
 		{postWrite, OpFlagInline | OpFlagReadFence, OpFlagSendAndSolicitEvent},
 		{postRead, OpFlagReadFence | OpFlagDefer, OpFlagInline},
-		{postBind, OpFlagAllowRemoteRead | OpFlagAllowRemoteWrite, OpFlagRdmaReadSink},
-		{postFastRegister, OpFlagAllowLocalWrite | OpFlagRdmaReadSink, OpFlagInline},
+		{postBind, OpFlagAllowRemoteRead | OpFlagAllowRemoteWrite, OpFlagRDMAReadSink},
+		{postFastRegister, OpFlagAllowLocalWrite | OpFlagRDMAReadSink, OpFlagInline},
 		{postInvalidate, OpFlagSilentSuccess | OpFlagDefer, OpFlagAllowRemoteRead},
 	} {
 		if err := checkOpFlags(tc.op, tc.ok, info.AdapterFlags); err != nil {
@@ -234,10 +234,10 @@ func TestOpFlagsPerOperation(t *testing.T) {
 		}
 	}
 	// RDMA_READ_LOCAL_INVALIDATE needs the adapter capability (NDKPI.md §6).
-	if err := checkOpFlags(postRead, OpFlagRdmaReadLocalInvalidate, info.AdapterFlags); !errors.Is(err, ErrInvalidParameter) {
+	if err := checkOpFlags(postRead, OpFlagRDMAReadLocalInvalidate, info.AdapterFlags); !errors.Is(err, ErrInvalidParameter) {
 		t.Errorf("read-local-invalidate without capability: %v", err)
 	}
-	if err := checkOpFlags(postRead, OpFlagRdmaReadLocalInvalidate, AdapterFlagRdmaReadLocalInvalidateSupported); err != nil {
+	if err := checkOpFlags(postRead, OpFlagRDMAReadLocalInvalidate, AdapterFlagRDMAReadLocalInvalidateSupported); err != nil {
 		t.Errorf("read-local-invalidate with capability: %v", err)
 	}
 	if err := checkOpFlags(postOp(200), 0, 0); !errors.Is(err, ErrInvalidParameter) {

@@ -9,22 +9,22 @@ type AdapterInfo struct {
 	MaxRegistrationSize    uint64 // bytes in one NdkRegisterMr
 	MaxWindowSize          uint64 // bytes in one memory window
 	FRMRPageCount          uint32 // fast-register MR size, in pages, with the most FRMRs; at least 16
-	MaxInitiatorRequestSge uint32
-	MaxReceiveRequestSge   uint32
-	MaxReadRequestSge      uint32 // overrides MaxInitiatorRequestSge for reads
+	MaxInitiatorRequestSGE uint32
+	MaxReceiveRequestSGE   uint32
+	MaxReadRequestSGE      uint32 // overrides MaxInitiatorRequestSGE for reads
 	MaxTransferLength      uint32 // bytes in one send, receive, read or write
 	MaxInlineDataSize      uint32
 	MaxInboundReadLimit    uint32 // reads a peer may have in flight towards one QP
 	MaxOutboundReadLimit   uint32 // reads one QP may have in flight
 	MaxReceiveQueueDepth   uint32
 	MaxInitiatorQueueDepth uint32
-	MaxSrqDepth            uint32 // 0: no SRQ support
-	MaxCqDepth             uint32
+	MaxSRQDepth            uint32 // 0: no SRQ support
+	MaxCQDepth             uint32
 	LargeRequestThreshold  uint32 // above this, read/write beats send/receive
 	MaxCallerData          uint32 // private data bytes in a connect
 	MaxCalleeData          uint32 // private data bytes in an accept or reject
 	AdapterFlags           AdapterFlag
-	RdmaTechnology         RdmaTechnology
+	RDMATechnology         RDMATechnology
 }
 
 // providerVersion is the NDKPI version ndkxdp reports: 2.1, the header whose
@@ -50,9 +50,9 @@ func providerInfo() AdapterInfo {
 		FRMRPageCount:       256,
 		// 16 SGEs cover scatter/gather consumers (SMB Direct posts fewer)
 		// and keep a WQE small enough to copy into the send ring.
-		MaxInitiatorRequestSge: 16,
-		MaxReceiveRequestSge:   16,
-		MaxReadRequestSge:      16,
+		MaxInitiatorRequestSGE: 16,
+		MaxReceiveRequestSGE:   16,
+		MaxReadRequestSGE:      16,
 		// The RETH DMA length is 32 bits (ROCEV2.md); 1 GiB keeps one
 		// request's segmentation and retransmission state bounded.
 		MaxTransferLength: 1 << 30,
@@ -64,9 +64,9 @@ func providerInfo() AdapterInfo {
 		MaxOutboundReadLimit:   16,
 		MaxReceiveQueueDepth:   4096,
 		MaxInitiatorQueueDepth: 4096,
-		MaxSrqDepth:            0, // no SRQ yet
+		MaxSRQDepth:            0, // no SRQ yet
 		// Big enough for 8 QPs at full depth on one CQ.
-		MaxCqDepth: 1 << 16,
+		MaxCQDepth: 1 << 16,
 		// Under 64 KiB a SEND's single round trip and no token exchange win;
 		// above it, one-sided placement saves the receiver's bounce through
 		// posted buffers.
@@ -80,8 +80,8 @@ func providerInfo() AdapterInfo {
 		// rights on read sinks. No LOOPBACK (no loopback path yet), no
 		// moderation or resize (NdkControlCqInterruptModeration and
 		// NdkResizeCq are not offered).
-		AdapterFlags:   AdapterFlagInOrderDMASupported | AdapterFlagRdmaReadSinkNotRequired,
-		RdmaTechnology: RdmaRoCEv2,
+		AdapterFlags:   AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
+		RDMATechnology: RDMARoCEv2,
 	}
 }
 

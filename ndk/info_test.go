@@ -16,22 +16,22 @@ func TestProviderInfo(t *testing.T) {
 		MaxRegistrationSize:    1 << 40,
 		MaxWindowSize:          1 << 40,
 		FRMRPageCount:          256,
-		MaxInitiatorRequestSge: 16,
-		MaxReceiveRequestSge:   16,
-		MaxReadRequestSge:      16,
+		MaxInitiatorRequestSGE: 16,
+		MaxReceiveRequestSGE:   16,
+		MaxReadRequestSGE:      16,
 		MaxTransferLength:      1 << 30,
 		MaxInlineDataSize:      256,
 		MaxInboundReadLimit:    16,
 		MaxOutboundReadLimit:   16,
 		MaxReceiveQueueDepth:   4096,
 		MaxInitiatorQueueDepth: 4096,
-		MaxSrqDepth:            0,
-		MaxCqDepth:             65536,
+		MaxSRQDepth:            0,
+		MaxCQDepth:             65536,
 		LargeRequestThreshold:  65536,
 		MaxCallerData:          56,
 		MaxCalleeData:          196,
-		AdapterFlags:           AdapterFlagInOrderDMASupported | AdapterFlagRdmaReadSinkNotRequired,
-		RdmaTechnology:         RdmaRoCEv2,
+		AdapterFlags:           AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
+		RDMATechnology:         RDMARoCEv2,
 	}
 	if info != want {
 		t.Fatalf("providerInfo() =\n%+v\nwant\n%+v", info, want)
@@ -47,7 +47,7 @@ func TestProviderInfo(t *testing.T) {
 		t.Error("MaxCallerData exceeds a CM REQ's private data minus the rdma_cm header")
 	case info.MaxCalleeData > 196:
 		t.Error("MaxCalleeData exceeds a CM REP's private data")
-	case info.MaxCqDepth < info.MaxReceiveQueueDepth+info.MaxInitiatorQueueDepth:
+	case info.MaxCQDepth < info.MaxReceiveQueueDepth+info.MaxInitiatorQueueDepth:
 		t.Error("one QP at full depth does not fit one CQ")
 	case info.AdapterFlags&AdapterFlagLoopbackConnectionsSupported != 0:
 		t.Error("LOOPBACK reported but not supported")

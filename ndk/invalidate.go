@@ -1,6 +1,6 @@
 package ndk
 
-// RegisterInvalidatableMr registers buf like RegisterMr, except that the
+// RegisterInvalidatableMR registers buf like RegisterMR, except that the
 // region may be invalidated: by a peer's SendAndInvalidate naming its
 // remote token (seed 000/004), after which every use of either token fails
 // and a second invalidation fails too (seed 002).
@@ -10,6 +10,6 @@ package ndk
 // NDKPI.md §3; Linux rxe refuses it as well). ndkxdp does not offer
 // NdkFastRegister or memory windows yet; this is the registration they
 // would produce, for consumers of remote invalidation until they arrive.
-func (pd *PD) RegisterInvalidatableMr(buf []byte, flags MRFlag) (*MR, error) {
+func (pd *PD) RegisterInvalidatableMR(buf []byte, flags MRFlag) (*MR, error) {
 	return pd.register(addrOf(buf), buf, flags, true)
 }

@@ -12,7 +12,7 @@ import (
 func newTestPD(t *testing.T, tune func(*adapterConfig)) (*Adapter, *PD) {
 	t.Helper()
 	a := newTestAdapter(t, tune)
-	pd, err := a.CreatePd()
+	pd, err := a.CreatePD()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func newTestPD(t *testing.T, tune func(*adapterConfig)) (*Adapter, *PD) {
 // a request for address 0 with real memory behind it.
 func TestSeedRegisterMr_RejectsZeroBasedAddress(t *testing.T) {
 	_, pd := newTestPD(t, nil)
-	if _, err := pd.RegisterMr(nil, 0); !errors.Is(err, ErrInvalidParameter) {
+	if _, err := pd.RegisterMR(nil, 0); !errors.Is(err, ErrInvalidParameter) {
 		t.Errorf("nil buffer: %v, want STATUS_INVALID_PARAMETER", err)
 	}
 	if _, err := pd.registerAt(0, make([]byte, 4096), MRFlagAllowLocalWrite); !errors.Is(err, ErrInvalidParameter) {
@@ -35,7 +35,7 @@ func TestSeedRegisterMr_RejectsZeroBasedAddress(t *testing.T) {
 func TestSeedRegisterMr_RejectsZeroLength(t *testing.T) {
 	_, pd := newTestPD(t, nil)
 	backing := make([]byte, 16)
-	if _, err := pd.RegisterMr(backing[:0], 0); !errors.Is(err, ErrInvalidParameter) {
+	if _, err := pd.RegisterMR(backing[:0], 0); !errors.Is(err, ErrInvalidParameter) {
 		t.Errorf("empty slice of real memory: %v, want STATUS_INVALID_PARAMETER", err)
 	}
 	if _, err := pd.registerAt(0x1000, nil, 0); !errors.Is(err, ErrInvalidParameter) {
@@ -45,10 +45,10 @@ func TestSeedRegisterMr_RejectsZeroLength(t *testing.T) {
 
 func TestSeedRegisterMr_RejectsLengthOverMaxRegistrationSize(t *testing.T) {
 	_, pd := newTestPD(t, func(c *adapterConfig) { c.info.MaxRegistrationSize = 1 << 16 })
-	if _, err := pd.RegisterMr(make([]byte, 1<<16+1), 0); !errors.Is(err, ErrInvalidParameter) {
+	if _, err := pd.RegisterMR(make([]byte, 1<<16+1), 0); !errors.Is(err, ErrInvalidParameter) {
 		t.Errorf("length MaxRegistrationSize+1: %v, want STATUS_INVALID_PARAMETER", err)
 	}
-	if _, err := pd.RegisterMr(make([]byte, 1<<16), 0); err != nil {
+	if _, err := pd.RegisterMR(make([]byte, 1<<16), 0); err != nil {
 		t.Errorf("length MaxRegistrationSize: %v", err)
 	}
 }
@@ -57,7 +57,7 @@ func TestSeedRegisterMr_RejectsUnknownFlags(t *testing.T) {
 	_, pd := newTestPD(t, nil)
 	for _, f := range []MRFlag{0x10, 0x20, 0x100, 0x80000000, MRFlagAllowRemoteWrite | 0x40,
 		0x4, 0x4 | MRFlagAllowRemoteRead} { // 0x4 alone is remote write without local write
-		if _, err := pd.RegisterMr(make([]byte, 64), f); !errors.Is(err, ErrInvalidParameter) {
+		if _, err := pd.RegisterMR(make([]byte, 64), f); !errors.Is(err, ErrInvalidParameter) {
 			t.Errorf("flags %#x: %v, want STATUS_INVALID_PARAMETER", uint32(f), err)
 		}
 	}
@@ -69,7 +69,7 @@ func TestSeedRegisterMr_RejectsUnknownFlags(t *testing.T) {
 // because RDMA_READ_SINK is present.
 func TestSeedRegisterMr_AcceptsEveryDocumentedFlagCombination(t *testing.T) {
 	_, pd := newTestPD(t, nil)
-	bits := []MRFlag{MRFlagAllowLocalWrite, MRFlagAllowRemoteRead, MRFlagAllowRemoteWrite, MRFlagRdmaReadSink}
+	bits := []MRFlag{MRFlagAllowLocalWrite, MRFlagAllowRemoteRead, MRFlagAllowRemoteWrite, MRFlagRDMAReadSink}
 	for mask := range 1 << len(bits) {
 		var f MRFlag
 		for i, b := range bits {
@@ -77,7 +77,7 @@ func TestSeedRegisterMr_AcceptsEveryDocumentedFlagCombination(t *testing.T) {
 				f |= b
 			}
 		}
-		mr, err := pd.RegisterMr(make([]byte, 64), f)
+		mr, err := pd.RegisterMR(make([]byte, 64), f)
 		if err != nil {
 			t.Errorf("flags %v: %v", f, err)
 			continue
@@ -94,7 +94,7 @@ func TestSeedRegisterMr_AcceptsEveryDocumentedFlagCombination(t *testing.T) {
 func TestSeedRegisterMr_AddressIsTheBuffers(t *testing.T) {
 	a, pd := newTestPD(t, nil)
 	buf := make([]byte, 256)
-	mr, err := pd.RegisterMr(buf, MRFlagAllowLocalWrite)
+	mr, err := pd.RegisterMR(buf, MRFlagAllowLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +118,11 @@ func TestSeedRegisterMr_AddressIsTheBuffers(t *testing.T) {
 func TestSeedRegisterMr_InsufficientResourcesWhenTableFull(t *testing.T) {
 	_, pd := newTestPD(t, func(c *adapterConfig) { c.regions = 2 })
 	for range 2 {
-		if _, err := pd.RegisterMr(make([]byte, 8), 0); err != nil {
+		if _, err := pd.RegisterMR(make([]byte, 8), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pd.RegisterMr(make([]byte, 8), 0); !errors.Is(err, ErrInsufficientResources) {
+	if _, err := pd.RegisterMR(make([]byte, 8), 0); !errors.Is(err, ErrInsufficientResources) {
 		t.Fatalf("third registration: %v, want STATUS_INSUFFICIENT_RESOURCES", err)
 	}
 }
@@ -131,7 +131,7 @@ func TestSeedRegisterMr_InsufficientResourcesWhenTableFull(t *testing.T) {
 // fail at once, and a second deregistration is refused.
 func TestSeedRegisterMr_DeregisterRevokesTokens(t *testing.T) {
 	a, pd := newTestPD(t, nil)
-	mr, _ := pd.RegisterMr(make([]byte, 64), MRFlagAllowRemoteWrite|MRFlagAllowRemoteRead)
+	mr, _ := pd.RegisterMR(make([]byte, 64), MRFlagAllowRemoteWrite|MRFlagAllowRemoteRead)
 	if err := mr.Deregister(); err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +158,10 @@ func TestMRRightsFollowFlags(t *testing.T) {
 		{MRFlagAllowLocalWrite, true, true, false, false},
 		{MRFlagAllowRemoteRead, false, false, true, false},
 		{MRFlagAllowRemoteWrite, true, true, false, true},
-		{MRFlagRdmaReadSink, false, true, false, false},
+		{MRFlagRDMAReadSink, false, true, false, false},
 		{MRFlagAllowRemoteWrite | MRFlagAllowRemoteRead, true, true, true, true},
 	} {
-		mr, err := pd.RegisterMr(make([]byte, 32), tc.flags)
+		mr, err := pd.RegisterMR(make([]byte, 32), tc.flags)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestMRTokensAreDistinct(t *testing.T) {
 	_, pd := newTestPD(t, nil)
 	seen := map[uint32]bool{}
 	for range 64 {
-		mr, err := pd.RegisterMr(make([]byte, 8), MRFlagAllowRemoteRead)
+		mr, err := pd.RegisterMR(make([]byte, 8), MRFlagAllowRemoteRead)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func TestMRTokensAreDistinct(t *testing.T) {
 
 func TestMRSGE(t *testing.T) {
 	_, pd := newTestPD(t, nil)
-	mr, _ := pd.RegisterMr(make([]byte, 100), 0)
+	mr, _ := pd.RegisterMR(make([]byte, 100), 0)
 	for _, tc := range []struct {
 		off, n int
 		ok     bool

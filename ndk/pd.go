@@ -40,7 +40,7 @@ type SGE struct {
 	Token  uint32 // the MR's LocalToken
 }
 
-// RegisterMr registers buf with the access rights in flags (NdkCreateMr
+// RegisterMR registers buf with the access rights in flags (NdkCreateMr
 // with FastRegister=FALSE followed by NdkRegisterMr; seed 001). The MR's
 // address is buf's real address; the caller keeps buf alive and does not
 // reuse it for other purposes until Deregister.
@@ -53,11 +53,11 @@ type SGE struct {
 // STATUS_INVALID_HANDLE once the PD is closing. RDMA_READ_SINK is always
 // accepted: the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
 // Registration completes inline; it never pends.
-func (pd *PD) RegisterMr(buf []byte, flags MRFlag) (*MR, error) {
+func (pd *PD) RegisterMR(buf []byte, flags MRFlag) (*MR, error) {
 	return pd.registerAt(addrOf(buf), buf, flags)
 }
 
-// registerAt registers buf under address va; RegisterMr passes buf's own
+// registerAt registers buf under address va; RegisterMR passes buf's own
 // address. Keeping the address separate lets tests present the request a
 // zero-based MDL would make.
 func (pd *PD) registerAt(va uint64, buf []byte, flags MRFlag) (*MR, error) {
@@ -65,7 +65,7 @@ func (pd *PD) registerAt(va uint64, buf []byte, flags MRFlag) (*MR, error) {
 }
 
 // register is registerAt with the choice of whether an invalidation may
-// revoke the region (RegisterInvalidatableMr).
+// revoke the region (RegisterInvalidatableMR).
 func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
 	const op = "register mr"
 	info := &pd.adapter.info

@@ -18,12 +18,12 @@ import (
 // CQs, the context returned in every completion, queue depths, SGE limits
 // and the inline size, each checked against the adapter's AdapterInfo.
 type QPConfig struct {
-	ReceiveCq, InitiatorCq *CQ
+	ReceiveCQ, InitiatorCQ *CQ
 	Context                any
 	ReceiveQueueDepth      int
 	InitiatorQueueDepth    int
-	MaxReceiveRequestSge   int
-	MaxInitiatorRequestSge int
+	MaxReceiveRequestSGE   int
+	MaxInitiatorRequestSGE int
 	InlineDataSize         int
 }
 
@@ -62,7 +62,7 @@ func engineSGL(sgl []SGE) []rc.SGE {
 	return unsafe.Slice((*rc.SGE)(unsafe.Pointer(unsafe.SliceData(sgl))), len(sgl))
 }
 
-// CreateQp creates a QP on the PD (NdkCreateQp). It fails with
+// CreateQP creates a QP on the PD (NdkCreateQp). It fails with
 // STATUS_INVALID_PARAMETER when a CQ is missing or belongs to another
 // adapter, or a depth, SGE count or inline size is out of [0, its
 // AdapterInfo limit] (depths at least 1); STATUS_NOT_SUPPORTED on an
@@ -72,23 +72,23 @@ func engineSGL(sgl []SGE) []rc.SGE {
 // The QP is assigned to a queue round-robin; receives may be posted at
 // once, initiator requests after ConnectOOB (or, with connection
 // management, after the connector completes).
-func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	const op = "create qp"
 	a := pd.adapter
 	info := &a.info
 	switch {
-	case cfg.ReceiveCq == nil || cfg.InitiatorCq == nil:
+	case cfg.ReceiveCQ == nil || cfg.InitiatorCQ == nil:
 		return nil, errorf(StatusInvalidParameter, op, "a receive and an initiator CQ are required")
-	case cfg.ReceiveCq.adapter != a || cfg.InitiatorCq.adapter != a:
+	case cfg.ReceiveCQ.adapter != a || cfg.InitiatorCQ.adapter != a:
 		return nil, errorf(StatusInvalidParameter, op, "CQ of another adapter")
 	case cfg.ReceiveQueueDepth < 1 || cfg.ReceiveQueueDepth > int(info.MaxReceiveQueueDepth):
 		return nil, errorf(StatusInvalidParameter, op, "ReceiveQueueDepth %d outside [1, %d]", cfg.ReceiveQueueDepth, info.MaxReceiveQueueDepth)
 	case cfg.InitiatorQueueDepth < 1 || cfg.InitiatorQueueDepth > int(info.MaxInitiatorQueueDepth):
 		return nil, errorf(StatusInvalidParameter, op, "InitiatorQueueDepth %d outside [1, %d]", cfg.InitiatorQueueDepth, info.MaxInitiatorQueueDepth)
-	case cfg.MaxReceiveRequestSge < 0 || cfg.MaxReceiveRequestSge > int(info.MaxReceiveRequestSge):
-		return nil, errorf(StatusInvalidParameter, op, "MaxReceiveRequestSge %d outside [0, %d]", cfg.MaxReceiveRequestSge, info.MaxReceiveRequestSge)
-	case cfg.MaxInitiatorRequestSge < 0 || cfg.MaxInitiatorRequestSge > int(info.MaxInitiatorRequestSge):
-		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSge %d outside [0, %d]", cfg.MaxInitiatorRequestSge, info.MaxInitiatorRequestSge)
+	case cfg.MaxReceiveRequestSGE < 0 || cfg.MaxReceiveRequestSGE > int(info.MaxReceiveRequestSGE):
+		return nil, errorf(StatusInvalidParameter, op, "MaxReceiveRequestSGE %d outside [0, %d]", cfg.MaxReceiveRequestSGE, info.MaxReceiveRequestSGE)
+	case cfg.MaxInitiatorRequestSGE < 0 || cfg.MaxInitiatorRequestSGE > int(info.MaxInitiatorRequestSGE):
+		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSGE %d outside [0, %d]", cfg.MaxInitiatorRequestSGE, info.MaxInitiatorRequestSGE)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
 	case a.prov == nil:
@@ -100,14 +100,14 @@ func (pd *PD) CreateQp(cfg QPConfig) (*QP, error) {
 	if closing {
 		return nil, errorf(StatusInvalidHandle, op, "pd closed")
 	}
-	// The SGE limit for reads is the adapter's MaxReadRequestSge, capped
+	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
 	// by what this QP accepts for other requests.
-	readSGE := min(cfg.MaxInitiatorRequestSge, int(info.MaxReadRequestSge))
+	readSGE := min(cfg.MaxInitiatorRequestSGE, int(info.MaxReadRequestSGE))
 	q, queue, err := a.prov.CreateQP(rc.QPConfig{
 		PD:     pd.id,
-		RecvCQ: cfg.ReceiveCq.core, SendCQ: cfg.InitiatorCq.core, Context: cfg.Context,
+		RecvCQ: cfg.ReceiveCQ.core, SendCQ: cfg.InitiatorCQ.core, Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
-		MaxRecvSGE: cfg.MaxReceiveRequestSge, MaxSendSGE: cfg.MaxInitiatorRequestSge, MaxReadSGE: readSGE,
+		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
 		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
 	})
 	switch {
@@ -185,7 +185,7 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 // SILENT_SUCCESS (no completion unless it fails), READ_FENCE (start after
 // every earlier Read completed), SEND_AND_SOLICIT_EVENT (the peer's
 // SOLICITED arm fires on this receive), INLINE (the bytes are copied now;
-// tokens are not checked, the SGE count may exceed MaxInitiatorRequestSge,
+// tokens are not checked, the SGE count may exceed MaxInitiatorRequestSGE,
 // the total must fit InlineDataSize) and DEFER (no doorbell: the request
 // waits for the next post without DEFER).
 //

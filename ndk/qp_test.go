@@ -42,17 +42,17 @@ func newSide(t testing.TB, a *Adapter) *side {
 	t.Helper()
 	s := &side{a: a}
 	var err error
-	if s.pd, err = a.CreatePd(); err != nil {
+	if s.pd, err = a.CreatePD(); err != nil {
 		t.Fatal(err)
 	}
-	if s.rcq, err = a.CreateCq(1024, nil); err != nil {
+	if s.rcq, err = a.CreateCQ(1024, nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.icq, err = a.CreateCq(1024, nil); err != nil {
+	if s.icq, err = a.CreateCQ(1024, nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.qp, err = s.pd.CreateQp(QPConfig{ReceiveCq: s.rcq, InitiatorCq: s.icq, Context: "qp",
-		ReceiveQueueDepth: 64, InitiatorQueueDepth: 64, MaxReceiveRequestSge: 4, MaxInitiatorRequestSge: 4, InlineDataSize: 128}); err != nil {
+	if s.qp, err = s.pd.CreateQP(QPConfig{ReceiveCQ: s.rcq, InitiatorCQ: s.icq, Context: "qp",
+		ReceiveQueueDepth: 64, InitiatorQueueDepth: 64, MaxReceiveRequestSGE: 4, MaxInitiatorRequestSGE: 4, InlineDataSize: 128}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -96,8 +96,8 @@ func TestQPSendReceiveOverPipe(t *testing.T) {
 		src[i] = byte(i * 7)
 	}
 	dst := make([]byte, 3000)
-	smr, _ := x.pd.RegisterMr(src, 0)
-	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	smr, _ := x.pd.RegisterMR(src, 0)
+	dmr, _ := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite)
 	ss, _ := smr.SGE(0, 3000)
 	ds, _ := dmr.SGE(0, 3000)
 	if err := y.qp.Receive("r", []SGE{ds}); err != nil {
@@ -134,18 +134,18 @@ func TestQPNotConnectedAndBadFlags(t *testing.T) {
 func TestCreateQpChecksLimits(t *testing.T) {
 	x, _ := pipePair(t, false)
 	info := x.a.Info()
-	base := QPConfig{ReceiveCq: x.rcq, InitiatorCq: x.icq, ReceiveQueueDepth: 1, InitiatorQueueDepth: 1}
+	base := QPConfig{ReceiveCQ: x.rcq, InitiatorCQ: x.icq, ReceiveQueueDepth: 1, InitiatorQueueDepth: 1}
 	for name, mod := range map[string]func(*QPConfig){
 		"ReceiveDepth":  func(c *QPConfig) { c.ReceiveQueueDepth = int(info.MaxReceiveQueueDepth) + 1 },
 		"InitiatorZero": func(c *QPConfig) { c.InitiatorQueueDepth = 0 },
-		"RecvSGE":       func(c *QPConfig) { c.MaxReceiveRequestSge = int(info.MaxReceiveRequestSge) + 1 },
-		"SendSGE":       func(c *QPConfig) { c.MaxInitiatorRequestSge = int(info.MaxInitiatorRequestSge) + 1 },
+		"RecvSGE":       func(c *QPConfig) { c.MaxReceiveRequestSGE = int(info.MaxReceiveRequestSGE) + 1 },
+		"SendSGE":       func(c *QPConfig) { c.MaxInitiatorRequestSGE = int(info.MaxInitiatorRequestSGE) + 1 },
 		"Inline":        func(c *QPConfig) { c.InlineDataSize = int(info.MaxInlineDataSize) + 1 },
-		"NoCQ":          func(c *QPConfig) { c.ReceiveCq = nil },
+		"NoCQ":          func(c *QPConfig) { c.ReceiveCQ = nil },
 	} {
 		c := base
 		mod(&c)
-		if _, err := x.pd.CreateQp(c); !errors.Is(err, ErrInvalidParameter) {
+		if _, err := x.pd.CreateQP(c); !errors.Is(err, ErrInvalidParameter) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -155,8 +155,8 @@ func TestQPPostAndPollAllocateNothing(t *testing.T) {
 	x, y := pipePair(t, true)
 	src := make([]byte, 64)
 	dst := make([]byte, 64)
-	smr, _ := x.pd.RegisterMr(src, 0)
-	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	smr, _ := x.pd.RegisterMR(src, 0)
+	dmr, _ := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite)
 	ss, _ := smr.SGE(0, 64)
 	ds, _ := dmr.SGE(0, 64)
 	ssgl, dsgl := []SGE{ss}, []SGE{ds}
@@ -193,10 +193,10 @@ func TestQueueFullAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := make([]byte, 64)
-	smr, _ := x.pd.RegisterMr(src, 0)
+	smr, _ := x.pd.RegisterMR(src, 0)
 	ss, _ := smr.SGE(0, 64)
 	dst := make([]byte, 64)
-	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite|MRFlagAllowRemoteWrite)
+	dmr, _ := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite|MRFlagAllowRemoteWrite)
 	ds, _ := dmr.SGE(0, 64)
 	ssgl, dsgl := []SGE{ss}, []SGE{ds}
 	full := func(what string, post func() error) {

@@ -13,13 +13,13 @@ import (
 func TestRefusedPostSubmitsDeferred(t *testing.T) {
 	x, y := pipePair(t, true)
 	dst := make([]byte, 16)
-	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	dmr, _ := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite)
 	ds, _ := dmr.SGE(0, 16)
 	if err := y.qp.Receive("r", []SGE{ds}); err != nil {
 		t.Fatal(err)
 	}
 	src := []byte("deferred")
-	smr, _ := x.pd.RegisterMr(src, 0)
+	smr, _ := x.pd.RegisterMR(src, 0)
 	ss, _ := smr.SGE(0, len(src))
 	if err := x.qp.Send("deferred", []SGE{ss}, OpFlagDefer); err != nil {
 		t.Fatal(err)
@@ -36,17 +36,17 @@ func TestRefusedPostSubmitsDeferred(t *testing.T) {
 }
 
 // TestInlineMayExceedSGELimit: seeds 003 and 004, an INLINE request may
-// carry more SGEs than MaxInitiatorRequestSge. Seventeen one-byte inline
+// carry more SGEs than MaxInitiatorRequestSGE. Seventeen one-byte inline
 // SGEs on a QP whose limit is 16 (above the engine's 16 per WQE) are
 // sent as one message.
 func TestInlineMayExceedSGELimit(t *testing.T) {
 	x, y := pipePair(t, false)
 	// A QP with the adapter's whole SGE limit, and 32 bytes inline.
-	icq, _ := x.a.CreateCq(64, nil)
-	rcq, _ := x.a.CreateCq(64, nil)
-	qp, err := x.pd.CreateQp(QPConfig{ReceiveCq: rcq, InitiatorCq: icq,
-		ReceiveQueueDepth: 8, InitiatorQueueDepth: 8, MaxReceiveRequestSge: 1,
-		MaxInitiatorRequestSge: 16, InlineDataSize: 32})
+	icq, _ := x.a.CreateCQ(64, nil)
+	rcq, _ := x.a.CreateCQ(64, nil)
+	qp, err := x.pd.CreateQP(QPConfig{ReceiveCQ: rcq, InitiatorCQ: icq,
+		ReceiveQueueDepth: 8, InitiatorQueueDepth: 8, MaxReceiveRequestSGE: 1,
+		MaxInitiatorRequestSGE: 16, InlineDataSize: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,14 +57,14 @@ func TestInlineMayExceedSGELimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := make([]byte, 32)
-	dmr, _ := y.pd.RegisterMr(dst, MRFlagAllowLocalWrite)
+	dmr, _ := y.pd.RegisterMR(dst, MRFlagAllowLocalWrite)
 	ds, _ := dmr.SGE(0, 32)
 	if err := y.qp.Receive("r", []SGE{ds}); err != nil {
 		t.Fatal(err)
 	}
 	const want = "seventeen pieces!"
 	src := []byte(want)
-	smr, _ := x.pd.RegisterMr(src, 0)
+	smr, _ := x.pd.RegisterMR(src, 0)
 	sgl := make([]SGE, len(src))
 	for i := range sgl {
 		sgl[i], _ = smr.SGE(i, 1)

@@ -112,7 +112,7 @@ func (s Status) IsSuccess() bool { return int32(s) >= 0 }
 type Error struct {
 	Status Status
 	Op     string // the call that failed, e.g. "create cq"
-	Detail string // what was wrong, e.g. "depth 70000 exceeds MaxCqDepth 65536"
+	Detail string // what was wrong, e.g. "depth 70000 exceeds MaxCQDepth 65536"
 	Err    error  // the underlying cause, if any
 }
 

@@ -111,8 +111,8 @@ func TestStatusOfNilAndForeignErrors(t *testing.T) {
 }
 
 func TestErrorMessageSaysWhatFailed(t *testing.T) {
-	msg := errorf(StatusInvalidParameter, "create cq", "depth %d exceeds MaxCqDepth %d", 70000, 65536).Error()
-	for _, want := range []string{"create cq", "depth 70000 exceeds MaxCqDepth 65536", "STATUS_INVALID_PARAMETER"} {
+	msg := errorf(StatusInvalidParameter, "create cq", "depth %d exceeds MaxCQDepth %d", 70000, 65536).Error()
+	for _, want := range []string{"create cq", "depth 70000 exceeds MaxCQDepth 65536", "STATUS_INVALID_PARAMETER"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q lacks %q", msg, want)
 		}

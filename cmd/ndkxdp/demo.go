@@ -264,8 +264,8 @@ type cmConnection struct {
 // and A completes (RTU).
 func connectCM(ctx context.Context, a, b *ndkhost.Host, srv *cmServer) (*cmConnection, error) {
 	cfg := func(x *ndkhost.Host) ndk.QPConfig {
-		return ndk.QPConfig{ReceiveCq: x.RCQ, InitiatorCq: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
-			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1}
+		return ndk.QPConfig{ReceiveCQ: x.RCQ, InitiatorCQ: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
+			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
 	}
 	for _, x := range []*ndkhost.Host{a, b} {
 		if err := x.NewCQs(); err != nil {
@@ -274,10 +274,10 @@ func connectCM(ctx context.Context, a, b *ndkhost.Host, srv *cmServer) (*cmConne
 	}
 	cn := &cmConnection{}
 	var err error
-	if cn.qa, err = a.PD.CreateQp(cfg(a)); err != nil {
+	if cn.qa, err = a.PD.CreateQP(cfg(a)); err != nil {
 		return nil, err
 	}
-	if cn.qb, err = b.PD.CreateQp(cfg(b)); err != nil {
+	if cn.qb, err = b.PD.CreateQP(cfg(b)); err != nil {
 		cn.qa.Close()
 		return nil, err
 	}
@@ -380,12 +380,12 @@ func demoSend(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n, size i
 	const slots = demoQueueDepth
 	src := make([]byte, size*slots)
 	dst := make([]byte, size*slots)
-	smr, err := a.PD.RegisterMr(src, ndk.MRFlagAllowLocalRead)
+	smr, err := a.PD.RegisterMR(src, ndk.MRFlagAllowLocalRead)
 	if err != nil {
 		return phase{}, err
 	}
 	defer smr.Deregister()
-	dmr, err := b.PD.RegisterMr(dst, ndk.MRFlagAllowLocalWrite)
+	dmr, err := b.PD.RegisterMR(dst, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return phase{}, err
 	}
@@ -548,10 +548,10 @@ func demoWrite(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int)
 // registerPair registers src on spd and dst on dpd; release deregisters
 // both.
 func registerPair(spd *ndk.PD, src []byte, sflags ndk.MRFlag, dpd *ndk.PD, dst []byte, dflags ndk.MRFlag) (smr, dmr *ndk.MR, release func(), err error) {
-	if smr, err = spd.RegisterMr(src, sflags); err != nil {
+	if smr, err = spd.RegisterMR(src, sflags); err != nil {
 		return nil, nil, nil, err
 	}
-	if dmr, err = dpd.RegisterMr(dst, dflags); err != nil {
+	if dmr, err = dpd.RegisterMR(dst, dflags); err != nil {
 		smr.Deregister()
 		return nil, nil, nil, err
 	}
@@ -638,7 +638,7 @@ func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, do
 func demoPingPong(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
 	const size = 64
 	buf := func(x *ndkhost.Host, flags ndk.MRFlag) (ndk.SGE, func(), error) {
-		mr, err := x.PD.RegisterMr(make([]byte, size), flags)
+		mr, err := x.PD.RegisterMR(make([]byte, size), flags)
 		if err != nil {
 			return ndk.SGE{}, nil, err
 		}

@@ -15,5 +15,5 @@
 //	a, err := ndkhost.Open(p.A, ndkhost.Config{})
 //	if err != nil { ... }
 //	defer a.Close()
-//	qp, err := a.PD.CreateQp(ndk.QPConfig{ReceiveCq: a.RCQ, InitiatorCq: a.ICQ, ...})
+//	qp, err := a.PD.CreateQP(ndk.QPConfig{ReceiveCQ: a.RCQ, InitiatorCQ: a.ICQ, ...})
 package ndkhost

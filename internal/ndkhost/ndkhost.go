@@ -18,7 +18,7 @@ type Config struct {
 	// DefaultCQDepth.
 	CQDepth int
 	// ReceiveNotify, if set, is the receive CQ's notification callback
-	// (see ndk.Adapter.CreateCq); the initiator CQ has none.
+	// (see ndk.Adapter.CreateCQ); the initiator CQ has none.
 	ReceiveNotify func(ndk.Status)
 }
 
@@ -48,7 +48,7 @@ func Open(h *vethpair.Host, cfg Config) (*Host, error) {
 		return nil, fmt.Errorf("open ndkxdp on %s/%s: %w", h.Name, h.Link, err)
 	}
 	var err error
-	if x.PD, err = x.Adapter.CreatePd(); err != nil {
+	if x.PD, err = x.Adapter.CreatePD(); err != nil {
 		x.Close()
 		return nil, fmt.Errorf("%s: create PD: %w", h.Name, err)
 	}
@@ -72,10 +72,10 @@ func (x *Host) NewCQs() error {
 	}
 	x.RCQ, x.ICQ = nil, nil
 	var err error
-	if x.RCQ, err = x.Adapter.CreateCq(x.cfg.CQDepth, x.cfg.ReceiveNotify); err != nil {
+	if x.RCQ, err = x.Adapter.CreateCQ(x.cfg.CQDepth, x.cfg.ReceiveNotify); err != nil {
 		return fmt.Errorf("%s: create receive CQ: %w", x.Net.Name, err)
 	}
-	if x.ICQ, err = x.Adapter.CreateCq(x.cfg.CQDepth, nil); err != nil {
+	if x.ICQ, err = x.Adapter.CreateCQ(x.cfg.CQDepth, nil); err != nil {
 		return fmt.Errorf("%s: create initiator CQ: %w", x.Net.Name, err)
 	}
 	return nil

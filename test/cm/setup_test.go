@@ -42,8 +42,8 @@ func pair(t testing.TB, cfg harness.Config, a, b ndk.Options) (*harness.Pair, *h
 
 func (x *host) qp() *ndk.QP {
 	x.t.Helper()
-	q, err := x.PD.CreateQp(ndk.QPConfig{ReceiveCq: x.RCQ, InitiatorCq: x.ICQ, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
-		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1, InlineDataSize: 64})
+	q, err := x.PD.CreateQP(ndk.QPConfig{ReceiveCQ: x.RCQ, InitiatorCQ: x.ICQ, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1, InlineDataSize: 64})
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ type buffer struct {
 func (x *host) buffer(n int) *buffer {
 	x.t.Helper()
 	b := make([]byte, n)
-	mr, err := x.PD.RegisterMr(b, ndk.MRFlagAllowLocalWrite)
+	mr, err := x.PD.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -165,15 +165,15 @@ func (s *server) accept(c *ndk.Connector) {
 	if _, _, _, sc.err = c.GetConnectionData(sc.data); sc.err != nil {
 		return
 	}
-	q, err := s.y.PD.CreateQp(ndk.QPConfig{ReceiveCq: s.y.RCQ, InitiatorCq: s.y.ICQ, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
-		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1, InlineDataSize: 64})
+	q, err := s.y.PD.CreateQP(ndk.QPConfig{ReceiveCQ: s.y.RCQ, InitiatorCQ: s.y.ICQ, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1, InlineDataSize: 64})
 	if err != nil {
 		sc.err = err
 		return
 	}
 	sc.qp = q
 	b := make([]byte, 256)
-	mr, err := s.y.PD.RegisterMr(b, ndk.MRFlagAllowLocalWrite)
+	mr, err := s.y.PD.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		sc.err = err
 		return

@@ -15,21 +15,21 @@ import (
 func TestOpen_InfoFilled(t *testing.T) {
 	a, _ := newHosts(t, setup{})
 	i := a.Adapter.Info()
-	if i.RdmaTechnology != ndk.RdmaRoCEv2 {
-		t.Errorf("RdmaTechnology %v", i.RdmaTechnology)
+	if i.RDMATechnology != ndk.RDMARoCEv2 {
+		t.Errorf("RDMATechnology %v", i.RDMATechnology)
 	}
-	want := ndk.AdapterFlagInOrderDMASupported | ndk.AdapterFlagRdmaReadSinkNotRequired
+	want := ndk.AdapterFlagInOrderDMASupported | ndk.AdapterFlagRDMAReadSinkNotRequired
 	if i.AdapterFlags&want != want {
 		t.Errorf("AdapterFlags %v lack %v", i.AdapterFlags, want)
 	}
 	for name, v := range map[string]uint64{
 		"MaxRegistrationSize": i.MaxRegistrationSize, "MaxWindowSize": i.MaxWindowSize,
-		"FRMRPageCount": uint64(i.FRMRPageCount), "MaxInitiatorRequestSge": uint64(i.MaxInitiatorRequestSge),
-		"MaxReceiveRequestSge": uint64(i.MaxReceiveRequestSge), "MaxReadRequestSge": uint64(i.MaxReadRequestSge),
+		"FRMRPageCount": uint64(i.FRMRPageCount), "MaxInitiatorRequestSGE": uint64(i.MaxInitiatorRequestSGE),
+		"MaxReceiveRequestSGE": uint64(i.MaxReceiveRequestSGE), "MaxReadRequestSGE": uint64(i.MaxReadRequestSGE),
 		"MaxTransferLength": uint64(i.MaxTransferLength), "MaxInlineDataSize": uint64(i.MaxInlineDataSize),
 		"MaxInboundReadLimit": uint64(i.MaxInboundReadLimit), "MaxOutboundReadLimit": uint64(i.MaxOutboundReadLimit),
 		"MaxReceiveQueueDepth": uint64(i.MaxReceiveQueueDepth), "MaxInitiatorQueueDepth": uint64(i.MaxInitiatorQueueDepth),
-		"MaxCqDepth": uint64(i.MaxCqDepth), "LargeRequestThreshold": uint64(i.LargeRequestThreshold),
+		"MaxCQDepth": uint64(i.MaxCQDepth), "LargeRequestThreshold": uint64(i.LargeRequestThreshold),
 		"MaxCallerData": uint64(i.MaxCallerData), "MaxCalleeData": uint64(i.MaxCalleeData),
 	} {
 		if v == 0 {
@@ -41,8 +41,8 @@ func TestOpen_InfoFilled(t *testing.T) {
 	}
 	// Limits are enforced: a QP over them is refused.
 	c := defaultQP
-	c.ReceiveCq, c.InitiatorCq, c.InlineDataSize = a.RCQ, a.ICQ, int(i.MaxInlineDataSize)+1
-	if _, err := a.PD.CreateQp(c); !errors.Is(err, ndk.ErrInvalidParameter) {
+	c.ReceiveCQ, c.InitiatorCQ, c.InlineDataSize = a.RCQ, a.ICQ, int(i.MaxInlineDataSize)+1
+	if _, err := a.PD.CreateQP(c); !errors.Is(err, ndk.ErrInvalidParameter) {
 		t.Errorf("inline size over the limit: %v", err)
 	}
 }

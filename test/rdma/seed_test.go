@@ -36,7 +36,7 @@ func TestSend_RejectsUndocumentedFlags(t *testing.T) {
 	a, b := newHosts(t, setup{})
 	qa, _ := a.pairWith(b, ndk.ConnectOptions{})
 	src := a.region(8, 0)
-	for _, f := range []ndk.OpFlag{ndk.OpFlagAllowRemoteRead, ndk.OpFlagAllowLocalWrite, ndk.OpFlagRdmaReadSink, ndk.OpFlagRdmaReadLocalInvalidate, 0x400} {
+	for _, f := range []ndk.OpFlag{ndk.OpFlagAllowRemoteRead, ndk.OpFlagAllowLocalWrite, ndk.OpFlagRDMAReadSink, ndk.OpFlagRDMAReadLocalInvalidate, 0x400} {
 		if err := qa.Send(nil, src.sgl(0, 8), f); !errors.Is(err, ndk.ErrInvalidParameter) {
 			t.Errorf("Send with %v: %v", f, err)
 		}
@@ -194,8 +194,8 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 func TestSend_InlineIgnoresTokenAndSgeLimit(t *testing.T) {
 	a, b := newHosts(t, setup{})
 	c := defaultQP
-	c.ReceiveCq, c.InitiatorCq, c.MaxInitiatorRequestSge = a.RCQ, a.ICQ, 1
-	qa, err := a.PD.CreateQp(c)
+	c.ReceiveCQ, c.InitiatorCQ, c.MaxInitiatorRequestSGE = a.RCQ, a.ICQ, 1
+	qa, err := a.PD.CreateQP(c)
 	must(t, err)
 	qb := b.qp(nil)
 	connect(t, a, b, qa, qb, ndk.ConnectOptions{})
@@ -246,8 +246,8 @@ func TestSend_DeferBatchesDoorbell(t *testing.T) {
 func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 	a, b := newHosts(t, setup{})
 	c := defaultQP
-	c.ReceiveCq, c.InitiatorCq, c.InitiatorQueueDepth = a.RCQ, a.ICQ, 4
-	qa, err := a.PD.CreateQp(c)
+	c.ReceiveCQ, c.InitiatorCQ, c.InitiatorQueueDepth = a.RCQ, a.ICQ, 4
+	qa, err := a.PD.CreateQP(c)
 	must(t, err)
 	qb := b.qp(nil)
 	connect(t, a, b, qa, qb, ndk.ConnectOptions{})
@@ -327,7 +327,7 @@ func TestSendAndInvalidate_InvalidTokenAbortsConnection(t *testing.T) {
 	qa, qb := a.pairWith(b, ndk.ConnectOptions{})
 	src := a.region(8, 0)
 	dst := b.region(8, ndk.MRFlagAllowLocalWrite)
-	plain := b.region(64, ndk.MRFlagAllowRemoteWrite) // registered with RegisterMr: not invalidatable
+	plain := b.region(64, ndk.MRFlagAllowRemoteWrite) // registered with RegisterMR: not invalidatable
 	for i := 0; i < 2; i++ {
 		must(t, qb.Receive(i, dst.sgl(0, 8)))
 	}
@@ -372,14 +372,14 @@ func TestSeedCompletion_ReceiveAndInvalidateViaGetResults(t *testing.T) {
 // flag, and passing RDMA_READ_SINK never fails a request.
 func TestSeedRegisterMr_ReadSinkNotRequired(t *testing.T) {
 	a, b := newHosts(t, setup{})
-	if a.Adapter.Info().AdapterFlags&ndk.AdapterFlagRdmaReadSinkNotRequired == 0 {
+	if a.Adapter.Info().AdapterFlags&ndk.AdapterFlagRDMAReadSinkNotRequired == 0 {
 		t.Fatal("adapter does not report RDMA_READ_SINK_NOT_REQUIRED")
 	}
 	qa, _ := a.pairWith(b, ndk.ConnectOptions{})
-	src := b.region(512, ndk.MRFlagAllowRemoteRead|ndk.MRFlagRdmaReadSink)
+	src := b.region(512, ndk.MRFlagAllowRemoteRead|ndk.MRFlagRDMAReadSink)
 	fill(src.b, 8)
 	b.settle()
-	for i, flags := range []ndk.MRFlag{ndk.MRFlagAllowLocalWrite, ndk.MRFlagAllowLocalWrite | ndk.MRFlagRdmaReadSink, ndk.MRFlagRdmaReadSink} {
+	for i, flags := range []ndk.MRFlag{ndk.MRFlagAllowLocalWrite, ndk.MRFlagAllowLocalWrite | ndk.MRFlagRDMAReadSink, ndk.MRFlagRDMAReadSink} {
 		sink := a.region(512, flags)
 		must(t, qa.Read(i, sink.sgl(0, 512), src.mr.Addr(), src.mr.RemoteToken(), 0))
 		expect(t, wait(t, a.ICQ, 1, 5*time.Second)[0], ndk.StatusSuccess, ndk.OpRead, i)

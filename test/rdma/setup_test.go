@@ -51,14 +51,14 @@ func newHosts(t testing.TB, s setup) (*host, *host) {
 }
 
 var defaultQP = ndk.QPConfig{ReceiveQueueDepth: 512, InitiatorQueueDepth: 512,
-	MaxReceiveRequestSge: 4, MaxInitiatorRequestSge: 4, InlineDataSize: 256}
+	MaxReceiveRequestSGE: 4, MaxInitiatorRequestSGE: 4, InlineDataSize: 256}
 
 func (x *host) qp(ctx any) *ndk.QP { return x.qpWith(ctx, defaultQP) }
 
 func (x *host) qpWith(ctx any, c ndk.QPConfig) *ndk.QP {
 	x.t.Helper()
-	c.ReceiveCq, c.InitiatorCq, c.Context = x.RCQ, x.ICQ, ctx
-	q, err := x.PD.CreateQp(c)
+	c.ReceiveCQ, c.InitiatorCQ, c.Context = x.RCQ, x.ICQ, ctx
+	q, err := x.PD.CreateQP(c)
 	if err != nil {
 		x.t.Fatal(err)
 	}
@@ -107,9 +107,9 @@ func (x *host) regionWith(n int, flags ndk.MRFlag, invalidatable bool) *region {
 	reg := all[guard : guard+max(n, 1)]
 	var err error
 	if invalidatable {
-		r.mr, err = x.PD.RegisterInvalidatableMr(reg, flags)
+		r.mr, err = x.PD.RegisterInvalidatableMR(reg, flags)
 	} else {
-		r.mr, err = x.PD.RegisterMr(reg, flags)
+		r.mr, err = x.PD.RegisterMR(reg, flags)
 	}
 	if err != nil {
 		x.t.Fatal(err)

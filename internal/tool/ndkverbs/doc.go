@@ -5,7 +5,7 @@
 //
 // What the adapter maps:
 //
-//   - Register: ndk.PD.RegisterMr with the verbs access bits, which are
+//   - Register: ndk.PD.RegisterMR with the verbs access bits, which are
 //     NDK_MR_FLAG values; AccessRemoteAtomic becomes
 //     ndk.MRFlagAllowRemoteAtomic. The region's address is the buffer's
 //     real address, its keys the MR's local and remote tokens.

@@ -37,7 +37,7 @@ func Open(ifname string, opts ndk.Options) (*Device, error) {
 
 // New creates a protection domain on a for the endpoints it will make.
 func New(a *ndk.Adapter) (*Device, error) {
-	pd, err := a.CreatePd()
+	pd, err := a.CreatePD()
 	if err != nil {
 		return nil, fmt.Errorf("ndkverbs: create pd: %w", err)
 	}
@@ -104,18 +104,18 @@ func (d *Device) Endpoint(q Depths) (*Endpoint, error) {
 	}
 	wake := make(chan struct{}, 1)
 	notify := func(ndk.Status) { signal(wake) }
-	scq, err := d.Adapter.CreateCq(q.Send, notify)
+	scq, err := d.Adapter.CreateCQ(q.Send, notify)
 	if err != nil {
 		return nil, fmt.Errorf("ndkverbs: create initiator cq: %w", err)
 	}
-	rcq, err := d.Adapter.CreateCq(q.Receive, notify)
+	rcq, err := d.Adapter.CreateCQ(q.Receive, notify)
 	if err != nil {
 		scq.Close()
 		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
 	}
-	qp, err := d.PD.CreateQp(ndk.QPConfig{ReceiveCq: rcq, InitiatorCq: scq,
+	qp, err := d.PD.CreateQP(ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
 		ReceiveQueueDepth: q.Receive, InitiatorQueueDepth: q.Send,
-		MaxReceiveRequestSge: 1, MaxInitiatorRequestSge: 1})
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
 	if err != nil {
 		scq.Close()
 		rcq.Close()
@@ -152,7 +152,7 @@ func (e *Endpoint) Register(buf []byte, access verbs.Access) (verbs.Region, erro
 	if access&verbs.AccessRemoteAtomic != 0 {
 		flags |= ndk.MRFlagAllowRemoteAtomic
 	}
-	mr, err := e.dev.PD.RegisterMr(buf, flags)
+	mr, err := e.dev.PD.RegisterMR(buf, flags)
 	if err != nil {
 		return verbs.Region{}, fmt.Errorf("register %d bytes (%v): %w: %w", len(buf), flags, verbs.ErrInvalid, err)
 	}

@@ -120,7 +120,7 @@ func TestPerftest(t *testing.T) {
 }
 
 // serverTarget reads the word at the server's advertised address from the
-// regions the server's endpoints registered (RegisterMr uses the buffer's
+// regions the server's endpoints registered (RegisterMR uses the buffer's
 // own address).
 func serverTarget(t *testing.T, n *oobNet, srv perftest.Result) uint64 {
 	t.Helper()
