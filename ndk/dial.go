@@ -66,7 +66,11 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 	if err != nil {
 		return nil, &Error{Status: StatusInvalidParameter, Op: op, Err: err}
 	}
-	a, err := newAdapter(defaultConfig())
+	cfg := defaultConfig()
+	// The daemon's adapter holds the token table; the client's would be
+	// half a megabyte of nothing.
+	cfg.regions = 1
+	a, err := newAdapter(cfg)
 	if err != nil {
 		return nil, err
 	}

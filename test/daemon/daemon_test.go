@@ -82,13 +82,20 @@ type client struct {
 
 func dial(t testing.TB, sock string) *client {
 	t.Helper()
+	c := dialOpen(t, sock)
+	t.Cleanup(c.a.Close)
+	return c
+}
+
+// dialOpen is dial for a caller that closes the adapter itself.
+func dialOpen(t testing.TB, sock string) *client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	a, err := ndk.Dial(ctx, "unix://"+sock)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	t.Cleanup(a.Close)
 	c := &client{a: a}
 	if c.pd, err = a.CreatePD(); err != nil {
 		t.Fatal(err)

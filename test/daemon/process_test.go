@@ -474,5 +474,9 @@ func TestMain(m *testing.M) {
 		writerChild(env)
 		os.Exit(0)
 	}
+	if env := os.Getenv("NDKXDP_SENDER_CHILD"); env != "" {
+		senderChild(env)
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
