@@ -65,7 +65,8 @@
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
 //	stats.go      counters and Stats
-//	types.go      SGE, Op, flags, ConnParams, State and the other shared types
+//	types.go      SGE, Op, ConnParams, State and the other shared types (op
+//	              flags, statuses and completion types are ndkpi's)
 //	unsafe.go     the package's unsafe conversions
 //	hostile_test.go  the hostile-peer suite: its table lists each crafted frame and the verdict
 //
@@ -77,7 +78,7 @@
 // go-back-N rebuilds frames from it). Posting validates the request
 // (state, SGE count, inline size, local tokens through memreg.CheckLocal),
 // copies the SGEs (or the inline bytes) into the slot, and, unless
-// FlagDefer, queues the QP on the engine's MPSC ready ring and rings the
+// OpFlagDefer, queues the QP on the engine's MPSC ready ring and rings the
 // port's doorbell, which costs no syscall while the engine is awake. An
 // inline failure rings for earlier deferred posts first (NDKPI.md §8).
 // Posting and completing allocate nothing (TestPostAndCompleteAllocateNothing).
@@ -221,5 +222,5 @@
 //	qp, _ := e.CreateQP(rc.QPConfig{QPN: 0x100, PD: 1, RecvCQ: rcq, SendCQ: scq,
 //		RecvDepth: 256, SendDepth: 256, MaxRecvSGE: 4, MaxSendSGE: 4, MaxReadSGE: 4})
 //	_ = qp.Connect(params) // both Endpoints, path MTU, limits, timers
-//	if st := qp.PostSend(&rc.SendWR{Op: rc.OpSend, SGL: sgl}); st != ntstatus.Success { ... }
+//	if st := qp.PostSend(&rc.SendWR{Op: rc.OpSend, SGL: sgl}); st != ndkpi.StatusSuccess { ... }
 package rc
