@@ -22,8 +22,8 @@ const (
 
 	// OpCompareAndSwap and OpFetchAndAdd are the ResultEx Types of the
 	// atomic extension's completions (ndkxdp values, outside ndkpi.h's).
-	OpCompareAndSwap = ndkpi.OpCompareAndSwap
-	OpFetchAndAdd    = ndkpi.OpFetchAndAdd
+	OpCompareAndSwap OperationType = ndkpi.OpCompareAndSwap
+	OpFetchAndAdd    OperationType = ndkpi.OpFetchAndAdd
 )
 
 // CompareAndSwap posts an atomic compare-and-swap on the 8-byte word at

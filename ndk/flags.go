@@ -12,16 +12,16 @@ import (
 type OpFlag = ndkpi.OpFlag
 
 const (
-	OpFlagSilentSuccess           = ndkpi.OpFlagSilentSuccess       // no CQ entry on success; failures still complete
-	OpFlagReadFence               = ndkpi.OpFlagReadFence           // wait for every earlier RDMA read on the QP
-	OpFlagSendAndSolicitEvent     = ndkpi.OpFlagSendAndSolicitEvent // the peer's SOLICITED arm fires on this receive
-	OpFlagAllowRemoteRead         = ndkpi.OpFlagAllowRemoteRead
-	OpFlagAllowLocalWrite         = ndkpi.OpFlagAllowLocalWrite
-	OpFlagAllowRemoteWrite        = ndkpi.OpFlagAllowRemoteWrite // includes OpFlagAllowLocalWrite
-	OpFlagInline                  = ndkpi.OpFlagInline
-	OpFlagRDMAReadSink            = ndkpi.OpFlagRDMAReadSink
-	OpFlagRDMAReadLocalInvalidate = ndkpi.OpFlagRDMAReadLocalInvalidate // ndkpi.h value; the Read doc page's 0x200 is DEFER (NDKPI.md §10)
-	OpFlagDefer                   = ndkpi.OpFlagDefer                   // NDKPI 1.2: batch the doorbell
+	OpFlagSilentSuccess           OpFlag = ndkpi.OpFlagSilentSuccess       // no CQ entry on success; failures still complete
+	OpFlagReadFence               OpFlag = ndkpi.OpFlagReadFence           // wait for every earlier RDMA read on the QP
+	OpFlagSendAndSolicitEvent     OpFlag = ndkpi.OpFlagSendAndSolicitEvent // the peer's SOLICITED arm fires on this receive
+	OpFlagAllowRemoteRead         OpFlag = ndkpi.OpFlagAllowRemoteRead
+	OpFlagAllowLocalWrite         OpFlag = ndkpi.OpFlagAllowLocalWrite
+	OpFlagAllowRemoteWrite        OpFlag = ndkpi.OpFlagAllowRemoteWrite // includes OpFlagAllowLocalWrite
+	OpFlagInline                  OpFlag = ndkpi.OpFlagInline
+	OpFlagRDMAReadSink            OpFlag = ndkpi.OpFlagRDMAReadSink
+	OpFlagRDMAReadLocalInvalidate OpFlag = ndkpi.OpFlagRDMAReadLocalInvalidate // ndkpi.h value; the Read doc page's 0x200 is DEFER (NDKPI.md §10)
+	OpFlagDefer                   OpFlag = ndkpi.OpFlagDefer                   // NDKPI 1.2: batch the doorbell
 )
 
 // postOp names the initiator calls whose flags NDKPI documents; unlike
@@ -110,9 +110,9 @@ func (f MRFlag) String() string {
 type CQNotify = ndkpi.CQNotify
 
 const (
-	CQNotifyErrors    = ndkpi.CQNotifyErrors    // CQ errors only: overrun, fatal failure
-	CQNotifyAny       = ndkpi.CQNotifyAny       // the next completion
-	CQNotifySolicited = ndkpi.CQNotifySolicited // a receive of a solicited send, or any error completion
+	CQNotifyErrors    CQNotify = ndkpi.CQNotifyErrors    // CQ errors only: overrun, fatal failure
+	CQNotifyAny       CQNotify = ndkpi.CQNotifyAny       // the next completion
+	CQNotifySolicited CQNotify = ndkpi.CQNotifySolicited // a receive of a solicited send, or any error completion
 )
 
 // AdapterFlag is NDK_ADAPTER_FLAG_*, reported in AdapterInfo.AdapterFlags
@@ -146,14 +146,14 @@ func (f AdapterFlag) String() string { return ndkpi.FlagString(f, adapterFlagNam
 type OperationType = ndkpi.OperationType
 
 const (
-	OpReceive              = ndkpi.OpReceive
-	OpReceiveAndInvalidate = ndkpi.OpReceiveAndInvalidate // a receive whose send carried an invalidate token
-	OpSend                 = ndkpi.OpSend                 // also NdkSendAndInvalidate's initiator completion (seed 000/004)
-	OpFastRegister         = ndkpi.OpFastRegister
-	OpBind                 = ndkpi.OpBind
-	OpInvalidate           = ndkpi.OpInvalidate
-	OpRead                 = ndkpi.OpRead
-	OpWrite                = ndkpi.OpWrite
+	OpReceive              OperationType = ndkpi.OpReceive
+	OpReceiveAndInvalidate OperationType = ndkpi.OpReceiveAndInvalidate // a receive whose send carried an invalidate token
+	OpSend                 OperationType = ndkpi.OpSend                 // also NdkSendAndInvalidate's initiator completion (seed 000/004)
+	OpFastRegister         OperationType = ndkpi.OpFastRegister
+	OpBind                 OperationType = ndkpi.OpBind
+	OpInvalidate           OperationType = ndkpi.OpInvalidate
+	OpRead                 OperationType = ndkpi.OpRead
+	OpWrite                OperationType = ndkpi.OpWrite
 )
 
 // RDMATechnology is NDK_RDMA_TECHNOLOGY (NDKPI.md §5, from the Windows PDB

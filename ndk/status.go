@@ -9,39 +9,39 @@ type Status = ndkpi.Status
 
 // Status codes of NDKPI.md §7.
 const (
-	StatusSuccess               = ndkpi.StatusSuccess
-	StatusPending               = ndkpi.StatusPending
-	StatusBufferOverflow        = ndkpi.StatusBufferOverflow // CqStatus: overrun; completion: receive buffer too small
-	StatusAccessViolation       = ndkpi.StatusAccessViolation
-	StatusInvalidParameter      = ndkpi.StatusInvalidParameter
-	StatusBufferTooSmall        = ndkpi.StatusBufferTooSmall
-	StatusInvalidParameterMix   = ndkpi.StatusInvalidParameterMix
-	StatusSharingViolation      = ndkpi.StatusSharingViolation
-	StatusInsufficientResources = ndkpi.StatusInsufficientResources
-	StatusIOTimeout             = ndkpi.StatusIOTimeout
-	StatusNotSupported          = ndkpi.StatusNotSupported
-	StatusInternalError         = ndkpi.StatusInternalError
-	StatusCancelled             = ndkpi.StatusCancelled
-	StatusRemoteResources       = ndkpi.StatusRemoteResources
-	StatusInvalidAddress        = ndkpi.StatusInvalidAddress
-	StatusTooManyAddresses      = ndkpi.StatusTooManyAddresses
-	StatusAddressAlreadyExists  = ndkpi.StatusAddressAlreadyExists
-	StatusConnectionRefused     = ndkpi.StatusConnectionRefused
-	StatusConnectionInvalid     = ndkpi.StatusConnectionInvalid
-	StatusNetworkUnreachable    = ndkpi.StatusNetworkUnreachable
-	StatusHostUnreachable       = ndkpi.StatusHostUnreachable
-	StatusConnectionAborted     = ndkpi.StatusConnectionAborted
-	StatusImplementationLimit   = ndkpi.StatusImplementationLimit
-	StatusNDISBadVersion        = ndkpi.StatusNDISBadVersion
-	StatusNDISAdapterNotReady   = ndkpi.StatusNDISAdapterNotReady
+	StatusSuccess               Status = ndkpi.StatusSuccess
+	StatusPending               Status = ndkpi.StatusPending
+	StatusBufferOverflow        Status = ndkpi.StatusBufferOverflow // CqStatus: overrun; completion: receive buffer too small
+	StatusAccessViolation       Status = ndkpi.StatusAccessViolation
+	StatusInvalidParameter      Status = ndkpi.StatusInvalidParameter
+	StatusBufferTooSmall        Status = ndkpi.StatusBufferTooSmall
+	StatusInvalidParameterMix   Status = ndkpi.StatusInvalidParameterMix
+	StatusSharingViolation      Status = ndkpi.StatusSharingViolation
+	StatusInsufficientResources Status = ndkpi.StatusInsufficientResources
+	StatusIOTimeout             Status = ndkpi.StatusIOTimeout
+	StatusNotSupported          Status = ndkpi.StatusNotSupported
+	StatusInternalError         Status = ndkpi.StatusInternalError
+	StatusCancelled             Status = ndkpi.StatusCancelled
+	StatusRemoteResources       Status = ndkpi.StatusRemoteResources
+	StatusInvalidAddress        Status = ndkpi.StatusInvalidAddress
+	StatusTooManyAddresses      Status = ndkpi.StatusTooManyAddresses
+	StatusAddressAlreadyExists  Status = ndkpi.StatusAddressAlreadyExists
+	StatusConnectionRefused     Status = ndkpi.StatusConnectionRefused
+	StatusConnectionInvalid     Status = ndkpi.StatusConnectionInvalid
+	StatusNetworkUnreachable    Status = ndkpi.StatusNetworkUnreachable
+	StatusHostUnreachable       Status = ndkpi.StatusHostUnreachable
+	StatusConnectionAborted     Status = ndkpi.StatusConnectionAborted
+	StatusImplementationLimit   Status = ndkpi.StatusImplementationLimit
+	StatusNDISBadVersion        Status = ndkpi.StatusNDISBadVersion
+	StatusNDISAdapterNotReady   Status = ndkpi.StatusNDISAdapterNotReady
 )
 
 // Completion statuses that NDKPI.md §7 takes from ND2 (IND2CompletionQueue):
 // the remaining ones (BUFFER_OVERFLOW, ACCESS_VIOLATION, CANCELLED,
 // INTERNAL_ERROR, IO_TIMEOUT, REMOTE_RESOURCES) are above.
 const (
-	StatusDataOverrun          = ndkpi.StatusDataOverrun
-	StatusInvalidDeviceRequest = ndkpi.StatusInvalidDeviceRequest
+	StatusDataOverrun          Status = ndkpi.StatusDataOverrun
+	StatusInvalidDeviceRequest Status = ndkpi.StatusInvalidDeviceRequest
 )
 
 // Codes outside NDKPI.md §7 (values from ntstatus.h) for situations that
@@ -50,8 +50,8 @@ const (
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
 // status.
 const (
-	StatusInvalidHandle = ndkpi.StatusInvalidHandle
-	StatusUnsuccessful  = ndkpi.StatusUnsuccessful
+	StatusInvalidHandle Status = ndkpi.StatusInvalidHandle
+	StatusUnsuccessful  Status = ndkpi.StatusUnsuccessful
 )
 
 // Error is a failed NDK call: the NTSTATUS code a Windows provider would
