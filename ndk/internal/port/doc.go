@@ -9,6 +9,14 @@
 //
 // A Port knows nothing of RoCE: it does not parse, checksum or steer frames.
 //
+// Files: port.go the Port contract and its errors; bell.go Bell, the
+// doorbell; xsk.go the XSK (configuration, counters, Wait, Doorbell,
+// Close); xsk_rx.go its receive side (Receive, joining or gathering
+// descriptor chains, Release, the fill ring); xsk_tx.go its transmit side
+// (Transmit, descriptor layout, Flush, completions); xsk_unsafe.go the
+// package's unsafe conversions; capture.go Capture. The in-memory Pipe is
+// in porttest.
+//
 // # Zero-copy transmit
 //
 // Transmit takes a frame in segments (headers, payload, trailer). An XSK
