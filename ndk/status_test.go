@@ -52,7 +52,7 @@ var statusTable = []struct {
 
 func TestStatusValuesAndNames(t *testing.T) {
 	if len(statusTable) != len(ndkpi.StatusNames) {
-		t.Fatalf("table has %d statuses, statusNames %d: a status is untested or unnamed", len(statusTable), len(ndkpi.StatusNames))
+		t.Fatalf("table has %d statuses, ndkpi.StatusNames %d: a status is untested or unnamed", len(statusTable), len(ndkpi.StatusNames))
 	}
 	for _, tc := range statusTable {
 		if uint32(tc.s) != tc.hex {
