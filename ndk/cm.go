@@ -64,6 +64,10 @@ type CMStats struct {
 
 // CMStats returns the connection-management counters.
 func (a *Adapter) CMStats() CMStats {
+	if a.rem != nil {
+		_, c := a.rem.stats()
+		return c
+	}
 	m := a.manager()
 	if m == nil {
 		return CMStats{}

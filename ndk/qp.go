@@ -9,6 +9,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -37,6 +38,7 @@ type QP struct {
 	pd      *PD
 	adapter *Adapter
 	rc      *rc.QP
+	r       *remoteQP // a daemon-backed QP (remote_objects.go); rc is nil
 	queue   int
 	closed  atomic.Bool
 	psn     uint32 // the first PSN this QP sends, drawn at random
@@ -53,6 +55,11 @@ type QP struct {
 var _ = [1]struct{}{}[unsafe.Sizeof(SGE{})-unsafe.Sizeof(rc.SGE{})]
 var _ = [1]struct{}{}[unsafe.Offsetof(SGE{}.Length)-unsafe.Offsetof(rc.SGE{}.Length)]
 var _ = [1]struct{}{}[unsafe.Offsetof(SGE{}.Token)-unsafe.Offsetof(rc.SGE{}.Token)]
+
+// unsafeSGL is engineSGL's inverse.
+func unsafeSGL(sgl []rc.SGE) []SGE {
+	return unsafe.Slice((*SGE)(unsafe.Pointer(unsafe.SliceData(sgl))), len(sgl))
+}
 
 func engineSGL(sgl []SGE) []rc.SGE {
 	if len(sgl) == 0 {
@@ -90,7 +97,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSGE %d outside [0, %d]", cfg.MaxInitiatorRequestSGE, info.MaxInitiatorRequestSGE)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
-	case a.prov == nil:
+	case a.prov == nil && a.rem == nil:
 		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
 	}
 	pd.mu.Lock()
@@ -98,6 +105,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	pd.mu.Unlock()
 	if closing {
 		return nil, errorf(StatusInvalidHandle, op, "pd closed")
+	}
+	if a.rem != nil {
+		return a.rem.createQP(pd, cfg)
 	}
 	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
 	// by what this QP accepts for other requests.
@@ -121,7 +131,12 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 }
 
 // QPN returns the QP number peers address.
-func (q *QP) QPN() uint32 { return q.rc.QPN() }
+func (q *QP) QPN() uint32 {
+	if q.r != nil {
+		return q.r.qpn
+	}
+	return q.rc.QPN()
+}
 
 // Queue returns the device queue whose engine runs the QP.
 func (q *QP) Queue() int { return q.queue }
@@ -130,7 +145,12 @@ func (q *QP) Queue() int { return q.queue }
 func (q *QP) forCM() cm.QP { return q.adapter.prov.ConnectionQP(q.rc, q.psn) }
 
 // Connected reports whether the QP is connected and not in error.
-func (q *QP) Connected() bool { return q.rc.State() == rc.StateConnected }
+func (q *QP) Connected() bool {
+	if q.r != nil {
+		return q.r.connected.Load() && !q.closed.Load()
+	}
+	return q.rc.State() == rc.StateConnected
+}
 
 // queueFull holds each post operation's STATUS_INSUFFICIENT_RESOURCES
 // error, built once. A full queue is not a fault but the back-pressure a
@@ -171,8 +191,15 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 	if err := checkOpFlags(pop, wr.Flags, q.adapter.info.AdapterFlags); err != nil {
 		// Earlier DEFER posts still go (NDKPI.md §8), as after any
 		// inline failure.
-		q.rc.RingDeferred()
+		if q.r != nil {
+			q.adapter.rem.ringDeferred(q.r)
+		} else {
+			q.rc.RingDeferred()
+		}
 		return err
+	}
+	if q.r != nil {
+		return q.remotePost(op, wr)
 	}
 	if st := q.rc.PostSend(wr); st != StatusSuccess {
 		return postError(op, st)
@@ -241,6 +268,9 @@ func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, 
 // STATUS_INSUFFICIENT_RESOURCES (queue full). Allocates nothing when it
 // succeeds.
 func (q *QP) Receive(ctx any, sgl []SGE) error {
+	if q.r != nil {
+		return q.remoteReceive(ctx, sgl)
+	}
 	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
 	}
@@ -251,7 +281,13 @@ func (q *QP) Receive(ctx any, sgl []SGE) error {
 // STATUS_CANCELLED, in order, and the QP is in the error state
 // afterwards, as after a failure. It returns before the cancellations
 // complete.
-func (q *QP) Flush() { q.rc.Flush() }
+func (q *QP) Flush() {
+	if q.r != nil {
+		_, _ = q.adapter.rem.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: q.r.h})
+		return
+	}
+	q.rc.Flush()
+}
 
 // Close closes the QP (NdkCloseQp): pending requests complete with
 // STATUS_CANCELLED, the QP number leaves the steering map, and later posts
@@ -259,6 +295,9 @@ func (q *QP) Flush() { q.rc.Flush() }
 func (q *QP) Close() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if q.r != nil {
+		return q.remoteClose()
 	}
 	if err := q.adapter.prov.CloseQP(q.rc); err != nil {
 		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}

@@ -64,7 +64,7 @@ func (g *management) isLocal(a netip.Addr) bool {
 // ResolvePath finds the route and next-hop MAC from src (zero: the
 // kernel's choice) to dst in the adapter's namespace, and checks that it
 // leaves through the adapter's interface. Its errors carry the NTSTATUS
-// (cm.StatusOf).
+// (ndkpi.StatusOf).
 func (p *Provider) ResolvePath(src, dst netip.Addr) (cm.PathInfo, error) {
 	const op = "resolve"
 	g := p.mgmt
