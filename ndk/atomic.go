@@ -1,9 +1,8 @@
 package ndk
 
 import (
-	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
-
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
 // The atomic extension. NDKPI has no atomic verb (NDK 1.2 and 2.x define

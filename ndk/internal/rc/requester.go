@@ -1,9 +1,8 @@
 package rc
 
 import (
-	"github.com/ndkxdp/ndkxdp/rocev2"
-
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // The requester (rxe_req.c) turns posted WQEs into request packets: it
