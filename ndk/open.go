@@ -76,6 +76,13 @@ type Options struct {
 	// address. Set it only where a peer's frames legitimately arrive from
 	// several addresses.
 	AcceptAnySource bool
+	// Pin pins the steering program's attachment under
+	// PinRoot/<interface> (default /sys/fs/bpf/ndkxdp), where operators'
+	// tools find its maps, and takes over one pinned there already: what
+	// the daemon does, so that a daemon killed with SIGKILL leaves a
+	// working attachment for the next. Close unpins and detaches.
+	Pin     bool
+	PinRoot string
 }
 
 // ThreadLocking is the engines' thread policy.
@@ -172,6 +179,8 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,
+		Pin:        opts.Pin,
+		PinRoot:    opts.PinRoot,
 	}
 }
 
