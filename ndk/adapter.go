@@ -89,16 +89,12 @@ func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
 		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
 	}
-	var cb func(uint32)
-	if notify != nil {
-		cb = func(s uint32) { notify(Status(s)) }
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
 	}
-	core, err := cq.New(depth, cb)
+	core, err := cq.New(depth, notify)
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}

@@ -62,7 +62,7 @@ func (c *CQ) GetResults(results []Result) int {
 	n := 0
 	for n < len(results) && c.core.Pop(&e) {
 		results[n] = Result{
-			Status:           Status(e.Status),
+			Status:           e.Status,
 			BytesTransferred: e.BytesTransferred,
 			QPContext:        e.QPContext,
 			RequestContext:   e.RequestContext,
@@ -83,12 +83,12 @@ func (c *CQ) GetResultsEx(results []ResultEx) int {
 	for n < len(results) && c.core.Pop(&e) {
 		results[n] = ResultEx{
 			Result: Result{
-				Status:           Status(e.Status),
+				Status:           e.Status,
 				BytesTransferred: e.BytesTransferred,
 				QPContext:        e.QPContext,
 				RequestContext:   e.RequestContext,
 			},
-			Type:                         OperationType(e.Type),
+			Type:                         e.Type,
 			ProviderErrorCode:            e.ProviderErrorCode,
 			TypeSpecificCompletionOutput: e.TypeSpecificCompletionOutput,
 		}
@@ -121,7 +121,7 @@ func (c *CQ) Arm(n CQNotify) error {
 	if c.r != nil {
 		return c.remoteArm(n)
 	}
-	if !c.core.Arm(cq.Notify(n)) {
+	if !c.core.Arm(n) {
 		if c.closed.Load() {
 			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
 		}

@@ -3,7 +3,6 @@ package ndk
 import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 )
 
 // The daemon serves clients' memory and CQs through these (ndk/daemon).
@@ -21,10 +20,10 @@ func init() {
 		n := 0
 		for n < len(dst) && q.core.Pop(&e) {
 			dst[n] = hook.Entry{
-				Status: e.Status, Bytes: e.BytesTransferred, Type: e.Type,
+				Status: uint32(e.Status), Bytes: e.BytesTransferred, Type: uint32(e.Type),
 				ProviderErrorCode: e.ProviderErrorCode, TypeSpecific: e.TypeSpecificCompletionOutput,
 				QPContext: e.QPContext, RequestContext: e.RequestContext,
-				Solicited: e.Solicited || e.Status != ntstatus.Success,
+				Solicited: e.Solicited || e.Status != StatusSuccess,
 			}
 			n++
 		}

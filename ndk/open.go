@@ -95,9 +95,8 @@ const (
 	// the consumers still have one. On smaller machines the engines stay
 	// unlocked: a polling engine yields its P between idle loops so the
 	// consumers and the other engines run, and a yield from a locked
-	// thread is a futex hand-off between threads (rc.Config.LockThread:
-	// a 64-byte SEND round trip measured 110-130 us locked against 20-45
-	// us unlocked on 2 cores).
+	// thread is a futex hand-off between threads (rc.Config.LockThread;
+	// test/rdma's doc has the measurements).
 	LockAuto ThreadLocking = iota
 	// LockAlways locks every engine to its thread.
 	LockAlways

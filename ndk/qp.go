@@ -9,7 +9,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -169,27 +168,27 @@ var queueFull = func() map[string]error {
 
 // postError turns an engine post status into the error the NDK call
 // returns. It allocates, except for a full queue; only failures reach it.
-func postError(op string, st uint32) error {
-	if err, ok := queueFull[op]; ok && st == ntstatus.InsufficientResource {
+func postError(op string, st Status) error {
+	if err, ok := queueFull[op]; ok && st == StatusInsufficientResources {
 		return err
 	}
 	switch st {
-	case ntstatus.ConnectionInvalid:
+	case StatusConnectionInvalid:
 		return errorf(StatusConnectionInvalid, op, "queue pair not connected")
-	case ntstatus.InvalidParameter:
+	case StatusInvalidParameter:
 		return errorf(StatusInvalidParameter, op, "SGE count or inline size over the QP's limits, or total length over the adapter's MaxTransferLength")
-	case ntstatus.AccessViolation:
+	case StatusAccessViolation:
 		return errorf(StatusAccessViolation, op, "an SGE's local token, bounds or rights do not allow this access")
-	case ntstatus.InsufficientResource:
+	case StatusInsufficientResources:
 		return errorf(StatusInsufficientResources, op, "queue full: wait for completions")
-	case ntstatus.InvalidHandle:
+	case StatusInvalidHandle:
 		return errorf(StatusInvalidHandle, op, "queue pair closed")
 	}
-	return errorf(Status(st), op, "post failed")
+	return errorf(st, op, "post failed")
 }
 
 func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
-	if err := checkOpFlags(pop, OpFlag(wr.Flags), q.adapter.info.AdapterFlags); err != nil {
+	if err := checkOpFlags(pop, wr.Flags, q.adapter.info.AdapterFlags); err != nil {
 		// Earlier DEFER posts still go (NDKPI.md §8), as after any
 		// inline failure.
 		if q.r != nil {
@@ -202,7 +201,7 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 	if q.r != nil {
 		return q.remotePost(op, wr)
 	}
-	if st := q.rc.PostSend(wr); st != ntstatus.Success {
+	if st := q.rc.PostSend(wr); st != StatusSuccess {
 		return postError(op, st)
 	}
 	return nil
@@ -225,7 +224,7 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 // QP failed or was flushed, requests complete with STATUS_CANCELLED.
 // Send never blocks and allocates nothing when it succeeds.
 func (q *QP) Send(ctx any, sgl []SGE, flags OpFlag) error {
-	wr := rc.SendWR{Op: rc.OpSend, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl)}
+	wr := rc.SendWR{Op: rc.OpSend, Flags: flags, Context: ctx, SGL: engineSGL(sgl)}
 	return q.post("send", postSend, &wr)
 }
 
@@ -237,7 +236,7 @@ func (q *QP) Send(ctx any, sgl []SGE, flags OpFlag) error {
 // receive fails, this request completes with STATUS_REMOTE_RESOURCES and
 // both QPs enter the error state.
 func (q *QP) SendAndInvalidate(ctx any, sgl []SGE, flags OpFlag, remoteToken uint32) error {
-	wr := rc.SendWR{Op: rc.OpSendInvalidate, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), InvalidateToken: remoteToken}
+	wr := rc.SendWR{Op: rc.OpSendInvalidate, Flags: flags, Context: ctx, SGL: engineSGL(sgl), InvalidateToken: remoteToken}
 	return q.post("send and invalidate", postSendAndInvalidate, &wr)
 }
 
@@ -246,7 +245,7 @@ func (q *QP) SendAndInvalidate(ctx any, sgl []SGE, flags OpFlag, remoteToken uin
 // INLINE, DEFER. The peer refusing the access completes it with
 // STATUS_ACCESS_VIOLATION and fails the connection.
 func (q *QP) Write(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, flags OpFlag) error {
-	wr := rc.SendWR{Op: rc.OpWrite, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
+	wr := rc.SendWR{Op: rc.OpWrite, Flags: flags, Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
 	return q.post("write", postWrite, &wr)
 }
 
@@ -257,7 +256,7 @@ func (q *QP) Write(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32,
 // STATUS_REMOTE_RESOURCES, as NdkRead documents for reads beyond the
 // remote region, and fails the connection.
 func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, flags OpFlag) error {
-	wr := rc.SendWR{Op: rc.OpRead, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
+	wr := rc.SendWR{Op: rc.OpRead, Flags: flags, Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
 	return q.post("read", postRead, &wr)
 }
 
@@ -272,7 +271,7 @@ func (q *QP) Receive(ctx any, sgl []SGE) error {
 	if q.r != nil {
 		return q.remoteReceive(ctx, sgl)
 	}
-	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != ntstatus.Success {
+	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
 	}
 	return nil

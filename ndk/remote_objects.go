@@ -8,7 +8,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
@@ -282,23 +281,23 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	r := q.adapter.rem
 	switch {
 	case q.closed.Load():
-		return postError(op, ntstatus.InvalidHandle)
+		return postError(op, StatusInvalidHandle)
 	case !rq.connected.Load():
-		return postError(op, ntstatus.ConnectionInvalid)
+		return postError(op, StatusConnectionInvalid)
 	}
 	responded := wr.Op >= rc.OpRead
-	inline := wr.Flags&uint32(OpFlagInline) != 0 && !responded
+	inline := wr.Flags&OpFlagInline != 0 && !responded
 	maxSGE := rq.cfg.MaxInitiatorRequestSGE
 	if responded {
 		maxSGE = min(maxSGE, int(q.adapter.info.MaxReadRequestSGE))
 	}
 	if (wr.Op == rc.OpCompareSwap || wr.Op == rc.OpFetchAdd) && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
 		r.ringDeferred(rq)
-		return postError(op, ntstatus.InvalidParameter)
+		return postError(op, StatusInvalidParameter)
 	}
 	if !inline && len(wr.SGL) > min(maxSGE, proto.MaxSGE) {
 		r.ringDeferred(rq)
-		return postError(op, ntstatus.InvalidParameter)
+		return postError(op, StatusInvalidParameter)
 	}
 	var total uint64
 	for i := range wr.SGL {
@@ -306,24 +305,24 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	}
 	if total > uint64(q.adapter.info.MaxTransferLength) || (inline && total > uint64(rq.cfg.InlineDataSize)) {
 		r.ringDeferred(rq)
-		return postError(op, ntstatus.InvalidParameter)
+		return postError(op, StatusInvalidParameter)
 	}
 	sgl := publicSGL(wr.SGL)
 	if !inline {
 		for i := range sgl {
 			if !r.checkLocal(q.pd, &sgl[i], responded) {
 				r.ringDeferred(rq)
-				return postError(op, ntstatus.AccessViolation)
+				return postError(op, StatusAccessViolation)
 			}
 		}
 	}
 	slot := rq.send.Reserve()
 	if slot == nil {
 		r.ringDeferred(rq)
-		return postError(op, ntstatus.InsufficientResource)
+		return postError(op, StatusInsufficientResources)
 	}
 	s := &rq.sr
-	*s = proto.Send{Op: uint8(wr.Op), Flags: wr.Flags, Seq: rq.sendSeq, RemoteAddr: wr.RemoteAddr, RemoteToken: wr.RemoteToken,
+	*s = proto.Send{Op: uint8(wr.Op), Flags: uint32(wr.Flags), Seq: rq.sendSeq, RemoteAddr: wr.RemoteAddr, RemoteToken: wr.RemoteToken,
 		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd}
 	if inline {
 		off := 0
@@ -349,7 +348,7 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	s.Encode(slot)
 	rq.send.Publish()
 	rq.sendSeq++
-	if wr.Flags&uint32(OpFlagDefer) != 0 {
+	if wr.Flags&OpFlagDefer != 0 {
 		rq.deferred = true
 	} else {
 		rq.deferred = false
@@ -376,26 +375,26 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	rq := q.r
 	r := q.adapter.rem
 	if q.closed.Load() {
-		return postError("receive", ntstatus.InvalidHandle)
+		return postError("receive", StatusInvalidHandle)
 	}
 	if len(sgl) > rq.cfg.MaxReceiveRequestSGE {
-		return postError("receive", ntstatus.InvalidParameter)
+		return postError("receive", StatusInvalidParameter)
 	}
 	var total uint64
 	for i := range sgl {
 		total += uint64(sgl[i].Length)
 	}
 	if total > uint64(q.adapter.info.MaxTransferLength) {
-		return postError("receive", ntstatus.InvalidParameter)
+		return postError("receive", StatusInvalidParameter)
 	}
 	for i := range sgl {
 		if !r.checkLocal(q.pd, &sgl[i], true) {
-			return postError("receive", ntstatus.AccessViolation)
+			return postError("receive", StatusAccessViolation)
 		}
 	}
 	slot := rq.recv.Reserve()
 	if slot == nil {
-		return postError("receive", ntstatus.InsufficientResource)
+		return postError("receive", StatusInsufficientResources)
 	}
 	v := &rq.rr
 	v.Seq, v.NSGE = rq.recvSeq, uint8(len(sgl))

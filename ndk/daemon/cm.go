@@ -102,6 +102,16 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 			}
 		}()
 		return nil, nil, nil
+	case proto.OpCreateListener, proto.OpListen, proto.OpPauseListener, proto.OpCloseListener:
+		return ss.dispatchListener(req)
+	}
+	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
+}
+
+// dispatchListener carries out the listener requests of dispatchCM.
+func (ss *session) dispatchListener(req *proto.Request) (*proto.Message, []int, error) {
+	a := ss.srv.a
+	switch req.Op {
 	case proto.OpCreateListener:
 		l := &sListener{}
 		var err error
