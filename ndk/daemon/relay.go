@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
-	"github.com/ndkxdp/ndkxdp/internal/spin"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
@@ -54,12 +52,12 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 		seg.Close()
 		return nil, err
 	}
-	bell := ss.relay.bell
+	ring := ss.relay.eng.Ring
 	c.cq, err = ss.srv.a.CreateCQ(depth, func(st ndk.Status) {
 		if st != ndk.StatusSuccess {
 			c.status.CompareAndSwap(0, uint32(st))
 		}
-		bell.Ring()
+		ring()
 	})
 	if err != nil {
 		seg.Close()
@@ -139,41 +137,47 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 	return q, nil
 }
 
-// relay is a session's data path: one goroutine that takes the client's
-// posted work out of its shared rings and posts it on the daemon's QPs,
-// and moves the daemon CQs' completions into the client's CQ rings. It
-// spins SpinTime after its last work, then sleeps on the session's
-// doorbell, which the client rings after a post or an arm and the daemon's
-// CQs ring when a completion arrives.
+// relay is a session's data path. It takes the client's posted work out
+// of its shared rings and posts it on the daemon's QPs, and moves the
+// daemon CQs' completions into the client's CQ rings, firing the client's
+// arms. It runs in the loop of the engine of queue 0 (rc.Poller), so a
+// post reaches the engine with no goroutine between: the client rings the
+// engine's own doorbell, whose flags live in shared memory, and the
+// engine's next turn moves the post. Before the engine sleeps, Idle arms
+// the session's daemon CQs, whose notifications ring the engine when a
+// completion arrives from another queue's engine.
 type relay struct {
-	ss   *session
-	seg  *shm.Segment
-	bell *shm.Doorbell
-	spin time.Duration
+	ss  *session
+	eng *hook.Engine
 
-	mu      sync.Mutex // held by the relay for each pass; by control to change the lists
+	mu      sync.Mutex // held by the engine for each pass; by control to change the lists
 	qps     []*sQP
 	cqs     []*sCQ
 	stopped bool
-	done    chan struct{}
+
+	// CQ notifications leave through the session's notifier goroutine:
+	// the engine must not block on the client's socket.
+	nmu   sync.Mutex
+	notes []note
+	nwake chan struct{}
+}
+
+type note struct {
+	h  uint32
+	st ndk.Status
 }
 
 func newRelay(ss *session) (*relay, error) {
-	seg, err := shm.NewSegment("ndkxdp-session", proto.SessionSize)
+	eng, err := hook.EngineOf(ss.srv.a)
 	if err != nil {
+		return nil, fmt.Errorf("daemon adapter: %w", err)
+	}
+	r := &relay{ss: ss, eng: eng, nwake: make(chan struct{}, 1)}
+	if err := eng.Add(r); err != nil {
 		return nil, err
 	}
-	efd, err := shm.NewEventfd()
-	if err != nil {
-		seg.Close()
-		return nil, err
-	}
-	bell, err := shm.NewDoorbell(seg, 0, efd)
-	if err != nil {
-		seg.Close()
-		return nil, err
-	}
-	return &relay{ss: ss, seg: seg, bell: bell, spin: ss.srv.cfg.SpinTime, done: make(chan struct{})}, nil
+	go r.notifier()
+	return r, nil
 }
 
 func (r *relay) addQP(q *sQP) {
@@ -212,56 +216,66 @@ func (r *relay) removeCQ(c *sCQ) {
 	r.mu.Unlock()
 }
 
-// stop ends the relay goroutine and waits for it.
+// stop takes the relay out of the engine's loop; when it returns, no pass
+// runs or ever will.
 func (r *relay) stop() {
 	r.mu.Lock()
 	r.stopped = true
 	r.mu.Unlock()
-	r.bell.Ring()
-	<-r.done
+	_ = r.eng.Remove(r)
 }
 
-func (r *relay) close() {
-	r.bell.Close()
-	r.seg.Close()
+func (r *relay) close() {}
+
+// Poll is one pass, in the engine's loop. While control changes the lists
+// the pass is skipped, and counted as work so that the engine comes back
+// for it at once.
+func (r *relay) Poll() int {
+	if !r.mu.TryLock() {
+		return 1
+	}
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0
+	}
+	return r.pass()
 }
 
-func (r *relay) run() {
-	defer close(r.done)
-	var y spin.Yielder
-	idleSince := time.Time{}
+// Idle arms every daemon CQ of the session before the engine sleeps: a
+// completion then rings the engine (an arm that finds completions rings
+// at once).
+func (r *relay) Idle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.cqs {
+		_ = c.cq.Arm(ndk.CQNotifyAny)
+	}
+}
+
+func (r *relay) notify(h uint32, st ndk.Status) {
+	r.nmu.Lock()
+	r.notes = append(r.notes, note{h, st})
+	r.nmu.Unlock()
+	select {
+	case r.nwake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *relay) notifier() {
 	for {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
+		select {
+		case <-r.ss.ctx.Done():
 			return
+		case <-r.nwake:
 		}
-		n := r.pass()
-		r.mu.Unlock()
-		if n > 0 {
-			idleSince = time.Time{}
-			continue
+		r.nmu.Lock()
+		notes := r.notes
+		r.notes = nil
+		r.nmu.Unlock()
+		for _, n := range notes {
+			r.ss.event(proto.EvCQ, n.h, n.st)
 		}
-		now := time.Now()
-		if idleSince.IsZero() {
-			idleSince = now
-		}
-		if now.Sub(idleSince) < r.spin {
-			y.Yield()
-			continue
-		}
-		// Asleep, the relay is woken by the client's ring (a post, an
-		// arm) and by any daemon CQ getting a completion, for which
-		// each is armed; an arm finds completions already there and
-		// rings at once.
-		r.mu.Lock()
-		for _, c := range r.cqs {
-			_ = c.cq.Arm(ndk.CQNotifyAny)
-		}
-		r.mu.Unlock()
-		// The timeout bounds how late PeerWrites' shared count can be.
-		_ = r.bell.Wait(10 * time.Millisecond)
-		idleSince = time.Time{}
 	}
 }
 
@@ -528,5 +542,5 @@ func (r *relay) fireArm(c *sCQ) {
 		c.errReported = true
 	}
 	c.notified, c.notifiedSol = c.pushed, c.solicited
-	r.ss.event(proto.EvCQ, c.h, st)
+	r.notify(c.h, st)
 }
