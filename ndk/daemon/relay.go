@@ -84,6 +84,8 @@ type sQP struct {
 	send   *shm.Consumer
 	recv   *shm.Consumer
 	writes *atomic.Uint64 // peer WRITE packets placed, for PeerWrites
+	wArm   *atomic.Uint32 // ArmPeerWrites: the client sets it, the relay fires it
+	wAt    *atomic.Uint64 // the count the client armed at
 	rcq    *sCQ
 	scq    *sCQ
 
@@ -123,6 +125,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		return nil, err
 	}
 	q.qp, q.seg, q.layout, q.writes = qp, seg, l, seg.Word64(l.Words)
+	q.wArm, q.wAt = seg.Word32(l.Words+8), seg.Word64(l.Words+16)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -163,6 +166,7 @@ type relay struct {
 }
 
 type note struct {
+	ev string
 	h  uint32
 	st ndk.Status
 }
@@ -252,9 +256,11 @@ func (r *relay) Idle() {
 	}
 }
 
-func (r *relay) notify(h uint32, st ndk.Status) {
+func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) }
+
+func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
 	r.nmu.Lock()
-	r.notes = append(r.notes, note{h, st})
+	r.notes = append(r.notes, note{ev, h, st})
 	r.nmu.Unlock()
 	select {
 	case r.nwake <- struct{}{}:
@@ -274,7 +280,7 @@ func (r *relay) notifier() {
 		r.notes = nil
 		r.nmu.Unlock()
 		for _, n := range notes {
-			r.ss.event(proto.EvCQ, n.h, n.st)
+			r.ss.event(n.ev, n.h, n.st)
 		}
 	}
 }
@@ -291,6 +297,9 @@ func (r *relay) pass() int {
 		if w := q.qp.PeerWrites(); w != q.lastWrites {
 			q.lastWrites = w
 			q.writes.Store(w)
+		}
+		if q.wArm.Load() != 0 && q.wAt.Load() != q.lastWrites && q.wArm.CompareAndSwap(1, 0) {
+			r.notifyEv(proto.EvPeerWrite, q.h, ndk.StatusSuccess)
 		}
 	}
 	for _, c := range r.cqs {

@@ -378,3 +378,36 @@ func TestClientPostAndPollAllocateNothing(t *testing.T) {
 		t.Fatalf("a SEND ping-pong through the daemon allocates %.1f times", n)
 	}
 }
+
+// TestArmPeerWritesThroughDaemon: a daemon-backed QP's write arm sends one
+// token after the peer's next WRITE is placed, and none before.
+func TestArmPeerWritesThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	pr := bd.connect(t, c, 7601)
+	ch := make(chan struct{}, 1)
+	c.qp.ArmPeerWrites(ch)
+	select {
+	case <-ch:
+		t.Fatal("token before any WRITE")
+	case <-time.After(50 * time.Millisecond):
+	}
+	before := c.qp.PeerWrites()
+	ps, _ := pr.mr.SGE(0, 128)
+	copy(pr.mem, "written by the peer")
+	if err := pr.qp.Write(nil, []ndk.SGE{ps}, c.mr.Addr()+256, c.mr.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no token after the peer's WRITE")
+	}
+	if got := string(c.mem[256 : 256+19]); got != "written by the peer" {
+		t.Fatalf("memory after the token: %q", got)
+	}
+	if c.qp.PeerWrites() <= before {
+		t.Fatalf("PeerWrites %d, was %d", c.qp.PeerWrites(), before)
+	}
+	wait(t, bd.b.ICQ, "peer write")
+}

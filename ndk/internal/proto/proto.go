@@ -52,6 +52,7 @@ const (
 	EvConnectorClosed = "connector_closed" // H
 	EvListenerClosed  = "listener_closed"  // H
 	EvPDClosed        = "pd_closed"        // H
+	EvPeerWrite       = "peer_write"       // H: QP whose armed peer-write count moved (ArmPeerWrites)
 )
 
 // Endpoint is ndk.Endpoint on the wire.
