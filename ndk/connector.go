@@ -128,7 +128,10 @@ func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort
 func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *SharedEndpoint, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect with shared endpoint"
 	if c.r != nil {
-		return errorf(StatusNotSupported, op, "not offered by a daemon-backed adapter yet")
+		if se == nil || se.a != c.a {
+			return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
+		}
+		return c.remoteConnectFrom(ctx, op, qp, se, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")

@@ -411,3 +411,66 @@ func TestArmPeerWritesThroughDaemon(t *testing.T) {
 	}
 	wait(t, bd.b.ICQ, "peer write")
 }
+
+// TestSharedEndpointThroughDaemon: two connections from one shared
+// endpoint of a daemon-backed adapter share its address and port.
+func TestSharedEndpointThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	se, err := c.a.CreateSharedEndpoint(netip.AddrPortFrom(c.a.LocalAddress(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer se.Close()
+	if !se.LocalAddress().IsValid() || se.LocalAddress().Port() == 0 {
+		t.Fatalf("shared endpoint address %v", se.LocalAddress())
+	}
+	b := bd.b
+	acc := make(chan error, 2)
+	// Two listeners: one 4-tuple exists once, so the two connections
+	// from one endpoint go to two ports.
+	var dsts []netip.AddrPort
+	for i := range 2 {
+		l, err := b.Adapter.CreateListener(func(x *ndk.Connector) {
+			q, _ := b.PD.CreateQP(ndk.QPConfig{ReceiveCQ: b.RCQ, InitiatorCQ: b.ICQ, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			acc <- x.Accept(ctx, q, 1, 1, nil, nil)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		dst := netip.AddrPortFrom(bd.pair.B.IPv4, uint16(7701+i))
+		if err := l.Listen(dst); err != nil {
+			t.Fatal(err)
+		}
+		dsts = append(dsts, dst)
+	}
+	for i, dst := range dsts {
+		q, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := c.a.CreateConnector()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = x.ConnectWithSharedEndpoint(ctx, q, se, dst, 1, 1, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("connection %d from the shared endpoint: %v", i, err)
+		}
+		if x.LocalAddress() != se.LocalAddress() {
+			t.Fatalf("connection %d from %v, endpoint is %v", i, x.LocalAddress(), se.LocalAddress())
+		}
+		if err := x.CompleteConnect(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

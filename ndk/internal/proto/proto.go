@@ -41,6 +41,8 @@ const (
 	OpPauseListener   = "pause_listener"   // H, Pause
 	OpCloseListener   = "close_listener"   // H; event listener_closed follows
 	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
+	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
+	OpCloseEndpoint   = "close_endpoint"   // H
 	OpCancel          = "cancel"           // Target: a blocking request to give up
 )
 
@@ -102,6 +104,7 @@ type Request struct {
 	Timeout            int64  `json:",omitempty"` // ns; 0: none
 	Pause              bool   `json:",omitempty"`
 	Target             uint64 `json:",omitempty"`
+	Endpoint           uint32 `json:",omitempty"` // connect: the shared endpoint to connect from
 	Remote             *Endpoint
 	Opts               *ConnOpts
 }
