@@ -1,0 +1,77 @@
+package main
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// linuxTerm is how Linux names a failure that ndk reports as an NTSTATUS:
+// the errno a librdmacm or socket call would give, and what a person can
+// do about it.
+type linuxTerm struct {
+	errno string
+	hint  string
+}
+
+var linuxTerms = map[ndk.Status]linuxTerm{
+	ndk.StatusInvalidParameter:      {"EINVAL", ""},
+	ndk.StatusInsufficientResources: {"ENOMEM", "lower the queue depths or sizes, or raise the memlock limit (ulimit -l)"},
+	ndk.StatusIOTimeout:             {"ETIMEDOUT", "the peer stopped answering: is it still running, and is the link up?"},
+	ndk.StatusConnectionRefused:     {"ECONNREFUSED", "is a server listening on that address and port (ndkxdp rping -s, rping -s, ib_send_bw -R)?"},
+	ndk.StatusConnectionAborted:     {"ECONNABORTED", "the peer ended the connection"},
+	ndk.StatusConnectionInvalid:     {"ENOTCONN", "the connection is gone"},
+	ndk.StatusNetworkUnreachable:    {"ENETUNREACH", "no route to the peer leaves through -dev: check `ip route get ADDR`"},
+	ndk.StatusHostUnreachable:       {"EHOSTUNREACH", "nobody answered ARP or neighbour discovery for the peer: check the address and that the peer is up"},
+	ndk.StatusInvalidAddress:        {"EADDRNOTAVAIL", "use an address of -dev (`ip addr show DEV`)"},
+	ndk.StatusAddressAlreadyExists:  {"EADDRINUSE", "another listener or connection holds that address and port"},
+	ndk.StatusSharingViolation:      {"EADDRINUSE", "another listener or connection holds that address and port"},
+	ndk.StatusCancelled:             {"ECANCELED", ""},
+	ndk.StatusNotSupported:          {"EOPNOTSUPP", ""},
+	ndk.StatusNDISAdapterNotReady:   {"ENODEV", "check -dev: `ip link` lists the interfaces of this network namespace"},
+	ndk.StatusAccessViolation:       {"EACCES", "the peer refused the memory access (token, bounds or rights)"},
+	ndk.StatusRemoteResources:       {"EREMOTEIO", "the peer could not carry out the request"},
+	ndk.StatusBufferOverflow:        {"EMSGSIZE", "a message was larger than the receive buffer"},
+}
+
+// ntText matches the NTSTATUS annotations ndk's errors carry for
+// programs (errors.Is, ndk.StatusOf) and the package prefixes of the
+// layers below the command.
+var ntText = regexp.MustCompile(`\s*\((?:NTSTATUS 0x[0-9a-fA-F]+ [A-Z_]+|(?:NDIS_)?STATUS_[A-Z_]+|NTSTATUS\(0x[0-9a-fA-F]+\))\)|\b(?:ndk|cm|ndkverbs): `)
+
+// describe renders err for a person: what failed, in Linux terms (the
+// errno name a Linux RDMA tool would print), and what to do. Programs
+// keep the NTSTATUS through errors.Is on the error itself.
+func describe(err error) string {
+	msg := ntText.ReplaceAllString(err.Error(), "")
+	msg = dedupe(msg)
+	var ne *ndk.Error
+	if !errors.As(err, &ne) {
+		return msg
+	}
+	t, ok := linuxTerms[ne.Status]
+	if !ok {
+		return msg
+	}
+	msg += " (" + t.errno + ")"
+	if t.hint != "" {
+		msg += "; " + t.hint
+	}
+	return msg
+}
+
+// dedupe drops a step that repeats the one before it ("accept: accept:
+// ..."), which happens where two layers name the same call.
+func dedupe(msg string) string {
+	parts := strings.Split(msg, ": ")
+	out := parts[:0]
+	for _, p := range parts {
+		if len(out) > 0 && p == out[len(out)-1] {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ": ")
+}
