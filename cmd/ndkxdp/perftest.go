@@ -18,7 +18,25 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [ADDR] -dev IFNAME\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+
+// perfTestSynopsis is the -h text of one test.
+func perfTestSynopsis(name string) string {
+	if name == "tcp_lat" {
+		return `usage: ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]
+
+send_lat's ping-pong over kernel TCP (TCP_NODELAY), the baseline the
+latency tests are held against. Without ADDR it is the server and waits
+for one client; with ADDR (an address or host name) it is the client of
+the server there.`
+	}
+	return fmt.Sprintf(`usage: ndkxdp perf %s [flags] [ADDR] -dev IFNAME
+
+perftest's ib_%s in rdma_cm mode (-R) over ndkxdp on IFNAME, compatible
+with perftest on the other side. Without ADDR it is the server and waits
+for one client; with ADDR (an address or host name) it is the client of
+the server there. ADDR may stand before, between or after the flags.`, name, name)
+}
 
 // perfTests maps the command's test names to perftest's binaries' tests.
 var perfTests = map[string]struct {
@@ -40,10 +58,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	test, ok := perfTests[name]
 	if !ok {
-		return fmt.Errorf("unknown test %q\n%s", name, perfTestUsage)
+		return usagef("unknown test %q\n%s", name, perfTestUsage)
 	}
-	fs := flag.NewFlagSet("perf "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("perf "+name, perfTestSynopsis(name), stderr)
 	p := perftest.Params{Verb: test.verb, Kind: test.kind}
 	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
 	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: perftest's)")
@@ -58,30 +75,20 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	dev := fs.String("dev", "", "network interface to attach to (in this network namespace)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	polling := fs.String("polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
-	// ADDR may stand between flags, as perftest allows.
-	var addr string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if addr != "" {
-			return fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), perfTestUsage)
-		}
-		addr, rest = fs.Arg(0), fs.Args()[1:]
+	capturePath := fs.String("capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	addr, err := parseWithAddr(fs, args, stdout)
+	if err != nil {
+		return err
 	}
 	switch {
 	case *dev == "":
-		return fmt.Errorf("-dev is required\n%s", perfTestUsage)
+		return usagef("-dev is required\n%s", perfTestUsage)
 	case *port == 0 || *port > 0xFFFF:
-		return fmt.Errorf("-p %d: not a port", *port)
+		return usagef("-p %d: not a port", *port)
 	case *timeout <= 0:
-		return fmt.Errorf("-timeout must be positive")
+		return usagef("-timeout %v: must be positive", *timeout)
 	case *polling != "adaptive" && *polling != "busy":
-		return fmt.Errorf("unknown -polling %q (want adaptive or busy)", *polling)
+		return usagef("unknown -polling %q (want adaptive or busy)", *polling)
 	}
 	opts := ndk.Options{}
 	if *polling == "busy" {
@@ -95,18 +102,32 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	// perftest -R clients retry the data connection 10 times, 100 ms
 	// apart, when the server does not listen yet (REJ reason 8).
 	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
-	var peer netip.Addr
-	if addr != "" {
-		var err error
-		if peer, err = netip.ParseAddr(addr); err != nil {
-			return fmt.Errorf("server address %q: %w", addr, err)
-		}
+	if err := p.Check(); err != nil {
+		return usagef("%v", err)
 	}
-	if err := requireRoot(); err != nil {
+	if err := checkDev(*dev); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	enterPhase(ctx, "address lookup")
+	var peer netip.Addr
+	if addr != "" {
+		if peer, err = lookupAddr(ctx, "server address", addr); err != nil {
+			return stepTimedOut(ctx, err, *timeout, "address lookup")
+		}
+	}
+	if err := requireCaps(toolCaps); err != nil {
+		return err
+	}
+	capture, err := openCapture(*capturePath, &opts)
+	if err != nil {
+		return err
+	}
+	if capture != nil {
+		defer capture.Close()
+	}
+	enterPhase(ctx, "attach to "+*dev)
 	d, err := ndkverbs.Open(*dev, opts)
 	if err != nil {
 		return err
@@ -118,6 +139,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		role = "client of " + peer.String()
 	}
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(*polling))
+	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
@@ -130,7 +152,29 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		res, err = perftest.RunServer(ctx, p, l, stdout)
 	}
 	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
-	return err
+	return stepTimedOut(ctx, err, *timeout, "perf "+name+" as "+role)
+}
+
+// parseWithAddr parses flags with one optional ADDR before, between or
+// after them, as perftest allows; more arguments are refused.
+func parseWithAddr(fs *flag.FlagSet, args []string, stdout io.Writer) (string, error) {
+	if wantsHelp(args) {
+		return "", parseFlags(fs, args, stdout)
+	}
+	var addr string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return "", badUsage(err)
+		}
+		if fs.NArg() == 0 {
+			return addr, nil
+		}
+		if addr != "" {
+			return "", usagef("unexpected arguments %q\n%s", fs.Args(), perfTestUsage)
+		}
+		addr, rest = fs.Arg(0), fs.Args()[1:]
+	}
 }
 
 // printRunStats names, on stderr (stdout keeps perftest's text), what
@@ -157,31 +201,29 @@ func pollingText(mode string) string {
 // the baseline perf's latency tests are held against: the same columns
 // between the same two hosts. Without ADDR it serves one client.
 func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("perf tcp_lat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("perf tcp_lat", perfTestSynopsis("tcp_lat"), stderr)
 	var p perftest.Params
 	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: send_lat's)")
 	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: send_lat's)")
 	port := fs.Uint("p", perftest.DefaultPort, "TCP port")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	addr, err := parseWithAddr(fs, args, stdout)
+	if err != nil {
 		return err
 	}
 	switch {
-	case fs.NArg() > 1:
-		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args()[1:], perfTestUsage)
 	case *port == 0 || *port > 0xFFFF:
-		return fmt.Errorf("-p %d: not a port", *port)
+		return usagef("-p %d: not a port", *port)
 	case *timeout <= 0:
-		return fmt.Errorf("-timeout must be positive")
+		return usagef("-timeout %v: must be positive", *timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	var conn net.Conn
-	if fs.NArg() == 1 {
-		peer, err := netip.ParseAddr(fs.Arg(0))
+	if addr != "" {
+		peer, err := lookupAddr(ctx, "server address", addr)
 		if err != nil {
-			return fmt.Errorf("server address %q: %w", fs.Arg(0), err)
+			return err
 		}
 		fmt.Fprintf(stdout, "ndkxdp perf tcp_lat: client of %v, TCP_NODELAY\n", peer)
 		ap := netip.AddrPortFrom(peer, uint16(*port))
@@ -215,6 +257,7 @@ func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	defer conn.Close()
-	_, err := perftest.TCPLat(ctx, conn, p, fs.NArg() == 1, stdout)
-	return err
+	enterPhase(ctx, "perf tcp_lat")
+	_, err = perftest.TCPLat(ctx, conn, p, addr != "", stdout)
+	return stepTimedOut(ctx, err, *timeout, "perf tcp_lat")
 }
