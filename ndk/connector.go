@@ -140,9 +140,9 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if !dst.IsValid() || dst.Port() == 0 {
 		return errorf(StatusInvalidAddress, op, "destination %v needs an address and a port", dst)
 	}
-	path, err := c.a.prov.ResolvePath(src.Addr(), dst.Addr())
+	path, err := c.resolvePath(ctx, op, src.Addr(), dst.Addr())
 	if err != nil {
-		return cmError(op, err)
+		return err
 	}
 	done := make(chan error, 1)
 	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
@@ -159,6 +159,33 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	c.qp = qp
 	c.mu.Unlock()
 	return c.wait(ctx, op, done, true)
+}
+
+// resolvePath resolves the route and the next hop's MAC, or gives up when
+// ctx ends: neighbour resolution may wait seconds for an answer that never
+// comes, and the caller's deadline or cancellation comes first. The
+// abandoned lookup ends on its own (the resolver's NeighbourTimeout), and
+// the connector is closed as for any abandoned Connect.
+func (c *Connector) resolvePath(ctx context.Context, op string, src, dst netip.Addr) (cm.PathInfo, error) {
+	type result struct {
+		path cm.PathInfo
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		path, err := c.a.prov.ResolvePath(src, dst)
+		done <- result{path, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.path, cmError(op, r.err)
+		}
+		return r.path, nil
+	case <-ctx.Done():
+		c.Close() // as for an abandoned Connect (see wait)
+		return cm.PathInfo{}, &Error{Status: StatusCancelled, Op: op, Detail: "context ended while resolving the path to " + dst.String(), Err: ctx.Err()}
+	}
 }
 
 // wait returns the completion, or gives up on ctx: abandon closes the
