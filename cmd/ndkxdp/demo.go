@@ -230,7 +230,9 @@ func (d *demo) runPhases(ctx context.Context, stdout io.Writer) error {
 		before := d.counts()
 		line, err := ph.run(ctx, cn.qa, cn.qb)
 		during := d.counts().since(before)
-		enterPhase(ctx, "disconnection after "+ph.name)
+		if err == nil {
+			enterPhase(ctx, "disconnection after "+ph.name)
+		}
 		if derr := cn.disconnect(ctx); err == nil {
 			err = derr
 		}

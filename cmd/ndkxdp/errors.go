@@ -45,6 +45,10 @@ var ntText = regexp.MustCompile(`\s*\((?:NTSTATUS 0x[0-9a-fA-F]+ [A-Z_]+|(?:NDIS
 // errno name a Linux RDMA tool would print), and what to do. Programs
 // keep the NTSTATUS through errors.Is on the error itself.
 func describe(err error) string {
+	var te *timeoutError
+	if errors.As(err, &te) {
+		return te.Error() + " (ETIMEDOUT)"
+	}
 	msg := ntText.ReplaceAllString(err.Error(), "")
 	msg = dedupe(msg)
 	var ne *ndk.Error

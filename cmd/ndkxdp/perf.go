@@ -57,7 +57,7 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Duration: *d,
 		Pings:    *pings,
 		Progress: func(s string) {
-			enterPhase(ctx, s)
+			enterPhase(ctx, "measuring "+s)
 			fmt.Fprintf(stderr, "  measuring %s\n", s)
 		},
 	})

@@ -23,12 +23,12 @@ func TestToolInvocations(t *testing.T) {
 		{[]string{"rping", "-s", "-c", "-dev", "x"}, "exactly one of -s and -c"},
 		{[]string{"rping", "-c", "-dev", "x"}, "needs -a ADDR"},
 		{[]string{"rping", "-s"}, "-dev is required"},
-		{[]string{"rping", "-c", "-a", "nonsense", "-dev", "x"}, "-a \"nonsense\""},
+		{[]string{"rping", "-c", "-a", "non sense!", "-dev", "lo"}, "-a \"non sense!\": not an address"},
 		{[]string{"rping", "-s", "-p", "70000", "-dev", "x"}, "not a port"},
 		{[]string{"perf", "bogus_bw", "-dev", "x"}, "unknown test"},
 		{[]string{"perf", "write_bw"}, "-dev is required"},
 		{[]string{"perf", "write_bw", "1.2.3.4", "5.6.7.8", "-dev", "x"}, "unexpected arguments"},
-		{[]string{"perf", "write_bw", "not-an-address", "-dev", "x"}, "server address"},
+		{[]string{"perf", "write_bw", "not an address!", "-dev", "lo"}, "server address"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
