@@ -33,6 +33,9 @@ type sendStream struct {
 	// recvDone is closed when the receiver returns, with recvErr set.
 	recvDone chan struct{}
 	recvErr  error
+	// pause, if set, stops the receiver this long after every 64
+	// messages: a test's stand-in for a receiver that falls behind.
+	pause time.Duration
 }
 
 // sendWindow is how many SENDs A keeps unacknowledged; the receive queue
@@ -42,11 +45,18 @@ const sendWindow = demoQueueDepth / 2
 // demoSend streams n SENDs of size bytes from a to b; every message carries
 // its sequence number and a pattern that b checks.
 func demoSend(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n, size int) (phase, error) {
-	s := &sendStream{a: a, b: b, qa: qa, qb: qb, n: n, size: size,
+	return newSendStream(a, b, qa, qb, n, size).run(ctx)
+}
+
+func newSendStream(a, b *ndkhost.Host, qa, qb *ndk.QP, n, size int) *sendStream {
+	return &sendStream{a: a, b: b, qa: qa, qb: qb, n: n, size: size,
 		src: make([]byte, size*demoQueueDepth), dst: make([]byte, size*demoQueueDepth)}
+}
+
+func (s *sendStream) run(ctx context.Context) (phase, error) {
 	var release func()
 	var err error
-	if s.smr, s.dmr, release, err = registerPair(a.PD, s.src, ndk.MRFlagAllowLocalRead, b.PD, s.dst, ndk.MRFlagAllowLocalWrite); err != nil {
+	if s.smr, s.dmr, release, err = registerPair(s.a.PD, s.src, ndk.MRFlagAllowLocalRead, s.b.PD, s.dst, ndk.MRFlagAllowLocalWrite); err != nil {
 		return phase{}, err
 	}
 	defer release()
@@ -72,7 +82,7 @@ func demoSend(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n, size i
 	if s.recvErr != nil {
 		return phase{}, s.recvErr
 	}
-	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: time.Since(t0)}, nil
+	return phase{ops: s.n, bytes: uint64(s.n) * uint64(s.size), elapsed: time.Since(t0)}, nil
 }
 
 // post posts B's receive into slot.
@@ -106,6 +116,9 @@ func (s *sendStream) receive(ctx context.Context) error {
 			continue
 		}
 		deadline = time.Now().Add(10 * time.Second)
+		if s.pause > 0 && got%64 == 0 {
+			time.Sleep(s.pause)
+		}
 		for _, r := range rs[:k] {
 			slot := r.RequestContext.(int)
 			msg := s.dst[slot*s.size : (slot+1)*s.size]

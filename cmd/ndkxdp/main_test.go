@@ -19,7 +19,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
-	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -248,7 +247,7 @@ func TestDemoRuns(t *testing.T) {
 			t.Fatalf("demo -mtu %s: %v\n%s%s", mtu, err, out.String(), errOut.String())
 		}
 		for _, want := range []string{"report:", "SEND      2000 x 64", "WRITE       50 x 65536", "READ        50 x 65536",
-			"RTT p50", "0 bad ICRC", "namespaces removed"} {
+			"RTT p50", "p99.9", "max", "0 bad ICRC", "namespaces removed"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("demo -mtu %s output lacks %q:\n%s", mtu, want, out.String())
 			}
@@ -256,6 +255,11 @@ func TestDemoRuns(t *testing.T) {
 		f, err := pcapfile.ReadFile(capture)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Each frame once, as its sender sent it: as many as both hosts
+		// sent.
+		if sent := framesOut(t, out.String()); len(f.Packets) != sent {
+			t.Errorf("demo -mtu %s: capture holds %d frames, the hosts sent %d", mtu, len(f.Packets), sent)
 		}
 		ops := map[rocev2.Opcode]int{}
 		var p rocev2.Packet
@@ -276,8 +280,7 @@ func TestDemoRuns(t *testing.T) {
 
 // checkWithTshark decodes the demo's capture with Wireshark's RoCE
 // dissector: every frame is InfiniBand over UDP 4791, each of the demo's
-// four connections shows its REQ, REP, RTU, DREQ and DREP (each recorded
-// twice: sent by one adapter, received by the other), and no frame is
+// four connections shows its REQ, REP, RTU, DREQ and DREP, and no frame is
 // malformed. The one exception is Wireshark guessing the payload of a
 // SEND as an EtherType frame (the demo's messages start with a sequence
 // number) and failing to parse that guess: the RoCE headers still decode.
@@ -308,41 +311,28 @@ func checkWithTshark(t *testing.T, capture string) {
 		}
 	}
 	for _, attr := range []string{"0x0010", "0x0013", "0x0014", "0x0015", "0x0016"} {
-		if cm[attr] < 2*4 {
-			t.Errorf("tshark finds %d CM MADs of attribute %s in %d frames, want at least 8 (%v)", cm[attr], attr, frames, cm)
+		if cm[attr] < 4 {
+			t.Errorf("tshark finds %d CM MADs of attribute %s in %d frames, want at least 4 (%v)", cm[attr], attr, frames, cm)
 		}
 	}
 }
 
-// TestDemoEndsWhenInterrupted cancels the demo's context (what SIGINT and
-// SIGTERM do) at several points of its run: each time it returns promptly
-// with the cancellation, and leaves no namespace behind. The SEND phase
-// used to spin forever once its receiver had given up.
-func TestDemoEndsWhenInterrupted(t *testing.T) {
-	testenv.RequireRoot(t)
-	for _, after := range []time.Duration{50 * time.Millisecond, 120 * time.Millisecond, 300 * time.Millisecond, time.Second} {
-		ctx, cancel := context.WithTimeout(context.Background(), after)
-		var out, errOut bytes.Buffer
-		start := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- run(ctx, []string{"demo", "-messages", "2000000"}, &out, &errOut) }()
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(after + 20*time.Second):
-			t.Fatalf("demo still running 20s after its context ended at %v:\n%s", after, out.String())
-		}
-		cancel()
-		took := time.Since(start)
-		if err == nil {
-			t.Fatalf("demo cancelled at %v returned no error:\n%s", after, out.String())
-		}
-		t.Logf("cancelled at %v: returned after %v: %v", after, took.Round(time.Millisecond), err)
-		ents, _ := os.ReadDir("/var/run/netns")
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), vethpair.NamePrefix+strconv.Itoa(os.Getpid())+"-") {
-				t.Errorf("namespace %s left behind", e.Name())
+// framesOut sums the "N frames out" of the demo's per-host lines.
+func framesOut(t *testing.T, report string) int {
+	t.Helper()
+	sum, hosts := 0, 0
+	for _, line := range strings.Split(report, "\n") {
+		if _, rest, ok := strings.Cut(line, ": "); ok && strings.Contains(rest, " frames out, ") {
+			n, err := strconv.Atoi(strings.Fields(rest)[0])
+			if err != nil {
+				t.Fatalf("report line %q: %v", line, err)
 			}
+			sum += n
+			hosts++
 		}
 	}
+	if hosts != 2 {
+		t.Fatalf("report names %d hosts' frames, want 2:\n%s", hosts, report)
+	}
+	return sum
 }

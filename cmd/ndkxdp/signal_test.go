@@ -42,11 +42,11 @@ func leftNamespaces(pid int) []string {
 	return left
 }
 
-// TestSignalsEndEveryPhase sends SIGINT or SIGTERM to the real process at
+// TestDemoEndsWhenInterrupted sends SIGINT or SIGTERM to the real process at
 // points from set-up (0.05 s) to the middle of the phases (1 s): each time
 // it exits promptly with 130 or 143, says which phase it was in, and
 // leaves no namespace behind.
-func TestSignalsEndEveryPhase(t *testing.T) {
+func TestDemoEndsWhenInterrupted(t *testing.T) {
 	testenv.RequireRoot(t)
 	for i, after := range []time.Duration{50 * time.Millisecond, 120 * time.Millisecond, 300 * time.Millisecond, time.Second} {
 		sig, want := syscall.SIGINT, 130
