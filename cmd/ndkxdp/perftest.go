@@ -56,89 +56,42 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if name == "tcp_lat" {
 		return runTCPLat(ctx, args, stdout, stderr)
 	}
-	test, ok := perfTests[name]
-	if !ok {
-		return usagef("unknown test %q\n%s", name, perfTestUsage)
-	}
-	fs := newFlagSet("perf "+name, perfTestSynopsis(name), stderr)
-	p := perftest.Params{Verb: test.verb, Kind: test.kind}
-	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
-	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: perftest's)")
-	fs.IntVar(&p.TxDepth, "t", 0, "TX depth (default: perftest's)")
-	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
-	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
-	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
-	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
-	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
-	gbits := fs.Bool("report_gbits", false, "report Gb/s instead of MB/s")
-	noPeak := fs.Bool("N", false, "no peak bandwidth")
-	dev := fs.String("dev", "", "network interface to attach to (in this network namespace)")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	polling := fs.String("polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
-	capturePath := fs.String("capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
-	addr, err := parseWithAddr(fs, args, stdout)
+	f, err := parsePerfTest(name, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	switch {
-	case *dev == "":
-		return usagef("-dev is required\n%s", perfTestUsage)
-	case *port == 0 || *port > 0xFFFF:
-		return usagef("-p %d: not a port", *port)
-	case *timeout <= 0:
-		return usagef("-timeout %v: must be positive", *timeout)
-	case *polling != "adaptive" && *polling != "busy":
-		return usagef("unknown -polling %q (want adaptive or busy)", *polling)
-	}
-	opts := ndk.Options{}
-	if *polling == "busy" {
-		opts.Polling, p.BusyPoll = ndk.PollBusy, true
-	}
-	p.Port = uint16(*port)
-	p.ReportGbits, p.NoPeak = *gbits, *noPeak
-	if *cas {
-		p.AtomicType = perftest.CompareAndSwap
-	}
-	// perftest -R clients retry the data connection 10 times, 100 ms
-	// apart, when the server does not listen yet (REJ reason 8).
-	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
-	if err := p.Check(); err != nil {
-		return usagef("%v", err)
-	}
-	if err := checkDev(*dev); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	enterPhase(ctx, "address lookup")
 	var peer netip.Addr
-	if addr != "" {
-		if peer, err = lookupAddr(ctx, "server address", addr); err != nil {
-			return stepTimedOut(ctx, err, *timeout, "address lookup")
+	if f.addr != "" {
+		if peer, err = lookupAddr(ctx, "server address", f.addr); err != nil {
+			return stepTimedOut(ctx, err, f.timeout, "address lookup")
 		}
 	}
 	if err := requireCaps(toolCaps); err != nil {
 		return err
 	}
-	capture, err := openCapture(*capturePath, &opts)
+	capture, err := openCapture(f.capture, &f.opts)
 	if err != nil {
 		return err
 	}
 	if capture != nil {
 		defer capture.Close()
 	}
-	enterPhase(ctx, "attach to "+*dev)
-	d, err := ndkverbs.Open(*dev, opts)
+	enterPhase(ctx, "attach to "+f.dev)
+	d, err := ndkverbs.Open(f.dev, f.opts)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	p := f.params
 	p.MTU = d.Adapter.PathMTU()
 	role := "server"
 	if peer.IsValid() {
 		role = "client of " + peer.String()
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(*polling))
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(f.polling))
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	if peer.IsValid() {
@@ -152,7 +105,70 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		res, err = perftest.RunServer(ctx, p, l, stdout)
 	}
 	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
-	return stepTimedOut(ctx, err, *timeout, "perf "+name+" as "+role)
+	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
+}
+
+// perfTestFlags are one test's command line, checked.
+type perfTestFlags struct {
+	params                      perftest.Params
+	opts                        ndk.Options
+	addr, dev, polling, capture string
+	timeout                     time.Duration
+}
+
+// parsePerfTest checks every flag, perftest's limits included, before
+// anything touches the system or prints.
+func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTestFlags, error) {
+	var f perfTestFlags
+	test, ok := perfTests[name]
+	if !ok {
+		return f, usagef("unknown test %q\n%s", name, perfTestUsage)
+	}
+	fs := newFlagSet("perf "+name, perfTestSynopsis(name), stderr)
+	p := &f.params
+	*p = perftest.Params{Verb: test.verb, Kind: test.kind}
+	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
+	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: perftest's)")
+	fs.IntVar(&p.TxDepth, "t", 0, "TX depth (default: perftest's)")
+	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
+	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
+	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
+	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
+	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
+	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
+	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
+	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	var err error
+	if f.addr, err = parseWithAddr(fs, args, stdout); err != nil {
+		return f, err
+	}
+	switch {
+	case f.dev == "":
+		return f, usagef("-dev is required\n%s", perfTestUsage)
+	case *port == 0 || *port > 0xFFFF:
+		return f, usagef("-p %d: not a port", *port)
+	case f.timeout <= 0:
+		return f, usagef("-timeout %v: must be positive", f.timeout)
+	case f.polling != "adaptive" && f.polling != "busy":
+		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
+	}
+	if f.polling == "busy" {
+		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true
+	}
+	p.Port = uint16(*port)
+	if *cas {
+		p.AtomicType = perftest.CompareAndSwap
+	}
+	// perftest -R clients retry the data connection 10 times, 100 ms
+	// apart, when the server does not listen yet (REJ reason 8).
+	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
+	if err := p.Check(); err != nil {
+		return f, usagef("%v", err)
+	}
+	return f, checkDev(f.dev)
 }
 
 // parseWithAddr parses flags with one optional ADDR before, between or
