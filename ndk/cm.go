@@ -88,8 +88,35 @@ func cmError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if rej := (*cm.RejectError)(nil); errors.As(err, &rej) {
+		err = &rejected{err: err, rej: &RejectError{Reason: rej.Reason, PrivateData: rej.PrivateData}}
+	}
 	return &Error{Status: Status(cm.StatusOf(err)), Op: op, Err: err}
 }
+
+// RejectError is the cause inside a Connect or Accept error that a peer's
+// CM REJ produced: errors.As(err, &rej) gives the REJ's reason (IBTA table
+// 108: 8 nobody listens on that port, 28 the peer refused, ...) and its
+// private data. The error is also ErrConnectionRefused (a REJ of our REQ)
+// or ErrConnectionAborted (a REJ of our REP).
+type RejectError struct {
+	Reason      rocev2.RejectReason
+	PrivateData []byte // the REJ's 148 private-data bytes
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("peer sent REJ reason %d (%v)", e.Reason, e.Reason)
+}
+
+// rejected carries a RejectError beside the CM's error, whose text it
+// keeps.
+type rejected struct {
+	err error
+	rej *RejectError
+}
+
+func (r *rejected) Error() string   { return r.err.Error() }
+func (r *rejected) Unwrap() []error { return []error{r.rej, r.err} }
 
 // connections are the connectors, listeners and shared endpoints an
 // adapter closes with it.

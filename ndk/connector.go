@@ -82,12 +82,6 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 	return nil
 }
 
-// RejectError is the cause inside a Connect or Accept error that a peer's
-// CM REJ produced: errors.As(err, &rej) gives the REJ's reason (IBTA table
-// 108: 8 nobody listens on that port, 28 the peer refused, ...) and its
-// private data. The error is also ErrConnectionRefused (a REJ of our REQ)
-// or ErrConnectionAborted (a REJ of our REP).
-type RejectError = cm.RejectError
 
 // Connect connects qp to the listener at dst (NdkConnect): it resolves the
 // route and the next hop's MAC through the kernel's tables, sends a REQ
