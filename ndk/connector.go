@@ -82,7 +82,6 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 	return nil
 }
 
-
 // Connect connects qp to the listener at dst (NdkConnect): it resolves the
 // route and the next hop's MAC through the kernel's tables, sends a REQ
 // with privateData (at most MaxCallerData bytes), and returns when the
