@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -160,7 +161,9 @@ func TestSignalsEndTools(t *testing.T) {
 		}
 		time.Sleep(tc.after)
 		sent := time.Now()
-		cmd.Process.Signal(tc.sig)
+		if err := signalTool(cmd.Process.Pid, tc.sig); err != nil {
+			t.Fatal(err)
+		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
@@ -198,4 +201,28 @@ func TestTimeoutDuringNeighbourResolution(t *testing.T) {
 		t.Fatalf("rping -c to a silent address with -timeout 300ms: %v after %v", err, took)
 	}
 	t.Logf("gave up after %v: %s", took.Round(time.Millisecond), describe(err))
+}
+
+// signalTool sends sig to the tool that pid runs: pid itself, or, where
+// ip netns exec forks instead of exec'ing the tool in its place, its
+// children.
+func signalTool(pid int, sig syscall.Signal) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return err
+	}
+	children := strings.Fields(string(b))
+	if len(children) == 0 {
+		return syscall.Kill(pid, sig)
+	}
+	for _, c := range children {
+		child, err := strconv.Atoi(c)
+		if err != nil {
+			return err
+		}
+		if err := syscall.Kill(child, sig); err != nil {
+			return err
+		}
+	}
+	return nil
 }
