@@ -161,7 +161,11 @@ func TestSignalsEndTools(t *testing.T) {
 		}
 		time.Sleep(tc.after)
 		sent := time.Now()
-		if err := signalTool(cmd.Process.Pid, tc.sig); err != nil {
+		signal := func() error { return cmd.Process.Signal(tc.sig) }
+		if tc.netns != nil {
+			signal = func() error { return signalTool(cmd.Process.Pid, tc.sig) }
+		}
+		if err := signal(); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
