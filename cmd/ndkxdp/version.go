@@ -87,6 +87,8 @@ func featureState(err error) string {
 		return "yes"
 	case errors.Is(err, ebpf.ErrNotSupported):
 		return "no"
+	case errors.Is(err, unix.EPERM):
+		return "unknown (probing needs CAP_BPF)"
 	}
 	return "unknown (" + err.Error() + ")"
 }
