@@ -17,13 +17,16 @@ type capability struct {
 }
 
 // The capabilities the tools need (capabilities(7)). AF_XDP sockets need
-// CAP_NET_RAW (the kernel's xsk_create checks it), which the kernel asks
-// for even where a user thinks of XDP as CAP_NET_ADMIN's.
+// CAP_NET_RAW (the kernel's xsk_create checks it), and the verifier takes
+// the XDP program's packet-pointer arithmetic only with CAP_PERFMON
+// (bpf_allow_ptr_leaks); a user may think of both as CAP_NET_ADMIN's and
+// CAP_BPF's, which do not cover them.
 var (
 	capNetAdmin = capability{12, "CAP_NET_ADMIN", "attach XDP programs, configure links"}
 	capNetRaw   = capability{13, "CAP_NET_RAW", "open AF_XDP sockets"}
 	capIPCLock  = capability{14, "CAP_IPC_LOCK", "lock the packet buffers (UMEM) in memory"}
 	capSysAdmin = capability{21, "CAP_SYS_ADMIN", "create network namespaces"}
+	capPerfmon  = capability{38, "CAP_PERFMON", "have the verifier accept the XDP program's pointer arithmetic"}
 	capBPF      = capability{39, "CAP_BPF", "load the XDP program and its maps"}
 )
 
@@ -31,8 +34,8 @@ var (
 // that build their own veth pair (demo, perf baseline) also need
 // CAP_SYS_ADMIN.
 var (
-	toolCaps = []capability{capNetAdmin, capNetRaw, capIPCLock, capBPF}
-	pairCaps = []capability{capNetAdmin, capNetRaw, capIPCLock, capBPF, capSysAdmin}
+	toolCaps = []capability{capNetAdmin, capNetRaw, capIPCLock, capBPF, capPerfmon}
+	pairCaps = []capability{capNetAdmin, capNetRaw, capIPCLock, capBPF, capPerfmon, capSysAdmin}
 )
 
 // requireCaps checks the process's effective capabilities before anything
@@ -90,4 +93,13 @@ func executable() string {
 		return p
 	}
 	return "ndkxdp"
+}
+
+// capNames lists the names of caps for a message.
+func capNames(caps []capability) string {
+	names := make([]string, len(caps))
+	for i, c := range caps {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
 }

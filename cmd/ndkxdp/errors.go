@@ -2,8 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -49,8 +53,17 @@ func describe(err error) string {
 	if errors.As(err, &te) {
 		return te.Error() + " (ETIMEDOUT)"
 	}
-	msg := ntText.ReplaceAllString(err.Error(), "")
-	msg = dedupe(msg)
+	msg := dedupe(ntText.ReplaceAllString(shortLog(err.Error()), ""))
+	// A system call's errno, where one caused the failure, names it
+	// better than the NTSTATUS ndk chose for the whole call.
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		msg += " (" + unix.ErrnoName(errno) + ")"
+		if errno == unix.EPERM || errno == unix.EACCES {
+			msg += "; the kernel refused: run as root, or with " + capNames(toolCaps)
+		}
+		return msg
+	}
 	var ne *ndk.Error
 	if !errors.As(err, &ne) {
 		return msg
@@ -64,6 +77,20 @@ func describe(err error) string {
 		msg += "; " + t.hint
 	}
 	return msg
+}
+
+// shortLog keeps the first line of a message that carries a log (the
+// verifier's), and the log's last lines, which give its reason.
+func shortLog(msg string) string {
+	lines := strings.Split(strings.TrimRight(msg, "\n"), "\n")
+	if len(lines) <= 3 {
+		return msg
+	}
+	tail := lines[len(lines)-2:]
+	for i := range tail {
+		tail[i] = strings.TrimSpace(tail[i])
+	}
+	return fmt.Sprintf("%s [... %d lines ...] %s", lines[0], len(lines)-3, strings.Join(tail, " / "))
 }
 
 // dedupe drops a step that repeats the one before it ("accept: accept:

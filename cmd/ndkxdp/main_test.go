@@ -125,14 +125,15 @@ func TestVersion(t *testing.T) {
 // capability with its use; CAP_SYS_ADMIN only for the commands that build
 // namespaces.
 func TestMissingCapabilities(t *testing.T) {
-	const status = "Name:\tndkxdp\nCapPrm:\t000001ffffffffff\nCapEff:\t0000008000007000\n"
+	const status = "Name:\tndkxdp\nCapPrm:\t000001ffffffffff\nCapEff:\t000000c000007000\n"
 	eff, err := effectiveCaps(strings.NewReader(status))
-	if err != nil || eff != 0x8000007000 {
+	if err != nil || eff != 0xc000007000 {
 		t.Fatalf("effectiveCaps = %#x, %v", eff, err)
 	}
-	// 0x8000007000: CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK and CAP_BPF.
+	// 0xc000007000: CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK, CAP_PERFMON
+	// and CAP_BPF.
 	if err := missingCaps(eff, toolCaps); err != nil {
-		t.Errorf("a tool with NET_ADMIN, NET_RAW, IPC_LOCK and BPF refused: %v", err)
+		t.Errorf("a tool with NET_ADMIN, NET_RAW, IPC_LOCK, PERFMON and BPF refused: %v", err)
 	}
 	err = missingCaps(eff, pairCaps)
 	if err == nil || !strings.Contains(err.Error(), "CAP_SYS_ADMIN (to create network namespaces)") || strings.Contains(err.Error(), "CAP_BPF (") {

@@ -230,3 +230,48 @@ func signalTool(pid int, sig syscall.Signal) error {
 	}
 	return nil
 }
+
+// TestToolsRunWithCapabilitiesOnly runs rping's server and client with
+// exactly the capabilities the tools ask for, CAP_SYS_ADMIN not among
+// them: they check capabilities, not uid 0, and need no more.
+func TestToolsRunWithCapabilitiesOnly(t *testing.T) {
+	testenv.RequireRoot(t)
+	setpriv := testenv.RequireTool(t, "setpriv")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var caps []string
+	for _, c := range toolCaps {
+		caps = append(caps, "+"+strings.TrimPrefix(strings.ToLower(c.name), "cap_"))
+	}
+	set := "-all," + strings.Join(caps, ",")
+	limited := func(ns, role string, args ...string) *exec.Cmd {
+		argv := append([]string{"netns", "exec", ns, setpriv, "--inh-caps=" + set, "--ambient-caps=" + set, "--bounding-set=" + set, exe, "rping", role}, args...)
+		cmd := exec.Command("ip", argv...)
+		cmd.Env = append(os.Environ(), "NDKXDP_TEST_MAIN=1")
+		return cmd
+	}
+	p := harness.New(t, harness.Config{})
+	srv := limited(p.B.Name, "-s", "-C", "5", "-timeout", "30s", "-dev", p.B.Link)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var cliOut []byte
+	var cliErr error
+	start := time.Now()
+	for attempt := 0; attempt < 20; attempt++ { // until the server listens
+		cliOut, cliErr = limited(p.A.Name, "-c", "-a", p.B.IPv4.String(), "-C", "5", "-V", "-timeout", "30s", "-dev", p.A.Link).CombinedOutput()
+		if cliErr == nil || !strings.Contains(string(cliOut), "ECONNREFUSED") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	srvErr := srv.Wait()
+	t.Logf("client and server done after %v", time.Since(start))
+	if cliErr != nil || srvErr != nil || !strings.Contains(string(cliOut), "rping: 5 pings") {
+		t.Fatalf("with %s only:\nclient: %v\n%s\nserver: %v\n%s", set, cliErr, cliOut, srvErr, srvOut.String())
+	}
+}
