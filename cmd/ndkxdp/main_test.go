@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -167,6 +169,12 @@ func TestErrorsInLinuxTerms(t *testing.T) {
 	}
 	if !errors.Is(err, ndk.ErrHostUnreachable) {
 		t.Error("the error lost its NDKPI status")
+	}
+	verifier := &ndk.Error{Status: ndk.StatusNDISAdapterNotReady, Op: "open", Detail: "ndk0",
+		Err: fmt.Errorf("load: verifier rejected the program: %w:\n\t0: r6 = r1\n\t1: r1 = *(u32 *)(r6 +4)\n\t56: r9 += r7\n\tpointer arithmetic prohibited for !root\n\tprocessed 79 insns", unix.EPERM)}
+	msg = describe(verifier)
+	if !strings.Contains(msg, "(EPERM)") || strings.Contains(msg, "ENODEV") || strings.Contains(msg, "r6 = r1") || !strings.Contains(msg, "prohibited for !root") {
+		t.Errorf("a refused system call: %q, want its errno, not the status's, and the log's last lines only", msg)
 	}
 	if got := describe(errors.New("rping: accept: accept: context deadline exceeded")); got != "rping: accept: context deadline exceeded" {
 		t.Errorf("repeated step: %q", got)
