@@ -183,11 +183,13 @@ func (d *demo) close() {
 }
 
 // demoPhase is one phase: what it does, the name an interruption reports,
-// and its body, which returns its report line.
+// and its body, which returns its report line; the ping-pong's figures go
+// to the report's RTT line instead.
 type demoPhase struct {
 	name string
 	what string
 	run  func(ctx context.Context, qa, qb *ndk.QP) (string, error)
+	rtt  bool
 }
 
 func (d *demo) phases() []demoPhase {
@@ -196,20 +198,20 @@ func (d *demo) phases() []demoPhase {
 		{"SEND", fmt.Sprintf("SEND: %d messages of %d bytes, A -> B, contents verified", f.messages, f.sendSize), func(ctx context.Context, qa, qb *ndk.QP) (string, error) {
 			r, err := demoSend(ctx, d.a, d.b, qa, qb, f.messages, f.sendSize)
 			return r.line("SEND", f.sendSize), err
-		}},
+		}, false},
 		{"WRITE", fmt.Sprintf("WRITE: %d x %d bytes into B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, qa, _ *ndk.QP) (string, error) {
 			r, err := demoWrite(ctx, d.a, d.b, qa, f.rdmaOps, f.rdmaSize)
 			return r.line("WRITE", f.rdmaSize), err
-		}},
+		}, false},
 		{"READ", fmt.Sprintf("READ: %d x %d bytes from B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, qa, _ *ndk.QP) (string, error) {
 			r, err := demoRead(ctx, d.a, d.b, qa, f.rdmaOps, f.rdmaSize)
 			return r.line("READ", f.rdmaSize), err
-		}},
+		}, false},
 		{"ping-pong", fmt.Sprintf("ping-pong: %d SEND round trips of 64 bytes", f.pings), func(ctx context.Context, qa, qb *ndk.QP) (string, error) {
 			var err error
 			d.rtt, err = demoPingPong(ctx, d.a, d.b, qa, qb, f.pings)
 			return "", err
-		}},
+		}, true},
 	}
 }
 
@@ -239,10 +241,10 @@ func (d *demo) runPhases(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", ph.what, err)
 		}
-		if line != "" {
-			d.lines = append(d.lines, line+during.note())
-		} else {
+		if ph.rtt {
 			d.rttTail = during
+		} else {
+			d.lines = append(d.lines, line+during.note())
 		}
 	}
 	fmt.Fprintf(stdout, "connections: %d set up with REQ/REP/RTU and torn down with DREQ/DREP\n", len(phases))
