@@ -258,7 +258,7 @@ func (d *demo) printReport(w io.Writer) {
 	}
 	r := d.rtt
 	fmt.Fprintf(w, "  %-6s RTT p50 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us (%d round trips)%s\n",
-		"SEND", us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.N, d.rttTail.note())
+		"SEND", us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.N, d.rttTail.note()+d.rttTail.waitsNote())
 	for _, x := range []*ndkhost.Host{d.a, d.b} {
 		var st ndk.EngineStats
 		for _, s := range x.Adapter.Stats() {

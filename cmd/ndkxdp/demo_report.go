@@ -24,6 +24,9 @@ func (p phase) line(op string, size int) string {
 // go-back-N retransmission rounds and ACK timeouts, over both hosts.
 type transportCounts struct {
 	rnr, retransmits, timeouts uint64
+	// The engines' waits: sleeps of adaptive polling, and idle yields
+	// another thread answered with a whole time slice (a shared core).
+	sleeps, slowYields uint64
 }
 
 func (d *demo) counts() transportCounts {
@@ -36,20 +39,32 @@ func (d *demo) counts() transportCounts {
 		c.rnr += st.RNRReceived
 		c.retransmits += st.Retransmits
 		c.timeouts += st.Timeouts
+		c.sleeps += st.Sleeps
+		c.slowYields += st.SlowYields
 	}
 	return c
 }
 
 func (c transportCounts) since(before transportCounts) transportCounts {
-	return transportCounts{c.rnr - before.rnr, c.retransmits - before.retransmits, c.timeouts - before.timeouts}
+	return transportCounts{c.rnr - before.rnr, c.retransmits - before.retransmits, c.timeouts - before.timeouts,
+		c.sleeps - before.sleeps, c.slowYields - before.slowYields}
 }
 
 // note names the recoveries of a phase beside its figures, where they
 // explain a tail; a clean phase gets no note.
 func (c transportCounts) note() string {
-	if c == (transportCounts{}) {
+	if c.rnr == 0 && c.retransmits == 0 && c.timeouts == 0 {
 		return ""
 	}
 	return fmt.Sprintf("; %d RNR NAKs, %d retransmission rounds, %d ACK timeouts during this phase (each adds a timer's wait to some requests)",
 		c.rnr, c.retransmits, c.timeouts)
+}
+
+// waitsNote names, beside a latency line, the engines' waits during the
+// phase, which lengthen a tail when no recovery does.
+func (c transportCounts) waitsNote() string {
+	if c.sleeps == 0 && c.slowYields == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; engines slept %d times and lost %d time slices to other threads", c.sleeps, c.slowYields)
 }

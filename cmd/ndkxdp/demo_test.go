@@ -61,8 +61,11 @@ func TestDemoSendKeepsReceivesAhead(t *testing.T) {
 // TestReportNamesRecoveries: a phase with RNR NAKs or retransmissions
 // gets them named beside its figures; a clean phase gets no note.
 func TestReportNamesRecoveries(t *testing.T) {
-	if n := (transportCounts{}).note(); n != "" {
+	if n := (transportCounts{sleeps: 5}).note(); n != "" {
 		t.Errorf("clean phase noted %q", n)
+	}
+	if n := (transportCounts{sleeps: 5, slowYields: 2}).waitsNote(); !strings.Contains(n, "slept 5 times") || !strings.Contains(n, "lost 2 time slices") {
+		t.Errorf("waits noted as %q", n)
 	}
 	before := transportCounts{rnr: 3, retransmits: 1}
 	n := transportCounts{rnr: 16, retransmits: 3, timeouts: 1}.since(before).note()
