@@ -10,10 +10,10 @@
 // Every network the command builds lives in network namespaces it creates
 // (addresses from 198.18.0.0/15, no default route) and is deleted on exit.
 //
-// Privileges: rping, perf TEST and counters need CAP_NET_ADMIN,
-// CAP_NET_RAW, CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them);
-// demo and perf baseline also CAP_SYS_ADMIN, for their namespaces. Each
-// command checks them first and names any missing.
+// Privileges: rping and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
+// CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them); demo and perf
+// baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
+// Each command checks them first and names any missing.
 //
 // Exit status: 0 on success and for -h, 2 for a bad command line, 1 for a
 // failure, 130 after SIGINT and 143 after SIGTERM (128 + the signal, as a
