@@ -103,13 +103,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	d.printReport(stdout)
 	enterPhase(ctx, "clean-up")
-	d.a.Close()
-	d.b.Close()
-	if d.capture != nil {
-		if err := d.capture.Err(); err != nil {
+	capture := d.capture
+	d.close()
+	if capture != nil {
+		if err := capture.Err(); err != nil {
 			return fmt.Errorf("capture: %w", err)
 		}
-		fmt.Fprintf(stdout, "capture: %s (%d RoCEv2 frames, each once as its sender sent it)\n", f.capture, d.capture.Frames())
+		fmt.Fprintf(stdout, "capture: %s (%d RoCEv2 frames, each once as its sender sent it)\n", f.capture, capture.Frames())
 	}
 	fmt.Fprintf(stdout, "done in %v; namespaces removed\n", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -165,6 +165,8 @@ func openDemo(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.Writ
 	return d, nil
 }
 
+// close releases what openDemo made, in reverse; a second call does
+// nothing.
 func (d *demo) close() {
 	if d.srv != nil {
 		d.srv.l.Close()
@@ -180,6 +182,7 @@ func (d *demo) close() {
 	if d.file != nil {
 		d.file.Close()
 	}
+	*d = demo{f: d.f}
 }
 
 // demoPhase is one phase: what it does, the name an interruption reports,
