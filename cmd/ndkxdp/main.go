@@ -76,6 +76,12 @@ func mainStatus(args []string, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdout, stderr)
 	close(done)
 	signal.Stop(sigs)
+	if len(args) > 0 && args[0] == "daemon" && err == nil {
+		// A service's SIGTERM is its stop request, not an interruption:
+		// a daemon that stopped cleanly exits 0 (systemd counts 143 a
+		// failure unless told otherwise).
+		return 0
+	}
 	select {
 	case s := <-got:
 		fmt.Fprintf(stderr, "ndkxdp: interrupted during %s (%v)\n", tr.phase(), signalName(s))
