@@ -69,6 +69,7 @@ type raw struct {
 	next uint64
 	seg  *shm.Segment
 	bell *shm.Doorbell
+	sess *shm.Segment
 }
 
 func dialRaw(t testing.TB, sock string) *raw {
@@ -80,13 +81,16 @@ func dialRaw(t testing.TB, sock string) *raw {
 	r := &raw{t: t, c: c}
 	t.Cleanup(func() { c.Close() })
 	m, fds := r.call(&proto.Request{Op: proto.OpHello, Version: proto.Version})
-	if m.Status != 0 || len(fds) != 2 {
+	if m.Status != 0 || len(fds) != 3 {
 		t.Fatalf("hello: %+v, %d descriptors", m, len(fds))
 	}
 	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
 		t.Fatal(err)
 	}
 	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -127,9 +131,18 @@ func (r *raw) ok(req *proto.Request, fds ...int) (*proto.Message, []int) {
 	return m, rfds
 }
 
+// post marks q in the session's post bitmap and rings the engine, as a
+// client does after publishing records.
+func (r *raw) post(q *rawQP) {
+	w, bit := proto.SlotWord(q.slot)
+	r.sess.Word64(proto.PostBitmap + 8*w).Or(bit)
+	r.bell.Ring()
+}
+
 // rawQP is a QP a raw client made, with its rings mapped.
 type rawQP struct {
 	h      uint32
+	slot   int
 	qpn    uint32
 	psn    uint32
 	seg    *shm.Segment
@@ -161,7 +174,7 @@ func (r *raw) qp(pd uint32) *rawQP {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return &rawQP{h: m.H, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
+	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
 }
 
 // healthy checks that the daemon still serves: a well-behaved client
@@ -235,7 +248,7 @@ func TestHostileRingIndexBreaksOnlyThatQP(t *testing.T) {
 	recv.Publish()
 	prod := q.seg.Word32(q.layout.Send.Offset)
 	prod.Store(uint32(q.layout.Send.Slots) + 1000) // more records than slots
-	r.bell.Ring()
+	r.post(q)
 	var c proto.Completion
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -293,7 +306,7 @@ func TestHostileRecords(t *testing.T) {
 	slot := q.send.Reserve()
 	rec.Encode(slot)
 	q.send.Publish()
-	r.bell.Ring()
+	r.post(q)
 	var c proto.Completion
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -323,7 +336,7 @@ func TestHostileRecords(t *testing.T) {
 	bad.Encode(slot)
 	slot[1] = 200
 	q.send.Publish()
-	r.bell.Ring()
+	r.post(q)
 	time.Sleep(50 * time.Millisecond)
 	for i, b := range pmem {
 		if b != 0xEE {

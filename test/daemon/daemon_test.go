@@ -474,3 +474,49 @@ func TestSharedEndpointThroughDaemon(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferThroughDaemon: a DEFER post waits for the next post without
+// DEFER (NDKPI.md §8), and a post refused inline still submits it.
+func TestDeferThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	pr := bd.connect(t, c, 7801)
+	b := bd.b
+	ps, _ := pr.mr.SGE(0, 64)
+	for range 3 {
+		if err := pr.qp.Receive(nil, []ndk.SGE{ps}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ss, _ := c.mr.SGE(0, 64)
+	if err := c.qp.Send("deferred", []ndk.SGE{ss}, ndk.OpFlagDefer); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var r [1]ndk.Result
+	if b.RCQ.GetResults(r[:]) != 0 || c.icq.GetResults(r[:]) != 0 {
+		t.Fatal("a DEFER post ran before any doorbell")
+	}
+	if err := c.qp.Send("rings", []ndk.SGE{ss}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, c.icq, "deferred send"); got.RequestContext != "deferred" {
+		t.Fatalf("first completion %v, want the deferred send", got.RequestContext)
+	}
+	if got := wait(t, c.icq, "second send"); got.RequestContext != "rings" {
+		t.Fatalf("second completion %v", got.RequestContext)
+	}
+	wait(t, b.RCQ, "peer receive 1")
+	wait(t, b.RCQ, "peer receive 2")
+
+	// A refused post submits the deferred one before it.
+	if err := c.qp.Send("deferred 2", []ndk.SGE{ss}, ndk.OpFlagDefer); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.qp.Send(nil, []ndk.SGE{ss}, ndk.OpFlag(0x8000)); err == nil {
+		t.Fatal("an undocumented flag was accepted")
+	}
+	if got := wait(t, c.icq, "deferred send after a refusal"); got.RequestContext != "deferred 2" {
+		t.Fatalf("completion %v", got.RequestContext)
+	}
+}
