@@ -1,8 +1,8 @@
 package daemon
 
 import (
-	mathbits "math/bits"
 	"fmt"
+	mathbits "math/bits"
 	"sync"
 	"sync/atomic"
 	"unsafe"
