@@ -304,8 +304,18 @@ func (r *relay) Idle() {
 
 func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) }
 
+// maxNotes bounds the notifications waiting for a client that does not
+// read its socket; one that lets more pile up is dropped.
+const maxNotes = 1 << 16
+
 func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
 	r.nmu.Lock()
+	if len(r.notes) >= maxNotes {
+		r.nmu.Unlock()
+		r.ss.log.Warn("client does not read its notifications; dropping it", "pending", maxNotes)
+		go r.ss.kill()
+		return
+	}
 	r.notes = append(r.notes, note{ev, h, st})
 	r.nmu.Unlock()
 	select {
