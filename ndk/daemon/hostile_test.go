@@ -221,6 +221,12 @@ func (bd *bed) peerQP(t *testing.T, r *raw, q *rawQP) (*ndk.QP, []byte, *ndk.MR)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		bq.Close()
+		_ = mr.Deregister()
+		pd.Close()
+		cq.Close()
+	})
 	local := ndk.Endpoint{IP: bd.a.LocalAddress(), MAC: bd.a.MAC(), QPN: q.qpn, PSN: q.psn}
 	if err := bq.ConnectOOB(local, ndk.ConnectOptions{}); err != nil {
 		t.Fatal(err)
@@ -456,6 +462,89 @@ func FuzzControlMessages(f *testing.F) {
 				t.Fatalf("session not dropped 10 s after the client left (input %q)", in)
 			}
 			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// FuzzRingRecords writes each input into a fresh client's work rings as
+// records (send records, then receive records, then a producer index the
+// input picks), marks the QP and rings the engine, and checks that the
+// daemon goes on serving and that another client's memory, whose tokens
+// the input may name, is never touched.
+func FuzzRingRecords(f *testing.F) {
+	seed := make([]byte, proto.SendSize)
+	(&proto.Send{Op: 3, NSGE: 1, RemoteAddr: 1 << 40, RemoteToken: 77}).Encode(seed)
+	f.Add(seed, []byte{}, uint32(0))
+	f.Add([]byte{}, make([]byte, proto.RecvSize), uint32(0))
+	f.Add(seed, seed[:proto.RecvSize], uint32(1<<31))
+	bd := newBed(f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	va, err := ndk.Dial(ctx, bd.sock)
+	cancel()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(va.Close)
+	vpd, _ := va.CreatePD()
+	vmem, _ := va.Memory(4096)
+	for i := range vmem {
+		vmem[i] = 0xA5
+	}
+	vmr, err := vpd.RegisterMR(vmem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var runs atomic.Uint64
+	f.Fuzz(func(t *testing.T, sends, recvs []byte, prodTweak uint32) {
+		r := dialRaw(t, bd.sock)
+		pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+		q := r.qp(pd.H)
+		bd.peerQP(t, r, q)
+		put := func(l shm.RingLayout, size int, in []byte) {
+			p, err := shm.NewProducer(q.seg, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for len(in) > 0 {
+				slot := p.Reserve()
+				if slot == nil {
+					break
+				}
+				n := copy(slot, in)
+				in = in[n:]
+				// Aim SGEs at the victim's memory with its tokens,
+				// the likeliest way to reach it.
+				if size == proto.SendSize && n >= 80 {
+					slot[64+12] = byte(vmr.LocalToken())
+					slot[64+13] = byte(vmr.LocalToken() >> 8)
+					slot[64+14] = byte(vmr.LocalToken() >> 16)
+					slot[64+15] = byte(vmr.LocalToken() >> 24)
+				}
+			}
+			p.Publish()
+		}
+		put(q.layout.Send, proto.SendSize, sends)
+		put(q.layout.Recv, proto.RecvSize, recvs)
+		if prodTweak != 0 {
+			q.seg.Word32(q.layout.Send.Offset).Add(prodTweak)
+		}
+		r.post(q)
+		time.Sleep(2 * time.Millisecond)
+		r.c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for bd.srv.Clients() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the fuzzed session was not dropped")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for i, b := range vmem {
+			if b != 0xA5 {
+				t.Fatalf("victim byte %d changed to %#x", i, b)
+			}
+		}
+		if runs.Add(1)%32 == 0 {
+			bd.healthy(t)
 		}
 	})
 }
