@@ -96,27 +96,7 @@ func dialOpen(t testing.TB, sock string) *client {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	c := &client{a: a}
-	if c.pd, err = a.CreatePD(); err != nil {
-		t.Fatal(err)
-	}
-	if c.rcq, err = a.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if c.icq, err = a.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if c.qp, err = c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
-		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, InlineDataSize: 64}); err != nil {
-		t.Fatal(err)
-	}
-	if c.mem, err = a.Memory(1 << 16); err != nil {
-		t.Fatal(err)
-	}
-	if c.mr, err = c.pd.RegisterMR(c.mem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return clientOf(t, a)
 }
 
 func wait(t *testing.T, cq *ndk.CQ, what string) ndk.ResultEx {
