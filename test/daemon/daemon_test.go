@@ -606,3 +606,29 @@ func TestArmThroughDaemon(t *testing.T) {
 	}
 	expect("ANY with completions waiting")
 }
+
+// TestManySmallMemories: small Memory calls share arenas, so a client can
+// take thousands of buffers (the daemon maps at most 256 arenas per
+// client) and register each.
+func TestManySmallMemories(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	seen := map[uintptr]bool{}
+	for i := range 2000 {
+		b, err := c.a.Memory(512)
+		if err != nil {
+			t.Fatalf("memory %d: %v", i, err)
+		}
+		if seen[addr(b)] {
+			t.Fatalf("memory %d overlaps an earlier one", i)
+		}
+		seen[addr(b)] = true
+		if i%100 == 0 {
+			mr, err := c.pd.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
+			if err != nil {
+				t.Fatalf("register memory %d: %v", i, err)
+			}
+			_ = mr.Deregister()
+		}
+	}
+}
