@@ -251,6 +251,7 @@ func (r *remote) newArena(n int) (*arena, error) {
 	} else {
 		closeFDs(fds)
 	}
+	unix_close(seg.TakeFD()) // the daemon has its own; the mapping stays
 	r.mu.Lock()
 	r.arenas = append(r.arenas, ar)
 	r.mu.Unlock()

@@ -201,6 +201,7 @@ func (ss *session) arena(req *proto.Request, fds []int) error {
 	if err != nil {
 		return statusErr(ndk.StatusInvalidParameter, "%v", err)
 	}
+	unix.Close(seg.TakeFD())
 	ss.mu.Lock()
 	ss.arenas[req.Arena] = seg
 	ss.mu.Unlock()
@@ -285,7 +286,7 @@ func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	ss.relay.addCQ(c)
-	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{dupFD(c.seg.FD())}, nil
+	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{c.seg.TakeFD()}, nil
 }
 
 func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
@@ -323,7 +324,7 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
 		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
 	}
-	return m, []int{dupFD(q.seg.FD())}, nil
+	return m, []int{q.seg.TakeFD()}, nil
 }
 
 func dupFD(fd int) int {
