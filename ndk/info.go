@@ -77,10 +77,10 @@ func providerInfo() AdapterInfo {
 		MaxCallerData: 56,
 		MaxCalleeData: 196,
 		// A software engine places bytes in order and needs no special
-		// rights on read sinks. No LOOPBACK (no loopback path yet), no
-		// moderation or resize (NdkControlCqInterruptModeration and
-		// NdkResizeCq are not offered).
-		AdapterFlags:   AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
+		// rights on read sinks; CQs coalesce notifications and resize
+		// (cq_control.go). No LOOPBACK (no loopback path yet).
+		AdapterFlags: AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired |
+			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported,
 		RDMATechnology: RDMARoCEv2,
 	}
 }

@@ -1,8 +1,11 @@
 package cq
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
@@ -52,7 +55,11 @@ const MaxDepth = queue.MaxCapacity
 // goroutines; Pop and Arm by one consumer at a time (NDKPI: the consumer
 // serializes GetCqResults, GetCqResultsEx and ArmCq per CQ).
 type CQ struct {
-	ring *queue.MPSC[Entry]
+	// ring is replaced only by Resize, under resize's write lock; Push,
+	// Pop, Len and Cap hold the read lock, so no producer or consumer is
+	// inside the old ring while its entries move (see Resize).
+	resize sync.RWMutex
+	ring   *queue.MPSC[Entry]
 
 	// word is count<<2 | arm level. count is the number of completions
 	// pushed; producers add countUnit after publishing, so one atomic add
@@ -77,6 +84,17 @@ type CQ struct {
 	// Notifications cleared from the arm but not yet delivered.
 	pendingNormal atomic.Int64
 	pendingError  atomic.Int64
+
+	// Interrupt moderation (NdkControlCqInterruptModeration, moderation.go):
+	// modCount and modInterval are set by the consumer and read by the
+	// dispatcher; modTarget is the completion count that releases a held
+	// notification, published by the dispatcher while it holds one, so
+	// that the producer whose completion reaches it wakes the dispatcher.
+	modCount    atomic.Uint64
+	modInterval atomic.Int64 // nanoseconds
+	modTarget   atomic.Uint64
+	delivered   uint64      // dispatcher-owned: the count at the last normal callback
+	timer       *time.Timer // dispatcher-owned: the moderation interval
 
 	notify func(status uint32)
 	wake   chan struct{}
@@ -112,11 +130,52 @@ func New(depth int, notify func(status uint32)) (*CQ, error) {
 }
 
 // Cap returns the number of completions the CQ holds before it overruns.
-func (c *CQ) Cap() int { return c.ring.Cap() }
+func (c *CQ) Cap() int {
+	c.resize.RLock()
+	defer c.resize.RUnlock()
+	return c.ring.Cap()
+}
 
 // Len returns the number of completions queued (approximate while producers
 // are pushing).
-func (c *CQ) Len() int { return c.ring.Len() }
+func (c *CQ) Len() int {
+	c.resize.RLock()
+	defer c.resize.RUnlock()
+	return c.ring.Len()
+}
+
+// ErrResizeTooSmall is Resize's refusal of a depth below the completions
+// the CQ holds (verbs' ib_resize_cq refuses it too: EINVAL).
+var ErrResizeTooSmall = errors.New("cq: new depth is below the completions queued")
+
+// Resize makes the CQ hold at least depth completions (NdkResizeCq;
+// rounded up to a power of two), keeping the queued ones in order. It
+// fails if depth is out of range or below Len. Producers and the consumer
+// wait while the entries move: the ring's capacity is fixed, so a resize
+// is a new ring, and the read lock every Push and Pop holds is what
+// guarantees that no entry is written into, or read from, the old ring
+// after it was emptied. Notification state (counts, arms, moderation)
+// counts completions, not ring positions, and carries over unchanged.
+func (c *CQ) Resize(depth int) error {
+	if depth < 1 || depth > MaxDepth {
+		return fmt.Errorf("cq depth %d out of range [1, %d]", depth, MaxDepth)
+	}
+	ring, err := queue.NewMPSC[Entry](depth)
+	if err != nil {
+		return fmt.Errorf("cq ring: %w", err)
+	}
+	c.resize.Lock()
+	defer c.resize.Unlock()
+	if n := c.ring.Len(); depth < n {
+		return fmt.Errorf("%w: depth %d, %d queued", ErrResizeTooSmall, depth, n)
+	}
+	var e Entry
+	for c.ring.TryPop(&e) {
+		ring.TryPush(&e) // fits: depth >= Len
+	}
+	c.ring = ring
+	return nil
+}
 
 // Err returns the CQ error status (STATUS_BUFFER_OVERFLOW after an overrun,
 // or what Fail set), 0 while the CQ is healthy.
@@ -127,7 +186,10 @@ func (c *CQ) Err() uint32 { return c.errStatus.Load() }
 // NDKPI.md §4: the CQ and its QPs are unusable). Safe for concurrent
 // producers; allocates nothing.
 func (c *CQ) Push(e *Entry) bool {
-	if !c.ring.TryPush(e) {
+	c.resize.RLock()
+	ok := c.ring.TryPush(e)
+	c.resize.RUnlock()
+	if !ok {
 		c.Fail(ntstatus.BufferOverflow)
 		return false
 	}
@@ -136,6 +198,9 @@ func (c *CQ) Push(e *Entry) bool {
 		c.solicited.Add(1)
 	}
 	w := c.word.Add(countUnit)
+	if t := c.modTarget.Load(); t != 0 && w>>2 >= t {
+		c.releaseHeld(t)
+	}
 	if w&armMask == armNone {
 		return true
 	}
@@ -172,7 +237,9 @@ func (c *CQ) Fail(status uint32) {
 			return
 		}
 	}
-	// Not armed: the next Arm reports it.
+	// Not armed: the next Arm reports it. A notification that moderation
+	// holds goes out now, so that the consumer drains and re-arms.
+	c.kick()
 }
 
 // Arm requests one notification of kind n. It reports false if n is not an
@@ -276,7 +343,11 @@ func (c *CQ) dispatch() {
 		}
 		for !c.closed.Load() {
 			if c.pendingNormal.Load() > 0 {
+				if !c.moderate() {
+					return
+				}
 				c.pendingNormal.Add(-1)
+				c.delivered = c.word.Load() >> 2
 				c.notify(ntstatus.Success)
 				continue
 			}
@@ -293,7 +364,10 @@ func (c *CQ) dispatch() {
 // Pop moves the oldest completion into *e; false if none is ready. Consumer
 // only; allocates nothing.
 func (c *CQ) Pop(e *Entry) bool {
-	if !c.ring.TryPop(e) {
+	c.resize.RLock()
+	ok := c.ring.TryPop(e)
+	c.resize.RUnlock()
+	if !ok {
 		return false
 	}
 	c.popped++
