@@ -184,7 +184,7 @@ func (c *Connector) wait(ctx context.Context, op string, done chan error, abando
 // succeeded, and STATUS_CONNECTION_ABORTED or STATUS_IO_TIMEOUT when the
 // peer gave up meanwhile.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
-	return cmError("complete connect", c.c.CompleteConnect(c.event(onDisconnect)))
+	return c.CompleteConnectEx(withoutReason(onDisconnect))
 }
 
 // Accept accepts the connect request this connector was handed with
@@ -196,6 +196,12 @@ func (c *Connector) CompleteConnect(onDisconnect func()) error {
 // STATUS_CONNECTION_INVALID (no request to accept), STATUS_INVALID_PARAMETER,
 // and STATUS_CANCELLED when ctx ended first (the connector is then closed).
 func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func()) error {
+	return c.AcceptEx(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, withoutReason(onDisconnect))
+}
+
+// AcceptEx is Accept with a disconnect callback that learns why the
+// connection ended (NdkAcceptEx, NDKPI 2.1).
+func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
 	if err := c.checkQP(op, qp); err != nil {
 		return err
@@ -209,7 +215,7 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 	}
 	done := make(chan error, 1)
 	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
-	if err := c.c.Accept(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
+	if err := c.c.AcceptEx(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
 	}
 	c.mu.Lock()
@@ -325,11 +331,11 @@ func (c *Connector) finishLocked() {
 // event wraps a consumer event callback to run on a goroutine of its own,
 // so that it may call the blocking methods, and be counted so that Close
 // completes after it.
-func (c *Connector) event(f func()) func() {
+func (c *Connector) event(f func(DisconnectReason)) func(uint32) {
 	if f == nil {
 		return nil
 	}
-	return func() {
+	return func(reason uint32) {
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
@@ -344,7 +350,7 @@ func (c *Connector) event(f func()) func() {
 				c.finishLocked()
 				c.mu.Unlock()
 			}()
-			f()
+			f(DisconnectReason(reason))
 		}()
 	}
 }

@@ -192,6 +192,12 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 // the peer gave up meanwhile, and IO_TIMEOUT when it did so because its
 // REP went unanswered too long.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
+	return c.CompleteConnectEx(withoutReason(onDisconnect))
+}
+
+// CompleteConnectEx is CompleteConnect with a disconnect callback that
+// learns why (NdkCompleteConnectEx, NDKPI 2.1): a Reason* value.
+func (c *Connector) CompleteConnectEx(onDisconnect func(reason uint32)) error {
 	const op = "complete connect"
 	m := c.m
 	m.mu.Lock()

@@ -132,8 +132,9 @@ type Connector struct {
 	connectDone    func(error)
 	acceptDone     func(error)
 	disconnectDone func(error)
-	onDisconnect   func()
+	onDisconnect   func(reason uint32)
 	eventFired     bool
+	aborted        bool // the QP failed and the CM ended the connection (TransportFailed)
 	userDisconnect bool
 	discAnswered   bool
 	discErr        error

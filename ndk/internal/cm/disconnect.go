@@ -10,7 +10,8 @@ import (
 // resent until DREP arrives. done is called once, when the peer answered
 // (nil) or never did (IO_TIMEOUT), and in both cases only after the QP's
 // DMA has drained. Disconnecting a connection the peer already ended
-// succeeds once the QP drained.
+// succeeds once the QP drained, and so does disconnecting one the CM
+// aborted (TransportFailed), once the peer answered its DREQ.
 func (c *Connector) Disconnect(done func(error)) error {
 	const op = "disconnect"
 	m := c.m
@@ -28,6 +29,12 @@ func (c *Connector) Disconnect(done func(error)) error {
 		c.disconnectDone = done
 		c.qpToError(m)
 		c.sendDREQ(m, true)
+	case c.state == stDreqSent && c.aborted:
+		// The CM aborted it (TransportFailed) and waits for the DREP:
+		// Disconnect completes with that.
+		c.userDisconnect = true
+		c.disconnectDone = done
+		c.maybeDisconnected(m)
 	case c.wasConnected && (c.state == stTimeWait || c.state == stDone):
 		c.userDisconnect = true
 		c.disconnectDone = done
@@ -81,22 +88,21 @@ func (c *Connector) enterTimeWait(m *Manager) {
 	m.arm(c, m.timeWait(c))
 }
 
-// disconnectEvent calls the consumer's disconnect callback, once, unless
-// the consumer disconnected first (NDKPI.md §8 Disconnect).
-func (c *Connector) disconnectEvent(m *Manager) {
+// disconnectEvent calls the consumer's disconnect callback with reason,
+// once, unless the consumer disconnected first (NDKPI.md §8 Disconnect).
+func (c *Connector) disconnectEvent(m *Manager, reason uint32) {
 	if c.eventFired || c.userDisconnect || c.onDisconnect == nil {
 		return
 	}
 	c.eventFired = true
-	m.queueCall(&c.lt, false, c.onDisconnect)
+	f := c.onDisconnect
+	m.queueCall(&c.lt, false, func() { f(reason) })
 }
 
 // abortStale ends a connection the peer has evidently forgotten.
 func (c *Connector) abortStale(m *Manager) {
 	if c.state == stEstablished {
-		c.qpToError(m)
-		c.sendDREQ(m, true)
-		c.disconnectEvent(m)
+		c.abort(m, ReasonStale)
 	}
 }
 
@@ -122,7 +128,7 @@ func (m *Manager) handleDREQ(src PathInfo, tid uint64, dreq *rocev2.CMDreq) {
 		// or Flush does.
 		m.send(c.path, tid, drep)
 		c.enterTimeWait(m)
-		c.disconnectEvent(m)
+		c.disconnectEvent(m, ReasonPeerDisconnected)
 	case stDreqSent:
 		// Both sides disconnected at once: the peer's DREQ answers ours.
 		m.send(c.path, tid, drep)
