@@ -32,9 +32,10 @@ type Connector struct {
 	qp *QP
 
 	mu       sync.Mutex
-	inflight int  // consumer callbacks running
-	closing  bool // Close called
-	cmClosed bool // the CM's close completed
+	retry    *cm.RetryCounts // SetRetryCounts; nil: the adapter's CMOptions
+	inflight int             // consumer callbacks running
+	closing  bool            // Close called
+	cmClosed bool            // the CM's close completed
 	done     chan struct{}
 }
 
@@ -145,7 +146,7 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 		return cmError(op, err)
 	}
 	done := make(chan error, 1)
-	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
+	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
 	cb := func(err error) { done <- err }
 	if se != nil {
 		err = c.c.ConnectWithSharedEndpoint(qp.forCM(), path, se.se, dst, p, cb)
@@ -214,7 +215,7 @@ func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outb
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCalleeData %d", len(privateData), MaxCalleeData)
 	}
 	done := make(chan error, 1)
-	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
+	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
 	if err := c.c.AcceptEx(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
 	}

@@ -108,3 +108,30 @@ func (c *Connector) DisconnectEx(ctx context.Context, abortive bool) error {
 	}
 	return c.wait(ctx, op, done, false)
 }
+
+// SetRetryCounts sets this connection's transport retry counts, as
+// rdma_cm's consumers set struct rdma_conn_param's retry_count and
+// rnr_retry_count: call it before Connect or Accept. Connect's REQ
+// carries both, and the peer's QP uses them too; Accept's REP carries
+// rnrRetry, how often the peer waits out this side's RNR NAKs (the
+// passive side retries as the REQ asked). retry is how often an
+// unacknowledged packet is resent before requests fail with
+// STATUS_IO_TIMEOUT (and the connection aborts with
+// DisconnectReasonRetryExceeded); rnrRetry how many RNR NAKs are waited
+// out, 7 meaning without limit. Both lie in 0-7, else
+// STATUS_INVALID_PARAMETER. Without it, the adapter's CMOptions apply.
+func (c *Connector) SetRetryCounts(retry, rnrRetry int) error {
+	if retry < 0 || retry > 7 || rnrRetry < 0 || rnrRetry > 7 {
+		return errorf(StatusInvalidParameter, "set retry counts", "%d/%d outside 0-7", retry, rnrRetry)
+	}
+	c.mu.Lock()
+	c.retry = &cm.RetryCounts{Count: uint8(retry), RNR: uint8(rnrRetry)}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Connector) retryCounts() *cm.RetryCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.retry
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,5 +260,113 @@ func TestQueryExtensionNotSupported(t *testing.T) {
 		if iface, err := q(id, Version{Major: 1}); iface != nil || !errors.Is(err, ErrNotSupported) {
 			t.Errorf("%s: QueryExtension = %v, %v; want nil, STATUS_NOT_SUPPORTED", name, iface, err)
 		}
+	}
+}
+
+// reqRep records the REQ and REP a pipe carried.
+type reqRep struct {
+	mu  sync.Mutex
+	req *rocev2.CMReq
+	rep *rocev2.CMRep
+}
+
+func (r *reqRep) filter(_ porttest.Direction, f []byte) porttest.Verdict {
+	var p rocev2.Packet
+	if _, _, mad, err := cm.ParseGSI(f, &p); err == nil {
+		if d, err := rocev2.DecodeMAD(mad); err == nil {
+			r.mu.Lock()
+			switch m := d.Message.(type) {
+			case *rocev2.CMReq:
+				r.req = m
+			case *rocev2.CMRep:
+				r.rep = m
+			}
+			r.mu.Unlock()
+		}
+	}
+	return porttest.Pass
+}
+
+// The retry counts are part of the connect options, as rdma_cm's
+// consumers set them: per connection (SetRetryCounts) into the REQ and
+// REP, and into the QPs on both sides; the adapter's CMOptions give the
+// default.
+func TestRetryCountsCarriedInREQAndREP(t *testing.T) {
+	var seen reqRep
+	x, y := cmPipePair(t, seen.filter, cm.Params{})
+	addr := netip.AddrPortFrom(pipeIPB, 7605)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	passive := make(chan *Connector, 1)
+	l, err := y.a.CreateListener(func(c *Connector) {
+		if err := c.SetRetryCounts(0, 2); err != nil {
+			t.Error(err)
+		}
+		if err := c.Accept(ctx, y.qp, 1, 1, nil, nil); err != nil {
+			t.Error(err)
+		}
+		passive <- c
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Listen(addr); err != nil {
+		t.Fatal(err)
+	}
+	c, err := x.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, bad := range [][2]int{{-1, 0}, {8, 0}, {0, 8}} {
+		if err := c.SetRetryCounts(bad[0], bad[1]); !errors.Is(err, ErrInvalidParameter) {
+			t.Errorf("SetRetryCounts(%d, %d) = %v, want STATUS_INVALID_PARAMETER", bad[0], bad[1], err)
+		}
+	}
+	if err := c.SetRetryCounts(3, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(ctx, x.qp, netip.AddrPort{}, addr, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CompleteConnect(nil); err != nil {
+		t.Fatal(err)
+	}
+	pc := <-passive
+	defer pc.Close()
+	seen.mu.Lock()
+	req, rep := seen.req, seen.rep
+	seen.mu.Unlock()
+	if req == nil || rep == nil {
+		t.Fatal("REQ or REP not seen on the wire")
+	}
+	if req.RetryCount != 3 || req.RNRRetryCount != 5 {
+		t.Errorf("REQ retry %d, RNR retry %d; want 3, 5", req.RetryCount, req.RNRRetryCount)
+	}
+	if rep.RNRRetryCount != 2 {
+		t.Errorf("REP RNR retry %d, want 2", rep.RNRRetryCount)
+	}
+	// cm.c: the active QP retries as it asked and waits out RNR NAKs as
+	// the REP says; the passive QP does both as the REQ says.
+	if ri := c.c.RemoteInfo(); ri.RetryCount != 3 || ri.RNRRetry != 2 {
+		t.Errorf("active QP retry %d, RNR retry %d; want 3, 2", ri.RetryCount, ri.RNRRetry)
+	}
+	if ri := pc.c.RemoteInfo(); ri.RetryCount != 3 || ri.RNRRetry != 5 {
+		t.Errorf("passive QP retry %d, RNR retry %d; want 3, 5", ri.RetryCount, ri.RNRRetry)
+	}
+}
+
+func TestCMOptionsRetryCounts(t *testing.T) {
+	one, six, eight := 1, 6, 8
+	p, err := CMOptions{RetryCount: &one, RNRRetry: &six}.params()
+	if err != nil || p.RetryCount != 1 || p.RNRRetry != 6 {
+		t.Fatalf("params() = %+v, %v; want RetryCount 1, RNRRetry 6", p, err)
+	}
+	if p, err := (CMOptions{}).params(); err != nil || p.RetryCount != 7 || p.RNRRetry != 7 {
+		t.Fatalf("default params() = %+v, %v; want 7/7 as rdma_cm's consumers ask", p, err)
+	}
+	if _, err := (CMOptions{RetryCount: &eight}).params(); err == nil {
+		t.Fatal("RetryCount 8 accepted")
 	}
 }

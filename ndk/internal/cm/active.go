@@ -48,6 +48,9 @@ func checkConnect(qp QP, path PathInfo, dst netip.AddrPort, p ConnectParams, don
 	if len(p.PrivateData) > MaxCallerData {
 		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCallerData %d", len(p.PrivateData), MaxCallerData)
 	}
+	if err := p.Retry.check(op); err != nil {
+		return dst, 0, err
+	}
 	mtu, ok := path.pathMTU()
 	if !ok {
 		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "interface MTU %d is below the smallest RoCE path MTU", path.MTU)
@@ -176,6 +179,9 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 			HopLimit:        rocev2.DefaultTTL,
 			LocalAckTimeout: ackTimeout(m.p.AckDelay, m.p.PacketLifeTime),
 		},
+	}
+	if p.Retry != nil {
+		req.RetryCount, req.RNRRetryCount = p.Retry.Count, p.Retry.RNR
 	}
 	hdr := rocev2.CMAHeader{SrcPort: src.Port(), Src: src.Addr(), Dst: dst.Addr()}
 	if err := hdr.Encode(req.PrivateData[:]); err != nil {

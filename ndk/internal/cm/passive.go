@@ -163,6 +163,9 @@ func (c *Connector) AcceptEx(qp QP, p AcceptParams, onDisconnect func(reason uin
 	if len(p.PrivateData) > MaxCalleeData {
 		return errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
 	}
+	if err := p.Retry.check(op); err != nil {
+		return err
+	}
 	ri, err := c.beginAccept(qp, p)
 	if err != nil {
 		return err
@@ -267,6 +270,9 @@ func (m *Manager) newREP(c *Connector, psn rocev2.PSN, ri *RemoteInfo, p AcceptP
 		TargetAckDelay:     m.p.AckDelay,
 		RNRRetryCount:      m.p.RNRRetry,
 		LocalCAGUID:        m.guid,
+	}
+	if p.Retry != nil {
+		rep.RNRRetryCount = p.Retry.RNR
 	}
 	copy(rep.PrivateData[:], p.PrivateData)
 	return rep
