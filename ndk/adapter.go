@@ -96,7 +96,7 @@ func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}
-	c := &CQ{adapter: a, core: core}
+	c := &CQ{adapter: a, core: core, done: make(chan struct{})}
 	a.cqs[c] = struct{}{}
 	return c, nil
 }
@@ -134,15 +134,19 @@ func (a *Adapter) Close() {
 	a.mu.Unlock()
 
 	// Connections first, sending the REJ or DREQ each needs while the
-	// engines still run; then the engines: their QPs cancel what is
-	// pending into the CQs, which then close after the last callback.
+	// engines still run, and waiting for their connect and disconnect
+	// callbacks (NDKPI.md §8: adapter close blocks until every callback
+	// on every descendant returned); then the engines: their QPs cancel
+	// what is pending into the CQs, which then close after the last
+	// callback.
 	a.conns.closeAll()
 	if a.prov != nil {
 		a.prov.Close()
 	}
 
 	for c := range cqs {
-		c.Close()
+		c.closed.Store(true)
+		c.finishClose() // QPs that still use it stopped with the engines
 	}
 	for pd := range pds {
 		pd.closeWithSuccessors()

@@ -159,4 +159,13 @@ func (c *connections) closeAll() {
 	for s := range eps {
 		s.Close()
 	}
+	// Closing cancels what the callbacks might wait for (a pending
+	// Accept or Disconnect returns STATUS_CANCELLED), so these waits end
+	// once the consumer's callbacks return.
+	for x := range conns {
+		<-x.done
+	}
+	for l := range ls {
+		<-l.done
+	}
 }

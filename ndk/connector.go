@@ -156,9 +156,7 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if err != nil {
 		return cmError(op, err)
 	}
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return c.wait(ctx, op, done, true)
 }
 
@@ -219,9 +217,7 @@ func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outb
 	if err := c.c.AcceptEx(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
 	}
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return c.wait(ctx, op, done, true)
 }
 
