@@ -47,7 +47,7 @@ type QP struct {
 	// close completed.
 	conn atomic.Pointer[Connector]
 	done chan struct{}
-	psn     uint32 // the first PSN this QP sends, drawn at random
+	psn  uint32 // the first PSN this QP sends, drawn at random
 	// atomicSGL holds an atomic's result SGE while it is posted (atomic.go):
 	// initiator posts are serialized, and a local array would escape.
 	atomicSGL [1]rc.SGE
