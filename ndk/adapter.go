@@ -119,8 +119,10 @@ func (a *Adapter) CreatePD() (*PD, error) {
 
 // Close closes the adapter (CLOSE_NDK_ADAPTER_HANDLER). Objects still open
 // are closed with it: CQs stop notifying, MRs are deregistered, PDs close.
-// Close returns only after every notification callback on every descendant
-// has returned, so the caller may release what the callbacks use. It must
+// Close returns only after every callback on every descendant has
+// returned (CQ notifications, a listener's connect callbacks, connectors'
+// disconnect callbacks), so the caller may release what the callbacks
+// use. It must
 // not be called from a callback. A second Close does nothing.
 func (a *Adapter) Close() {
 	a.mu.Lock()
