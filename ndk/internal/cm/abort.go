@@ -107,7 +107,7 @@ func (c *Connector) Abort(done func(error)) error {
 	c.userDisconnect = true
 	c.disconnectDone = done
 	c.discAnswered = true // nothing to wait for from the peer
-	c.qpToError(m)
+	c.qpToError(m)        // no-op if done above; the peer's disconnect left the QP alone
 	c.maybeDisconnected(m)
 	m.unlockAndRun()
 	return nil
