@@ -343,8 +343,8 @@ func (c *CQ) dispatch() {
 		}
 		for !c.closed.Load() {
 			if c.pendingNormal.Load() > 0 {
-				if !c.moderate() {
-					return
+				if !c.moderate() || c.closed.Load() {
+					return // closed while moderation held it: dropped, as Close says
 				}
 				c.pendingNormal.Add(-1)
 				c.delivered = c.word.Load() >> 2
