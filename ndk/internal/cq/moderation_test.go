@@ -84,7 +84,7 @@ func TestModerationDoesNotHoldErrors(t *testing.T) {
 // one per count completions with it.
 func TestModerationCoalescesCallbacks(t *testing.T) {
 	const n, count = 1024, 16
-	run := func(t *testing.T, count uint64) (callbacks, popped int64) {
+	run := func(t *testing.T, interval time.Duration, count uint64) (callbacks, popped int64) {
 		var c *CQ
 		var cbs, pops atomic.Int64
 		var err error
@@ -100,7 +100,7 @@ func TestModerationCoalescesCallbacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		c.Moderate(0, count)
+		c.Moderate(interval, count)
 		c.Arm(NotifyAny)
 		for range n {
 			before := cbs.Load()
@@ -114,14 +114,23 @@ func TestModerationCoalescesCallbacks(t *testing.T) {
 		waitFor(t, 5*time.Second, "every completion popped", func() bool { return pops.Load() == n })
 		return cbs.Load(), pops.Load()
 	}
-	off, _ := run(t, 0)
-	on, _ := run(t, count)
-	t.Logf("%d completions: %d callbacks without moderation, %d with count %d (%.1f completions per callback)", n, off, on, count, float64(n)/float64(on))
+	const interval = 2 * time.Millisecond
+	off, _ := run(t, 0, 0)
+	on, _ := run(t, 0, count)
+	start := time.Now()
+	timed, _ := run(t, interval, 0)
+	elapsed := time.Since(start)
+	t.Logf("%d completions: %d callbacks without moderation, %d with count %d (%.1f completions per callback), %d with interval %v over %v (%.1f per callback)",
+		n, off, on, count, float64(n)/float64(on), timed, interval, elapsed.Round(time.Millisecond), float64(n)/float64(timed))
 	if off < n/4 {
 		t.Errorf("without moderation: %d callbacks for %d completions, want about one each", off, n)
 	}
 	if on > n/count+1 {
 		t.Errorf("with count %d: %d callbacks for %d completions, want at most %d", count, on, n, n/count+1)
+	}
+	// At most one callback per interval, plus the first.
+	if limit := int64(elapsed/interval) + 1; timed > limit {
+		t.Errorf("with interval %v: %d callbacks in %v, want at most %d", interval, timed, elapsed, limit)
 	}
 }
 
