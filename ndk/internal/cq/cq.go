@@ -55,11 +55,12 @@ const MaxDepth = queue.MaxCapacity
 // goroutines; Pop and Arm by one consumer at a time (NDKPI: the consumer
 // serializes GetCqResults, GetCqResultsEx and ArmCq per CQ).
 type CQ struct {
-	// ring is replaced only by Resize, under resize's write lock; Push,
-	// Pop, Len and Cap hold the read lock, so no producer or consumer is
-	// inside the old ring while its entries move (see Resize).
-	resize sync.RWMutex
-	ring   *queue.MPSC[Entry]
+	// The completions are in a chain of rings: producers push into tail,
+	// the consumer pops from head, and the two differ only after Resize,
+	// which appends a ring and seals the old one (see Resize).
+	tail   atomic.Pointer[segment]
+	head   atomic.Pointer[segment] // stored by the consumer only
+	resize sync.Mutex              // serializes Resize
 
 	// word is count<<2 | arm level. count is the number of completions
 	// pushed; producers add countUnit after publishing, so one atomic add
@@ -115,12 +116,14 @@ func New(depth int, notify func(status uint32)) (*CQ, error) {
 		return nil, fmt.Errorf("cq ring: %w", err)
 	}
 	c := &CQ{
-		ring:   ring,
 		notify: notify,
 		wake:   make(chan struct{}, 1),
 		stop:   make(chan struct{}),
 		exited: make(chan struct{}),
 	}
+	seg := &segment{ring: ring}
+	c.tail.Store(seg)
+	c.head.Store(seg)
 	if notify != nil {
 		go c.dispatch()
 	} else {
@@ -129,19 +132,24 @@ func New(depth int, notify func(status uint32)) (*CQ, error) {
 	return c, nil
 }
 
-// Cap returns the number of completions the CQ holds before it overruns.
-func (c *CQ) Cap() int {
-	c.resize.RLock()
-	defer c.resize.RUnlock()
-	return c.ring.Cap()
+// segment is one ring of the chain; next is set before the ring is
+// sealed, so a consumer that finds it sealed finds next.
+type segment struct {
+	ring *queue.MPSC[Entry]
+	next atomic.Pointer[segment]
 }
+
+// Cap returns the number of completions the CQ holds before it overruns.
+func (c *CQ) Cap() int { return c.tail.Load().ring.Cap() }
 
 // Len returns the number of completions queued (approximate while producers
 // are pushing).
 func (c *CQ) Len() int {
-	c.resize.RLock()
-	defer c.resize.RUnlock()
-	return c.ring.Len()
+	n := 0
+	for s := c.head.Load(); s != nil; s = s.next.Load() {
+		n += s.ring.Len()
+	}
+	return n
 }
 
 // ErrResizeTooSmall is Resize's refusal of a depth below the completions
@@ -150,30 +158,32 @@ var ErrResizeTooSmall = errors.New("cq: new depth is below the completions queue
 
 // Resize makes the CQ hold at least depth completions (NdkResizeCq;
 // rounded up to a power of two), keeping the queued ones in order. It
-// fails if depth is out of range or below Len. Producers and the consumer
-// wait while the entries move: the ring's capacity is fixed, so a resize
-// is a new ring, and the read lock every Push and Pop holds is what
-// guarantees that no entry is written into, or read from, the old ring
-// after it was emptied. Notification state (counts, arms, moderation)
-// counts completions, not ring positions, and carries over unchanged.
+// fails if depth is out of range or below Len. A ring's capacity is
+// fixed, so a resize appends a new ring and seals the old one: producers
+// that find it sealed push into the new one, and the consumer moves on
+// once the old one is drained, so order holds without moving an entry and
+// without a lock on Push or Pop. Until the old ring is drained the CQ may
+// briefly hold more than depth. Notification state (counts, arms,
+// moderation) counts completions, not ring positions, and carries over
+// unchanged. Safe to call from any goroutine.
 func (c *CQ) Resize(depth int) error {
 	if depth < 1 || depth > MaxDepth {
 		return fmt.Errorf("cq depth %d out of range [1, %d]", depth, MaxDepth)
+	}
+	c.resize.Lock()
+	defer c.resize.Unlock()
+	if n := c.Len(); depth < n {
+		return fmt.Errorf("%w: depth %d, %d queued", ErrResizeTooSmall, depth, n)
 	}
 	ring, err := queue.NewMPSC[Entry](depth)
 	if err != nil {
 		return fmt.Errorf("cq ring: %w", err)
 	}
-	c.resize.Lock()
-	defer c.resize.Unlock()
-	if n := c.ring.Len(); depth < n {
-		return fmt.Errorf("%w: depth %d, %d queued", ErrResizeTooSmall, depth, n)
-	}
-	var e Entry
-	for c.ring.TryPop(&e) {
-		ring.TryPush(&e) // fits: depth >= Len
-	}
-	c.ring = ring
+	old := c.tail.Load()
+	s := &segment{ring: ring}
+	old.next.Store(s)
+	c.tail.Store(s)
+	old.ring.Seal()
 	return nil
 }
 
@@ -186,12 +196,17 @@ func (c *CQ) Err() uint32 { return c.errStatus.Load() }
 // NDKPI.md §4: the CQ and its QPs are unusable). Safe for concurrent
 // producers; allocates nothing.
 func (c *CQ) Push(e *Entry) bool {
-	c.resize.RLock()
-	ok := c.ring.TryPush(e)
-	c.resize.RUnlock()
-	if !ok {
-		c.Fail(ntstatus.BufferOverflow)
-		return false
+	for {
+		ok, sealed := c.tail.Load().ring.TryPushOpen(e)
+		if ok {
+			break
+		}
+		if !sealed {
+			c.Fail(ntstatus.BufferOverflow)
+			return false
+		}
+		// A Resize sealed the ring after we loaded it: the new tail is
+		// stored already.
 	}
 	sol := e.Solicited || e.Status != ntstatus.Success
 	if sol {
@@ -364,11 +379,16 @@ func (c *CQ) dispatch() {
 // Pop moves the oldest completion into *e; false if none is ready. Consumer
 // only; allocates nothing.
 func (c *CQ) Pop(e *Entry) bool {
-	c.resize.RLock()
-	ok := c.ring.TryPop(e)
-	c.resize.RUnlock()
-	if !ok {
-		return false
+	s := c.head.Load()
+	for !s.ring.TryPop(e) {
+		// Empty (or its oldest entry still being written): move on only
+		// from a ring a Resize sealed and that gave up its last entry.
+		n := s.next.Load()
+		if n == nil || !s.ring.Drained() {
+			return false
+		}
+		c.head.Store(n)
+		s = n
 	}
 	c.popped++
 	return true

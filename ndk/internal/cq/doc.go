@@ -20,12 +20,20 @@
 //     reported once, with its status (STATUS_BUFFER_OVERFLOW for overrun);
 //   - Close waits for a running callback; no callback starts after Close.
 //
+// It adds NDKPI's CQ controls: Resize and Moderate.
+//
 // Push allocates nothing and takes no lock: it stores the entry in a
 // lock-free MPSC ring and does one atomic add on the arm word, which both
 // counts the completion and reads the arm (a solicited or error completion
 // also bumps a second counter). Only when the CQ is armed does it go further
 // (a CAS to clear the arm and a channel send to wake the callback
 // goroutine).
+//
+// Resize (NdkResizeCq) appends a ring and seals the old one, which the
+// consumer leaves once drained, so Push and Pop stay lock-free; interrupt
+// moderation (NdkControlCqInterruptModeration, moderation.go) holds a fired
+// notification in the callback goroutine until enough completions arrived
+// or its interval passed.
 //
 // It is not the public API: status and type fields are plain numbers
 // (NTSTATUS, NDK_OPERATION_TYPE) so this package does not import ndk.
