@@ -189,6 +189,22 @@ func TestResizeUnderConcurrentPush(t *testing.T) {
 			}
 		}()
 	}
+	// Resizes from the consumer and from a goroutine of their own.
+	stop := make(chan struct{})
+	resized := make(chan struct{})
+	go func() {
+		defer close(resized)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = c.Resize(4096 << (i % 2))
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	defer func() { close(stop); <-resized }()
 	var next [2]uint32
 	var e Entry
 	deadline := time.Now().Add(30 * time.Second)
