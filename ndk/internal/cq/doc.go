@@ -20,8 +20,6 @@
 //     reported once, with its status (STATUS_BUFFER_OVERFLOW for overrun);
 //   - Close waits for a running callback; no callback starts after Close.
 //
-// It adds NDKPI's CQ controls: Resize and Moderate.
-//
 // Push allocates nothing and takes no lock: it stores the entry in a
 // lock-free MPSC ring and does one atomic add on the arm word, which both
 // counts the completion and reads the arm (a solicited or error completion
