@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // DisconnectReason is the ProviderDisconnectReason of NDKPI 2.1's
@@ -86,6 +87,9 @@ func withoutReason(f func()) func(DisconnectReason) {
 // CompleteConnectEx is CompleteConnect with a disconnect callback that
 // learns why the connection ended (NdkCompleteConnectEx, NDKPI 2.1).
 func (c *Connector) CompleteConnectEx(onDisconnect func(DisconnectReason)) error {
+	if c.r != nil {
+		return c.remoteCompleteConnect(onDisconnect)
+	}
 	return cmError("complete connect", c.c.CompleteConnectEx(c.event(onDisconnect)))
 }
 
@@ -102,6 +106,10 @@ func (c *Connector) DisconnectEx(ctx context.Context, abortive bool) error {
 		return c.Disconnect(ctx)
 	}
 	const op = "abortive disconnect"
+	if c.r != nil {
+		_, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h, Abortive: true})
+		return err
+	}
 	done := make(chan error, 1)
 	if err := c.c.Abort(func(err error) { done <- err }); err != nil {
 		return cmError(op, err)

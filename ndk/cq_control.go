@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // ModerationUnbounded is NDKPI's MAXULONG for ControlInterruptModeration:
@@ -82,17 +83,25 @@ func (c *CQ) ControlInterruptModeration(interval time.Duration, count uint32) er
 	us := (interval + time.Microsecond - 1) / time.Microsecond
 	countOff := count == ModerationUnbounded || int(count) > c.Depth()
 	timeOff := us == ModerationUnbounded
+	// The effective moderation: 0 turns each bound off.
+	var ivl time.Duration
+	var cnt uint64
 	switch {
 	case us == 0:
-		c.core.Moderate(0, 0)
 	case timeOff && countOff:
 		return errorf(StatusInvalidParameterMix, op, "interval and count both unbounded: nothing would release a notification")
 	case timeOff:
-		c.core.Moderate(0, uint64(count))
+		cnt = uint64(count)
 	case countOff:
-		c.core.Moderate(us*time.Microsecond, 0)
+		ivl = us * time.Microsecond
 	default:
-		c.core.Moderate(us*time.Microsecond, uint64(count))
+		ivl, cnt = us*time.Microsecond, uint64(count)
 	}
+	if c.r != nil {
+		// The daemon's relay raises a daemon-backed CQ's notifications.
+		_, err := c.adapter.rem.do(op, &proto.Request{Op: proto.OpModerateCQ, H: c.r.h, Timeout: int64(ivl), Depth: int(cnt)})
+		return err
+	}
+	c.core.Moderate(ivl, cnt)
 	return nil
 }

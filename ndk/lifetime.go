@@ -60,6 +60,12 @@ func releaseCQs(cqs []*CQ) {
 
 // finishClose closes the QP in its engine and releases its antecedents.
 func (q *QP) finishClose() error {
+	if q.r != nil {
+		err := q.remoteClose()
+		releaseSuccessor(q.pd, q.rcq, q.icq)
+		close(q.done)
+		return err
+	}
 	err := q.adapter.prov.CloseQP(q.rc)
 	releaseSuccessor(q.pd, q.rcq, q.icq)
 	close(q.done)

@@ -13,6 +13,7 @@ import (
 type PD struct {
 	adapter *Adapter
 	id      uint32
+	rh      uint32 // the daemon's handle, on a daemon-backed adapter
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
@@ -29,6 +30,7 @@ type MR struct {
 	va     uint64
 	flags  MRFlag
 	tokens memreg.Tokens
+	rh     uint32 // the daemon's handle, on a daemon-backed adapter
 
 	registered bool // guarded by pd.mu
 }
@@ -55,6 +57,9 @@ type SGE struct {
 // accepted: the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
 // Registration completes inline; it never pends.
 func (pd *PD) RegisterMR(buf []byte, flags MRFlag) (*MR, error) {
+	if pd.adapter.rem != nil {
+		return pd.remoteRegister(buf, flags, false)
+	}
 	return pd.registerAt(addrOf(buf), buf, flags)
 }
 
@@ -113,6 +118,10 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 // deregistered or closed; Closed reports when.
 // Close never blocks and never fails; a second Close does nothing.
 func (pd *PD) Close() {
+	if pd.adapter.rem != nil {
+		pd.remoteClose()
+		return
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
@@ -125,7 +134,9 @@ func (pd *PD) Close() {
 // maybeFinishLocked completes a pending close once no successor is left;
 // pd.mu is held.
 func (pd *PD) maybeFinishLocked() {
-	if pd.closing && !pd.finished && len(pd.mrs) == 0 && pd.qps == 0 {
+	// A daemon-backed PD's close completes when the daemon's does
+	// (remoteClosed), whose PD applies these rules.
+	if pd.adapter.rem == nil && pd.closing && !pd.finished && len(pd.mrs) == 0 && pd.qps == 0 {
 		pd.finishLocked()
 	}
 }
@@ -202,6 +213,9 @@ func (m *MR) SGE(off, n int) (SGE, error) {
 // STATUS_INVALID_HANDLE if the MR is not registered (deregistered already,
 // or its adapter was closed).
 func (m *MR) Deregister() error {
+	if m.pd.adapter.rem != nil {
+		return m.remoteDeregister()
+	}
 	pd := m.pd
 	pd.mu.Lock()
 	defer pd.mu.Unlock()

@@ -1,7 +1,7 @@
 package cm
 
 import (
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -51,7 +51,7 @@ func (m *Manager) TransportFailed(qpn, wcStatus uint32) {
 
 // abort ends the connection without the consumer asking, locked.
 func (c *Connector) abort(m *Manager, reason uint32) {
-	aborted := errorf(ntstatus.ConnectionAborted, "", nil, "connection aborted (reason %#x)", reason)
+	aborted := ndkpi.Errorf(ndkpi.StatusConnectionAborted, "", nil, "connection aborted (reason %#x)", reason)
 	switch c.state {
 	case stEstablished:
 		c.aborted = true
@@ -87,12 +87,12 @@ func (c *Connector) Abort(done func(error)) error {
 	const op = "abortive disconnect"
 	m := c.m
 	if done == nil {
-		return errorf(ntstatus.InvalidParameter, op, nil, "completion is required")
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "completion is required")
 	}
 	m.mu.Lock()
 	if c.disconnectDone != nil || c.userDisconnect {
 		m.mu.Unlock()
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "already disconnecting")
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "already disconnecting")
 	}
 	switch {
 	case c.state == stEstablished:
@@ -102,7 +102,7 @@ func (c *Connector) Abort(done func(error)) error {
 	case c.state == stDreqSent && c.aborted, c.wasConnected && (c.state == stTimeWait || c.state == stDone):
 	default:
 		m.mu.Unlock()
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "not connected (%v)", c.state)
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "not connected (%v)", c.state)
 	}
 	c.userDisconnect = true
 	c.disconnectDone = done

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // A count-moderated notification waits for its count of completions since
@@ -14,13 +14,13 @@ import (
 func TestModerationCountHoldsUntilCount(t *testing.T) {
 	c, calls := newCQ(t, 64)
 	c.Moderate(0, 16)
-	c.Arm(NotifyAny)
+	c.Arm(ndkpi.CQNotifyAny)
 	for range 15 {
 		c.Push(&Entry{})
 	}
 	expectNoCall(t, calls)
 	c.Push(&Entry{})
-	expectCall(t, calls, ntstatus.Success)
+	expectCall(t, calls, ndkpi.StatusSuccess)
 	expectNoCall(t, calls)
 }
 
@@ -30,10 +30,10 @@ func TestModerationIntervalReleasesAfterInterval(t *testing.T) {
 	const interval = 30 * time.Millisecond
 	c, calls := newCQ(t, 64)
 	c.Moderate(interval, 0)
-	c.Arm(NotifyAny)
+	c.Arm(ndkpi.CQNotifyAny)
 	start := time.Now()
 	c.Push(&Entry{})
-	expectCall(t, calls, ntstatus.Success)
+	expectCall(t, calls, ndkpi.StatusSuccess)
 	if d := time.Since(start); d < interval {
 		t.Fatalf("callback after %v, before the %v interval", d, interval)
 	}
@@ -45,12 +45,12 @@ func TestModerationCountOrIntervalWhicheverFirst(t *testing.T) {
 	t.Run("CountFirst", func(t *testing.T) {
 		c, calls := newCQ(t, 64)
 		c.Moderate(10*time.Second, 4)
-		c.Arm(NotifyAny)
+		c.Arm(ndkpi.CQNotifyAny)
 		start := time.Now()
 		for range 4 {
 			c.Push(&Entry{})
 		}
-		expectCall(t, calls, ntstatus.Success)
+		expectCall(t, calls, ndkpi.StatusSuccess)
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("callback after %v: waited for the interval", d)
 		}
@@ -58,9 +58,9 @@ func TestModerationCountOrIntervalWhicheverFirst(t *testing.T) {
 	t.Run("IntervalFirst", func(t *testing.T) {
 		c, calls := newCQ(t, 64)
 		c.Moderate(20*time.Millisecond, 1000)
-		c.Arm(NotifyAny)
+		c.Arm(ndkpi.CQNotifyAny)
 		c.Push(&Entry{})
-		expectCall(t, calls, ntstatus.Success)
+		expectCall(t, calls, ndkpi.StatusSuccess)
 	})
 }
 
@@ -69,13 +69,13 @@ func TestModerationCountOrIntervalWhicheverFirst(t *testing.T) {
 func TestModerationDoesNotHoldErrors(t *testing.T) {
 	c, calls := newCQ(t, 64)
 	c.Moderate(0, 1000)
-	c.Arm(NotifyAny)
+	c.Arm(ndkpi.CQNotifyAny)
 	c.Push(&Entry{})
 	expectNoCall(t, calls)
-	c.Fail(ntstatus.InternalError)
-	expectCall(t, calls, ntstatus.Success)
-	c.Arm(NotifyAny)
-	expectCall(t, calls, ntstatus.InternalError)
+	c.Fail(ndkpi.StatusInternalError)
+	expectCall(t, calls, ndkpi.StatusSuccess)
+	c.Arm(ndkpi.CQNotifyAny)
+	expectCall(t, calls, ndkpi.StatusInternalError)
 }
 
 // TestModerationCoalescesCallbacks measures what moderation is for: a
@@ -88,20 +88,20 @@ func TestModerationCoalescesCallbacks(t *testing.T) {
 		var c *CQ
 		var cbs, pops atomic.Int64
 		var err error
-		c, err = New(n, func(uint32) {
+		c, err = New(n, func(ndkpi.Status) {
 			cbs.Add(1)
 			var e Entry
 			for c.Pop(&e) {
 				pops.Add(1)
 			}
-			c.Arm(NotifyAny)
+			c.Arm(ndkpi.CQNotifyAny)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		c.Moderate(interval, count)
-		c.Arm(NotifyAny)
+		c.Arm(ndkpi.CQNotifyAny)
 		for range n {
 			before := cbs.Load()
 			c.Push(&Entry{})
@@ -182,7 +182,7 @@ func TestResizeUnderConcurrentPush(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range per {
-				for !c.Push(&Entry{Type: uint32(p), BytesTransferred: uint32(i)}) {
+				for !c.Push(&Entry{Type: ndkpi.OperationType(p), BytesTransferred: uint32(i)}) {
 					t.Error("overrun")
 					return
 				}
