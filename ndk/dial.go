@@ -150,7 +150,7 @@ func (r *remote) do(op string, req *proto.Request) (*proto.Message, error) {
 // event takes the daemon's events, on the connection's reader goroutine.
 func (r *remote) event(m *proto.Message) {
 	r.mu.RLock()
-	c, l, x, pd := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H]
+	c, l, x, pd, q := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H], r.qps[m.H]
 	r.mu.RUnlock()
 	switch m.Ev {
 	case proto.EvCQ:
@@ -172,6 +172,10 @@ func (r *remote) event(m *proto.Message) {
 	case proto.EvListenerClosed:
 		if l != nil {
 			go l.r.closed(r, l)
+		}
+	case proto.EvPeerWrite:
+		if q != nil {
+			q.r.peerWrite()
 		}
 	case proto.EvPDClosed:
 		if pd != nil {

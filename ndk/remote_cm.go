@@ -69,6 +69,23 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src, d
 	return nil
 }
 
+func (c *Connector) remoteConnectFrom(ctx context.Context, op string, qp *QP, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
+	if err := c.checkQP(op, qp); err != nil {
+		return err
+	}
+	if len(pdata) > MaxCallerData {
+		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(pdata), MaxCallerData)
+	}
+	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Endpoint: se.rh, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: c.remoteRetry()}
+	m, _, err := c.a.rem.call(ctx, op, req)
+	if err != nil {
+		return err
+	}
+	c.r.addrs(m)
+	c.bindQP(qp)
+	return nil
+}
+
 func (c *Connector) remoteCompleteConnect(onDisconnect func(DisconnectReason)) error {
 	c.r.mu.Lock()
 	c.r.onDisconnect = c.event(onDisconnect)

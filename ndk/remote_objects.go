@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -201,6 +200,9 @@ type remoteQP struct {
 	send     *shm.Producer
 	recv     *shm.Producer
 	writes   *atomic.Uint64
+	wArm     *atomic.Uint32
+	wAt      *atomic.Uint64
+	wCh      atomic.Pointer[chan struct{}] // ArmPeerWrites' channel
 	context  any
 	cfg      QPConfig
 	qpn, psn uint32
@@ -256,7 +258,8 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
-	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
+	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), wArm: seg.Word32(l.Words + 8), wAt: seg.Word64(l.Words + 16),
+		context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
 	}
@@ -512,25 +515,29 @@ func (pd *PD) remoteClosed() {
 	r.mu.Unlock()
 }
 
-// remoteArmPeerWrites: the daemon publishes the count of placed WRITE
-// packets in the QP's segment on each relay pass (at least every 10 ms
-// while idle); a watcher sends the token once it moves past the count at
-// the arm, or when the QP closes.
+// remoteArmPeerWrites arms the QP's write arm in shared memory at the
+// count the daemon last published; the relay fires it (an event) once the
+// count moves past it, which covers a WRITE placed before the arm but not
+// yet published (a spurious token: the caller checks memory again).
 func (q *QP) remoteArmPeerWrites(ch chan struct{}) {
-	start := q.r.writes.Load()
-	go func() {
-		t := time.NewTicker(50 * time.Microsecond)
-		defer t.Stop()
-		for range t.C {
-			if q.r.writes.Load() != start || q.closed.Load() {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-				return
-			}
+	rq := q.r
+	if p := rq.wCh.Load(); p == nil || *p != ch {
+		box := ch
+		rq.wCh.Store(&box)
+	}
+	rq.wAt.Store(rq.writes.Load())
+	rq.wArm.Store(1)
+	q.adapter.rem.ring()
+}
+
+// peerWrite delivers a fired write arm.
+func (rq *remoteQP) peerWrite() {
+	if p := rq.wCh.Load(); p != nil {
+		select {
+		case *p <- struct{}{}:
+		default:
 		}
-	}()
+	}
 }
 
 // bufferPool gives a daemon-backed adapter its AllocBuffer pool: 16 MiB

@@ -35,6 +35,10 @@ type (
 		h uint32
 		l *ndk.Listener
 	}
+	sEndpoint struct {
+		h  uint32
+		se *ndk.SharedEndpoint
+	}
 )
 
 // handle runs one request and returns the reply (nil: already sent).
@@ -180,7 +184,6 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	ss.relay = r
-	go r.run()
 	a := ss.srv.a
 	info, err := json.Marshal(a.Info())
 	if err != nil {
@@ -192,9 +195,9 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		MAC:     a.MAC().String(),
 		PathMTU: a.PathMTU(),
 		Raw:     info,
-		Seg:     &proto.Segment{Size: r.seg.Size()},
+		Seg:     &proto.Segment{Size: r.eng.BellSize},
 	}
-	return m, []int{dupFD(r.seg.FD()), dupFD(r.bell.FD())}, nil
+	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD)}, nil
 }
 
 func (ss *session) arena(req *proto.Request, fds []int) error {

@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/ndkxdp/ndkxdp/internal/spin"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
@@ -40,7 +39,9 @@ type sCQ struct {
 	// (ns) passed since it was first satisfied; 0 turns a bound off.
 	modCount    atomic.Uint64
 	modInterval atomic.Int64
-	heldSince   time.Time // relay-owned: when a moderated arm was first satisfied
+	heldSince   time.Time   // relay-owned: when a moderated arm was first satisfied
+	modTimer    *time.Timer // relay-owned: rings the engine when a held interval ends
+	modWake     bool        // relay-owned: modTimer is set for the held arm
 
 	// Relay-owned.
 	pushed, solicited     uint64 // completions moved, and how many satisfy SOLICITED
@@ -61,12 +62,12 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 		seg.Close()
 		return nil, err
 	}
-	bell := ss.relay.bell
+	ring := ss.relay.eng.Ring
 	c.cq, err = ss.srv.a.CreateCQ(depth, func(st ndk.Status) {
 		if st != ndk.StatusSuccess {
 			c.status.CompareAndSwap(0, uint32(st))
 		}
-		bell.Ring()
+		ring()
 	})
 	if err != nil {
 		seg.Close()
@@ -93,6 +94,8 @@ type sQP struct {
 	send   *shm.Consumer
 	recv   *shm.Consumer
 	writes *atomic.Uint64 // peer WRITE packets placed, for PeerWrites
+	wArm   *atomic.Uint32 // ArmPeerWrites: the client sets it, the relay fires it
+	wAt    *atomic.Uint64 // the count the client armed at
 	rcq    *sCQ
 	scq    *sCQ
 
@@ -132,6 +135,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		return nil, err
 	}
 	q.qp, q.seg, q.layout, q.writes = qp, seg, l, seg.Word64(l.Words)
+	q.wArm, q.wAt = seg.Word32(l.Words+8), seg.Word64(l.Words+16)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -146,41 +150,48 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 	return q, nil
 }
 
-// relay is a session's data path: one goroutine that takes the client's
-// posted work out of its shared rings and posts it on the daemon's QPs,
-// and moves the daemon CQs' completions into the client's CQ rings. It
-// spins SpinTime after its last work, then sleeps on the session's
-// doorbell, which the client rings after a post or an arm and the daemon's
-// CQs ring when a completion arrives.
+// relay is a session's data path. It takes the client's posted work out
+// of its shared rings and posts it on the daemon's QPs, and moves the
+// daemon CQs' completions into the client's CQ rings, firing the client's
+// arms. It runs in the loop of the engine of queue 0 (rc.Poller), so a
+// post reaches the engine with no goroutine between: the client rings the
+// engine's own doorbell, whose flags live in shared memory, and the
+// engine's next turn moves the post. Before the engine sleeps, Idle arms
+// the session's daemon CQs, whose notifications ring the engine when a
+// completion arrives from another queue's engine.
 type relay struct {
-	ss   *session
-	seg  *shm.Segment
-	bell *shm.Doorbell
-	spin time.Duration
+	ss  *session
+	eng *hook.Engine
 
-	mu      sync.Mutex // held by the relay for each pass; by control to change the lists
+	mu      sync.Mutex // held by the engine for each pass; by control to change the lists
 	qps     []*sQP
 	cqs     []*sCQ
 	stopped bool
-	done    chan struct{}
+
+	// CQ notifications leave through the session's notifier goroutine:
+	// the engine must not block on the client's socket.
+	nmu   sync.Mutex
+	notes []note
+	nwake chan struct{}
+}
+
+type note struct {
+	ev string
+	h  uint32
+	st ndk.Status
 }
 
 func newRelay(ss *session) (*relay, error) {
-	seg, err := shm.NewSegment("ndkxdp-session", proto.SessionSize)
+	eng, err := hook.EngineOf(ss.srv.a)
 	if err != nil {
+		return nil, fmt.Errorf("daemon adapter: %w", err)
+	}
+	r := &relay{ss: ss, eng: eng, nwake: make(chan struct{}, 1)}
+	if err := eng.Add(r); err != nil {
 		return nil, err
 	}
-	efd, err := shm.NewEventfd()
-	if err != nil {
-		seg.Close()
-		return nil, err
-	}
-	bell, err := shm.NewDoorbell(seg, 0, efd)
-	if err != nil {
-		seg.Close()
-		return nil, err
-	}
-	return &relay{ss: ss, seg: seg, bell: bell, spin: ss.srv.cfg.SpinTime, done: make(chan struct{})}, nil
+	go r.notifier()
+	return r, nil
 }
 
 func (r *relay) addQP(q *sQP) {
@@ -216,59 +227,74 @@ func (r *relay) removeCQ(c *sCQ) {
 			break
 		}
 	}
+	if c.modTimer != nil {
+		c.modTimer.Stop()
+	}
 	r.mu.Unlock()
 }
 
-// stop ends the relay goroutine and waits for it.
+// stop takes the relay out of the engine's loop; when it returns, no pass
+// runs or ever will.
 func (r *relay) stop() {
 	r.mu.Lock()
 	r.stopped = true
 	r.mu.Unlock()
-	r.bell.Ring()
-	<-r.done
+	_ = r.eng.Remove(r)
 }
 
-func (r *relay) close() {
-	r.bell.Close()
-	r.seg.Close()
+func (r *relay) close() {}
+
+// Poll is one pass, in the engine's loop. While control changes the lists
+// the pass is skipped, and counted as work so that the engine comes back
+// for it at once.
+func (r *relay) Poll() int {
+	if !r.mu.TryLock() {
+		return 1
+	}
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0
+	}
+	return r.pass()
 }
 
-func (r *relay) run() {
-	defer close(r.done)
-	var y spin.Yielder
-	idleSince := time.Time{}
+// Idle arms every daemon CQ of the session before the engine sleeps: a
+// completion then rings the engine (an arm that finds completions rings
+// at once).
+func (r *relay) Idle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.cqs {
+		_ = c.cq.Arm(ndk.CQNotifyAny)
+	}
+}
+
+func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) }
+
+func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
+	r.nmu.Lock()
+	r.notes = append(r.notes, note{ev, h, st})
+	r.nmu.Unlock()
+	select {
+	case r.nwake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *relay) notifier() {
 	for {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
+		select {
+		case <-r.ss.ctx.Done():
 			return
+		case <-r.nwake:
 		}
-		n := r.pass()
-		r.mu.Unlock()
-		if n > 0 {
-			idleSince = time.Time{}
-			continue
+		r.nmu.Lock()
+		notes := r.notes
+		r.notes = nil
+		r.nmu.Unlock()
+		for _, n := range notes {
+			r.ss.event(n.ev, n.h, n.st)
 		}
-		now := time.Now()
-		if idleSince.IsZero() {
-			idleSince = now
-		}
-		if now.Sub(idleSince) < r.spin {
-			y.Yield()
-			continue
-		}
-		// Asleep, the relay is woken by the client's ring (a post, an
-		// arm) and by any daemon CQ getting a completion, for which
-		// each is armed; an arm finds completions already there and
-		// rings at once.
-		r.mu.Lock()
-		for _, c := range r.cqs {
-			_ = c.cq.Arm(ndk.CQNotifyAny)
-		}
-		r.mu.Unlock()
-		// The timeout bounds how late PeerWrites' shared count can be.
-		_ = r.bell.Wait(10 * time.Millisecond)
-		idleSince = time.Time{}
 	}
 }
 
@@ -284,6 +310,9 @@ func (r *relay) pass() int {
 		if w := q.qp.PeerWrites(); w != q.lastWrites {
 			q.lastWrites = w
 			q.writes.Store(w)
+		}
+		if q.wArm.Load() != 0 && q.wAt.Load() != q.lastWrites && q.wArm.CompareAndSwap(1, 0) {
+			r.notifyEv(proto.EvPeerWrite, q.h, ndk.StatusSuccess)
 		}
 	}
 	for _, c := range r.cqs {
@@ -528,27 +557,27 @@ func (r *relay) fireArm(c *sCQ) {
 	case a >= armSolicited && c.solicited > c.notifiedSol:
 		fire = true
 	}
-	if fire && st == ndk.StatusSuccess && c.moderationHolds() {
+	if fire && st == ndk.StatusSuccess && r.moderationHolds(c) {
 		return
 	}
 	if !fire || !c.arm.CompareAndSwap(a, armNone) {
 		return
 	}
-	c.heldSince = time.Time{}
+	c.heldSince, c.modWake = time.Time{}, false
 	if st != ndk.StatusSuccess {
 		c.errReported = true
 	}
 	c.notified, c.notifiedSol = c.pushed, c.solicited
-	r.ss.event(proto.EvCQ, c.h, st)
+	r.notify(c.h, st)
 }
 
 // moderationHolds reports whether moderation holds back a satisfied arm:
 // neither its count of completions since the last notification nor its
 // interval since the arm was first satisfied is reached yet. A CQ error
 // is never held (the caller asks only for normal notifications). The
-// relay passes at least every 10 ms while asleep, which bounds how late
-// an interval ends.
-func (c *sCQ) moderationHolds() bool {
+// engine may sleep while an interval runs, so a timer rings it when the
+// interval ends; a count is reached by a completion, which wakes it.
+func (r *relay) moderationHolds(c *sCQ) bool {
 	count, interval := c.modCount.Load(), time.Duration(c.modInterval.Load())
 	if count <= 1 && interval <= 0 {
 		return false
@@ -560,5 +589,20 @@ func (c *sCQ) moderationHolds() bool {
 	if count > 1 && c.pushed-c.notified >= count {
 		return false
 	}
-	return interval <= 0 || now.Sub(c.heldSince) < interval
+	if interval <= 0 {
+		return true
+	}
+	left := interval - now.Sub(c.heldSince)
+	if left <= 0 {
+		return false
+	}
+	if !c.modWake {
+		c.modWake = true
+		if c.modTimer == nil {
+			c.modTimer = time.AfterFunc(left, r.eng.Ring)
+		} else {
+			c.modTimer.Reset(left)
+		}
+	}
+	return true
 }

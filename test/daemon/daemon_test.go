@@ -378,3 +378,99 @@ func TestClientPostAndPollAllocateNothing(t *testing.T) {
 		t.Fatalf("a SEND ping-pong through the daemon allocates %.1f times", n)
 	}
 }
+
+// TestArmPeerWritesThroughDaemon: a daemon-backed QP's write arm sends one
+// token after the peer's next WRITE is placed, and none before.
+func TestArmPeerWritesThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	pr := bd.connect(t, c, 7601)
+	ch := make(chan struct{}, 1)
+	c.qp.ArmPeerWrites(ch)
+	select {
+	case <-ch:
+		t.Fatal("token before any WRITE")
+	case <-time.After(50 * time.Millisecond):
+	}
+	before := c.qp.PeerWrites()
+	ps, _ := pr.mr.SGE(0, 128)
+	copy(pr.mem, "written by the peer")
+	if err := pr.qp.Write(nil, []ndk.SGE{ps}, c.mr.Addr()+256, c.mr.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no token after the peer's WRITE")
+	}
+	if got := string(c.mem[256 : 256+19]); got != "written by the peer" {
+		t.Fatalf("memory after the token: %q", got)
+	}
+	if c.qp.PeerWrites() <= before {
+		t.Fatalf("PeerWrites %d, was %d", c.qp.PeerWrites(), before)
+	}
+	wait(t, bd.b.ICQ, "peer write")
+}
+
+// TestSharedEndpointThroughDaemon: two connections from one shared
+// endpoint of a daemon-backed adapter share its address and port.
+func TestSharedEndpointThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	se, err := c.a.CreateSharedEndpoint(netip.AddrPortFrom(c.a.LocalAddress(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer se.Close()
+	if !se.LocalAddress().IsValid() || se.LocalAddress().Port() == 0 {
+		t.Fatalf("shared endpoint address %v", se.LocalAddress())
+	}
+	b := bd.b
+	acc := make(chan error, 2)
+	// Two listeners: one 4-tuple exists once, so the two connections
+	// from one endpoint go to two ports.
+	var dsts []netip.AddrPort
+	for i := range 2 {
+		l, err := b.Adapter.CreateListener(func(x *ndk.Connector) {
+			q, _ := b.PD.CreateQP(ndk.QPConfig{ReceiveCQ: b.RCQ, InitiatorCQ: b.ICQ, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			acc <- x.Accept(ctx, q, 1, 1, nil, nil)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		dst := netip.AddrPortFrom(bd.pair.B.IPv4, uint16(7701+i))
+		if err := l.Listen(dst); err != nil {
+			t.Fatal(err)
+		}
+		dsts = append(dsts, dst)
+	}
+	for i, dst := range dsts {
+		q, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := c.a.CreateConnector()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = x.ConnectWithSharedEndpoint(ctx, q, se, dst, 1, 1, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("connection %d from the shared endpoint: %v", i, err)
+		}
+		if x.LocalAddress() != se.LocalAddress() {
+			t.Fatalf("connection %d from %v, endpoint is %v", i, x.LocalAddress(), se.LocalAddress())
+		}
+		if err := x.CompleteConnect(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

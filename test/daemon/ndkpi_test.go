@@ -183,4 +183,30 @@ func TestModerationThroughDaemon(t *testing.T) {
 	if n := cq.GetResultsEx(rs[:]); n != 4 {
 		t.Fatalf("%d completions at the callback, want 4", n)
 	}
+
+	// By time alone: one completion, the callback an interval later, even
+	// if the engine that runs the relay sleeps meanwhile.
+	const interval = 30 * time.Millisecond
+	if err := cq.ControlInterruptModeration(interval, ndk.ModerationUnbounded); err != nil {
+		t.Fatal(err)
+	}
+	if err := cq.Arm(ndk.CQNotifyAny); err != nil {
+		t.Fatal(err)
+	}
+	sge, _ := c.mr.SGE(0, 64)
+	if err := qp.Receive("late", []ndk.SGE{sge}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.pr.qp.Send("late", []ndk.SGE{bs}, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-calls:
+		if d := time.Since(start); d < interval {
+			t.Fatalf("callback after %v, before the %v interval", d, interval)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no callback after the interval")
+	}
 }

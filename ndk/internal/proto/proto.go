@@ -42,6 +42,8 @@ const (
 	OpPauseListener   = "pause_listener"   // H, Pause
 	OpCloseListener   = "close_listener"   // H; event listener_closed follows
 	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
+	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
+	OpCloseEndpoint   = "close_endpoint"   // H
 	OpCancel          = "cancel"           // Target: a blocking request to give up
 )
 
@@ -53,6 +55,7 @@ const (
 	EvConnectorClosed = "connector_closed" // H
 	EvListenerClosed  = "listener_closed"  // H
 	EvPDClosed        = "pd_closed"        // H
+	EvPeerWrite       = "peer_write"       // H: QP whose armed peer-write count moved (ArmPeerWrites)
 )
 
 // Endpoint is ndk.Endpoint on the wire.
@@ -102,6 +105,7 @@ type Request struct {
 	Timeout            int64  `json:",omitempty"` // ns; 0: none
 	Pause              bool   `json:",omitempty"`
 	Target             uint64 `json:",omitempty"`
+	Endpoint           uint32 `json:",omitempty"` // connect: the shared endpoint to connect from
 	Remote             *Endpoint
 	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
 	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive

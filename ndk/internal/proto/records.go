@@ -187,8 +187,10 @@ func Slots(depth int) int {
 // QPLayout is where a QP's rings and shared words lie in its segment.
 type QPLayout struct {
 	Send, Recv shm.RingLayout
-	// Words: the peer-writes count (uint64, daemon-written) at +0 and the
-	// QP's state (uint32, daemon-written) at +8.
+	// Words: the peer-writes count (uint64, daemon-written) at +0, the
+	// write arm (uint32, client sets to 1, daemon clears when it fires)
+	// at +8, and the count the client armed at (uint64, client-written)
+	// at +16.
 	Words int
 	Size  int
 }
