@@ -77,38 +77,3 @@ func (c *Connector) abort(m *Manager, reason uint32) {
 		}
 	}
 }
-
-// Abort ends an established connection abortively (NDK_FN_DISCONNECT_EX
-// with Abortive TRUE): the QP moves to error, one DREQ goes out without
-// waiting for the DREP, and done is called once the QP's DMA has drained.
-// On a connection the peer or a transport failure already ended it
-// completes once the QP drained, like Disconnect.
-func (c *Connector) Abort(done func(error)) error {
-	const op = "abortive disconnect"
-	m := c.m
-	if done == nil {
-		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "completion is required")
-	}
-	m.mu.Lock()
-	if c.disconnectDone != nil || c.userDisconnect {
-		m.mu.Unlock()
-		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "already disconnecting")
-	}
-	switch {
-	case c.state == stEstablished:
-		c.qpToError(m)
-		c.sendDREQ(m, false)
-		c.enterTimeWait(m)
-	case c.state == stDreqSent && c.aborted, c.wasConnected && (c.state == stTimeWait || c.state == stDone):
-	default:
-		m.mu.Unlock()
-		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "not connected (%v)", c.state)
-	}
-	c.userDisconnect = true
-	c.disconnectDone = done
-	c.discAnswered = true // nothing to wait for from the peer
-	c.qpToError(m)        // no-op if done above; the peer's disconnect left the QP alone
-	c.maybeDisconnected(m)
-	m.unlockAndRun()
-	return nil
-}

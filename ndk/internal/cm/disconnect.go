@@ -13,7 +13,19 @@ import (
 // succeeds once the QP drained, and so does disconnecting one the CM
 // aborted (TransportFailed), once the peer answered its DREQ.
 func (c *Connector) Disconnect(done func(error)) error {
-	const op = "disconnect"
+	return c.disconnect("disconnect", done, false)
+}
+
+// Abort ends an established connection abortively (NDK_FN_DISCONNECT_EX
+// with Abortive TRUE): the QP moves to error, one DREQ goes out without
+// waiting for the DREP, and done is called once the QP's DMA has drained.
+// On a connection the peer or a transport failure already ended it
+// completes once the QP drained.
+func (c *Connector) Abort(done func(error)) error {
+	return c.disconnect("abortive disconnect", done, true)
+}
+
+func (c *Connector) disconnect(op string, done func(error), abortive bool) error {
 	m := c.m
 	if done == nil {
 		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "completion is required")
@@ -25,26 +37,27 @@ func (c *Connector) Disconnect(done func(error)) error {
 	}
 	switch {
 	case c.state == stEstablished:
-		c.userDisconnect = true
-		c.disconnectDone = done
 		c.qpToError(m)
-		c.sendDREQ(m, true)
+		c.sendDREQ(m, !abortive)
+		if abortive {
+			c.enterTimeWait(m)
+		}
 	case c.state == stDreqSent && c.aborted:
-		// The CM aborted it (TransportFailed) and waits for the DREP:
-		// Disconnect completes with that.
-		c.userDisconnect = true
-		c.disconnectDone = done
-		c.maybeDisconnected(m)
+		// The CM aborted it (TransportFailed) and waits for the DREP,
+		// which a graceful Disconnect waits for too.
 	case c.wasConnected && (c.state == stTimeWait || c.state == stDone):
-		c.userDisconnect = true
-		c.disconnectDone = done
 		c.discAnswered = true
-		c.qpToError(m)
-		c.maybeDisconnected(m)
+		c.qpToError(m) // the peer's disconnect left the QP alone
 	default:
 		m.mu.Unlock()
 		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "not connected (%v)", c.state)
 	}
+	c.userDisconnect = true
+	c.disconnectDone = done
+	if abortive {
+		c.discAnswered = true // nothing to wait for from the peer
+	}
+	c.maybeDisconnected(m)
 	m.unlockAndRun()
 	return nil
 }
