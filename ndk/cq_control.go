@@ -62,7 +62,8 @@ func (c *CQ) Resize(depth int) error {
 //     back at once;
 //   - interval ModerationIntervalUnbounded hands control to count alone;
 //   - count ModerationUnbounded, or above the CQ's depth, hands control to
-//     interval alone; count 0 or 1 calls back at every fired Arm;
+//     interval alone, and so does count 0; count 1 calls back at every
+//     fired Arm, as without moderation;
 //   - both unbounded is STATUS_INVALID_PARAMETER_MIX.
 //
 // interval has microsecond resolution (rounded up) and must lie in [0,

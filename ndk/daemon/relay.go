@@ -586,7 +586,7 @@ func (r *relay) moderationHolds(c *sCQ) bool {
 	if c.heldSince.IsZero() {
 		c.heldSince = now
 	}
-	if count > 1 && c.pushed-c.notified >= count {
+	if count > 0 && c.pushed-c.notified >= count {
 		return false
 	}
 	if interval <= 0 {

@@ -14,9 +14,9 @@ import "time"
 // notification for a count, and wakes the dispatcher when it reaches it.
 
 // Moderate sets the moderation: count > 0 releases a held notification
-// once count completions arrived since the last one, interval > 0 once
-// interval passed since it fired. Both 0 turns moderation off (the
-// default): every fired arm is delivered at once. It applies from the next
+// once count completions arrived since the last one (count 1: at once),
+// interval > 0 once interval passed since it fired. Both 0 turns
+// moderation off (the default): every fired arm is delivered at once. It applies from the next
 // notification the dispatcher takes up. Consumer only.
 func (c *CQ) Moderate(interval time.Duration, count uint64) {
 	c.modInterval.Store(int64(max(interval, 0)))
@@ -45,8 +45,8 @@ func (c *CQ) moderate() bool {
 		return true
 	}
 	var target uint64
-	if count > 1 {
-		target = c.delivered + count
+	if count > 0 {
+		target = c.delivered + count // count 1: the completion that fired it
 	}
 	start := time.Now()
 	for {

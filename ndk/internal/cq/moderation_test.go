@@ -225,3 +225,17 @@ func TestResizeUnderConcurrentPush(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Count 1 releases at the completion that fired the arm, whatever the
+// interval.
+func TestModerationCountOneIsImmediate(t *testing.T) {
+	c, calls := newCQ(t, 64)
+	c.Moderate(10*time.Second, 1)
+	c.Arm(ndkpi.CQNotifyAny)
+	start := time.Now()
+	c.Push(&Entry{})
+	expectCall(t, calls, ndkpi.StatusSuccess)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("callback after %v: count 1 waited for the interval", d)
+	}
+}
