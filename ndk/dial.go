@@ -21,8 +21,9 @@ import (
 type remote struct {
 	a    *Adapter
 	conn *client.Conn
-	seg  *shm.Segment
+	seg  *shm.Segment // the engine's doorbell flags
 	bell *shm.Doorbell
+	sess *shm.Segment // the session's published counts and hint bitmaps
 	addr netip.Addr
 	mac  net.HardwareAddr
 	pmtu int
@@ -96,7 +97,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 }
 
 func (r *remote) hello(m *proto.Message, fds []int) error {
-	if len(fds) != 2 || m.Seg == nil {
+	if len(fds) != 3 || m.Seg == nil || m.Seg.Session < proto.SessionSize {
 		closeFDs(fds)
 		return errors.New("daemon sent no session segment")
 	}
@@ -113,6 +114,10 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	r.mac, _ = net.ParseMAC(m.MAC)
 	r.pmtu = m.PathMTU
 	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
+		closeFDs(fds[1:])
+		return err
+	}
+	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
 		unix_close(fds[1])
 		return err
 	}

@@ -54,6 +54,12 @@ func init() {
 			Add:    func(x hook.Poller) error { return e.AddPoller(x) },
 			Remove: func(x hook.Poller) error { return e.RemovePoller(x) },
 			Ring:   func() { p.Doorbell(0) },
+			PlacedWrites: func(q int) uint64 {
+				if e, err := p.Engine(q); err == nil {
+					return e.PlacedWrites()
+				}
+				return 0
+			},
 		}, nil
 	}
 }

@@ -195,9 +195,9 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		MAC:     a.MAC().String(),
 		PathMTU: a.PathMTU(),
 		Raw:     info,
-		Seg:     &proto.Segment{Size: r.eng.BellSize},
+		Seg:     &proto.Segment{Size: r.eng.BellSize, Session: r.seg.Size()},
 	}
-	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD)}, nil
+	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD), dupFD(r.seg.FD())}, nil
 }
 
 func (ss *session) arena(req *proto.Request, fds []int) error {
@@ -333,9 +333,14 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 		q.seg.Close()
 		return nil, nil, err
 	}
-	ss.relay.addQP(q)
+	if err := ss.relay.addQP(q); err != nil {
+		ss.drop(q.h)
+		q.qp.Close()
+		q.seg.Close()
+		return nil, nil, err
+	}
 	m := &proto.Message{
-		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(),
+		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
 		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
 	}
 	return m, []int{dupFD(q.seg.FD())}, nil

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	mathbits "math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,7 +94,8 @@ type sQP struct {
 	layout proto.QPLayout
 	send   *shm.Consumer
 	recv   *shm.Consumer
-	writes *atomic.Uint64 // peer WRITE packets placed, for PeerWrites
+	slot   int            // in the session's bitmaps
+	queue  int            // the engine's queue
 	wArm   *atomic.Uint32 // ArmPeerWrites: the client sets it, the relay fires it
 	wAt    *atomic.Uint64 // the count the client armed at
 	rcq    *sCQ
@@ -109,7 +111,6 @@ type sQP struct {
 	broken               bool // the client wrote garbage: flushed, no longer read
 	sgl                  [proto.MaxSGE]ndk.SGE
 	inline               [proto.MaxInline]byte
-	lastWrites           uint64
 }
 
 func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error) {
@@ -134,7 +135,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		qp.Close()
 		return nil, err
 	}
-	q.qp, q.seg, q.layout, q.writes = qp, seg, l, seg.Word64(l.Words)
+	q.qp, q.seg, q.layout, q.queue, q.slot = qp, seg, l, qp.Queue(), -1
 	q.wArm, q.wAt = seg.Word32(l.Words+8), seg.Word64(l.Words+16)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
@@ -162,11 +163,25 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 type relay struct {
 	ss  *session
 	eng *hook.Engine
+	seg *shm.Segment // the session segment (proto.SessionSize)
+
+	// Shared words of the session segment.
+	writes [proto.MaxQueues]*atomic.Uint64
+	post   [proto.BitmapWords]*atomic.Uint64
+	arm    [proto.BitmapWords]*atomic.Uint64
 
 	mu      sync.Mutex // held by the engine for each pass; by control to change the lists
-	qps     []*sQP
+	slots   []*sQP     // by slot; nil where free
+	free    []int
 	cqs     []*sCQ
 	stopped bool
+
+	// Engine-owned (under mu): slots to serve again without a new post
+	// (a budget used up, a full daemon QP), and each queue's last
+	// published WRITE count.
+	again      [proto.BitmapWords]uint64
+	lastWrites [proto.MaxQueues]uint64
+	queues     [proto.MaxQueues]int // QPs per queue
 
 	// CQ notifications leave through the session's notifier goroutine:
 	// the engine must not block on the client's socket.
@@ -186,31 +201,62 @@ func newRelay(ss *session) (*relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("daemon adapter: %w", err)
 	}
-	r := &relay{ss: ss, eng: eng, nwake: make(chan struct{}, 1)}
+	seg, err := shm.NewSegment("ndkxdp-session", proto.SessionSize)
+	if err != nil {
+		return nil, err
+	}
+	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1)}
+	for i := range r.writes {
+		r.writes[i] = seg.Word64(8 * i)
+	}
+	for i := range r.post {
+		r.post[i] = seg.Word64(proto.PostBitmap + 8*i)
+		r.arm[i] = seg.Word64(proto.ArmBitmap + 8*i)
+	}
 	if err := eng.Add(r); err != nil {
+		seg.Close()
 		return nil, err
 	}
 	go r.notifier()
 	return r, nil
 }
 
-func (r *relay) addQP(q *sQP) {
+// addQP gives q a slot in the session's bitmaps.
+func (r *relay) addQP(q *sQP) error {
 	r.mu.Lock()
-	r.qps = append(r.qps, q)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	switch {
+	case len(r.free) > 0:
+		q.slot = r.free[len(r.free)-1]
+		r.free = r.free[:len(r.free)-1]
+	case len(r.slots) < proto.MaxQPSlots:
+		q.slot = len(r.slots)
+		r.slots = append(r.slots, nil)
+	default:
+		return statusErr(ndk.StatusInsufficientResources, "client holds its maximum of %d QPs", proto.MaxQPSlots)
+	}
+	if q.queue < 0 || q.queue >= proto.MaxQueues {
+		return statusErr(ndk.StatusInternalError, "QP on queue %d", q.queue)
+	}
+	r.slots[q.slot] = q
+	r.queues[q.queue]++
+	return nil
 }
 
-// removeQP takes q off the relay's list; when it returns, the relay is not
+// removeQP takes q out of its slot; when it returns, the relay is not
 // touching q and never will again.
 func (r *relay) removeQP(q *sQP) {
 	r.mu.Lock()
-	for i, x := range r.qps {
-		if x == q {
-			r.qps = append(r.qps[:i], r.qps[i+1:]...)
-			break
-		}
+	defer r.mu.Unlock()
+	if q.slot < 0 || q.slot >= len(r.slots) || r.slots[q.slot] != q {
+		return
 	}
-	r.mu.Unlock()
+	r.slots[q.slot] = nil
+	w, bit := proto.SlotWord(q.slot)
+	r.again[w] &^= bit
+	r.free = append(r.free, q.slot)
+	r.queues[q.queue]--
+	q.slot = -1
 }
 
 func (r *relay) addCQ(c *sCQ) {
@@ -242,7 +288,7 @@ func (r *relay) stop() {
 	_ = r.eng.Remove(r)
 }
 
-func (r *relay) close() {}
+func (r *relay) close() { r.seg.Close() }
 
 // Poll is one pass, in the engine's loop. While control changes the lists
 // the pass is skipped, and counted as work so that the engine comes back
@@ -271,8 +317,18 @@ func (r *relay) Idle() {
 
 func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) }
 
+// maxNotes bounds the notifications waiting for a client that does not
+// read its socket; one that lets more pile up is dropped.
+const maxNotes = 1 << 16
+
 func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
 	r.nmu.Lock()
+	if len(r.notes) >= maxNotes {
+		r.nmu.Unlock()
+		r.ss.log.Warn("client does not read its notifications; dropping it", "pending", maxNotes)
+		go r.ss.kill()
+		return
+	}
 	r.notes = append(r.notes, note{ev, h, st})
 	r.nmu.Unlock()
 	select {
@@ -302,17 +358,22 @@ func (r *relay) notifier() {
 // it moved.
 func (r *relay) pass() int {
 	n := 0
-	for _, q := range r.qps {
-		if !q.broken {
-			n += r.pumpRecv(q)
-			n += r.pumpSend(q)
+	for q, count := range r.queues {
+		if count == 0 {
+			continue
 		}
-		if w := q.qp.PeerWrites(); w != q.lastWrites {
-			q.lastWrites = w
-			q.writes.Store(w)
+		if w := r.eng.PlacedWrites(q); w != r.lastWrites[q] {
+			r.lastWrites[q] = w
+			r.writes[q].Store(w)
 		}
-		if q.wArm.Load() != 0 && q.wAt.Load() != q.lastWrites && q.wArm.CompareAndSwap(1, 0) {
-			r.notifyEv(proto.EvPeerWrite, q.h, ndk.StatusSuccess)
+	}
+	words := (len(r.slots) + 63) / 64
+	for i := range words {
+		if r.post[i].Load() != 0 || r.again[i] != 0 {
+			n += r.serve(i, r.post[i].Swap(0)|r.again[i])
+		}
+		if r.arm[i].Load() != 0 {
+			r.watchArms(i, r.arm[i].Swap(0))
 		}
 	}
 	for _, c := range r.cqs {
@@ -322,13 +383,62 @@ func (r *relay) pass() int {
 	return n
 }
 
+// serve moves the posts of the QPs whose bits are set in word i of the
+// post bitmap, and marks for the next pass those it could not finish.
+func (r *relay) serve(i int, bits uint64) int {
+	r.again[i] = 0
+	n := 0
+	for bits != 0 {
+		b := bits & -bits
+		bits &^= b
+		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		if q == nil || q.broken {
+			continue
+		}
+		rn, rmore := r.pumpRecv(q)
+		sn, smore := r.pumpSend(q)
+		n += rn + sn
+		if rmore || smore {
+			r.again[i] |= b
+		}
+	}
+	return n
+}
+
+// watchArms fires the write arms of the QPs whose bits were set in word i
+// of the arm bitmap once their queue's count moved past the count armed
+// at; an arm not yet due is watched again.
+func (r *relay) watchArms(i int, bits uint64) {
+	keep := uint64(0)
+	for bits != 0 {
+		b := bits & -bits
+		bits &^= b
+		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		if q == nil || q.wArm.Load() == 0 {
+			continue
+		}
+		if q.wAt.Load() != r.lastWrites[q.queue] && q.wArm.CompareAndSwap(1, 0) {
+			r.notifyEv(proto.EvPeerWrite, q.h, ndk.StatusSuccess)
+			continue
+		}
+		keep |= b
+	}
+	if keep != 0 {
+		r.arm[i].Or(keep)
+	}
+}
+
 // budget bounds the records one pass takes from one ring, so that one
 // busy QP does not starve the others or the completions.
 const budget = 64
 
-func (r *relay) pumpSend(q *sQP) int {
-	n := 0
-	for n < budget {
+// pumpSend moves q's send records; more reports records left for the
+// next pass (the budget ran out, or the daemon's QP is full).
+func (r *relay) pumpSend(q *sQP) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
 		if !q.stalledSend {
 			rec := q.send.Peek()
 			if rec == nil {
@@ -343,20 +453,22 @@ func (r *relay) pumpSend(q *sQP) int {
 		st := r.postSend(q, &q.sr)
 		if st == ndk.StatusInsufficientResources {
 			q.stalledSend = true
-			break
+			return n, true
 		}
 		q.stalledSend = false
 		n++
 		if q.broken {
-			break
+			return n, false
 		}
 	}
-	return n
+	return n, false
 }
 
-func (r *relay) pumpRecv(q *sQP) int {
-	n := 0
-	for n < budget {
+func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
 		if !q.stalledRecv {
 			rec := q.recv.Peek()
 			if rec == nil {
@@ -371,15 +483,15 @@ func (r *relay) pumpRecv(q *sQP) int {
 		st := r.postRecv(q, &q.rr)
 		if st == ndk.StatusInsufficientResources {
 			q.stalledRecv = true
-			break
+			return n, true
 		}
 		q.stalledRecv = false
 		n++
 		if q.broken {
-			break
+			return n, false
 		}
 	}
-	return n
+	return n, false
 }
 
 // breakQP answers a client that broke its own rings: its QP goes to the
@@ -417,7 +529,10 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	}
 	slot := &q.sendSlots[s.Seq&q.sendMask]
 	slot.seq, slot.kind = s.Seq, proto.KindSend
-	flags := ndk.OpFlag(s.Flags)
+	// The client's post has rung already (DEFER decided whether and when
+	// its bit was set): the daemon's QP must not hold the request back
+	// for a doorbell of its own that no later record would ring.
+	flags := ndk.OpFlag(s.Flags) &^ ndk.OpFlagDefer
 	var sgl []ndk.SGE
 	if flags&opFlagInline != 0 && s.Op != opRead && s.Op != opCompareSwap && s.Op != opFetchAdd {
 		// The client copied the bytes into the record; the engine copies

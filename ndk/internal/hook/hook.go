@@ -43,6 +43,9 @@ type Engine struct {
 	Remove func(Poller) error
 	// Ring wakes the engine.
 	Ring func()
+	// PlacedWrites is the count of peer WRITE packets the engine of
+	// queue q placed (rc.Engine.PlacedWrites), 0 for no such queue.
+	PlacedWrites func(q int) uint64
 }
 
 // EngineOf returns the engine of adapter's (an *ndk.Adapter) queue 0.

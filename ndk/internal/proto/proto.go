@@ -125,6 +125,7 @@ type Message struct {
 
 	Local, Remote uint32          `json:",omitempty"` // MR tokens
 	QPN, PSN      uint32          `json:",omitempty"`
+	Slot          int             `json:",omitempty"` // a QP's slot in the session's bitmaps
 	Queue         int             `json:",omitempty"`
 	IRD, ORD      int             `json:",omitempty"`
 	Data          []byte          `json:",omitempty"`
@@ -145,6 +146,7 @@ type Segment struct {
 	SendSlots int `json:"send,omitempty"` // QP: send ring slots
 	RecvSlots int `json:"recv,omitempty"` // QP: receive ring slots
 	Slots     int `json:"slots,omitempty"`
+	Session   int `json:"session,omitempty"` // hello: the session segment's size (third descriptor)
 }
 
 // Decode parses one client message, refusing what is not a request.
