@@ -111,7 +111,7 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect"
 	if c.r != nil {
-		return c.remoteConnect(ctx, op, qp, src, dst, inboundReadLimit, outboundReadLimit, privateData)
+		return c.remoteConnect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	return c.connect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
@@ -125,7 +125,7 @@ func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *S
 		if se == nil || se.a != c.a {
 			return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
 		}
-		return c.remoteConnectFrom(ctx, op, qp, se, dst, inboundReadLimit, outboundReadLimit, privateData)
+		return c.remoteConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")

@@ -36,6 +36,9 @@ type remote struct {
 	listeners  map[uint32]*Listener
 	arenas     []*arena
 	nextArena  uint32
+	chunkMu    sync.Mutex
+	chunk      *arena // the arena small Memory calls are cut from
+	chunkOff   int
 	// mrs is every registered MR by local token, for the checks a post
 	// makes before it reaches the ring; copied on write, read lock-free.
 	mrs atomic.Pointer[map[uint32]*MR]
@@ -204,11 +207,36 @@ func (a *Adapter) Memory(n int) ([]byte, error) {
 	if a.rem == nil {
 		return make([]byte, n), nil
 	}
+	if n <= memoryChunk/4 {
+		return a.rem.carve(n)
+	}
 	ar, err := a.rem.newArena(n)
 	if err != nil {
 		return nil, err
 	}
 	return ar.seg.Bytes()[:n:n], nil
+}
+
+// memoryChunk is the arena small Memory calls are cut from: the daemon
+// maps a bounded number of arenas per client (256), and a memfd per small
+// buffer would spend them, and a system call each.
+const memoryChunk = 4 << 20
+
+// carve cuts n bytes, cache-line aligned, from the current chunk, or from
+// a new one when it has no room.
+func (r *remote) carve(n int) ([]byte, error) {
+	r.chunkMu.Lock()
+	defer r.chunkMu.Unlock()
+	if r.chunk == nil || r.chunkOff+n > r.chunk.seg.Size() {
+		ar, err := r.newArena(memoryChunk)
+		if err != nil {
+			return nil, err
+		}
+		r.chunk, r.chunkOff = ar, 0
+	}
+	b := r.chunk.seg.Bytes()[r.chunkOff : r.chunkOff+n : r.chunkOff+n]
+	r.chunkOff = (r.chunkOff + n + 63) &^ 63
+	return b, nil
 }
 
 func (r *remote) newArena(n int) (*arena, error) {

@@ -110,14 +110,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 			return nil, nil, err
 		}
 		c.c.Close()
-		go func() {
-			select {
-			case <-c.c.Closed():
-				ss.drop(c.h)
-				ss.event(proto.EvConnectorClosed, c.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(c.c.Closed(), c.h, proto.EvConnectorClosed)
 		return nil, nil, nil
 	case proto.OpCreateListener, proto.OpListen, proto.OpPauseListener, proto.OpCloseListener:
 		return ss.dispatchListener(req)
@@ -199,14 +192,7 @@ func (ss *session) dispatchListener(req *proto.Request) (*proto.Message, []int, 
 			return nil, nil, err
 		}
 		l.l.Close()
-		go func() {
-			select {
-			case <-l.l.Closed():
-				ss.drop(l.h)
-				ss.event(proto.EvListenerClosed, l.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(l.l.Closed(), l.h, proto.EvListenerClosed)
 		return nil, nil, nil
 	}
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)

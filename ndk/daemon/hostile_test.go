@@ -177,6 +177,24 @@ func (r *raw) qp(pd uint32) *rawQP {
 	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
 }
 
+// completion waits for the next entry of q's CQ ring.
+func (q *rawQP) completion(t *testing.T, what string) proto.Completion {
+	t.Helper()
+	var c proto.Completion
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b := q.cqRing.Peek(); b != nil {
+			c.Decode(b)
+			q.cqRing.Release()
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion for %s in 5 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // healthy checks that the daemon still serves: a well-behaved client
 // opens, registers and connects, and moves verified bytes.
 func (bd *bed) healthy(t *testing.T) {
@@ -255,19 +273,7 @@ func TestHostileRingIndexBreaksOnlyThatQP(t *testing.T) {
 	prod := q.seg.Word32(q.layout.Send.Offset)
 	prod.Store(uint32(q.layout.Send.Slots) + 1000) // more records than slots
 	r.post(q)
-	var c proto.Completion
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b := q.cqRing.Peek(); b != nil {
-			c.Decode(b)
-			q.cqRing.Release()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the broken QP's receive never completed: QP not flushed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	c := q.completion(t, "the broken QP's receive (QP not flushed?)")
 	if ndk.Status(c.Status) != ndk.StatusCancelled || c.Seq != 41 || c.Kind != proto.KindRecv {
 		t.Fatalf("receive of the broken QP completed %#x seq %d kind %d, want CANCELLED 41 receive", c.Status, c.Seq, c.Kind)
 	}
@@ -313,19 +319,7 @@ func TestHostileRecords(t *testing.T) {
 	rec.Encode(slot)
 	q.send.Publish()
 	r.post(q)
-	var c proto.Completion
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b := q.cqRing.Peek(); b != nil {
-			c.Decode(b)
-			q.cqRing.Release()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no completion for the forged-token READ")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	c := q.completion(t, "the forged-token READ")
 	if ndk.Status(c.Status) != ndk.StatusAccessViolation || c.Seq != 7 {
 		t.Fatalf("forged-token READ completed %#x seq %d, want STATUS_ACCESS_VIOLATION seq 7", c.Status, c.Seq)
 	}

@@ -116,14 +116,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 			return nil, nil, err
 		}
 		p.pd.Close()
-		go func() {
-			select {
-			case <-p.pd.Closed():
-				ss.drop(p.h)
-				ss.event(proto.EvPDClosed, p.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(p.pd.Closed(), p.h, proto.EvPDClosed)
 		return nil, nil, nil
 	case proto.OpRegister:
 		return ss.register(req)

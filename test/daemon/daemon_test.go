@@ -96,27 +96,7 @@ func dialOpen(t testing.TB, sock string) *client {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	c := &client{a: a}
-	if c.pd, err = a.CreatePD(); err != nil {
-		t.Fatal(err)
-	}
-	if c.rcq, err = a.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if c.icq, err = a.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if c.qp, err = c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
-		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, InlineDataSize: 64}); err != nil {
-		t.Fatal(err)
-	}
-	if c.mem, err = a.Memory(1 << 16); err != nil {
-		t.Fatal(err)
-	}
-	if c.mr, err = c.pd.RegisterMR(c.mem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return clientOf(t, a)
 }
 
 func wait(t *testing.T, cq *ndk.CQ, what string) ndk.ResultEx {
@@ -625,4 +605,30 @@ func TestArmThroughDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("ANY with completions waiting")
+}
+
+// TestManySmallMemories: small Memory calls share arenas, so a client can
+// take thousands of buffers (the daemon maps at most 256 arenas per
+// client) and register each.
+func TestManySmallMemories(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	seen := map[uintptr]bool{}
+	for i := range 2000 {
+		b, err := c.a.Memory(512)
+		if err != nil {
+			t.Fatalf("memory %d: %v", i, err)
+		}
+		if seen[addr(b)] {
+			t.Fatalf("memory %d overlaps an earlier one", i)
+		}
+		seen[addr(b)] = true
+		if i%100 == 0 {
+			mr, err := c.pd.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
+			if err != nil {
+				t.Fatalf("register memory %d: %v", i, err)
+			}
+			_ = mr.Deregister()
+		}
+	}
 }
