@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
@@ -62,6 +63,11 @@ type Config struct {
 	// taken over instead of attached anew. Close unpins and detaches.
 	Pin     bool
 	PinRoot string // loader.DefaultPinRoot when empty
+	// BindMode is the AF_XDP sockets' bind mode (zero-copy or copy).
+	BindMode afxdp.BindMode
+	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
+	// SO_PREFER_BUSY_POLL on every socket.
+	BusyPoll time.Duration
 }
 
 // Provider is an adapter's datapath in this process: the engines, the
