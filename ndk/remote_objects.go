@@ -74,7 +74,7 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 	} else {
 		close(rq.exited)
 	}
-	c := &CQ{adapter: a, r: rq}
+	c := &CQ{adapter: a, r: rq, done: make(chan struct{})}
 	r.mu.Lock()
 	r.cqs[m.H] = c
 	r.mu.Unlock()

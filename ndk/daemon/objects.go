@@ -76,6 +76,19 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, ss.arena(req, fds)
 	case proto.OpCreateCQ:
 		return ss.createCQ(req)
+	case proto.OpModerateCQ:
+		// The relay raises the client's notifications (fireArm), so it
+		// holds them; the client mapped NDKPI's values to these bounds.
+		c, err := lookup[*sCQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if req.Timeout < 0 || req.Depth < 0 {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
+		}
+		c.modInterval.Store(req.Timeout)
+		c.modCount.Store(uint64(req.Depth))
+		return nil, nil, nil
 	case proto.OpCloseCQ:
 		c, err := lookup[*sCQ](ss, req.H)
 		if err != nil {

@@ -161,6 +161,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	if g := p.mgmt; g != nil {
 		rcfg.FirstPacket = g.onFirstPacket
+		rcfg.QPFailed = g.onQPFailed
 		if len(p.engines) == 0 {
 			rcfg.GSI = g.onGSI // the management queue
 		}
