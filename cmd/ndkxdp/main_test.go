@@ -64,6 +64,11 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"perf", "send_bw", "-s", "-1", "-dev", "lo"}, "size -1"},
 		{[]string{"perf", "send_bw", "-dev", "no-such-if0"}, "no such network interface"},
 		{[]string{"rping", "-s", "-dev", "no-such-if0"}, "ENODEV"},
+		{[]string{"rping", "-c", "-a", "198.18.0.2", "-daemon", "/nonexistent/ndkxdp.sock"}, "-daemon /nonexistent/ndkxdp.sock: no daemon socket there"},
+		{[]string{"perf", "write_bw", "-daemon", "unix:///nonexistent/ndkxdp.sock"}, "start one with `ndkxdp daemon"},
+		{[]string{"perf", "write_bw", "-daemon", "/dev/null"}, "not a unix socket"},
+		{[]string{"rping", "-s", "-dev", "lo", "-daemon", "/dev/null"}, "give one of -dev and -daemon"},
+		{[]string{"perf", "send_lat", "-capture", "x.pcap", "-daemon", "/dev/null"}, "-capture needs -dev"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
