@@ -48,6 +48,9 @@ Run 'ndkxdp <command> -h' for the flags of a command.
 `
 
 func main() {
+	if job, ok := os.LookupEnv(demoClientEnv); ok {
+		os.Exit(runDemoClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
+	}
 	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -29,6 +29,9 @@ import (
 // it signals and read its exit status): with NDKXDP_TEST_MAIN=1 the test
 // binary is ndkxdp.
 func TestMain(m *testing.M) {
+	if job, ok := os.LookupEnv(demoClientEnv); ok {
+		os.Exit(runDemoClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
+	}
 	if os.Getenv("NDKXDP_TEST_MAIN") == "1" {
 		os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
 	}
