@@ -1,11 +1,22 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -98,4 +109,144 @@ func TestToolsThroughDaemon(t *testing.T) {
 			t.Errorf("send_lat t_typical %q, want a positive time", row[4])
 		}
 	})
+}
+
+// clientPIDs returns the client processes the demo's phase lines name.
+func clientPIDs(t *testing.T, out string) []int {
+	t.Helper()
+	var pids []int
+	for _, l := range strings.Split(out, "\n") {
+		_, rest, ok := strings.Cut(l, ", from client process ")
+		if !ok {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSuffix(rest, "..."))
+		if err != nil {
+			t.Fatalf("phase line %q: %v", l, err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// checkGone fails the test for each process in pids still running.
+func checkGone(t *testing.T, pids []int) {
+	t.Helper()
+	for _, pid := range pids {
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			t.Errorf("client process %d still there (%v)", pid, err)
+		}
+	}
+}
+
+// TestDemoThroughDaemons runs `ndkxdp demo -daemon`: each of the four
+// phases runs, its contents verified, in a client process of its own (four
+// distinct processes, none this one, all ended), and the report is the
+// in-process demo's, the daemons' frames counted on both ends.
+func TestDemoThroughDaemons(t *testing.T) {
+	testenv.RequireRoot(t)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"demo", "-daemon", "-messages", "2000", "-rdma-ops", "50",
+		"-pings", "200"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("demo -daemon: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	for _, want := range []string{"daemons: ", "report:", "SEND      2000 x 64", "WRITE       50 x 65536", "READ        50 x 65536",
+		"RTT p50", "p99.9", "(200 round trips)", "0 bad ICRC", "connections: 4 set up", "namespaces removed"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo -daemon output lacks %q:\n%s", want, out.String())
+		}
+	}
+	pids := clientPIDs(t, out.String())
+	seen := map[int]bool{os.Getpid(): true}
+	for _, pid := range pids {
+		if seen[pid] {
+			t.Errorf("client process %d ran twice or is the demo", pid)
+		}
+		seen[pid] = true
+	}
+	if len(pids) != 4 {
+		t.Errorf("phases ran in %d client processes (%v), want 4:\n%s", len(pids), pids, out.String())
+	}
+	checkGone(t, pids)
+	if framesOut(t, out.String()) == 0 {
+		t.Errorf("the daemons sent no frames:\n%s", out.String())
+	}
+}
+
+// TestDemoDaemonEndsWhenInterrupted sends SIGINT, then SIGTERM, to `ndkxdp
+// demo -daemon` while a client process runs its SEND phase: the demo exits
+// promptly with 130 or 143, names the phase, and leaves neither the client
+// process nor a namespace behind.
+func TestDemoDaemonEndsWhenInterrupted(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		want int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		cmd := command(t, "demo", "-daemon", "-messages", "5000000")
+		stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(stdout.String(), "from client process") {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				<-done
+				t.Fatalf("no phase running after 20 s:\n%s%s", stdout.String(), stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		sent := time.Now()
+		if err := cmd.Process.Signal(tc.sig); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("demo -daemon still running 20 s after %v:\n%s%s", tc.sig, stdout.String(), stderr.String())
+		}
+		took := time.Since(sent)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != tc.want {
+			t.Errorf("%v: %v, want exit status %d\n%s", tc.sig, err, tc.want, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "interrupted during SEND") {
+			t.Errorf("%v: stderr does not name the SEND phase:\n%s", tc.sig, stderr.String())
+		}
+		if took > 5*time.Second {
+			t.Errorf("%v: exit took %v, want under 5 s", tc.sig, took)
+		}
+		checkGone(t, clientPIDs(t, stdout.String()))
+		if left := leftNamespaces(cmd.Process.Pid); len(left) > 0 {
+			t.Errorf("%v: namespaces left behind: %v", tc.sig, left)
+		}
+		t.Logf("%v: exit after %v: %s", tc.sig, took.Round(time.Millisecond), strings.TrimSpace(stderr.String()))
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

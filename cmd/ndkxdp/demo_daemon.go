@@ -149,7 +149,9 @@ func (d *demo) runClientPhase(ctx context.Context, ph demoPhase, stdout io.Write
 			before = d.counts()
 		case "done":
 			during = d.counts().since(before)
-			enterPhase(ctx, "disconnection after "+ph.name)
+			if ctx.Err() == nil { // an interruption stays the phase's
+				enterPhase(ctx, "disconnection after "+ph.name)
+			}
 		case "result":
 			result = &ev
 		}
