@@ -250,3 +250,29 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestDaemonSocketNobodyServes: a -daemon socket no daemon listens on (one
+// left behind by a daemon that was killed) fails the tools with a message
+// that says no daemon answers there, and exit status 1.
+func TestDaemonSocketNobodyServes(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "stale.sock")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: sock})
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"rping", "-c", "-a", "198.18.0.2", "-daemon", sock},
+		{"perf", "send_lat", "198.18.0.2", "-daemon", sock},
+	} {
+		var out, errOut, status bytes.Buffer
+		err := run(context.Background(), args, &out, &errOut)
+		if code := exitStatus(err, &status); code != 1 || !strings.Contains(status.String(), "no daemon answers at "+sock) {
+			t.Errorf("ndkxdp %q: exit %d, %q; want exit 1 saying no daemon answers", args, code, status.String())
+		}
+	}
+}

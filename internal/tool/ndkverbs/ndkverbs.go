@@ -41,6 +41,9 @@ func Open(ifname string, opts ndk.Options) (*Device, error) {
 // rings shared with it, and their memory comes from Endpoint.Alloc.
 func Dial(ctx context.Context, socket string) (*Device, error) {
 	a, err := ndk.Dial(ctx, socket)
+	if errors.Is(err, ndk.ErrNDISAdapterNotReady) {
+		return nil, fmt.Errorf("ndkverbs: no daemon answers at %s (is `ndkxdp daemon` running, and may this user connect?): %w", socket, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ndkverbs: dial the daemon at %s: %w", socket, err)
 	}
