@@ -69,7 +69,8 @@ func resultRow(t *testing.T, out, column string) []string {
 
 // TestToolsThroughDaemon runs `ndkxdp rping` and `ndkxdp perf` with
 // -daemon against a daemon on A's veth end, the peer attached to B's with
-// -dev: rping's client validates every pong, perf's server listens
+// -dev: rping's client validates every pong (also as a process without
+// any capability), perf's server listens
 // through the daemon (write_bw), its client connects through it
 // (send_lat), and each report's result row holds the run's size and
 // iterations and a positive figure.
@@ -82,6 +83,36 @@ func TestToolsThroughDaemon(t *testing.T) {
 			p.A, []string{"rping", "-c", "-a", srvB, "-C", "10", "-S", "100", "-V", "-v", "-daemon", sock})
 		if n := strings.Count(cout, "ping data: rdma-ping-"); n != 10 {
 			t.Fatalf("client printed %d validated pings, want 10:\n%s", n, cout)
+		}
+	})
+	t.Run("rping without capabilities", func(t *testing.T) {
+		// The client is a process with no capability at all: the daemon
+		// has what attaching takes.
+		setpriv := testenv.RequireTool(t, "setpriv")
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var sout, serr bytes.Buffer
+		srvDone := make(chan error, 1)
+		go func() {
+			srvDone <- p.B.Do(func() error {
+				return run(ctx, []string{"rping", "-s", "-a", srvB, "-p", "7175", "-C", "5", "-dev", p.B.Link}, &sout, &serr)
+			})
+		}()
+		time.Sleep(300 * time.Millisecond)
+		cli := exec.CommandContext(ctx, setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+			exe, "rping", "-c", "-a", srvB, "-p", "7175", "-C", "5", "-V", "-daemon", sock)
+		cli.Env = append(os.Environ(), "NDKXDP_TEST_MAIN=1")
+		out, cliErr := cli.CombinedOutput()
+		if cliErr != nil {
+			cancel()
+		}
+		srvErr := <-srvDone
+		if cliErr != nil || srvErr != nil || !strings.Contains(string(out), "rping: 5 pings") {
+			t.Fatalf("client without capabilities: %v\n%s\nserver: %v\n%s%s", cliErr, out, srvErr, sout.String(), serr.String())
 		}
 	})
 	t.Run("write_bw", func(t *testing.T) {

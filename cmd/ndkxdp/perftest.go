@@ -70,6 +70,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 			return stepTimedOut(ctx, err, f.timeout, "address lookup")
 		}
 	}
+	if err := toolNeedsCaps(f.daemon); err != nil {
+		return err
+	}
 	capture, err := openCapture(f.capture, &f.opts)
 	if err != nil {
 		return err

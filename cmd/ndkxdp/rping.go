@@ -67,8 +67,8 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 }
 
 // runRping is librdmacm's rping (client -c or server -s) on an ndkxdp
-// adapter attached to -dev or dialled at -daemon, speaking rping's protocol over an rdma_cm
-// connection, so either side may be Linux rping.
+// adapter attached to -dev or dialled at -daemon, speaking rping's
+// protocol over an rdma_cm connection, so either side may be Linux rping.
 func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseRping(args, stdout, stderr)
 	if err != nil {
@@ -99,6 +99,9 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			listen = a
 		}
+	}
+	if err := toolNeedsCaps(f.daemon); err != nil {
+		return err
 	}
 	var opts ndk.Options
 	capture, err := openCapture(f.capture, &opts)

@@ -30,7 +30,7 @@ func checkAdapterFlags(dev, socket, capture, synopsis string) error {
 	case dev == "" && socket == "":
 		return usagef("-dev or -daemon is required\n%s", synopsis)
 	case dev != "" && socket != "":
-		return usagef("give one of -dev and -daemon: -dev attaches to the interface, -daemon uses the daemon that has")
+		return usagef("give one of -dev and -daemon: -dev attaches to the interface here, -daemon uses the daemon that owns it")
 	case socket != "" && capture != "":
 		return usagef("-capture needs -dev: through -daemon the frames are the daemon's, not this command's")
 	case socket != "":
@@ -62,15 +62,21 @@ func openStep(dev, socket string) string {
 	return "attach to " + dev
 }
 
+// toolNeedsCaps checks the capabilities a tool needs to attach to -dev;
+// through -daemon it needs none (the daemon has them).
+func toolNeedsCaps(socket string) error {
+	if socket != "" {
+		return nil
+	}
+	return requireCaps(toolCaps)
+}
+
 // openDevice gives the tools their adapter: attached to -dev in this
-// process (which needs the capabilities, checked first), or a client of
-// the daemon at -daemon, which has them and owns the interface.
+// process, or a client of the daemon at -daemon, which owns the
+// interface.
 func openDevice(ctx context.Context, dev, socket string, opts ndk.Options) (*ndkverbs.Device, error) {
 	if socket != "" {
 		return ndkverbs.Dial(ctx, socket)
-	}
-	if err := requireCaps(toolCaps); err != nil {
-		return nil, err
 	}
 	return ndkverbs.Open(dev, opts)
 }
