@@ -67,11 +67,6 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	if f.dev != "" {
 		return f, ndk.Options{}, usagef("-dev %s: running on a real NIC needs a remote peer and is not supported yet; omit -dev to use the embedded veth pair", f.dev)
 	}
-	if f.daemon && f.capture != "" {
-		// A daemon hands its clients the AF_XDP port's doorbell, which
-		// the capture's wrapper hides (inproc.Provider.EngineBell).
-		return f, ndk.Options{}, usagef("-capture with -daemon: a daemon's adapter cannot capture yet; leave out one of them")
-	}
 	switch {
 	case f.mtu < demoMinMTU || f.mtu > demoMaxMTU:
 		return f, ndk.Options{}, usagef("-mtu %d: must be in [%d, %d] (the pair carries IPv6, which needs %d; %d gives the largest path MTU, 4096)",

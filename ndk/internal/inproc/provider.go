@@ -63,6 +63,8 @@ type Config struct {
 	// taken over instead of attached anew. Close unpins and detaches.
 	Pin     bool
 	PinRoot string // loader.DefaultPinRoot when empty
+	// SpinTime is rc.Config.SpinTime (zero: its default).
+	SpinTime time.Duration
 	// BindMode is the AF_XDP sockets' bind mode (zero-copy or copy).
 	BindMode afxdp.BindMode
 	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
@@ -155,7 +157,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 		pt = port.Capture(pt, p.capture)
 	}
 	p.ports = append(p.ports, pt)
-	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource}
+	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource, SpinTime: cfg.SpinTime}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}
