@@ -62,6 +62,8 @@ const (
 	FaultBounds                 // the range leaves the region, or va+length overflows
 	FaultAccess                 // the region lacks the right
 	FaultNotInvalidatable       // Invalidate on memory that cannot be invalidated
+	FaultKind                   // FastRegister on what is not a fast MR, Bind on what is not a window (or to one)
+	FaultState                  // FastRegister on a registered fast MR (invalidate it first), or a concurrent change
 )
 
 var faultNames = [...]string{
@@ -72,6 +74,8 @@ var faultNames = [...]string{
 	FaultBounds:           "out of bounds",
 	FaultAccess:           "access right missing",
 	FaultNotInvalidatable: "region cannot be invalidated",
+	FaultKind:             "wrong kind of region",
+	FaultState:            "region is registered",
 }
 
 func (f Fault) String() string {
@@ -92,6 +96,9 @@ type entry struct {
 	Region
 	tokens      Tokens
 	invalidated atomic.Bool
+	// mut holds the changing state of a fast MR or window (mutable.go);
+	// nil for NdkRegisterMr's regions, whose fields never change.
+	mut *mutable
 }
 
 // Table maps tokens to regions. Lookups are lock-free; Register and
@@ -219,6 +226,9 @@ func (t *Table) lookup(token uint32, remote bool) (*entry, Fault) {
 	if e == nil {
 		return nil, FaultToken
 	}
+	if e.mut != nil {
+		return e, OK // its tokens change: checkMutable compares them
+	}
 	want := e.tokens.Local
 	if remote {
 		want = e.tokens.Remote
@@ -261,6 +271,9 @@ func (t *Table) CheckLocal(pd, token uint32, va uint64, length uint32, need Acce
 	if f != OK {
 		return nil, f
 	}
+	if e.mut != nil {
+		return e.checkMutable(token, false, pd, va, length, need)
+	}
 	if need == AccessReadSink && e.Access&AccessLocalWrite != 0 {
 		need = AccessLocalWrite
 	}
@@ -275,6 +288,9 @@ func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Acc
 	e, f := t.lookup(token, true)
 	if f != OK {
 		return nil, f
+	}
+	if e.mut != nil {
+		return e.checkMutable(token, true, pd, va, length, need)
 	}
 	return e.check(pd, va, length, need)
 }
@@ -291,6 +307,9 @@ func (t *Table) Invalidate(pd, token uint32) Fault {
 		if e, f = t.lookup(token, false); f != OK {
 			return f
 		}
+	}
+	if e.mut != nil {
+		return t.invalidateMutable(e, pd, token)
 	}
 	if e.PD != pd {
 		return FaultPD
