@@ -16,8 +16,10 @@ type PD struct {
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
-	closing  bool // Close was called: no new registrations
-	finished bool // the close completed: done is closed
+	mws      map[*MW]struct{}  // mw.go; nil until the first
+	srqs     map[*SRQ]struct{} // srq.go; nil until the first
+	closing  bool              // Close was called: no new registrations
+	finished bool              // the close completed: done is closed
 	done     chan struct{}
 }
 
@@ -28,6 +30,9 @@ type MR struct {
 	va     uint64
 	flags  MRFlag
 	tokens memreg.Tokens
+	// fast is set for an MR created with FastRegister=TRUE (fastreg.go);
+	// then buf, va and tokens change with each FastRegister.
+	fast *fastMR
 
 	registered bool // guarded by pd.mu
 }
@@ -117,9 +122,14 @@ func (pd *PD) Close() {
 		return
 	}
 	pd.closing = true
-	if len(pd.mrs) == 0 {
+	if pd.idleLocked() {
 		pd.finishLocked()
 	}
+}
+
+// idleLocked reports whether the PD has no successors left; pd.mu is held.
+func (pd *PD) idleLocked() bool {
+	return len(pd.mrs) == 0 && len(pd.mws) == 0 && len(pd.srqs) == 0
 }
 
 // Closed returns a channel that is closed when the PD's close has
@@ -141,6 +151,14 @@ func (pd *PD) closeWithSuccessors() {
 	for mr := range pd.mrs {
 		pd.deregisterLocked(mr)
 	}
+	for mw := range pd.mws {
+		pd.closeMWLocked(mw)
+	}
+	srqs := pd.srqs
+	pd.srqs = nil
+	for s := range srqs {
+		s.stopLocked()
+	}
 	pd.closing = true
 	if !pd.finished {
 		pd.finishLocked()
@@ -151,7 +169,11 @@ func (pd *PD) closeWithSuccessors() {
 func (pd *PD) deregisterLocked(mr *MR) {
 	// The table refuses only unknown tokens, and mr's are known while
 	// registered is true, which the caller checked.
-	_ = pd.adapter.regions.Deregister(mr.tokens.Local)
+	handle := mr.tokens.Local
+	if mr.fast != nil {
+		handle = mr.fast.handle // its tokens change; the slot's handle does not
+	}
+	_ = pd.adapter.regions.Deregister(handle)
 	mr.registered = false
 	delete(pd.mrs, mr)
 }
@@ -201,7 +223,7 @@ func (m *MR) Deregister() error {
 		return errorf(StatusInvalidHandle, "deregister mr", "mr %#x not registered", m.tokens.Local)
 	}
 	pd.deregisterLocked(m)
-	if pd.closing && !pd.finished && len(pd.mrs) == 0 {
+	if pd.closing && !pd.finished && pd.idleLocked() {
 		pd.finishLocked()
 	}
 	return nil

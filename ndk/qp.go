@@ -25,6 +25,10 @@ type QPConfig struct {
 	MaxReceiveRequestSGE   int
 	MaxInitiatorRequestSGE int
 	InlineDataSize         int
+	// SRQ makes it NdkCreateQpWithSrq: the QP takes its receives from the
+	// SRQ (of the same PD) and has no receive queue, so
+	// ReceiveQueueDepth and MaxReceiveRequestSGE must be 0 (srq.go).
+	SRQ *SRQ
 }
 
 // QP is a reliable-connection queue pair (NDK_QP). Requests posted on it
@@ -47,6 +51,7 @@ type QP struct {
 	// writeArm is the channel ArmPeerWrites last armed, boxed for the
 	// engine's atomic pointer; never written after it is published.
 	writeArm *chan struct{}
+	srq      *SRQ // QPConfig.SRQ
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
@@ -81,7 +86,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "a receive and an initiator CQ are required")
 	case cfg.ReceiveCQ.adapter != a || cfg.InitiatorCQ.adapter != a:
 		return nil, errorf(StatusInvalidParameter, op, "CQ of another adapter")
-	case cfg.ReceiveQueueDepth < 1 || cfg.ReceiveQueueDepth > int(info.MaxReceiveQueueDepth):
+	case cfg.SRQ != nil && (cfg.SRQ.pd != pd || cfg.ReceiveQueueDepth != 0 || cfg.MaxReceiveRequestSGE != 0):
+		return nil, errorf(StatusInvalidParameter, op, "a QP on an SRQ takes the SRQ's receives: same PD, ReceiveQueueDepth and MaxReceiveRequestSGE 0")
+	case cfg.SRQ == nil && (cfg.ReceiveQueueDepth < 1 || cfg.ReceiveQueueDepth > int(info.MaxReceiveQueueDepth)):
 		return nil, errorf(StatusInvalidParameter, op, "ReceiveQueueDepth %d outside [1, %d]", cfg.ReceiveQueueDepth, info.MaxReceiveQueueDepth)
 	case cfg.InitiatorQueueDepth < 1 || cfg.InitiatorQueueDepth > int(info.MaxInitiatorQueueDepth):
 		return nil, errorf(StatusInvalidParameter, op, "InitiatorQueueDepth %d outside [1, %d]", cfg.InitiatorQueueDepth, info.MaxInitiatorQueueDepth)
@@ -100,6 +107,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if closing {
 		return nil, errorf(StatusInvalidHandle, op, "pd closed")
 	}
+	var srq *rc.SRQ
+	if cfg.SRQ != nil {
+		if !cfg.SRQ.attach() {
+			return nil, errorf(StatusInvalidHandle, op, "srq closed")
+		}
+		srq = cfg.SRQ.rc
+	}
 	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
 	// by what this QP accepts for other requests.
 	readSGE := min(cfg.MaxInitiatorRequestSGE, int(info.MaxReadRequestSGE))
@@ -108,8 +122,11 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		RecvCQ: cfg.ReceiveCQ.core, SendCQ: cfg.InitiatorCQ.core, Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
+		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq,
 	})
+	if err != nil && cfg.SRQ != nil {
+		cfg.SRQ.detach()
+	}
 	switch {
 	case errors.Is(err, inproc.ErrClosed):
 		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
@@ -118,7 +135,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	var psn [4]byte
 	_, _ = rand.Read(psn[:])
-	return &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
+	return &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask, srq: cfg.SRQ}, nil
 }
 
 // QPN returns the QP number peers address.
@@ -164,6 +181,8 @@ func postError(op string, st uint32) error {
 		return errorf(StatusInsufficientResources, op, "queue full: wait for completions")
 	case ntstatus.InvalidHandle:
 		return errorf(StatusInvalidHandle, op, "queue pair closed")
+	case ntstatus.InvalidDeviceRequest:
+		return errorf(StatusInvalidDeviceRequest, op, "the QP takes its receives from its SRQ: post them with SRQ.Receive")
 	}
 	return errorf(Status(st), op, "post failed")
 }
@@ -260,6 +279,9 @@ func (q *QP) Flush() { q.rc.Flush() }
 func (q *QP) Close() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if q.srq != nil {
+		defer q.srq.detach() // after the engine let go of the QP
 	}
 	if err := q.adapter.prov.CloseQP(q.rc); err != nil {
 		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}

@@ -91,8 +91,16 @@ func (e *Engine) cancelAll(q *QP) {
 	}
 	t.sqStart, t.txIdx, t.txPkt = t.sqHead, t.sqHead, 0
 	t.una = t.nextPSN
-	for tail := q.rq.tail.Load(); t.rqHead < tail; {
-		e.completeRecv(q, ntstatus.Cancelled, wcWRFlushErr, 0, typeReceive, 0, false)
+	if q.cfg.SRQ != nil {
+		// Only the receive this QP took; the SRQ's others stay for the
+		// other QPs on it.
+		if t.hasCur {
+			e.completeRecv(q, ntstatus.Cancelled, wcWRFlushErr, 0, typeReceive, 0, false)
+		}
+	} else {
+		for tail := q.rq.tail.Load(); t.rqHead < tail; {
+			e.completeRecv(q, ntstatus.Cancelled, wcWRFlushErr, 0, typeReceive, 0, false)
+		}
 	}
 	t.inMsg = msgNone
 }
@@ -115,6 +123,12 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 			typ = typeCompareSwap
 		case OpFetchAdd:
 			typ = typeFetchAdd
+		case OpFastRegister:
+			typ = typeFastRegister
+		case OpBind:
+			typ = typeBind
+		case OpInvalidate:
+			typ = typeInvalidate
 		}
 		e.entry = cq.Entry{
 			Status:            status,
@@ -145,7 +159,7 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 // the slot first (see completeSend).
 func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, solicited bool) {
 	t := &q.t
-	w := q.rq.at(t.rqHead)
+	w := e.recvHead(q)
 	e.entry = cq.Entry{
 		Status:                       status,
 		BytesTransferred:             n,
@@ -158,9 +172,22 @@ func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, 
 	}
 	w.ctx = nil
 	clear(w.seg[:w.nseg])
-	t.rqHead++
-	q.rq.retire(t.rqHead)
+	if q.cfg.SRQ != nil {
+		t.hasCur = false
+	} else {
+		t.rqHead++
+		q.rq.retire(t.rqHead)
+	}
 	q.cfg.RecvCQ.Push(&e.entry)
 	e.entry = cq.Entry{}
 	e.c.completions.Add(1)
+}
+
+// recvHead is the receive the current SEND lands in: the oldest of the
+// QP's receive queue, or the one it took from its SRQ.
+func (e *Engine) recvHead(q *QP) *recvWQE {
+	if q.cfg.SRQ != nil {
+		return &q.t.cur
+	}
+	return q.rq.at(q.t.rqHead)
 }

@@ -80,6 +80,12 @@ func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
 	progress := false
 	for t.sqHead < t.sqStart {
 		w := q.sq.at(t.sqHead)
+		if w.op.local() {
+			if !e.retireLocal(q) {
+				return
+			}
+			continue
+		}
 		if psn.Less(w.firstPSN) {
 			break
 		}

@@ -17,8 +17,19 @@ type SendWR struct {
 	// RemoteAddr and RemoteToken name the peer's memory for Read and Write.
 	RemoteAddr  uint64
 	RemoteToken uint32
-	// InvalidateToken is the peer token a SendInvalidate invalidates.
+	// InvalidateToken is the peer token a SendInvalidate invalidates, or
+	// the local fast MR's or window's token an OpInvalidate revokes.
 	InvalidateToken uint32
+	// Local operations (local.go). OpFastRegister: the fast MR (its local
+	// token) gets Buf at RemoteAddr with Access. OpBind: the window MW
+	// (its remote token) gets Length bytes at RemoteAddr of the MR whose
+	// local token is MR, with Access. Tokens receives the new tokens when
+	// PostSend returns Success.
+	MR, MW uint32
+	Buf    []byte
+	Length uint64
+	Access memreg.Access
+	Tokens memreg.Tokens
 	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
 	// swap) and OpFetchAdd (SwapAdd is the addend).
 	Compare, SwapAdd uint64
@@ -59,6 +70,9 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 		return ntstatus.ConnectionInvalid
 	case StateClosed:
 		return ntstatus.InvalidHandle
+	}
+	if wr.Op.local() {
+		return q.postLocal(wr)
 	}
 	inline := wr.Flags&FlagInline != 0 && !wr.Op.responded()
 	maxSGE := q.cfg.MaxSendSGE
@@ -171,6 +185,9 @@ func (q *QP) RingDeferred() {
 func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
 	if State(q.state.Load()) == StateClosed {
 		return ntstatus.InvalidHandle
+	}
+	if q.cfg.SRQ != nil {
+		return ntstatus.InvalidDeviceRequest // its receives come from the SRQ
 	}
 	if len(sgl) > q.cfg.MaxRecvSGE {
 		return ntstatus.InvalidParameter

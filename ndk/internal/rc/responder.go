@@ -97,7 +97,12 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		return
 	}
 	if pos&rocev2.PosFirst != 0 {
-		if t.rqHead == q.rq.tail.Load() {
+		if q.cfg.SRQ != nil {
+			// A QP on an SRQ takes its receive when a message starts; an
+			// RNR NAK only when the SRQ is empty.
+			t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
+		}
+		if (q.cfg.SRQ != nil && !t.hasCur) || (q.cfg.SRQ == nil && t.rqHead == q.rq.tail.Load()) {
 			// No receive posted: RNR NAK, and drop what follows until
 			// the requester comes back to this PSN.
 			t.nakSent = true
@@ -107,7 +112,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		}
 		t.recvOff = 0
 	}
-	w := q.rq.at(t.rqHead)
+	w := e.recvHead(q)
 	if !scatter(&w.seg, w.nseg, t.recvOff, p.Payload) {
 		// The message does not fit the receive buffer: the receive
 		// fails (IB_WC_LOC_LEN_ERR) and the requester gets an invalid
