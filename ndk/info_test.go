@@ -25,7 +25,7 @@ func TestProviderInfo(t *testing.T) {
 		MaxOutboundReadLimit:   16,
 		MaxReceiveQueueDepth:   4096,
 		MaxInitiatorQueueDepth: 4096,
-		MaxSRQDepth:            0,
+		MaxSRQDepth:            4096,
 		MaxCQDepth:             65536,
 		LargeRequestThreshold:  65536,
 		MaxCallerData:          56,
