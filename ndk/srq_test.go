@@ -19,6 +19,8 @@ type srqSides struct {
 	recv     []byte
 	recvMR   *MR
 	msg      int
+	ctxs     []any // each slot's RequestContext, boxed once
+	primed   bool  // BenchmarkSRQReceiveRate posted every slot
 	notified chan Status
 }
 
@@ -67,6 +69,9 @@ func newSRQSides(t testing.TB, n, depth, msg int, srq bool) *srqSides {
 		s.xqps, s.yqps = append(s.xqps, xq), append(s.yqps, yq)
 	}
 	s.recv = make([]byte, depth*msg)
+	for i := range depth {
+		s.ctxs = append(s.ctxs, i)
+	}
 	if s.recvMR, err = s.y.pd.RegisterMR(s.recv, MRFlagAllowLocalWrite); err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +82,9 @@ func newSRQSides(t testing.TB, n, depth, msg int, srq bool) *srqSides {
 func (s *srqSides) post(slot, qp int) error {
 	sge, _ := s.recvMR.SGE(slot*s.msg, s.msg)
 	if s.srq != nil {
-		return s.srq.Receive(slot, []SGE{sge})
+		return s.srq.Receive(s.ctxs[slot], []SGE{sge})
 	}
-	return s.yqps[qp].Receive(slot, []SGE{sge})
+	return s.yqps[qp].Receive(s.ctxs[slot], []SGE{sge})
 }
 
 // TestSRQ_CreateChecksLimits: NdkCreateSrq's values over their limits, and

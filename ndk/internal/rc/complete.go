@@ -170,11 +170,12 @@ func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, 
 		RequestContext:               w.ctx,
 		Solicited:                    solicited,
 	}
-	w.ctx = nil
-	clear(w.seg[:w.nseg])
 	if q.cfg.SRQ != nil {
 		t.hasCur = false
+		q.cfg.SRQ.release(t.cur)
 	} else {
+		w.ctx = nil
+		clear(w.seg[:w.nseg])
 		t.rqHead++
 		q.rq.retire(t.rqHead)
 	}
@@ -187,7 +188,7 @@ func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, 
 // QP's receive queue, or the one it took from its SRQ.
 func (e *Engine) recvHead(q *QP) *recvWQE {
 	if q.cfg.SRQ != nil {
-		return &q.t.cur
+		return &q.cfg.SRQ.slab[q.t.cur]
 	}
 	return q.rq.at(q.t.rqHead)
 }

@@ -229,11 +229,12 @@ func TestSRQ_LimitEventOncePerArm(t *testing.T) {
 	if st := s.Modify(0, 2); st != ntstatus.Success {
 		t.Fatalf("modify: %#x", st)
 	}
-	var w recvWQE
+	var slot uint32
 	for i, want := range []int{0, 0, 1, 0} { // 3, 2, 1 (below 2: fire), 0 (disarmed)
-		if !s.take(&w) {
+		if !s.take(&slot) {
 			t.Fatal("take failed")
 		}
+		s.release(slot)
 		if n := events(); n != want {
 			t.Fatalf("after take %d: %d events, want %d", i+1, n, want)
 		}
@@ -251,7 +252,8 @@ func TestSRQ_LimitEventOncePerArm(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() {
 		_ = s.PostReceive(nil, sge)
-		s.take(&w)
+		s.take(&slot)
+		s.release(slot)
 	}); n != 0 {
 		t.Fatalf("SRQ post and take allocate %v", n)
 	}

@@ -42,7 +42,7 @@ type qpTransport struct {
 
 	// Responder.
 	rqHead  uint64
-	cur     recvWQE // on an SRQ: the receive the message in progress took
+	cur     uint32 // on an SRQ: the slab slot of the receive the message in progress took
 	hasCur  bool
 	ePSN    rocev2.PSN
 	msn     uint32
