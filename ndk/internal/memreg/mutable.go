@@ -72,13 +72,19 @@ func (m *mutable) snapshot(v *view) bool {
 	v.state = m.state.Load()
 	v.local, v.remote = m.local.Load(), m.remote.Load()
 	v.va = m.va.Load()
-	v.buf = nil
-	if p, n := m.base.Load(), m.n.Load(); p != nil {
-		v.buf = unsafe.Slice(p, n)
-	}
+	p, n := m.base.Load(), m.n.Load()
 	v.access = Access(m.access.Load())
 	v.parent, v.parentKey = m.parent.Load(), m.parentKey.Load()
-	return m.seq.Load() == s
+	if m.seq.Load() != s {
+		return false
+	}
+	// Only now is (p, n) known to be one registration's: a slice built
+	// from a torn pair would straddle two allocations.
+	v.buf = nil
+	if p != nil {
+		v.buf = unsafe.Slice(p, n)
+	}
+	return true
 }
 
 // live reports whether an entry still stands for what key named: for a
