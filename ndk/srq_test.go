@@ -2,6 +2,7 @@ package ndk
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -283,5 +284,46 @@ func TestSRQReceiveAllocatesNothing(t *testing.T) {
 	round()
 	if n := testing.AllocsPerRun(200, round); n != 0 {
 		t.Fatalf("SRQ receive round allocates %v", n)
+	}
+}
+
+// TestSRQ_AdapterCloseWaitsForNotification: the adapter's close returns
+// only after a running SRQ notification callback has (NDKPI.md §8), and
+// none follows.
+func TestSRQ_AdapterCloseWaitsForNotification(t *testing.T) {
+	s := newSRQSides(t, 1, 8, 64, true)
+	if err := s.post(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	srq, err := s.y.pd.CreateSRQ(4, 1, 0, func(Status) {
+		calls.Add(1)
+		close(entered)
+		<-release
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.Modify(0, 1); err != nil { // empty: fires at once
+		t.Fatal(err)
+	}
+	<-entered
+	closed := make(chan struct{})
+	go func() { s.y.a.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("adapter close returned while an SRQ callback ran")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("adapter close did not return after the callback")
+	}
+	<-srq.Closed()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d callbacks", n)
 	}
 }

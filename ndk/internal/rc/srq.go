@@ -48,7 +48,8 @@ type SRQConfig struct {
 	PD      uint32
 	Depth   int
 	MaxSGE  int
-	// NotifyThreshold arms the limit event at creation (0: not armed).
+	// NotifyThreshold arms the limit event at creation (0: not armed); it
+	// fires once a take leaves fewer receives queued.
 	NotifyThreshold int
 	MaxTransfer     uint32 // 0: 2^32-1
 }
@@ -78,9 +79,11 @@ func NewSRQ(cfg SRQConfig) (*SRQ, error) {
 		slab: make([]recvWQE, ring.Cap()), ring: ring, free: free, events: make(chan struct{}, 1)}
 	s.depth.Store(int64(cfg.Depth))
 	if cfg.NotifyThreshold > 0 {
+		// Armed, but not checked now: a new SRQ is empty, below any
+		// threshold, and an event before the consumer could post would
+		// spend the arm. It fires when a take leaves fewer receives.
 		s.threshold.Store(int64(cfg.NotifyThreshold))
 		s.armed.Store(true)
-		s.checkLimit() // an empty SRQ is below any threshold: fire at once
 	}
 	return s, nil
 }
