@@ -48,9 +48,9 @@ func providerInfo() AdapterInfo {
 		MaxRegistrationSize: 1 << 40,
 		// A window is a range of an MR (mw.go), so it is bounded as one.
 		MaxWindowSize: 1 << 40,
-		// A fast-register MR of any size costs one token slot; 256 pages
-		// (1 MiB) is what the engine's FRMRs are tuned for: SMB Direct's
-		// and NFS/RDMA's transfer sizes.
+		// A fast-register MR of any size costs one token slot, so the count
+		// of FRMRs does not depend on their size; 256 pages (1 MiB) covers
+		// the usual I/O sizes of storage consumers.
 		FRMRPageCount: 256,
 		// 16 SGEs cover scatter/gather consumers (SMB Direct posts fewer)
 		// and keep a WQE small enough to copy into the send ring.
