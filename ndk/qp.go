@@ -35,8 +35,8 @@ type QPConfig struct {
 // run in the engine of the queue it was assigned to.
 //
 // As NDKPI requires (NDKPI.md §8), the consumer never posts to one queue
-// from two goroutines at once: Send, SendAndInvalidate, Read and Write share
-// the initiator queue; Receive has the receive queue, which may be driven
+// from two goroutines at once: Send, SendAndInvalidate, Read, Write, Bind,
+// FastRegister and Invalidate share the initiator queue; Receive has the receive queue, which may be driven
 // concurrently with it. Flush and Close may run concurrently with posts.
 type QP struct {
 	pd      *PD

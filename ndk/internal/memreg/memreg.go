@@ -240,7 +240,7 @@ func (t *Table) lookup(token uint32, remote bool) (*entry, Fault) {
 }
 
 // check is the part CheckLocal and CheckRemote share.
-func (e *entry) check(pd uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+func (e *entry) check(pd uint32, va, length uint64, need Access) ([]byte, Fault) {
 	if e.PD != pd {
 		return nil, FaultPD
 	}
@@ -250,7 +250,7 @@ func (e *entry) check(pd uint32, va uint64, length uint32, need Access) ([]byte,
 	// Written so that no sum can overflow: off is the distance from the
 	// region's start, and the length must fit in what remains.
 	size := uint64(len(e.Buf))
-	if va < e.VA || va-e.VA > size || uint64(length) > size-(va-e.VA) {
+	if va < e.VA || va-e.VA > size || length > size-(va-e.VA) {
 		return nil, FaultBounds
 	}
 	if e.Access&need != need {
@@ -272,12 +272,12 @@ func (t *Table) CheckLocal(pd, token uint32, va uint64, length uint32, need Acce
 		return nil, f
 	}
 	if e.mut != nil {
-		return e.checkMutable(token, false, pd, va, length, need)
+		return e.checkMutable(token, false, pd, va, uint64(length), need)
 	}
 	if need == AccessReadSink && e.Access&AccessLocalWrite != 0 {
 		need = AccessLocalWrite
 	}
-	return e.check(pd, va, length, need)
+	return e.check(pd, va, uint64(length), need)
 }
 
 // CheckRemote checks a peer's access (remote token, address, length from a
@@ -290,9 +290,9 @@ func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Acc
 		return nil, f
 	}
 	if e.mut != nil {
-		return e.checkMutable(token, true, pd, va, length, need)
+		return e.checkMutable(token, true, pd, va, uint64(length), need)
 	}
-	return e.check(pd, va, length, need)
+	return e.check(pd, va, uint64(length), need)
 }
 
 // Invalidate revokes the region of token (either of its tokens) for

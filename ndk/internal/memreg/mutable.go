@@ -102,7 +102,7 @@ func (e *entry) live(key uint32) bool {
 }
 
 // checkMutable is check for a fast MR or window, given the token used.
-func (e *entry) checkMutable(token uint32, remote bool, pd uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+func (e *entry) checkMutable(token uint32, remote bool, pd uint32, va, length uint64, need Access) ([]byte, Fault) {
 	m := e.mut
 	var v view
 	if !m.snapshot(&v) {
@@ -125,7 +125,7 @@ func (e *entry) checkMutable(token uint32, remote bool, pd uint32, va uint64, le
 		return nil, FaultInvalidated
 	}
 	size := uint64(len(v.buf))
-	if va < v.va || va-v.va > size || uint64(length) > size-(va-v.va) {
+	if va < v.va || va-v.va > size || length > size-(va-v.va) {
 		return nil, FaultBounds
 	}
 	if need == AccessReadSink && v.access&AccessLocalWrite != 0 {
@@ -300,12 +300,9 @@ func (t *Table) Bind(pd, mw, mr uint32, va, length uint64, access Access) (uint3
 	// for: a window never grants what its MR does not.
 	var buf []byte
 	if p.mut != nil {
-		buf, f = p.checkMutable(mr, false, pd, va, uint32(min(length, 1<<32-1)), access)
+		buf, f = p.checkMutable(mr, false, pd, va, length, access)
 	} else {
-		buf, f = p.check(pd, va, uint32(min(length, 1<<32-1)), access)
-	}
-	if f == OK && length > 1<<32-1 {
-		f = FaultBounds
+		buf, f = p.check(pd, va, length, access)
 	}
 	if f != OK {
 		return 0, f

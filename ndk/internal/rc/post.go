@@ -180,7 +180,8 @@ func (q *QP) RingDeferred() {
 // PostReceive queues a receive buffer; allowed before the QP connects. It
 // returns Success, InvalidParameter (too many SGEs, or more bytes than a
 // set QPConfig.MaxTransfer), AccessViolation (an SGE without local write),
-// InsufficientResources (receive queue full) or InvalidHandle (closed). It
+// InsufficientResources (receive queue full), InvalidHandle (closed) or
+// InvalidDeviceRequest (a QP on an SRQ, whose receives go to the SRQ). It
 // allocates nothing.
 func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
 	if State(q.state.Load()) == StateClosed {
