@@ -36,8 +36,9 @@ type QPConfig struct {
 //
 // As NDKPI requires (NDKPI.md §8), the consumer never posts to one queue
 // from two goroutines at once: Send, SendAndInvalidate, Read, Write, Bind,
-// FastRegister and Invalidate share the initiator queue; Receive has the receive queue, which may be driven
-// concurrently with it. Flush and Close may run concurrently with posts.
+// FastRegister and Invalidate share the initiator queue; Receive has the
+// receive queue, which may be driven concurrently with it. Flush and Close
+// may run concurrently with posts.
 type QP struct {
 	pd      *PD
 	adapter *Adapter
