@@ -25,6 +25,9 @@ type Adapter struct {
 	// without one.
 	prov    provider
 	buffers *bufferPool
+	// rem is the daemon link of an adapter from Dial (dial.go), nil for
+	// one from Open.
+	rem *remote
 	// conns are the CM objects the adapter closes with it (cm.go).
 	conns connections
 }
@@ -80,19 +83,18 @@ func (a *Adapter) Info() AdapterInfo { return a.info }
 // STATUS_INVALID_PARAMETER.
 func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
+	if a.rem != nil {
+		return a.rem.createCQ(a, depth, notify)
+	}
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
 		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
-	}
-	var cb func(uint32)
-	if notify != nil {
-		cb = func(s uint32) { notify(Status(s)) }
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
 	}
-	core, err := cq.New(depth, cb)
+	core, err := cq.New(depth, notify)
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}
@@ -103,6 +105,9 @@ func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 
 // CreatePD creates a protection domain (NdkCreatePd).
 func (a *Adapter) CreatePD() (*PD, error) {
+	if a.rem != nil {
+		return a.rem.createPD(a)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -132,6 +137,10 @@ func (a *Adapter) Close() {
 	cqs, pds := a.cqs, a.pds
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
+	if a.rem != nil {
+		a.rem.close()
+		return
+	}
 
 	// Connections first, sending the REJ or DREQ each needs while the
 	// engines still run; then the engines: their QPs cancel what is

@@ -64,6 +64,10 @@ type CMStats struct {
 
 // CMStats returns the connection-management counters.
 func (a *Adapter) CMStats() CMStats {
+	if a.rem != nil {
+		_, c := a.rem.stats()
+		return c
+	}
 	m := a.manager()
 	if m == nil {
 		return CMStats{}
@@ -82,13 +86,26 @@ func (a *Adapter) manager() *cm.Manager {
 	return a.prov.Manager()
 }
 
-// cmError turns an error of package cm into the ndk error with the same
-// NTSTATUS, keeping it as the cause.
+// cmError names the ndk call op in an error of package cm. Package cm
+// returns *Error already, so its status, detail and cause are kept in one
+// *Error rather than nested in a second; any other error becomes the cause.
 func cmError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &Error{Status: Status(cm.StatusOf(err)), Op: op, Err: err}
+	e, ok := err.(*Error)
+	if !ok {
+		return &Error{Status: StatusOf(err), Op: op, Err: err}
+	}
+	detail := e.Detail
+	switch {
+	case e.Op == "" || e.Op == op:
+	case detail == "":
+		detail = e.Op
+	default:
+		detail = e.Op + ": " + detail
+	}
+	return &Error{Status: e.Status, Op: op, Detail: detail, Err: e.Err}
 }
 
 // connections are the connectors, listeners and shared endpoints an

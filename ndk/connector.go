@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // Private-data limits (NDKPI.md §9): what a Connect, an Accept and a Reject
@@ -29,6 +30,7 @@ const (
 type Connector struct {
 	a  *Adapter
 	c  *cm.Connector
+	r  *remoteConnector // a daemon-backed connector (remote_cm.go); c is nil
 	qp *QP
 
 	mu       sync.Mutex
@@ -42,6 +44,9 @@ type Connector struct {
 // (NdkCreateConnector). It fails with STATUS_NOT_SUPPORTED on an adapter
 // without a transport and STATUS_INVALID_HANDLE after the adapter closed.
 func (a *Adapter) CreateConnector() (*Connector, error) {
+	if a.rem != nil {
+		return a.rem.createConnector(a)
+	}
 	m := a.manager()
 	if m == nil {
 		return nil, errorf(StatusNotSupported, "create connector", "adapter has no connection management (use ndk.Open)")
@@ -111,6 +116,9 @@ type RejectError = cm.RejectError
 // which case the attempt is abandoned and the connector closed.
 func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect"
+	if c.r != nil {
+		return c.remoteConnect(ctx, op, qp, src, dst, inboundReadLimit, outboundReadLimit, privateData)
+	}
 	return c.connect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
 
@@ -119,6 +127,9 @@ func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort
 // the 4-tuple must be unique.
 func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *SharedEndpoint, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect with shared endpoint"
+	if c.r != nil {
+		return errorf(StatusNotSupported, op, "not offered by a daemon-backed adapter yet")
+	}
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
 	}
@@ -184,6 +195,9 @@ func (c *Connector) wait(ctx context.Context, op string, done chan error, abando
 // succeeded, and STATUS_CONNECTION_ABORTED or STATUS_IO_TIMEOUT when the
 // peer gave up meanwhile.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
+	if c.r != nil {
+		return c.remoteCompleteConnect(onDisconnect)
+	}
 	return cmError("complete connect", c.c.CompleteConnect(c.event(onDisconnect)))
 }
 
@@ -197,6 +211,9 @@ func (c *Connector) CompleteConnect(onDisconnect func()) error {
 // and STATUS_CANCELLED when ctx ended first (the connector is then closed).
 func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func()) error {
 	const op = "accept"
+	if c.r != nil {
+		return c.remoteAccept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
+	}
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
@@ -223,6 +240,10 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 // MaxRejectData bytes) reaches the peer in the REJ. It fails with
 // STATUS_CONNECTION_ABORTED when the peer gave up already.
 func (c *Connector) Reject(privateData []byte) error {
+	if c.r != nil {
+		_, err := c.a.rem.do("reject", &proto.Request{Op: proto.OpReject, H: c.r.h, Data: privateData})
+		return err
+	}
 	return cmError("reject", c.c.Reject(privateData))
 }
 
@@ -234,6 +255,10 @@ func (c *Connector) Reject(privateData []byte) error {
 // STATUS_CANCELLED and the disconnect goes on.
 func (c *Connector) Disconnect(ctx context.Context) error {
 	const op = "disconnect"
+	if c.r != nil {
+		_, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h})
+		return err
+	}
 	done := make(chan error, 1)
 	if err := c.c.Disconnect(func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
@@ -250,6 +275,9 @@ func (c *Connector) Disconnect(ctx context.Context) error {
 // seen from this side; once connected, the effective ones (the minimum of
 // both sides). After a rejected Connect it holds the REJ's private data.
 func (c *Connector) GetConnectionData(buf []byte) (inboundReadLimit, outboundReadLimit, size int, err error) {
+	if c.r != nil {
+		return c.remoteConnData(buf)
+	}
 	const op = "get connection data"
 	d, err := c.c.ConnectionData()
 	if err != nil {
@@ -268,10 +296,24 @@ func (c *Connector) GetConnectionData(buf []byte) (inboundReadLimit, outboundRea
 
 // LocalAddress returns the connection's local address and port
 // (NdkGetLocalAddress).
-func (c *Connector) LocalAddress() netip.AddrPort { return c.c.LocalAddr() }
+func (c *Connector) LocalAddress() netip.AddrPort {
+	if c.r != nil {
+		c.r.mu.Lock()
+		defer c.r.mu.Unlock()
+		return c.r.local
+	}
+	return c.c.LocalAddr()
+}
 
 // PeerAddress returns the peer's address and port (NdkGetPeerAddress).
-func (c *Connector) PeerAddress() netip.AddrPort { return c.c.PeerAddr() }
+func (c *Connector) PeerAddress() netip.AddrPort {
+	if c.r != nil {
+		c.r.mu.Lock()
+		defer c.r.mu.Unlock()
+		return c.r.peer
+	}
+	return c.c.PeerAddr()
+}
 
 // QP returns the QP given to Connect or Accept, or nil.
 func (c *Connector) QP() *QP {
@@ -294,6 +336,10 @@ func (c *Connector) Close() {
 	}
 	c.closing = true
 	c.mu.Unlock()
+	if c.r != nil {
+		c.remoteClose()
+		return
+	}
 	if c.c.Close(c.cmCloseDone) {
 		c.cmCloseDone()
 	}

@@ -37,23 +37,32 @@ type ResultEx struct {
 type CQ struct {
 	adapter *Adapter
 	core    *cq.CQ
+	r       *remoteCQ // a daemon-backed CQ (remote_objects.go); core is nil
 
 	closed atomic.Bool
 }
 
 // Depth returns how many completions the CQ holds before it overruns.
-func (c *CQ) Depth() int { return c.core.Cap() }
+func (c *CQ) Depth() int {
+	if c.r != nil {
+		return c.r.slots
+	}
+	return c.core.Cap()
+}
 
 // GetResults removes up to len(results) completions, oldest first, and
 // returns how many it stored (NdkGetCqResults). A ReceiveAndInvalidate
 // completion is returned like any receive, without its Ex fields (seed
 // 002). Allocates nothing.
 func (c *CQ) GetResults(results []Result) int {
+	if c.r != nil {
+		return c.remoteGet(results, nil)
+	}
 	var e cq.Entry
 	n := 0
 	for n < len(results) && c.core.Pop(&e) {
 		results[n] = Result{
-			Status:           Status(e.Status),
+			Status:           e.Status,
 			BytesTransferred: e.BytesTransferred,
 			QPContext:        e.QPContext,
 			RequestContext:   e.RequestContext,
@@ -66,17 +75,20 @@ func (c *CQ) GetResults(results []Result) int {
 // GetResultsEx is GetResults with the NDK_RESULT_EX fields
 // (NdkGetCqResultsEx). Allocates nothing.
 func (c *CQ) GetResultsEx(results []ResultEx) int {
+	if c.r != nil {
+		return c.remoteGet(nil, results)
+	}
 	var e cq.Entry
 	n := 0
 	for n < len(results) && c.core.Pop(&e) {
 		results[n] = ResultEx{
 			Result: Result{
-				Status:           Status(e.Status),
+				Status:           e.Status,
 				BytesTransferred: e.BytesTransferred,
 				QPContext:        e.QPContext,
 				RequestContext:   e.RequestContext,
 			},
-			Type:                         OperationType(e.Type),
+			Type:                         e.Type,
 			ProviderErrorCode:            e.ProviderErrorCode,
 			TypeSpecificCompletionOutput: e.TypeSpecificCompletionOutput,
 		}
@@ -106,7 +118,10 @@ func (c *CQ) Arm(n CQNotify) error {
 	default:
 		return errorf(StatusInvalidParameter, "arm cq", "unknown notification type %v", n)
 	}
-	if !c.core.Arm(cq.Notify(n)) {
+	if c.r != nil {
+		return c.remoteArm(n)
+	}
+	if !c.core.Arm(n) {
 		if c.closed.Load() {
 			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
 		}
@@ -122,6 +137,10 @@ func (c *CQ) Arm(n CQNotify) error {
 func (c *CQ) Close() {
 	if c.closed.CompareAndSwap(false, true) {
 		c.adapter.forgetCQ(c)
+	}
+	if c.r != nil {
+		c.remoteClose()
+		return
 	}
 	c.core.Close() // idempotent; a concurrent second Close also waits
 }

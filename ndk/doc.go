@@ -5,7 +5,9 @@
 //
 // What is here:
 //   - Status (NTSTATUS) and errors that carry it: errors.Is(err,
-//     ndk.ErrInvalidParameter), ndk.StatusOf(err);
+//     ndk.ErrInvalidParameter), ndk.StatusOf(err); these, OpFlag, CQNotify
+//     and OperationType are defined in ndk/internal/ndkpi, which the engine
+//     shares, and re-exported here;
 //   - the NDK flag and enum types with their numeric values (OpFlag, MRFlag,
 //     CQNotify, AdapterFlag, OperationType, RDMATechnology, ObjectType,
 //     Version);

@@ -22,6 +22,9 @@ type fastMR struct {
 // and then given memory by QP.FastRegister, any number of times, with an
 // Invalidate between two.
 func (pd *PD) CreateMR(fastRegister bool) (*MR, error) {
+	if fastRegister && pd.adapter.rem != nil {
+		return nil, errNotThroughDaemon("create mr")
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
@@ -54,7 +57,7 @@ func (m *MR) Register(buf []byte, flags MRFlag) error {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	delete(pd.mrs, r)
-	*m = MR{pd: pd, buf: r.buf, va: r.va, flags: r.flags, tokens: r.tokens, registered: true}
+	*m = *r // the registration RegisterMR made, daemon handle included
 	pd.mrs[m] = struct{}{}
 	return nil
 }
@@ -120,6 +123,10 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 // like Send otherwise. Allocates nothing.
 func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
 	const op = "fast register"
+	if q.r != nil {
+		q.adapter.rem.ringDeferred(q.r) // an inline failure submits earlier DEFER posts (NDKPI.md §8)
+		return errNotThroughDaemon(op)
+	}
 	if err := checkOpFlags(postFastRegister, flags, q.adapter.info.AdapterFlags); err != nil {
 		q.rc.RingDeferred()
 		return err
@@ -133,7 +140,7 @@ func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
 		q.rc.RingDeferred()
 		return errFastRegisterSize
 	}
-	wr := rc.SendWR{Op: rc.OpFastRegister, Flags: uint32(flags & opFlagsEngine), Context: ctx,
+	wr := rc.SendWR{Op: rc.OpFastRegister, Flags: flags & opFlagsEngine, Context: ctx,
 		MR: mr.tokens.Local, RemoteAddr: va, Buf: buf, Access: fastRegisterAccess(flags)}
 	if err := q.postLocal(op, &wr); err != nil {
 		return err
@@ -189,10 +196,14 @@ func (mw *MW) invalidationToken() uint32 { return mw.token.Load() }
 // as every error completion, moves the QP to the error state. Inline
 // failures are those of Send. Allocates nothing.
 func (q *QP) Invalidate(ctx any, obj Invalidatable, flags OpFlag) error {
+	if q.r != nil {
+		q.adapter.rem.ringDeferred(q.r) // an inline failure submits earlier DEFER posts (NDKPI.md §8)
+		return errNotThroughDaemon("invalidate")
+	}
 	if obj == nil {
 		q.rc.RingDeferred()
 		return errorf(StatusInvalidParameter, "invalidate", "no MR or MW given")
 	}
-	wr := rc.SendWR{Op: rc.OpInvalidate, Flags: uint32(flags), Context: ctx, InvalidateToken: obj.invalidationToken()}
+	wr := rc.SendWR{Op: rc.OpInvalidate, Flags: flags, Context: ctx, InvalidateToken: obj.invalidationToken()}
 	return q.post("invalidate", postInvalidate, &wr)
 }

@@ -4,7 +4,6 @@ import (
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
@@ -26,6 +25,9 @@ type MW struct {
 // is full and STATUS_INVALID_HANDLE once the PD is closing.
 func (pd *PD) CreateMW() (*MW, error) {
 	const op = "create mw"
+	if pd.adapter.rem != nil {
+		return nil, errNotThroughDaemon(op)
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
@@ -87,6 +89,10 @@ func (pd *PD) closeMWLocked(mw *MW) {
 // and fail once the MR is deregistered or invalidated. Other inline
 // failures are those of Send. Allocates nothing.
 func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
+	if q.r != nil {
+		q.adapter.rem.ringDeferred(q.r) // an inline failure submits earlier DEFER posts (NDKPI.md §8)
+		return errNotThroughDaemon("bind")
+	}
 	if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
 		q.rc.RingDeferred()
 		return err
@@ -98,7 +104,7 @@ func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) er
 	if flags&OpFlagAllowRemoteWrite == OpFlagAllowRemoteWrite {
 		access |= memreg.AccessRemoteWrite
 	}
-	wr := rc.SendWR{Op: rc.OpBind, Flags: uint32(flags & opFlagsEngine), Context: ctx,
+	wr := rc.SendWR{Op: rc.OpBind, Flags: flags & opFlagsEngine, Context: ctx,
 		MW: mw.token.Load(), MR: mr.LocalToken(), RemoteAddr: addr, Length: length, Access: access}
 	if err := q.postLocal("bind", &wr); err != nil {
 		return err
@@ -115,9 +121,9 @@ const opFlagsEngine = OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer
 // postLocal posts a local operation and maps an inline failure.
 func (q *QP) postLocal(op string, wr *rc.SendWR) error {
 	switch st := q.rc.PostSend(wr); st {
-	case ntstatus.Success:
+	case StatusSuccess:
 		return nil
-	case ntstatus.AccessViolation:
+	case StatusAccessViolation:
 		return errorf(StatusAccessViolation, op, "refused by the token table: closed or other-PD MR or window, a range outside the MR, "+
 			"rights beyond the MR's (or remote rights on an FRMR without remote access), or an FRMR still registered (invalidate it first)")
 	default:

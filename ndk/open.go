@@ -76,6 +76,13 @@ type Options struct {
 	// address. Set it only where a peer's frames legitimately arrive from
 	// several addresses.
 	AcceptAnySource bool
+	// Pin pins the steering program's attachment under
+	// PinRoot/<interface> (default /sys/fs/bpf/ndkxdp), where operators'
+	// tools find its maps, and takes over one pinned there already: what
+	// the daemon does, so that a daemon killed with SIGKILL leaves a
+	// working attachment for the next. Close unpins and detaches.
+	Pin     bool
+	PinRoot string
 }
 
 // ThreadLocking is the engines' thread policy.
@@ -88,9 +95,8 @@ const (
 	// the consumers still have one. On smaller machines the engines stay
 	// unlocked: a polling engine yields its P between idle loops so the
 	// consumers and the other engines run, and a yield from a locked
-	// thread is a futex hand-off between threads (rc.Config.LockThread:
-	// a 64-byte SEND round trip measured 110-130 us locked against 20-45
-	// us unlocked on 2 cores).
+	// thread is a futex hand-off between threads (rc.Config.LockThread;
+	// test/rdma's doc has the measurements).
 	LockAuto ThreadLocking = iota
 	// LockAlways locks every engine to its thread.
 	LockAlways
@@ -173,11 +179,16 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,
+		Pin:        opts.Pin,
+		PinRoot:    opts.PinRoot,
 	}
 }
 
 // LocalAddress returns the IP address the adapter's QPs send from.
 func (a *Adapter) LocalAddress() netip.Addr {
+	if a.rem != nil {
+		return a.rem.addr
+	}
 	if a.prov == nil {
 		return netip.Addr{}
 	}
@@ -186,6 +197,9 @@ func (a *Adapter) LocalAddress() netip.Addr {
 
 // MAC returns the interface's hardware address.
 func (a *Adapter) MAC() net.HardwareAddr {
+	if a.rem != nil {
+		return a.rem.mac
+	}
 	var m rocev2.MAC
 	if a.prov != nil {
 		m = a.prov.MAC()
@@ -196,6 +210,9 @@ func (a *Adapter) MAC() net.HardwareAddr {
 // PathMTU returns the largest path MTU the interface carries, in bytes
 // (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
 func (a *Adapter) PathMTU() int {
+	if a.rem != nil {
+		return a.rem.pmtu
+	}
 	if a.prov == nil {
 		return rocev2.MTU(0).Bytes()
 	}
@@ -206,6 +223,10 @@ func (a *Adapter) PathMTU() int {
 // snapshot on its own goroutine, which also orders the caller with it (see
 // the ndk doc: memory a peer writes with RDMA WRITE).
 func (a *Adapter) Stats() []EngineStats {
+	if a.rem != nil {
+		s, _ := a.rem.stats()
+		return s
+	}
 	if a.prov == nil {
 		return []EngineStats{}
 	}

@@ -13,6 +13,7 @@ import (
 type PD struct {
 	adapter *Adapter
 	id      uint32
+	rh      uint32 // the daemon's handle, on a daemon-backed adapter
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
@@ -30,6 +31,7 @@ type MR struct {
 	va     uint64
 	flags  MRFlag
 	tokens memreg.Tokens
+	rh     uint32 // the daemon's handle, on a daemon-backed adapter
 	// fast is set for an MR created with FastRegister=TRUE (fastreg.go);
 	// then buf, va and tokens change with each FastRegister.
 	fast *fastMR
@@ -59,6 +61,9 @@ type SGE struct {
 // accepted: the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
 // Registration completes inline; it never pends.
 func (pd *PD) RegisterMR(buf []byte, flags MRFlag) (*MR, error) {
+	if pd.adapter.rem != nil {
+		return pd.remoteRegister(buf, flags, false)
+	}
 	return pd.registerAt(addrOf(buf), buf, flags)
 }
 
@@ -116,6 +121,10 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 // and completes when the last one is deregistered; Closed reports when.
 // Close never blocks and never fails; a second Close does nothing.
 func (pd *PD) Close() {
+	if pd.adapter.rem != nil {
+		pd.remoteClose()
+		return
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
@@ -216,6 +225,9 @@ func (m *MR) SGE(off, n int) (SGE, error) {
 // STATUS_INVALID_HANDLE if the MR is not registered (deregistered already,
 // or its adapter was closed).
 func (m *MR) Deregister() error {
+	if m.pd.adapter.rem != nil {
+		return m.remoteDeregister()
+	}
 	pd := m.pd
 	pd.mu.Lock()
 	defer pd.mu.Unlock()

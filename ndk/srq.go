@@ -3,7 +3,6 @@ package ndk
 import (
 	"sync"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
@@ -54,6 +53,8 @@ func (pd *PD) CreateSRQ(depth, maxReceiveRequestSGE, notifyThreshold int, notify
 	const op = "create srq"
 	info := &pd.adapter.info
 	switch {
+	case pd.adapter.rem != nil:
+		return nil, errNotThroughDaemon(op)
 	case depth < 1 || depth > int(info.MaxSRQDepth):
 		return nil, errorf(StatusInvalidParameter, op, "depth %d outside [1, %d]", depth, info.MaxSRQDepth)
 	case maxReceiveRequestSGE < 0 || maxReceiveRequestSGE > int(info.MaxReceiveRequestSGE):
@@ -105,7 +106,7 @@ func (s *SRQ) notifications() {
 // depth) or STATUS_INVALID_HANDLE (closed). Allocates nothing when it
 // succeeds.
 func (s *SRQ) Receive(ctx any, sgl []SGE) error {
-	if st := s.rc.PostReceive(ctx, engineSGL(sgl)); st != ntstatus.Success {
+	if st := s.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
 	}
 	return nil
@@ -120,9 +121,9 @@ func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 // STATUS_INVALID_HANDLE after Close.
 func (s *SRQ) Modify(depth, notifyThreshold int) error {
 	switch st := s.rc.Modify(depth, notifyThreshold); st {
-	case ntstatus.Success:
+	case StatusSuccess:
 		return nil
-	case ntstatus.InvalidHandle:
+	case StatusInvalidHandle:
 		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
 	default:
 		return errorf(StatusInvalidParameter, "modify srq", "depth %d / threshold %d: depth must be within [queued %d, capacity %d], threshold within [0, depth]",

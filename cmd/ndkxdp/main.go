@@ -4,6 +4,7 @@
 //	ndkxdp perf baseline [flags]   raw AF_XDP, Go UDP and Go TCP on a veth pair
 //	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev
 //	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev
+//	ndkxdp daemon -dev IFNAME      serve IFNAME to local applications
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
 //	ndkxdp version
 //
@@ -30,6 +31,7 @@ commands:
   perf TEST       perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,
                   write_lat or read_lat over rdma_cm against any RoCE peer
   rping           librdmacm's rping, client or server, against any RoCE peer
+  daemon          serve an interface to local applications (ndk.Dial)
   counters        print the steering counters of a pinned attachment
   version         print the version
 
@@ -63,6 +65,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPerf(ctx, args[1:], stdout, stderr)
 	case "counters":
 		return runCounters(args[1:], stdout, stderr)
+	case "daemon":
+		return runDaemon(ctx, args[1:], stdout, stderr)
 	case "rping":
 		return runRping(ctx, args[1:], stdout, stderr)
 	case "version":

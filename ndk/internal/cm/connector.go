@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -157,7 +157,7 @@ func (c *Connector) ConnectionData() (ConnectionData, error) {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	if !c.haveData {
-		return ConnectionData{}, errorf(ntstatus.ConnectionInvalid, "get connection data", nil, "no connection data in state %v", c.state)
+		return ConnectionData{}, ndkpi.Errorf(ndkpi.StatusConnectionInvalid, "get connection data", nil, "no connection data in state %v", c.state)
 	}
 	d := c.data
 	d.PrivateData = append([]byte(nil), c.data.PrivateData...)
@@ -240,7 +240,7 @@ func (c *Connector) Close(done func()) bool {
 	case stIdle:
 		c.state = stDone
 	}
-	c.failPending(m, ErrCancelled)
+	c.failPending(m, ndkpi.ErrCancelled)
 	c.release(m)
 	m.unlockAndRun()
 
@@ -348,7 +348,7 @@ func (c *Connector) onTimeout(m *Manager) {
 	}
 	// Out of retries: give up, telling the peer as IBTA 12.9.x asks (REJ
 	// "timeout" with our GUID as ARI) for REQ and REP.
-	timeout := errorf(ntstatus.IOTimeout, "", nil, "no answer after %d retries of %v", c.maxRetries, c.timeout)
+	timeout := ndkpi.Errorf(ndkpi.StatusIOTimeout, "", nil, "no answer after %d retries of %v", c.maxRetries, c.timeout)
 	switch c.state {
 	case stReqSent:
 		c.sendREJ(m, &rocev2.CMRej{LocalCommID: c.localID, MessageRejected: rocev2.CMKindREQ,

@@ -1,7 +1,7 @@
 package cm
 
 import (
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -15,12 +15,12 @@ func (c *Connector) Disconnect(done func(error)) error {
 	const op = "disconnect"
 	m := c.m
 	if done == nil {
-		return errorf(ntstatus.InvalidParameter, op, nil, "completion is required")
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "completion is required")
 	}
 	m.mu.Lock()
 	if c.disconnectDone != nil || c.userDisconnect {
 		m.mu.Unlock()
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "already disconnecting")
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "already disconnecting")
 	}
 	switch {
 	case c.state == stEstablished:
@@ -36,7 +36,7 @@ func (c *Connector) Disconnect(done func(error)) error {
 		c.maybeDisconnected(m)
 	default:
 		m.mu.Unlock()
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "not connected (%v)", c.state)
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "not connected (%v)", c.state)
 	}
 	m.unlockAndRun()
 	return nil

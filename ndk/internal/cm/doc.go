@@ -8,7 +8,7 @@
 // CompleteConnect, Accept, Reject, Disconnect, GetConnectionData,
 // Get{Local,Peer}Address, Listen with port 0, connect-event pausing,
 // endpoint reference counting, and the NTSTATUS codes of each outcome
-// (Error, StatusOf).
+// (its errors are *ndkpi.Error, which package ndk re-exports as ndk.Error).
 //
 // It is not a transport and owns no goroutine. A Manager sends MADs through
 // a Transport and is handed received ones with HandleMAD; GSIFramer,
@@ -62,8 +62,8 @@
 //
 // Around them: path.go has PathInfo, RemoteInfo and the QP and Transport
 // interfaces; clock.go the Clock, the deadline heap and IBA time units;
-// gsi.go the QP1 framing; resolve.go the Resolver; errors.go Error,
-// StatusOf and RejectError.
+// gsi.go the QP1 framing; resolve.go the Resolver; errors.go
+// RejectError, the cause a peer's REJ gives a failed connection.
 //
 // # What goes on the wire
 //

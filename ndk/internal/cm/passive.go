@@ -3,7 +3,7 @@ package cm
 import (
 	"net/netip"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -152,10 +152,10 @@ func (m *Manager) dupREQ(c *Connector) {
 func (c *Connector) Accept(qp QP, p AcceptParams, onDisconnect func(), done func(error)) error {
 	const op = "accept"
 	if qp == nil || done == nil {
-		return errorf(ntstatus.InvalidParameter, op, nil, "QP and completion are required")
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP and completion are required")
 	}
 	if len(p.PrivateData) > MaxCalleeData {
-		return errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
 	}
 	ri, err := c.beginAccept(qp, p)
 	if err != nil {
@@ -180,10 +180,10 @@ func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
 		if err := c.abortErr; err != nil {
 			return RemoteInfo{}, err
 		}
-		return RemoteInfo{}, errorf(ntstatus.ConnectionInvalid, op, nil, "no connect request to accept (%v)", c.state)
+		return RemoteInfo{}, ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "no connect request to accept (%v)", c.state)
 	}
 	if other := m.byQPN[qp.QPN()]; other != nil {
-		return RemoteInfo{}, errorf(ntstatus.InvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
+		return RemoteInfo{}, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
 	}
 	c.leaveBacklog()
 	req := &c.req
@@ -228,7 +228,7 @@ func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptPar
 		aerr := c.abortErr
 		c.flushQPError(m)
 		if aerr == nil {
-			aerr = errorf(ntstatus.ConnectionAborted, op, nil, "connection ended during accept")
+			aerr = ndkpi.Errorf(ndkpi.StatusConnectionAborted, op, nil, "connection ended during accept")
 		}
 		return aerr
 	}
@@ -237,7 +237,7 @@ func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptPar
 			MessageRejected: rocev2.CMKindREQ, Reason: rocev2.RejConsumerDefined})
 		c.qpToError(m)
 		c.enterTimeWait(m)
-		return errorf(ntstatus.ConnectionAborted, op, qpErr, "QP %d did not reach RTS", c.qpn)
+		return ndkpi.Errorf(ndkpi.StatusConnectionAborted, op, qpErr, "QP %d did not reach RTS", c.qpn)
 	}
 	c.out = m.send(c.path, c.tid, m.newREP(c, qp.StartingPSN(), ri, p))
 	c.state = stRepSent

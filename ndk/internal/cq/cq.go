@@ -4,16 +4,16 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 )
 
 // Entry is one completion: NDK_RESULT_EX plus what the notification logic
 // needs to know about it.
 type Entry struct {
-	Status                       uint32 // NTSTATUS
+	Status                       ndkpi.Status
 	BytesTransferred             uint32
-	Type                         uint32 // NDK_OPERATION_TYPE
+	Type                         ndkpi.OperationType
 	ProviderErrorCode            uint32
 	TypeSpecificCompletionOutput uint64 // the invalidated token for ReceiveAndInvalidate
 	QPContext                    any
@@ -22,15 +22,6 @@ type Entry struct {
 	// NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT (the BTH SE bit).
 	Solicited bool
 }
-
-// Notify is NDK_CQ_NOTIFY_* (ndkpi.h values).
-type Notify uint32
-
-const (
-	NotifyErrors    Notify = 0
-	NotifyAny       Notify = 1
-	NotifySolicited Notify = 2
-)
 
 // Arm levels, ordered so that combining two arms is taking the larger: the
 // NDKPI.md §8 table makes ANY absorb everything and SOLICITED absorb ERRORS.
@@ -78,7 +69,7 @@ type CQ struct {
 	pendingNormal atomic.Int64
 	pendingError  atomic.Int64
 
-	notify func(status uint32)
+	notify func(status ndkpi.Status)
 	wake   chan struct{}
 	stop   chan struct{}
 	exited chan struct{}
@@ -88,7 +79,7 @@ type CQ struct {
 // New returns a CQ holding at least depth completions (rounded up to a power
 // of two). notify is called once per fired arm with the CQ status
 // (STATUS_SUCCESS, or the CQ error); nil makes a CQ that is only polled.
-func New(depth int, notify func(status uint32)) (*CQ, error) {
+func New(depth int, notify func(status ndkpi.Status)) (*CQ, error) {
 	if depth < 1 || depth > MaxDepth {
 		return nil, fmt.Errorf("cq depth %d out of range [1, %d]", depth, MaxDepth)
 	}
@@ -120,7 +111,7 @@ func (c *CQ) Len() int { return c.ring.Len() }
 
 // Err returns the CQ error status (STATUS_BUFFER_OVERFLOW after an overrun,
 // or what Fail set), 0 while the CQ is healthy.
-func (c *CQ) Err() uint32 { return c.errStatus.Load() }
+func (c *CQ) Err() ndkpi.Status { return ndkpi.Status(c.errStatus.Load()) }
 
 // Push queues a completion. It returns false if the CQ is full: the entry is
 // dropped and the CQ enters the overrun state (STATUS_BUFFER_OVERFLOW,
@@ -128,10 +119,10 @@ func (c *CQ) Err() uint32 { return c.errStatus.Load() }
 // producers; allocates nothing.
 func (c *CQ) Push(e *Entry) bool {
 	if !c.ring.TryPush(e) {
-		c.Fail(ntstatus.BufferOverflow)
+		c.Fail(ndkpi.StatusBufferOverflow)
 		return false
 	}
-	sol := e.Solicited || e.Status != ntstatus.Success
+	sol := e.Solicited || e.Status != ndkpi.StatusSuccess
 	if sol {
 		c.solicited.Add(1)
 	}
@@ -162,8 +153,8 @@ func (c *CQ) notifyArmed(w uint64, sol bool) {
 // Fail puts the CQ into the error state with status (the engine uses
 // STATUS_INTERNAL_ERROR for a fatal failure) and notifies an armed consumer.
 // Only the first error is kept.
-func (c *CQ) Fail(status uint32) {
-	if status == ntstatus.Success || !c.errStatus.CompareAndSwap(0, status) {
+func (c *CQ) Fail(status ndkpi.Status) {
+	if status == ndkpi.StatusSuccess || !c.errStatus.CompareAndSwap(0, uint32(status)) {
 		return
 	}
 	for w := c.word.Load(); w&armMask != armNone; w = c.word.Load() {
@@ -178,14 +169,14 @@ func (c *CQ) Fail(status uint32) {
 // Arm requests one notification of kind n. It reports false if n is not an
 // NDK_CQ_NOTIFY_* value, the CQ has no callback, or it is closed. Consumer
 // only (serialized with Pop).
-func (c *CQ) Arm(n Notify) bool {
+func (c *CQ) Arm(n ndkpi.CQNotify) bool {
 	var lvl uint64
 	switch n {
-	case NotifyErrors:
+	case ndkpi.CQNotifyErrors:
 		lvl = armErrors
-	case NotifySolicited:
+	case ndkpi.CQNotifySolicited:
 		lvl = armSolicited
-	case NotifyAny:
+	case ndkpi.CQNotifyAny:
 		lvl = armAny
 	default:
 		return false
@@ -277,12 +268,12 @@ func (c *CQ) dispatch() {
 		for !c.closed.Load() {
 			if c.pendingNormal.Load() > 0 {
 				c.pendingNormal.Add(-1)
-				c.notify(ntstatus.Success)
+				c.notify(ndkpi.StatusSuccess)
 				continue
 			}
 			if c.pendingError.Load() > 0 {
 				c.pendingError.Add(-1)
-				c.notify(c.errStatus.Load())
+				c.notify(c.Err())
 				continue
 			}
 			break

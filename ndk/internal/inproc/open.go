@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/vishvananda/netlink"
 
@@ -112,7 +113,7 @@ func localAddress(link netlink.Link, want netip.Addr) (netip.Addr, error) {
 // queue over one UMEM.
 func (p *Provider) openXDP(ifname string, cfg Config) error {
 	var err error
-	if p.xdp, err = loader.Attach(ifname, loader.Options{Mode: cfg.XDPMode}); err != nil {
+	if p.xdp, err = attach(ifname, cfg); err != nil {
 		return err
 	}
 	if p.umem, err = afxdp.NewUMEM(afxdp.UMEMConfig{NumFrames: uint32(framesPerQueue * (cfg.Queues + 1))}); err != nil {
@@ -148,4 +149,29 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	}
 	p.buffers = p.umem.Bytes()[lo:hi]
 	return nil
+}
+
+// attach attaches the steering program, or with cfg.Pin takes over the
+// attachment pinned for ifname, and pins a new one.
+func attach(ifname string, cfg Config) (*loader.XDP, error) {
+	lo := loader.Options{Mode: cfg.XDPMode, PinRoot: cfg.PinRoot}
+	if !cfg.Pin {
+		return loader.Attach(ifname, lo)
+	}
+	if _, err := os.Stat(loader.PinDir(ifname, lo)); err == nil {
+		x, err := loader.OpenPinned(ifname, lo)
+		if err != nil {
+			return nil, fmt.Errorf("take over the attachment pinned at %s: %w", loader.PinDir(ifname, lo), err)
+		}
+		return x, nil
+	}
+	x, err := loader.Attach(ifname, lo)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.Pin(); err != nil {
+		x.Close()
+		return nil, err
+	}
+	return x, nil
 }

@@ -1,6 +1,8 @@
 package inproc
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +56,11 @@ type Config struct {
 	// Resolve replaces the kernel's routes and neighbours; over an
 	// in-memory port, connection management runs only with it (OverPort).
 	Resolve func(src, dst netip.Addr) (cm.PathInfo, error)
+	// Pin pins the attachment under PinRoot/<ifname> (the daemon's): an
+	// attachment pinned there already, left by a process that died, is
+	// taken over instead of attached anew. Close unpins and detaches.
+	Pin     bool
+	PinRoot string // loader.DefaultPinRoot when empty
 }
 
 // Provider is an adapter's datapath in this process: the engines, the
@@ -89,7 +96,13 @@ type Provider struct {
 const firstQPN = 0x100
 
 func newProvider(link Link, cfg Config) (*Provider, error) {
-	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: firstQPN}
+	// QP numbers start at a random point: a restarted process (a daemon
+	// after SIGKILL) must not hand out the numbers its predecessor's
+	// peers still hold connections for, which their CMs reject as stale.
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	start := firstQPN + binary.LittleEndian.Uint32(r[:])%(1<<24-firstQPN)
+	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: start}
 	if cfg.Capture != nil {
 		// One stream for all queues: the file header once, then every
 		// port's frames.
@@ -295,6 +308,9 @@ func (p *Provider) close() {
 	}
 	p.ports = nil
 	if p.xdp != nil {
+		// A clean close detaches: only a process that dies leaves its
+		// pinned attachment for the next to take over.
+		_ = p.xdp.Unpin()
 		p.xdp.Close()
 		p.xdp = nil
 	}

@@ -48,7 +48,8 @@ type Config struct {
 	// so consumers and the other engines run, and a yield from a locked
 	// thread is a futex hand-off between threads, which slows a round
 	// trip several-fold when engines and consumers share cores (test/rdma's
-	// doc has the numbers). Lock when each engine has a core of its own.
+	// doc has the numbers). Lock when each engine has a core of its own,
+	// which is what ndk.Open's default, ndk.LockAuto, decides per adapter.
 	LockThread bool
 	// GSI and FirstPacket connect the engine to connection management
 	// (see gsi.go); both run on the engine goroutine and must not block.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -227,14 +227,14 @@ func expectNone(t testing.TB, c *cq.CQ, d time.Duration) {
 	}
 }
 
-func mustPost(t testing.TB, st uint32) {
+func mustPost(t testing.TB, st ndkpi.Status) {
 	t.Helper()
-	if st != ntstatus.Success {
+	if st != ndkpi.StatusSuccess {
 		t.Fatalf("post: status %#x", st)
 	}
 }
 
-func checkEntry(t testing.TB, e cq.Entry, status, typ uint32, ctx any) {
+func checkEntry(t testing.TB, e cq.Entry, status ndkpi.Status, typ ndkpi.OperationType, ctx any) {
 	t.Helper()
 	if e.Status != status || e.Type != typ || e.RequestContext != ctx {
 		t.Fatalf("completion %+v, want status %#x type %d ctx %v", e, status, typ, ctx)

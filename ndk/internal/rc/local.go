@@ -2,7 +2,7 @@ package rc
 
 import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // Local operations: NdkFastRegister, NdkBind and NdkInvalidate. They are
@@ -28,35 +28,35 @@ import (
 // which, like every error completion, moves the QP to the error state.
 
 // postLocal executes a local operation and queues its WQE.
-func (q *QP) postLocal(wr *SendWR) uint32 {
+func (q *QP) postLocal(wr *SendWR) ndkpi.Status {
 	if len(wr.SGL) != 0 {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	w := q.sq.reserve()
 	if w == nil {
-		return ntstatus.InsufficientResource
+		return ndkpi.StatusInsufficientResources
 	}
-	status := uint32(ntstatus.Success)
+	status := ndkpi.StatusSuccess
 	if State(q.state.Load()) == StateError {
 		// Completes CANCELLED without acting (ND2 IND2QueuePair).
-		status = ntstatus.Cancelled
+		status = ndkpi.StatusCancelled
 	} else {
 		switch wr.Op {
 		case OpFastRegister:
 			tok, f := q.regions.FastRegister(q.cfg.PD, wr.MR, wr.RemoteAddr, wr.Buf, wr.Access)
 			if f != memreg.OK {
-				return ntstatus.AccessViolation
+				return ndkpi.StatusAccessViolation
 			}
 			wr.Tokens = tok
 		case OpBind:
 			r, f := q.regions.Bind(q.cfg.PD, wr.MW, wr.MR, wr.RemoteAddr, wr.Length, wr.Access)
 			if f != memreg.OK {
-				return ntstatus.AccessViolation
+				return ndkpi.StatusAccessViolation
 			}
 			wr.Tokens = memreg.Tokens{Remote: r}
 		case OpInvalidate:
 			if q.regions.Invalidate(q.cfg.PD, wr.InvalidateToken) != memreg.OK {
-				status = ntstatus.InvalidDeviceRequest
+				status = ndkpi.StatusInvalidDeviceRequest
 			}
 		}
 	}
@@ -67,7 +67,7 @@ func (q *QP) postLocal(wr *SendWR) uint32 {
 	w.localStatus = status
 	w.ctx = wr.Context
 	q.sq.publish()
-	return ntstatus.Success
+	return ndkpi.StatusSuccess
 }
 
 // retireLocal completes the local operations at the head of q's send
@@ -80,16 +80,16 @@ func (e *Engine) retireLocal(q *QP) bool {
 		if !w.op.local() {
 			return true
 		}
-		if st := w.localStatus; st != ntstatus.Success {
+		if st := w.localStatus; st != ndkpi.StatusSuccess {
 			code := uint32(wcLocQPOpErr)
-			if st == ntstatus.Cancelled {
+			if st == ndkpi.StatusCancelled {
 				code = wcWRFlushErr
 			}
 			e.completeSend(q, w, st, code)
 			e.enterError(q)
 			return false
 		}
-		e.completeSend(q, w, ntstatus.Success, 0)
+		e.completeSend(q, w, ndkpi.StatusSuccess, 0)
 	}
 	return true
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -15,15 +16,15 @@ import (
 // request fields at post time; the engine owns the rest from then on.
 type sendWQE struct {
 	op          Op
-	flags       uint32
+	flags       ndkpi.OpFlag
 	nseg        uint8
 	length      uint32 // total bytes
 	remoteAddr  uint64
 	remoteToken uint32
 	invToken    uint32
-	localStatus uint32 // a local operation's outcome (local.go)
-	compare     uint64 // CMP_SWAP's compare value
-	swapAdd     uint64 // CMP_SWAP's swap value, FETCH_ADD's addend
+	localStatus ndkpi.Status // a local operation's outcome (local.go)
+	compare     uint64       // CMP_SWAP's compare value
+	swapAdd     uint64       // CMP_SWAP's swap value, FETCH_ADD's addend
 	ctx         any
 	seg         [MaxSGE][]byte // resolved at post time (inline: seg[0] aliases inline)
 	inline      [MaxInline]byte

@@ -1,6 +1,9 @@
 package rc
 
-import "github.com/ndkxdp/ndkxdp/rocev2"
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
 
 // The requester (rxe_req.c) turns posted WQEs into request packets: it
 // gives each WQE its PSNs when it starts and sends within the window, the
@@ -27,7 +30,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 		if w.op.local() {
 			// No packet: it only needs its turn in the queue (local.go).
 			if t.txIdx == t.sqStart {
-				if w.flags&FlagReadFence != 0 && t.readsOut > 0 {
+				if w.flags&ndkpi.OpFlagReadFence != 0 && t.readsOut > 0 {
 					break
 				}
 				w.firstPSN, w.npkts = t.nextPSN, 0
@@ -41,7 +44,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 			continue
 		}
 		if t.txIdx == t.sqStart {
-			if w.flags&FlagReadFence != 0 && t.readsOut > 0 {
+			if w.flags&ndkpi.OpFlagReadFence != 0 && t.readsOut > 0 {
 				break // READ_FENCE: wait for every earlier READ
 			}
 			if w.op.responded() && t.readsOut >= max(t.params.OutboundReadLimit, 1) {
@@ -123,7 +126,7 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 		}
 		if last {
 			// SE only on the last packet of a solicited SEND (ROCEV2.md 2).
-			h.BTH.SE = w.op != OpWrite && w.flags&FlagSendAndSolicitEvent != 0
+			h.BTH.SE = w.op != OpWrite && w.flags&ndkpi.OpFlagSendAndSolicitEvent != 0
 			h.BTH.AckReq = true
 		} else if t.sinceAckReq+1 >= ackEvery {
 			h.BTH.AckReq = true

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 )
 
@@ -106,23 +106,23 @@ func (s *SRQ) Events() <-chan struct{} { return s.events }
 // without local write in the SRQ's PD), InsufficientResources (depth
 // reached) or InvalidHandle (closed). One goroutine posts at a time
 // (NDKPI.md §8); it allocates nothing.
-func (s *SRQ) PostReceive(ctx any, sgl []SGE) uint32 {
+func (s *SRQ) PostReceive(ctx any, sgl []SGE) ndkpi.Status {
 	if s.closed.Load() {
-		return ntstatus.InvalidHandle
+		return ndkpi.StatusInvalidHandle
 	}
 	if len(sgl) > s.maxSGE {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	var total uint64
 	for i := range sgl {
 		total += uint64(sgl[i].Length)
 	}
 	if s.maxTransfer != 0 && total > uint64(s.maxTransfer) {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	var slot uint32
 	if int64(s.ring.Len()) >= s.depth.Load() || !s.free.TryPop(&slot) {
-		return ntstatus.InsufficientResource
+		return ndkpi.StatusInsufficientResources
 	}
 	w := &s.slab[slot]
 	for i := range sgl {
@@ -131,7 +131,7 @@ func (s *SRQ) PostReceive(ctx any, sgl []SGE) uint32 {
 		if f != memreg.OK {
 			clear(w.seg[:i])
 			s.free.TryPush(&slot) // never full: the slot came from it
-			return ntstatus.AccessViolation
+			return ndkpi.StatusAccessViolation
 		}
 		w.seg[i] = b
 	}
@@ -139,7 +139,7 @@ func (s *SRQ) PostReceive(ctx any, sgl []SGE) uint32 {
 	w.length = uint32(min(total, 1<<32-1))
 	w.ctx = ctx
 	s.ring.TryPush(&slot) // never full: it holds at most the slab's slots
-	return ntstatus.Success
+	return ndkpi.StatusSuccess
 }
 
 // Modify changes the depth (0 keeps it) and the notify threshold (0 keeps
@@ -147,16 +147,16 @@ func (s *SRQ) PostReceive(ctx any, sgl []SGE) uint32 {
 // the limit event, which fires at once if fewer receives are queued. It
 // returns InvalidParameter for a depth below the receives queued, above
 // Cap, or a threshold above the depth.
-func (s *SRQ) Modify(depth, threshold int) uint32 {
+func (s *SRQ) Modify(depth, threshold int) ndkpi.Status {
 	if s.closed.Load() {
-		return ntstatus.InvalidHandle
+		return ndkpi.StatusInvalidHandle
 	}
 	d := int(s.depth.Load())
 	if depth != 0 {
 		d = depth
 	}
 	if depth < 0 || threshold < 0 || d > s.ring.Cap() || d < s.ring.Len() || threshold > d {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	s.depth.Store(int64(d))
 	if threshold != 0 {
@@ -164,7 +164,7 @@ func (s *SRQ) Modify(depth, threshold int) uint32 {
 		s.armed.Store(true)
 		s.checkLimit()
 	}
-	return ntstatus.Success
+	return ndkpi.StatusSuccess
 }
 
 // Close refuses further posts and drops the receives no QP took: with no

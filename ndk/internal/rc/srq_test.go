@@ -8,7 +8,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -86,7 +86,7 @@ func newSRQRig(t *testing.T, depth int) *srqRig {
 func (r *srqRig) post(t testing.TB, i int) {
 	t.Helper()
 	sge := SGE{Addr: addrOf(r.buf) + uint64(i*srqMsg), Length: srqMsg, Token: r.tok.Local}
-	if st := r.srq.PostReceive(i, []SGE{sge}); st != ntstatus.Success {
+	if st := r.srq.PostReceive(i, []SGE{sge}); st != ndkpi.StatusSuccess {
 		t.Fatalf("SRQ receive %d: %#x", i, st)
 	}
 }
@@ -108,7 +108,7 @@ func TestSRQ_SharedAcrossEnginesEveryMessageOnce(t *testing.T) {
 			for k := range perSender {
 				binary.LittleEndian.PutUint32(src.b[k*8:], uint32(s))
 				binary.LittleEndian.PutUint32(src.b[k*8+4:], uint32(k))
-				for h.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(k*8, 8)}}) == ntstatus.InsufficientResource {
+				for h.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(k*8, 8)}}) == ndkpi.StatusInsufficientResources {
 					time.Sleep(50 * time.Microsecond)
 				}
 			}
@@ -128,7 +128,7 @@ func TestSRQ_SharedAcrossEnginesEveryMessageOnce(t *testing.T) {
 		}
 		slot := e.RequestContext.(int)
 		qp := e.QPContext.(int)
-		if e.Status != ntstatus.Success || e.BytesTransferred != 8 {
+		if e.Status != ndkpi.StatusSuccess || e.BytesTransferred != 8 {
 			t.Fatalf("receive %+v", e)
 		}
 		b := r.buf[slot*srqMsg:]
@@ -170,7 +170,7 @@ func TestSRQ_RNROnlyWhenEmpty(t *testing.T) {
 	}
 	expectNone(t, r.rcq, 20*time.Millisecond)
 	r.post(t, 1)
-	if e := waitCQ(t, r.rcq, 1, 5*time.Second)[0]; e.Status != ntstatus.Success || e.RequestContext != 1 {
+	if e := waitCQ(t, r.rcq, 1, 5*time.Second)[0]; e.Status != ndkpi.StatusSuccess || e.RequestContext != 1 {
 		t.Fatalf("receive after the RNR: %+v", e)
 	}
 }
@@ -189,10 +189,10 @@ func TestSRQ_FailedQPLeavesReceivesToOthers(t *testing.T) {
 	h := r.senders[1]
 	src := h.buffer(8, 0, false)
 	mustPost(t, h.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 8)}}))
-	if e := waitCQ(t, r.rcq, 1, 5*time.Second)[0]; e.Status != ntstatus.Success || e.QPContext != 1 {
+	if e := waitCQ(t, r.rcq, 1, 5*time.Second)[0]; e.Status != ndkpi.StatusSuccess || e.QPContext != 1 {
 		t.Fatalf("other QP's receive: %+v", e)
 	}
-	if st := r.rqps[0].PostReceive(nil, nil); st != ntstatus.InvalidDeviceRequest {
+	if st := r.rqps[0].PostReceive(nil, nil); st != ndkpi.StatusInvalidDeviceRequest {
 		t.Fatalf("PostReceive on a QP of an SRQ: %#x", st)
 	}
 }
@@ -236,14 +236,14 @@ func TestSRQ_LimitEventOncePerArm(t *testing.T) {
 			t.Fatalf("after take %d: %d events, want %d", i+1, n, want)
 		}
 	}
-	if st := s.Modify(0, 0); st != ntstatus.Success || events() != 0 {
+	if st := s.Modify(0, 0); st != ndkpi.StatusSuccess || events() != 0 {
 		t.Fatal("Modify with threshold 0 re-armed")
 	}
-	if st := s.Modify(0, 1); st != ntstatus.Success || events() != 1 {
+	if st := s.Modify(0, 1); st != ndkpi.StatusSuccess || events() != 1 {
 		t.Fatal("re-arm below the threshold did not fire at once")
 	}
 	for _, c := range []struct{ depth, threshold int }{{-1, 0}, {9, 0}, {4, 5}, {0, 9}} {
-		if st := s.Modify(c.depth, c.threshold); st != ntstatus.InvalidParameter {
+		if st := s.Modify(c.depth, c.threshold); st != ndkpi.StatusInvalidParameter {
 			t.Errorf("Modify(%d, %d) = %#x, want InvalidParameter", c.depth, c.threshold, st)
 		}
 	}

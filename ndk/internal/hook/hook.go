@@ -1,0 +1,25 @@
+// Package hook lets the daemon (ndk/daemon) reach the two things of package
+// ndk that no application should: registering a client's memory under the
+// client's own address, and reading a CQ's entries with the solicited bit
+// that NDK_RESULT_EX does not carry. Package ndk installs them when it
+// initializes.
+package hook
+
+// Entry is a completion as the daemon's relay needs it.
+type Entry struct {
+	Status, Bytes, Type, ProviderErrorCode uint32
+	TypeSpecific                           uint64
+	QPContext, RequestContext              any
+	// Solicited: a receive of a solicited send, or any failed completion
+	// (what a SOLICITED arm fires on).
+	Solicited bool
+}
+
+var (
+	// RegisterAt registers buf in pd (an *ndk.PD) under address va with
+	// NDK_MR_FLAG_* flags, and returns the *ndk.MR.
+	RegisterAt func(pd any, va uint64, buf []byte, flags uint32, invalidatable bool) (any, error)
+	// PopCQ moves up to len(dst) completions of cq (an *ndk.CQ) into dst.
+	// It allocates nothing.
+	PopCQ func(cq any, dst []Entry) int
+)
