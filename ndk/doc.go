@@ -26,7 +26,9 @@
 //     MW.Close;
 //   - shared receive queues (srq.go): PD.CreateSRQ with its notification
 //     callback, SRQ.Receive, SRQ.Modify, SRQ.Close, and QPs created on one
-//     (QPConfig.SRQ);
+//     (QPConfig.SRQ). SRQs, windows and fast registration run in-process
+//     only: a daemon client (Dial) answers STATUS_NOT_SUPPORTED and its
+//     AdapterInfo shows no SRQ, window or FRMR;
 //   - NdkGetPrivilegedMemoryRegionToken, NdkBuildLAM and NdkReleaseLAM
 //     answer STATUS_NOT_SUPPORTED: a Go engine has no adapter logical
 //     addresses (lam.go says why);
@@ -60,7 +62,8 @@
 // provider.go, cm.go (CMOptions, CMStats, the connections an adapter
 // closes with it), connector.go and listener.go, connect.go (out-of-band
 // connection), qp.go, atomic.go, cq.go, pd.go, fastreg.go, mw.go,
-// srq.go, lam.go, invalidate.go, buffer.go, flags.go, info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
+// srq.go, lam.go, invalidate.go, buffer.go, flags.go, info.go,
+// status.go. Test-only hooks (MAD faults for test/cm) are in
 // internal/testhooks, installed by testhooks.go.
 //
 // Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
