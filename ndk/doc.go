@@ -98,6 +98,11 @@
 //   - everything pending after the first error, and after Flush or
 //     Close: STATUS_CANCELLED (the QP stays in error; ND2 IND2QueuePair).
 //
+// Read with RDMA_READ_LOCAL_INVALIDATE (AdapterInfo advertises it)
+// invalidates the first SGE's token, a fast-registered sink, once the data
+// is placed; a sink that cannot be invalidated fails the READ with
+// STATUS_INVALID_DEVICE_REQUEST.
+//
 // FastRegister, Bind and Invalidate act on the token table when they are
 // posted and complete in order with the QP's other requests (rc's
 // local.go says why): the new tokens are valid when the call returns, as

@@ -310,3 +310,54 @@ func TestLogicalAddressesNotSupported(t *testing.T) {
 	}
 	x.a.ReleaseLAM(nil)
 }
+
+// TestReadLocalInvalidate: NDK_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE (NDKPI
+// 1.2, advertised by RDMA_READ_LOCAL_INVALIDATE_SUPPORTED): on success the
+// first SGE's local token is invalidated; a sink that cannot be
+// invalidated fails the READ with STATUS_INVALID_DEVICE_REQUEST.
+func TestReadLocalInvalidate(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		name := map[bool]string{true: "FastRegisteredSink", false: "RegisterMrSink"}[fast]
+		t.Run(name, func(t *testing.T) {
+			x, y := pipePair(t, true)
+			if x.a.Info().AdapterFlags&AdapterFlagRDMAReadLocalInvalidateSupported == 0 {
+				t.Fatal("adapter does not advertise RDMA_READ_LOCAL_INVALIDATE_SUPPORTED")
+			}
+			src := []byte("read, then invalidate the sink")
+			smr, _ := y.pd.RegisterMR(src, MRFlagAllowRemoteRead)
+			sink := make([]byte, len(src))
+			var mr *MR
+			if fast {
+				mr = newFastMR(t, x.pd, 1, false)
+				if err := x.qp.FastRegister(nil, mr, sink, OpFlagAllowLocalWrite|OpFlagSilentSuccess); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				mr, _ = x.pd.RegisterMR(sink, MRFlagAllowLocalWrite)
+			}
+			ds, _ := mr.SGE(0, len(sink))
+			if err := x.qp.Read("r", []SGE{ds}, smr.Addr(), smr.RemoteToken(), OpFlagRDMAReadLocalInvalidate); err != nil {
+				t.Fatal(err)
+			}
+			if !fast {
+				expectResult(t, x.icq, StatusInvalidDeviceRequest, OpRead, "r")
+				return
+			}
+			expectResult(t, x.icq, StatusSuccess, OpRead, "r")
+			if !bytes.Equal(sink, src) {
+				t.Fatalf("sink %q", sink)
+			}
+			if err := x.qp.Send(nil, []SGE{ds}, 0); !errors.Is(err, ErrAccessViolation) {
+				t.Fatalf("SEND from the invalidated sink: %v", err)
+			}
+			if err := x.qp.Invalidate("inv", mr, 0); err != nil {
+				t.Fatal(err)
+			}
+			expectResult(t, x.icq, StatusInvalidDeviceRequest, OpInvalidate, "inv")
+		})
+	}
+	x, _ := pipePair(t, true)
+	if err := x.qp.Read(nil, nil, 0, 0, OpFlagRDMAReadLocalInvalidate); !errors.Is(err, ErrInvalidParameter) {
+		t.Fatalf("READ_LOCAL_INVALIDATE without an SGE: %v", err)
+	}
+}

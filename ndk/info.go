@@ -86,7 +86,8 @@ func providerInfo() AdapterInfo {
 		// rights on read sinks. No LOOPBACK (no loopback path yet), no
 		// moderation or resize (NdkControlCqInterruptModeration and
 		// NdkResizeCq are not offered).
-		AdapterFlags:   AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
+		AdapterFlags: AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired |
+			AdapterFlagRDMAReadLocalInvalidateSupported, // rc's readLocalInvalidate
 		RDMATechnology: RDMARoCEv2,
 	}
 }

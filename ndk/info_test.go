@@ -30,7 +30,7 @@ func TestProviderInfo(t *testing.T) {
 		LargeRequestThreshold:  65536,
 		MaxCallerData:          56,
 		MaxCalleeData:          196,
-		AdapterFlags:           AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
+		AdapterFlags:           AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired | AdapterFlagRDMAReadLocalInvalidateSupported,
 		RDMATechnology:         RDMARoCEv2,
 	}
 	if info != want {

@@ -30,9 +30,11 @@ func errNotThroughDaemon(op string) error {
 
 // withoutInProcessOnly clears, in a daemon client's AdapterInfo, the limits
 // of what errNotThroughDaemon refuses, so the adapter advertises only what
-// it has (MaxSRQDepth 0 is NDKPI's "no SRQ support").
+// it has (MaxSRQDepth 0 is NDKPI's "no SRQ support"). Without fast MRs no
+// READ's sink could be invalidated, so RDMA_READ_LOCAL_INVALIDATE goes too.
 func withoutInProcessOnly(info *AdapterInfo) {
 	info.MaxSRQDepth, info.MaxWindowSize, info.FRMRPageCount = 0, 0, 0
+	info.AdapterFlags &^= AdapterFlagRDMAReadLocalInvalidateSupported
 }
 
 // errNoLogicalAddresses is the STATUS_NOT_SUPPORTED of the calls above.

@@ -14,7 +14,7 @@ import (
 func TestInProcessOnlyObjectsRefused(t *testing.T) {
 	bd := newBed(t)
 	c := dial(t, bd.sock)
-	if i := c.a.Info(); i.MaxSRQDepth != 0 || i.MaxWindowSize != 0 || i.FRMRPageCount != 0 {
+	if i := c.a.Info(); i.MaxSRQDepth != 0 || i.MaxWindowSize != 0 || i.FRMRPageCount != 0 || i.AdapterFlags&ndk.AdapterFlagRDMAReadLocalInvalidateSupported != 0 {
 		t.Errorf("client advertises SRQ %d, window %d, FRMR %d", i.MaxSRQDepth, i.MaxWindowSize, i.FRMRPageCount)
 	}
 	check := func(what string, err error) {

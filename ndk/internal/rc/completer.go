@@ -172,6 +172,9 @@ func (e *Engine) readResponse(q *QP, psn rocev2.PSN) {
 	w.received = off + uint32(len(data))
 	t.una = psn.Next()
 	if last {
+		if w.flags&ndkpi.OpFlagRDMAReadLocalInvalidate != 0 && !e.readLocalInvalidate(q, w) {
+			return
+		}
 		e.completeSend(q, w, ndkpi.StatusSuccess, 0)
 	}
 	e.progress(q)

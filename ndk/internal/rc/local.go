@@ -93,3 +93,18 @@ func (e *Engine) retireLocal(q *QP) bool {
 	}
 	return true
 }
+
+// readLocalInvalidate is NDK_OP_FLAG_RDMA_READ_LOCAL_INVALIDATE (NDKPI 1.2,
+// IB_WR_RDMA_READ_WITH_INV): once the READ's data is all placed, the first
+// SGE's local token is invalidated, as a NdkInvalidate posted right after
+// it would. A token that cannot be invalidated (not a fast-registered MR,
+// or invalid already) fails the READ with STATUS_INVALID_DEVICE_REQUEST
+// and the QP with it, as a failed Invalidate does. It reports whether the
+// READ may complete successfully.
+func (e *Engine) readLocalInvalidate(q *QP, w *sendWQE) bool {
+	if e.regions.Invalidate(q.cfg.PD, w.invToken) == memreg.OK {
+		return true
+	}
+	e.fail(q, ndkpi.StatusInvalidDeviceRequest, wcLocQPOpErr)
+	return false
+}

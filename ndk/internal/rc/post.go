@@ -101,6 +101,10 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	if total > q.maxTransfer() || (inline && total > uint64(q.cfg.InlineSize)) {
 		return ndkpi.StatusInvalidParameter
 	}
+	localInv := wr.Op == OpRead && wr.Flags&ndkpi.OpFlagRDMAReadLocalInvalidate != 0
+	if localInv && len(wr.SGL) == 0 {
+		return ndkpi.StatusInvalidParameter // no first SGE whose token to invalidate
+	}
 	w := q.sq.reserve()
 	if w == nil {
 		return ndkpi.StatusInsufficientResources
@@ -136,6 +140,9 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	w.remoteAddr = wr.RemoteAddr
 	w.remoteToken = wr.RemoteToken
 	w.invToken = wr.InvalidateToken
+	if localInv {
+		w.invToken = wr.SGL[0].Token // RDMA_READ_LOCAL_INVALIDATE (local.go)
+	}
 	w.compare = wr.Compare
 	w.swapAdd = wr.SwapAdd
 	w.ctx = wr.Context
