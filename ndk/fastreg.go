@@ -133,7 +133,7 @@ func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
 	}
 	va := addrOf(buf)
 	switch {
-	case mr.fast == nil || mr.fast.pages == 0:
+	case mr == nil || mr.fast == nil || mr.fast.pages == 0:
 		q.rc.RingDeferred()
 		return errFastRegisterNotFast
 	case va == 0 || int(va%PageSize)+len(buf) > mr.fast.pages*PageSize:
@@ -182,8 +182,21 @@ type Invalidatable interface {
 	invalidationToken() uint32
 }
 
-func (m *MR) invalidationToken() uint32  { return m.tokens.Remote }
-func (mw *MW) invalidationToken() uint32 { return mw.token.Load() }
+// A nil *MR or *MW names no region: token 0, which no region has, so the
+// Invalidate completes in error instead of panicking.
+func (m *MR) invalidationToken() uint32 {
+	if m == nil {
+		return 0
+	}
+	return m.tokens.Remote
+}
+
+func (mw *MW) invalidationToken() uint32 {
+	if mw == nil {
+		return 0
+	}
+	return mw.token.Load()
+}
 
 // Invalidate revokes a fast-registered MR or a bound window (NdkInvalidate,
 // IB_WR_LOCAL_INV): from the moment it returns, every use of their tokens

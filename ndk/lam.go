@@ -15,9 +15,10 @@ package ndk
 // A privileged token would have to let any SGE address reach any memory
 // of the process, which the engine cannot check and the daemon mode (a
 // client's SGEs read by another process) must never allow. Both calls
-// therefore fail with STATUS_NOT_SUPPORTED, and AdapterInfo reports
-// nothing that would need them: RDMA_READ_SINK_NOT_REQUIRED says read
-// sinks need no special rights, not that a LAM may be one. Consumers
+// therefore fail with STATUS_NOT_SUPPORTED. AdapterInfo still sets
+// RDMA_READ_SINK_NOT_REQUIRED for what it says of registered memory (a
+// read sink needs no special right); its other half, that a LAM with the
+// privileged token may be a sink, is moot without LAMs. Consumers
 // register memory (PD.RegisterMR) or fast-register it (QP.FastRegister
 // with the buffer itself in place of a page array).
 

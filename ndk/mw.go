@@ -97,6 +97,10 @@ func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) er
 		q.rc.RingDeferred()
 		return err
 	}
+	if mr == nil || mw == nil {
+		q.rc.RingDeferred()
+		return errorf(StatusInvalidParameter, "bind", "an MR and an MW are required")
+	}
 	var access memreg.Access
 	if flags&OpFlagAllowRemoteRead != 0 {
 		access |= memreg.AccessRemoteRead

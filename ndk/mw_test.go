@@ -177,3 +177,21 @@ func TestMW_DiesWithItsMR(t *testing.T) {
 	mw.Close()
 	<-y.pd.Closed()
 }
+
+// TestMW_NilObjectsRefused: a missing MR or MW is a clear error, never a
+// panic.
+func TestMW_NilObjectsRefused(t *testing.T) {
+	x, _ := pipePair(t, true)
+	mw, _ := x.pd.CreateMW()
+	if err := x.qp.Bind(nil, nil, mw, 0, 0, 0); !errors.Is(err, ErrInvalidParameter) {
+		t.Fatalf("Bind without an MR: %v", err)
+	}
+	if err := x.qp.FastRegister(nil, nil, make([]byte, 8), 0); !errors.Is(err, ErrInvalidDeviceRequest) {
+		t.Fatalf("FastRegister without an MR: %v", err)
+	}
+	var none *MW
+	if err := x.qp.Invalidate("inv", none, 0); err != nil {
+		t.Fatal(err)
+	}
+	expectResult(t, x.icq, StatusInvalidDeviceRequest, OpInvalidate, "inv")
+}
