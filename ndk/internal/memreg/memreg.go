@@ -211,6 +211,12 @@ func (t *Table) Deregister(local uint32) error {
 	}
 	t.slots[idx].Store(nil)
 	e.invalidated.Store(true) // for an engine that still holds the entry
+	if m := e.mut; m != nil {
+		// Its keys changed since Register noted them: the next occupant
+		// must not draw the ones a peer may still hold.
+		mask := uint32(1)<<t.keyBits - 1
+		t.lastLocal[idx], t.lastRemote[idx] = m.local.Load()&mask, m.remote.Load()&mask
+	}
 	t.free = append(t.free, idx)
 	return nil
 }

@@ -210,3 +210,36 @@ func TestMutableOperationsAllocateNothing(t *testing.T) {
 		t.Fatalf("%v allocations", n)
 	}
 }
+
+// TestStaleMutableTokenAfterSlotReuse: the last tokens of a closed fast MR
+// never name the region that reuses its slot.
+func TestStaleMutableTokenAfterSlotReuse(t *testing.T) {
+	tab := newTable(t, 1) // one slot: every registration reuses it
+	buf := make([]byte, 64)
+	for range 200 {
+		init, err := tab.AllocFastMR(pd, 4096, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, f := tab.FastRegister(pd, init.Local, addr(buf), buf, AccessRemoteRead)
+		if f != OK {
+			t.Fatal(f)
+		}
+		if err := tab.Deregister(init.Local); err != nil {
+			t.Fatal(err)
+		}
+		// With 31-bit keys a collision is too rare to meet by chance:
+		// check that the slot remembers the keys to exclude.
+		mask := uint32(1)<<tab.keyBits - 1
+		if tab.lastLocal[1] != tok.Local&mask || tab.lastRemote[1] != tok.Remote&mask {
+			t.Fatal("the slot does not remember the closed fast MR's last keys")
+		}
+		next := mustRegister(t, tab, Region{PD: pd, VA: addr(buf), Buf: buf, Access: AccessRemoteRead})
+		if _, f := tab.CheckRemote(pd, tok.Remote, addr(buf), 1, AccessRemoteRead); f == OK {
+			t.Fatalf("closed fast MR's token %#x reaches the slot's next region %+v", tok.Remote, next)
+		}
+		if err := tab.Deregister(next.Local); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
