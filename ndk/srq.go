@@ -102,8 +102,8 @@ func (s *SRQ) notifications() {
 // inline with STATUS_INVALID_PARAMETER (more SGEs than the SRQ's
 // maxReceiveRequestSGE, or more bytes than MaxTransferLength),
 // STATUS_ACCESS_VIOLATION (an SGE its token does not allow to be written,
-// or of another PD), STATUS_INSUFFICIENT_RESOURCES (the SRQ holds its
-// depth) or STATUS_INVALID_HANDLE (closed). Allocates nothing when it
+// or of another PD), STATUS_INSUFFICIENT_RESOURCES (depth receives are
+// outstanding: queued, or taken by a QP and not completed yet) or STATUS_INVALID_HANDLE (closed). Allocates nothing when it
 // succeeds.
 func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 	if st := s.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
@@ -117,7 +117,7 @@ func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 // queued receives drop below it, firing at once if they already are; 0
 // keeps the threshold and whether it is armed. It completes inline and
 // fails with STATUS_INVALID_PARAMETER for a negative value, a depth below
-// the receives queued now or above Cap, or a threshold above the depth;
+// the receives outstanding now or above Cap, or a threshold above the depth;
 // STATUS_INVALID_HANDLE after Close.
 func (s *SRQ) Modify(depth, notifyThreshold int) error {
 	switch st := s.rc.Modify(depth, notifyThreshold); st {

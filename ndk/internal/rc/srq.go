@@ -2,6 +2,7 @@ package rc
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
@@ -36,7 +37,15 @@ type SRQ struct {
 	ring        *queue.MPMC[uint32] // posted receives, oldest first
 	free        *queue.MPMC[uint32] // slab slots to post into
 
-	depth     atomic.Int64 // receives it may hold (NdkModifySrq may lower it)
+	// depth is the number of receives that may be outstanding, queued or
+	// taken and not yet completed: the free ring holds depth minus those.
+	// Bounding posts by the free ring keeps the post path off the ring's
+	// indices, which the engines write on every take.
+	depth    atomic.Int64
+	modifyMu sync.Mutex // serializes Modify's depth changes
+	// shelf holds the slab slots out of circulation (beyond the depth);
+	// Modify only, under modifyMu.
+	shelf     []uint32
 	threshold atomic.Int64 // NotifyThreshold; 0: none
 	armed     atomic.Bool
 	events    chan struct{}
@@ -73,11 +82,15 @@ func NewSRQ(cfg SRQConfig) (*SRQ, error) {
 		return nil, fmt.Errorf("rc: SRQ ring: %w", err)
 	}
 	free, _ := queue.NewMPMC[uint32](ring.Cap())
-	for i := range uint32(ring.Cap()) {
+	for i := range uint32(cfg.Depth) {
 		free.TryPush(&i)
 	}
+	shelf := make([]uint32, 0, ring.Cap())
+	for i := uint32(ring.Cap()); i > uint32(cfg.Depth); i-- {
+		shelf = append(shelf, i-1)
+	}
 	s := &SRQ{regions: cfg.Regions, pd: cfg.PD, maxSGE: cfg.MaxSGE, maxTransfer: cfg.MaxTransfer,
-		slab: make([]recvWQE, ring.Cap()), ring: ring, free: free, events: make(chan struct{}, 1)}
+		slab: make([]recvWQE, ring.Cap()), ring: ring, free: free, shelf: shelf, events: make(chan struct{}, 1)}
 	s.depth.Store(int64(cfg.Depth))
 	if cfg.NotifyThreshold > 0 {
 		// Armed, but not checked now: a new SRQ is empty, below any
@@ -104,7 +117,7 @@ func (s *SRQ) Events() <-chan struct{} { return s.events }
 // PostReceive queues a receive buffer (NdkSrqReceive). It returns Success,
 // InvalidParameter (too many SGEs or bytes), AccessViolation (an SGE
 // without local write in the SRQ's PD), InsufficientResources (depth
-// reached) or InvalidHandle (closed). One goroutine posts at a time
+// receives outstanding: queued, or taken by a QP and not yet completed) or InvalidHandle (closed). One goroutine posts at a time
 // (NDKPI.md §8); it allocates nothing.
 func (s *SRQ) PostReceive(ctx any, sgl []SGE) ndkpi.Status {
 	if s.closed.Load() {
@@ -121,8 +134,8 @@ func (s *SRQ) PostReceive(ctx any, sgl []SGE) ndkpi.Status {
 		return ndkpi.StatusInvalidParameter
 	}
 	var slot uint32
-	if int64(s.ring.Len()) >= s.depth.Load() || !s.free.TryPop(&slot) {
-		return ndkpi.StatusInsufficientResources
+	if !s.free.TryPop(&slot) {
+		return ndkpi.StatusInsufficientResources // depth receives outstanding
 	}
 	w := &s.slab[slot]
 	for i := range sgl {
@@ -145,17 +158,20 @@ func (s *SRQ) PostReceive(ctx any, sgl []SGE) ndkpi.Status {
 // Modify changes the depth (0 keeps it) and the notify threshold (0 keeps
 // the threshold and its arming; NdkModifySrq). A non-zero threshold arms
 // the limit event, which fires at once if fewer receives are queued. It
-// returns InvalidParameter for a depth below the receives queued, above
-// Cap, or a threshold above the depth.
+// returns InvalidParameter for a depth below the receives outstanding,
+// above Cap, or a threshold above the depth.
 func (s *SRQ) Modify(depth, threshold int) ndkpi.Status {
 	if s.closed.Load() {
 		return ndkpi.StatusInvalidHandle
 	}
-	d := int(s.depth.Load())
+	s.modifyMu.Lock()
+	defer s.modifyMu.Unlock()
+	old := int(s.depth.Load())
+	d := old
 	if depth != 0 {
 		d = depth
 	}
-	if depth < 0 || threshold < 0 || d > s.ring.Cap() || d < s.ring.Len() || threshold > d {
+	if depth < 0 || threshold < 0 || d > s.ring.Cap() || threshold > d || !s.resize(old, d) {
 		return ndkpi.StatusInvalidParameter
 	}
 	s.depth.Store(int64(d))
@@ -165,6 +181,31 @@ func (s *SRQ) Modify(depth, threshold int) ndkpi.Status {
 		s.checkLimit()
 	}
 	return ndkpi.StatusSuccess
+}
+
+// resize moves the depth from old to d by moving slab slots between the
+// free ring and the shelf; false, with nothing moved, if shrinking needs
+// more free slots than there are, that is, if more than d receives are
+// outstanding.
+func (s *SRQ) resize(old, d int) bool {
+	for ; old < d; old++ {
+		slot := s.shelf[len(s.shelf)-1]
+		s.shelf = s.shelf[:len(s.shelf)-1]
+		s.free.TryPush(&slot) // never full: it holds at most the slab's slots
+	}
+	var slot uint32
+	for n := 0; n < old-d; n++ {
+		if !s.free.TryPop(&slot) {
+			for ; n > 0; n-- { // undo
+				slot = s.shelf[len(s.shelf)-1]
+				s.shelf = s.shelf[:len(s.shelf)-1]
+				s.free.TryPush(&slot)
+			}
+			return false
+		}
+		s.shelf = append(s.shelf, slot)
+	}
+	return true
 }
 
 // Close refuses further posts and drops the receives no QP took: with no

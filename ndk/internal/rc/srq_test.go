@@ -255,3 +255,61 @@ func TestSRQ_LimitEventOncePerArm(t *testing.T) {
 		t.Fatalf("SRQ post and take allocate %v", n)
 	}
 }
+
+// TestSRQ_DepthCountsOutstandingReceives: the depth bounds the receives
+// outstanding (queued, or taken and not completed); Modify lowers it only
+// to that many or more and raises it up to Cap, and no slab slot is ever
+// handed out twice.
+func TestSRQ_DepthCountsOutstandingReceives(t *testing.T) {
+	regions, _ := memreg.New(16)
+	buf := make([]byte, 64)
+	tok, _ := regions.Register(memreg.Region{PD: 1, VA: addrOf(buf), Buf: buf, Access: memreg.AccessLocalWrite})
+	sge := []SGE{{Addr: addrOf(buf), Length: 64, Token: tok.Local}}
+	s, err := NewSRQ(SRQConfig{Regions: regions, PD: 1, Depth: 6, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(n int, want ndkpi.Status) {
+		t.Helper()
+		for i := range n {
+			if st := s.PostReceive(nil, sge); st != want {
+				t.Fatalf("post %d: %#x, want %#x", i, st, want)
+			}
+		}
+	}
+	post(6, ndkpi.StatusSuccess)
+	post(1, ndkpi.StatusInsufficientResources)
+	var held [3]uint32
+	for i := range held { // taken, not completed: still outstanding
+		if !s.take(&held[i]) {
+			t.Fatal("take")
+		}
+	}
+	post(1, ndkpi.StatusInsufficientResources)
+	if st := s.Modify(5, 0); st != ndkpi.StatusInvalidParameter {
+		t.Fatalf("depth 5 with 6 outstanding: %#x", st)
+	}
+	for _, slot := range held {
+		s.release(slot)
+	}
+	if st := s.Modify(3, 0); st != ndkpi.StatusSuccess {
+		t.Fatalf("depth 3 with 3 outstanding: %#x", st)
+	}
+	post(1, ndkpi.StatusInsufficientResources)
+	if st := s.Modify(s.Cap(), 0); st != ndkpi.StatusSuccess {
+		t.Fatalf("depth %d: %#x", s.Cap(), st)
+	}
+	post(s.Cap()-3, ndkpi.StatusSuccess)
+	post(1, ndkpi.StatusInsufficientResources)
+	seen := map[uint32]bool{}
+	var slot uint32
+	for s.take(&slot) {
+		if seen[slot] {
+			t.Fatalf("slot %d queued twice", slot)
+		}
+		seen[slot] = true
+	}
+	if len(seen) != s.Cap() {
+		t.Fatalf("%d distinct slots, want %d", len(seen), s.Cap())
+	}
+}
