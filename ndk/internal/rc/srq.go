@@ -26,8 +26,8 @@ import (
 // the engine that takes it scatters into the slot in place and, when the
 // receive completes, returns the number to the free ring. A ring of whole
 // WQEs copied each receive's 400 bytes of SGEs in and out, and measured
-// 0.80 of per-QP receive queues' 64-byte rate (ndk's
-// BenchmarkSRQReceiveRate), against 0.94-1.29 with the slab.
+// 0.80 of per-QP receive queues' 64-byte rate; the slab measures 0.89-1.07
+// (ndk's BenchmarkSRQReceiveRate, median of paired rounds).
 type SRQ struct {
 	regions     *memreg.Table
 	pd          uint32
