@@ -195,3 +195,41 @@ func TestMW_NilObjectsRefused(t *testing.T) {
 	}
 	expectResult(t, x.icq, StatusInvalidDeviceRequest, OpInvalidate, "inv")
 }
+
+// TestLocalOps_InlineFailureSubmitsDeferredChain: NDKPI.md §8, an inline
+// failure of Bind, FastRegister or Invalidate first submits the requests
+// posted before it with DEFER: the deferred SEND completes.
+func TestLocalOps_InlineFailureSubmitsDeferredChain(t *testing.T) {
+	for name, refused := range map[string]func(x *side, mr *MR, mw *MW) error{
+		"BindOutsideMR": func(x *side, mr *MR, mw *MW) error {
+			return x.qp.Bind(nil, mr, mw, mr.Addr()+1, 64, OpFlagAllowRemoteRead)
+		},
+		"FastRegisterNotFast": func(x *side, mr *MR, _ *MW) error { return x.qp.FastRegister(nil, mr, make([]byte, 8), 0) },
+		"InvalidateBadFlags":  func(x *side, mr *MR, _ *MW) error { return x.qp.Invalidate(nil, mr, OpFlagInline) },
+		"BindWithoutMR":       func(x *side, _ *MR, mw *MW) error { return x.qp.Bind(nil, nil, mw, 0, 0, 0) },
+		"FastRegisterBadRights": func(x *side, _ *MR, _ *MW) error {
+			return x.qp.FastRegister(nil, newFastMR(t, x.pd, 1, false), make([]byte, 8), OpFlagAllowRemoteRead)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			x, y := pipePair(t, true)
+			mem := make([]byte, 64)
+			mr, _ := x.pd.RegisterMR(mem, MRFlagAllowRemoteRead)
+			mw, _ := x.pd.CreateMW()
+			rbuf := make([]byte, 64)
+			rmr, _ := y.pd.RegisterMR(rbuf, MRFlagAllowLocalWrite)
+			rs, _ := rmr.SGE(0, 64)
+			if err := y.qp.Receive("r", []SGE{rs}); err != nil {
+				t.Fatal(err)
+			}
+			ss, _ := mr.SGE(0, 8)
+			if err := x.qp.Send("deferred", []SGE{ss}, OpFlagDefer); err != nil {
+				t.Fatal(err)
+			}
+			if err := refused(x, mr, mw); err == nil {
+				t.Fatal("the request was not refused inline")
+			}
+			expectResult(t, x.icq, StatusSuccess, OpSend, "deferred")
+		})
+	}
+}
