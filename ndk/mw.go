@@ -12,7 +12,9 @@ import (
 // a peer's SendAndInvalidate naming it. Windows work like IB type-2
 // windows bound through the send queue (NDKPI.md §9), except that ndkxdp
 // does not tie a bound window to the QP that bound it: any QP of the PD
-// may be targeted with its token.
+// may be targeted with its token. The engine's remote checks know the
+// PD, as for every MR; NDKPI asks no more of a window, and the token's
+// random key already keeps other peers out.
 type MW struct {
 	pd     *PD
 	handle uint32        // the token table's slot handle
