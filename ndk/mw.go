@@ -9,12 +9,10 @@ import (
 
 // MW is a memory window (NDK_MW, NdkCreateMw): a remote token for a range
 // of a registered MR, given by QP.Bind and revoked by QP.Invalidate or by
-// a peer's SendAndInvalidate naming it. Windows work like IB type-2
-// windows bound through the send queue (NDKPI.md §9), except that ndkxdp
-// does not tie a bound window to the QP that bound it: any QP of the PD
-// may be targeted with its token. The engine's remote checks know the
-// PD, as for every MR; NDKPI asks no more of a window, and the token's
-// random key already keeps other peers out.
+// a peer's SendAndInvalidate naming it. Windows are IB type-2 windows
+// bound through the send queue (NDKPI.md §9): a bound window answers
+// only the peer of the QP that bound it; through another QP its token is
+// a remote access error.
 type MW struct {
 	pd     *PD
 	handle uint32        // the token table's slot handle

@@ -233,3 +233,28 @@ func TestLocalOps_InlineFailureSubmitsDeferredChain(t *testing.T) {
 		})
 	}
 }
+
+// TestMW_BoundToItsQP: a window answers only the peer of the QP that bound
+// it (IB type-2 windows, NDKPI.md §9): through another QP of the same PD
+// its token is a remote access error.
+func TestMW_BoundToItsQP(t *testing.T) {
+	s := newSRQSides(t, 2, 8, 64, false)
+	mem := make([]byte, 64)
+	mr, _ := s.y.pd.RegisterMR(mem, MRFlagAllowRemoteWrite)
+	mw, _ := s.y.pd.CreateMW()
+	if err := s.yqps[0].Bind("b", mr, mw, mr.Addr(), 64, OpFlagAllowRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	expectResult(t, s.y.icq, StatusSuccess, OpBind, "b")
+	src := make([]byte, 8)
+	smr, _ := s.x.pd.RegisterMR(src, 0)
+	ss, _ := smr.SGE(0, 8)
+	if err := s.xqps[0].Write("own", []SGE{ss}, mr.Addr(), mw.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	expectResult(t, s.x.icq, StatusSuccess, OpWrite, "own")
+	if err := s.xqps[1].Write("other", []SGE{ss}, mr.Addr(), mw.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	expectResult(t, s.x.icq, StatusAccessViolation, OpWrite, "other")
+}

@@ -26,7 +26,8 @@
 // memory, rights and new keys without allocating, Invalidate revokes
 // them; readers take a consistent snapshot of the changing fields under a
 // sequence count, lock-free. A window is checked against its own range
-// and rights and dies with its MR's registration.
+// and rights, answers only on the QP that bound it (CheckRemoteOn), and
+// dies with its MR's registration.
 //
 // It is not the public API (package ndk's PD and MR are), and it does not
 // know QPs, connections or wire formats: the engine maps a Fault to an NDK

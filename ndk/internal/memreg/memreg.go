@@ -278,7 +278,7 @@ func (t *Table) CheckLocal(pd, token uint32, va uint64, length uint32, need Acce
 		return nil, f
 	}
 	if e.mut != nil {
-		return e.checkMutable(token, false, pd, va, uint64(length), need)
+		return e.checkMutable(token, false, pd, 0, va, uint64(length), need)
 	}
 	if need == AccessReadSink && e.Access&AccessLocalWrite != 0 {
 		need = AccessLocalWrite
@@ -286,19 +286,27 @@ func (t *Table) CheckLocal(pd, token uint32, va uint64, length uint32, need Acce
 	return e.check(pd, va, uint64(length), need)
 }
 
-// CheckRemote checks a peer's access (remote token, address, length from a
-// RETH or AtomicETH) arriving on a QP of protection domain pd; need is
-// AccessRemoteRead, AccessRemoteWrite or AccessRemoteAtomic. On success it
-// returns the bytes to read or write. Lock-free; allocates nothing.
-func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+// CheckRemoteOn checks a peer's access (remote token, address, length from
+// a RETH or AtomicETH) arriving on QP qpn of protection domain pd; need is
+// AccessRemoteRead, AccessRemoteWrite or AccessRemoteAtomic. A window
+// answers only on the QP that bound it (FaultToken elsewhere), as an IB
+// type-2 window. On success it returns the bytes to read or write.
+// Lock-free; allocates nothing.
+func (t *Table) CheckRemoteOn(pd, qpn, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
 	e, f := t.lookup(token, true)
 	if f != OK {
 		return nil, f
 	}
 	if e.mut != nil {
-		return e.checkMutable(token, true, pd, va, uint64(length), need)
+		return e.checkMutable(token, true, pd, qpn, va, uint64(length), need)
 	}
 	return e.check(pd, va, uint64(length), need)
+}
+
+// CheckRemote is CheckRemoteOn for an access on no particular QP: it
+// reaches registered and fast-registered MRs, never a window.
+func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+	return t.CheckRemoteOn(pd, 0, token, va, length, need)
 }
 
 // Invalidate revokes the region of token (either of its tokens) for

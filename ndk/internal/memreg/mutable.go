@@ -49,6 +49,7 @@ type mutable struct {
 	// token when it was bound: a window dies with its MR's registration.
 	parent    atomic.Pointer[entry]
 	parentKey atomic.Uint32
+	qpn       atomic.Uint32 // a window's: the QP that bound it
 }
 
 // view is a consistent snapshot of a mutable region.
@@ -60,6 +61,7 @@ type view struct {
 	access        Access
 	parent        *entry
 	parentKey     uint32
+	qpn           uint32
 }
 
 // snapshot reads m's fields consistently; false if a writer is changing
@@ -75,6 +77,7 @@ func (m *mutable) snapshot(v *view) bool {
 	p, n := m.base.Load(), m.n.Load()
 	v.access = Access(m.access.Load())
 	v.parent, v.parentKey = m.parent.Load(), m.parentKey.Load()
+	v.qpn = m.qpn.Load()
 	if m.seq.Load() != s {
 		return false
 	}
@@ -101,8 +104,9 @@ func (e *entry) live(key uint32) bool {
 	return e.mut.snapshot(&v) && v.state == stateValid && v.local == key
 }
 
-// checkMutable is check for a fast MR or window, given the token used.
-func (e *entry) checkMutable(token uint32, remote bool, pd uint32, va, length uint64, need Access) ([]byte, Fault) {
+// checkMutable is check for a fast MR or window, given the token used and,
+// for a remote access, the QP it arrived on.
+func (e *entry) checkMutable(token uint32, remote bool, pd, qpn uint32, va, length uint64, need Access) ([]byte, Fault) {
 	m := e.mut
 	var v view
 	if !m.snapshot(&v) {
@@ -114,6 +118,9 @@ func (e *entry) checkMutable(token uint32, remote bool, pd uint32, va, length ui
 		}
 	} else if m.kind == kindWindow || token != want {
 		return nil, FaultToken // a window has no local token
+	}
+	if m.kind == kindWindow && qpn != v.qpn {
+		return nil, FaultToken // another QP's window (IB type 2)
 	}
 	if e.PD != pd {
 		return nil, FaultPD
@@ -267,12 +274,13 @@ func (t *Table) FastRegister(pd, mr uint32, va uint64, buf []byte, access Access
 
 // Bind binds the window whose remote token (or handle) is mw to length
 // bytes at va of the MR whose local token is mr, with the remote rights
-// in access (NdkBind, IB_WR_BIND_MW). The range must lie inside the MR
-// (FaultBounds) and the rights within the MR's (FaultAccess); both must
-// be of protection domain pd. A bound window may be bound again: its old
-// token dies. It returns the window's new remote token. Lock-free;
-// allocates nothing.
-func (t *Table) Bind(pd, mw, mr uint32, va, length uint64, access Access) (uint32, Fault) {
+// in access, for peers of QP qpn (NdkBind, IB_WR_BIND_MW of a type-2
+// window: CheckRemoteOn answers for it on that QP only). The range must
+// lie inside the MR (FaultBounds) and the rights within the MR's
+// (FaultAccess); both must be of protection domain pd. A bound window may
+// be bound again: its old token dies. It returns the window's new remote
+// token. Lock-free; allocates nothing.
+func (t *Table) Bind(pd, qpn, mw, mr uint32, va, length uint64, access Access) (uint32, Fault) {
 	w, f := t.mutableOf(mw, kindWindow)
 	if f != OK {
 		return 0, f
@@ -300,7 +308,7 @@ func (t *Table) Bind(pd, mw, mr uint32, va, length uint64, access Access) (uint3
 	// for: a window never grants what its MR does not.
 	var buf []byte
 	if p.mut != nil {
-		buf, f = p.checkMutable(mr, false, pd, va, length, access)
+		buf, f = p.checkMutable(mr, false, pd, 0, va, length, access)
 	} else {
 		buf, f = p.check(pd, va, length, access)
 	}
@@ -321,6 +329,7 @@ func (t *Table) Bind(pd, mw, mr uint32, va, length uint64, access Access) (uint3
 	m.access.Store(uint32(access))
 	m.parent.Store(p)
 	m.parentKey.Store(mr)
+	m.qpn.Store(qpn)
 	m.state.Store(stateValid)
 	m.seq.Add(1)
 	return r, OK

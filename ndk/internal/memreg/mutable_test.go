@@ -9,6 +9,9 @@ import (
 
 func addr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 
+// qp is the QP number the tests bind windows for.
+const qp = 0x123
+
 // TestFastMRLifecycle: a fast MR has no memory until FastRegister, which
 // gives it new tokens; it must be invalidated before the next one; rights,
 // size and PD are checked; the handle frees it.
@@ -75,8 +78,8 @@ func TestFastMRLifecycle(t *testing.T) {
 }
 
 // TestWindowBind: a window reaches only its range of the MR, with rights
-// within the MR's; it has no local token; rebinding kills the old token;
-// it dies with its MR.
+// within the MR's, and only from the QP that bound it; it has no local
+// token; rebinding kills the old token; it dies with its MR.
 func TestWindowBind(t *testing.T) {
 	tab := newTable(t, 16)
 	buf := make([]byte, 1024)
@@ -98,36 +101,42 @@ func TestWindowBind(t *testing.T) {
 		"MRByRemoteToken":   {w.Remote, mr.Remote, va, 8, AccessRemoteRead, FaultToken},
 		"WindowAsMR":        {w.Remote, w.Remote, va, 8, AccessRemoteRead, FaultKind},
 	} {
-		if _, f := tab.Bind(pd, c.mw, c.mr, c.va, c.n, c.access); f != c.want {
+		if _, f := tab.Bind(pd, qp, c.mw, c.mr, c.va, c.n, c.access); f != c.want {
 			t.Errorf("%s: %v, want %v", name, f, c.want)
 		}
 	}
-	r1, f := tab.Bind(pd, w.Remote, mr.Local, va+256, 256, AccessRemoteRead)
+	r1, f := tab.Bind(pd, qp, w.Remote, mr.Local, va+256, 256, AccessRemoteRead)
 	if f != OK {
 		t.Fatal(f)
 	}
-	if _, f := tab.CheckRemote(pd, r1, va+256, 256, AccessRemoteRead); f != OK {
+	if _, f := tab.CheckRemoteOn(pd, qp, r1, va+256, 256, AccessRemoteRead); f != OK {
 		t.Fatalf("inside the window: %v", f)
 	}
 	for _, c := range []struct{ va, n uint64 }{{va + 255, 1}, {va + 512, 1}, {va + 300, 213}} {
-		if _, f := tab.CheckRemote(pd, r1, c.va, uint32(c.n), AccessRemoteRead); f != FaultBounds {
+		if _, f := tab.CheckRemoteOn(pd, qp, r1, c.va, uint32(c.n), AccessRemoteRead); f != FaultBounds {
 			t.Errorf("[%#x, +%d) outside the window: %v", c.va-va, c.n, f)
 		}
 	}
 	if _, f := tab.CheckLocal(pd, r1, va+256, 1, 0); f != FaultToken {
 		t.Fatalf("a window's token used locally: %v", f)
 	}
-	r2, f := tab.Bind(pd, r1, mr.Local, va, 1024, AccessRemoteRead)
+	if _, f := tab.CheckRemoteOn(pd, qp+1, r1, va+256, 1, AccessRemoteRead); f != FaultToken {
+		t.Fatalf("a window used from another QP: %v", f)
+	}
+	if _, f := tab.CheckRemote(pd, r1, va+256, 1, AccessRemoteRead); f != FaultToken {
+		t.Fatalf("a window reached without a QP: %v", f)
+	}
+	r2, f := tab.Bind(pd, qp, r1, mr.Local, va, 1024, AccessRemoteRead)
 	if f != OK || r2 == r1 {
 		t.Fatalf("rebind: %#x %v", r2, f)
 	}
-	if _, f := tab.CheckRemote(pd, r1, va+256, 1, AccessRemoteRead); f != FaultToken {
+	if _, f := tab.CheckRemoteOn(pd, qp, r1, va+256, 1, AccessRemoteRead); f != FaultToken {
 		t.Fatalf("old token after rebind: %v", f)
 	}
 	if err := tab.Deregister(mr.Local); err != nil {
 		t.Fatal(err)
 	}
-	if _, f := tab.CheckRemote(pd, r2, va, 1, AccessRemoteRead); f != FaultInvalidated {
+	if _, f := tab.CheckRemoteOn(pd, qp, r2, va, 1, AccessRemoteRead); f != FaultInvalidated {
 		t.Fatalf("window of a deregistered MR: %v", f)
 	}
 }
@@ -154,10 +163,10 @@ func TestMutableChecksDuringChurn(t *testing.T) {
 					return
 				default:
 				}
-				for _, c := range []*atomic.Uint64{&cur, &curW} {
+				for i, c := range []*atomic.Uint64{&cur, &curW} {
 					v := c.Load()
 					b := bufs[v&1]
-					got, f := tab.CheckRemote(pd, uint32(v>>32), addr(b), uint32(len(b)), AccessRemoteRead)
+					got, f := tab.CheckRemoteOn(pd, uint32(i)*qp, uint32(v>>32), addr(b), uint32(len(b)), AccessRemoteRead)
 					if f == OK && (len(got) != len(b) || &got[0] != &b[0]) {
 						t.Errorf("token %#x checked out another registration's bytes", uint32(v>>32))
 						return
@@ -175,7 +184,7 @@ func TestMutableChecksDuringChurn(t *testing.T) {
 		}
 		local = tok.Local
 		cur.Store(uint64(tok.Remote)<<32 | uint64(i&1))
-		r, f := tab.Bind(pd, win.Remote, tok.Local, addr(b), uint64(len(b)), AccessRemoteRead)
+		r, f := tab.Bind(pd, qp, win.Remote, tok.Local, addr(b), uint64(len(b)), AccessRemoteRead)
 		if f != OK {
 			t.Fatalf("bind %d: %v", i, f)
 		}
@@ -200,8 +209,8 @@ func TestMutableOperationsAllocateNothing(t *testing.T) {
 	n := testing.AllocsPerRun(100, func() {
 		tok, _ := tab.FastRegister(pd, local, addr(buf), buf, AccessRemoteRead|AccessLocalWrite)
 		local = tok.Local
-		wr, _ = tab.Bind(pd, wr, local, addr(buf), 256, AccessRemoteRead)
-		_, _ = tab.CheckRemote(pd, wr, addr(buf), 8, AccessRemoteRead)
+		wr, _ = tab.Bind(pd, qp, wr, local, addr(buf), 256, AccessRemoteRead)
+		_, _ = tab.CheckRemoteOn(pd, qp, wr, addr(buf), 8, AccessRemoteRead)
 		_, _ = tab.CheckLocal(pd, local, addr(buf), 8, AccessLocalWrite)
 		_ = tab.Invalidate(pd, wr)
 		_ = tab.Invalidate(pd, local)

@@ -159,6 +159,8 @@
 //     executed on the token table when posted, queued without PSNs, and
 //     completed in order once every earlier request has; a failed
 //     Invalidate completes STATUS_INVALID_DEVICE_REQUEST and fails the QP.
+//     A window answers only on the QP that bound it (memreg.CheckRemoteOn
+//     with the QP's number, IB type 2).
 //   - SRQ (srq.go): a QP created on one takes a receive from the SRQ's
 //     lock-free ring when a SEND starts and sends an RNR NAK only when it
 //     is empty; the limit event fires once per arm, off the engine.

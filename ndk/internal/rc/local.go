@@ -49,7 +49,7 @@ func (q *QP) postLocal(wr *SendWR) ndkpi.Status {
 			}
 			wr.Tokens = tok
 		case OpBind:
-			r, f := q.regions.Bind(q.cfg.PD, wr.MW, wr.MR, wr.RemoteAddr, wr.Length, wr.Access)
+			r, f := q.regions.Bind(q.cfg.PD, q.cfg.QPN, wr.MW, wr.MR, wr.RemoteAddr, wr.Length, wr.Access)
 			if f != memreg.OK {
 				return ndkpi.StatusAccessViolation
 			}

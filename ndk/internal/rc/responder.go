@@ -164,7 +164,7 @@ func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
 		r := &p.RETH
 		t.wbuf, t.woff = nil, 0
 		if r.DMALen > 0 { // a zero-length WRITE checks no key (IBTA 9.4.3)
-			b, f := e.regions.CheckRemote(q.cfg.PD, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
+			b, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
 			if f != memreg.OK {
 				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 				return
@@ -217,7 +217,7 @@ func (e *Engine) recvRead(q *QP) {
 	var b []byte
 	if r.DMALen > 0 {
 		var f memreg.Fault
-		b, f = e.regions.CheckRemote(q.cfg.PD, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteRead)
+		b, f = e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteRead)
 		if f != memreg.OK {
 			e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 			return
@@ -261,7 +261,7 @@ func (e *Engine) recvAtomic(q *QP, op rocev2.Opcode) {
 		return
 	}
 	a := &p.AtomicETH
-	b, f := e.regions.CheckRemote(q.cfg.PD, a.RKey, a.VA, 8, memreg.AccessRemoteAtomic)
+	b, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, a.RKey, a.VA, 8, memreg.AccessRemoteAtomic)
 	if f != memreg.OK {
 		e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 		return
@@ -318,7 +318,7 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 			break
 		}
 		if r.DMALen > 0 {
-			if _, f := e.regions.CheckRemote(q.cfg.PD, s.rkey, r.VA, r.DMALen, memreg.AccessRemoteRead); f != memreg.OK {
+			if _, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, s.rkey, r.VA, r.DMALen, memreg.AccessRemoteRead); f != memreg.OK {
 				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 				return
 			}
