@@ -62,9 +62,7 @@ func (mw *MW) Close() {
 		return
 	}
 	pd.closeMWLocked(mw)
-	if pd.closing && !pd.finished && pd.idleLocked() {
-		pd.finishLocked()
-	}
+	pd.maybeFinishLocked()
 }
 
 // closeMWLocked frees mw's slot; pd.mu is held.
@@ -134,3 +132,7 @@ func (q *QP) postLocal(op string, wr *rc.SendWR) error {
 		return postError(op, st)
 	}
 }
+
+// QueryExtension is NdkQueryExtension on the MW (STATUS_NOT_SUPPORTED;
+// extension.go says why).
+func (mw *MW) QueryExtension(id GUID, v Version) (any, error) { return queryExtension("mw", id, v) }

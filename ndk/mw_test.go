@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 )
 
 // boundWindow registers a 4 KiB MR on y with mrFlags, creates a window and
@@ -154,7 +155,8 @@ func TestMW_InvalidateAndCloseRevoke(t *testing.T) {
 }
 
 // TestMW_DiesWithItsMR: deregistering the MR a window is bound to revokes
-// the window, and the PD's close waits for the window's.
+// the window, and the PD's close waits for the window's (and, as for
+// every PD, its QP's).
 func TestMW_DiesWithItsMR(t *testing.T) {
 	x, y := pipePair(t, true)
 	_, mr, mw := boundWindow(t, y, MRFlagAllowRemoteRead, 0, 128, OpFlagAllowRemoteRead)
@@ -175,7 +177,12 @@ func TestMW_DiesWithItsMR(t *testing.T) {
 	default:
 	}
 	mw.Close()
-	<-y.pd.Closed()
+	_ = y.qp.Close()
+	select {
+	case <-y.pd.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("PD close did not complete after its window and QP closed")
+	}
 }
 
 // TestMW_NilObjectsRefused: a missing MR or MW is a clear error, never a
@@ -257,4 +264,25 @@ func TestMW_BoundToItsQP(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectResult(t, s.x.icq, StatusAccessViolation, OpWrite, "other")
+}
+
+// TestQueryExtensionOnSRQAndMW: NdkQueryExtension on the SRQ and the MW
+// answers STATUS_NOT_SUPPORTED, as on every object (extension.go).
+func TestQueryExtensionOnSRQAndMW(t *testing.T) {
+	x, _ := pipePair(t, false)
+	srq, err := x.pd.CreateSRQ(4, 1, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srq.Close()
+	mw, err := x.pd.CreateMW()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mw.Close()
+	for name, q := range map[string]func(GUID, Version) (any, error){"srq": srq.QueryExtension, "mw": mw.QueryExtension} {
+		if iface, err := q(GUID{1}, Version{Major: 2}); iface != nil || !errors.Is(err, ErrNotSupported) {
+			t.Errorf("%s: QueryExtension = %v, %v; want nil, STATUS_NOT_SUPPORTED", name, iface, err)
+		}
+	}
 }

@@ -190,9 +190,7 @@ func (s *SRQ) finishLocked() {
 	close(s.done)
 	pd := s.pd
 	delete(pd.srqs, s)
-	if pd.closing && !pd.finished && pd.idleLocked() {
-		pd.finishLocked()
-	}
+	pd.maybeFinishLocked()
 }
 
 // stopLocked is the PD's (and so the adapter's) close of the SRQ with its
@@ -233,3 +231,7 @@ func (s *SRQ) detach() {
 		s.pd.mu.Unlock()
 	}
 }
+
+// QueryExtension is NdkQueryExtension on the SRQ (STATUS_NOT_SUPPORTED;
+// extension.go says why).
+func (s *SRQ) QueryExtension(id GUID, v Version) (any, error) { return queryExtension("srq", id, v) }

@@ -39,6 +39,20 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 				return nil, nil, statusErr(ndk.StatusInvalidAddress, "source %q: %v", req.Addr, err)
 			}
 		}
+		if err := setRetry(c.c, req.Opts); err != nil {
+			return nil, nil, err
+		}
+		if req.Endpoint != 0 {
+			se, err := lookup[*sEndpoint](ss, req.Endpoint)
+			if err != nil {
+				return nil, nil, err
+			}
+			err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, se.se, dst, req.IRD, req.ORD, req.Data)
+			if err != nil {
+				return nil, nil, err
+			}
+			return connMessage(c.c), nil, nil
+		}
 		if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
 			return nil, nil, err
 		}
@@ -48,7 +62,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, c.c.CompleteConnect(ss.onDisconnect(c))
+		return nil, nil, c.c.CompleteConnectEx(ss.onDisconnect(c))
 	case proto.OpAccept:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -58,7 +72,10 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := c.c.Accept(ctx, q.qp, req.IRD, req.ORD, req.Data, ss.onDisconnect(c)); err != nil {
+		if err := setRetry(c.c, req.Opts); err != nil {
+			return nil, nil, err
+		}
+		if err := c.c.AcceptEx(ctx, q.qp, req.IRD, req.ORD, req.Data, ss.onDisconnect(c)); err != nil {
 			return nil, nil, err
 		}
 		return connMessage(c.c), nil, nil
@@ -73,7 +90,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, c.c.Disconnect(ctx)
+		return nil, nil, c.c.DisconnectEx(ctx, req.Abortive)
 	case proto.OpConnData:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -93,17 +110,33 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 			return nil, nil, err
 		}
 		c.c.Close()
-		go func() {
-			select {
-			case <-c.c.Closed():
-				ss.drop(c.h)
-				ss.event(proto.EvConnectorClosed, c.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(c.c.Closed(), c.h, proto.EvConnectorClosed)
 		return nil, nil, nil
 	case proto.OpCreateListener, proto.OpListen, proto.OpPauseListener, proto.OpCloseListener:
 		return ss.dispatchListener(req)
+	case proto.OpCreateEndpoint:
+		addr, err := netip.ParseAddrPort(req.Addr)
+		if err != nil {
+			return nil, nil, statusErr(ndk.StatusInvalidAddress, "endpoint address %q: %v", req.Addr, err)
+		}
+		se, err := a.CreateSharedEndpoint(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		x := &sEndpoint{se: se}
+		if x.h, err = ss.add(x); err != nil {
+			se.Close()
+			return nil, nil, err
+		}
+		return &proto.Message{H: x.h, Addr: se.LocalAddress().String()}, nil, nil
+	case proto.OpCloseEndpoint:
+		x, err := lookup[*sEndpoint](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		x.se.Close()
+		ss.drop(x.h)
+		return nil, nil, nil
 	}
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
 }
@@ -159,14 +192,7 @@ func (ss *session) dispatchListener(req *proto.Request) (*proto.Message, []int, 
 			return nil, nil, err
 		}
 		l.l.Close()
-		go func() {
-			select {
-			case <-l.l.Closed():
-				ss.drop(l.h)
-				ss.event(proto.EvListenerClosed, l.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(l.l.Closed(), l.h, proto.EvListenerClosed)
 		return nil, nil, nil
 	}
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
@@ -195,6 +221,17 @@ func connMessage(c *ndk.Connector) *proto.Message {
 	return m
 }
 
-func (ss *session) onDisconnect(c *sConnector) func() {
-	return func() { ss.event(proto.EvDisconnect, c.h, ndk.StatusSuccess) }
+func (ss *session) onDisconnect(c *sConnector) func(ndk.DisconnectReason) {
+	return func(r ndk.DisconnectReason) {
+		ss.send(&proto.Message{Ev: proto.EvDisconnect, H: c.h, Reason: uint32(r)})
+	}
+}
+
+// setRetry applies a client's Connector.SetRetryCounts, which connect and
+// accept carry in Opts.
+func setRetry(c *ndk.Connector, o *proto.ConnOpts) error {
+	if o == nil || o.RetryCount == nil || o.RNRRetry == nil {
+		return nil
+	}
+	return c.SetRetryCounts(*o.RetryCount, *o.RNRRetry)
 }

@@ -35,6 +35,10 @@ type (
 		h uint32
 		l *ndk.Listener
 	}
+	sEndpoint struct {
+		h  uint32
+		se *ndk.SharedEndpoint
+	}
 )
 
 // handle runs one request and returns the reply (nil: already sent).
@@ -72,6 +76,19 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, ss.arena(req, fds)
 	case proto.OpCreateCQ:
 		return ss.createCQ(req)
+	case proto.OpModerateCQ:
+		// The relay raises the client's notifications (fireArm), so it
+		// holds them; the client mapped NDKPI's values to these bounds.
+		c, err := lookup[*sCQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if req.Timeout < 0 || req.Depth < 0 {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
+		}
+		c.modInterval.Store(req.Timeout)
+		c.modCount.Store(uint64(req.Depth))
+		return nil, nil, nil
 	case proto.OpCloseCQ:
 		c, err := lookup[*sCQ](ss, req.H)
 		if err != nil {
@@ -99,14 +116,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 			return nil, nil, err
 		}
 		p.pd.Close()
-		go func() {
-			select {
-			case <-p.pd.Closed():
-				ss.drop(p.h)
-				ss.event(proto.EvPDClosed, p.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(p.pd.Closed(), p.h, proto.EvPDClosed)
 		return nil, nil, nil
 	case proto.OpRegister:
 		return ss.register(req)
@@ -167,7 +177,6 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	ss.relay = r
-	go r.run()
 	a := ss.srv.a
 	info, err := json.Marshal(a.Info())
 	if err != nil {
@@ -179,9 +188,9 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		MAC:     a.MAC().String(),
 		PathMTU: a.PathMTU(),
 		Raw:     info,
-		Seg:     &proto.Segment{Size: r.seg.Size()},
+		Seg:     &proto.Segment{Size: r.eng.BellSize, Session: r.seg.Size()},
 	}
-	return m, []int{dupFD(r.seg.FD()), dupFD(r.bell.FD())}, nil
+	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD), dupFD(r.seg.FD())}, nil
 }
 
 func (ss *session) arena(req *proto.Request, fds []int) error {
@@ -205,6 +214,7 @@ func (ss *session) arena(req *proto.Request, fds []int) error {
 	if err != nil {
 		return statusErr(ndk.StatusInvalidParameter, "%v", err)
 	}
+	unix.Close(seg.TakeFD())
 	ss.mu.Lock()
 	ss.arenas[req.Arena] = seg
 	ss.mu.Unlock()
@@ -289,7 +299,7 @@ func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	ss.relay.addCQ(c)
-	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{dupFD(c.seg.FD())}, nil
+	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{c.seg.TakeFD()}, nil
 }
 
 func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
@@ -317,12 +327,17 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 		q.seg.Close()
 		return nil, nil, err
 	}
-	ss.relay.addQP(q)
+	if err := ss.relay.addQP(q); err != nil {
+		ss.drop(q.h)
+		q.qp.Close()
+		q.seg.Close()
+		return nil, nil, err
+	}
 	m := &proto.Message{
-		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(),
+		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
 		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
 	}
-	return m, []int{dupFD(q.seg.FD())}, nil
+	return m, []int{q.seg.TakeFD()}, nil
 }
 
 func dupFD(fd int) int {

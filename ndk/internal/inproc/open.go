@@ -11,6 +11,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -130,7 +131,11 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	// retires a request using it: the ports send it in place.
 	lo, hi := parts[cfg.Queues].Range()
 	for q := 0; q < cfg.Queues; q++ {
-		sock, err := afxdp.NewSocket(p.umem, afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi})
+		sc := afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi, Mode: cfg.BindMode}
+		if cfg.BusyPoll > 0 {
+			sc.BusyPoll = &afxdp.BusyPollConfig{Timeout: cfg.BusyPoll, Prefer: true}
+		}
+		sock, err := afxdp.NewSocket(p.umem, sc)
 		if err != nil {
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
@@ -138,7 +143,15 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
-		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}})
+		// The doorbell's flags live in a segment another process can
+		// map: the daemon's clients ring the engine themselves.
+		bell, err := shm.NewSegment(fmt.Sprintf("ndkxdp-engine-%d", q), shm.DoorbellSize)
+		if err != nil {
+			sock.Close()
+			return fmt.Errorf("queue %d: %w", q, err)
+		}
+		p.bells = append(p.bells, bell)
+		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}, BellMem: bell.Bytes()[:shm.DoorbellSize]})
 		if err != nil {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)

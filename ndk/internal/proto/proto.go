@@ -20,6 +20,7 @@ const (
 	OpArena           = "arena"            // a memfd of client memory (FDs: the memfd)
 	OpCreateCQ        = "create_cq"        // Depth; reply: H, segment (FDs)
 	OpCloseCQ         = "close_cq"         // H
+	OpModerateCQ      = "moderate_cq"      // H, Timeout (interval, ns; 0: none), Depth (count; 0: none): the effective bounds
 	OpCreatePD        = "create_pd"        // reply: H
 	OpClosePD         = "close_pd"         // H; event pd_closed follows
 	OpRegister        = "register"         // PD, Arena, Off, Len, Flags, Invalidatable; reply: H, tokens
@@ -33,7 +34,7 @@ const (
 	OpCompleteConnect = "complete_connect" // H
 	OpAccept          = "accept"           // H, QP, IRD, ORD, Data, Timeout
 	OpReject          = "reject"           // H, Data
-	OpDisconnect      = "disconnect"       // H, Timeout
+	OpDisconnect      = "disconnect"       // H, Timeout, Abortive
 	OpConnData        = "conn_data"        // H; reply: IRD, ORD, Data
 	OpCloseConnector  = "close_connector"  // H; event connector_closed follows
 	OpCreateListener  = "create_listener"  // reply: H
@@ -41,6 +42,8 @@ const (
 	OpPauseListener   = "pause_listener"   // H, Pause
 	OpCloseListener   = "close_listener"   // H; event listener_closed follows
 	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
+	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
+	OpCloseEndpoint   = "close_endpoint"   // H
 	OpCancel          = "cancel"           // Target: a blocking request to give up
 )
 
@@ -52,6 +55,7 @@ const (
 	EvConnectorClosed = "connector_closed" // H
 	EvListenerClosed  = "listener_closed"  // H
 	EvPDClosed        = "pd_closed"        // H
+	EvPeerWrite       = "peer_write"       // H: QP whose armed peer-write count moved (ArmPeerWrites)
 )
 
 // Endpoint is ndk.Endpoint on the wire.
@@ -101,8 +105,10 @@ type Request struct {
 	Timeout            int64  `json:",omitempty"` // ns; 0: none
 	Pause              bool   `json:",omitempty"`
 	Target             uint64 `json:",omitempty"`
+	Endpoint           uint32 `json:",omitempty"` // connect: the shared endpoint to connect from
 	Remote             *Endpoint
-	Opts               *ConnOpts
+	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
+	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive
 }
 
 // Message is what the daemon sends: a reply (ID set) or an event (Ev set).
@@ -119,6 +125,7 @@ type Message struct {
 
 	Local, Remote uint32          `json:",omitempty"` // MR tokens
 	QPN, PSN      uint32          `json:",omitempty"`
+	Slot          int             `json:",omitempty"` // a QP's slot in the session's bitmaps
 	Queue         int             `json:",omitempty"`
 	IRD, ORD      int             `json:",omitempty"`
 	Data          []byte          `json:",omitempty"`
@@ -127,6 +134,9 @@ type Message struct {
 	PathMTU       int             `json:",omitempty"`
 	Version       int             `json:",omitempty"`
 	Raw, Raw2     json.RawMessage `json:",omitempty"`
+	// Reason is an EvDisconnect's ndk.DisconnectReason (NDKPI 2.1's
+	// ProviderDisconnectReason); 0: none given.
+	Reason uint32 `json:",omitempty"`
 }
 
 // Segment is the layout of a shared segment: its size and, by kind, the
@@ -136,6 +146,7 @@ type Segment struct {
 	SendSlots int `json:"send,omitempty"` // QP: send ring slots
 	RecvSlots int `json:"recv,omitempty"` // QP: receive ring slots
 	Slots     int `json:"slots,omitempty"`
+	Session   int `json:"session,omitempty"` // hello: the session segment's size (third descriptor)
 }
 
 // Decode parses one client message, refusing what is not a request.

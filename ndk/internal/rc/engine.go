@@ -55,6 +55,10 @@ type Config struct {
 	// (see gsi.go); both run on the engine goroutine and must not block.
 	GSI         func(p *rocev2.Packet)
 	FirstPacket func(qpn uint32)
+	// QPFailed hears of a connected QP that failed on its own (abort.go):
+	// a fatal NAK sent or received, retries exhausted, a response that
+	// did not fit. It runs on the engine goroutine and must not block.
+	QPFailed func(qpn, wcStatus uint32)
 	// AnySource accepts RC frames from any source address. By default a
 	// frame whose IP source is not the connected peer's is dropped and
 	// counted (Stats.WrongSource) before anything in it is executed: the
@@ -110,6 +114,7 @@ type Engine struct {
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
+	qpFailed    func(qpn, wcStatus uint32)
 	owner       func(qpn uint32) *Engine
 	inbox       *queue.MPSC[forwarded] // frames other engines forwarded here
 	fwdFree     *queue.MPSC[[]byte]    // this engine's free forwarding buffers
@@ -131,6 +136,7 @@ type Engine struct {
 	yield spin.Yielder // engine goroutine only
 
 	// Engine goroutine only.
+	pollers   []Poller
 	qps       map[uint32]*QP
 	lastQP    *QP
 	live      []*QP // connected QPs: timers are checked on these
@@ -175,6 +181,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	e := &Engine{
 		gsi:         cfg.GSI,
 		firstPacket: cfg.FirstPacket,
+		qpFailed:    cfg.QPFailed,
 		owner:       cfg.Owner,
 		gsiTx:       gsiTx,
 		awaitFirst:  make(map[uint32]struct{}),
@@ -260,6 +267,7 @@ func (e *Engine) run() {
 			e.runControl()
 			work++
 		}
+		work += e.runPollers()
 		work += e.transmitGSI()
 		work += e.transmit()
 		if e.now >= e.nextTimer {
@@ -285,6 +293,9 @@ func (e *Engine) run() {
 				e.c.slowYields.Add(1)
 			}
 			continue
+		}
+		for _, p := range e.pollers {
+			p.Idle()
 		}
 		e.sleep()
 		idleSince = e.clock()

@@ -362,6 +362,7 @@ func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
 // responder's QP to the error state (rxe do_class_ac_error).
 func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	e.c.naksSent.Add(1)
+	e.transportFailed(q, nakStatus(code))
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
 	e.stopQP(q)
 }
