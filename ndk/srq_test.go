@@ -322,7 +322,11 @@ func TestSRQ_AdapterCloseWaitsForNotification(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("adapter close did not return after the callback")
 	}
-	<-srq.Closed()
+	select {
+	case <-srq.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the adapter's close left the SRQ open")
+	}
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("%d callbacks", n)
 	}
