@@ -342,32 +342,16 @@ func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
 	if q < 0 || q >= len(p.bells) || q >= len(p.ports) {
 		return nil, -1, fmt.Errorf("no shared doorbell for queue %d", q)
 	}
-	x, ok := p.ports[q].(*port.XSK)
+	x, ok := port.Inner(p.ports[q]).(*port.XSK)
 	if !ok {
 		return nil, -1, fmt.Errorf("queue %d is not an AF_XDP port", q)
 	}
 	return p.bells[q], x.BellFD(), nil
 }
 
-// Engine returns queue q's engine.
-func (p *Provider) Engine(q int) (*rc.Engine, error) {
+// Engines returns the engines, by queue; the slice is the caller's.
+func (p *Provider) Engines() []*rc.Engine {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || q < 0 || q >= len(p.engines) {
-		return nil, ErrClosed
-	}
-	return p.engines[q], nil
-}
-
-// Doorbell rings queue q's engine.
-func (p *Provider) Doorbell(q int) {
-	p.mu.Lock()
-	var pt port.Port
-	if q >= 0 && q < len(p.ports) {
-		pt = p.ports[q]
-	}
-	p.mu.Unlock()
-	if pt != nil {
-		pt.Doorbell()
-	}
+	return append([]*rc.Engine(nil), p.engines...)
 }
