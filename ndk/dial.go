@@ -127,6 +127,7 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
 		return err
 	}
+	withoutInProcessOnly(&info)
 	r.a.info = info
 	return nil
 }
