@@ -35,11 +35,11 @@ type remoteCQ struct {
 	nextMu  sync.Mutex
 	nexts   []*cqRing
 	hasNext atomic.Bool
-	arm    *atomic.Uint32
-	status *atomic.Uint32
-	slots  int
-	rec    proto.Completion
-	notify func(Status)
+	arm     *atomic.Uint32
+	status  *atomic.Uint32
+	slots   int
+	rec     proto.Completion
+	notify  func(Status)
 
 	mu      sync.Mutex
 	queue   []Status

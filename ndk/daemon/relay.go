@@ -32,7 +32,7 @@ type sCQ struct {
 	seg    *shm.Segment // the first segment: the arm and status words
 	layout proto.CQLayout
 	ring   *shm.Producer
-	rseg   *shm.Segment // the current ring's segment (seg until a resize)
+	rseg   *shm.Segment   // the current ring's segment (seg until a resize)
 	arm    *atomic.Uint32 // client raises, relay clears when it fires
 	status *atomic.Uint32 // the CQ error, once
 	// Interrupt moderation (OpModerateCQ; ndk/internal/cq/moderation.go
