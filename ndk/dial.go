@@ -42,6 +42,11 @@ type remote struct {
 	// mrs is every registered MR by local token, for the checks a post
 	// makes before it reaches the ring; copied on write, read lock-free.
 	mrs atomic.Pointer[map[uint32]*MR]
+	// fast is every initialized fast-register MR by its tokens' index
+	// (remote_mem.go), whose keys change with each FastRegister.
+	fast    atomic.Pointer[map[uint32]*MR]
+	keyBits atomic.Uint32
+	srqs    map[uint32]*SRQ
 }
 
 // arena is client memory the daemon maps: a sealed memfd.
@@ -83,6 +88,8 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		connectors: make(map[uint32]*Connector), listeners: make(map[uint32]*Listener),
 	}
 	r.mrs.Store(&map[uint32]*MR{})
+	r.fast.Store(&map[uint32]*MR{})
+	r.srqs = make(map[uint32]*SRQ)
 	if r.conn, err = client.Dial(ctx, path, r.event); err != nil {
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
@@ -127,7 +134,6 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
 		return err
 	}
-	withoutInProcessOnly(&info)
 	r.a.info = info
 	return nil
 }
@@ -156,6 +162,7 @@ func (r *remote) do(op string, req *proto.Request) (*proto.Message, error) {
 func (r *remote) event(m *proto.Message) {
 	r.mu.RLock()
 	c, l, x, pd, q := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H], r.qps[m.H]
+	s := r.srqs[m.H]
 	r.mu.RUnlock()
 	switch m.Ev {
 	case proto.EvCQ:
@@ -181,6 +188,14 @@ func (r *remote) event(m *proto.Message) {
 	case proto.EvPeerWrite:
 		if q != nil {
 			q.r.peerWrite()
+		}
+	case proto.EvSRQ:
+		if s != nil {
+			s.r.notifyEvent(Status(m.Status))
+		}
+	case proto.EvSRQClosed:
+		if s != nil {
+			go s.remoteClosed()
 		}
 	case proto.EvPDClosed:
 		if pd != nil {
@@ -277,6 +292,9 @@ func (r *remote) arenaOf(buf []byte) (*arena, uint64, bool) {
 // process. The daemon checks again.
 func (r *remote) checkLocal(pd *PD, s *SGE, write bool) bool {
 	m := (*r.mrs.Load())[s.Token]
+	if m == nil {
+		m = r.fastMR(s.Token)
+	}
 	switch {
 	case m == nil || m.pd != pd:
 		return false
@@ -300,16 +318,23 @@ func (r *remote) addMR(m *MR) {
 	r.mu.Unlock()
 }
 
-func (r *remote) removeMR(m *MR) {
-	r.mu.Lock()
-	old := *r.mrs.Load()
+func without(p *atomic.Pointer[map[uint32]*MR], m *MR) {
+	old := *p.Load()
 	next := make(map[uint32]*MR, len(old))
 	for k, v := range old {
 		if v != m {
 			next[k] = v
 		}
 	}
-	r.mrs.Store(&next)
+	p.Store(&next)
+}
+
+func (r *remote) removeMR(m *MR) {
+	r.mu.Lock()
+	without(&r.mrs, m)
+	if m.fast != nil {
+		without(&r.fast, m)
+	}
 	r.mu.Unlock()
 }
 
@@ -318,6 +343,8 @@ func (r *remote) removeMR(m *MR) {
 func (r *remote) close() {
 	r.mu.Lock()
 	cqs := r.cqs
+	srqs := r.srqs
+	r.srqs = map[uint32]*SRQ{}
 	conns, lns := r.connectors, r.listeners
 	r.cqs, r.connectors, r.listeners = map[uint32]*CQ{}, map[uint32]*Connector{}, map[uint32]*Listener{}
 	r.mu.Unlock()
@@ -339,6 +366,12 @@ func (r *remote) close() {
 	r.conn.Close()
 	for _, c := range cqs {
 		c.r.stop()
+	}
+	for _, s := range srqs {
+		if !s.r.closed.Swap(true) {
+			close(s.r.stop)
+			<-s.r.stopped
+		}
 	}
 }
 

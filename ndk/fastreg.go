@@ -22,9 +22,6 @@ type fastMR struct {
 // and then given memory by QP.FastRegister, any number of times, with an
 // Invalidate between two.
 func (pd *PD) CreateMR(fastRegister bool) (*MR, error) {
-	if fastRegister && pd.adapter.rem != nil {
-		return nil, errNotThroughDaemon("create mr")
-	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
@@ -80,6 +77,9 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 	if pages < 1 || uint64(pages) > pd.adapter.info.MaxRegistrationSize/PageSize {
 		return errorf(StatusImplementationLimit, op, "%d pages outside [1, %d]", pages, pd.adapter.info.MaxRegistrationSize/PageSize)
 	}
+	if pd.adapter.rem != nil {
+		return pd.adapter.rem.initFastMR(m, pages, remoteAccess)
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
@@ -122,16 +122,21 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 // an MR initialized without remote access, or an MR still registered; and
 // like Send otherwise. Allocates nothing.
 func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
-	const op = "fast register"
 	if q.r != nil {
-		q.adapter.rem.ringDeferred(q.r) // an inline failure submits earlier DEFER posts (NDKPI.md §8)
-		return errNotThroughDaemon(op)
+		return q.remoteFastRegister(ctx, mr, buf, flags)
 	}
+	return q.fastRegister(ctx, mr, addrOf(buf), buf, flags, memreg.Tokens{})
+}
+
+// fastRegister is FastRegister of buf under address va; want, if not
+// zero, names the keys of the new tokens (the daemon posts a client's
+// FastRegister so, with the client's address: memreg.FastRegisterKeys).
+func (q *QP) fastRegister(ctx any, mr *MR, va uint64, buf []byte, flags OpFlag, want memreg.Tokens) error {
+	const op = "fast register"
 	if err := checkOpFlags(postFastRegister, flags, q.adapter.info.AdapterFlags); err != nil {
 		q.rc.RingDeferred()
 		return err
 	}
-	va := addrOf(buf)
 	switch {
 	case mr == nil || mr.fast == nil || mr.fast.pages == 0:
 		q.rc.RingDeferred()
@@ -141,7 +146,7 @@ func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
 		return errFastRegisterSize
 	}
 	wr := rc.SendWR{Op: rc.OpFastRegister, Flags: flags & opFlagsEngine, Context: ctx,
-		MR: mr.tokens.Local, RemoteAddr: va, Buf: buf, Access: fastRegisterAccess(flags)}
+		MR: mr.tokens.Local, RemoteAddr: va, Buf: buf, Access: fastRegisterAccess(flags), Tokens: want}
 	if err := q.postLocal(op, &wr); err != nil {
 		return err
 	}
@@ -209,14 +214,21 @@ func (mw *MW) invalidationToken() uint32 {
 // as every error completion, moves the QP to the error state. Inline
 // failures are those of Send. Allocates nothing.
 func (q *QP) Invalidate(ctx any, obj Invalidatable, flags OpFlag) error {
-	if q.r != nil {
-		q.adapter.rem.ringDeferred(q.r) // an inline failure submits earlier DEFER posts (NDKPI.md §8)
-		return errNotThroughDaemon("invalidate")
-	}
 	if obj == nil {
-		q.rc.RingDeferred()
-		return errorf(StatusInvalidParameter, "invalidate", "no MR or MW given")
+		if q.r != nil {
+			q.adapter.rem.ringDeferred(q.r)
+		} else {
+			q.rc.RingDeferred()
+		}
+		return errInvalidateNil
 	}
-	wr := rc.SendWR{Op: rc.OpInvalidate, Flags: flags, Context: ctx, InvalidateToken: obj.invalidationToken()}
+	return q.invalidate(ctx, obj.invalidationToken(), flags)
+}
+
+var errInvalidateNil = errorf(StatusInvalidParameter, "invalidate", "no MR or MW given")
+
+// invalidate is Invalidate of the fast MR or window whose token is token.
+func (q *QP) invalidate(ctx any, token uint32, flags OpFlag) error {
+	wr := rc.SendWR{Op: rc.OpInvalidate, Flags: flags, Context: ctx, InvalidateToken: token}
 	return q.post("invalidate", postInvalidate, &wr)
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 )
 
 // The daemon serves clients' memory and CQs through these (ndk/daemon).
@@ -17,6 +18,16 @@ func init() {
 		}
 		return mr, nil
 	}
+	hook.Bind = func(qp, ctx, mw any, mrToken uint32, addr, length uint64, flags, remote uint32) error {
+		return qp.(*QP).bind(ctx, mrToken, mw.(*MW), addr, length, OpFlag(flags), remote)
+	}
+	hook.FastRegister = func(qp, ctx, mr any, va uint64, buf []byte, flags, local, remote uint32) error {
+		return qp.(*QP).fastRegister(ctx, mr.(*MR), va, buf, OpFlag(flags), memreg.Tokens{Local: local, Remote: remote})
+	}
+	hook.Invalidate = func(qp, ctx any, token, flags uint32) error {
+		return qp.(*QP).invalidate(ctx, token, OpFlag(flags))
+	}
+	hook.KeyBits = func(adapter any) int { return int(adapter.(*Adapter).regions.KeyBits()) }
 	hook.PopCQ = func(c any, dst []hook.Entry) int {
 		q := c.(*CQ)
 		var e cq.Entry

@@ -22,22 +22,6 @@ package ndk
 // register memory (PD.RegisterMR) or fast-register it (QP.FastRegister
 // with the buffer itself in place of a page array).
 
-// errNotThroughDaemon refuses, on a daemon-backed adapter (Dial), what the
-// daemon's protocol does not carry yet: SRQs, memory windows and fast
-// registration (their engine parts run only in-process).
-func errNotThroughDaemon(op string) error {
-	return errorf(StatusNotSupported, op, "not offered through the daemon yet (SRQ, MW and fast registration run in-process only): open the adapter with Open")
-}
-
-// withoutInProcessOnly clears, in a daemon client's AdapterInfo, the limits
-// of what errNotThroughDaemon refuses, so the adapter advertises only what
-// it has (MaxSRQDepth 0 is NDKPI's "no SRQ support"). Without fast MRs no
-// READ's sink could be invalidated, so RDMA_READ_LOCAL_INVALIDATE goes too.
-func withoutInProcessOnly(info *AdapterInfo) {
-	info.MaxSRQDepth, info.MaxWindowSize, info.FRMRPageCount = 0, 0, 0
-	info.AdapterFlags &^= AdapterFlagRDMAReadLocalInvalidateSupported
-}
-
 // errNoLogicalAddresses is the STATUS_NOT_SUPPORTED of the calls above.
 var errNoLogicalAddresses = errorf(StatusNotSupported, "logical addresses",
 	"ndkxdp has no adapter logical addresses (a Go engine reaches memory only through registered slices): register or fast-register the memory instead")

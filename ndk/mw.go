@@ -15,6 +15,7 @@ import (
 // a remote access error.
 type MW struct {
 	pd     *PD
+	rh     uint32        // the daemon's handle, on a daemon-backed adapter
 	handle uint32        // the token table's slot handle
 	token  atomic.Uint32 // the current remote token
 	open   bool          // guarded by pd.mu
@@ -26,7 +27,7 @@ type MW struct {
 func (pd *PD) CreateMW() (*MW, error) {
 	const op = "create mw"
 	if pd.adapter.rem != nil {
-		return nil, errNotThroughDaemon(op)
+		return pd.adapter.rem.createMW(pd)
 	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
@@ -56,6 +57,10 @@ func (mw *MW) RemoteToken() uint32 { return mw.token.Load() }
 // Close does nothing; it never fails and never pends.
 func (mw *MW) Close() {
 	pd := mw.pd
+	if pd.adapter.rem != nil {
+		pd.adapter.rem.closeMW(mw)
+		return
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if !mw.open {
@@ -88,16 +93,28 @@ func (pd *PD) closeMWLocked(mw *MW) {
 // failures are those of Send. Allocates nothing.
 func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
 	if q.r != nil {
-		q.adapter.rem.ringDeferred(q.r) // an inline failure submits earlier DEFER posts (NDKPI.md §8)
-		return errNotThroughDaemon("bind")
+		return q.remoteBind(ctx, mr, mw, addr, length, flags)
 	}
+	if mr == nil || mw == nil {
+		if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
+			q.rc.RingDeferred()
+			return err
+		}
+		q.rc.RingDeferred()
+		return errBindNil
+	}
+	return q.bind(ctx, mr.LocalToken(), mw, addr, length, flags, 0)
+}
+
+var errBindNil = errorf(StatusInvalidParameter, "bind", "an MR and an MW are required")
+
+// bind is Bind of the MR whose local token is mrToken; remote, if not
+// zero, names the key of the window's new token (the daemon posts a
+// client's Bind so: memreg.BindKey).
+func (q *QP) bind(ctx any, mrToken uint32, mw *MW, addr, length uint64, flags OpFlag, remote uint32) error {
 	if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
 		q.rc.RingDeferred()
 		return err
-	}
-	if mr == nil || mw == nil {
-		q.rc.RingDeferred()
-		return errorf(StatusInvalidParameter, "bind", "an MR and an MW are required")
 	}
 	var access memreg.Access
 	if flags&OpFlagAllowRemoteRead != 0 {
@@ -107,7 +124,7 @@ func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) er
 		access |= memreg.AccessRemoteWrite
 	}
 	wr := rc.SendWR{Op: rc.OpBind, Flags: flags & opFlagsEngine, Context: ctx,
-		MW: mw.token.Load(), MR: mr.LocalToken(), RemoteAddr: addr, Length: length, Access: access}
+		MW: mw.token.Load(), MR: mrToken, RemoteAddr: addr, Length: length, Access: access, Tokens: memreg.Tokens{Remote: remote}}
 	if err := q.postLocal("bind", &wr); err != nil {
 		return err
 	}

@@ -119,10 +119,6 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
 	if a.rem != nil {
-		if cfg.SRQ != nil {
-			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
-			return nil, errNotThroughDaemon("create qp with srq")
-		}
 		q, err := a.rem.createQP(pd, cfg)
 		if err != nil {
 			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)

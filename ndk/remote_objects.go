@@ -234,6 +234,7 @@ type remoteQP struct {
 	queue    int
 
 	connected atomic.Bool
+	srq       *remoteSRQ // QPConfig.SRQ: its receives complete here
 
 	// Initiator side, serialized by the consumer.
 	sendCtx  []any
@@ -255,6 +256,8 @@ func (q *remoteQP) take(kind uint8, seq uint64) any {
 		t = &q.sendCtx[seq&q.sendMask]
 	case proto.KindRecv:
 		t = &q.recvCtx[seq&q.recvMask]
+	case proto.KindSRQ:
+		return q.takeSRQ(seq)
 	default:
 		return nil
 	}
@@ -269,6 +272,9 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		Op: proto.OpCreateQP, PD: pd.rh, RecvCQ: cfg.ReceiveCQ.r.h, SendCQ: cfg.InitiatorCQ.r.h,
 		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		RecvSGE: cfg.MaxReceiveRequestSGE, SendSGE: cfg.MaxInitiatorRequestSGE, Inline: cfg.InlineDataSize,
+	}
+	if cfg.SRQ != nil {
+		req.SRQ = cfg.SRQ.r.h
 	}
 	m, fds, err := r.call(context.Background(), op, req)
 	if err != nil {
@@ -292,6 +298,9 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	rq := &remoteQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 8), wAt: seg.Word64(l.Words + 16),
 		post: r.sess.Word64(proto.PostBitmap + 8*w), arm: r.sess.Word64(proto.ArmBitmap + 8*w), bit: bit,
 		context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
+	if cfg.SRQ != nil {
+		rq.srq = cfg.SRQ.r
+	}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
 	}
@@ -422,6 +431,9 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	r := q.adapter.rem
 	if q.closed.Load() {
 		return postError("receive", StatusInvalidHandle)
+	}
+	if rq.srq != nil {
+		return postError("receive", StatusInvalidDeviceRequest)
 	}
 	if len(sgl) > rq.cfg.MaxReceiveRequestSGE {
 		return postError("receive", StatusInvalidParameter)

@@ -21,6 +21,7 @@ import (
 type SRQ struct {
 	pd     *PD
 	rc     *rc.SRQ
+	r      *remoteSRQ // a daemon-backed SRQ (remote_mem.go); rc is nil
 	notify func(Status)
 
 	// users counts the QPs created on the SRQ and not closed; the close
@@ -53,14 +54,14 @@ func (pd *PD) CreateSRQ(depth, maxReceiveRequestSGE, notifyThreshold int, notify
 	const op = "create srq"
 	info := &pd.adapter.info
 	switch {
-	case pd.adapter.rem != nil:
-		return nil, errNotThroughDaemon(op)
 	case depth < 1 || depth > int(info.MaxSRQDepth):
 		return nil, errorf(StatusInvalidParameter, op, "depth %d outside [1, %d]", depth, info.MaxSRQDepth)
 	case maxReceiveRequestSGE < 0 || maxReceiveRequestSGE > int(info.MaxReceiveRequestSGE):
 		return nil, errorf(StatusInvalidParameter, op, "MaxReceiveRequestSGE %d outside [0, %d]", maxReceiveRequestSGE, info.MaxReceiveRequestSGE)
 	case notifyThreshold < 0 || notifyThreshold > depth:
 		return nil, errorf(StatusInvalidParameter, op, "NotifyThreshold %d outside [0, depth %d]", notifyThreshold, depth)
+	case pd.adapter.rem != nil:
+		return pd.adapter.rem.createSRQ(pd, depth, maxReceiveRequestSGE, notifyThreshold, notify)
 	}
 	core, err := rc.NewSRQ(rc.SRQConfig{Regions: pd.adapter.regions, PD: pd.id, Depth: depth,
 		MaxSGE: maxReceiveRequestSGE, NotifyThreshold: notifyThreshold, MaxTransfer: info.MaxTransferLength})
@@ -106,6 +107,9 @@ func (s *SRQ) notifications() {
 // outstanding: queued, or taken by a QP and not completed yet) or STATUS_INVALID_HANDLE (closed). Allocates nothing when it
 // succeeds.
 func (s *SRQ) Receive(ctx any, sgl []SGE) error {
+	if s.r != nil {
+		return s.remoteReceive(ctx, sgl)
+	}
 	if st := s.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
 	}
@@ -120,6 +124,9 @@ func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 // the receives outstanding now or above Cap, or a threshold above the depth;
 // STATUS_INVALID_HANDLE after Close.
 func (s *SRQ) Modify(depth, notifyThreshold int) error {
+	if s.r != nil {
+		return s.remoteModify(depth, notifyThreshold)
+	}
 	switch st := s.rc.Modify(depth, notifyThreshold); st {
 	case StatusSuccess:
 		return nil
@@ -134,10 +141,22 @@ func (s *SRQ) Modify(depth, notifyThreshold int) error {
 // Cap is the largest depth Modify accepts: the depth given to CreateSRQ
 // rounded up to a power of two. The ring is shared lock-free by the
 // engines of the SRQ's QPs and is not reallocated under them.
-func (s *SRQ) Cap() int { return min(s.rc.Cap(), int(s.pd.adapter.info.MaxSRQDepth)) }
+func (s *SRQ) Cap() int {
+	if s.r != nil {
+		return min(s.r.slots, int(s.pd.adapter.info.MaxSRQDepth))
+	}
+	return min(s.rc.Cap(), int(s.pd.adapter.info.MaxSRQDepth))
+}
 
 // Len is the number of receives queued and not yet taken by a QP.
-func (s *SRQ) Len() int { return s.rc.Len() }
+// Through the daemon it asks the daemon, whose SRQ does not count the
+// receives still in the client's ring.
+func (s *SRQ) Len() int {
+	if s.r != nil {
+		return s.remoteLen()
+	}
+	return s.rc.Len()
+}
 
 // Close closes the SRQ (NdkCloseSrq): posts fail with
 // STATUS_INVALID_HANDLE at once, the notification callback is not called
@@ -147,6 +166,10 @@ func (s *SRQ) Len() int { return s.rc.Len() }
 // when. It waits for a running notification callback, so it must not be
 // called from one. A second Close does nothing.
 func (s *SRQ) Close() {
+	if s.r != nil {
+		s.remoteClose()
+		return
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

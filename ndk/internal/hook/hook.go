@@ -19,6 +19,19 @@ var (
 	// RegisterAt registers buf in pd (an *ndk.PD) under address va with
 	// NDK_MR_FLAG_* flags, and returns the *ndk.MR.
 	RegisterAt func(pd any, va uint64, buf []byte, flags uint32, invalidatable bool) (any, error)
+	// Bind, FastRegister and Invalidate post a client's local operation
+	// on qp (an *ndk.QP) with request context ctx: NdkBind of mw (an
+	// *ndk.MW) to the MR whose local token is mrToken, giving the window
+	// the remote token's key of remote; NdkFastRegister of mr (an
+	// *ndk.MR) with buf under the client's address va and the keys of
+	// local and remote; NdkInvalidate of token. flags are NDK_OP_FLAG_*.
+	// They allocate nothing.
+	Bind         func(qp, ctx, mw any, mrToken uint32, addr, length uint64, flags, remote uint32) error
+	FastRegister func(qp, ctx, mr any, va uint64, buf []byte, flags, local, remote uint32) error
+	Invalidate   func(qp, ctx any, token, flags uint32) error
+	// KeyBits is the width of the keys of adapter's (an *ndk.Adapter)
+	// tokens.
+	KeyBits func(adapter any) int
 	// PopCQ moves up to len(dst) completions of cq (an *ndk.CQ) into dst.
 	// It allocates nothing.
 	PopCQ func(cq any, dst []Entry) int

@@ -226,6 +226,29 @@ func (t *Table) newKeys(m *mutable) (local, remote uint32) {
 	}
 }
 
+// chosenKeys takes the key bits of want for m's next tokens: the index
+// stays m's, and the keys must differ from each other and from the
+// current ones (a window keeps its local handle, which want.Local repeats).
+func (t *Table) chosenKeys(m *mutable, want Tokens) (local, remote uint32, ok bool) {
+	mask := uint32(1)<<t.keyBits - 1
+	idx := m.local.Load() >> t.keyBits
+	oldL, oldR := m.local.Load()&mask, m.remote.Load()&mask
+	l, r := want.Local&mask, want.Remote&mask
+	if m.kind == kindWindow {
+		if r == oldL || r == oldR {
+			return 0, 0, false
+		}
+		return m.local.Load(), idx<<t.keyBits | r, true
+	}
+	if l == r || l == oldL || l == oldR || r == oldL || r == oldR {
+		return 0, 0, false
+	}
+	return idx<<t.keyBits | l, idx<<t.keyBits | r, true
+}
+
+// KeyBits is the width of the table's token keys.
+func (t *Table) KeyBits() uint { return t.keyBits }
+
 // FastRegister gives the fast MR whose local token (or handle) is mr the
 // memory buf at address va with rights access (NdkFastRegister,
 // IB_WR_REG_MR). The MR must not be registered (new, or invalidated
@@ -233,6 +256,16 @@ func (t *Table) newKeys(m *mutable) (local, remote uint32) {
 // remote rights need an MR initialized with remote access (FaultAccess).
 // On success the MR has new tokens. Lock-free; allocates nothing.
 func (t *Table) FastRegister(pd, mr uint32, va uint64, buf []byte, access Access) (Tokens, Fault) {
+	return t.FastRegisterKeys(pd, mr, va, buf, access, Tokens{})
+}
+
+// FastRegisterKeys is FastRegister with the new tokens' keys chosen by the
+// caller (want; zero: drawn here). A daemon client chooses them so that
+// it knows the tokens when its post returns (ndk/daemon/doc.go): only the
+// key bits of want are taken, the index stays the MR's, and keys equal to
+// each other or to the current ones are refused (FaultState), so the old
+// tokens die as they must.
+func (t *Table) FastRegisterKeys(pd, mr uint32, va uint64, buf []byte, access Access, want Tokens) (Tokens, Fault) {
 	e, f := t.mutableOf(mr, kindFastMR)
 	if f != OK {
 		return Tokens{}, f
@@ -260,6 +293,12 @@ func (t *Table) FastRegister(pd, mr uint32, va uint64, buf []byte, access Access
 		return Tokens{}, FaultState
 	}
 	l, r := t.newKeys(m)
+	if want != (Tokens{}) {
+		var ok bool
+		if l, r, ok = t.chosenKeys(m, want); !ok {
+			return Tokens{}, FaultState
+		}
+	}
 	m.seq.Add(1)
 	m.local.Store(l)
 	m.remote.Store(r)
@@ -281,6 +320,12 @@ func (t *Table) FastRegister(pd, mr uint32, va uint64, buf []byte, access Access
 // be bound again: its old token dies. It returns the window's new remote
 // token. Lock-free; allocates nothing.
 func (t *Table) Bind(pd, qpn, mw, mr uint32, va, length uint64, access Access) (uint32, Fault) {
+	return t.BindKey(pd, qpn, mw, mr, va, length, access, 0)
+}
+
+// BindKey is Bind with the window's new remote token's key chosen by the
+// caller (want; zero: drawn here), as FastRegisterKeys.
+func (t *Table) BindKey(pd, qpn, mw, mr uint32, va, length uint64, access Access, want uint32) (uint32, Fault) {
 	w, f := t.mutableOf(mw, kindWindow)
 	if f != OK {
 		return 0, f
@@ -321,6 +366,12 @@ func (t *Table) Bind(pd, qpn, mw, mr uint32, va, length uint64, access Access) (
 	}
 	defer m.busy.Store(false)
 	_, r := t.newKeys(m)
+	if want != 0 {
+		var ok bool
+		if _, r, ok = t.chosenKeys(m, Tokens{Local: m.local.Load(), Remote: want}); !ok {
+			return 0, FaultState
+		}
+	}
 	m.seq.Add(1)
 	m.remote.Store(r)
 	m.va.Store(va)

@@ -8,7 +8,7 @@ import (
 
 // Version is the protocol version a client and the daemon must share; a
 // hello with another is refused.
-const Version = 1
+const Version = 2
 
 // MaxMessage bounds one control message (a SOCK_SEQPACKET datagram).
 const MaxMessage = 64 << 10
@@ -46,6 +46,13 @@ const (
 	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
 	OpCloseEndpoint   = "close_endpoint"   // H
 	OpCancel          = "cancel"           // Target: a blocking request to give up
+	OpCreateSRQ       = "create_srq"       // PD, Depth, RecvSGE, Threshold; reply: H, segment (FDs)
+	OpModifySRQ       = "modify_srq"       // H, Depth, Threshold
+	OpSRQLen          = "srq_len"          // H; reply: Depth (receives queued in the daemon's SRQ)
+	OpCloseSRQ        = "close_srq"        // H; event srq_closed follows
+	OpCreateMW        = "create_mw"        // PD; reply: H, Remote (its token), KeyBits
+	OpCloseMW         = "close_mw"         // H
+	OpInitFastMR      = "init_fast_mr"     // PD, H (0: a new fast MR), Depth (pages), Flags (1: remote access); reply: H, tokens, KeyBits
 )
 
 // Events the daemon sends on its own.
@@ -57,6 +64,8 @@ const (
 	EvListenerClosed  = "listener_closed"  // H
 	EvPDClosed        = "pd_closed"        // H
 	EvPeerWrite       = "peer_write"       // H: QP whose armed peer-write count moved (ArmPeerWrites)
+	EvSRQ             = "srq"              // H: SRQ notification, Status: SUCCESS (threshold crossed) or INTERNAL_ERROR (its ring broken)
+	EvSRQClosed       = "srq_closed"       // H
 )
 
 // Endpoint is ndk.Endpoint on the wire.
@@ -92,10 +101,12 @@ type Request struct {
 	RecvCQ uint32 `json:"rcq,omitempty"`
 	SendCQ uint32 `json:"scq,omitempty"`
 	QP     uint32 `json:"qp,omitempty"`
+	SRQ    uint32 `json:"srq,omitempty"` // create_qp: NdkCreateQpWithSrq
 
 	Depth, SendDepth   int `json:",omitempty"`
 	RecvSGE, SendSGE   int `json:",omitempty"`
 	Inline             int `json:",omitempty"`
+	Threshold          int `json:",omitempty"`
 	Flags              uint32
 	Invalidatable      bool   `json:",omitempty"`
 	Arena              uint32 `json:",omitempty"`
@@ -138,6 +149,11 @@ type Message struct {
 	// Reason is an EvDisconnect's ndk.DisconnectReason (NDKPI 2.1's
 	// ProviderDisconnectReason); 0: none given.
 	Reason uint32 `json:",omitempty"`
+	// KeyBits is the width of a token's key in the daemon's token table:
+	// a client chooses the keys of the tokens its Binds and
+	// FastRegisters give (records.go, Send), and keeps the index.
+	KeyBits int `json:",omitempty"`
+	Depth   int `json:",omitempty"`
 }
 
 // Segment is the layout of a shared segment: its size and, by kind, the

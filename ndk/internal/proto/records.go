@@ -20,6 +20,22 @@ type SGE struct {
 
 // Send is an initiator work record (send ring). Seq numbers the client's
 // posts on the QP; the completion carries it back.
+//
+// The local operations (Op OpBind, OpFastRegister, OpInvalidate: rc.Op's
+// values) use the fields so:
+//
+//	Bind           Handle: the MW; InvToken: the MR's local token;
+//	               RemoteAddr, Length: the window; RemoteToken: the
+//	               window's new token (the client chose its key)
+//	FastRegister   Handle: the fast MR; Arena, ArenaOff: where the memory
+//	               lies; RemoteAddr: its address in the client; Length;
+//	               InvToken, RemoteToken: the new local and remote tokens
+//	Invalidate     InvToken: the token to revoke
+//
+// Flags carry the rights (ALLOW_*, RDMA_READ_SINK) of Bind and
+// FastRegister. Handles are the session's; the daemon resolves each one
+// and refuses another session's, and checks every token against the
+// QP's protection domain.
 type Send struct {
 	Op          uint8
 	NSGE        uint8
@@ -31,6 +47,10 @@ type Send struct {
 	Compare     uint64
 	SwapAdd     uint64
 	InlineLen   uint32
+	Handle      uint32
+	Arena       uint32
+	Length      uint64 // Bind, FastRegister (SwapAdd's bytes)
+	ArenaOff    uint64 // FastRegister (Compare's bytes)
 	SGL         [MaxSGE]SGE
 	Inline      [MaxInline]byte
 }
@@ -40,6 +60,7 @@ const (
 	sendOp, sendNSGE, sendFlags, sendSeq       = 0, 1, 4, 8
 	sendRAddr, sendRToken, sendInv, sendCmp    = 16, 24, 28, 32
 	sendSwap, sendInlineLen, sendSGL, sendData = 40, 48, 64, 64 + MaxSGE*16
+	sendHandle, sendArena                      = 52, 56
 	// SendSize is a Send record's bytes.
 	SendSize = sendData + MaxInline
 )
@@ -56,6 +77,12 @@ func (s *Send) Encode(b []byte) {
 	le.PutUint64(b[sendCmp:], s.Compare)
 	le.PutUint64(b[sendSwap:], s.SwapAdd)
 	le.PutUint32(b[sendInlineLen:], s.InlineLen)
+	le.PutUint32(b[sendHandle:], s.Handle)
+	le.PutUint32(b[sendArena:], s.Arena)
+	if s.Op >= OpFastRegister {
+		le.PutUint64(b[sendCmp:], s.ArenaOff)
+		le.PutUint64(b[sendSwap:], s.Length)
+	}
 	putSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
 	if s.InlineLen > 0 {
 		copy(b[sendData:], s.Inline[:min(s.InlineLen, MaxInline)])
@@ -75,6 +102,9 @@ func (s *Send) Decode(b []byte) {
 	s.Compare = le.Uint64(b[sendCmp:])
 	s.SwapAdd = le.Uint64(b[sendSwap:])
 	s.InlineLen = le.Uint32(b[sendInlineLen:])
+	s.Handle = le.Uint32(b[sendHandle:])
+	s.Arena = le.Uint32(b[sendArena:])
+	s.ArenaOff, s.Length = s.Compare, s.SwapAdd
 	getSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
 	if n := min(s.InlineLen, MaxInline); n > 0 {
 		copy(s.Inline[:n], b[sendData:])
@@ -126,10 +156,19 @@ func getSGL(b []byte, sgl []SGE) {
 	}
 }
 
+// Record operations beyond the data ones (rc.Op's values: 1 SEND to 6
+// FETCH_ADD): the local operations.
+const (
+	OpFastRegister = 7
+	OpBind         = 8
+	OpInvalidate   = 9
+)
+
 // Completion kinds: which work ring the completed request came from.
 const (
 	KindSend = 1
 	KindRecv = 2
+	KindSRQ  = 3 // the receiving QP's SRQ ring
 )
 
 // Completion is one entry of a CQ ring: NDK_RESULT_EX with the QP handle
@@ -173,6 +212,23 @@ func (c *Completion) Decode(b []byte) {
 	c.Seq = le.Uint64(b[24:])
 	c.QP = le.Uint32(b[32:])
 	c.Kind = b[36]
+}
+
+// SRQLayout is where an SRQ's receive ring and shared words lie in its
+// segment: the post hint (uint32 at +0, the client sets it to 1 after it
+// publishes records; the relay swaps it to 0 and serves the ring), then
+// the ring of Recv records.
+type SRQLayout struct {
+	Words int
+	Ring  shm.RingLayout
+	Size  int
+}
+
+// NewSRQLayout lays out an SRQ segment for a ring of slots entries.
+func NewSRQLayout(slots int) SRQLayout {
+	l := SRQLayout{Words: 0, Ring: shm.RingLayout{Offset: shm.CacheLine, SlotSize: RecvSize, Slots: slots}}
+	l.Size = l.Ring.End()
+	return l
 }
 
 // Slots returns the ring size for a queue depth: the next power of two.

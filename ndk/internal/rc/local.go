@@ -43,13 +43,13 @@ func (q *QP) postLocal(wr *SendWR) ndkpi.Status {
 	} else {
 		switch wr.Op {
 		case OpFastRegister:
-			tok, f := q.regions.FastRegister(q.cfg.PD, wr.MR, wr.RemoteAddr, wr.Buf, wr.Access)
+			tok, f := q.regions.FastRegisterKeys(q.cfg.PD, wr.MR, wr.RemoteAddr, wr.Buf, wr.Access, wr.Tokens)
 			if f != memreg.OK {
 				return ndkpi.StatusAccessViolation
 			}
 			wr.Tokens = tok
 		case OpBind:
-			r, f := q.regions.Bind(q.cfg.PD, q.cfg.QPN, wr.MW, wr.MR, wr.RemoteAddr, wr.Length, wr.Access)
+			r, f := q.regions.BindKey(q.cfg.PD, q.cfg.QPN, wr.MW, wr.MR, wr.RemoteAddr, wr.Length, wr.Access, wr.Tokens.Remote)
 			if f != memreg.OK {
 				return ndkpi.StatusAccessViolation
 			}

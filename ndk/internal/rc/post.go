@@ -24,7 +24,8 @@ type SendWR struct {
 	// token) gets Buf at RemoteAddr with Access. OpBind: the window MW
 	// (its remote token) gets Length bytes at RemoteAddr of the MR whose
 	// local token is MR, with Access. Tokens receives the new tokens when
-	// PostSend returns Success.
+	// PostSend returns Success; non-zero on entry, it names their keys
+	// (memreg.FastRegisterKeys: a daemon client chose them).
 	MR, MW uint32
 	Buf    []byte
 	Length uint64

@@ -1,0 +1,440 @@
+package ndk
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// Memory windows, fast registration and SRQs on a daemon-backed adapter.
+//
+// Creating, initializing, modifying and closing are control calls. Bind,
+// FastRegister and Invalidate are records in the QP's send ring, which the
+// relay posts on the daemon's QP in order with the QP's other requests;
+// SRQ.Receive is a record in the SRQ's own ring.
+//
+// NDKPI hands out a window's token when NdkBind returns and an FRMR's when
+// NdkFastRegister returns, before the daemon has seen the record. So the
+// client chooses the new tokens' keys itself (math/rand/v2, as the token
+// table does) and the record carries them; the daemon keeps each token's
+// index, which names the object's slot in its table, and takes only the
+// key, refusing one equal to the current keys (memreg.FastRegisterKeys).
+// The key protects the region's owner from peers that guess tokens: the
+// owner choosing it costs nobody else anything, and it cannot name another
+// client's slot. The alternatives were a control call per Bind (a system
+// call and allocations on a posting path) or a post that waits for the
+// relay to publish the token (a round trip through the engine per post).
+
+// newToken draws a token of the object whose current token is cur: cur's
+// index with a key different from cur's and other's.
+func (r *remote) newToken(cur, other uint32) uint32 {
+	bits := r.keyBits.Load()
+	mask := uint32(1)<<bits - 1
+	idx := cur &^ mask
+	for {
+		k := rand.Uint32() & mask
+		if k != cur&mask && k != other&mask {
+			return idx | k
+		}
+	}
+}
+
+func (r *remote) createMW(pd *PD) (*MW, error) {
+	m, err := r.do("create mw", &proto.Request{Op: proto.OpCreateMW, PD: pd.rh})
+	if err != nil {
+		return nil, err
+	}
+	r.keyBits.Store(uint32(m.KeyBits))
+	mw := &MW{pd: pd, rh: m.H, handle: m.Local, open: true}
+	mw.token.Store(m.Remote)
+	return mw, nil
+}
+
+func (r *remote) closeMW(mw *MW) {
+	pd := mw.pd
+	pd.mu.Lock()
+	open := mw.open
+	mw.open = false
+	pd.mu.Unlock()
+	if open {
+		_, _ = r.do("close mw", &proto.Request{Op: proto.OpCloseMW, H: mw.rh})
+	}
+}
+
+// remoteBind is Bind on a daemon-backed QP: the checks the token table
+// makes in process (the range inside the MR, rights within the MR's, the
+// same PD), then the record. The daemon checks all of it again.
+func (q *QP) remoteBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
+	r := q.adapter.rem
+	rq := q.r
+	if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
+		r.ringDeferred(rq)
+		return err
+	}
+	if mr == nil || mw == nil {
+		r.ringDeferred(rq)
+		return errBindNil
+	}
+	if st := q.localPostable(); st != StatusSuccess {
+		r.ringDeferred(rq)
+		return postError("bind", st)
+	}
+	q.pd.mu.Lock()
+	ok := mw.open && mr.registered && mw.pd == q.pd && mr.pd == q.pd
+	q.pd.mu.Unlock()
+	switch {
+	case !ok,
+		addr < mr.va || addr-mr.va > uint64(len(mr.buf)) || length > uint64(len(mr.buf))-(addr-mr.va),
+		flags&OpFlagAllowRemoteRead != 0 && mr.flags&MRFlagAllowRemoteRead == 0,
+		flags&OpFlagAllowRemoteWrite == OpFlagAllowRemoteWrite && mr.flags&MRFlagAllowRemoteWrite != MRFlagAllowRemoteWrite:
+		r.ringDeferred(rq)
+		return errBindRefused
+	}
+	tok := r.newToken(mw.token.Load(), mw.handle)
+	s := &rq.sr
+	*s = proto.Send{Op: proto.OpBind, Flags: uint32(flags), Handle: mw.rh, InvToken: mr.tokens.Local,
+		RemoteAddr: addr, Length: length, RemoteToken: tok}
+	if err := q.remotePostLocal("bind", ctx, flags); err != nil {
+		return err
+	}
+	mw.token.Store(tok)
+	return nil
+}
+
+var errBindRefused = errorf(StatusAccessViolation, "bind", "closed or other-PD MR or window, a range outside the MR, or rights beyond the MR's")
+
+// localPostable is the state check of a post: closed, or not connected.
+func (q *QP) localPostable() Status {
+	switch {
+	case q.closed.Load():
+		return StatusInvalidHandle
+	case !q.r.connected.Load():
+		return StatusConnectionInvalid
+	}
+	return StatusSuccess
+}
+
+// remotePostLocal publishes the local operation in rq.sr.
+func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
+	r := q.adapter.rem
+	rq := q.r
+	slot := rq.send.Reserve()
+	if slot == nil {
+		r.ringDeferred(rq)
+		return postError(op, StatusInsufficientResources)
+	}
+	rq.sr.Seq = rq.sendSeq
+	rq.sendCtx[rq.sendSeq&rq.sendMask] = ctx
+	rq.sr.Encode(slot)
+	rq.send.Publish()
+	rq.sendSeq++
+	if flags&OpFlagDefer != 0 {
+		rq.deferred = true
+	} else {
+		rq.deferred = false
+		rq.hint()
+		r.ring()
+	}
+	return nil
+}
+
+// initFastMR is InitializeFastRegister on a daemon-backed adapter.
+func (r *remote) initFastMR(m *MR, pages int, remoteAccess bool) error {
+	const op = "initialize fast register mr"
+	pd := m.pd
+	req := &proto.Request{Op: proto.OpInitFastMR, PD: pd.rh, H: m.rh, Depth: pages}
+	if remoteAccess {
+		req.Flags = 1
+	}
+	reply, err := r.do(op, req)
+	if err != nil {
+		return err
+	}
+	r.keyBits.Store(uint32(reply.KeyBits))
+	pd.mu.Lock()
+	if m.registered {
+		delete(pd.mrs, m)
+	}
+	r.removeMR(m)
+	m.rh = reply.H
+	m.fast.pages, m.fast.remoteOK = pages, remoteAccess
+	m.tokens.Local, m.tokens.Remote = reply.Local, reply.Remote
+	m.buf, m.va, m.flags = nil, 0, 0
+	m.registered = true
+	pd.mrs[m] = struct{}{}
+	pd.mu.Unlock()
+	r.addFastMR(m)
+	return nil
+}
+
+var (
+	errFastRegisterMemory = errorf(StatusNotSupported, "fast register", "a daemon-backed adapter registers only memory the daemon can map: take it from Adapter.Memory or AllocBuffer")
+	errFastRegisterRemote = errorf(StatusAccessViolation, "fast register", "remote rights on an MR initialized without remote access")
+)
+
+// remoteFastRegister is FastRegister on a daemon-backed QP: the memory
+// must lie in an arena the daemon maps, named by arena and offset; the
+// daemon registers its own mapping of it under the client's address.
+func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
+	r := q.adapter.rem
+	rq := q.r
+	if err := checkOpFlags(postFastRegister, flags, q.adapter.info.AdapterFlags); err != nil {
+		r.ringDeferred(rq)
+		return err
+	}
+	va := addrOf(buf)
+	switch {
+	case mr == nil || mr.fast == nil || mr.fast.pages == 0 || mr.rh == 0:
+		r.ringDeferred(rq)
+		return errFastRegisterNotFast
+	case va == 0 || int(va%PageSize)+len(buf) > mr.fast.pages*PageSize:
+		r.ringDeferred(rq)
+		return errFastRegisterSize
+	case flags&(OpFlagAllowRemoteRead|OpFlagAllowRemoteWrite) != 0 && !mr.fast.remoteOK:
+		r.ringDeferred(rq)
+		return errFastRegisterRemote
+	}
+	if st := q.localPostable(); st != StatusSuccess {
+		r.ringDeferred(rq)
+		return postError("fast register", st)
+	}
+	ar, off, ok := r.arenaOf(buf)
+	if !ok {
+		r.ringDeferred(rq)
+		return errFastRegisterMemory
+	}
+	local := r.newToken(mr.tokens.Local, mr.tokens.Remote)
+	remote := r.newToken(mr.tokens.Remote, local)
+	for remote == mr.tokens.Local {
+		remote = r.newToken(mr.tokens.Remote, local)
+	}
+	s := &rq.sr
+	*s = proto.Send{Op: proto.OpFastRegister, Flags: uint32(flags), Handle: mr.rh, Arena: ar.id, ArenaOff: off,
+		RemoteAddr: va, Length: uint64(len(buf)), InvToken: local, RemoteToken: remote}
+	if err := q.remotePostLocal("fast register", ctx, flags); err != nil {
+		return err
+	}
+	mr.tokens.Local, mr.tokens.Remote = local, remote
+	mr.buf, mr.va = buf, va
+	mr.flags = MRFlag(fastRegisterAccess(flags))
+	return nil
+}
+
+// addFastMR makes m's tokens, whatever their keys, known to checkLocal:
+// a FastRegister changes them without a control call.
+func (r *remote) addFastMR(m *MR) {
+	r.mu.Lock()
+	old := *r.fast.Load()
+	next := make(map[uint32]*MR, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[m.tokens.Local>>r.keyBits.Load()] = m
+	r.fast.Store(&next)
+	r.mu.Unlock()
+}
+
+// fastMR finds the fast MR whose current local token is token.
+func (r *remote) fastMR(token uint32) *MR {
+	m := (*r.fast.Load())[token>>r.keyBits.Load()]
+	if m == nil || m.tokens.Local != token {
+		return nil
+	}
+	return m
+}
+
+// remoteSRQ is a daemon-backed SRQ: the ring its receives are posted
+// into, and the contexts of those receives, which complete on the receive
+// CQs of the QPs that take them.
+type remoteSRQ struct {
+	h     uint32
+	seg   *shm.Segment
+	ring  *shm.Producer
+	post  *atomic.Uint32
+	slots int
+
+	mu     sync.Mutex // one poster at a time (NDKPI.md §8), and Close
+	closed atomic.Bool
+	ctx    []any
+	mask   uint64
+	seq    uint64
+	rr     proto.Recv
+	maxSGE int
+
+	notes   chan Status
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func (rs *remoteSRQ) take(seq uint64) any {
+	t := &rs.ctx[seq&rs.mask]
+	v := *t
+	*t = nil
+	return v
+}
+
+func (r *remote) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error) {
+	const op = "create srq"
+	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateSRQ, PD: pd.rh, Depth: depth, RecvSGE: maxSGE, Threshold: threshold})
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 || m.Seg == nil || m.Seg.Slots < 1 || m.Seg.Slots > proto.MaxSlots {
+		closeFDs(fds)
+		return nil, errorf(StatusInternalError, op, "daemon sent no SRQ segment")
+	}
+	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
+	if err != nil {
+		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	unix.Close(seg.TakeFD())
+	l := proto.NewSRQLayout(m.Seg.Slots)
+	ring, err := shm.NewProducer(seg, l.Ring)
+	if err != nil {
+		seg.Close()
+		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	rs := &remoteSRQ{h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), slots: l.Ring.Slots, maxSGE: maxSGE,
+		ctx: make([]any, 4*l.Ring.Slots), notes: make(chan Status, 16), stop: make(chan struct{}), stopped: make(chan struct{})}
+	rs.mask = uint64(len(rs.ctx) - 1)
+	s := &SRQ{pd: pd, r: rs, notify: notify, done: make(chan struct{})}
+	go s.remoteNotifications()
+	r.mu.Lock()
+	r.srqs[m.H] = s
+	r.mu.Unlock()
+	return s, nil
+}
+
+// remoteNotifications calls the consumer's callback for each event the
+// daemon sends, one at a time, until the SRQ closes.
+func (s *SRQ) remoteNotifications() {
+	defer close(s.r.stopped)
+	for {
+		select {
+		case <-s.r.stop:
+			return
+		case st := <-s.r.notes:
+			if s.notify != nil {
+				s.notify(st)
+			}
+		}
+	}
+}
+
+// remoteReceive is SRQ.Receive through the daemon: the checks the SRQ
+// makes inline, then the record and the SRQ's hint.
+func (s *SRQ) remoteReceive(ctx any, sgl []SGE) error {
+	rs := s.r
+	r := s.pd.adapter.rem
+	if rs.closed.Load() {
+		return postError("receive", StatusInvalidHandle)
+	}
+	if len(sgl) > rs.maxSGE || len(sgl) > proto.MaxSGE {
+		return postError("receive", StatusInvalidParameter)
+	}
+	var total uint64
+	for i := range sgl {
+		total += uint64(sgl[i].Length)
+	}
+	if total > uint64(s.pd.adapter.info.MaxTransferLength) {
+		return postError("receive", StatusInvalidParameter)
+	}
+	for i := range sgl {
+		if !r.checkLocal(s.pd, &sgl[i], true) {
+			return postError("receive", StatusAccessViolation)
+		}
+	}
+	slot := rs.ring.Reserve()
+	if slot == nil {
+		return postError("receive", StatusInsufficientResources)
+	}
+	v := &rs.rr
+	v.Seq, v.NSGE = rs.seq, uint8(len(sgl))
+	for i := range sgl {
+		v.SGL[i] = proto.SGE(sgl[i])
+	}
+	rs.ctx[rs.seq&rs.mask] = ctx
+	v.Encode(slot)
+	rs.ring.Publish()
+	rs.seq++
+	if rs.post.Load() == 0 {
+		rs.post.Store(1)
+	}
+	r.ring()
+	return nil
+}
+
+func (s *SRQ) remoteModify(depth, threshold int) error {
+	if s.r.closed.Load() {
+		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
+	}
+	_, err := s.pd.adapter.rem.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: s.r.h, Depth: depth, Threshold: threshold})
+	return err
+}
+
+func (s *SRQ) remoteLen() int {
+	m, err := s.pd.adapter.rem.do("srq len", &proto.Request{Op: proto.OpSRQLen, H: s.r.h})
+	if err != nil {
+		return 0
+	}
+	return m.Depth
+}
+
+// remoteClose refuses posts at once, ends the notifications and asks the
+// daemon to close its SRQ; the daemon's srq_closed event completes it,
+// once the QPs on it are closed.
+func (s *SRQ) remoteClose() {
+	rs := s.r
+	if rs.closed.Swap(true) {
+		return
+	}
+	close(rs.stop)
+	<-rs.stopped
+	_, _ = s.pd.adapter.rem.do("close srq", &proto.Request{Op: proto.OpCloseSRQ, H: rs.h})
+}
+
+// remoteClosed completes the close (the daemon's srq_closed event).
+func (s *SRQ) remoteClosed() {
+	r := s.pd.adapter.rem
+	r.mu.Lock()
+	delete(r.srqs, s.r.h)
+	r.mu.Unlock()
+	s.mu.Lock()
+	if !s.finished {
+		s.finished = true
+		close(s.done)
+	}
+	s.mu.Unlock()
+}
+
+// notifyEvent queues an event for the callback; a callback that falls
+// 16 events behind misses the surplus (each says the same).
+func (rs *remoteSRQ) notifyEvent(st Status) {
+	select {
+	case rs.notes <- st:
+	default:
+	}
+}
+
+// srqKind is how a completion of an SRQ receive finds its context: in
+// the SRQ of the QP that took it.
+func (q *remoteQP) takeSRQ(seq uint64) any {
+	if q.srq == nil {
+		return nil
+	}
+	return q.srq.take(seq)
+}
+
+// The record ops are rc.Op's values.
+var (
+	_ = [1]struct{}{}[int(rc.OpBind)-proto.OpBind]
+	_ = [1]struct{}{}[int(rc.OpFastRegister)-proto.OpFastRegister]
+	_ = [1]struct{}{}[int(rc.OpInvalidate)-proto.OpInvalidate]
+)
