@@ -28,6 +28,7 @@ func init() {
 		return qp.(*QP).invalidate(ctx, token, OpFlag(flags))
 	}
 	hook.KeyBits = func(adapter any) int { return int(adapter.(*Adapter).regions.KeyBits()) }
+	hook.WindowHandle = func(mw any) uint32 { return mw.(*MW).handle }
 	hook.PopCQ = func(c any, dst []hook.Entry) int {
 		q := c.(*CQ)
 		var e cq.Entry

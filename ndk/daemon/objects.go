@@ -27,6 +27,10 @@ type (
 		h  uint32
 		mr *ndk.MR
 	}
+	sMW struct {
+		h  uint32
+		mw *ndk.MW
+	}
 	sConnector struct {
 		h uint32
 		c *ndk.Connector
@@ -145,6 +149,56 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, nil
 	case proto.OpCreateQP:
 		return ss.createQP(req)
+	case proto.OpCreateSRQ:
+		return ss.createSRQ(req)
+	case proto.OpModifySRQ:
+		x, err := lookup[*sSRQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, x.srq.Modify(req.Depth, req.Threshold)
+	case proto.OpSRQLen:
+		x, err := lookup[*sSRQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &proto.Message{Depth: x.srq.Len()}, nil, nil
+	case proto.OpCloseSRQ:
+		x, err := lookup[*sSRQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ss.relay.removeSRQ(x) {
+			x.srq.Close()
+			x.seg.Close()
+			ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed)
+		}
+		return nil, nil, nil
+	case proto.OpCreateMW:
+		p, err := lookup[*sPD](ss, req.PD)
+		if err != nil {
+			return nil, nil, err
+		}
+		mw, err := p.pd.CreateMW()
+		if err != nil {
+			return nil, nil, err
+		}
+		x := &sMW{mw: mw}
+		if x.h, err = ss.add(x); err != nil {
+			mw.Close()
+			return nil, nil, err
+		}
+		return &proto.Message{H: x.h, Local: hook.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: hook.KeyBits(a)}, nil, nil
+	case proto.OpCloseMW:
+		x, err := lookup[*sMW](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		x.mw.Close()
+		ss.drop(req.H)
+		return nil, nil, nil
+	case proto.OpInitFastMR:
+		return ss.initFastMR(req)
 	case proto.OpCloseQP:
 		q, err := lookup[*sQP](ss, req.H)
 		if err != nil {
@@ -262,6 +316,71 @@ func (ss *session) register(req *proto.Request) (*proto.Message, []int, error) {
 	return &proto.Message{H: x.h, Local: mr.LocalToken(), Remote: mr.RemoteToken()}, nil, nil
 }
 
+// initFastMR is NdkCreateMr(FastRegister=TRUE) for a new handle, then
+// NdkInitializeFastRegisterMr.
+func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error) {
+	var x *sMR
+	if req.H != 0 {
+		var err error
+		if x, err = lookup[*sMR](ss, req.H); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		p, err := lookup[*sPD](ss, req.PD)
+		if err != nil {
+			return nil, nil, err
+		}
+		mr, err := p.pd.CreateMR(true)
+		if err != nil {
+			return nil, nil, err
+		}
+		x = &sMR{mr: mr}
+	}
+	if err := x.mr.InitializeFastRegister(req.Depth, req.Flags&1 != 0); err != nil {
+		return nil, nil, err
+	}
+	if x.h == 0 {
+		var err error
+		if x.h, err = ss.add(x); err != nil {
+			_ = x.mr.Deregister()
+			return nil, nil, err
+		}
+	}
+	return &proto.Message{H: x.h, Local: x.mr.LocalToken(), Remote: x.mr.RemoteToken(), KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
+}
+
+// createSRQ is NdkCreateSrq: the daemon's SRQ on the client's PD, and the
+// segment with the ring the client posts its receives into.
+func (ss *session) createSRQ(req *proto.Request) (*proto.Message, []int, error) {
+	p, err := lookup[*sPD](ss, req.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.Depth < 1 || req.Depth > proto.MaxSlots {
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "SRQ depth %d outside [1, %d]", req.Depth, proto.MaxSlots)
+	}
+	x := &sSRQ{}
+	relay := ss.relay
+	srq, err := p.pd.CreateSRQ(req.Depth, req.RecvSGE, req.Threshold, func(st ndk.Status) {
+		relay.notifyEv(proto.EvSRQ, x.hv.Load(), st)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := x.init(srq, req.Depth); err != nil {
+		srq.Close()
+		return nil, nil, err
+	}
+	if x.h, err = ss.add(x); err != nil {
+		srq.Close()
+		x.seg.Close()
+		return nil, nil, err
+	}
+	x.hv.Store(x.h)
+	relay.addSRQ(x)
+	return &proto.Message{H: x.h, Seg: &proto.Segment{Size: x.seg.Size(), Slots: x.layout.Ring.Slots}}, []int{x.seg.TakeFD()}, nil
+}
+
 func (ss *session) connectOOB(req *proto.Request) error {
 	q, err := lookup[*sQP](ss, req.H)
 	if err != nil {
@@ -328,10 +447,21 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if req.Depth < 1 || req.SendDepth < 1 || req.Depth > proto.MaxSlots || req.SendDepth > proto.MaxSlots {
+	var srq *sSRQ
+	if req.SRQ != 0 {
+		if srq, err = lookup[*sSRQ](ss, req.SRQ); err != nil {
+			return nil, nil, err
+		}
+		if req.Depth != 0 || req.RecvSGE != 0 {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "a QP on an SRQ has no receive queue: depth and SGEs 0")
+		}
+	} else if req.Depth < 1 {
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "receive queue depth %d", req.Depth)
+	}
+	if req.Depth < 0 || req.SendDepth < 1 || req.Depth > proto.MaxSlots || req.SendDepth > proto.MaxSlots {
 		return nil, nil, statusErr(ndk.StatusInvalidParameter, "queue depths %d/%d", req.Depth, req.SendDepth)
 	}
-	q, err := newSQP(ss, p, rcq, scq, req)
+	q, err := newSQP(ss, p, rcq, scq, srq, req)
 	if err != nil {
 		return nil, nil, err
 	}

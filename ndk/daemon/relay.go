@@ -114,22 +114,27 @@ type sQP struct {
 	inline               [proto.MaxInline]byte
 }
 
-func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error) {
+func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request) (*sQP, error) {
 	q := &sQP{rcq: rcq, scq: scq}
 	// The QP's context in every daemon completion is q.
-	qp, err := p.pd.CreateQP(ndk.QPConfig{
+	cfg := ndk.QPConfig{
 		ReceiveCQ: rcq.cq, InitiatorCQ: scq.cq, Context: q,
 		ReceiveQueueDepth: req.Depth, InitiatorQueueDepth: req.SendDepth,
 		MaxReceiveRequestSGE: req.RecvSGE, MaxInitiatorRequestSGE: req.SendSGE,
 		InlineDataSize: req.Inline,
-	})
+	}
+	if srq != nil {
+		cfg.SRQ = srq.srq
+	}
+	qp, err := p.pd.CreateQP(cfg)
 	if err != nil {
 		return nil, err
 	}
 	// A client's ring holds as many requests as the QP; the daemon's QP
 	// holds as many more, and one may wait refused: contexts for four
-	// depths outlive every request that can be outstanding.
-	ssl, rsl := proto.Slots(req.SendDepth), proto.Slots(req.Depth)
+	// depths outlive every request that can be outstanding. A QP on an
+	// SRQ keeps a receive ring of one slot that nothing posts into.
+	ssl, rsl := proto.Slots(req.SendDepth), proto.Slots(max(req.Depth, 1))
 	l := proto.NewQPLayout(ssl, rsl)
 	seg, err := shm.NewSegment("ndkxdp-qp", l.Size)
 	if err != nil {
@@ -175,6 +180,7 @@ type relay struct {
 	slots   []*sQP     // by slot; nil where free
 	free    []int
 	cqs     []*sCQ
+	srqs    []*sSRQ
 	stopped bool
 
 	// Engine-owned (under mu): slots to serve again without a new post
@@ -258,6 +264,121 @@ func (r *relay) removeQP(q *sQP) {
 	r.free = append(r.free, q.slot)
 	r.queues[q.queue]--
 	q.slot = -1
+}
+
+// sSRQ is a client SRQ: the daemon adapter's SRQ, fed from the receive
+// ring the client posts into. Its receives complete on the receive CQs of
+// the QPs that take them, with their reqSlots (kind KindSRQ) as contexts.
+type sSRQ struct {
+	h      uint32
+	hv     atomic.Uint32 // h, for the notification callback's goroutine
+	srq    *ndk.SRQ
+	seg    *shm.Segment
+	layout proto.SRQLayout
+	ring   *shm.Consumer
+	post   *atomic.Uint32 // the client's hint
+
+	// Relay-owned.
+	slots   []reqSlot
+	mask    uint64
+	rr      proto.Recv
+	stalled bool // rr was refused as the SRQ full: post it first
+	again   bool // serve without a new hint
+	broken  bool
+	sgl     [proto.MaxSGE]ndk.SGE
+}
+
+func (x *sSRQ) init(srq *ndk.SRQ, depth int) error {
+	l := proto.NewSRQLayout(proto.Slots(depth))
+	seg, err := shm.NewSegment("ndkxdp-srq", l.Size)
+	if err != nil {
+		return err
+	}
+	x.srq, x.seg, x.layout, x.post = srq, seg, l, seg.Word32(l.Words)
+	if x.ring, err = shm.NewConsumer(seg, l.Ring); err != nil {
+		seg.Close()
+		return err
+	}
+	// As a QP's: the ring, as many more in the daemon's SRQ (up to its
+	// capacity, which Modify may reach), and one waiting refused.
+	x.slots = make([]reqSlot, 4*l.Ring.Slots)
+	x.mask = uint64(len(x.slots) - 1)
+	return nil
+}
+
+func (r *relay) addSRQ(x *sSRQ) {
+	r.mu.Lock()
+	r.srqs = append(r.srqs, x)
+	r.mu.Unlock()
+}
+
+// removeSRQ takes x out of the relay's list; when it returns, the relay
+// does not read x's ring and never will again. It reports whether x was
+// there (a second close finds it gone).
+func (r *relay) removeSRQ(x *sSRQ) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, y := range r.srqs {
+		if y == x {
+			r.srqs = append(r.srqs[:i], r.srqs[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// pumpSRQ moves x's receive records into the daemon's SRQ. A record the
+// SRQ refuses for a reason other than being full has no QP to complete
+// on: the SRQ's ring is then read no more, and the client is told with
+// the SRQ's fatal status (STATUS_INTERNAL_ERROR).
+func (r *relay) pumpSRQ(x *sSRQ) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
+		if !x.stalled {
+			rec := x.ring.Peek()
+			if rec == nil {
+				if x.ring.Err() != nil {
+					r.breakSRQ(x, x.ring.Err())
+				}
+				return n, false
+			}
+			x.rr.Decode(rec)
+			x.ring.Release()
+		}
+		v := &x.rr
+		if v.NSGE > proto.MaxSGE {
+			r.breakSRQ(x, fmt.Errorf("malformed record (%d SGEs)", v.NSGE))
+			return n, false
+		}
+		slot := &x.slots[v.Seq&x.mask]
+		slot.seq, slot.kind = v.Seq, proto.KindSRQ
+		for i := 0; i < int(v.NSGE); i++ {
+			e := &v.SGL[i]
+			x.sgl[i] = ndk.SGE{Addr: e.Addr, Length: e.Length, Token: e.Token}
+		}
+		err := x.srq.Receive(slot, x.sgl[:v.NSGE])
+		if err != nil && ndk.StatusOf(err) == ndk.StatusInsufficientResources {
+			x.stalled = true
+			return n, true
+		}
+		x.stalled = false
+		if err != nil {
+			r.breakSRQ(x, err)
+			return n, false
+		}
+		n++
+	}
+}
+
+func (r *relay) breakSRQ(x *sSRQ, err error) {
+	if x.broken {
+		return
+	}
+	x.broken = true
+	r.notifyEv(proto.EvSRQ, x.h, ndk.StatusInternalError)
+	r.ss.log.Warn("client's SRQ record refused; its SRQ ring is read no more", "srq", x.h, "err", err)
 }
 
 func (r *relay) addCQ(c *sCQ) {
@@ -377,6 +498,17 @@ func (r *relay) pass() int {
 			r.watchArms(i, r.arm[i].Swap(0))
 		}
 	}
+	// After the QPs' send rings: a FastRegister posted before an SRQ
+	// receive that uses its token is in the table by now.
+	for _, x := range r.srqs {
+		if x.broken || (!x.again && x.post.Load() == 0) {
+			continue
+		}
+		x.post.Store(0)
+		sn, more := r.pumpSRQ(x)
+		n += sn
+		x.again = more
+	}
 	for _, c := range r.cqs {
 		n += r.drain(c)
 		r.fireArm(c)
@@ -396,8 +528,10 @@ func (r *relay) serve(i int, bits uint64) int {
 		if q == nil || q.broken {
 			continue
 		}
-		rn, rmore := r.pumpRecv(q)
+		// Send first: a receive may use the token of a FastRegister
+		// posted before it.
 		sn, smore := r.pumpSend(q)
+		rn, rmore := r.pumpRecv(q)
 		n += rn + sn
 		if rmore || smore {
 			r.again[i] |= b
@@ -524,6 +658,9 @@ const opFlagInline = ndk.OpFlagInline
 // client is not trusted: a record no correct client writes breaks the QP,
 // and a post the daemon's QP refuses completes with the refusal's status.
 func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
+	if s.Op >= proto.OpFastRegister && s.Op <= proto.OpInvalidate && s.NSGE == 0 && s.InlineLen == 0 {
+		return r.postLocal(q, s)
+	}
 	if s.Op < opSend || s.Op > opFetchAdd || s.NSGE > proto.MaxSGE || s.InlineLen > proto.MaxInline {
 		r.breakQP(q, "send ring", fmt.Errorf("malformed record (op %d, %d SGEs, %d inline bytes)", s.Op, s.NSGE, s.InlineLen))
 		return ndk.StatusSuccess
@@ -584,6 +721,66 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		r.complete(q.scq, q, slot, st, 0)
 	}
 	return st
+}
+
+// postLocal posts a client's Bind, FastRegister or Invalidate. Every
+// handle is looked up among the session's own objects, the FastRegister's
+// memory among its arenas, and every token is checked by the daemon's
+// table against the QP's protection domain: what the client names that is
+// not its own completes with the refusal, as a post the daemon's QP
+// refuses does.
+func (r *relay) postLocal(q *sQP, s *proto.Send) ndk.Status {
+	slot := &q.sendSlots[s.Seq&q.sendMask]
+	slot.seq, slot.kind = s.Seq, proto.KindSend
+	flags := s.Flags &^ uint32(ndk.OpFlagDefer)
+	var err error
+	switch s.Op {
+	case proto.OpBind:
+		w, lerr := lookup[*sMW](r.ss, s.Handle)
+		if lerr != nil {
+			err = lerr
+			break
+		}
+		err = hook.Bind(q.qp, slot, w.mw, s.InvToken, s.RemoteAddr, s.Length, flags, s.RemoteToken)
+	case proto.OpFastRegister:
+		m, lerr := lookup[*sMR](r.ss, s.Handle)
+		if lerr != nil {
+			err = lerr
+			break
+		}
+		r.ss.mu.Lock()
+		seg := r.ss.arenas[s.Arena]
+		r.ss.mu.Unlock()
+		if seg == nil || s.Length == 0 || s.ArenaOff > uint64(seg.Size()) || s.Length > uint64(seg.Size())-s.ArenaOff {
+			err = errLocalMemory
+			break
+		}
+		buf := seg.Bytes()[s.ArenaOff : s.ArenaOff+s.Length : s.ArenaOff+s.Length]
+		err = hook.FastRegister(q.qp, slot, m.mr, s.RemoteAddr, buf, flags, s.InvToken, s.RemoteToken)
+	case proto.OpInvalidate:
+		err = hook.Invalidate(q.qp, slot, s.InvToken, flags)
+	}
+	if err == nil {
+		return ndk.StatusSuccess
+	}
+	st := statusOf(err)
+	if st != ndk.StatusInsufficientResources {
+		r.complete(q.scq, q, slot, st, localType(s.Op))
+	}
+	return st
+}
+
+var errLocalMemory = statusErr(ndk.StatusAccessViolation, "fast register: memory outside the client's arenas")
+
+// localType is the NDK_OPERATION_TYPE of a local operation's completion.
+func localType(op uint8) uint32 {
+	switch op {
+	case proto.OpFastRegister:
+		return uint32(ndk.OpFastRegister)
+	case proto.OpBind:
+		return uint32(ndk.OpBind)
+	}
+	return uint32(ndk.OpInvalidate)
 }
 
 func (r *relay) postRecv(q *sQP, v *proto.Recv) ndk.Status {

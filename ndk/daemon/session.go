@@ -215,6 +215,14 @@ func statusErr(st ndk.Status, format string, args ...any) error {
 	return &statusError{st: st, msg: fmt.Sprintf(format, args...)}
 }
 
+// statusOf is the NTSTATUS of an error of the daemon's or of ndk's.
+func statusOf(err error) ndk.Status {
+	if se, ok := err.(*statusError); ok {
+		return se.st
+	}
+	return ndk.StatusOf(err)
+}
+
 func setErr(m *proto.Message, err error) {
 	if err == nil {
 		return
@@ -313,6 +321,14 @@ func (ss *session) teardown() {
 		}
 	})
 	each(func(o any) {
+		switch x := o.(type) {
+		case *sSRQ:
+			x.srq.Close()
+		case *sMW:
+			x.mw.Close()
+		}
+	})
+	each(func(o any) {
 		if m, ok := o.(*sMR); ok {
 			_ = m.mr.Deregister()
 		}
@@ -335,6 +351,9 @@ func (ss *session) teardown() {
 		}
 		if c, ok := o.(*sCQ); ok {
 			c.closeSegments()
+		}
+		if x, ok := o.(*sSRQ); ok { // a second Close does nothing
+			x.seg.Close()
 		}
 	})
 	for _, a := range arenas {

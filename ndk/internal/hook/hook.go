@@ -32,6 +32,9 @@ var (
 	// KeyBits is the width of the keys of adapter's (an *ndk.Adapter)
 	// tokens.
 	KeyBits func(adapter any) int
+	// WindowHandle is the local token of mw (an *ndk.MW): its slot's
+	// handle, whose key a new remote token must not repeat.
+	WindowHandle func(mw any) uint32
 	// PopCQ moves up to len(dst) completions of cq (an *ndk.CQ) into dst.
 	// It allocates nothing.
 	PopCQ func(cq any, dst []Entry) int
