@@ -1,6 +1,8 @@
 package ndk
 
 import (
+	"sync/atomic"
+
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
@@ -14,6 +16,11 @@ type fastMR struct {
 	handle   uint32 // the token table's slot handle
 	pages    int    // AdapterPageCount of the last InitializeFastRegister; 0 before
 	remoteOK bool
+	// revoked: a daemon client invalidated the registration itself
+	// (Invalidate), so its posts refuse the token inline, as the token
+	// table does in process. Invalidations it does not post (a peer's, a
+	// READ_LOCAL_INVALIDATE's) the daemon refuses in the completion.
+	revoked atomic.Bool
 }
 
 // CreateMR creates an MR on the PD (NdkCreateMr). With fastRegister false
@@ -222,7 +229,13 @@ func (q *QP) Invalidate(ctx any, obj Invalidatable, flags OpFlag) error {
 		}
 		return errInvalidateNil
 	}
-	return q.invalidate(ctx, obj.invalidationToken(), flags)
+	if err := q.invalidate(ctx, obj.invalidationToken(), flags); err != nil {
+		return err
+	}
+	if m, ok := obj.(*MR); ok && q.r != nil && m.fast != nil {
+		m.fast.revoked.Store(true)
+	}
+	return nil
 }
 
 var errInvalidateNil = errorf(StatusInvalidParameter, "invalidate", "no MR or MW given")

@@ -223,6 +223,7 @@ func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	}
 	mr.tokens.Local, mr.tokens.Remote = local, remote
 	mr.buf, mr.va = buf, va
+	mr.fast.revoked.Store(false)
 	mr.flags = MRFlag(fastRegisterAccess(flags))
 	return nil
 }
@@ -244,7 +245,7 @@ func (r *remote) addFastMR(m *MR) {
 // fastMR finds the fast MR whose current local token is token.
 func (r *remote) fastMR(token uint32) *MR {
 	m := (*r.fast.Load())[token>>r.keyBits.Load()]
-	if m == nil || m.tokens.Local != token {
+	if m == nil || m.tokens.Local != token || m.fast.revoked.Load() {
 		return nil
 	}
 	return m
