@@ -197,7 +197,7 @@ func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	case va == 0 || int(va%PageSize)+len(buf) > mr.fast.pages*PageSize:
 		r.ringDeferred(rq)
 		return errFastRegisterSize
-	case flags&(OpFlagAllowRemoteRead|OpFlagAllowRemoteWrite) != 0 && !mr.fast.remoteOK:
+	case (flags&OpFlagAllowRemoteRead != 0 || flags&OpFlagAllowRemoteWrite == OpFlagAllowRemoteWrite) && !mr.fast.remoteOK:
 		r.ringDeferred(rq)
 		return errFastRegisterRemote
 	}
