@@ -149,8 +149,8 @@ func (s *SRQ) Cap() int {
 }
 
 // Len is the number of receives queued and not yet taken by a QP.
-// Through the daemon it asks the daemon, whose SRQ does not count the
-// receives still in the client's ring.
+// Through the daemon it asks the daemon (a control call), which counts
+// the receives still in the shared ring too.
 func (s *SRQ) Len() int {
 	if s.r != nil {
 		return s.remoteLen()

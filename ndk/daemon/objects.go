@@ -162,7 +162,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		if err != nil {
 			return nil, nil, err
 		}
-		return &proto.Message{Depth: x.srq.Len()}, nil, nil
+		return &proto.Message{Depth: ss.relay.srqLen(x)}, nil, nil
 	case proto.OpCloseSRQ:
 		x, err := lookup[*sSRQ](ss, req.H)
 		if err != nil {

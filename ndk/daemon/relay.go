@@ -285,6 +285,7 @@ type sSRQ struct {
 	stalled bool // rr was refused as the SRQ full: post it first
 	again   bool // serve without a new hint
 	broken  bool
+	removed bool // out of the relay's list (closed): the ring is not read
 	sgl     [proto.MaxSGE]ndk.SGE
 }
 
@@ -321,6 +322,7 @@ func (r *relay) removeSRQ(x *sSRQ) bool {
 	for i, y := range r.srqs {
 		if y == x {
 			r.srqs = append(r.srqs[:i], r.srqs[i+1:]...)
+			x.removed = true
 			return true
 		}
 	}
@@ -370,6 +372,21 @@ func (r *relay) pumpSRQ(x *sSRQ) (n int, more bool) {
 		}
 		n++
 	}
+}
+
+// srqLen is SRQ.Len for the client: the receives queued in the daemon's
+// SRQ and those the relay has not moved there yet.
+func (r *relay) srqLen(x *sSRQ) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if x.removed {
+		return x.srq.Len() // its segment may be unmapped
+	}
+	n := x.srq.Len() + x.ring.Len()
+	if x.stalled {
+		n++
+	}
+	return n
 }
 
 func (r *relay) breakSRQ(x *sSRQ, err error) {
