@@ -252,3 +252,55 @@ func TestStaleMutableTokenAfterSlotReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestChosenKeys: FastRegisterKeys and BindKey take the key bits of the
+// tokens a daemon client chose and keep the object's index, whatever
+// index the client wrote; keys equal to each other or to the current ones
+// are refused (FaultState) and change nothing.
+func TestChosenKeys(t *testing.T) {
+	tab := newTable(t, 16)
+	mask := uint32(1)<<tab.KeyBits() - 1
+	init, err := tab.AllocFastMR(pd, 4096, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	va := addr(buf)
+	other := ^init.Local &^ mask // another index
+	for name, want := range map[string]Tokens{
+		"LocalKeptKey":  {Local: init.Local, Remote: init.Remote ^ 1},
+		"RemoteKeptKey": {Local: init.Local ^ 2, Remote: init.Remote},
+		"EqualKeys":     {Local: init.Local ^ 4, Remote: init.Local ^ 4},
+	} {
+		if _, f := tab.FastRegisterKeys(pd, init.Local, va, buf, AccessLocalWrite, want); f != FaultState {
+			t.Errorf("%s: %v, want FaultState", name, f)
+		}
+	}
+	l, r := (init.Local^init.Remote^5)&mask, (init.Local^init.Remote^6)&mask
+	if l == init.Local&mask || l == init.Remote&mask || r == init.Local&mask || r == init.Remote&mask {
+		l, r = (l+7)&mask, (r+9)&mask // keep the test's keys new
+	}
+	tok, f := tab.FastRegisterKeys(pd, init.Local, va, buf, AccessLocalWrite|AccessRemoteRead, Tokens{Local: other | l, Remote: other | r})
+	if f != OK || tok.Local != init.Local&^mask|l || tok.Remote != init.Local&^mask|r {
+		t.Fatalf("FastRegisterKeys: %#x/%#x %v, want the MR's index with keys %#x/%#x", tok.Local, tok.Remote, f, l, r)
+	}
+	if _, f := tab.CheckLocal(pd, tok.Local, va, 1, AccessLocalWrite); f != OK {
+		t.Fatalf("the chosen local token does not check: %v", f)
+	}
+
+	w, err := tab.AllocWindow(pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, f := tab.BindKey(pd, qp, w.Remote, tok.Local, va, 64, AccessRemoteRead, w.Remote); f != FaultState {
+		t.Fatalf("BindKey keeping the window's key: %v", f)
+	}
+	k := (w.Remote ^ w.Local ^ 3) & mask
+	for k == w.Remote&mask || k == w.Local&mask {
+		k = (k + 1) & mask
+	}
+	got, f := tab.BindKey(pd, qp, w.Remote, tok.Local, va, 64, AccessRemoteRead, other|k)
+	if f != OK || got != w.Remote&^mask|k {
+		t.Fatalf("BindKey: %#x %v, want %#x", got, f, w.Remote&^mask|k)
+	}
+}
