@@ -22,6 +22,9 @@
 //	                  ring (client produces, relay consumes), the count of
 //	                  peer WRITE packets placed and the QP's state
 //	                  (daemon writes)
+//	SRQ segment       daemon creates per SRQ: a receive ring (client
+//	                  produces, relay consumes) and its post hint (client
+//	                  sets, relay clears)
 //	CQ segment        daemon creates per CQ: the completion ring (relay
 //	                  produces, client consumes), the arm word (client
 //	                  raises, relay clears when it fires) and the CQ
@@ -74,11 +77,16 @@
 // stores, or a malformed record, flushes that QP and stops the relay from
 // reading its rings; an SGE the daemon's token check refuses (another
 // client's region, a deregistered one) completes the request with the
-// refusal. Inline data is copied from the record, never read at an address
-// the client names. When a client's socket closes (exit, crash, SIGKILL),
-// its session ends: connections are disconnected (the peer gets a DREQ),
-// listeners closed, QPs closed (pending requests cancelled), regions
-// deregistered, PDs and CQs closed, and only then its memory unmapped.
+// refusal, as does a Bind, FastRegister or Invalidate that names what is
+// not the client's. An SRQ record that is malformed or refused has no QP
+// to complete on: the SRQ's ring is read no more and the client gets the
+// SRQ's fatal notification, STATUS_INTERNAL_ERROR. Inline data is copied
+// from the record, never read at an address the client names. When a
+// client's socket closes (exit, crash, SIGKILL), its session ends:
+// connections are disconnected (the peer gets a DREQ), listeners closed,
+// QPs closed (pending requests cancelled), SRQs and windows closed,
+// regions deregistered, PDs and CQs closed, and only then its memory
+// unmapped.
 // Malformed control messages end the session the same way. Server.Close
 // does this for every session (the daemon's SIGTERM).
 package daemon
