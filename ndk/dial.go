@@ -229,17 +229,30 @@ func (r *remote) arenaOf(buf []byte) (*arena, uint64, bool) {
 	return nil, 0, false
 }
 
+// localAccess is what a request does with the memory an SGE names, for
+// checkLocal.
+type localAccess int
+
+const (
+	localRead  localAccess = iota // the source of a SEND or WRITE
+	localWrite                    // a receive's buffer
+	readSink                      // where a READ's (or atomic's) response lands
+)
+
 // checkLocal is the engine's local token check (memreg.CheckLocal) made
 // before a request is posted: the post must fail inline, as it does in
-// process. The daemon checks again.
-func (r *remote) checkLocal(pd *PD, s *SGE, write bool) bool {
+// process. The daemon checks again. A read sink needs LOCAL_WRITE or
+// RDMA_READ_SINK, since the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
+func (r *remote) checkLocal(pd *PD, s *SGE, need localAccess) bool {
 	m := (*r.mrs.Load())[s.Token]
 	switch {
 	case m == nil || m.pd != pd:
 		return false
 	case s.Addr < m.va || s.Addr-m.va > uint64(len(m.buf)) || uint64(s.Length) > uint64(len(m.buf))-(s.Addr-m.va):
 		return false
-	case write && m.flags&(MRFlagAllowLocalWrite) == 0:
+	case need == localWrite && m.flags&MRFlagAllowLocalWrite == 0:
+		return false
+	case need == readSink && m.flags&(MRFlagAllowLocalWrite|MRFlagRDMAReadSink) == 0:
 		return false
 	}
 	return true

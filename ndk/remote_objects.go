@@ -310,8 +310,12 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	}
 	sgl := publicSGL(wr.SGL)
 	if !inline {
+		need := localRead
+		if responded {
+			need = readSink
+		}
 		for i := range sgl {
-			if !r.checkLocal(q.pd, &sgl[i], responded) {
+			if !r.checkLocal(q.pd, &sgl[i], need) {
 				r.ringDeferred(rq)
 				return postError(op, ntstatus.AccessViolation)
 			}
@@ -332,7 +336,7 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 			if e.Length == 0 {
 				continue
 			}
-			if m := (*r.mrs.Load())[e.Token]; m != nil && r.checkLocal(q.pd, e, false) {
+			if m := (*r.mrs.Load())[e.Token]; m != nil && r.checkLocal(q.pd, e, localRead) {
 				off += copy(s.Inline[off:], m.buf[e.Addr-m.va:][:e.Length])
 			} else {
 				off += copy(s.Inline[off:], bytesAt(e.Addr, e.Length))
@@ -389,7 +393,7 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 		return postError("receive", ntstatus.InvalidParameter)
 	}
 	for i := range sgl {
-		if !r.checkLocal(q.pd, &sgl[i], true) {
+		if !r.checkLocal(q.pd, &sgl[i], localWrite) {
 			return postError("receive", ntstatus.AccessViolation)
 		}
 	}
