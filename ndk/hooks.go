@@ -4,6 +4,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
 // The daemon serves clients' memory and CQs through these (ndk/daemon).
@@ -29,5 +30,9 @@ func init() {
 			n++
 		}
 		return n
+	}
+	hook.QPFailed = func(qp any) bool {
+		q := qp.(*QP)
+		return q.rc != nil && q.rc.State() >= rc.StateError
 	}
 }

@@ -202,6 +202,7 @@ type remoteQP struct {
 	send     *shm.Producer
 	recv     *shm.Producer
 	writes   *atomic.Uint64
+	state    *atomic.Uint32 // proto.QPFailed once the daemon's QP is in error
 	context  any
 	cfg      QPConfig
 	qpn, psn uint32
@@ -257,7 +258,7 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
-	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
+	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), state: seg.Word32(l.Words + 8), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
 	}

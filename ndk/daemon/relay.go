@@ -86,6 +86,7 @@ type sQP struct {
 	send   *shm.Consumer
 	recv   *shm.Consumer
 	writes *atomic.Uint64 // peer WRITE packets placed, for PeerWrites
+	state  *atomic.Uint32 // proto.QPFailed once qp is in error
 	rcq    *sCQ
 	scq    *sCQ
 
@@ -97,6 +98,7 @@ type sQP struct {
 	stalledSend          bool // sr was refused as queue full: post it first
 	stalledRecv          bool
 	broken               bool // the client wrote garbage: flushed, no longer read
+	failed               bool // state holds proto.QPFailed
 	sgl                  [proto.MaxSGE]ndk.SGE
 	inline               [proto.MaxInline]byte
 	lastWrites           uint64
@@ -124,7 +126,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		qp.Close()
 		return nil, err
 	}
-	q.qp, q.seg, q.layout, q.writes = qp, seg, l, seg.Word64(l.Words)
+	q.qp, q.seg, q.layout, q.writes, q.state = qp, seg, l, seg.Word64(l.Words), seg.Word32(l.Words+8)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -278,12 +280,24 @@ func (r *relay) pass() int {
 			q.lastWrites = w
 			q.writes.Store(w)
 		}
+		r.publishState(q)
 	}
 	for _, c := range r.cqs {
 		n += r.drain(c)
 		r.fireArm(c)
 	}
 	return n
+}
+
+// publishState tells the client that q failed, for QP.Connected. It runs
+// for every QP on each pass (a responder's QP may fail with no completion)
+// and before each completion is moved, so that the client sees the error
+// no later than the completions it cancelled.
+func (r *relay) publishState(q *sQP) {
+	if !q.failed && hook.QPFailed(q.qp) {
+		q.failed = true
+		q.state.Store(proto.QPFailed)
+	}
 }
 
 // budget bounds the records one pass takes from one ring, so that one
@@ -493,6 +507,7 @@ func (r *relay) drain(c *sCQ) int {
 		if slot == nil || q == nil {
 			continue
 		}
+		r.publishState(q)
 		c.rec = proto.Completion{
 			Status: e.Status, Bytes: e.Bytes, Type: e.Type, ProviderErrorCode: e.ProviderErrorCode,
 			TypeSpecific: e.TypeSpecific, Seq: slot.seq, QP: q.h, Kind: slot.kind,

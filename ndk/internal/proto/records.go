@@ -188,10 +188,14 @@ func Slots(depth int) int {
 type QPLayout struct {
 	Send, Recv shm.RingLayout
 	// Words: the peer-writes count (uint64, daemon-written) at +0 and the
-	// QP's state (uint32, daemon-written) at +8.
+	// QP's state (uint32, daemon-written: QPFailed once the daemon's QP
+	// left the connected state for good) at +8.
 	Words int
 	Size  int
 }
+
+// QPFailed is the state word of a QP whose daemon QP is in error.
+const QPFailed = 1
 
 // NewQPLayout lays out a QP segment for ring sizes given in slots.
 func NewQPLayout(sendSlots, recvSlots int) QPLayout {
