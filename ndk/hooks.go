@@ -35,4 +35,9 @@ func init() {
 		q := qp.(*QP)
 		return q.rc != nil && q.rc.State() >= rc.StateError
 	}
+	hook.RingDeferred = func(qp any) {
+		if q := qp.(*QP); q.rc != nil {
+			q.rc.RingDeferred()
+		}
+	}
 }

@@ -74,6 +74,9 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 type reqSlot struct {
 	seq  uint64
 	kind uint8
+	// fenced: a READ or atomic whose completion a later READ_FENCE
+	// request waits for (sQP.responses).
+	fenced bool
 }
 
 // sQP is a client QP: the daemon adapter's QP, fed from the work rings the
@@ -95,13 +98,19 @@ type sQP struct {
 	sendMask, recvMask   uint64
 	sr                   proto.Send
 	rr                   proto.Recv
-	stalledSend          bool // sr was refused as queue full: post it first
+	stalledSend          bool // sr was refused as queue full, or waits on its fence: post it first
 	stalledRecv          bool
 	broken               bool // the client wrote garbage: flushed, no longer read
 	failed               bool // state holds proto.QPFailed
-	sgl                  [proto.MaxSGE]ndk.SGE
-	inline               [proto.MaxInline]byte
-	lastWrites           uint64
+	// responses counts the READs and atomics posted whose completions are
+	// not yet in the client's ring (SILENT_SUCCESS ones aside, which may
+	// never complete). A READ_FENCE request waits for them here: the
+	// engine fences on its own completions, but the client must see them
+	// before the fenced request leaves, as it does in process.
+	responses  int
+	sgl        [proto.MaxSGE]ndk.SGE
+	inline     [proto.MaxInline]byte
+	lastWrites uint64
 }
 
 func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error) {
@@ -318,6 +327,16 @@ func (r *relay) pumpSend(q *sQP) int {
 			q.sr.Decode(rec)
 			q.send.Release()
 		}
+		if q.responses > 0 && q.sr.Flags&uint32(ndk.OpFlagReadFence) != 0 {
+			if !q.stalledSend {
+				// What the fenced request waits for may itself wait
+				// for a doorbell (DEFER), which in process the fenced
+				// request's post would ring.
+				hook.RingDeferred(q.qp)
+			}
+			q.stalledSend = true
+			break
+		}
 		st := r.postSend(q, &q.sr)
 		if st == ndk.StatusInsufficientResources {
 			q.stalledSend = true
@@ -394,7 +413,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		return ndk.StatusSuccess
 	}
 	slot := &q.sendSlots[s.Seq&q.sendMask]
-	slot.seq, slot.kind = s.Seq, proto.KindSend
+	slot.seq, slot.kind, slot.fenced = s.Seq, proto.KindSend, false
 	flags := ndk.OpFlag(s.Flags)
 	var sgl []ndk.SGE
 	if flags&opFlagInline != 0 && s.Op != opRead && s.Op != opCompareSwap && s.Op != opFetchAdd {
@@ -436,6 +455,10 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		}
 	}
 	if err == nil {
+		if s.Op >= opRead && flags&ndk.OpFlagSilentSuccess == 0 {
+			slot.fenced = true
+			q.responses++
+		}
 		return ndk.StatusSuccess
 	}
 	st := ndk.StatusOf(err)
@@ -454,7 +477,7 @@ func (r *relay) postRecv(q *sQP, v *proto.Recv) ndk.Status {
 		return ndk.StatusSuccess
 	}
 	slot := &q.recvSlots[v.Seq&q.recvMask]
-	slot.seq, slot.kind = v.Seq, proto.KindRecv
+	slot.seq, slot.kind, slot.fenced = v.Seq, proto.KindRecv, false
 	for i := 0; i < int(v.NSGE); i++ {
 		e := &v.SGL[i]
 		q.sgl[i] = ndk.SGE{Addr: e.Addr, Length: e.Length, Token: e.Token}
@@ -508,6 +531,10 @@ func (r *relay) drain(c *sCQ) int {
 			continue
 		}
 		r.publishState(q)
+		if slot.fenced {
+			slot.fenced = false
+			q.responses--
+		}
 		c.rec = proto.Completion{
 			Status: e.Status, Bytes: e.Bytes, Type: e.Type, ProviderErrorCode: e.ProviderErrorCode,
 			TypeSpecific: e.TypeSpecific, Seq: slot.seq, QP: q.h, Kind: slot.kind,

@@ -1,8 +1,9 @@
 // Package hook lets the daemon (ndk/daemon) reach the things of package
 // ndk that no application should: registering a client's memory under the
 // client's own address, reading a CQ's entries with the solicited bit
-// that NDK_RESULT_EX does not carry, and telling a failed QP from one not
-// yet connected. Package ndk installs them when it initializes.
+// that NDK_RESULT_EX does not carry, telling a failed QP from one not yet
+// connected, and ringing a QP's doorbell without a post. Package ndk
+// installs them when it initializes.
 package hook
 
 // Entry is a completion as the daemon's relay needs it.
@@ -27,4 +28,7 @@ var (
 	// completion of the request that failed it, and before it cancels the
 	// others.
 	QPFailed func(qp any) bool
+	// RingDeferred submits the requests posted on qp (an *ndk.QP) with
+	// DEFER since its last doorbell.
+	RingDeferred func(qp any)
 )
