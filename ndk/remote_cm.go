@@ -115,6 +115,9 @@ func (c *Connector) remoteConnData(buf []byte) (int, int, int, error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	if len(buf) == 0 { // a size query
+		return m.IRD, m.ORD, len(m.Data), nil
+	}
 	if len(m.Data) > len(buf) {
 		return 0, 0, len(m.Data), errorf(StatusBufferTooSmall, op, "%d bytes of private data, buffer holds %d", len(m.Data), len(buf))
 	}
