@@ -127,6 +127,11 @@ func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ..
 	}
 	if m.Status != 0 {
 		closeFDs(rfds)
+		if Status(m.Status) == StatusCancelled && ctx.Err() != nil {
+			// The daemon gave up because ctx ended: the error wraps
+			// ctx's, as in process.
+			return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
+		}
 		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: errors.New(m.Msg)}
 	}
 	return m, rfds, nil
