@@ -92,15 +92,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		c.c.Close()
-		go func() {
-			select {
-			case <-c.c.Closed():
-				ss.drop(c.h)
-				ss.event(proto.EvConnectorClosed, c.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		c.c.Close() // addConnector's watcher reports the end
 		return nil, nil, nil
 	case proto.OpCreateListener:
 		l := &sListener{}
@@ -162,6 +154,10 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
 }
 
+// addConnector gives c a handle, and tells the client when c's close
+// completes: after the client's close request, and after the closes the
+// daemon's adapter makes itself (a Connect or Accept whose context ended
+// abandons its connector).
 func (ss *session) addConnector(c *ndk.Connector) (*proto.Message, []int, error) {
 	x := &sConnector{c: c}
 	var err error
@@ -169,6 +165,14 @@ func (ss *session) addConnector(c *ndk.Connector) (*proto.Message, []int, error)
 		c.Close()
 		return nil, nil, err
 	}
+	go func() {
+		select {
+		case <-c.Closed():
+			ss.drop(x.h)
+			ss.event(proto.EvConnectorClosed, x.h, ndk.StatusSuccess)
+		case <-ss.ctx.Done():
+		}
+	}()
 	m := connMessage(c)
 	m.H = x.h
 	return m, nil, nil
