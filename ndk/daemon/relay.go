@@ -102,6 +102,7 @@ type sQP struct {
 	stalledRecv          bool
 	broken               bool // the client wrote garbage: flushed, no longer read
 	failed               bool // state holds proto.QPFailed
+	removed              bool // off the relay's list: seg may be unmapped
 	// responses counts the READs and atomics posted whose completions are
 	// not yet in the client's ring (SILENT_SUCCESS ones aside, which may
 	// never complete). A READ_FENCE request waits for them here: the
@@ -203,6 +204,7 @@ func (r *relay) removeQP(q *sQP) {
 			break
 		}
 	}
+	q.removed = true
 	r.mu.Unlock()
 }
 
@@ -301,9 +303,10 @@ func (r *relay) pass() int {
 // publishState tells the client that q failed, for QP.Connected. It runs
 // for every QP on each pass (a responder's QP may fail with no completion)
 // and before each completion is moved, so that the client sees the error
-// no later than the completions it cancelled.
+// no later than the completions it cancelled. A QP the client closed has
+// no state to publish (its completions may still be on their way).
 func (r *relay) publishState(q *sQP) {
-	if !q.failed && hook.QPFailed(q.qp) {
+	if !q.failed && !q.removed && hook.QPFailed(q.qp) {
 		q.failed = true
 		q.state.Store(proto.QPFailed)
 	}
