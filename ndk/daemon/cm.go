@@ -39,6 +39,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 				return nil, nil, statusErr(ndk.StatusInvalidAddress, "source %q: %v", req.Addr, err)
 			}
 		}
+		c.qp.Store(q)
 		if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
 			return nil, nil, err
 		}
@@ -58,6 +59,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
+		c.qp.Store(q)
 		if err := c.c.Accept(ctx, q.qp, req.IRD, req.ORD, req.Data, ss.onDisconnect(c)); err != nil {
 			return nil, nil, err
 		}
@@ -73,7 +75,9 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, c.c.Disconnect(ctx)
+		err = c.c.Disconnect(ctx)
+		ss.syncState(c)
+		return nil, nil, err
 	case proto.OpConnData:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -190,5 +194,16 @@ func connMessage(c *ndk.Connector) *proto.Message {
 }
 
 func (ss *session) onDisconnect(c *sConnector) func() {
-	return func() { ss.event(proto.EvDisconnect, c.h, ndk.StatusSuccess) }
+	return func() {
+		ss.syncState(c)
+		ss.event(proto.EvDisconnect, c.h, ndk.StatusSuccess)
+	}
+}
+
+// syncState publishes the state of c's QP before the client hears of a
+// disconnect, so that QP.Connected agrees with it, as in process.
+func (ss *session) syncState(c *sConnector) {
+	if q := c.qp.Load(); q != nil {
+		ss.relay.syncState(q)
+	}
 }

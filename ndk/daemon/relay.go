@@ -312,6 +312,14 @@ func (r *relay) publishState(q *sQP) {
 	}
 }
 
+// syncState is publishState for the control path, whose reply must find
+// the state the request changed published (a disconnect, a flush).
+func (r *relay) syncState(q *sQP) {
+	r.mu.Lock()
+	r.publishState(q)
+	r.mu.Unlock()
+}
+
 // budget bounds the records one pass takes from one ring, so that one
 // busy QP does not starve the others or the completions.
 const budget = 64
