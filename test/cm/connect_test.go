@@ -127,14 +127,13 @@ func TestRejectWithPrivateData(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		p, a, b := pair(t, m, harness.Config{}, ndk.Options{}, ndk.Options{})
 		asked := make(chan []byte, 1)
+		rejected := make(chan error, 1)
 		l, err := b.Adapter.CreateListener(func(c *ndk.Connector) {
 			_, _, n, _ := c.GetConnectionData(nil)
 			d := make([]byte, n)
 			c.GetConnectionData(d)
 			asked <- d
-			if err := c.Reject([]byte("no room at the inn")); err != nil {
-				t.Error(err)
-			}
+			rejected <- c.Reject([]byte("no room at the inn"))
 			c.Close()
 		})
 		if err != nil {
@@ -147,6 +146,12 @@ func TestRejectWithPrivateData(t *testing.T) {
 		cl, err := tryDial(t, a, netip.AddrPort{}, netip.AddrPortFrom(p.B.IPv4, 7000), []byte("may I?"))
 		if !errors.Is(err, ndk.ErrConnectionRefused) {
 			t.Fatalf("connect: %v, want CONNECTION_REFUSED", err)
+		}
+		// Reject's return may follow the REJ's arrival (through a daemon,
+		// its reply is a message of its own): wait for it before the
+		// test ends and closes the adapter.
+		if err := <-rejected; err != nil {
+			t.Fatal(err)
 		}
 		if d := <-asked; !bytes.HasPrefix(d, []byte("may I?\x00")) {
 			t.Fatalf("listener saw %q", d[:8])
