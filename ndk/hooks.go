@@ -35,6 +35,12 @@ func init() {
 		q := qp.(*QP)
 		return q.rc != nil && q.rc.State() >= rc.StateError
 	}
+	hook.QPQueued = func(qp any) (uint64, uint64) {
+		if q := qp.(*QP); q.rc != nil {
+			return q.rc.Queued()
+		}
+		return 0, 0
+	}
 	hook.RingDeferred = func(qp any) {
 		if q := qp.(*QP); q.rc != nil {
 			q.rc.RingDeferred()

@@ -197,16 +197,20 @@ func (c *CQ) remoteClose() {
 // remoteQP is a daemon-backed QP: the work rings it posts into and the
 // contexts of its requests, which never leave the process.
 type remoteQP struct {
-	h        uint32
-	seg      *shm.Segment
-	send     *shm.Producer
-	recv     *shm.Producer
-	writes   *atomic.Uint64
-	state    *atomic.Uint32 // proto.QPFailed once the daemon's QP is in error
-	context  any
-	cfg      QPConfig
-	qpn, psn uint32
-	queue    int
+	h      uint32
+	seg    *shm.Segment
+	send   *shm.Producer
+	recv   *shm.Producer
+	writes *atomic.Uint64
+	state  *atomic.Uint32 // proto.QPFailed once the daemon's QP is in error
+	// The records no longer outstanding (daemon-written), and how many
+	// may be (the depth, rounded up as the engine's queues are).
+	sendDone, recvDone   *atomic.Uint64
+	sendLimit, recvLimit uint64
+	context              any
+	cfg                  QPConfig
+	qpn, psn             uint32
+	queue                int
 
 	connected atomic.Bool
 
@@ -258,7 +262,9 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
-	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), state: seg.Word32(l.Words + 8), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
+	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), state: seg.Word32(l.Words + 8),
+		sendDone: seg.Word64(l.Words + 16), recvDone: seg.Word64(l.Words + 24),
+		sendLimit: uint64(l.Send.Slots), recvLimit: uint64(l.Recv.Slots), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
 	}
@@ -322,9 +328,16 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 			}
 		}
 	}
-	slot := rq.send.Reserve()
+	var slot []byte
+	if rq.sendSeq-rq.sendDone.Load() < rq.sendLimit {
+		slot = rq.send.Reserve()
+	}
 	if slot == nil {
-		r.ringDeferred(rq)
+		// The queue is full. The ring (which earlier DEFER posts need
+		// anyway) also wakes the relay to publish what retired since: a
+		// SILENT_SUCCESS request does not.
+		rq.deferred = false
+		r.ring()
 		return postError(op, ntstatus.InsufficientResource)
 	}
 	s := &rq.sr
@@ -398,8 +411,12 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 			return postError("receive", ntstatus.AccessViolation)
 		}
 	}
-	slot := rq.recv.Reserve()
+	var slot []byte
+	if rq.recvSeq-rq.recvDone.Load() < rq.recvLimit {
+		slot = rq.recv.Reserve()
+	}
 	if slot == nil {
+		r.ring() // for the relay to publish what retired since
 		return postError("receive", ntstatus.InsufficientResource)
 	}
 	v := &rq.rr

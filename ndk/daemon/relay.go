@@ -90,8 +90,10 @@ type sQP struct {
 	recv   *shm.Consumer
 	writes *atomic.Uint64 // peer WRITE packets placed, for PeerWrites
 	state  *atomic.Uint32 // proto.QPFailed once qp is in error
-	rcq    *sCQ
-	scq    *sCQ
+	// The client's records no longer outstanding, for its depth check.
+	sendDone, recvDone *atomic.Uint64
+	rcq                *sCQ
+	scq                *sCQ
 
 	// Relay-owned.
 	sendSlots, recvSlots []reqSlot
@@ -108,10 +110,14 @@ type sQP struct {
 	// never complete). A READ_FENCE request waits for them here: the
 	// engine fences on its own completions, but the client must see them
 	// before the fenced request leaves, as it does in process.
-	responses  int
-	sgl        [proto.MaxSGE]ndk.SGE
-	inline     [proto.MaxInline]byte
-	lastWrites uint64
+	responses int
+	// Records taken from each ring and posted or refused, and the done
+	// counts last published.
+	sendTaken, recvTaken       uint64
+	lastSendDone, lastRecvDone uint64
+	sgl                        [proto.MaxSGE]ndk.SGE
+	inline                     [proto.MaxInline]byte
+	lastWrites                 uint64
 }
 
 func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error) {
@@ -137,6 +143,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		return nil, err
 	}
 	q.qp, q.seg, q.layout, q.writes, q.state = qp, seg, l, seg.Word64(l.Words), seg.Word32(l.Words+8)
+	q.sendDone, q.recvDone = seg.Word64(l.Words+16), seg.Word64(l.Words+24)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -291,7 +298,7 @@ func (r *relay) pass() int {
 			q.lastWrites = w
 			q.writes.Store(w)
 		}
-		r.publishState(q)
+		r.publish(q)
 	}
 	for _, c := range r.cqs {
 		n += r.drain(c)
@@ -300,23 +307,38 @@ func (r *relay) pass() int {
 	return n
 }
 
-// publishState tells the client that q failed, for QP.Connected. It runs
-// for every QP on each pass (a responder's QP may fail with no completion)
-// and before each completion is moved, so that the client sees the error
-// no later than the completions it cancelled. A QP the client closed has
-// no state to publish (its completions may still be on their way).
-func (r *relay) publishState(q *sQP) {
-	if !q.failed && !q.removed && hook.QPFailed(q.qp) {
+// publish tells the client that q failed, for QP.Connected, and how many
+// of its records are done, for its depth check. It runs for every QP on
+// each pass (a responder's QP may fail with no completion, a
+// SILENT_SUCCESS request retires with none) and before each completion is
+// moved, so that the client sees the error no later than the completions
+// it cancelled, and a completed request's slot free. A QP the client
+// closed has nothing to publish (its completions may still be on their
+// way).
+func (r *relay) publish(q *sQP) {
+	if q.removed {
+		return
+	}
+	if !q.failed && hook.QPFailed(q.qp) {
 		q.failed = true
 		q.state.Store(proto.QPFailed)
 	}
+	s, v := hook.QPQueued(q.qp)
+	if d := q.sendTaken - s; d != q.lastSendDone {
+		q.lastSendDone = d
+		q.sendDone.Store(d)
+	}
+	if d := q.recvTaken - v; d != q.lastRecvDone {
+		q.lastRecvDone = d
+		q.recvDone.Store(d)
+	}
 }
 
-// syncState is publishState for the control path, whose reply must find
-// the state the request changed published (a disconnect, a flush).
+// syncState is publish for the control path, whose reply must find the
+// state the request changed published (a disconnect, a flush).
 func (r *relay) syncState(q *sQP) {
 	r.mu.Lock()
-	r.publishState(q)
+	r.publish(q)
 	r.mu.Unlock()
 }
 
@@ -354,6 +376,7 @@ func (r *relay) pumpSend(q *sQP) int {
 			break
 		}
 		q.stalledSend = false
+		q.sendTaken++
 		n++
 		if q.broken {
 			break
@@ -382,6 +405,7 @@ func (r *relay) pumpRecv(q *sQP) int {
 			break
 		}
 		q.stalledRecv = false
+		q.recvTaken++
 		n++
 		if q.broken {
 			break
@@ -541,7 +565,7 @@ func (r *relay) drain(c *sCQ) int {
 		if slot == nil || q == nil {
 			continue
 		}
-		r.publishState(q)
+		r.publish(q)
 		if slot.fenced {
 			slot.fenced = false
 			q.responses--

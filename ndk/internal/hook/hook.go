@@ -2,7 +2,8 @@
 // ndk that no application should: registering a client's memory under the
 // client's own address, reading a CQ's entries with the solicited bit
 // that NDK_RESULT_EX does not carry, telling a failed QP from one not yet
-// connected, and ringing a QP's doorbell without a post. Package ndk
+// connected, ringing a QP's doorbell without a post, and how full its
+// queues are. Package ndk
 // installs them when it initializes.
 package hook
 
@@ -31,4 +32,7 @@ var (
 	// RingDeferred submits the requests posted on qp (an *ndk.QP) with
 	// DEFER since its last doorbell.
 	RingDeferred func(qp any)
+	// QPQueued returns how many requests qp's (an *ndk.QP) send and
+	// receive queues hold, posted and not retired.
+	QPQueued func(qp any) (send, recv uint64)
 )

@@ -187,9 +187,12 @@ func Slots(depth int) int {
 // QPLayout is where a QP's rings and shared words lie in its segment.
 type QPLayout struct {
 	Send, Recv shm.RingLayout
-	// Words: the peer-writes count (uint64, daemon-written) at +0 and the
-	// QP's state (uint32, daemon-written: QPFailed once the daemon's QP
-	// left the connected state for good) at +8.
+	// Words, all daemon-written: the peer-writes count (uint64) at +0,
+	// the QP's state (uint32: QPFailed once the daemon's QP left the
+	// connected state for good) at +8, and how many of the client's send
+	// and receive records are no longer outstanding (uint64 each: taken
+	// from the ring and retired or refused) at +16 and +24, by which the
+	// client holds the QP to its depth.
 	Words int
 	Size  int
 }
