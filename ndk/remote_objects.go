@@ -207,6 +207,7 @@ type remoteQP struct {
 	// may be (the depth, rounded up as the engine's queues are).
 	sendDone, recvDone   *atomic.Uint64
 	sendLimit, recvLimit uint64
+	kick                 *atomic.Uint64 // the records to submit, DEFER or not
 	context              any
 	cfg                  QPConfig
 	qpn, psn             uint32
@@ -263,7 +264,7 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	}
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
 	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), state: seg.Word32(l.Words + 8),
-		sendDone: seg.Word64(l.Words + 16), recvDone: seg.Word64(l.Words + 24),
+		sendDone: seg.Word64(l.Words + 16), recvDone: seg.Word64(l.Words + 24), kick: seg.Word64(l.Words + 32),
 		sendLimit: uint64(l.Send.Slots), recvLimit: uint64(l.Recv.Slots), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
@@ -333,10 +334,9 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 		slot = rq.send.Reserve()
 	}
 	if slot == nil {
-		// The queue is full. The ring (which earlier DEFER posts need
-		// anyway) also wakes the relay to publish what retired since: a
-		// SILENT_SUCCESS request does not.
-		rq.deferred = false
+		// The queue is full. The ring also wakes the relay to publish
+		// what retired since: a SILENT_SUCCESS request does not.
+		r.ringDeferred(rq)
 		r.ring()
 		return postError(op, ntstatus.InsufficientResource)
 	}
@@ -376,9 +376,12 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	return nil
 }
 
+// ringDeferred submits the DEFER posts before a post that failed: the
+// relay rings the daemon QP's doorbell once it has posted them.
 func (r *remote) ringDeferred(rq *remoteQP) {
 	if rq.deferred {
 		rq.deferred = false
+		rq.kick.Store(rq.sendSeq)
 		r.ring()
 	}
 }

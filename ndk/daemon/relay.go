@@ -92,6 +92,7 @@ type sQP struct {
 	state  *atomic.Uint32 // proto.QPFailed once qp is in error
 	// The client's records no longer outstanding, for its depth check.
 	sendDone, recvDone *atomic.Uint64
+	kick               *atomic.Uint64 // client-written: ring deferred posts up to here
 	rcq                *sCQ
 	scq                *sCQ
 
@@ -115,6 +116,7 @@ type sQP struct {
 	// counts last published.
 	sendTaken, recvTaken       uint64
 	lastSendDone, lastRecvDone uint64
+	kicked                     uint64 // the last kick rung
 	sgl                        [proto.MaxSGE]ndk.SGE
 	inline                     [proto.MaxInline]byte
 	lastWrites                 uint64
@@ -143,7 +145,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		return nil, err
 	}
 	q.qp, q.seg, q.layout, q.writes, q.state = qp, seg, l, seg.Word64(l.Words), seg.Word32(l.Words+8)
-	q.sendDone, q.recvDone = seg.Word64(l.Words+16), seg.Word64(l.Words+24)
+	q.sendDone, q.recvDone, q.kick = seg.Word64(l.Words+16), seg.Word64(l.Words+24), seg.Word64(l.Words+32)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -381,6 +383,12 @@ func (r *relay) pumpSend(q *sQP) int {
 		if q.broken {
 			break
 		}
+	}
+	// A post the client refused submits the DEFER posts before it: the
+	// kick names how many records that is. Any value is harmless.
+	if k := q.kick.Load(); k != q.kicked && q.sendTaken >= k {
+		q.kicked = k
+		hook.RingDeferred(q.qp)
 	}
 	return n
 }

@@ -265,6 +265,32 @@ func TestSend_DeferBatchesDoorbell(t *testing.T) {
 	})
 }
 
+// TestSend_InlineFailureRingsDeferredDoorbell: a post that fails inline
+// still submits the DEFER posts before it (NDKPI.md §8), as a successful
+// post without DEFER would.
+func TestSend_InlineFailureRingsDeferredDoorbell(t *testing.T) {
+	forEachMode(t, func(t *testing.T, s setup) {
+		a, b := newHosts(t, s)
+		qa, qb := a.pairWith(b, ndk.ConnectOptions{})
+		src := a.region(8, 0)
+		dst := b.region(8, ndk.MRFlagAllowLocalWrite)
+		for i := 0; i < 2; i++ {
+			must(t, qb.Receive(i, dst.sgl(0, 8)))
+		}
+		must(t, qa.Send(0, src.sgl(0, 8), ndk.OpFlagDefer))
+		must(t, qa.Send(1, src.sgl(0, 8), ndk.OpFlagDefer))
+		none(t, b.RCQ, 30*time.Millisecond) // no doorbell: nothing left
+		bad := src.sge(0, 8)
+		bad.Token ^= 0x5a
+		if err := qa.Send(2, []ndk.SGE{bad}, 0); !errors.Is(err, ndk.ErrAccessViolation) {
+			t.Fatalf("send with a bad local token: %v", err)
+		}
+		for i, r := range wait(t, b.RCQ, 2, 5*time.Second) {
+			expect(t, r, ndk.StatusSuccess, ndk.OpReceive, i)
+		}
+	})
+}
+
 func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 	forEachMode(t, func(t *testing.T, s setup) {
 		a, b := newHosts(t, s)

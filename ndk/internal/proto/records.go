@@ -187,12 +187,15 @@ func Slots(depth int) int {
 // QPLayout is where a QP's rings and shared words lie in its segment.
 type QPLayout struct {
 	Send, Recv shm.RingLayout
-	// Words, all daemon-written: the peer-writes count (uint64) at +0,
-	// the QP's state (uint32: QPFailed once the daemon's QP left the
+	// Words, daemon-written: the peer-writes count (uint64) at +0, the
+	// QP's state (uint32: QPFailed once the daemon's QP left the
 	// connected state for good) at +8, and how many of the client's send
 	// and receive records are no longer outstanding (uint64 each: taken
 	// from the ring and retired or refused) at +16 and +24, by which the
-	// client holds the QP to its depth.
+	// client holds the QP to its depth. Client-written: the kick (uint64)
+	// at +32, a count of send records after whose posting the daemon
+	// rings the QP's doorbell for those posted with DEFER (a failed post
+	// submits the DEFER posts before it, NDKPI.md §8).
 	Words int
 	Size  int
 }
