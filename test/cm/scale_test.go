@@ -20,10 +20,10 @@ import (
 // 1,500 connections sit in the CM's time-wait at once) and that memory is
 // reused, not leaked.
 func TestThousandConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 connections: not in -short")
+	}
 	forEachMode(t, func(t *testing.T, m mode) {
-		if testing.Short() {
-			t.Skip("1,000 connections: not in -short")
-		}
 		p, a, b := pair(t, m, harness.Config{StaticNeighbours: true}, ndk.Options{}, ndk.Options{})
 		dst := netip.AddrPortFrom(p.B.IPv4, 7200)
 		srv := serve(t, b, dst, nil)
