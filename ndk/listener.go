@@ -172,6 +172,10 @@ func (x *Listener) finishLocked() {
 type SharedEndpoint struct {
 	a  *Adapter
 	se *cm.SharedEndpoint
+	// A daemon-backed adapter's endpoint (remote_cm.go): the daemon's
+	// handle and the address it took.
+	rh    uint32
+	local netip.AddrPort
 }
 
 // CreateSharedEndpoint takes addr for shared use (NdkCreateSharedEndpoint);
@@ -181,7 +185,7 @@ type SharedEndpoint struct {
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	const op = "create shared endpoint"
 	if a.rem != nil {
-		return nil, errorf(StatusNotSupported, op, "not offered by a daemon-backed adapter yet")
+		return a.rem.createSharedEndpoint(a, addr)
 	}
 	m := a.manager()
 	if m == nil {
@@ -201,11 +205,20 @@ func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, er
 
 // LocalAddress returns the endpoint's address and port
 // (NdkGetSharedEndpointLocalAddress).
-func (x *SharedEndpoint) LocalAddress() netip.AddrPort { return x.se.LocalAddr() }
+func (x *SharedEndpoint) LocalAddress() netip.AddrPort {
+	if x.se == nil {
+		return x.local
+	}
+	return x.se.LocalAddr()
+}
 
 // Close drops the endpoint's own reference: connectors using it keep the
 // address and port taken until they close.
 func (x *SharedEndpoint) Close() {
+	if x.se == nil {
+		_, _ = x.a.rem.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: x.rh})
+		return
+	}
 	x.se.Close()
 	x.a.conns.forget(func() { delete(x.a.conns.endpoints, x) })
 }

@@ -49,7 +49,7 @@ func (r *remote) createConnector(a *Adapter) (*Connector, error) {
 	return r.newConnector(a, m), nil
 }
 
-func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src, dst netip.AddrPort, ird, ord int, pdata []byte) error {
+func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
@@ -59,6 +59,9 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src, d
 	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata}
 	if src.IsValid() {
 		req.Addr = src.String()
+	}
+	if se != nil {
+		req.SE = se.rh
 	}
 	m, _, err := c.a.rem.call(ctx, op, req)
 	if err != nil {
@@ -156,6 +159,16 @@ func (c *Connector) remoteClose() {
 	if _, err := c.a.rem.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: c.r.h}); err != nil {
 		c.finishRemote()
 	}
+}
+
+func (r *remote) createSharedEndpoint(a *Adapter, addr netip.AddrPort) (*SharedEndpoint, error) {
+	m, err := r.do("create shared endpoint", &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
+	if err != nil {
+		return nil, err
+	}
+	x := &SharedEndpoint{a: a, rh: m.H}
+	x.local, _ = netip.ParseAddrPort(m.Addr)
+	return x, nil
 }
 
 // remoteListener is a daemon-backed listener.

@@ -8,9 +8,9 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
-// dispatchCM carries out the connector and listener requests: the daemon's
-// adapter runs the IB CM, and the client's connectors and listeners are
-// its objects.
+// dispatchCM carries out the connector, listener and shared endpoint
+// requests: the daemon's adapter runs the IB CM, and the client's
+// connectors, listeners and endpoints are its objects.
 func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.Message, []int, error) {
 	a := ss.srv.a
 	switch req.Op {
@@ -40,7 +40,16 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 			}
 		}
 		c.qp.Store(q)
-		if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
+		if req.SE != 0 {
+			e, err := lookup[*sEndpoint](ss, req.SE)
+			if err != nil {
+				return nil, nil, err
+			}
+			err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, e.se, dst, req.IRD, req.ORD, req.Data)
+			if err != nil {
+				return nil, nil, err
+			}
+		} else if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
 			return nil, nil, err
 		}
 		return connMessage(c.c), nil, nil
@@ -97,6 +106,29 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 			return nil, nil, err
 		}
 		c.c.Close() // addConnector's watcher reports the end
+		return nil, nil, nil
+	case proto.OpCreateEndpoint:
+		addr, err := netip.ParseAddrPort(req.Addr)
+		if err != nil {
+			return nil, nil, statusErr(ndk.StatusInvalidAddress, "endpoint address %q: %v", req.Addr, err)
+		}
+		se, err := a.CreateSharedEndpoint(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		e := &sEndpoint{se: se}
+		if e.h, err = ss.add(e); err != nil {
+			se.Close()
+			return nil, nil, err
+		}
+		return &proto.Message{H: e.h, Addr: se.LocalAddress().String()}, nil, nil
+	case proto.OpCloseEndpoint:
+		e, err := lookup[*sEndpoint](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		ss.drop(e.h)
+		e.se.Close()
 		return nil, nil, nil
 	case proto.OpCreateListener:
 		l := &sListener{}

@@ -36,6 +36,10 @@ type (
 		h uint32
 		l *ndk.Listener
 	}
+	sEndpoint struct {
+		h  uint32
+		se *ndk.SharedEndpoint
+	}
 )
 
 // handle runs one request and returns the reply (nil: already sent).

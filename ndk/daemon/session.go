@@ -286,8 +286,11 @@ func (ss *session) teardown() {
 	})
 	wg.Wait()
 	each(func(o any) {
-		if l, ok := o.(*sListener); ok {
-			l.l.Close()
+		switch x := o.(type) {
+		case *sListener:
+			x.l.Close()
+		case *sEndpoint:
+			x.se.Close()
 		}
 	})
 	each(func(o any) {

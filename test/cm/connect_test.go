@@ -252,12 +252,6 @@ func TestPortZeroPausedAndShared(t *testing.T) {
 			t.Fatalf("connect to a paused listener: %v", err)
 		}
 		srv.l.ControlConnectEvents(false)
-		if m.daemon {
-			if _, err := a.Adapter.CreateSharedEndpoint(netip.AddrPortFrom(p.A.IPv4, 0)); !errors.Is(err, ndk.ErrNotSupported) {
-				t.Fatalf("shared endpoint through a daemon: %v, want STATUS_NOT_SUPPORTED", err)
-			}
-			t.Skip("shared endpoints: a daemon-backed adapter refuses them (STATUS_NOT_SUPPORTED, not served by ndk/daemon yet); the port-0 and paused-listener rules above ran")
-		}
 
 		se, err := a.Adapter.CreateSharedEndpoint(netip.AddrPortFrom(p.A.IPv4, 0))
 		if err != nil {

@@ -16,9 +16,7 @@
 // the test process) and daemon (each host's adapter served by ndk/daemon,
 // the test's connectors, listeners and QPs on a client of it from
 // ndk.Dial; internal/ndkhost). MAD faults are set on the adapter that
-// sends the MADs (ndkhost.Host.Served). TestPortZeroPausedAndShared's
-// daemon case stops at shared endpoints, which a daemon-backed adapter
-// refuses with STATUS_NOT_SUPPORTED.
+// sends the MADs (ndkhost.Host.Served).
 //
 // It is not a test of the CM state machines in isolation (those run on a
 // fake clock in ndk/internal/cm) or of interoperation with Linux rxe

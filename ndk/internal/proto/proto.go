@@ -29,7 +29,7 @@ const (
 	OpFlushQP         = "flush_qp"         // H
 	OpConnectOOB      = "connect_oob"      // H, Endpoint, ConnOpts
 	OpCreateConnector = "create_connector" // reply: H
-	OpConnect         = "connect"          // H (connector), QP, Addr (src, may be empty), Addr2 (dst), IRD, ORD, Data, Timeout
+	OpConnect         = "connect"          // H (connector), QP, Addr (src, may be empty) or SE, Addr2 (dst), IRD, ORD, Data, Timeout
 	OpCompleteConnect = "complete_connect" // H
 	OpAccept          = "accept"           // H, QP, IRD, ORD, Data, Timeout
 	OpReject          = "reject"           // H, Data
@@ -40,6 +40,8 @@ const (
 	OpListen          = "listen"           // H, Addr
 	OpPauseListener   = "pause_listener"   // H, Pause
 	OpCloseListener   = "close_listener"   // H; event listener_closed follows
+	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
+	OpCloseEndpoint   = "close_endpoint"   // H
 	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
 	OpCancel          = "cancel"           // Target: a blocking request to give up
 )
@@ -87,6 +89,7 @@ type Request struct {
 	RecvCQ uint32 `json:"rcq,omitempty"`
 	SendCQ uint32 `json:"scq,omitempty"`
 	QP     uint32 `json:"qp,omitempty"`
+	SE     uint32 `json:"se,omitempty"` // a shared endpoint to connect from
 
 	Depth, SendDepth   int `json:",omitempty"`
 	RecvSGE, SendSGE   int `json:",omitempty"`
