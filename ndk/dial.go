@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/client"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
@@ -127,10 +128,16 @@ func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ..
 	}
 	if m.Status != 0 {
 		closeFDs(rfds)
-		if Status(m.Status) == StatusCancelled && ctx.Err() != nil {
-			// The daemon gave up because ctx ended: the error wraps
-			// ctx's, as in process.
-			return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
+		if Status(m.Status) == StatusCancelled {
+			// The daemon gave up because ctx ended (its own timer for
+			// ctx's deadline may fire first): the error wraps ctx's, as
+			// in process.
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				<-ctx.Done()
+			}
+			if ctx.Err() != nil {
+				return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
+			}
 		}
 		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: errors.New(m.Msg)}
 	}
