@@ -331,6 +331,7 @@ func (ss *session) teardown() {
 	// no engine touch the client's memory.
 	each(func(o any) {
 		if q, ok := o.(*sQP); ok {
+			ss.relay.removeQP(q) // no late disconnect event publishes into it
 			q.seg.Close()
 		}
 		if c, ok := o.(*sCQ); ok {
