@@ -28,6 +28,12 @@ type Config struct {
 	// daemon, beyond the socket file's permissions; nil allows every peer
 	// that can open the socket.
 	AllowUID func(uid, gid uint32) bool
+	// Interface, Version and MetricsAddr are what the operator requests
+	// report (admin.go): the interface served, the daemon's version and
+	// where /metrics is served ("" or nil: not served).
+	Interface   string
+	Version     string
+	MetricsAddr func() string
 }
 
 // Server serves one adapter to client processes.

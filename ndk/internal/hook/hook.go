@@ -1,7 +1,8 @@
-// Package hook lets the daemon (ndk/daemon) reach the two things of package
+// Package hook lets the daemon (ndk/daemon) reach the things of package
 // ndk that no application should: registering a client's memory under the
-// client's own address, and reading a CQ's entries with the solicited bit
-// that NDK_RESULT_EX does not carry. Package ndk installs them when it
+// client's own address, reading a CQ's entries with the solicited bit
+// that NDK_RESULT_EX does not carry, and the provider under an adapter
+// (for the operator's view). Package ndk installs them when it
 // initializes.
 package hook
 
@@ -22,4 +23,9 @@ var (
 	// PopCQ moves up to len(dst) completions of cq (an *ndk.CQ) into dst.
 	// It allocates nothing.
 	PopCQ func(cq any, dst []Entry) int
+	// Provider returns the provider an adapter (an *ndk.Adapter) runs on,
+	// an *inproc.Provider for one from ndk.Open, nil for one from
+	// ndk.Dial: the daemon's operator requests read the wire, queues and
+	// QPs from it.
+	Provider func(adapter any) any
 )

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
@@ -73,8 +74,9 @@ type Provider struct {
 	ports   []port.Port
 	engines []*rc.Engine
 	buffers []byte
-	mgmt    *management      // nil without connection management
-	capture *pcapfile.Writer // shared by the ports; nil without Config.Capture
+	mgmt    *management                  // nil without connection management
+	capture *pcapfile.Writer             // shared by the ports; nil without Config.Capture
+	tap     atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
 	once    sync.Once
 
 	mu         sync.Mutex
@@ -146,6 +148,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	if p.capture != nil {
 		pt = port.Capture(pt, p.capture)
 	}
+	pt = port.Tap(pt, len(p.ports), &p.tap)
 	p.ports = append(p.ports, pt)
 	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource}
 	if cfg.Queues > 1 {

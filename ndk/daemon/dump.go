@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+)
+
+// A live capture (ndkxdp dump): admin_dump turns on a bounded ring that
+// every engine's port offers its frames to (port.TapRing: a copy into a
+// free slot, or a counted drop, never a wait), and a goroutine of the
+// session streams the ring's frames to the client as EvFrames events
+// until the client goes. One capture runs at a time.
+
+// EvFrames carries captured frames: Raw is a []DumpFrame, Raw2 a
+// DumpCounts.
+const EvFrames = "frames"
+
+// Bounds on a capture: the bytes kept of each frame, and the ring's
+// memory.
+const (
+	DefaultSnap  = 256
+	MaxSnap      = 10240
+	dumpRingSize = 8 << 20
+	dumpSlots    = 4096
+	dumpBatch    = 40 << 10 // bytes of frame data per event, before base64
+)
+
+// DumpFrame is one captured frame.
+type DumpFrame struct {
+	Time   int64  `json:"t"` // Unix nanoseconds
+	Queue  int    `json:"q"`
+	Out    bool   `json:"out,omitempty"`
+	Length int    `json:"len"`
+	Data   []byte `json:"data"`
+}
+
+// DumpCounts are the frames the engines offered to the capture so far
+// and those it dropped (ring full or busy).
+type DumpCounts struct {
+	Seen    uint64 `json:"seen"`
+	Dropped uint64 `json:"dropped"`
+}
+
+func (ss *session) dump(req *proto.Request) error {
+	p, err := ss.srv.provider()
+	if err != nil {
+		return err
+	}
+	snap := int(req.Len)
+	if snap == 0 {
+		snap = DefaultSnap
+	}
+	if snap < 64 || snap > MaxSnap {
+		return statusErr(ndk.StatusInvalidParameter, "snap length %d outside [64, %d]", snap, MaxSnap)
+	}
+	r := port.NewTapRing(min(dumpSlots, dumpRingSize/snap), snap)
+	if !p.StartTap(r) {
+		return statusErr(ndk.StatusSharingViolation, "another capture runs on this daemon")
+	}
+	ss.log.Info("capture started", "snap", snap)
+	go func() {
+		defer func() {
+			p.StopTap(r)
+			ss.log.Info("capture stopped", "seen", r.Seen(), "dropped", r.Drops())
+		}()
+		var buf [256]port.TapFrame
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		var last DumpCounts
+		for {
+			select {
+			case <-ss.ctx.Done():
+				return
+			case <-r.Wake():
+			case <-tick.C:
+			}
+			// Bounded: at most a ring's worth of frames per wake-up.
+			for range dumpSlots/len(buf) + 1 {
+				n := r.Take(buf[:])
+				if n == 0 {
+					break
+				}
+				ss.sendFrames(r, buf[:n])
+			}
+			if c := (DumpCounts{Seen: r.Seen(), Dropped: r.Drops()}); c != last {
+				last = c
+				ss.sendFrames(r, nil)
+			}
+		}
+	}()
+	return nil
+}
+
+// sendFrames sends fs in events of at most dumpBatch bytes of data (an
+// event with the counts alone when fs is empty).
+func (ss *session) sendFrames(r *port.TapRing, fs []port.TapFrame) {
+	for first := true; first || len(fs) > 0; first = false {
+		var out []DumpFrame
+		size := 0
+		for len(fs) > 0 && (len(out) == 0 || size+len(fs[0].Data) <= dumpBatch) {
+			f := fs[0]
+			out = append(out, DumpFrame{Time: f.Time.UnixNano(), Queue: f.Queue, Out: f.Out, Length: f.Length, Data: f.Data})
+			size += len(f.Data)
+			fs = fs[1:]
+		}
+		raw, _ := json.Marshal(out)
+		raw2, _ := json.Marshal(DumpCounts{Seen: r.Seen(), Dropped: r.Drops()})
+		ss.send(&proto.Message{Ev: EvFrames, Raw: raw, Raw2: raw2})
+	}
+}
