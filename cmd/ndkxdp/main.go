@@ -33,6 +33,11 @@ commands:
   rping           librdmacm's rping, client or server, against any RoCE peer
   daemon          serve an interface to local applications (ndk.Dial)
   counters        print the steering counters of a pinned attachment
+  status          whether a daemon serves an interface, since when, its clients
+  info            the device a daemon serves, as ibv_devinfo
+  stats           a daemon's counters, as rdma statistic (-j: JSON)
+  qp              a daemon's QPs, as rdma resource show qp (-j: JSON)
+  dump            live capture of the RoCEv2 frames a daemon moves (pcap or text)
   version         print the version
 
 Run 'ndkxdp <command> -h' for the flags of a command.
@@ -69,6 +74,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDaemon(ctx, args[1:], stdout, stderr)
 	case "rping":
 		return runRping(ctx, args[1:], stdout, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
+	case "info":
+		return runInfo(ctx, args[1:], stdout, stderr)
+	case "stats":
+		return runStats(ctx, args[1:], stdout, stderr)
+	case "qp":
+		return runQP(ctx, args[1:], stdout, stderr)
+	case "dump":
+		return runDump(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ndkxdp", version)
 		return nil

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+)
+
+// The operator's commands (status, info, stats, qp, dump) read a running
+// daemon through its socket (ndk/daemon's admin requests): the daemon owns
+// the interface, so what they show is what it runs.
+
+// opsFlags are the flags every operator command takes.
+type opsFlags struct {
+	dev, socket string
+	json        bool
+}
+
+func (o *opsFlags) register(fs *flag.FlagSet, listing bool) {
+	fs.StringVar(&o.dev, "dev", "", "interface whose daemon to ask (its socket is /run/ndkxdp/IF.sock)")
+	fs.StringVar(&o.socket, "daemon", "", "socket of the daemon to ask (instead of -dev)")
+	if listing {
+		fs.BoolVar(&o.json, "j", false, "print JSON")
+	}
+}
+
+// path returns the daemon socket the flags name.
+func (o *opsFlags) path() (string, error) {
+	switch {
+	case o.socket != "" && o.dev != "":
+		return "", fmt.Errorf("give -dev or -daemon, not both")
+	case o.socket != "":
+		return o.socket, nil
+	case o.dev != "":
+		return daemon.SocketPath(o.dev), nil
+	}
+	return "", fmt.Errorf("-dev IF or -daemon SOCKET is required")
+}
+
+// query asks the daemon for op into out, bounded in time.
+func (o *opsFlags) query(ctx context.Context, op string, out any) error {
+	p, err := o.path()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return daemon.Query(ctx, p, op, out)
+}
+
+func printJSON(w io.Writer, v any) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
+}
+
+func parseOps(name, usage string, args []string, stderr io.Writer, listing bool) (*opsFlags, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &opsFlags{}
+	o.register(fs, listing)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: ndkxdp %s -dev IF|-daemon SOCKET%s\n\n%s\n\n", name, map[bool]string{true: " [-j]"}[listing], usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
+	}
+	return o, nil
+}
