@@ -175,8 +175,8 @@ type QP struct {
 
 // admin answers an operator request.
 func (ss *session) admin(req *proto.Request) *proto.Message {
-	if ss.relay == nil {
-		ss.adminOnly.Store(true)
+	if ss.relay == nil && !ss.adminOnly.Swap(true) {
+		ss.srv.admins.Add(1)
 	}
 	var v any
 	var err error
@@ -243,7 +243,7 @@ func (s *Server) status() *Status {
 	owner := s.owners()
 	per := make(map[*session]*SessionStatus)
 	s.mu.Lock()
-	st.Served = s.served
+	st.Served = s.served - s.admins.Load()
 	for ss := range s.sessions {
 		if ss.adminOnly.Load() {
 			continue

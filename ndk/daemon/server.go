@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -49,6 +50,7 @@ type Server struct {
 	wg       sync.WaitGroup
 	started  time.Time
 	served   uint64
+	admins   atomic.Uint64 // sessions that made only operator requests (admin.go)
 }
 
 // New returns a server for a, which it does not close.
