@@ -1,0 +1,130 @@
+package ops_test
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+)
+
+// startDump runs `ndkxdp dump args...` and waits until the daemon has
+// started its capture (its log says so for the nth time).
+func (bd *bed) startDump(t *testing.T, nth int, args ...string) (*exec.Cmd, *syncBuffer, *syncBuffer, chan error) {
+	t.Helper()
+	var stdout, stderr syncBuffer
+	cmd := exec.Command(binary(t), append([]string{"dump", "-daemon", bd.sock}, args...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(bd.logs.String(), "capture started") < nth {
+		if time.Now().After(deadline) {
+			t.Fatalf("no capture started in 10 s:\n%s\n%s", stderr.String(), bd.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cmd, &stdout, &stderr, done
+}
+
+var dumpReport = regexp.MustCompile(`(\d+) frames captured, (\d+) dropped by the daemon \(of (\d+) it moved`)
+
+// TestDump: ndkxdp dump -w writes a pcap holding every frame the daemon
+// moved while it ran, both directions (the difference of the engines'
+// counts before and after), none dropped at this rate; a second capture
+// at once is refused; the text summary names the WRITEs and the ACKs.
+func TestDump(t *testing.T) {
+	bd := newBed(t)
+	file := filepath.Join(t.TempDir(), "d.pcap")
+	cmd, _, stderr, done := bd.startDump(t, 1, "-w", file)
+
+	if out := runFail(t, "dump", "-daemon", bd.sock, "-t", "1s"); !strings.Contains(out, "another capture runs") {
+		t.Errorf("a second capture at once: %q", out)
+	}
+	var before, after daemon.Stats
+	runJSON(t, &before, "stats", "-daemon", bd.sock)
+	const n = 30
+	bd.writes(t, n)
+	bd.quiet(t)
+	runJSON(t, &after, "stats", "-daemon", bd.sock)
+	time.Sleep(400 * time.Millisecond) // the daemon streams every 250 ms at the latest
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dump: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dump still running 10 s after SIGINT")
+	}
+	m := dumpReport.FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("dump's report: %q", stderr.String())
+	}
+	captured, _ := strconv.Atoi(m[1])
+	if m[2] != "0" {
+		t.Errorf("the daemon dropped %s frames of %s at this rate", m[2], m[3])
+	}
+	f, err := pcapfile.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := int(after.Adapter["frames_out"] - before.Adapter["frames_out"] + after.Adapter["frames_in"] - before.Adapter["frames_in"])
+	if len(f.Packets) != captured || captured != moved {
+		t.Errorf("pcap holds %d frames, dump reports %d, the engines moved %d", len(f.Packets), captured, moved)
+	}
+	var writes, acks int
+	for _, p := range f.Packets {
+		if p.OrigLen < len(p.Data) || len(p.Data) > daemon.DefaultSnap {
+			t.Fatalf("frame %d: %d bytes kept of %d", p.Index, len(p.Data), p.OrigLen)
+		}
+		op := p.Data[14+20+8] // Ethernet, IPv4, UDP: the BTH's opcode
+		switch {
+		case bytes.Equal(p.Data[6:12], bd.pair.A.MAC) && op >= 0x06 && op <= 0x0A:
+			writes++
+		case bytes.Equal(p.Data[6:12], bd.pair.B.MAC) && op == 0x11:
+			acks++
+		}
+	}
+	if want := n * int(bd.packetsPerWrite()); writes != want || acks < n {
+		t.Errorf("pcap: %d WRITE packets from A (want %d), %d ACKs from B (want at least %d)", writes, want, acks, n)
+	}
+
+	// The text summary, stopped by its count.
+	_, stdout, stderr2, done2 := bd.startDump(t, 2, "-c", "5")
+	bd.writes(t, 2)
+	select {
+	case err := <-done2:
+		if err != nil {
+			t.Fatalf("dump -c 5: %v\n%s", err, stderr2.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dump -c 5 still running 10 s after 8 frames")
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("dump -c 5 printed %d lines:\n%s", len(lines), stdout.String())
+	}
+	a, b := bd.pair.A.IPv4.String(), bd.pair.B.IPv4.String()
+	for _, l := range lines {
+		if !strings.Contains(l, " out q0 "+a+" > "+b+" RC_RDMA_WRITE_") && !strings.Contains(l, " in  q0 "+b+" > "+a+" RC_ACKNOWLEDGE") {
+			t.Errorf("summary line %q is neither a WRITE from A nor an ACK from B", l)
+		}
+	}
+}
