@@ -1,0 +1,117 @@
+package port_test
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
+)
+
+// TestTapCopiesBothWaysAndDropsWhenFull: with a ring set, each frame sent
+// and received is copied once (cut to the snap length, its length kept);
+// a full ring drops and counts instead of waiting; without a ring nothing
+// is offered.
+func TestTapCopiesBothWaysAndDropsWhenFull(t *testing.T) {
+	p := newPipe(t, porttest.PipeConfig{})
+	var ring atomic.Pointer[port.TapRing]
+	a, b := port.Tap(p.A(), 0, &ring), port.Tap(p.B(), 1, &ring)
+
+	send := func(id uint32) {
+		if err := a.Transmit([][]byte{frameWithID(id, 100)[:40], frameWithID(id, 100)[40:]}); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Flush()
+	}
+	send(1) // no ring: not offered
+	drain(t, b, 100)
+	r := port.NewTapRing(4, 64)
+	ring.Store(r)
+	send(2)
+	if got := drain(t, b, 100); len(got) != 1 || got[0] != 2 {
+		t.Fatalf("received %v, want [2]", got)
+	}
+	var fs [8]port.TapFrame
+	n := r.Take(fs[:])
+	if n != 2 || r.Seen() != 2 || r.Drops() != 0 {
+		t.Fatalf("took %d frames, seen %d, dropped %d; want 2, 2, 0", n, r.Seen(), r.Drops())
+	}
+	want := frameWithID(2, 100)[:64]
+	for i, f := range fs[:2] {
+		if f.Length != 100 || !bytes.Equal(f.Data, want) || f.Out != (i == 0) || f.Queue != i {
+			t.Errorf("frame %d: out %v queue %d length %d data %x", i, f.Out, f.Queue, f.Length, f.Data[:8])
+		}
+	}
+	// Six frames sent and received into four slots: eight offered, four
+	// dropped, none waited for.
+	for id := uint32(10); id < 14; id++ {
+		send(id)
+	}
+	drain(t, b, 100)
+	if r.Seen() != 10 || r.Drops() != 4 || r.Take(fs[:]) != 4 {
+		t.Errorf("seen %d dropped %d; want 10 and 4, with 4 frames kept", r.Seen(), r.Drops())
+	}
+	ring.Store(nil)
+	send(20)
+	drain(t, b, 100)
+	if r.Seen() != 10 {
+		t.Errorf("frames offered after the ring was removed")
+	}
+}
+
+// TestTapAccountsEveryFrameOfTwoEngines: two engines offering frames at
+// once (each may find the ring busy and drop rather than wait): every
+// frame offered is either kept or counted as dropped.
+func TestTapAccountsEveryFrameOfTwoEngines(t *testing.T) {
+	p := newPipe(t, porttest.PipeConfig{})
+	var ring atomic.Pointer[port.TapRing]
+	r := port.NewTapRing(1<<12, 64)
+	ring.Store(r)
+	ends := []port.Port{port.Tap(p.A(), 0, &ring), port.Tap(p.B(), 1, &ring)}
+	var wg sync.WaitGroup
+	for _, e := range ends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range uint32(500) {
+				_ = e.Transmit([][]byte{frameWithID(id, 64)})
+				_ = e.Flush()
+				drain(t, e, 64)
+			}
+		}()
+	}
+	wg.Wait()
+	var fs [1 << 12]port.TapFrame
+	kept := r.Take(fs[:])
+	if uint64(kept)+r.Drops() != r.Seen() || r.Seen() < 1000 {
+		t.Errorf("kept %d + dropped %d != offered %d", kept, r.Drops(), r.Seen())
+	}
+	t.Logf("offered %d, kept %d, dropped %d", r.Seen(), kept, r.Drops())
+}
+
+// TestTapAllocatesNothing: on or off, a tapped port's Transmit and
+// Receive allocate nothing.
+func TestTapAllocatesNothing(t *testing.T) {
+	p := newPipe(t, porttest.PipeConfig{})
+	var ring atomic.Pointer[port.TapRing]
+	a, b := port.Tap(p.A(), 0, &ring), port.Tap(p.B(), 1, &ring)
+	f := [][]byte{frameWithID(1, 200)}
+	out := make([][]byte, 8)
+	r := port.NewTapRing(16, 128)
+	for _, on := range []bool{false, true} {
+		if on {
+			ring.Store(r)
+		}
+		allocs := testing.AllocsPerRun(200, func() {
+			_ = a.Transmit(f)
+			_ = a.Flush()
+			b.Receive(out)
+			b.Release()
+		})
+		if allocs != 0 {
+			t.Errorf("tap on=%v: %v allocations per frame", on, allocs)
+		}
+	}
+}
