@@ -73,4 +73,17 @@
 // deregistered, PDs and CQs closed, and only then its memory unmapped.
 // Malformed control messages end the session the same way. Server.Close
 // does this for every session (the daemon's SIGTERM).
+//
+// # Operators
+//
+// Requests named admin_* (admin.go) need no hello and create nothing: a
+// session that makes only these is not a client. They answer what `ndkxdp
+// status`, `info`, `stats` and `qp` print (Query asks them): the sessions
+// (SO_PEERCRED pid and uid, start time, QPs), the wire and its queues'
+// AF_XDP bind modes, every counter (engines, per QP, sockets, steering
+// program, CM) and every QP's state, peer, PSNs and owner. The same
+// counters feed Prometheus (metrics.go, ServeMetrics). admin_dump (dump.go,
+// Dump) streams a live capture: the engines copy frames into a bounded
+// ring (port.TapRing) or drop and count them, never wait, and the session
+// sends the ring's frames as events until the operator's connection ends.
 package daemon
