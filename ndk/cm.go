@@ -93,9 +93,23 @@ func cmError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	var rejErr *RejectError
+	if rej := (*cm.RejectError)(nil); errors.As(err, &rej) {
+		rejErr = &RejectError{Reason: rej.Reason, PrivateData: rej.PrivateData}
+	}
+	// withReject keeps the CM's text and adds the REJ for errors.As.
+	withReject := func(inner error) error {
+		switch {
+		case rejErr == nil:
+			return inner
+		case inner == nil:
+			return rejErr
+		}
+		return &rejected{err: inner, rej: rejErr}
+	}
 	e, ok := err.(*Error)
 	if !ok {
-		return &Error{Status: StatusOf(err), Op: op, Err: err}
+		return &Error{Status: StatusOf(err), Op: op, Err: withReject(err)}
 	}
 	detail := e.Detail
 	switch {
@@ -105,8 +119,32 @@ func cmError(op string, err error) error {
 	default:
 		detail = e.Op + ": " + detail
 	}
-	return &Error{Status: e.Status, Op: op, Detail: detail, Err: e.Err}
+	return &Error{Status: e.Status, Op: op, Detail: detail, Err: withReject(e.Err)}
 }
+
+// RejectError is the cause inside a Connect or Accept error that a peer's
+// CM REJ produced: errors.As(err, &rej) gives the REJ's reason (IBTA table
+// 108: 8 nobody listens on that port, 28 the peer refused, ...) and its
+// private data. The error is also ErrConnectionRefused (a REJ of our REQ)
+// or ErrConnectionAborted (a REJ of our REP).
+type RejectError struct {
+	Reason      rocev2.RejectReason
+	PrivateData []byte // the REJ's 148 private-data bytes
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("peer sent REJ reason %d (%v)", e.Reason, e.Reason)
+}
+
+// rejected carries a RejectError beside the CM's error, whose text it
+// keeps.
+type rejected struct {
+	err error
+	rej *RejectError
+}
+
+func (r *rejected) Error() string   { return r.err.Error() }
+func (r *rejected) Unwrap() []error { return []error{r.rej, r.err} }
 
 // connections are the connectors, listeners and shared endpoints an
 // adapter closes with it.

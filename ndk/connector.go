@@ -87,13 +87,6 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 	return nil
 }
 
-// RejectError is the cause inside a Connect or Accept error that a peer's
-// CM REJ produced: errors.As(err, &rej) gives the REJ's reason (IBTA table
-// 108: 8 nobody listens on that port, 28 the peer refused, ...) and its
-// private data. The error is also ErrConnectionRefused (a REJ of our REQ)
-// or ErrConnectionAborted (a REJ of our REP).
-type RejectError = cm.RejectError
-
 // Connect connects qp to the listener at dst (NdkConnect): it resolves the
 // route and the next hop's MAC through the kernel's tables, sends a REQ
 // with privateData (at most MaxCallerData bytes), and returns when the
@@ -117,7 +110,7 @@ type RejectError = cm.RejectError
 func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect"
 	if c.r != nil {
-		return c.remoteConnect(ctx, op, qp, src, dst, inboundReadLimit, outboundReadLimit, privateData)
+		return c.remoteConnect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	return c.connect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
@@ -128,7 +121,10 @@ func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort
 func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *SharedEndpoint, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect with shared endpoint"
 	if c.r != nil {
-		return errorf(StatusNotSupported, op, "not offered by a daemon-backed adapter yet")
+		if se == nil || se.a != c.a {
+			return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
+		}
+		return c.remoteConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
@@ -151,9 +147,9 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if !dst.IsValid() || dst.Port() == 0 {
 		return errorf(StatusInvalidAddress, op, "destination %v needs an address and a port", dst)
 	}
-	path, err := c.a.prov.ResolvePath(src.Addr(), dst.Addr())
+	path, err := c.resolvePath(ctx, op, src.Addr(), dst.Addr())
 	if err != nil {
-		return cmError(op, err)
+		return err
 	}
 	done := make(chan error, 1)
 	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
@@ -170,6 +166,33 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	c.qp = qp
 	c.mu.Unlock()
 	return c.wait(ctx, op, done, true)
+}
+
+// resolvePath resolves the route and the next hop's MAC, or gives up when
+// ctx ends: neighbour resolution may wait seconds for an answer that never
+// comes, and the caller's deadline or cancellation comes first. The
+// abandoned lookup ends on its own (the resolver's NeighbourTimeout), and
+// the connector is closed as for any abandoned Connect.
+func (c *Connector) resolvePath(ctx context.Context, op string, src, dst netip.Addr) (cm.PathInfo, error) {
+	type result struct {
+		path cm.PathInfo
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		path, err := c.a.prov.ResolvePath(src, dst)
+		done <- result{path, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.path, cmError(op, r.err)
+		}
+		return r.path, nil
+	case <-ctx.Done():
+		c.Close() // as for an abandoned Connect (see wait)
+		return cm.PathInfo{}, &Error{Status: StatusCancelled, Op: op, Detail: "context ended while resolving the path to " + dst.String(), Err: ctx.Err()}
+	}
 }
 
 // wait returns the completion, or gives up on ctx: abandon closes the

@@ -21,8 +21,9 @@ import (
 type remote struct {
 	a    *Adapter
 	conn *client.Conn
-	seg  *shm.Segment
+	seg  *shm.Segment // the engine's doorbell flags
 	bell *shm.Doorbell
+	sess *shm.Segment // the session's published counts and hint bitmaps
 	addr netip.Addr
 	mac  net.HardwareAddr
 	pmtu int
@@ -35,6 +36,9 @@ type remote struct {
 	listeners  map[uint32]*Listener
 	arenas     []*arena
 	nextArena  uint32
+	chunkMu    sync.Mutex
+	chunk      *arena // the arena small Memory calls are cut from
+	chunkOff   int
 	// mrs is every registered MR by local token, for the checks a post
 	// makes before it reaches the ring; copied on write, read lock-free.
 	mrs atomic.Pointer[map[uint32]*MR]
@@ -96,7 +100,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 }
 
 func (r *remote) hello(m *proto.Message, fds []int) error {
-	if len(fds) != 2 || m.Seg == nil {
+	if len(fds) != 3 || m.Seg == nil || m.Seg.Session < proto.SessionSize {
 		closeFDs(fds)
 		return errors.New("daemon sent no session segment")
 	}
@@ -113,6 +117,10 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	r.mac, _ = net.ParseMAC(m.MAC)
 	r.pmtu = m.PathMTU
 	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
+		closeFDs(fds[1:])
+		return err
+	}
+	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
 		unix_close(fds[1])
 		return err
 	}
@@ -146,7 +154,7 @@ func (r *remote) do(op string, req *proto.Request) (*proto.Message, error) {
 // event takes the daemon's events, on the connection's reader goroutine.
 func (r *remote) event(m *proto.Message) {
 	r.mu.RLock()
-	c, l, x, pd := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H]
+	c, l, x, pd, q := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H], r.qps[m.H]
 	r.mu.RUnlock()
 	switch m.Ev {
 	case proto.EvCQ:
@@ -168,6 +176,10 @@ func (r *remote) event(m *proto.Message) {
 	case proto.EvListenerClosed:
 		if l != nil {
 			go l.r.closed(r, l)
+		}
+	case proto.EvPeerWrite:
+		if q != nil {
+			q.r.peerWrite()
 		}
 	case proto.EvPDClosed:
 		if pd != nil {
@@ -191,11 +203,36 @@ func (a *Adapter) Memory(n int) ([]byte, error) {
 	if a.rem == nil {
 		return make([]byte, n), nil
 	}
+	if n <= memoryChunk/4 {
+		return a.rem.carve(n)
+	}
 	ar, err := a.rem.newArena(n)
 	if err != nil {
 		return nil, err
 	}
 	return ar.seg.Bytes()[:n:n], nil
+}
+
+// memoryChunk is the arena small Memory calls are cut from: the daemon
+// maps a bounded number of arenas per client (256), and a memfd per small
+// buffer would spend them, and a system call each.
+const memoryChunk = 4 << 20
+
+// carve cuts n bytes, cache-line aligned, from the current chunk, or from
+// a new one when it has no room.
+func (r *remote) carve(n int) ([]byte, error) {
+	r.chunkMu.Lock()
+	defer r.chunkMu.Unlock()
+	if r.chunk == nil || r.chunkOff+n > r.chunk.seg.Size() {
+		ar, err := r.newArena(memoryChunk)
+		if err != nil {
+			return nil, err
+		}
+		r.chunk, r.chunkOff = ar, 0
+	}
+	b := r.chunk.seg.Bytes()[r.chunkOff : r.chunkOff+n : r.chunkOff+n]
+	r.chunkOff = (r.chunkOff + n + 63) &^ 63
+	return b, nil
 }
 
 func (r *remote) newArena(n int) (*arena, error) {

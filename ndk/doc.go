@@ -1,7 +1,9 @@
 // Package ndk is ndkxdp's public RDMA API, shaped after Microsoft's NDKPI
 // (the Windows kernel RDMA provider interface): the same objects, flag
-// values, status codes and rules, expressed as Go methods. NDKPI.md is the
-// reference; SEEDS.md maps each rule of the seed pages to its test.
+// values, status codes and rules, expressed as Go methods. The reference
+// is docs/NDKPI.md in the repository (cited below as NDKPI.md, with its
+// sections), the design docs/DESIGN.md; SEEDS.md in this directory maps
+// each rule of the NDKPI documentation pages to its test.
 //
 // What is here:
 //   - Status (NTSTATUS) and errors that carry it: errors.Is(err,
@@ -97,37 +99,61 @@
 // GetResultsEx and Arm. Closing the CQ or its adapter waits for a running
 // callback, so neither may be called from inside one.
 //
-// Example:
+// Example_server and Example_client are complete programs (TestExamples
+// runs them on a veth pair). In short, a client that sends one message:
 //
-//	a, _ := ndk.Open("eth1", ndk.Options{}) // in eth1's network namespace
+//	a, err := ndk.Open("eth1", ndk.Options{}) // in eth1's network namespace
+//	if err != nil {
+//		return err
+//	}
 //	defer a.Close()
-//	var cq *ndk.CQ
-//	cq, _ = a.CreateCQ(1024, func(s ndk.Status) {
-//		if s != ndk.StatusSuccess {
-//			log.Printf("cq error: %v", s) // overrun or fatal: tear down
-//			return
-//		}
-//		var rs [32]ndk.ResultEx
-//		for n := cq.GetResultsEx(rs[:]); n > 0; n = cq.GetResultsEx(rs[:]) {
-//			handle(rs[:n])
-//		}
-//		cq.Arm(ndk.CQNotifyAny)
-//	})
-//	cq.Arm(ndk.CQNotifyAny)
-//	pd, _ := a.CreatePD()
-//	buf := make([]byte, 1<<20)
-//	mr, err := pd.RegisterMR(buf, ndk.MRFlagAllowRemoteWrite)
-//	if errors.Is(err, ndk.ErrInvalidParameter) { ... }
-//	sge, _ := mr.SGE(0, 4096)
-//	qp, _ := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq,
-//		ReceiveQueueDepth: 256, InitiatorQueueDepth: 256,
+//	cq, err := a.CreateCQ(64, nil)
+//	if err != nil {
+//		return err
+//	}
+//	pd, err := a.CreatePD()
+//	if err != nil {
+//		return err
+//	}
+//	msg := []byte("hello over RDMA")
+//	mr, err := pd.RegisterMR(msg, ndk.MRFlagAllowLocalRead)
+//	if err != nil {
+//		return err
+//	}
+//	qp, err := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq,
+//		ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
 //		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
-//	c, _ := a.CreateConnector()
-//	err = c.Connect(ctx, qp, netip.AddrPort{}, netip.MustParseAddrPort("198.18.0.2:7174"), 1, 1, nil)
-//	if errors.Is(err, ndk.ErrConnectionRefused) { ... } // nobody listens, or rejected
-//	_ = c.CompleteConnect(func() { log.Print("peer disconnected") })
-//	_ = qp.Send("ctx", []ndk.SGE{sge}, ndk.OpFlagSendAndSolicitEvent)
-//	...
-//	_ = c.Disconnect(ctx) // DREQ, DREP, QP drained
-//	c.Close()
+//	if err != nil {
+//		return err
+//	}
+//	c, err := a.CreateConnector()
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+//	dst := netip.MustParseAddrPort("198.18.0.2:7174")
+//	err = c.Connect(ctx, qp, netip.AddrPort{}, dst, 1, 1, nil)
+//	if errors.Is(err, ndk.ErrConnectionRefused) {
+//		return fmt.Errorf("nobody listens on %v: %w", dst, err)
+//	} else if err != nil {
+//		return err
+//	}
+//	if err := c.CompleteConnect(nil); err != nil {
+//		return err
+//	}
+//	sge, err := mr.SGE(0, len(msg))
+//	if err != nil {
+//		return err
+//	}
+//	if err := qp.Send(nil, []ndk.SGE{sge}, 0); err != nil {
+//		return err
+//	}
+//	var rs [1]ndk.Result
+//	for cq.GetResults(rs[:]) == 0 { // or Arm the CQ and sleep until its callback
+//		runtime.Gosched()
+//	}
+//	if rs[0].Status != ndk.StatusSuccess {
+//		return fmt.Errorf("send: %v", rs[0].Status)
+//	}
+//	return c.Disconnect(ctx) // DREQ, DREP
 package ndk

@@ -1,8 +1,11 @@
 package ndk
 
 import (
+	"errors"
+
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 )
 
 // The daemon serves clients' memory and CQs through these (ndk/daemon).
@@ -34,5 +37,35 @@ func init() {
 			n++
 		}
 		return n
+	}
+}
+
+func init() {
+	hook.EngineOf = func(adapter any) (*hook.Engine, error) {
+		a := adapter.(*Adapter)
+		p, ok := a.prov.(*inproc.Provider)
+		if !ok {
+			return nil, errors.New("adapter has no AF_XDP engine")
+		}
+		seg, efd, err := p.EngineBell(0)
+		if err != nil {
+			return nil, err
+		}
+		e, err := p.Engine(0)
+		if err != nil {
+			return nil, err
+		}
+		return &hook.Engine{
+			BellFD: seg.FD(), EventFD: efd, BellSize: seg.Size(),
+			Add:    func(x hook.Poller) error { return e.AddPoller(x) },
+			Remove: func(x hook.Poller) error { return e.RemovePoller(x) },
+			Ring:   func() { p.Doorbell(0) },
+			PlacedWrites: func(q int) uint64 {
+				if e, err := p.Engine(q); err == nil {
+					return e.PlacedWrites()
+				}
+				return 0
+			},
+		}, nil
 	}
 }

@@ -172,6 +172,9 @@ func (x *Listener) finishLocked() {
 type SharedEndpoint struct {
 	a  *Adapter
 	se *cm.SharedEndpoint
+	// On a daemon-backed adapter: the daemon's handle and the address.
+	rh    uint32
+	raddr netip.AddrPort
 }
 
 // CreateSharedEndpoint takes addr for shared use (NdkCreateSharedEndpoint);
@@ -181,7 +184,13 @@ type SharedEndpoint struct {
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	const op = "create shared endpoint"
 	if a.rem != nil {
-		return nil, errorf(StatusNotSupported, op, "not offered by a daemon-backed adapter yet")
+		m, err := a.rem.do(op, &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
+		if err != nil {
+			return nil, err
+		}
+		x := &SharedEndpoint{a: a, rh: m.H}
+		x.raddr, _ = netip.ParseAddrPort(m.Addr)
+		return x, nil
 	}
 	m := a.manager()
 	if m == nil {
@@ -201,11 +210,20 @@ func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, er
 
 // LocalAddress returns the endpoint's address and port
 // (NdkGetSharedEndpointLocalAddress).
-func (x *SharedEndpoint) LocalAddress() netip.AddrPort { return x.se.LocalAddr() }
+func (x *SharedEndpoint) LocalAddress() netip.AddrPort {
+	if x.a.rem != nil {
+		return x.raddr
+	}
+	return x.se.LocalAddr()
+}
 
 // Close drops the endpoint's own reference: connectors using it keep the
 // address and port taken until they close.
 func (x *SharedEndpoint) Close() {
+	if x.a.rem != nil {
+		_, _ = x.a.rem.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: x.rh})
+		return
+	}
 	x.se.Close()
 	x.a.conns.forget(func() { delete(x.a.conns.endpoints, x) })
 }

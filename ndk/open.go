@@ -230,9 +230,5 @@ func (a *Adapter) Stats() []EngineStats {
 	if a.prov == nil {
 		return []EngineStats{}
 	}
-	return a.prov.Stats()
+	return engineStats(a.prov.Stats())
 }
-
-// EngineStats are one engine's counters: frames in and out, drops by
-// reason, retransmissions, NAKs and RNR NAKs sent and received.
-type EngineStats = rc.Stats

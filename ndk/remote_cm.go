@@ -49,7 +49,9 @@ func (r *remote) createConnector(a *Adapter) (*Connector, error) {
 	return r.newConnector(a, m), nil
 }
 
-func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src, dst netip.AddrPort, ird, ord int, pdata []byte) error {
+// remoteConnect is Connect (se nil) and ConnectWithSharedEndpoint on a
+// daemon-backed adapter.
+func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
@@ -57,7 +59,10 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src, d
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(pdata), MaxCallerData)
 	}
 	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata}
-	if src.IsValid() {
+	switch {
+	case se != nil:
+		req.Endpoint = se.rh
+	case src.IsValid():
 		req.Addr = src.String()
 	}
 	m, _, err := c.a.rem.call(ctx, op, req)

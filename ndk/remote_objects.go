@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -200,7 +199,13 @@ type remoteQP struct {
 	seg      *shm.Segment
 	send     *shm.Producer
 	recv     *shm.Producer
-	writes   *atomic.Uint64
+	writes   *atomic.Uint64 // the session's count for the QP's queue
+	post     *atomic.Uint64 // the QP's word of the session's post bitmap
+	arm      *atomic.Uint64 // and of its arm bitmap
+	bit      uint64         // the QP's bit in both
+	wArm     *atomic.Uint32
+	wAt      *atomic.Uint64
+	wCh      atomic.Pointer[chan struct{}] // ArmPeerWrites' channel
 	context  any
 	cfg      QPConfig
 	qpn, psn uint32
@@ -256,7 +261,14 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
-	rq := &remoteQP{h: m.H, seg: seg, writes: seg.Word64(l.Words), context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
+	if m.Queue < 0 || m.Queue >= proto.MaxQueues || m.Slot < 0 || m.Slot >= proto.MaxQPSlots {
+		seg.Close()
+		return nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
+	}
+	w, bit := proto.SlotWord(m.Slot)
+	rq := &remoteQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 8), wAt: seg.Word64(l.Words + 16),
+		post: r.sess.Word64(proto.PostBitmap + 8*w), arm: r.sess.Word64(proto.ArmBitmap + 8*w), bit: bit,
+		context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
 	}
@@ -352,14 +364,25 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 		rq.deferred = true
 	} else {
 		rq.deferred = false
+		rq.hint()
 		r.ring()
 	}
 	return nil
 }
 
+// hint marks the QP in the session's post bitmap: the relay serves only
+// QPs marked there (or left over), so a deferred post waits, unmarked, for
+// the next post without DEFER.
+func (rq *remoteQP) hint() {
+	if rq.post.Load()&rq.bit == 0 {
+		rq.post.Or(rq.bit)
+	}
+}
+
 func (r *remote) ringDeferred(rq *remoteQP) {
 	if rq.deferred {
 		rq.deferred = false
+		rq.hint()
 		r.ring()
 	}
 }
@@ -405,6 +428,7 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	v.Encode(slot)
 	rq.recv.Publish()
 	rq.recvSeq++
+	rq.hint()
 	r.ring()
 	return nil
 }
@@ -512,25 +536,30 @@ func (pd *PD) remoteClosed() {
 	r.mu.Unlock()
 }
 
-// remoteArmPeerWrites: the daemon publishes the count of placed WRITE
-// packets in the QP's segment on each relay pass (at least every 10 ms
-// while idle); a watcher sends the token once it moves past the count at
-// the arm, or when the QP closes.
+// remoteArmPeerWrites arms the QP's write arm in shared memory at the
+// count the daemon last published; the relay fires it (an event) once the
+// count moves past it, which covers a WRITE placed before the arm but not
+// yet published (a spurious token: the caller checks memory again).
 func (q *QP) remoteArmPeerWrites(ch chan struct{}) {
-	start := q.r.writes.Load()
-	go func() {
-		t := time.NewTicker(50 * time.Microsecond)
-		defer t.Stop()
-		for range t.C {
-			if q.r.writes.Load() != start || q.closed.Load() {
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-				return
-			}
+	rq := q.r
+	if p := rq.wCh.Load(); p == nil || *p != ch {
+		box := ch
+		rq.wCh.Store(&box)
+	}
+	rq.wAt.Store(rq.writes.Load())
+	rq.wArm.Store(1)
+	rq.arm.Or(rq.bit)
+	q.adapter.rem.ring()
+}
+
+// peerWrite delivers a fired write arm.
+func (rq *remoteQP) peerWrite() {
+	if p := rq.wCh.Load(); p != nil {
+		select {
+		case *p <- struct{}{}:
+		default:
 		}
-	}()
+	}
 }
 
 // bufferPool gives a daemon-backed adapter its AllocBuffer pool: 16 MiB

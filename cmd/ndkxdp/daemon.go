@@ -113,7 +113,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if err := requireRoot(); err != nil {
+	if err := requireCaps(toolCaps); err != nil {
 		return err
 	}
 	if opts.Queues == 0 {

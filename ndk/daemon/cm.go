@@ -39,6 +39,17 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 				return nil, nil, statusErr(ndk.StatusInvalidAddress, "source %q: %v", req.Addr, err)
 			}
 		}
+		if req.Endpoint != 0 {
+			se, err := lookup[*sEndpoint](ss, req.Endpoint)
+			if err != nil {
+				return nil, nil, err
+			}
+			err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, se.se, dst, req.IRD, req.ORD, req.Data)
+			if err != nil {
+				return nil, nil, err
+			}
+			return connMessage(c.c), nil, nil
+		}
 		if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
 			return nil, nil, err
 		}
@@ -93,17 +104,33 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 			return nil, nil, err
 		}
 		c.c.Close()
-		go func() {
-			select {
-			case <-c.c.Closed():
-				ss.drop(c.h)
-				ss.event(proto.EvConnectorClosed, c.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(c.c.Closed(), c.h, proto.EvConnectorClosed)
 		return nil, nil, nil
 	case proto.OpCreateListener, proto.OpListen, proto.OpPauseListener, proto.OpCloseListener:
 		return ss.dispatchListener(req)
+	case proto.OpCreateEndpoint:
+		addr, err := netip.ParseAddrPort(req.Addr)
+		if err != nil {
+			return nil, nil, statusErr(ndk.StatusInvalidAddress, "endpoint address %q: %v", req.Addr, err)
+		}
+		se, err := a.CreateSharedEndpoint(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		x := &sEndpoint{se: se}
+		if x.h, err = ss.add(x); err != nil {
+			se.Close()
+			return nil, nil, err
+		}
+		return &proto.Message{H: x.h, Addr: se.LocalAddress().String()}, nil, nil
+	case proto.OpCloseEndpoint:
+		x, err := lookup[*sEndpoint](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		x.se.Close()
+		ss.drop(x.h)
+		return nil, nil, nil
 	}
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
 }
@@ -159,14 +186,7 @@ func (ss *session) dispatchListener(req *proto.Request) (*proto.Message, []int, 
 			return nil, nil, err
 		}
 		l.l.Close()
-		go func() {
-			select {
-			case <-l.l.Closed():
-				ss.drop(l.h)
-				ss.event(proto.EvListenerClosed, l.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(l.l.Closed(), l.h, proto.EvListenerClosed)
 		return nil, nil, nil
 	}
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)

@@ -13,9 +13,11 @@
 // another session, or of another type, is refused like one never given
 // out, so an application reaches only its own objects.
 //
-//	session segment   daemon creates; a doorbell (shm.Doorbell) the
-//	                  relay sleeps on and the client rings after a post
-//	                  or an arm; the relay's eventfd goes to the client
+//	engine doorbell   the adapter creates for its queue-0 engine: the
+//	                  flags of the engine's own doorbell (port.Bell) in a
+//	                  memfd, and its eventfd; every client maps the one
+//	                  and rings the other (shm.Doorbell) after a post or
+//	                  an arm
 //	QP segment        daemon creates per QP: a send ring and a receive
 //	                  ring (client produces, relay consumes), the count of
 //	                  peer WRITE packets placed and the QP's state
@@ -33,15 +35,21 @@
 //
 // # Data path
 //
-// A post writes one record into the QP's ring and rings the doorbell, two
-// atomic operations while the relay is awake: no system call. The
-// request's context stays in the client, in a table indexed by the
-// request's sequence number, which the completion carries back. Each
-// session has one relay goroutine: it takes records from the client's
-// rings and posts them on the daemon's QPs, and moves the daemon CQs'
-// completions into the client's rings, then fires the client's arms. It
-// spins for Config.SpinTime after its last work, then sleeps on the
-// doorbell, which the daemon's CQs also ring when a completion arrives.
+// A post writes one record into the QP's ring and rings the engine's
+// doorbell: two atomic operations while the engine is awake, no system
+// call. The request's context stays in the client, in a table indexed by
+// the request's sequence number, which the completion carries back. Each
+// session has a relay that runs in every turn of the queue-0 engine's loop
+// (rc.Poller): it takes records from the client's rings and posts them on
+// the daemon's QPs, and moves the daemon CQs' completions into the
+// client's rings, then fires the client's arms (the notification itself
+// leaves on a goroutine of the session, so the engine never waits on a
+// socket). No goroutine stands between a client and the engine. Before
+// the engine sleeps, the relay arms its daemon CQs, so that a completion
+// from another queue's engine rings it awake. A hostile client can only
+// keep the engine from sleeping (a pending flag it keeps set) or make
+// every ring write the eventfd (a sleeping flag it keeps set): CPU, as a
+// client posting in a loop would cost.
 // Memory is not copied between the processes: a region's bytes are the
 // arena's pages, mapped in both, registered in the daemon under the
 // client's address so that the address an application hands its peer

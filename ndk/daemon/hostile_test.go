@@ -69,6 +69,7 @@ type raw struct {
 	next uint64
 	seg  *shm.Segment
 	bell *shm.Doorbell
+	sess *shm.Segment
 }
 
 func dialRaw(t testing.TB, sock string) *raw {
@@ -80,13 +81,16 @@ func dialRaw(t testing.TB, sock string) *raw {
 	r := &raw{t: t, c: c}
 	t.Cleanup(func() { c.Close() })
 	m, fds := r.call(&proto.Request{Op: proto.OpHello, Version: proto.Version})
-	if m.Status != 0 || len(fds) != 2 {
+	if m.Status != 0 || len(fds) != 3 {
 		t.Fatalf("hello: %+v, %d descriptors", m, len(fds))
 	}
 	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
 		t.Fatal(err)
 	}
 	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -127,9 +131,18 @@ func (r *raw) ok(req *proto.Request, fds ...int) (*proto.Message, []int) {
 	return m, rfds
 }
 
+// post marks q in the session's post bitmap and rings the engine, as a
+// client does after publishing records.
+func (r *raw) post(q *rawQP) {
+	w, bit := proto.SlotWord(q.slot)
+	r.sess.Word64(proto.PostBitmap + 8*w).Or(bit)
+	r.bell.Ring()
+}
+
 // rawQP is a QP a raw client made, with its rings mapped.
 type rawQP struct {
 	h      uint32
+	slot   int
 	qpn    uint32
 	psn    uint32
 	seg    *shm.Segment
@@ -161,7 +174,25 @@ func (r *raw) qp(pd uint32) *rawQP {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return &rawQP{h: m.H, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
+	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
+}
+
+// completion waits for the next entry of q's CQ ring.
+func (q *rawQP) completion(t *testing.T, what string) proto.Completion {
+	t.Helper()
+	var c proto.Completion
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b := q.cqRing.Peek(); b != nil {
+			c.Decode(b)
+			q.cqRing.Release()
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion for %s in 5 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // healthy checks that the daemon still serves: a well-behaved client
@@ -208,6 +239,12 @@ func (bd *bed) peerQP(t *testing.T, r *raw, q *rawQP) (*ndk.QP, []byte, *ndk.MR)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		bq.Close()
+		_ = mr.Deregister()
+		pd.Close()
+		cq.Close()
+	})
 	local := ndk.Endpoint{IP: bd.a.LocalAddress(), MAC: bd.a.MAC(), QPN: q.qpn, PSN: q.psn}
 	if err := bq.ConnectOOB(local, ndk.ConnectOptions{}); err != nil {
 		t.Fatal(err)
@@ -235,20 +272,8 @@ func TestHostileRingIndexBreaksOnlyThatQP(t *testing.T) {
 	recv.Publish()
 	prod := q.seg.Word32(q.layout.Send.Offset)
 	prod.Store(uint32(q.layout.Send.Slots) + 1000) // more records than slots
-	r.bell.Ring()
-	var c proto.Completion
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b := q.cqRing.Peek(); b != nil {
-			c.Decode(b)
-			q.cqRing.Release()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the broken QP's receive never completed: QP not flushed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	r.post(q)
+	c := q.completion(t, "the broken QP's receive (QP not flushed?)")
 	if ndk.Status(c.Status) != ndk.StatusCancelled || c.Seq != 41 || c.Kind != proto.KindRecv {
 		t.Fatalf("receive of the broken QP completed %#x seq %d kind %d, want CANCELLED 41 receive", c.Status, c.Seq, c.Kind)
 	}
@@ -293,20 +318,8 @@ func TestHostileRecords(t *testing.T) {
 	slot := q.send.Reserve()
 	rec.Encode(slot)
 	q.send.Publish()
-	r.bell.Ring()
-	var c proto.Completion
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if b := q.cqRing.Peek(); b != nil {
-			c.Decode(b)
-			q.cqRing.Release()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no completion for the forged-token READ")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	r.post(q)
+	c := q.completion(t, "the forged-token READ")
 	if ndk.Status(c.Status) != ndk.StatusAccessViolation || c.Seq != 7 {
 		t.Fatalf("forged-token READ completed %#x seq %d, want STATUS_ACCESS_VIOLATION seq 7", c.Status, c.Seq)
 	}
@@ -323,7 +336,7 @@ func TestHostileRecords(t *testing.T) {
 	bad.Encode(slot)
 	slot[1] = 200
 	q.send.Publish()
-	r.bell.Ring()
+	r.post(q)
 	time.Sleep(50 * time.Millisecond)
 	for i, b := range pmem {
 		if b != 0xEE {
@@ -443,6 +456,89 @@ func FuzzControlMessages(f *testing.F) {
 				t.Fatalf("session not dropped 10 s after the client left (input %q)", in)
 			}
 			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// FuzzRingRecords writes each input into a fresh client's work rings as
+// records (send records, then receive records, then a producer index the
+// input picks), marks the QP and rings the engine, and checks that the
+// daemon goes on serving and that another client's memory, whose tokens
+// the input may name, is never touched.
+func FuzzRingRecords(f *testing.F) {
+	seed := make([]byte, proto.SendSize)
+	(&proto.Send{Op: 3, NSGE: 1, RemoteAddr: 1 << 40, RemoteToken: 77}).Encode(seed)
+	f.Add(seed, []byte{}, uint32(0))
+	f.Add([]byte{}, make([]byte, proto.RecvSize), uint32(0))
+	f.Add(seed, seed[:proto.RecvSize], uint32(1<<31))
+	bd := newBed(f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	va, err := ndk.Dial(ctx, bd.sock)
+	cancel()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(va.Close)
+	vpd, _ := va.CreatePD()
+	vmem, _ := va.Memory(4096)
+	for i := range vmem {
+		vmem[i] = 0xA5
+	}
+	vmr, err := vpd.RegisterMR(vmem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var runs atomic.Uint64
+	f.Fuzz(func(t *testing.T, sends, recvs []byte, prodTweak uint32) {
+		r := dialRaw(t, bd.sock)
+		pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+		q := r.qp(pd.H)
+		bd.peerQP(t, r, q)
+		put := func(l shm.RingLayout, size int, in []byte) {
+			p, err := shm.NewProducer(q.seg, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for len(in) > 0 {
+				slot := p.Reserve()
+				if slot == nil {
+					break
+				}
+				n := copy(slot, in)
+				in = in[n:]
+				// Aim SGEs at the victim's memory with its tokens,
+				// the likeliest way to reach it.
+				if size == proto.SendSize && n >= 80 {
+					slot[64+12] = byte(vmr.LocalToken())
+					slot[64+13] = byte(vmr.LocalToken() >> 8)
+					slot[64+14] = byte(vmr.LocalToken() >> 16)
+					slot[64+15] = byte(vmr.LocalToken() >> 24)
+				}
+			}
+			p.Publish()
+		}
+		put(q.layout.Send, proto.SendSize, sends)
+		put(q.layout.Recv, proto.RecvSize, recvs)
+		if prodTweak != 0 {
+			q.seg.Word32(q.layout.Send.Offset).Add(prodTweak)
+		}
+		r.post(q)
+		time.Sleep(2 * time.Millisecond)
+		r.c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for bd.srv.Clients() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the fuzzed session was not dropped")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for i, b := range vmem {
+			if b != 0xA5 {
+				t.Fatalf("victim byte %d changed to %#x", i, b)
+			}
+		}
+		if runs.Add(1)%32 == 0 {
+			bd.healthy(t)
 		}
 	})
 }

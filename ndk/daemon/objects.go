@@ -35,6 +35,10 @@ type (
 		h uint32
 		l *ndk.Listener
 	}
+	sEndpoint struct {
+		h  uint32
+		se *ndk.SharedEndpoint
+	}
 )
 
 // handle runs one request and returns the reply (nil: already sent).
@@ -99,14 +103,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 			return nil, nil, err
 		}
 		p.pd.Close()
-		go func() {
-			select {
-			case <-p.pd.Closed():
-				ss.drop(p.h)
-				ss.event(proto.EvPDClosed, p.h, ndk.StatusSuccess)
-			case <-ss.ctx.Done():
-			}
-		}()
+		ss.whenClosed(p.pd.Closed(), p.h, proto.EvPDClosed)
 		return nil, nil, nil
 	case proto.OpRegister:
 		return ss.register(req)
@@ -167,7 +164,6 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	ss.relay = r
-	go r.run()
 	a := ss.srv.a
 	info, err := json.Marshal(a.Info())
 	if err != nil {
@@ -179,9 +175,9 @@ func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
 		MAC:     a.MAC().String(),
 		PathMTU: a.PathMTU(),
 		Raw:     info,
-		Seg:     &proto.Segment{Size: r.seg.Size()},
+		Seg:     &proto.Segment{Size: r.eng.BellSize, Session: r.seg.Size()},
 	}
-	return m, []int{dupFD(r.seg.FD()), dupFD(r.bell.FD())}, nil
+	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD), dupFD(r.seg.FD())}, nil
 }
 
 func (ss *session) arena(req *proto.Request, fds []int) error {
@@ -317,9 +313,14 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 		q.seg.Close()
 		return nil, nil, err
 	}
-	ss.relay.addQP(q)
+	if err := ss.relay.addQP(q); err != nil {
+		ss.drop(q.h)
+		q.qp.Close()
+		q.seg.Close()
+		return nil, nil, err
+	}
 	m := &proto.Message{
-		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(),
+		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
 		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
 	}
 	return m, []int{dupFD(q.seg.FD())}, nil

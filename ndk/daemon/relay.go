@@ -2,12 +2,11 @@ package daemon
 
 import (
 	"fmt"
+	mathbits "math/bits"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
-	"github.com/ndkxdp/ndkxdp/internal/spin"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
@@ -54,12 +53,12 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 		seg.Close()
 		return nil, err
 	}
-	bell := ss.relay.bell
+	ring := ss.relay.eng.Ring
 	c.cq, err = ss.srv.a.CreateCQ(depth, func(st ndk.Status) {
 		if st != ndk.StatusSuccess {
 			c.status.CompareAndSwap(0, uint32(st))
 		}
-		bell.Ring()
+		ring()
 	})
 	if err != nil {
 		seg.Close()
@@ -85,7 +84,10 @@ type sQP struct {
 	layout proto.QPLayout
 	send   *shm.Consumer
 	recv   *shm.Consumer
-	writes *atomic.Uint64 // peer WRITE packets placed, for PeerWrites
+	slot   int            // in the session's bitmaps
+	queue  int            // the engine's queue
+	wArm   *atomic.Uint32 // ArmPeerWrites: the client sets it, the relay fires it
+	wAt    *atomic.Uint64 // the count the client armed at
 	rcq    *sCQ
 	scq    *sCQ
 
@@ -99,7 +101,6 @@ type sQP struct {
 	broken               bool // the client wrote garbage: flushed, no longer read
 	sgl                  [proto.MaxSGE]ndk.SGE
 	inline               [proto.MaxInline]byte
-	lastWrites           uint64
 }
 
 func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error) {
@@ -124,7 +125,8 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		qp.Close()
 		return nil, err
 	}
-	q.qp, q.seg, q.layout, q.writes = qp, seg, l, seg.Word64(l.Words)
+	q.qp, q.seg, q.layout, q.queue, q.slot = qp, seg, l, qp.Queue(), -1
+	q.wArm, q.wAt = seg.Word32(l.Words+8), seg.Word64(l.Words+16)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -139,60 +141,112 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 	return q, nil
 }
 
-// relay is a session's data path: one goroutine that takes the client's
-// posted work out of its shared rings and posts it on the daemon's QPs,
-// and moves the daemon CQs' completions into the client's CQ rings. It
-// spins SpinTime after its last work, then sleeps on the session's
-// doorbell, which the client rings after a post or an arm and the daemon's
-// CQs ring when a completion arrives.
+// relay is a session's data path. It takes the client's posted work out
+// of its shared rings and posts it on the daemon's QPs, and moves the
+// daemon CQs' completions into the client's CQ rings, firing the client's
+// arms. It runs in the loop of the engine of queue 0 (rc.Poller), so a
+// post reaches the engine with no goroutine between: the client rings the
+// engine's own doorbell, whose flags live in shared memory, and the
+// engine's next turn moves the post. Before the engine sleeps, Idle arms
+// the session's daemon CQs, whose notifications ring the engine when a
+// completion arrives from another queue's engine.
 type relay struct {
-	ss   *session
-	seg  *shm.Segment
-	bell *shm.Doorbell
-	spin time.Duration
+	ss  *session
+	eng *hook.Engine
+	seg *shm.Segment // the session segment (proto.SessionSize)
 
-	mu      sync.Mutex // held by the relay for each pass; by control to change the lists
-	qps     []*sQP
+	// Shared words of the session segment.
+	writes [proto.MaxQueues]*atomic.Uint64
+	post   [proto.BitmapWords]*atomic.Uint64
+	arm    [proto.BitmapWords]*atomic.Uint64
+
+	mu      sync.Mutex // held by the engine for each pass; by control to change the lists
+	slots   []*sQP     // by slot; nil where free
+	free    []int
 	cqs     []*sCQ
 	stopped bool
-	done    chan struct{}
+
+	// Engine-owned (under mu): slots to serve again without a new post
+	// (a budget used up, a full daemon QP), and each queue's last
+	// published WRITE count.
+	again      [proto.BitmapWords]uint64
+	lastWrites [proto.MaxQueues]uint64
+	queues     [proto.MaxQueues]int // QPs per queue
+
+	// CQ notifications leave through the session's notifier goroutine:
+	// the engine must not block on the client's socket.
+	nmu   sync.Mutex
+	notes []note
+	nwake chan struct{}
+}
+
+type note struct {
+	ev string
+	h  uint32
+	st ndk.Status
 }
 
 func newRelay(ss *session) (*relay, error) {
+	eng, err := hook.EngineOf(ss.srv.a)
+	if err != nil {
+		return nil, fmt.Errorf("daemon adapter: %w", err)
+	}
 	seg, err := shm.NewSegment("ndkxdp-session", proto.SessionSize)
 	if err != nil {
 		return nil, err
 	}
-	efd, err := shm.NewEventfd()
-	if err != nil {
+	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1)}
+	for i := range r.writes {
+		r.writes[i] = seg.Word64(8 * i)
+	}
+	for i := range r.post {
+		r.post[i] = seg.Word64(proto.PostBitmap + 8*i)
+		r.arm[i] = seg.Word64(proto.ArmBitmap + 8*i)
+	}
+	if err := eng.Add(r); err != nil {
 		seg.Close()
 		return nil, err
 	}
-	bell, err := shm.NewDoorbell(seg, 0, efd)
-	if err != nil {
-		seg.Close()
-		return nil, err
-	}
-	return &relay{ss: ss, seg: seg, bell: bell, spin: ss.srv.cfg.SpinTime, done: make(chan struct{})}, nil
+	go r.notifier()
+	return r, nil
 }
 
-func (r *relay) addQP(q *sQP) {
+// addQP gives q a slot in the session's bitmaps.
+func (r *relay) addQP(q *sQP) error {
 	r.mu.Lock()
-	r.qps = append(r.qps, q)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	switch {
+	case len(r.free) > 0:
+		q.slot = r.free[len(r.free)-1]
+		r.free = r.free[:len(r.free)-1]
+	case len(r.slots) < proto.MaxQPSlots:
+		q.slot = len(r.slots)
+		r.slots = append(r.slots, nil)
+	default:
+		return statusErr(ndk.StatusInsufficientResources, "client holds its maximum of %d QPs", proto.MaxQPSlots)
+	}
+	if q.queue < 0 || q.queue >= proto.MaxQueues {
+		return statusErr(ndk.StatusInternalError, "QP on queue %d", q.queue)
+	}
+	r.slots[q.slot] = q
+	r.queues[q.queue]++
+	return nil
 }
 
-// removeQP takes q off the relay's list; when it returns, the relay is not
+// removeQP takes q out of its slot; when it returns, the relay is not
 // touching q and never will again.
 func (r *relay) removeQP(q *sQP) {
 	r.mu.Lock()
-	for i, x := range r.qps {
-		if x == q {
-			r.qps = append(r.qps[:i], r.qps[i+1:]...)
-			break
-		}
+	defer r.mu.Unlock()
+	if q.slot < 0 || q.slot >= len(r.slots) || r.slots[q.slot] != q {
+		return
 	}
-	r.mu.Unlock()
+	r.slots[q.slot] = nil
+	w, bit := proto.SlotWord(q.slot)
+	r.again[w] &^= bit
+	r.free = append(r.free, q.slot)
+	r.queues[q.queue]--
+	q.slot = -1
 }
 
 func (r *relay) addCQ(c *sCQ) {
@@ -212,56 +266,78 @@ func (r *relay) removeCQ(c *sCQ) {
 	r.mu.Unlock()
 }
 
-// stop ends the relay goroutine and waits for it.
+// stop takes the relay out of the engine's loop; when it returns, no pass
+// runs or ever will.
 func (r *relay) stop() {
 	r.mu.Lock()
 	r.stopped = true
 	r.mu.Unlock()
-	r.bell.Ring()
-	<-r.done
+	_ = r.eng.Remove(r)
 }
 
-func (r *relay) close() {
-	r.bell.Close()
-	r.seg.Close()
+func (r *relay) close() { r.seg.Close() }
+
+// Poll is one pass, in the engine's loop. While control changes the lists
+// the pass is skipped, and counted as work so that the engine comes back
+// for it at once.
+func (r *relay) Poll() int {
+	if !r.mu.TryLock() {
+		return 1
+	}
+	defer r.mu.Unlock()
+	if r.stopped {
+		return 0
+	}
+	return r.pass()
 }
 
-func (r *relay) run() {
-	defer close(r.done)
-	var y spin.Yielder
-	idleSince := time.Time{}
+// Idle arms every daemon CQ of the session before the engine sleeps: a
+// completion then rings the engine (an arm that finds completions rings
+// at once).
+func (r *relay) Idle() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.cqs {
+		_ = c.cq.Arm(ndk.CQNotifyAny)
+	}
+}
+
+func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) }
+
+// maxNotes bounds the notifications waiting for a client that does not
+// read its socket; one that lets more pile up is dropped.
+const maxNotes = 1 << 16
+
+func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
+	r.nmu.Lock()
+	if len(r.notes) >= maxNotes {
+		r.nmu.Unlock()
+		r.ss.log.Warn("client does not read its notifications; dropping it", "pending", maxNotes)
+		go r.ss.kill()
+		return
+	}
+	r.notes = append(r.notes, note{ev, h, st})
+	r.nmu.Unlock()
+	select {
+	case r.nwake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *relay) notifier() {
 	for {
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
+		select {
+		case <-r.ss.ctx.Done():
 			return
+		case <-r.nwake:
 		}
-		n := r.pass()
-		r.mu.Unlock()
-		if n > 0 {
-			idleSince = time.Time{}
-			continue
+		r.nmu.Lock()
+		notes := r.notes
+		r.notes = nil
+		r.nmu.Unlock()
+		for _, n := range notes {
+			r.ss.event(n.ev, n.h, n.st)
 		}
-		now := time.Now()
-		if idleSince.IsZero() {
-			idleSince = now
-		}
-		if now.Sub(idleSince) < r.spin {
-			y.Yield()
-			continue
-		}
-		// Asleep, the relay is woken by the client's ring (a post, an
-		// arm) and by any daemon CQ getting a completion, for which
-		// each is armed; an arm finds completions already there and
-		// rings at once.
-		r.mu.Lock()
-		for _, c := range r.cqs {
-			_ = c.cq.Arm(ndk.CQNotifyAny)
-		}
-		r.mu.Unlock()
-		// The timeout bounds how late PeerWrites' shared count can be.
-		_ = r.bell.Wait(10 * time.Millisecond)
-		idleSince = time.Time{}
 	}
 }
 
@@ -269,14 +345,22 @@ func (r *relay) run() {
 // it moved.
 func (r *relay) pass() int {
 	n := 0
-	for _, q := range r.qps {
-		if !q.broken {
-			n += r.pumpRecv(q)
-			n += r.pumpSend(q)
+	for q, count := range r.queues {
+		if count == 0 {
+			continue
 		}
-		if w := q.qp.PeerWrites(); w != q.lastWrites {
-			q.lastWrites = w
-			q.writes.Store(w)
+		if w := r.eng.PlacedWrites(q); w != r.lastWrites[q] {
+			r.lastWrites[q] = w
+			r.writes[q].Store(w)
+		}
+	}
+	words := (len(r.slots) + 63) / 64
+	for i := range words {
+		if r.post[i].Load() != 0 || r.again[i] != 0 {
+			n += r.serve(i, r.post[i].Swap(0)|r.again[i])
+		}
+		if r.arm[i].Load() != 0 {
+			r.watchArms(i, r.arm[i].Swap(0))
 		}
 	}
 	for _, c := range r.cqs {
@@ -286,13 +370,62 @@ func (r *relay) pass() int {
 	return n
 }
 
+// serve moves the posts of the QPs whose bits are set in word i of the
+// post bitmap, and marks for the next pass those it could not finish.
+func (r *relay) serve(i int, bits uint64) int {
+	r.again[i] = 0
+	n := 0
+	for bits != 0 {
+		b := bits & -bits
+		bits &^= b
+		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		if q == nil || q.broken {
+			continue
+		}
+		rn, rmore := r.pumpRecv(q)
+		sn, smore := r.pumpSend(q)
+		n += rn + sn
+		if rmore || smore {
+			r.again[i] |= b
+		}
+	}
+	return n
+}
+
+// watchArms fires the write arms of the QPs whose bits were set in word i
+// of the arm bitmap once their queue's count moved past the count armed
+// at; an arm not yet due is watched again.
+func (r *relay) watchArms(i int, bits uint64) {
+	keep := uint64(0)
+	for bits != 0 {
+		b := bits & -bits
+		bits &^= b
+		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		if q == nil || q.wArm.Load() == 0 {
+			continue
+		}
+		if q.wAt.Load() != r.lastWrites[q.queue] && q.wArm.CompareAndSwap(1, 0) {
+			r.notifyEv(proto.EvPeerWrite, q.h, ndk.StatusSuccess)
+			continue
+		}
+		keep |= b
+	}
+	if keep != 0 {
+		r.arm[i].Or(keep)
+	}
+}
+
 // budget bounds the records one pass takes from one ring, so that one
 // busy QP does not starve the others or the completions.
 const budget = 64
 
-func (r *relay) pumpSend(q *sQP) int {
-	n := 0
-	for n < budget {
+// pumpSend moves q's send records; more reports records left for the
+// next pass (the budget ran out, or the daemon's QP is full).
+func (r *relay) pumpSend(q *sQP) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
 		if !q.stalledSend {
 			rec := q.send.Peek()
 			if rec == nil {
@@ -307,20 +440,22 @@ func (r *relay) pumpSend(q *sQP) int {
 		st := r.postSend(q, &q.sr)
 		if st == ndk.StatusInsufficientResources {
 			q.stalledSend = true
-			break
+			return n, true
 		}
 		q.stalledSend = false
 		n++
 		if q.broken {
-			break
+			return n, false
 		}
 	}
-	return n
+	return n, false
 }
 
-func (r *relay) pumpRecv(q *sQP) int {
-	n := 0
-	for n < budget {
+func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
 		if !q.stalledRecv {
 			rec := q.recv.Peek()
 			if rec == nil {
@@ -335,15 +470,15 @@ func (r *relay) pumpRecv(q *sQP) int {
 		st := r.postRecv(q, &q.rr)
 		if st == ndk.StatusInsufficientResources {
 			q.stalledRecv = true
-			break
+			return n, true
 		}
 		q.stalledRecv = false
 		n++
 		if q.broken {
-			break
+			return n, false
 		}
 	}
-	return n
+	return n, false
 }
 
 // breakQP answers a client that broke its own rings: its QP goes to the
@@ -381,7 +516,10 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	}
 	slot := &q.sendSlots[s.Seq&q.sendMask]
 	slot.seq, slot.kind = s.Seq, proto.KindSend
-	flags := ndk.OpFlag(s.Flags)
+	// The client's post has rung already (DEFER decided whether and when
+	// its bit was set): the daemon's QP must not hold the request back
+	// for a doorbell of its own that no later record would ring.
+	flags := ndk.OpFlag(s.Flags) &^ ndk.OpFlagDefer
 	var sgl []ndk.SGE
 	if flags&opFlagInline != 0 && s.Op != opRead && s.Op != opCompareSwap && s.Op != opFetchAdd {
 		// The client copied the bytes into the record; the engine copies
@@ -528,5 +666,5 @@ func (r *relay) fireArm(c *sCQ) {
 		c.errReported = true
 	}
 	c.notified, c.notifiedSol = c.pushed, c.solicited
-	r.ss.event(proto.EvCQ, c.h, st)
+	r.notify(c.h, st)
 }

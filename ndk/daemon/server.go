@@ -21,10 +21,6 @@ import (
 type Config struct {
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
-	// SpinTime is how long a client's relay keeps polling its rings after
-	// the last work before it sleeps on its doorbell (default 20µs, the
-	// engines' spin).
-	SpinTime time.Duration
 	// AllowUID decides whether a peer process (SO_PEERCRED) may use the
 	// daemon, beyond the socket file's permissions; nil allows every peer
 	// that can open the socket.
@@ -57,9 +53,6 @@ type Server struct {
 func New(a *ndk.Adapter, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.SpinTime == 0 {
-		cfg.SpinTime = 20 * time.Microsecond
 	}
 	return &Server{a: a, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), started: time.Now()}
 }

@@ -194,6 +194,20 @@ func (ss *session) send(m *proto.Message, fds ...int) {
 	}
 }
 
+// whenClosed drops object h and tells the client with ev once done is
+// closed (an NDK close that completes later: a PD's MRs, a connector's
+// disconnect), unless the session ends first.
+func (ss *session) whenClosed(done <-chan struct{}, h uint32, ev string) {
+	go func() {
+		select {
+		case <-done:
+			ss.drop(h)
+			ss.event(ev, h, ndk.StatusSuccess)
+		case <-ss.ctx.Done():
+		}
+	}()
+}
+
 // event sends an event the client did not ask for.
 func (ss *session) event(ev string, h uint32, status ndk.Status) {
 	ss.send(&proto.Message{Ev: ev, H: h, Status: uint32(status)})
@@ -295,8 +309,11 @@ func (ss *session) teardown() {
 	})
 	wg.Wait()
 	each(func(o any) {
-		if l, ok := o.(*sListener); ok {
-			l.l.Close()
+		switch x := o.(type) {
+		case *sListener:
+			x.l.Close()
+		case *sEndpoint:
+			x.se.Close()
 		}
 	})
 	each(func(o any) {

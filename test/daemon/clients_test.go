@@ -120,16 +120,7 @@ func senderChild(env string) {
 		t.Fatal(err)
 	}
 	c := clientOf(t, a)
-	x, err := a.CreateConnector()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Connect(ctx, c.qp, netip.AddrPort{}, netip.MustParseAddrPort(f[1]), 4, 4, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.CompleteConnect(nil); err != nil {
-		t.Fatal(err)
-	}
+	x := connectTo(ctx, t, c, netip.MustParseAddrPort(f[1]))
 	fmt.Println("ready")
 	// Start together: the parent closes stdin to start.
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')

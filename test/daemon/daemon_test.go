@@ -96,27 +96,7 @@ func dialOpen(t testing.TB, sock string) *client {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	c := &client{a: a}
-	if c.pd, err = a.CreatePD(); err != nil {
-		t.Fatal(err)
-	}
-	if c.rcq, err = a.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if c.icq, err = a.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if c.qp, err = c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
-		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, InlineDataSize: 64}); err != nil {
-		t.Fatal(err)
-	}
-	if c.mem, err = a.Memory(1 << 16); err != nil {
-		t.Fatal(err)
-	}
-	if c.mr, err = c.pd.RegisterMR(c.mem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return clientOf(t, a)
 }
 
 func wait(t *testing.T, cq *ndk.CQ, what string) ndk.ResultEx {
@@ -376,5 +356,279 @@ func TestClientPostAndPollAllocateNothing(t *testing.T) {
 	step()
 	if n := testing.AllocsPerRun(200, step); n != 0 {
 		t.Fatalf("a SEND ping-pong through the daemon allocates %.1f times", n)
+	}
+}
+
+// TestArmPeerWritesThroughDaemon: a daemon-backed QP's write arm sends one
+// token after the peer's next WRITE is placed, and none before.
+func TestArmPeerWritesThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	pr := bd.connect(t, c, 7601)
+	ch := make(chan struct{}, 1)
+	c.qp.ArmPeerWrites(ch)
+	select {
+	case <-ch:
+		t.Fatal("token before any WRITE")
+	case <-time.After(50 * time.Millisecond):
+	}
+	before := c.qp.PeerWrites()
+	ps, _ := pr.mr.SGE(0, 128)
+	copy(pr.mem, "written by the peer")
+	if err := pr.qp.Write(nil, []ndk.SGE{ps}, c.mr.Addr()+256, c.mr.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no token after the peer's WRITE")
+	}
+	if got := string(c.mem[256 : 256+19]); got != "written by the peer" {
+		t.Fatalf("memory after the token: %q", got)
+	}
+	if c.qp.PeerWrites() <= before {
+		t.Fatalf("PeerWrites %d, was %d", c.qp.PeerWrites(), before)
+	}
+	wait(t, bd.b.ICQ, "peer write")
+}
+
+// TestSharedEndpointThroughDaemon: two connections from one shared
+// endpoint of a daemon-backed adapter share its address and port.
+func TestSharedEndpointThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	se, err := c.a.CreateSharedEndpoint(netip.AddrPortFrom(c.a.LocalAddress(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer se.Close()
+	if !se.LocalAddress().IsValid() || se.LocalAddress().Port() == 0 {
+		t.Fatalf("shared endpoint address %v", se.LocalAddress())
+	}
+	b := bd.b
+	acc := make(chan error, 2)
+	// Two listeners: one 4-tuple exists once, so the two connections
+	// from one endpoint go to two ports.
+	var dsts []netip.AddrPort
+	for i := range 2 {
+		l, err := b.Adapter.CreateListener(func(x *ndk.Connector) {
+			q, _ := b.PD.CreateQP(ndk.QPConfig{ReceiveCQ: b.RCQ, InitiatorCQ: b.ICQ, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			acc <- x.Accept(ctx, q, 1, 1, nil, nil)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		dst := netip.AddrPortFrom(bd.pair.B.IPv4, uint16(7701+i))
+		if err := l.Listen(dst); err != nil {
+			t.Fatal(err)
+		}
+		dsts = append(dsts, dst)
+	}
+	for i, dst := range dsts {
+		q, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := c.a.CreateConnector()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = x.ConnectWithSharedEndpoint(ctx, q, se, dst, 1, 1, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("connection %d from the shared endpoint: %v", i, err)
+		}
+		if x.LocalAddress() != se.LocalAddress() {
+			t.Fatalf("connection %d from %v, endpoint is %v", i, x.LocalAddress(), se.LocalAddress())
+		}
+		if err := x.CompleteConnect(nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-acc; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestDeferThroughDaemon: a DEFER post waits for the next post without
+// DEFER (NDKPI.md §8), and a post refused inline still submits it.
+func TestDeferThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	pr := bd.connect(t, c, 7801)
+	b := bd.b
+	ps, _ := pr.mr.SGE(0, 64)
+	for range 3 {
+		if err := pr.qp.Receive(nil, []ndk.SGE{ps}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ss, _ := c.mr.SGE(0, 64)
+	if err := c.qp.Send("deferred", []ndk.SGE{ss}, ndk.OpFlagDefer); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var r [1]ndk.Result
+	if b.RCQ.GetResults(r[:]) != 0 || c.icq.GetResults(r[:]) != 0 {
+		t.Fatal("a DEFER post ran before any doorbell")
+	}
+	if err := c.qp.Send("rings", []ndk.SGE{ss}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, c.icq, "deferred send"); got.RequestContext != "deferred" {
+		t.Fatalf("first completion %v, want the deferred send", got.RequestContext)
+	}
+	if got := wait(t, c.icq, "second send"); got.RequestContext != "rings" {
+		t.Fatalf("second completion %v", got.RequestContext)
+	}
+	wait(t, b.RCQ, "peer receive 1")
+	wait(t, b.RCQ, "peer receive 2")
+
+	// A refused post submits the deferred one before it.
+	if err := c.qp.Send("deferred 2", []ndk.SGE{ss}, ndk.OpFlagDefer); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.qp.Send(nil, []ndk.SGE{ss}, ndk.OpFlag(0x8000)); err == nil {
+		t.Fatal("an undocumented flag was accepted")
+	}
+	if got := wait(t, c.icq, "deferred send after a refusal"); got.RequestContext != "deferred 2" {
+		t.Fatalf("completion %v", got.RequestContext)
+	}
+}
+
+// TestRemoteTokenResolvesOnlyToItsOwner: a peer connected to one client
+// that WRITEs with another client's R_Key is refused (a remote access
+// NAK), and the other client's memory stays as it was.
+func TestRemoteTokenResolvesOnlyToItsOwner(t *testing.T) {
+	bd := newBed(t)
+	c1, c2 := dial(t, bd.sock), dial(t, bd.sock)
+	bd.connect(t, c1, 7901)
+	p2 := bd.connect(t, c2, 7902)
+	for i := range c1.mem {
+		c1.mem[i] = 0x11
+	}
+	ps, _ := p2.mr.SGE(0, 64)
+	if err := p2.qp.Write(nil, []ndk.SGE{ps}, c1.mr.Addr(), c1.mr.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, bd.b.ICQ, "forged write"); r.Status == ndk.StatusSuccess {
+		t.Fatal("a WRITE with another client's R_Key succeeded")
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i, b := range c1.mem {
+		if b != 0x11 {
+			t.Fatalf("client 1's byte %d changed to %#x", i, b)
+		}
+	}
+}
+
+// TestArmThroughDaemon: a daemon-backed CQ's arm fires its callback once
+// per arm: ANY on the next completion, SOLICITED only on a solicited
+// receive (or an error), and at once for completions already there.
+func TestArmThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	calls := make(chan ndk.Status, 8)
+	ncq, err := c.a.CreateCQ(64, func(s ndk.Status) { calls <- s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncq.Close()
+	qp, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: ncq, InitiatorCQ: c.icq, ReceiveQueueDepth: 8, InitiatorQueueDepth: 8, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.qp = qp
+	pr := bd.connect(t, c, 7951)
+	rs, _ := c.mr.SGE(0, 64)
+	for range 4 {
+		if err := qp.Receive(nil, []ndk.SGE{rs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps, _ := pr.mr.SGE(0, 8)
+	expect := func(what string) {
+		t.Helper()
+		select {
+		case s := <-calls:
+			if s != ndk.StatusSuccess {
+				t.Fatalf("%s: callback status %v", what, s)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no callback", what)
+		}
+	}
+	none := func(what string) {
+		t.Helper()
+		select {
+		case <-calls:
+			t.Fatalf("%s: unexpected callback", what)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := ncq.Arm(ndk.CQNotifyAny); err != nil {
+		t.Fatal(err)
+	}
+	none("armed, nothing arrived")
+	if err := pr.qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+		t.Fatal(err)
+	}
+	expect("ANY after a receive")
+	none("no second callback for one arm")
+	var r [4]ndk.Result
+	for ncq.GetResults(r[:]) == 0 {
+	}
+	if err := ncq.Arm(ndk.CQNotifySolicited); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+		t.Fatal(err)
+	}
+	none("SOLICITED after an unsolicited receive")
+	if err := pr.qp.Send(nil, []ndk.SGE{ps}, ndk.OpFlagSendAndSolicitEvent); err != nil {
+		t.Fatal(err)
+	}
+	expect("SOLICITED after a solicited receive")
+	// A completion that arrived after the last notification fires a new
+	// ANY arm at once (those before it do not: NDKPI.md §8).
+	if err := pr.qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, bd.b.ICQ, "peer send")
+	time.Sleep(20 * time.Millisecond)
+	if err := ncq.Arm(ndk.CQNotifyAny); err != nil {
+		t.Fatal(err)
+	}
+	expect("ANY with completions waiting")
+}
+
+// TestManySmallMemories: small Memory calls share arenas, so a client can
+// take thousands of buffers (the daemon maps at most 256 arenas per
+// client) and register each.
+func TestManySmallMemories(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	seen := map[uintptr]bool{}
+	for i := range 2000 {
+		b, err := c.a.Memory(512)
+		if err != nil {
+			t.Fatalf("memory %d: %v", i, err)
+		}
+		if seen[addr(b)] {
+			t.Fatalf("memory %d overlaps an earlier one", i)
+		}
+		seen[addr(b)] = true
+		if i%100 == 0 {
+			mr, err := c.pd.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
+			if err != nil {
+				t.Fatalf("register memory %d: %v", i, err)
+			}
+			_ = mr.Deregister()
+		}
 	}
 }

@@ -21,37 +21,14 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds cmd/ndkxdp once for the package's tests.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ndkxdp-daemon-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "ndkxdp")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/ndkxdp").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// binary is the command under test.
+func binary(t *testing.T) string { return testenv.Ndkxdp(t) }
 
 // daemonProc is an `ndkxdp daemon` process in A's namespace.
 type daemonProc struct {
@@ -151,7 +128,7 @@ func clientOf(t fataler, a *ndk.Adapter) *client {
 		t.Fatal(err)
 	}
 	if c.qp, err = c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
-		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2}); err != nil {
+		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, InlineDataSize: 64}); err != nil {
 		t.Fatal(err)
 	}
 	if c.mem, err = a.Memory(1 << 16); err != nil {
@@ -427,17 +404,7 @@ func writerChild(env string) {
 		t.Fatal(err)
 	}
 	c := clientOf(t, a)
-	x, err := a.CreateConnector()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := netip.MustParseAddrPort(f[1])
-	if err := x.Connect(ctx, c.qp, netip.AddrPort{}, dst, 4, 4, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.CompleteConnect(nil); err != nil {
-		t.Fatal(err)
-	}
+	connectTo(ctx, t, c, netip.MustParseAddrPort(f[1]))
 	var va uint64
 	var token uint32
 	fmt.Sscan(f[2], &va)
@@ -454,6 +421,22 @@ func writerChild(env string) {
 			said = true
 		}
 	}
+}
+
+// connectTo connects c's QP to the listener at dst over the CM.
+func connectTo(ctx context.Context, t fataler, c *client, dst netip.AddrPort) *ndk.Connector {
+	t.Helper()
+	x, err := c.a.CreateConnector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Connect(ctx, c.qp, netip.AddrPort{}, dst, 4, 4, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.CompleteConnect(nil); err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // childT stands in for testing.T in a child process: a failure exits 1.

@@ -29,3 +29,30 @@ var (
 	// QPs from it.
 	Provider func(adapter any) any
 )
+
+// Poller is rc.Poller: work that runs in an engine's loop.
+type Poller interface {
+	Poll() int
+	Idle()
+}
+
+// Engine is the daemon's hold on the engine its relays run in.
+type Engine struct {
+	// BellFD (a memfd) holds the engine's doorbell flags at offset 0,
+	// BellSize bytes; EventFD is the doorbell's eventfd. A client maps
+	// the one and rings the other with shm.Doorbell. Both belong to the
+	// adapter: dup them to hand them out.
+	BellFD, EventFD, BellSize int
+	// Add and Remove put a poller in the engine's loop and take it out;
+	// after Remove the poller is not running and never runs again.
+	Add    func(Poller) error
+	Remove func(Poller) error
+	// Ring wakes the engine.
+	Ring func()
+	// PlacedWrites is the count of peer WRITE packets the engine of
+	// queue q placed (rc.Engine.PlacedWrites), 0 for no such queue.
+	PlacedWrites func(q int) uint64
+}
+
+// EngineOf returns the engine of adapter's (an *ndk.Adapter) queue 0.
+var EngineOf func(adapter any) (*Engine, error)

@@ -18,6 +18,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -69,7 +70,8 @@ type Config struct {
 // AF_XDP sockets, and connection management on QP1.
 type Provider struct {
 	link    Link
-	xdp     *loader.XDP // nil over an in-memory port
+	xdp     *loader.XDP    // nil over an in-memory port
+	bells   []*shm.Segment // each XSK's doorbell flags, by queue
 	umem    *afxdp.UMEM
 	ports   []port.Port
 	engines []*rc.Engine
@@ -310,6 +312,10 @@ func (p *Provider) close() {
 		pt.Close()
 	}
 	p.ports = nil
+	for _, s := range p.bells {
+		s.Close()
+	}
+	p.bells = nil
 	if p.xdp != nil {
 		// A clean close detaches: only a process that dies leaves its
 		// pinned attachment for the next to take over.
@@ -320,5 +326,44 @@ func (p *Provider) close() {
 	if p.umem != nil {
 		p.umem.Close()
 		p.umem = nil
+	}
+}
+
+// EngineBell is what another process needs to ring queue q's engine: the
+// segment holding its doorbell's flags (at offset 0) and the doorbell's
+// eventfd. It fails over an in-memory port.
+func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if q < 0 || q >= len(p.bells) || q >= len(p.ports) {
+		return nil, -1, fmt.Errorf("no shared doorbell for queue %d", q)
+	}
+	x, ok := p.ports[q].(*port.XSK)
+	if !ok {
+		return nil, -1, fmt.Errorf("queue %d is not an AF_XDP port", q)
+	}
+	return p.bells[q], x.BellFD(), nil
+}
+
+// Engine returns queue q's engine.
+func (p *Provider) Engine(q int) (*rc.Engine, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || q < 0 || q >= len(p.engines) {
+		return nil, ErrClosed
+	}
+	return p.engines[q], nil
+}
+
+// Doorbell rings queue q's engine.
+func (p *Provider) Doorbell(q int) {
+	p.mu.Lock()
+	var pt port.Port
+	if q >= 0 && q < len(p.ports) {
+		pt = p.ports[q]
+	}
+	p.mu.Unlock()
+	if pt != nil {
+		pt.Doorbell()
 	}
 }

@@ -22,7 +22,19 @@ func (g *management) openNamespace() error {
 	if err != nil {
 		return fmt.Errorf("network namespace: %w", err)
 	}
-	nl, err := netlink.NewHandleAt(ns)
+	// Entering a namespace needs CAP_SYS_ADMIN, even the one a thread is
+	// in; in the calling thread's own namespace the handle is made where
+	// it stands, so a tool needs no CAP_SYS_ADMIN for its own namespace.
+	var nl *netlink.Handle
+	if here, herr := netns.Get(); herr == nil && here.Equal(ns) {
+		here.Close()
+		nl, err = netlink.NewHandle()
+	} else {
+		if herr == nil {
+			here.Close()
+		}
+		nl, err = netlink.NewHandleAt(ns)
+	}
 	if err != nil {
 		ns.Close()
 		return fmt.Errorf("netlink in the adapter's namespace: %w", err)
@@ -111,6 +123,12 @@ func (g *management) inNamespace(fn func() (cm.PathInfo, error)) (cm.PathInfo, e
 			return
 		}
 		defer orig.Close()
+		if orig.Equal(g.ns) { // already there: no setns, no CAP_SYS_ADMIN
+			p, err := fn()
+			runtime.UnlockOSThread()
+			ch <- result{p, err}
+			return
+		}
 		if err := netns.Set(g.ns); err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("enter the adapter's namespace: %w", err)}

@@ -39,6 +39,12 @@ const MinTxReference = 1024
 
 // XSKConfig tunes an XSK. The zero value suits a 1500-byte-MTU device.
 type XSKConfig struct {
+	// BellMem, if set, holds the doorbell's two flags (Bell's layout:
+	// pending, then sleeping, 4 bytes each; 8 bytes, 4-aligned), so that
+	// another process that maps this memory and has BellFD's eventfd can
+	// ring the engine with shm.Doorbell, the same protocol. Default: the
+	// XSK's own memory.
+	BellMem []byte
 	// MTU is the device's MTU (default 1500). MaxFrame is MTU plus an
 	// Ethernet header with one VLAN tag, capped by what the UMEM carries:
 	// one chunk less the receive headroom, or a chain of chunks on a
@@ -137,7 +143,7 @@ type XSK struct {
 	}
 	deferred error // a data-path failure reported by the next Flush or Wait
 
-	bell    Bell
+	bell    *Bell
 	efd     int
 	pfds    [2]unix.PollFd // the socket (RX) and the eventfd (doorbell)
 	ts      unix.Timespec
@@ -178,6 +184,12 @@ func NewXSK(sock *afxdp.Socket, frames *afxdp.FrameAllocator, cfg XSKConfig) (*X
 	}
 	if err := x.configure(cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	x.bell = new(Bell)
+	if cfg.BellMem != nil {
+		if x.bell = bellAt(cfg.BellMem); x.bell == nil {
+			return nil, fmt.Errorf("%s: BellMem of %d bytes is not 8 bytes 4-aligned", where, len(cfg.BellMem))
+		}
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -333,6 +345,10 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	x.deferred = nil
 	return err
 }
+
+// BellFD is the doorbell's eventfd: with the memory of XSKConfig.BellMem,
+// what another process needs to ring this port's engine.
+func (x *XSK) BellFD() int { return x.efd }
 
 // Doorbell implements Port. While the engine is awake it costs two atomic
 // operations; it writes the eventfd only for a sleeping engine.

@@ -41,6 +41,8 @@ const (
 	OpPauseListener   = "pause_listener"   // H, Pause
 	OpCloseListener   = "close_listener"   // H; event listener_closed follows
 	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
+	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
+	OpCloseEndpoint   = "close_endpoint"   // H
 	OpCancel          = "cancel"           // Target: a blocking request to give up
 )
 
@@ -52,6 +54,7 @@ const (
 	EvConnectorClosed = "connector_closed" // H
 	EvListenerClosed  = "listener_closed"  // H
 	EvPDClosed        = "pd_closed"        // H
+	EvPeerWrite       = "peer_write"       // H: QP whose armed peer-write count moved (ArmPeerWrites)
 )
 
 // Endpoint is ndk.Endpoint on the wire.
@@ -101,6 +104,7 @@ type Request struct {
 	Timeout            int64  `json:",omitempty"` // ns; 0: none
 	Pause              bool   `json:",omitempty"`
 	Target             uint64 `json:",omitempty"`
+	Endpoint           uint32 `json:",omitempty"` // connect: the shared endpoint to connect from
 	Remote             *Endpoint
 	Opts               *ConnOpts
 }
@@ -119,6 +123,7 @@ type Message struct {
 
 	Local, Remote uint32          `json:",omitempty"` // MR tokens
 	QPN, PSN      uint32          `json:",omitempty"`
+	Slot          int             `json:",omitempty"` // a QP's slot in the session's bitmaps
 	Queue         int             `json:",omitempty"`
 	IRD, ORD      int             `json:",omitempty"`
 	Data          []byte          `json:",omitempty"`
@@ -136,6 +141,7 @@ type Segment struct {
 	SendSlots int `json:"send,omitempty"` // QP: send ring slots
 	RecvSlots int `json:"recv,omitempty"` // QP: receive ring slots
 	Slots     int `json:"slots,omitempty"`
+	Session   int `json:"session,omitempty"` // hello: the session segment's size (third descriptor)
 }
 
 // Decode parses one client message, refusing what is not a request.

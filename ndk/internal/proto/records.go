@@ -187,8 +187,10 @@ func Slots(depth int) int {
 // QPLayout is where a QP's rings and shared words lie in its segment.
 type QPLayout struct {
 	Send, Recv shm.RingLayout
-	// Words: the peer-writes count (uint64, daemon-written) at +0 and the
-	// QP's state (uint32, daemon-written) at +8.
+	// Words: the peer-writes count (uint64, daemon-written) at +0, the
+	// write arm (uint32, client sets to 1, daemon clears when it fires)
+	// at +8, and the count the client armed at (uint64, client-written)
+	// at +16.
 	Words int
 	Size  int
 }
@@ -219,9 +221,31 @@ func NewCQLayout(slots int) CQLayout {
 	return l
 }
 
-// SessionSize is the bytes of a session segment: the doorbell the daemon's
-// relay sleeps on, which the client rings after it posts.
-const SessionSize = shm.DoorbellSize
+// A session segment (daemon-created, one per client) holds what the relay
+// publishes for every QP at once and the hints that spare it a scan of
+// every QP in each turn of the engine:
+//
+//	+0            peer WRITE packets placed, one uint64 per queue
+//	              (MaxQueues), daemon-written: QP.PeerWrites
+//	+PostBitmap   one bit per QP slot, set by the client after it
+//	              publishes records without DEFER; the relay swaps each
+//	              word to 0 and serves the QPs whose bits were set
+//	+ArmBitmap    one bit per QP slot, set by the client after it arms
+//	              ArmPeerWrites; the relay watches those QPs
+const (
+	MaxQueues   = 64
+	MaxQPSlots  = 1 << 16
+	PostBitmap  = MaxQueues * 8
+	ArmBitmap   = PostBitmap + MaxQPSlots/8
+	SessionSize = ArmBitmap + MaxQPSlots/8
+	bitmapWords = MaxQPSlots / 64
+)
+
+// SlotWord returns the word index and bit of QP slot s in a bitmap.
+func SlotWord(s int) (int, uint64) { return s / 64, 1 << (s % 64) }
+
+// BitmapWords is the number of uint64 words in each bitmap.
+const BitmapWords = bitmapWords
 
 // MaxSlots bounds any ring the daemon lays out.
 const MaxSlots = 1 << 16

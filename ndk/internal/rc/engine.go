@@ -131,6 +131,7 @@ type Engine struct {
 	yield spin.Yielder // engine goroutine only
 
 	// Engine goroutine only.
+	pollers   []Poller
 	qps       map[uint32]*QP
 	lastQP    *QP
 	live      []*QP // connected QPs: timers are checked on these
@@ -260,6 +261,7 @@ func (e *Engine) run() {
 			e.runControl()
 			work++
 		}
+		work += e.runPollers()
 		work += e.transmitGSI()
 		work += e.transmit()
 		if e.now >= e.nextTimer {
@@ -285,6 +287,9 @@ func (e *Engine) run() {
 				e.c.slowYields.Add(1)
 			}
 			continue
+		}
+		for _, p := range e.pollers {
+			p.Idle()
 		}
 		e.sleep()
 		idleSince = e.clock()

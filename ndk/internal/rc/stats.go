@@ -155,3 +155,6 @@ func (e *Engine) snapshot() Stats {
 		LocalAccessErrors: c.localAccessErrors.Load(), RemoteAccessErrors: c.remoteAccessErrors.Load(),
 	}
 }
+
+// PlacedWrites is QP.PlacedWrites for the engine as a whole.
+func (e *Engine) PlacedWrites() uint64 { return e.c.writesPlaced.Load() }
