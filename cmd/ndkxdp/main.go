@@ -81,10 +81,11 @@ func mainStatus(args []string, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdout, stderr)
 	close(done)
 	signal.Stop(sigs)
-	if len(args) > 0 && args[0] == "daemon" && err == nil {
+	if len(args) > 0 && (args[0] == "daemon" || args[0] == "dump") && err == nil {
 		// A service's SIGTERM is its stop request, not an interruption:
 		// a daemon that stopped cleanly exits 0 (systemd counts 143 a
-		// failure unless told otherwise).
+		// failure unless told otherwise). So is a capture's SIGINT, as
+		// tcpdump's.
 		return 0
 	}
 	select {

@@ -208,8 +208,15 @@ func (p *Provider) PathMTU() rocev2.MTU { return p.link.PathMTU }
 // in place, or nil over an in-memory port.
 func (p *Provider) Buffers() []byte { return p.buffers }
 
-// Ports returns the engines' ports, by queue.
-func (p *Provider) Ports() []port.Port { return p.ports }
+// Ports returns the engines' ports, by queue, without the wrappers
+// (capture, tap) the engines see them through.
+func (p *Provider) Ports() []port.Port {
+	out := make([]port.Port, len(p.ports))
+	for i, pt := range p.ports {
+		out[i] = port.Inner(pt)
+	}
+	return out
+}
 
 // CreateQP creates a QP with the next free number on the next engine,
 // round-robin, and steers its frames to that engine's queue. cfg.QPN is
@@ -338,7 +345,7 @@ func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
 	if q < 0 || q >= len(p.bells) || q >= len(p.ports) {
 		return nil, -1, fmt.Errorf("no shared doorbell for queue %d", q)
 	}
-	x, ok := p.ports[q].(*port.XSK)
+	x, ok := port.Inner(p.ports[q]).(*port.XSK)
 	if !ok {
 		return nil, -1, fmt.Errorf("queue %d is not an AF_XDP port", q)
 	}
