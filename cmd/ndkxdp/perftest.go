@@ -104,6 +104,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		defer l.Close()
 		res, err = perftest.RunServer(ctx, p, l, stdout)
 	}
+	if f.histogram {
+		perftest.PrintHistogram(stdout, res.Hist)
+	}
 	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
 	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
 }
@@ -114,6 +117,7 @@ type perfTestFlags struct {
 	opts                        ndk.Options
 	addr, dev, polling, capture string
 	timeout                     time.Duration
+	histogram                   bool
 }
 
 // parsePerfTest checks every flag, perftest's limits included, before
@@ -133,6 +137,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
 	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
 	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
+	fs.BoolVar(&f.histogram, "histogram", false, "latency tests: print the distribution of the samples after the report")
 	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
 	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
