@@ -94,6 +94,8 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(f.polling))
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
+	stopProgress := progress(stderr, "perf "+name, d.Adapter)
+	defer stopProgress()
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
 	} else {
@@ -104,6 +106,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		defer l.Close()
 		res, err = perftest.RunServer(ctx, p, l, stdout)
 	}
+	stopProgress()
 	if f.histogram {
 		perftest.PrintHistogram(stdout, res.Hist)
 	}
