@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
@@ -16,6 +18,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var s daemon.Status
 	if err := o.query(ctx, daemon.OpAdminStatus, &s); err != nil {
+		if o.dev != "" {
+			// A daemon killed with SIGKILL leaves its attachment pinned,
+			// still steering frames to sockets nobody reads.
+			if dir := loader.PinDir(o.dev, loader.Options{}); exists(dir) {
+				return fmt.Errorf("status: no daemon runs on %s (%w); the attachment of one that died is pinned at %s and steers RoCE frames nowhere: start the daemon (it takes the attachment over)", o.dev, err, dir)
+			}
+		}
 		return fmt.Errorf("status: %w", err)
 	}
 	if o.json {
@@ -32,4 +41,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			c.PID, c.Command, c.UID, c.Since.Format(time.RFC3339), c.QPs, c.Connections)
 	}
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
