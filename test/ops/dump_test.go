@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
@@ -105,6 +106,7 @@ func TestDump(t *testing.T) {
 	if want := n * int(bd.packetsPerWrite()); writes != want || acks < n {
 		t.Errorf("pcap: %d WRITE packets from A (want %d), %d ACKs from B (want at least %d)", writes, want, acks, n)
 	}
+	checkWithTshark(t, file, captured)
 
 	// The text summary, stopped by its count.
 	_, stdout, stderr2, done2 := bd.startDump(t, 2, "-c", "5")
@@ -125,6 +127,32 @@ func TestDump(t *testing.T) {
 	for _, l := range lines {
 		if !strings.Contains(l, " out q0 "+a+" > "+b+" RC_RDMA_WRITE_") && !strings.Contains(l, " in  q0 "+b+" > "+a+" RC_ACKNOWLEDGE") {
 			t.Errorf("summary line %q is neither a WRITE from A nor an ACK from B", l)
+		}
+	}
+}
+
+// checkWithTshark decodes a dump's pcap with Wireshark's dissectors: each
+// of its frames is InfiniBand over UDP 4791 with a BTH (opcode and
+// destination QP), none malformed although the WRITEs are cut at the snap
+// length.
+func checkWithTshark(t *testing.T, file string, frames int) {
+	t.Helper()
+	tshark := testenv.RequireTool(t, "tshark")
+	out, err := exec.Command(tshark, "-r", file, "-d", "udp.port==4791,infiniband", "-T", "fields", "-E", "separator=/t",
+		"-e", "frame.number", "-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp", "-e", "_ws.malformed").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != frames {
+		t.Fatalf("tshark reads %d frames, dump wrote %d", len(lines), frames)
+	}
+	for _, l := range lines {
+		f := strings.Split(l, "\t")
+		if len(f) < 4 || !strings.Contains(f[1], "udp:infiniband") || f[2] == "" || f[3] == "" {
+			t.Errorf("tshark decodes frame %q without a BTH", l)
+		} else if len(f) > 4 && f[4] != "" {
+			t.Errorf("tshark finds frame %q malformed", l)
 		}
 	}
 }

@@ -21,36 +21,13 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds cmd/ndkxdp once for the package's tests.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ndkxdp-ops-test")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "ndkxdp")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/ndkxdp").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// binary is the ndkxdp command, built once for the package's tests.
+func binary(t *testing.T) string { return testenv.Ndkxdp(t) }
 
 type syncBuffer struct {
 	mu sync.Mutex
