@@ -15,7 +15,17 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var x daemon.Info
 	if err := o.query(ctx, daemon.OpAdminInfo, &x); err != nil {
-		return fmt.Errorf("info: %w", err)
+		if o.dev == "" {
+			return fmt.Errorf("info: %w", err)
+		}
+		// No daemon on IF: what the kernel says of it, as ibv_devinfo
+		// does without any service running.
+		d, derr := daemon.Describe(o.dev)
+		if derr != nil {
+			return fmt.Errorf("info: %w; %w", err, derr)
+		}
+		x = *d
+		fmt.Fprintf(stderr, "ndkxdp info: no daemon serves %s; showing what the kernel knows of it\n", o.dev)
 	}
 	if o.json {
 		return printJSON(stdout, x)
@@ -49,6 +59,11 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, g := range x.GIDs {
 		line(fmt.Sprintf("GID[%d]", g.Index), fmt.Sprintf("%s, %s (%s)", g.GID, g.Type, g.Address))
 	}
+	v := x.Versions
+	if x.Limits == nil {
+		line("versions", fmt.Sprintf("protocol %d, %s, kernel %s", v.Protocol, v.Go, v.Kernel))
+		return nil
+	}
 	l := x.Limits
 	line("ndk_version", l.Version)
 	line("max_mr_size", l.MaxRegistrationSize)
@@ -60,7 +75,6 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	line("max_srq_wr", l.MaxSRQDepth)
 	line("max_cqe", l.MaxCQDepth)
 	line("private_data (req/rep)", fmt.Sprintf("%d/%d", l.MaxCallerData, l.MaxCalleeData))
-	v := x.Versions
 	line("versions", fmt.Sprintf("ndkxdp %s, protocol %d, %s, kernel %s", v.Daemon, v.Protocol, v.Go, v.Kernel))
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/loader"
@@ -71,22 +72,25 @@ type SessionStatus struct {
 
 // Info describes the device as ibv_devinfo does (ndkxdp info).
 type Info struct {
-	Interface     string          `json:"interface"`
-	Ifindex       int             `json:"ifindex"`
-	Driver        string          `json:"driver,omitempty"`
-	DriverVersion string          `json:"driver_version,omitempty"`
-	Firmware      string          `json:"firmware_version,omitempty"`
-	BusInfo       string          `json:"bus_info,omitempty"`
-	MAC           string          `json:"mac"`
-	MTU           int             `json:"mtu"`
-	MaxPathMTU    int             `json:"max_path_mtu"`
-	ActivePathMTU int             `json:"active_path_mtu"`
-	Address       string          `json:"address"` // the address QPs send from
-	XDPMode       string          `json:"xdp_mode"`
-	Queues        []QueueInfo     `json:"queues"`
-	GIDs          []GID           `json:"gids"`
-	Limits        ndk.AdapterInfo `json:"limits"`
-	Versions      Versions        `json:"versions"`
+	Interface     string      `json:"interface"`
+	Ifindex       int         `json:"ifindex"`
+	Driver        string      `json:"driver,omitempty"`
+	DriverVersion string      `json:"driver_version,omitempty"`
+	Firmware      string      `json:"firmware_version,omitempty"`
+	BusInfo       string      `json:"bus_info,omitempty"`
+	MAC           string      `json:"mac"`
+	MTU           int         `json:"mtu"`
+	MaxPathMTU    int         `json:"max_path_mtu"`
+	ActivePathMTU int         `json:"active_path_mtu"`
+	Address       string      `json:"address"` // the address QPs send from
+	XDPMode       string      `json:"xdp_mode"`
+	Queues        []QueueInfo `json:"queues"`
+	GIDs          []GID       `json:"gids"`
+	// Served says whether a daemon answered; without one (Describe),
+	// the queues are not bound and there are no limits.
+	Served   bool             `json:"served"`
+	Limits   *ndk.AdapterInfo `json:"limits,omitempty"`
+	Versions Versions         `json:"versions"`
 }
 
 // QueueInfo is one queue's AF_XDP socket.
@@ -289,12 +293,13 @@ func (s *Server) info() (*Info, error) {
 		return nil, err
 	}
 	l := p.Link()
+	limits := s.a.Info()
 	x := &Info{
 		Interface: s.cfg.Interface, Ifindex: l.Ifindex, MAC: s.a.MAC().String(), MTU: l.MTU,
 		MaxPathMTU: rocev2.MTU4096.Bytes(), ActivePathMTU: l.PathMTU.Bytes(),
 		Address: s.a.LocalAddress().String(), XDPMode: p.XDPMode(),
-		Limits: s.a.Info(), GIDs: []GID{},
-		Versions: Versions{NDK: s.a.Info().Version.String(), Protocol: proto.Version, Daemon: s.cfg.Version, Go: runtime.Version(), Kernel: kernelRelease()},
+		Served: true, Limits: &limits, GIDs: []GID{},
+		Versions: Versions{NDK: limits.Version.String(), Protocol: proto.Version, Daemon: s.cfg.Version, Go: runtime.Version(), Kernel: kernelRelease()},
 	}
 	if ifi, err := net.InterfaceByIndex(l.Ifindex); err == nil {
 		x.Interface = ifi.Name
@@ -304,6 +309,45 @@ func (s *Server) info() (*Info, error) {
 	for _, q := range p.Queues() {
 		x.Queues = append(x.Queues, QueueInfo{Queue: q.Queue, Bind: q.Bind, MultiBuffer: q.MultiBuffer})
 	}
+	return x, nil
+}
+
+// Describe says what the kernel knows of the interface ifname, in the
+// calling thread's network namespace, where no daemon serves it (ndkxdp
+// info -dev IF): the queues are listed unbound, the XDP mode is that of
+// whatever program is attached ("" for none), and there are no limits.
+func Describe(ifname string) (*Info, error) {
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", ifname, err)
+	}
+	a := l.Attrs()
+	x := &Info{
+		Interface: a.Name, Ifindex: a.Index, MAC: a.HardwareAddr.String(), MTU: a.MTU,
+		MaxPathMTU: rocev2.MTU4096.Bytes(), GIDs: []GID{}, Queues: []QueueInfo{},
+		Versions: Versions{Protocol: proto.Version, Go: runtime.Version(), Kernel: kernelRelease()},
+	}
+	if m, ok := rocev2.MTUForNetdev(a.MTU); ok {
+		x.ActivePathMTU = m.Bytes()
+	}
+	if a.Xdp != nil && a.Xdp.Attached {
+		x.XDPMode = map[uint32]string{1: "driver", 2: "generic", 3: "offload"}[a.Xdp.AttachMode]
+		if x.XDPMode == "" {
+			x.XDPMode = "attached"
+		}
+	}
+	for q := range max(a.NumRxQueues, 1) {
+		x.Queues = append(x.Queues, QueueInfo{Queue: q, Bind: "unbound"})
+	}
+	if ifi, err := net.InterfaceByIndex(a.Index); err == nil {
+		x.GIDs = gids(ifi)
+		for _, g := range x.GIDs {
+			if x.Address == "" && strings.Contains(g.Address, ".") {
+				x.Address = g.Address
+			}
+		}
+	}
+	x.Driver, x.DriverVersion, x.Firmware, x.BusInfo = driverInfo(a.Name)
 	return x, nil
 }
 

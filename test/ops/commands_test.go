@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -82,8 +83,8 @@ func TestInfo(t *testing.T) {
 	if got, want := gids[h.IPv6.String()], hexGID(h.IPv6.As16()); got != want {
 		t.Errorf("GID of %s: %q, want %q", h.IPv6, got, want)
 	}
-	if !reflect.DeepEqual(x.Limits, bd.a.Info()) {
-		t.Errorf("limits %+v, the client's adapter has %+v", x.Limits, bd.a.Info())
+	if !x.Served || x.Limits == nil || !reflect.DeepEqual(*x.Limits, bd.a.Info()) {
+		t.Errorf("served %v, limits %+v; the client's adapter has %+v", x.Served, x.Limits, bd.a.Info())
 	}
 	if x.Versions.Protocol != 1 || x.Versions.NDK != "2.1" || x.Versions.Kernel == "" {
 		t.Errorf("versions %+v", x.Versions)
@@ -93,6 +94,41 @@ func TestInfo(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("info output lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestInfoWithoutDaemon: info -dev on an interface no daemon serves (B,
+// where an in-process adapter runs) says so and describes what the kernel
+// knows: driver, MTUs, GIDs, the attached program's mode, unbound queues,
+// no limits.
+func TestInfoWithoutDaemon(t *testing.T) {
+	bd := newBed(t)
+	h := bd.pair.B
+	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+h.Name, binary(t), "info", "-dev", h.Link, "-j")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("info -dev %s: %v\n%s", h.Link, err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "no daemon serves "+h.Link) {
+		t.Errorf("info does not say no daemon serves %s: %q", h.Link, stderr.String())
+	}
+	var x daemon.Info
+	if err := json.Unmarshal(out, &x); err != nil {
+		t.Fatal(err)
+	}
+	if x.Served || x.Limits != nil || x.Interface != h.Link || x.MTU != h.MTU || x.Driver != "veth" || x.ActivePathMTU != bd.b.Adapter.PathMTU() || x.Address != h.IPv4.String() {
+		t.Errorf("info %+v", x)
+	}
+	if x.XDPMode != "driver" && x.XDPMode != "generic" {
+		t.Errorf("B's attached program in mode %q", x.XDPMode)
+	}
+	if len(x.Queues) == 0 || x.Queues[0].Bind != "unbound" {
+		t.Errorf("queues %+v", x.Queues)
+	}
+	if len(x.GIDs) == 0 || x.GIDs[0].GID != hexGID(netip.AddrFrom16(h.IPv4.As16()).As16()) {
+		t.Errorf("GIDs %+v", x.GIDs)
 	}
 }
 
