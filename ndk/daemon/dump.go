@@ -26,7 +26,7 @@ const (
 	MaxSnap      = 10240
 	dumpRingSize = 8 << 20
 	dumpSlots    = 4096
-	dumpBatch    = 40 << 10 // bytes of frame data per event, before base64
+	dumpBatch    = 40 << 10 // bytes of an event's frames as JSON (base64 data and fields), under proto.MaxMessage
 )
 
 // DumpFrame is one captured frame.
@@ -95,16 +95,16 @@ func (ss *session) dump(req *proto.Request) error {
 	return nil
 }
 
-// sendFrames sends fs in events of at most dumpBatch bytes of data (an
+// sendFrames sends fs in events of at most dumpBatch bytes of JSON (an
 // event with the counts alone when fs is empty).
 func (ss *session) sendFrames(r *port.TapRing, fs []port.TapFrame) {
 	for first := true; first || len(fs) > 0; first = false {
 		var out []DumpFrame
 		size := 0
-		for len(fs) > 0 && (len(out) == 0 || size+len(fs[0].Data) <= dumpBatch) {
+		for len(fs) > 0 && (len(out) == 0 || size+encodedSize(fs[0]) <= dumpBatch) {
 			f := fs[0]
 			out = append(out, DumpFrame{Time: f.Time.UnixNano(), Queue: f.Queue, Out: f.Out, Length: f.Length, Data: f.Data})
-			size += len(f.Data)
+			size += encodedSize(f)
 			fs = fs[1:]
 		}
 		raw, _ := json.Marshal(out)
@@ -112,3 +112,7 @@ func (ss *session) sendFrames(r *port.TapRing, fs []port.TapFrame) {
 		ss.send(&proto.Message{Ev: EvFrames, Raw: raw, Raw2: raw2})
 	}
 }
+
+// encodedSize bounds a frame's bytes in an event: its data in base64 and
+// its fields.
+func encodedSize(f port.TapFrame) int { return (len(f.Data)+2)/3*4 + 96 }

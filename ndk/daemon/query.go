@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
@@ -61,7 +63,7 @@ func Dump(ctx context.Context, socket string, snap int, frame func(DumpFrame, Du
 	}
 	buf := make([]byte, proto.MaxMessage)
 	for ferr == nil {
-		n, err := c.Read(buf)
+		n, err := readMessage(c, buf)
 		if err != nil {
 			if ctx.Err() != nil {
 				return last, nil
@@ -116,7 +118,7 @@ func adminCall(ctx context.Context, c *net.UnixConn, req *proto.Request, ev func
 	}
 	buf := make([]byte, proto.MaxMessage)
 	for range 1 << 20 {
-		n, err := c.Read(buf)
+		n, err := readMessage(c, buf)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", req.Op, err)
 		}
@@ -136,4 +138,13 @@ func adminCall(ctx context.Context, c *net.UnixConn, req *proto.Request, ev func
 		return &m, nil
 	}
 	return nil, fmt.Errorf("%s: no answer", req.Op)
+}
+
+// readMessage reads one datagram, refusing one cut short by buf.
+func readMessage(c *net.UnixConn, buf []byte) (int, error) {
+	n, _, flags, _, err := c.ReadMsgUnix(buf, nil)
+	if err == nil && flags&unix.MSG_TRUNC != 0 {
+		err = fmt.Errorf("message over %d bytes", len(buf))
+	}
+	return n, err
 }
