@@ -245,7 +245,7 @@ func (s *Server) status() *Status {
 		qps = p.QPs()
 	}
 	owner := s.owners()
-	per := make(map[*session]*SessionStatus)
+	per := make(map[*session]int) // index in st.Sessions
 	s.mu.Lock()
 	st.Served = s.served - s.admins.Load()
 	for ss := range s.sessions {
@@ -254,8 +254,8 @@ func (s *Server) status() *Status {
 		}
 		st.Clients++
 		x := SessionStatus{PID: ss.cred.Pid, UID: ss.cred.Uid, GID: ss.cred.Gid, Command: comm(ss.cred.Pid), Since: ss.start}
+		per[ss] = len(st.Sessions)
 		st.Sessions = append(st.Sessions, x)
-		per[ss] = &st.Sessions[len(st.Sessions)-1]
 	}
 	s.mu.Unlock()
 	for _, q := range qps {
@@ -267,7 +267,8 @@ func (s *Server) status() *Status {
 		if conn {
 			st.Connections++
 		}
-		if x := per[owner[q.QPN]]; x != nil {
+		if i, ok := per[owner[q.QPN]]; ok {
+			x := &st.Sessions[i]
 			x.QPs++
 			if conn {
 				x.Connections++

@@ -142,6 +142,27 @@ func TestOperatorRequestsDuringTraffic(t *testing.T) {
 			t.Fatalf("metrics lack the engine counters:\n%.500s", body)
 		}
 	}
+	// A second client with two QPs: each session counts its own.
+	a2, err := ndk.Dial(ctx, bd.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	pd2, _ := a2.CreatePD()
+	cq2, _ := a2.CreateCQ(16, nil)
+	for range 2 {
+		if _, err := pd2.CreateQP(ndk.QPConfig{ReceiveCQ: cq2, InitiatorCQ: cq2, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st daemon.Status
+	if err := daemon.Query(ctx, bd.sock, daemon.OpAdminStatus, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Clients != 2 || st.QPs != 3 || st.Connections != 1 || len(st.Sessions) != 2 ||
+		st.Sessions[0].QPs != 1 || st.Sessions[0].Connections != 1 || st.Sessions[1].QPs != 2 || st.Sessions[1].Connections != 0 {
+		t.Errorf("status %+v; want the first client with 1 QP connected, the second with 2 QPs", st)
+	}
 	time.Sleep(300 * time.Millisecond) // the capture streams every 250 ms
 	stopDump()
 	wg.Wait()
