@@ -98,7 +98,7 @@ func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}
-	c := &CQ{adapter: a, core: core}
+	c := &CQ{adapter: a, core: core, done: make(chan struct{})}
 	a.cqs[c] = struct{}{}
 	return c, nil
 }
@@ -124,8 +124,10 @@ func (a *Adapter) CreatePD() (*PD, error) {
 
 // Close closes the adapter (CLOSE_NDK_ADAPTER_HANDLER). Objects still open
 // are closed with it: CQs stop notifying, MRs are deregistered, PDs close.
-// Close returns only after every notification callback on every descendant
-// has returned, so the caller may release what the callbacks use. It must
+// Close returns only after every callback on every descendant has
+// returned (CQ notifications, a listener's connect callbacks, connectors'
+// disconnect callbacks), so the caller may release what the callbacks
+// use. It must
 // not be called from a callback. A second Close does nothing.
 func (a *Adapter) Close() {
 	a.mu.Lock()
@@ -143,15 +145,19 @@ func (a *Adapter) Close() {
 	}
 
 	// Connections first, sending the REJ or DREQ each needs while the
-	// engines still run; then the engines: their QPs cancel what is
-	// pending into the CQs, which then close after the last callback.
+	// engines still run, and waiting for their connect and disconnect
+	// callbacks (NDKPI.md §8: adapter close blocks until every callback
+	// on every descendant returned); then the engines: their QPs cancel
+	// what is pending into the CQs, which then close after the last
+	// callback.
 	a.conns.closeAll()
 	if a.prov != nil {
 		a.prov.Close()
 	}
 
 	for c := range cqs {
-		c.Close()
+		c.closed.Store(true)
+		c.finishClose() // QPs that still use it stopped with the engines
 	}
 	for pd := range pds {
 		pd.closeWithSuccessors()

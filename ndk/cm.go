@@ -25,6 +25,14 @@ type CMOptions struct {
 	// MaxRetries is how often a REQ, REP or DREQ is resent (1-15): 0
 	// means 15.
 	MaxRetries int
+	// RetryCount and RNRRetry are the transport retry counts every
+	// connection asks for in its REQ (and RNRRetry in its REP), 0-7, as
+	// rdma_cm's consumers set retry_count and rnr_retry_count: how often
+	// an unacknowledged packet is resent before requests fail with
+	// STATUS_IO_TIMEOUT, and how many RNR NAKs are waited out (7: without
+	// limit). nil means 7, what rping and perftest ask.
+	// Connector.SetRetryCounts overrides them for one connection.
+	RetryCount, RNRRetry *int
 }
 
 func (o CMOptions) params() (cm.Params, error) {
@@ -36,6 +44,16 @@ func (o CMOptions) params() (cm.Params, error) {
 		return p, fmt.Errorf("CM PacketLifeTime %d outside 8-30", o.PacketLifeTime)
 	case o.MaxRetries < 0 || o.MaxRetries > 15:
 		return p, fmt.Errorf("CM MaxRetries %d outside 1-15", o.MaxRetries)
+	case o.RetryCount != nil && (*o.RetryCount < 0 || *o.RetryCount > 7):
+		return p, fmt.Errorf("CM RetryCount %d outside 0-7", *o.RetryCount)
+	case o.RNRRetry != nil && (*o.RNRRetry < 0 || *o.RNRRetry > 7):
+		return p, fmt.Errorf("CM RNRRetry %d outside 0-7", *o.RNRRetry)
+	}
+	if o.RetryCount != nil {
+		p.RetryCount = uint8(*o.RetryCount)
+	}
+	if o.RNRRetry != nil {
+		p.RNRRetry = uint8(*o.RNRRetry)
 	}
 	if o.ResponseTimeout != 0 {
 		p.CMResponseTimeout = uint8(o.ResponseTimeout)
@@ -195,5 +213,14 @@ func (c *connections) closeAll() {
 	}
 	for s := range eps {
 		s.Close()
+	}
+	// Closing cancels what the callbacks might wait for (a pending
+	// Accept or Disconnect returns STATUS_CANCELLED), so these waits end
+	// once the consumer's callbacks return.
+	for x := range conns {
+		<-x.done
+	}
+	for l := range ls {
+		<-l.done
 	}
 }

@@ -34,9 +34,10 @@ type Connector struct {
 	qp *QP
 
 	mu       sync.Mutex
-	inflight int  // consumer callbacks running
-	closing  bool // Close called
-	cmClosed bool // the CM's close completed
+	retry    *cm.RetryCounts // SetRetryCounts; nil: the adapter's CMOptions
+	inflight int             // consumer callbacks running
+	closing  bool            // Close called
+	cmClosed bool            // the CM's close completed
 	done     chan struct{}
 }
 
@@ -152,7 +153,7 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 		return err
 	}
 	done := make(chan error, 1)
-	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
+	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
 	cb := func(err error) { done <- err }
 	if se != nil {
 		err = c.c.ConnectWithSharedEndpoint(qp.forCM(), path, se.se, dst, p, cb)
@@ -162,9 +163,7 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if err != nil {
 		return cmError(op, err)
 	}
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return c.wait(ctx, op, done, true)
 }
 
@@ -218,10 +217,7 @@ func (c *Connector) wait(ctx context.Context, op string, done chan error, abando
 // succeeded, and STATUS_CONNECTION_ABORTED or STATUS_IO_TIMEOUT when the
 // peer gave up meanwhile.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
-	if c.r != nil {
-		return c.remoteCompleteConnect(onDisconnect)
-	}
-	return cmError("complete connect", c.c.CompleteConnect(c.event(onDisconnect)))
+	return c.CompleteConnectEx(withoutReason(onDisconnect))
 }
 
 // Accept accepts the connect request this connector was handed with
@@ -233,6 +229,12 @@ func (c *Connector) CompleteConnect(onDisconnect func()) error {
 // STATUS_CONNECTION_INVALID (no request to accept), STATUS_INVALID_PARAMETER,
 // and STATUS_CANCELLED when ctx ended first (the connector is then closed).
 func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func()) error {
+	return c.AcceptEx(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, withoutReason(onDisconnect))
+}
+
+// AcceptEx is Accept with a disconnect callback that learns why the
+// connection ended (NdkAcceptEx, NDKPI 2.1).
+func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
 	if c.r != nil {
 		return c.remoteAccept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
@@ -248,13 +250,11 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCalleeData %d", len(privateData), MaxCalleeData)
 	}
 	done := make(chan error, 1)
-	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
-	if err := c.c.Accept(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
+	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
+	if err := c.c.AcceptEx(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
 	}
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return c.wait(ctx, op, done, true)
 }
 
@@ -394,11 +394,11 @@ func (c *Connector) finishLocked() {
 // event wraps a consumer event callback to run on a goroutine of its own,
 // so that it may call the blocking methods, and be counted so that Close
 // completes after it.
-func (c *Connector) event(f func()) func() {
+func (c *Connector) event(f func(DisconnectReason)) func(uint32) {
 	if f == nil {
 		return nil
 	}
-	return func() {
+	return func(reason uint32) {
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
@@ -413,7 +413,7 @@ func (c *Connector) event(f func()) func() {
 				c.finishLocked()
 				c.mu.Unlock()
 			}()
-			f()
+			f(DisconnectReason(reason))
 		}()
 	}
 }

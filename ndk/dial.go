@@ -127,6 +127,10 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
 		return err
 	}
+	// A daemon-backed CQ is a ring in memory shared with the daemon, whose
+	// size is fixed when it is mapped: NdkResizeCq is not offered through
+	// the daemon, so the flag that advertises it goes.
+	info.AdapterFlags &^= AdapterFlagCQResizeSupported
 	r.a.info = info
 	return nil
 }
@@ -167,7 +171,7 @@ func (r *remote) event(m *proto.Message) {
 		}
 	case proto.EvDisconnect:
 		if x != nil {
-			x.r.disconnected()
+			x.r.disconnected(m.Reason)
 		}
 	case proto.EvConnectorClosed:
 		if x != nil {
@@ -251,6 +255,7 @@ func (r *remote) newArena(n int) (*arena, error) {
 	} else {
 		closeFDs(fds)
 	}
+	unix_close(seg.TakeFD()) // the daemon has its own; the mapping stays
 	r.mu.Lock()
 	r.arenas = append(r.arenas, ar)
 	r.mu.Unlock()
@@ -325,6 +330,14 @@ func (r *remote) close() {
 	}
 	for _, l := range lns {
 		l.finishRemote()
+	}
+	// NDKPI.md §8: adapter close returns only after the connect and
+	// disconnect callbacks running now have returned.
+	for _, c := range conns {
+		<-c.done
+	}
+	for _, l := range lns {
+		<-l.done
 	}
 	r.conn.Close()
 	for _, c := range cqs {

@@ -19,8 +19,8 @@
 //     Adapter; Adapter.AllocBuffer for UMEM-resident buffers;
 //     Options.Capture records every frame as a pcap stream;
 //   - Adapter, CQ (GetResults, GetResultsEx, Arm with the NDKPI notification
-//     rules), PD, MR (RegisterMR, RegisterInvalidatableMR, tokens,
-//     Deregister) and SGE;
+//     rules, Resize, ControlInterruptModeration), PD, MR (RegisterMR,
+//     RegisterInvalidatableMR, tokens, Deregister) and SGE;
 //   - QP (PD.CreateQP): Send, SendAndInvalidate, Write, Read, Receive,
 //     Flush, Close, with the NDK_OP_FLAG semantics of the seed pages;
 //   - the atomic extension (atomic.go; NDKPI has no atomic verb):
@@ -31,7 +31,9 @@
 //     (rping, perftest -R) expect: Adapter.CreateConnector, Connector
 //     (Connect, ConnectWithSharedEndpoint, CompleteConnect, Accept,
 //     Reject, Disconnect, GetConnectionData, LocalAddress, PeerAddress,
-//     Close), Adapter.CreateListener, Listener (Listen with port 0,
+//     Close; NDKPI 2.1's AcceptEx, CompleteConnectEx with a
+//     DisconnectReason, DisconnectEx with an abortive disconnect;
+//     SetRetryCounts), Adapter.CreateListener, Listener (Listen with port 0,
 //     ControlConnectEvents, Close), Adapter.CreateSharedEndpoint, and
 //     Adapter.CMStats. The CM itself (state machines, rdma_cm header,
 //     what differs from Linux on the wire) is ndk/internal/cm;
@@ -51,8 +53,12 @@
 // here: adapter.go (Adapter, Close), open.go (Open, Options, Stats),
 // provider.go, cm.go (CMOptions, CMStats, the connections an adapter
 // closes with it), connector.go and listener.go, connect.go (out-of-band
-// connection), qp.go, atomic.go, cq.go, pd.go, buffer.go, flags.go,
-// info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
+// connection), connector_ex.go (NDKPI 2.1 connector calls, disconnect
+// reasons, retry counts), qp.go, atomic.go, cq.go and cq_control.go
+// (resize, moderation), pd.go, lifetime.go (closes that wait for
+// successors), extension.go (NdkQueryExtension on every object, which
+// answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), buffer.go,
+// flags.go, info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
 // internal/testhooks, installed by testhooks.go.
 //
 // Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
@@ -66,7 +72,11 @@
 // call the blocking methods. Listener and Connector Close return at once
 // and complete (Closed) after their callbacks and, for a listener, its
 // handed-over connectors; an address and port stay taken until the last
-// connector using them closes.
+// connector using them closes. A QP that fails on its own (an invalid
+// token in a SendAndInvalidate it received, a remote access error,
+// retries exhausted) aborts its connection, as seed 004 asks: the CM
+// sends a DREQ and the consumer's disconnect callback fires with a
+// DisconnectReason; the peer's fires too.
 //
 // Completion statuses of failed requests (NDKPI.md §7 and §9; the
 // ProviderErrorCode is the ib_wc_status a verbs provider would report):

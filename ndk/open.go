@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"time"
 
+	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
@@ -83,7 +85,28 @@ type Options struct {
 	// working attachment for the next. Close unpins and detaches.
 	Pin     bool
 	PinRoot string
+	// ZeroCopy is how the AF_XDP sockets bind: ZeroCopyPreferred (the
+	// zero value) tries the driver's zero-copy mode and falls back to
+	// copy mode; ZeroCopyRequired fails where the driver has none
+	// (veth); ZeroCopyOff always copies.
+	ZeroCopy ZeroCopyMode
+	// BusyPoll, if non-zero, turns on the sockets' busy polling for that
+	// long per poll (SO_BUSY_POLL) with SO_PREFER_BUSY_POLL: the engine's
+	// own polling drives the NIC's NAPI and the driver's interrupt stays
+	// off while it does (Documentation/networking/af_xdp.rst). It needs
+	// the device's napi_defer_hard_irqs and gro_flush_timeout set to
+	// matter; without them it only adds the busy-poll loop.
+	BusyPoll time.Duration
 }
+
+// ZeroCopyMode is how an adapter's AF_XDP sockets bind.
+type ZeroCopyMode int
+
+const (
+	ZeroCopyPreferred ZeroCopyMode = iota
+	ZeroCopyRequired
+	ZeroCopyOff
+)
 
 // ThreadLocking is the engines' thread policy.
 type ThreadLocking int
@@ -136,6 +159,12 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.Queues < 0 || opts.Queues > 64 {
 		return nil, errorf(StatusInvalidParameter, op, "%d queues (1-64)", opts.Queues)
 	}
+	if opts.ZeroCopy < ZeroCopyPreferred || opts.ZeroCopy > ZeroCopyOff {
+		return nil, errorf(StatusInvalidParameter, op, "zero-copy mode %d", opts.ZeroCopy)
+	}
+	if opts.BusyPoll < 0 || opts.BusyPoll > time.Second {
+		return nil, errorf(StatusInvalidParameter, op, "busy poll %v (0 to 1s)", opts.BusyPoll)
+	}
 	cfg := defaultConfig()
 	if opts.Version != (Version{}) {
 		cfg.version = opts.Version
@@ -181,6 +210,8 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		Capture:    opts.Capture,
 		Pin:        opts.Pin,
 		PinRoot:    opts.PinRoot,
+		BindMode:   map[ZeroCopyMode]afxdp.BindMode{ZeroCopyPreferred: afxdp.ModeAuto, ZeroCopyRequired: afxdp.ModeZeroCopy, ZeroCopyOff: afxdp.ModeCopy}[opts.ZeroCopy],
+		BusyPoll:   opts.BusyPoll,
 	}
 }
 

@@ -17,6 +17,7 @@ type PD struct {
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
+	qps      int  // QPs created on the PD and not yet closed (lifetime.go)
 	closing  bool // Close was called: no new registrations
 	finished bool // the close completed: done is closed
 	done     chan struct{}
@@ -110,10 +111,11 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 	return mr, nil
 }
 
-// Close closes the PD (NdkClosePd). New registrations fail at once. If MRs
-// are still registered the close is pending (NDKPI.md §8: an antecedent
-// closed before its successors completes once every successor is closed)
-// and completes when the last one is deregistered; Closed reports when.
+// Close closes the PD (NdkClosePd). New registrations and QPs fail at
+// once. If MRs are still registered or QPs open the close is pending
+// (NDKPI.md §8: an antecedent closed before its successors completes once
+// every successor is closed) and completes when the last one is
+// deregistered or closed; Closed reports when.
 // Close never blocks and never fails; a second Close does nothing.
 func (pd *PD) Close() {
 	if pd.adapter.rem != nil {
@@ -126,7 +128,15 @@ func (pd *PD) Close() {
 		return
 	}
 	pd.closing = true
-	if len(pd.mrs) == 0 {
+	pd.maybeFinishLocked()
+}
+
+// maybeFinishLocked completes a pending close once no successor is left;
+// pd.mu is held.
+func (pd *PD) maybeFinishLocked() {
+	// A daemon-backed PD's close completes when the daemon's does
+	// (remoteClosed), whose PD applies these rules.
+	if pd.adapter.rem == nil && pd.closing && !pd.finished && len(pd.mrs) == 0 && pd.qps == 0 {
 		pd.finishLocked()
 	}
 }
@@ -213,8 +223,6 @@ func (m *MR) Deregister() error {
 		return errorf(StatusInvalidHandle, "deregister mr", "mr %#x not registered", m.tokens.Local)
 	}
 	pd.deregisterLocked(m)
-	if pd.closing && !pd.finished && len(pd.mrs) == 0 {
-		pd.finishLocked()
-	}
+	pd.maybeFinishLocked()
 	return nil
 }

@@ -40,8 +40,15 @@ type QP struct {
 	rc      *rc.QP
 	r       *remoteQP // a daemon-backed QP (remote_objects.go); rc is nil
 	queue   int
-	closed  atomic.Bool
-	psn     uint32 // the first PSN this QP sends, drawn at random
+	rcq     *CQ // the CQs it holds open (lifetime.go)
+	icq     *CQ
+	closed  atomic.Bool // Close was called
+	// conn is the connector Connect or Accept gave the QP to: a close
+	// waits for its close (lifetime.go). done is closed when the QP's
+	// close completed.
+	conn atomic.Pointer[Connector]
+	done chan struct{}
+	psn  uint32 // the first PSN this QP sends, drawn at random
 	// atomicSGL holds an atomic's result SGE while it is posted (atomic.go):
 	// initiator posts are serialized, and a local array would escape.
 	atomicSGL [1]rc.SGE
@@ -100,14 +107,17 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	case a.prov == nil && a.rem == nil:
 		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
 	}
-	pd.mu.Lock()
-	closing := pd.closing
-	pd.mu.Unlock()
-	if closing {
-		return nil, errorf(StatusInvalidHandle, op, "pd closed")
+	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
+		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
 	if a.rem != nil {
-		return a.rem.createQP(pd, cfg)
+		q, err := a.rem.createQP(pd, cfg)
+		if err != nil {
+			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+			return nil, err
+		}
+		q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
+		return q, nil
 	}
 	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
 	// by what this QP accepts for other requests.
@@ -119,6 +129,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
 		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
 	})
+	if err != nil {
+		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+	}
 	switch {
 	case errors.Is(err, inproc.ErrClosed):
 		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
@@ -127,7 +140,8 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	var psn [4]byte
 	_, _ = rand.Read(psn[:])
-	return &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
+	return &QP{pd: pd, adapter: a, rc: q, queue: queue, rcq: cfg.ReceiveCQ, icq: cfg.InitiatorCQ,
+		done: make(chan struct{}), psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
 }
 
 // QPN returns the QP number peers address.
@@ -291,16 +305,22 @@ func (q *QP) Flush() {
 
 // Close closes the QP (NdkCloseQp): pending requests complete with
 // STATUS_CANCELLED, the QP number leaves the steering map, and later posts
-// fail with STATUS_INVALID_HANDLE. A second Close does nothing.
+// fail with STATUS_INVALID_HANDLE. While the connector it was given to
+// (Connect, Accept) is not closed, the close is pending (NDKPI.md §8: the
+// QP is the connector's antecedent): Close returns nil at once, the QP
+// works on, and the close completes when the connector's has. Closed
+// reports when; only then do its PD and CQs count it no more. A second
+// Close does nothing.
 func (q *QP) Close() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if q.r != nil {
-		return q.remoteClose()
+	if c := q.conn.Load(); c != nil && !c.isClosed() {
+		go func() {
+			<-c.done
+			_ = q.finishClose()
+		}()
+		return nil
 	}
-	if err := q.adapter.prov.CloseQP(q.rc); err != nil {
-		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}
-	}
-	return nil
+	return q.finishClose()
 }

@@ -16,7 +16,7 @@ type remoteConnector struct {
 
 	mu           sync.Mutex
 	local, peer  netip.AddrPort
-	onDisconnect func()
+	onDisconnect func(reason uint32)
 
 	disconnectedAt atomic.Bool // the peer's disconnect was delivered
 }
@@ -58,7 +58,7 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src ne
 	if len(pdata) > MaxCallerData {
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(pdata), MaxCallerData)
 	}
-	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata}
+	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: c.remoteRetry()}
 	switch {
 	case se != nil:
 		req.Endpoint = se.rh
@@ -70,13 +70,11 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src ne
 		return err
 	}
 	c.r.addrs(m)
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return nil
 }
 
-func (c *Connector) remoteCompleteConnect(onDisconnect func()) error {
+func (c *Connector) remoteCompleteConnect(onDisconnect func(DisconnectReason)) error {
 	c.r.mu.Lock()
 	c.r.onDisconnect = c.event(onDisconnect)
 	c.r.mu.Unlock()
@@ -89,7 +87,7 @@ func (c *Connector) remoteCompleteConnect(onDisconnect func()) error {
 	return nil
 }
 
-func (c *Connector) remoteAccept(ctx context.Context, qp *QP, ird, ord int, pdata []byte, onDisconnect func()) error {
+func (c *Connector) remoteAccept(ctx context.Context, qp *QP, ird, ord int, pdata []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
 	if err := c.checkQP(op, qp); err != nil {
 		return err
@@ -102,14 +100,12 @@ func (c *Connector) remoteAccept(ctx context.Context, qp *QP, ird, ord int, pdat
 	c.r.mu.Unlock()
 	// The QP is connected once the daemon's is; a SEND may arrive before
 	// Accept's reply, and receives were posted before.
-	m, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: c.r.h, QP: qp.r.h, IRD: ird, ORD: ord, Data: pdata})
+	m, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: c.r.h, QP: qp.r.h, IRD: ird, ORD: ord, Data: pdata, Opts: c.remoteRetry()})
 	if err != nil {
 		return err
 	}
 	c.r.addrs(m)
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	qp.r.connected.Store(true)
 	return nil
 }
@@ -127,8 +123,19 @@ func (c *Connector) remoteConnData(buf []byte) (int, int, int, error) {
 	return m.IRD, m.ORD, len(m.Data), nil
 }
 
-// disconnected delivers the peer's disconnect, once.
-func (rc *remoteConnector) disconnected() {
+// remoteRetry carries SetRetryCounts to the daemon's connector.
+func (c *Connector) remoteRetry() *proto.ConnOpts {
+	r := c.retryCounts()
+	if r == nil {
+		return nil
+	}
+	retry, rnr := int(r.Count), int(r.RNR)
+	return &proto.ConnOpts{RetryCount: &retry, RNRRetry: &rnr}
+}
+
+// disconnected delivers the peer's disconnect, once, with the daemon's
+// reason (DisconnectReason).
+func (rc *remoteConnector) disconnected(reason uint32) {
 	if rc.disconnectedAt.Swap(true) {
 		return
 	}
@@ -136,7 +143,7 @@ func (rc *remoteConnector) disconnected() {
 	f := rc.onDisconnect
 	rc.mu.Unlock()
 	if f != nil {
-		f()
+		f(reason)
 	}
 }
 

@@ -58,6 +58,7 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 	if err != nil {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
+	unix.Close(seg.TakeFD()) // the mapping is all we need
 	l := proto.NewCQLayout(m.Seg.Slots)
 	ring, err := shm.NewConsumer(seg, l.Ring)
 	if err != nil {
@@ -73,7 +74,7 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 	} else {
 		close(rq.exited)
 	}
-	c := &CQ{adapter: a, r: rq}
+	c := &CQ{adapter: a, r: rq, done: make(chan struct{})}
 	r.mu.Lock()
 	r.cqs[m.H] = c
 	r.mu.Unlock()
@@ -260,6 +261,7 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	if err != nil {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
+	unix.Close(seg.TakeFD()) // the mapping is all we need
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
 	if m.Queue < 0 || m.Queue >= proto.MaxQueues || m.Slot < 0 || m.Slot >= proto.MaxQPSlots {
 		seg.Close()

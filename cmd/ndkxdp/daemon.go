@@ -34,6 +34,8 @@ type daemonConfig struct {
 	LogFormat   string `json:"log_format"`   // text or json
 	LogLevel    string `json:"log_level"`    // debug, info, warn or error
 	PinRoot     string `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
+	ZeroCopy    string `json:"zero_copy"`    // preferred, required or off
+	BusyPoll    string `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
 	Metrics     string `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
 	// MetricsQPs bounds the QPs with series of their own (default 64); the
 	// rest are summed under qpn="other".
@@ -41,7 +43,7 @@ type daemonConfig struct {
 }
 
 func defaultDaemonConfig() daemonConfig {
-	return daemonConfig{Queues: "all", XDPMode: "auto", Polling: "adaptive", LogFormat: "text", LogLevel: "info"}
+	return daemonConfig{Queues: "all", XDPMode: "auto", Polling: "adaptive", LogFormat: "text", LogLevel: "info", ZeroCopy: "preferred"}
 }
 
 // loadDaemonConfig reads path over c; unknown keys are an error, so that a
@@ -78,7 +80,7 @@ func rxQueues(dev string) (int, error) {
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, log_format, log_level, pin_root, metrics, metrics_qp_series); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
@@ -89,6 +91,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.LogFormat, "log-format", "", "log format: text (default) or json")
 	fs.StringVar(&set.LogLevel, "log-level", "", "log level: debug, info (default), warn or error")
 	fs.StringVar(&set.PinRoot, "pin-root", "", "bpffs directory for the pinned attachment (default /sys/fs/bpf/ndkxdp)")
+	fs.StringVar(&set.ZeroCopy, "zero-copy", "", "AF_XDP bind mode: preferred (default: zero-copy where the driver has it), required or off")
+	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
 	fs.StringVar(&set.Metrics, "metrics", "", `serve Prometheus /metrics on this address (off by default; ":9464" is loopback port 9464)`)
 	fs.IntVar(&set.MetricsQPs, "metrics-qps", 0, `QPs with metric series of their own (default 64); the rest are summed under qpn="other"`)
 	fs.Usage = func() {
@@ -133,6 +137,7 @@ func overlay(c *daemonConfig, set daemonConfig) {
 		{&c.Interface, set.Interface}, {&c.Socket, set.Socket}, {&c.SocketGroup, set.SocketGroup},
 		{&c.Queues, set.Queues}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
 		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
+		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
 		{&c.Metrics, set.Metrics},
 	} {
 		if f.v != "" {
@@ -159,6 +164,12 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 	}
 	opts = o
 	opts.Pin, opts.PinRoot = true, c.PinRoot
+	if opts.ZeroCopy, err = zeroCopyMode(c.ZeroCopy); err != nil {
+		return opts, 0, nil, err
+	}
+	if opts.BusyPoll, err = busyPoll(c.BusyPoll); err != nil {
+		return opts, 0, nil, err
+	}
 	if c.Queues != "all" {
 		n, err := strconv.Atoi(c.Queues)
 		if err != nil || n < 1 || n > 64 {
@@ -246,4 +257,29 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 	a.Close()
 	log.Info("stopped: detached and unpinned", "interface", c.Interface)
 	return err
+}
+
+// zeroCopyMode reads -zero-copy.
+func zeroCopyMode(s string) (ndk.ZeroCopyMode, error) {
+	switch s {
+	case "", "preferred":
+		return ndk.ZeroCopyPreferred, nil
+	case "required":
+		return ndk.ZeroCopyRequired, nil
+	case "off":
+		return ndk.ZeroCopyOff, nil
+	}
+	return 0, fmt.Errorf("-zero-copy %q: want preferred, required or off", s)
+}
+
+// busyPoll reads -busy-poll: a duration up to 1s, or off.
+func busyPoll(s string) (time.Duration, error) {
+	if s == "" || s == "0" || s == "off" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Microsecond || d > time.Second {
+		return 0, fmt.Errorf("-busy-poll %q: want a duration from 1us to 1s, or off", s)
+	}
+	return d, nil
 }

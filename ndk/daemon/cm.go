@@ -39,6 +39,9 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 				return nil, nil, statusErr(ndk.StatusInvalidAddress, "source %q: %v", req.Addr, err)
 			}
 		}
+		if err := setRetry(c.c, req.Opts); err != nil {
+			return nil, nil, err
+		}
 		if req.Endpoint != 0 {
 			se, err := lookup[*sEndpoint](ss, req.Endpoint)
 			if err != nil {
@@ -59,7 +62,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, c.c.CompleteConnect(ss.onDisconnect(c))
+		return nil, nil, c.c.CompleteConnectEx(ss.onDisconnect(c))
 	case proto.OpAccept:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -69,7 +72,10 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := c.c.Accept(ctx, q.qp, req.IRD, req.ORD, req.Data, ss.onDisconnect(c)); err != nil {
+		if err := setRetry(c.c, req.Opts); err != nil {
+			return nil, nil, err
+		}
+		if err := c.c.AcceptEx(ctx, q.qp, req.IRD, req.ORD, req.Data, ss.onDisconnect(c)); err != nil {
 			return nil, nil, err
 		}
 		return connMessage(c.c), nil, nil
@@ -84,7 +90,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, c.c.Disconnect(ctx)
+		return nil, nil, c.c.DisconnectEx(ctx, req.Abortive)
 	case proto.OpConnData:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -215,6 +221,17 @@ func connMessage(c *ndk.Connector) *proto.Message {
 	return m
 }
 
-func (ss *session) onDisconnect(c *sConnector) func() {
-	return func() { ss.event(proto.EvDisconnect, c.h, ndk.StatusSuccess) }
+func (ss *session) onDisconnect(c *sConnector) func(ndk.DisconnectReason) {
+	return func(r ndk.DisconnectReason) {
+		ss.send(&proto.Message{Ev: proto.EvDisconnect, H: c.h, Reason: uint32(r)})
+	}
+}
+
+// setRetry applies a client's Connector.SetRetryCounts, which connect and
+// accept carry in Opts.
+func setRetry(c *ndk.Connector, o *proto.ConnOpts) error {
+	if o == nil || o.RetryCount == nil || o.RNRRetry == nil {
+		return nil
+	}
+	return c.SetRetryCounts(*o.RetryCount, *o.RNRRetry)
 }

@@ -76,6 +76,19 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, ss.arena(req, fds)
 	case proto.OpCreateCQ:
 		return ss.createCQ(req)
+	case proto.OpModerateCQ:
+		// The relay raises the client's notifications (fireArm), so it
+		// holds them; the client mapped NDKPI's values to these bounds.
+		c, err := lookup[*sCQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if req.Timeout < 0 || req.Depth < 0 {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
+		}
+		c.modInterval.Store(req.Timeout)
+		c.modCount.Store(uint64(req.Depth))
+		return nil, nil, nil
 	case proto.OpCloseCQ:
 		c, err := lookup[*sCQ](ss, req.H)
 		if err != nil {
@@ -201,6 +214,7 @@ func (ss *session) arena(req *proto.Request, fds []int) error {
 	if err != nil {
 		return statusErr(ndk.StatusInvalidParameter, "%v", err)
 	}
+	unix.Close(seg.TakeFD())
 	ss.mu.Lock()
 	ss.arenas[req.Arena] = seg
 	ss.mu.Unlock()
@@ -285,7 +299,7 @@ func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	ss.relay.addCQ(c)
-	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{dupFD(c.seg.FD())}, nil
+	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{c.seg.TakeFD()}, nil
 }
 
 func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
@@ -323,7 +337,7 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
 		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
 	}
-	return m, []int{dupFD(q.seg.FD())}, nil
+	return m, []int{q.seg.TakeFD()}, nil
 }
 
 func dupFD(fd int) int {

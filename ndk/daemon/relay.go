@@ -5,6 +5,7 @@ import (
 	mathbits "math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -33,6 +34,15 @@ type sCQ struct {
 	ring   *shm.Producer
 	arm    *atomic.Uint32 // client raises, relay clears when it fires
 	status *atomic.Uint32 // the CQ error, once
+	// Interrupt moderation (OpModerateCQ; ndk/internal/cq/moderation.go
+	// for an in-process CQ): a satisfied arm fires once modCount
+	// completions arrived since the last notification or modInterval
+	// (ns) passed since it was first satisfied; 0 turns a bound off.
+	modCount    atomic.Uint64
+	modInterval atomic.Int64
+	heldSince   time.Time   // relay-owned: when a moderated arm was first satisfied
+	modTimer    *time.Timer // relay-owned: rings the engine when a held interval ends
+	modWake     bool        // relay-owned: modTimer is set for the held arm
 
 	// Relay-owned.
 	pushed, solicited     uint64 // completions moved, and how many satisfy SOLICITED
@@ -262,6 +272,9 @@ func (r *relay) removeCQ(c *sCQ) {
 			r.cqs = append(r.cqs[:i], r.cqs[i+1:]...)
 			break
 		}
+	}
+	if c.modTimer != nil {
+		c.modTimer.Stop()
 	}
 	r.mu.Unlock()
 }
@@ -659,12 +672,52 @@ func (r *relay) fireArm(c *sCQ) {
 	case a >= armSolicited && c.solicited > c.notifiedSol:
 		fire = true
 	}
+	if fire && st == ndk.StatusSuccess && r.moderationHolds(c) {
+		return
+	}
 	if !fire || !c.arm.CompareAndSwap(a, armNone) {
 		return
 	}
+	c.heldSince, c.modWake = time.Time{}, false
 	if st != ndk.StatusSuccess {
 		c.errReported = true
 	}
 	c.notified, c.notifiedSol = c.pushed, c.solicited
 	r.notify(c.h, st)
+}
+
+// moderationHolds reports whether moderation holds back a satisfied arm:
+// neither its count of completions since the last notification nor its
+// interval since the arm was first satisfied is reached yet. A CQ error
+// is never held (the caller asks only for normal notifications). The
+// engine may sleep while an interval runs, so a timer rings it when the
+// interval ends; a count is reached by a completion, which wakes it.
+func (r *relay) moderationHolds(c *sCQ) bool {
+	count, interval := c.modCount.Load(), time.Duration(c.modInterval.Load())
+	if count <= 1 && interval <= 0 {
+		return false
+	}
+	now := time.Now()
+	if c.heldSince.IsZero() {
+		c.heldSince = now
+	}
+	if count > 0 && c.pushed-c.notified >= count {
+		return false
+	}
+	if interval <= 0 {
+		return true
+	}
+	left := interval - now.Sub(c.heldSince)
+	if left <= 0 {
+		return false
+	}
+	if !c.modWake {
+		c.modWake = true
+		if c.modTimer == nil {
+			c.modTimer = time.AfterFunc(left, r.eng.Ring)
+		} else {
+			c.modTimer.Reset(left)
+		}
+	}
+	return true
 }

@@ -463,3 +463,31 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// TestDaemonBindModes: -zero-copy required is refused on veth, which has
+// no AF_XDP zero-copy, with the reason; copy mode with busy polling
+// serves.
+func TestDaemonBindModes(t *testing.T) {
+	p := harness.New(t, harness.Config{})
+	d := startDaemon(t, p, filepath.Join(t.TempDir(), "zc.sock"), pinRoot(t), "-zero-copy", "required")
+	select {
+	case err := <-d.done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("-zero-copy required on veth: %v, want exit 1\n%s", err, d.logs)
+		}
+		if out := d.logs.String(); !strings.Contains(strings.ToLower(out), "zero") {
+			t.Fatalf("refusal does not say zero-copy:\n%s", out)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("-zero-copy required started on veth")
+	}
+	sock := filepath.Join(t.TempDir(), "copy.sock")
+	d2 := startDaemon(t, p, sock, pinRoot(t), "-zero-copy", "off", "-busy-poll", "50us")
+	a := dialWhenUp(t, d2, sock)
+	a.Close()
+	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-d2.done; err != nil {
+		t.Fatalf("copy-mode daemon: %v\n%s", err, d2.logs)
+	}
+}

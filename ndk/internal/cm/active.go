@@ -48,6 +48,9 @@ func checkConnect(qp QP, path PathInfo, dst netip.AddrPort, p ConnectParams, don
 	if len(p.PrivateData) > MaxCallerData {
 		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "%d bytes of private data exceed MaxCallerData %d", len(p.PrivateData), MaxCallerData)
 	}
+	if err := p.Retry.check(op); err != nil {
+		return dst, 0, err
+	}
 	mtu, ok := path.pathMTU()
 	if !ok {
 		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "interface MTU %d is below the smallest RoCE path MTU", path.MTU)
@@ -177,6 +180,9 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 			LocalAckTimeout: ackTimeout(m.p.AckDelay, m.p.PacketLifeTime),
 		},
 	}
+	if p.Retry != nil {
+		req.RetryCount, req.RNRRetryCount = p.Retry.Count, p.Retry.RNR
+	}
 	hdr := rocev2.CMAHeader{SrcPort: src.Port(), Src: src.Addr(), Dst: dst.Addr()}
 	if err := hdr.Encode(req.PrivateData[:]); err != nil {
 		return req, err
@@ -192,6 +198,12 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 // the peer gave up meanwhile, and IO_TIMEOUT when it did so because its
 // REP went unanswered too long.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
+	return c.CompleteConnectEx(withoutReason(onDisconnect))
+}
+
+// CompleteConnectEx is CompleteConnect with a disconnect callback that
+// learns why (NdkCompleteConnectEx, NDKPI 2.1): a Reason* value.
+func (c *Connector) CompleteConnectEx(onDisconnect func(reason uint32)) error {
 	const op = "complete connect"
 	m := c.m
 	m.mu.Lock()

@@ -64,6 +64,25 @@ type ConnectParams struct {
 	InboundReadLimit, OutboundReadLimit uint8
 	// PrivateData follows rdma_cm's header in the REQ: at most MaxCallerData.
 	PrivateData []byte
+	// Retry, if not nil, replaces the Manager's Params.RetryCount and
+	// RNRRetry for this connection, as rdma_connect's conn_param does:
+	// the REQ carries both, our QP retries with Retry.Count and the peer
+	// with both, and we wait out the RNR NAKs as often as the REP says.
+	Retry *RetryCounts
+}
+
+// RetryCounts are the transport retry counts rdma_cm's consumers set per
+// connection (struct rdma_conn_param retry_count, rnr_retry_count): 3
+// bits each; an RNR retry count of 7 means without limit.
+type RetryCounts struct {
+	Count, RNR uint8
+}
+
+func (r *RetryCounts) check(op string) error {
+	if r != nil && (r.Count > 7 || r.RNR > 7) {
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "retry counts %d/%d outside 0-7", r.Count, r.RNR)
+	}
+	return nil
 }
 
 // AcceptParams are the inputs of Accept.
@@ -71,6 +90,11 @@ type AcceptParams struct {
 	InboundReadLimit, OutboundReadLimit uint8
 	// PrivateData goes into the REP: at most MaxCalleeData.
 	PrivateData []byte
+	// Retry, if not nil, replaces the Manager's Params.RNRRetry in the
+	// REP: how often the peer waits out our RNR NAKs (rdma_accept's
+	// conn_param rnr_retry_count). Retry.Count is unused: the passive
+	// side retries as the REQ asks (cm.c cm_req_handler).
+	Retry *RetryCounts
 }
 
 // ConnectionData is what GetConnectionData returns: the read limits and
@@ -132,8 +156,9 @@ type Connector struct {
 	connectDone    func(error)
 	acceptDone     func(error)
 	disconnectDone func(error)
-	onDisconnect   func()
+	onDisconnect   func(reason uint32)
 	eventFired     bool
+	aborted        bool // the QP failed and the CM ended the connection (TransportFailed)
 	userDisconnect bool
 	discAnswered   bool
 	discErr        error

@@ -55,6 +55,9 @@
 //   - reject.go: Reject and the REJ in both directions.
 //   - disconnect.go: Disconnect, DREQ and DREP, the disconnect event, stale
 //     connections and the time-wait.
+//   - abort.go: the disconnect reasons of NDKPI 2.1, TransportFailed (a
+//     QP that failed on its own aborts its connection: DREQ and the
+//     consumer's event) and Abort (the abortive disconnect).
 //   - listener.go: local endpoints (binding, ephemeral ports, reference
 //     counts), SharedEndpoint and Listener.
 //   - manager.go: Manager, Params and Stats, the effects run after the lock,
@@ -70,7 +73,9 @@
 // Every field is what Linux's ib_cm and rdma_cm put there over RoCE
 // (torvalds/linux drivers/infiniband/core/cm.c cm_format_req, cm_format_rep,
 // cma.c cma_connect_ib, cma_accept_ib; ROCEV2.md 3): Q_Key 0, both CM
-// response timeouts 20, MaxCMRetries 15, RetryCount 7, RNRRetryCount 7,
+// response timeouts 20, MaxCMRetries 15, RetryCount 7, RNRRetryCount 7
+// (what rping and perftest ask; ConnectParams.Retry and
+// AcceptParams.Retry change them per connection as rdma_conn_param does),
 // PathMTU the largest that fits the interface MTU, permissive LIDs, hop
 // limit 64, SL 0, traffic class 0, IPv4-mapped (or IPv6) GIDs, the rdma_cm
 // flow label, LocalAckTimeout cm_ack_timeout(15, 16) = 17, TargetAckDelay

@@ -150,12 +150,21 @@ func (m *Manager) dupREQ(c *Connector) {
 // through every retry, CONNECTION_ABORTED when the peer rejected. An error
 // returned here means done will not be called.
 func (c *Connector) Accept(qp QP, p AcceptParams, onDisconnect func(), done func(error)) error {
+	return c.AcceptEx(qp, p, withoutReason(onDisconnect), done)
+}
+
+// AcceptEx is Accept with a disconnect callback that learns why
+// (NdkAcceptEx, NDKPI 2.1): a Reason* value.
+func (c *Connector) AcceptEx(qp QP, p AcceptParams, onDisconnect func(reason uint32), done func(error)) error {
 	const op = "accept"
 	if qp == nil || done == nil {
 		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP and completion are required")
 	}
 	if len(p.PrivateData) > MaxCalleeData {
 		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
+	}
+	if err := p.Retry.check(op); err != nil {
+		return err
 	}
 	ri, err := c.beginAccept(qp, p)
 	if err != nil {
@@ -216,7 +225,7 @@ func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
 
 // finishAccept sends the REP once the QP reached RTS, or ends the
 // connection when qpErr says it did not.
-func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptParams, onDisconnect func(), done func(error)) error {
+func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptParams, onDisconnect func(uint32), done func(error)) error {
 	const op = "accept"
 	m := c.m
 	m.mu.Lock()
@@ -261,6 +270,9 @@ func (m *Manager) newREP(c *Connector, psn rocev2.PSN, ri *RemoteInfo, p AcceptP
 		TargetAckDelay:     m.p.AckDelay,
 		RNRRetryCount:      m.p.RNRRetry,
 		LocalCAGUID:        m.guid,
+	}
+	if p.Retry != nil {
+		rep.RNRRetryCount = p.Retry.RNR
 	}
 	copy(rep.PrivateData[:], p.PrivateData)
 	return rep

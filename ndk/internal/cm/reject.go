@@ -113,7 +113,7 @@ func (m *Manager) handleREJ(rej *rocev2.CMRej) {
 	case stEstablished:
 		c.qpToError(m)
 		c.enterTimeWait(m)
-		c.disconnectEvent(m)
+		c.disconnectEvent(m, ReasonPeerDisconnected)
 	case stDreqSent:
 		c.discAnswered = true
 		c.enterTimeWait(m)

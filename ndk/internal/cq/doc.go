@@ -27,6 +27,12 @@
 // (a CAS to clear the arm and a channel send to wake the callback
 // goroutine).
 //
+// Resize (NdkResizeCq) appends a ring and seals the old one, which the
+// consumer leaves once drained, so Push and Pop stay lock-free; interrupt
+// moderation (NdkControlCqInterruptModeration, moderation.go) holds a fired
+// notification in the callback goroutine until enough completions arrived
+// or its interval passed.
+//
 // It is not the public API: status, type and arm come from package ndkpi
 // (NTSTATUS, NDK_OPERATION_TYPE, NDK_CQ_NOTIFY), which ndk re-exports, so
 // this package does not import ndk.

@@ -131,7 +131,11 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	// retires a request using it: the ports send it in place.
 	lo, hi := parts[cfg.Queues].Range()
 	for q := 0; q < cfg.Queues; q++ {
-		sock, err := afxdp.NewSocket(p.umem, afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi})
+		sc := afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi, Mode: cfg.BindMode}
+		if cfg.BusyPoll > 0 {
+			sc.BusyPoll = &afxdp.BusyPollConfig{Timeout: cfg.BusyPoll, Prefer: true}
+		}
+		sock, err := afxdp.NewSocket(p.umem, sc)
 		if err != nil {
 			return fmt.Errorf("queue %d: %w", q, err)
 		}

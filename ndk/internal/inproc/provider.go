@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
@@ -63,6 +64,11 @@ type Config struct {
 	// taken over instead of attached anew. Close unpins and detaches.
 	Pin     bool
 	PinRoot string // loader.DefaultPinRoot when empty
+	// BindMode is the AF_XDP sockets' bind mode (zero-copy or copy).
+	BindMode afxdp.BindMode
+	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
+	// SO_PREFER_BUSY_POLL on every socket.
+	BusyPoll time.Duration
 }
 
 // Provider is an adapter's datapath in this process: the engines, the
@@ -158,6 +164,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	if g := p.mgmt; g != nil {
 		rcfg.FirstPacket = g.onFirstPacket
+		rcfg.QPFailed = g.onQPFailed
 		if len(p.engines) == 0 {
 			rcfg.GSI = g.onGSI // the management queue
 		}

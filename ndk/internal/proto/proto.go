@@ -20,6 +20,7 @@ const (
 	OpArena           = "arena"            // a memfd of client memory (FDs: the memfd)
 	OpCreateCQ        = "create_cq"        // Depth; reply: H, segment (FDs)
 	OpCloseCQ         = "close_cq"         // H
+	OpModerateCQ      = "moderate_cq"      // H, Timeout (interval, ns; 0: none), Depth (count; 0: none): the effective bounds
 	OpCreatePD        = "create_pd"        // reply: H
 	OpClosePD         = "close_pd"         // H; event pd_closed follows
 	OpRegister        = "register"         // PD, Arena, Off, Len, Flags, Invalidatable; reply: H, tokens
@@ -33,7 +34,7 @@ const (
 	OpCompleteConnect = "complete_connect" // H
 	OpAccept          = "accept"           // H, QP, IRD, ORD, Data, Timeout
 	OpReject          = "reject"           // H, Data
-	OpDisconnect      = "disconnect"       // H, Timeout
+	OpDisconnect      = "disconnect"       // H, Timeout, Abortive
 	OpConnData        = "conn_data"        // H; reply: IRD, ORD, Data
 	OpCloseConnector  = "close_connector"  // H; event connector_closed follows
 	OpCreateListener  = "create_listener"  // reply: H
@@ -106,7 +107,8 @@ type Request struct {
 	Target             uint64 `json:",omitempty"`
 	Endpoint           uint32 `json:",omitempty"` // connect: the shared endpoint to connect from
 	Remote             *Endpoint
-	Opts               *ConnOpts
+	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
+	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive
 }
 
 // Message is what the daemon sends: a reply (ID set) or an event (Ev set).
@@ -132,6 +134,9 @@ type Message struct {
 	PathMTU       int             `json:",omitempty"`
 	Version       int             `json:",omitempty"`
 	Raw, Raw2     json.RawMessage `json:",omitempty"`
+	// Reason is an EvDisconnect's ndk.DisconnectReason (NDKPI 2.1's
+	// ProviderDisconnectReason); 0: none given.
+	Reason uint32 `json:",omitempty"`
 }
 
 // Segment is the layout of a shared segment: its size and, by kind, the

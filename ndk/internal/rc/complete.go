@@ -30,6 +30,7 @@ func (e *Engine) failHead(q *QP, code uint32) {
 // fail completes the oldest outstanding request with status and moves the
 // QP to the error state.
 func (e *Engine) fail(q *QP, status ndkpi.Status, code uint32) {
+	e.transportFailed(q, code)
 	t := &q.t
 	if t.sqHead < q.sq.tail.Load() {
 		e.completeSend(q, q.sq.at(t.sqHead), status, code)

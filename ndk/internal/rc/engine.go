@@ -55,6 +55,10 @@ type Config struct {
 	// (see gsi.go); both run on the engine goroutine and must not block.
 	GSI         func(p *rocev2.Packet)
 	FirstPacket func(qpn uint32)
+	// QPFailed hears of a connected QP that failed on its own (abort.go):
+	// a fatal NAK sent or received, retries exhausted, a response that
+	// did not fit. It runs on the engine goroutine and must not block.
+	QPFailed func(qpn, wcStatus uint32)
 	// AnySource accepts RC frames from any source address. By default a
 	// frame whose IP source is not the connected peer's is dropped and
 	// counted (Stats.WrongSource) before anything in it is executed: the
@@ -110,6 +114,7 @@ type Engine struct {
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
+	qpFailed    func(qpn, wcStatus uint32)
 	owner       func(qpn uint32) *Engine
 	inbox       *queue.MPSC[forwarded] // frames other engines forwarded here
 	fwdFree     *queue.MPSC[[]byte]    // this engine's free forwarding buffers
@@ -176,6 +181,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	e := &Engine{
 		gsi:         cfg.GSI,
 		firstPacket: cfg.FirstPacket,
+		qpFailed:    cfg.QPFailed,
 		owner:       cfg.Owner,
 		gsiTx:       gsiTx,
 		awaitFirst:  make(map[uint32]struct{}),

@@ -44,6 +44,8 @@ type pairOptions struct {
 	cqDepth   int
 	noConnect bool
 	anySource bool // Config.AnySource
+	// qpFailed is Config.QPFailed, told which host (1: A, 2: B) it is.
+	qpFailed func(host byte, qpn, wcStatus uint32)
 }
 
 func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *host {
@@ -52,7 +54,11 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource})
+	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource}
+	if f := o.qpFailed; f != nil {
+		cfg.QPFailed = func(qpn, wc uint32) { f(mac, qpn, wc) }
+	}
+	eng, err := NewEngine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

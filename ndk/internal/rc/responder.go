@@ -365,6 +365,7 @@ func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	if code == rocev2.NAKRemoteAccessError {
 		e.c.localAccessErrors.Add(1)
 	}
+	e.transportFailed(q, nakStatus(code))
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
 	e.stopQP(q)
 }
