@@ -91,7 +91,7 @@
 // AF_XDP bind modes, every counter (engines, per QP, sockets, steering
 // program, CM) and every QP's state, peer, PSNs and owner. The same
 // counters feed Prometheus (metrics.go, ServeMetrics). admin_dump (dump.go,
-// Dump) streams a live capture: the engines copy frames into a bounded
-// ring (port.TapRing) or drop and count them, never wait, and the session
+// Dump) streams a live capture: each engine copies frames into a bounded
+// ring of its queue (port.TapRing) or drops and counts them, never waits, and the session
 // sends the ring's frames as events until the operator's connection ends.
 package daemon

@@ -57,7 +57,8 @@ func (ss *session) dump(req *proto.Request) error {
 	if snap < 64 || snap > MaxSnap {
 		return statusErr(ndk.StatusInvalidParameter, "snap length %d outside [64, %d]", snap, MaxSnap)
 	}
-	r := port.NewTapRing(min(dumpSlots, dumpRingSize/snap), snap)
+	queues := max(len(p.Ports()), 1)
+	r := port.NewTapRing(queues, min(dumpSlots, dumpRingSize/snap/queues), snap)
 	if !p.StartTap(r) {
 		return statusErr(ndk.StatusSharingViolation, "another capture runs on this daemon")
 	}

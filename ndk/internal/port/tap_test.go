@@ -2,6 +2,7 @@ package port_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +28,7 @@ func TestTapCopiesBothWaysAndDropsWhenFull(t *testing.T) {
 	}
 	send(1) // no ring: not offered
 	drain(t, b, 100)
-	r := port.NewTapRing(4, 64)
+	r := port.NewTapRing(2, 2, 64)
 	ring.Store(r)
 	send(2)
 	if got := drain(t, b, 100); len(got) != 1 || got[0] != 2 {
@@ -44,8 +45,8 @@ func TestTapCopiesBothWaysAndDropsWhenFull(t *testing.T) {
 			t.Errorf("frame %d: out %v queue %d length %d data %x", i, f.Out, f.Queue, f.Length, f.Data[:8])
 		}
 	}
-	// Six frames sent and received into four slots: eight offered, four
-	// dropped, none waited for.
+	// Four frames sent and received into two slots per queue: eight
+	// offered, four dropped, none waited for.
 	for id := uint32(10); id < 14; id++ {
 		send(id)
 	}
@@ -62,12 +63,12 @@ func TestTapCopiesBothWaysAndDropsWhenFull(t *testing.T) {
 }
 
 // TestTapAccountsEveryFrameOfTwoEngines: two engines offering frames at
-// once (each may find the ring busy and drop rather than wait): every
-// frame offered is either kept or counted as dropped.
+// once, each into its queue's ring, while the consumer takes: every frame
+// offered is either kept or counted as dropped.
 func TestTapAccountsEveryFrameOfTwoEngines(t *testing.T) {
 	p := newPipe(t, porttest.PipeConfig{})
 	var ring atomic.Pointer[port.TapRing]
-	r := port.NewTapRing(1<<12, 64)
+	r := port.NewTapRing(2, 64, 64) // small: the consumer must keep up, or frames drop
 	ring.Store(r)
 	ends := []port.Port{port.Tap(p.A(), 0, &ring), port.Tap(p.B(), 1, &ring)}
 	var wg sync.WaitGroup
@@ -75,17 +76,39 @@ func TestTapAccountsEveryFrameOfTwoEngines(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for id := range uint32(500) {
+			for id := range uint32(2000) {
 				_ = e.Transmit([][]byte{frameWithID(id, 64)})
 				_ = e.Flush()
 				drain(t, e, 64)
 			}
 		}()
 	}
+	stop := make(chan struct{})
+	taken := make(chan int)
+	go func() {
+		var fs [32]port.TapFrame
+		n := 0
+		for {
+			k := r.Take(fs[:])
+			for _, f := range fs[:k] {
+				if !bytes.Equal(f.Data, frameWithID(binary.BigEndian.Uint32(f.Data), 64)) {
+					t.Errorf("captured frame damaged: %x", f.Data[:8])
+				}
+			}
+			n += k
+			select {
+			case <-stop:
+				var rest [128]port.TapFrame
+				taken <- n + r.Take(rest[:])
+				return
+			default:
+			}
+		}
+	}()
 	wg.Wait()
-	var fs [1 << 12]port.TapFrame
-	kept := r.Take(fs[:])
-	if uint64(kept)+r.Drops() != r.Seen() || r.Seen() < 1000 {
+	close(stop)
+	kept := <-taken
+	if uint64(kept)+r.Drops() != r.Seen() || r.Seen() < 500 {
 		t.Errorf("kept %d + dropped %d != offered %d", kept, r.Drops(), r.Seen())
 	}
 	t.Logf("offered %d, kept %d, dropped %d", r.Seen(), kept, r.Drops())
@@ -99,7 +122,7 @@ func TestTapAllocatesNothing(t *testing.T) {
 	a, b := port.Tap(p.A(), 0, &ring), port.Tap(p.B(), 1, &ring)
 	f := [][]byte{frameWithID(1, 200)}
 	out := make([][]byte, 8)
-	r := port.NewTapRing(16, 128)
+	r := port.NewTapRing(2, 16, 128)
 	for _, on := range []bool{false, true} {
 		if on {
 			ring.Store(r)
@@ -133,7 +156,7 @@ func BenchmarkTap(b *testing.B) {
 			if mode != "bare" {
 				x, y = port.Tap(x, 0, &ring), port.Tap(y, 1, &ring)
 			}
-			r := port.NewTapRing(1<<12, 256)
+			r := port.NewTapRing(2, 1<<12, 256)
 			if mode == "capturing" {
 				ring.Store(r)
 			}
