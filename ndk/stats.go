@@ -64,6 +64,9 @@ type EngineStats struct {
 	// bad R_Key, range or permission), and this requester's requests a
 	// peer refused so.
 	LocalAccessErrors, RemoteAccessErrors uint64
+	// SequenceErrors counts the PSN sequence error NAKs among
+	// NAKsReceived: the peer saw a gap (rxe rcvd_seq_err).
+	SequenceErrors uint64
 }
 
 // Add adds o's counters to s, to total an adapter's engines.

@@ -49,6 +49,7 @@ func (e *Engine) completer(q *QP) {
 			}
 			switch syn.NAKCode() {
 			case rocev2.NAKPSNSequenceError:
+				e.c.seqNAKsReceived.Add(1)
 				// Resend from the oldest unacknowledged PSN: that is the
 				// NAK's PSN unless a READ before it still lacks data.
 				e.retry(q, t.una, true)

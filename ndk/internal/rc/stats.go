@@ -30,6 +30,7 @@ type counters struct {
 	// Errors by kind, as rxe counts them (inspect.go).
 	cnps, retryExceeded, rnrRetryExceeded atomic.Uint64
 	localAccessErrors, remoteAccessErrors atomic.Uint64
+	seqNAKsReceived                       atomic.Uint64
 }
 
 // PlacedWrites returns how many RDMA WRITE packets the QP's engine has
@@ -106,6 +107,9 @@ type Stats struct {
 	// RemoteAccessErrors counts this requester's requests a peer refused
 	// so.
 	LocalAccessErrors, RemoteAccessErrors uint64
+	// SequenceErrors counts the PSN sequence error NAKs among
+	// NAKsReceived: a peer saw a gap (rxe rcvd_seq_err).
+	SequenceErrors uint64
 }
 
 // Add adds o's counters to s, to total the engines of an adapter. Every
@@ -153,6 +157,7 @@ func (e *Engine) snapshot() Stats {
 		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
 		CNPs: c.cnps.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
 		LocalAccessErrors: c.localAccessErrors.Load(), RemoteAccessErrors: c.remoteAccessErrors.Load(),
+		SequenceErrors: c.seqNAKsReceived.Load(),
 	}
 }
 
