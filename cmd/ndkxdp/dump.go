@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -21,29 +20,24 @@ import (
 var errDumpDone = errors.New("dump: count reached")
 
 func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("dump", "usage: ndkxdp dump -dev IF|-daemon SOCKET [-w FILE] [-s SNAP] [-c N] [-t DURATION]\n\n"+
+		"Captures the RoCEv2 frames a daemon's engines receive and send, as xdpdump. The daemon copies them\n"+
+		"off its data path into a bounded ring and drops (and counts) what does not fit rather than wait.", stderr)
 	var o opsFlags
 	o.register(fs, false)
 	file := fs.String("w", "", "write a pcap file (Wireshark decodes RoCEv2 on UDP 4791) instead of a summary per frame; - for stdout")
 	snap := fs.Int("s", daemon.DefaultSnap, fmt.Sprintf("bytes kept of each frame (64-%d)", daemon.MaxSnap))
 	count := fs.Int("c", 0, "stop after this many frames (0: until interrupted)")
 	dur := fs.Duration("t", 0, "stop after this long (0: until interrupted)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ndkxdp dump -dev IF|-daemon SOCKET [-w FILE] [-s SNAP] [-c N] [-t DURATION]\n\n"+
-			"Captures the RoCEv2 frames a daemon's engines receive and send, as xdpdump. The daemon copies them\n"+
-			"off its data path into a bounded ring and drops (and counts) what does not fit rather than wait.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("dump: unexpected arguments %q", fs.Args())
 	}
 	sock, err := o.path()
 	if err != nil {
 		return err
+	}
+	if *snap < 64 || *snap > daemon.MaxSnap || *count < 0 || *dur < 0 {
+		return usagef("-s %d, -c %d, -t %v: want -s in [64, %d], -c and -t not negative", *snap, *count, *dur, daemon.MaxSnap)
 	}
 	if *dur > 0 {
 		var cancel context.CancelFunc

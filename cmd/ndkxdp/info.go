@@ -9,7 +9,7 @@ import (
 )
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseOps("info", "Describes the device a daemon serves, as ibv_devinfo: interface, driver, XDP and AF_XDP modes, queues, MTUs, GIDs, limits, versions.", args, stderr, true)
+	o, err := parseOps("info", "Describes the device a daemon serves, as ibv_devinfo: interface, driver, XDP and AF_XDP modes, queues, MTUs, GIDs, limits, versions.", args, stdout, stderr, true)
 	if err != nil {
 		return err
 	}

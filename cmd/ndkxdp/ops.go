@@ -33,13 +33,13 @@ func (o *opsFlags) register(fs *flag.FlagSet, listing bool) {
 func (o *opsFlags) path() (string, error) {
 	switch {
 	case o.socket != "" && o.dev != "":
-		return "", fmt.Errorf("give -dev or -daemon, not both")
+		return "", usagef("give -dev or -daemon, not both")
 	case o.socket != "":
 		return o.socket, nil
 	case o.dev != "":
 		return daemon.SocketPath(o.dev), nil
 	}
-	return "", fmt.Errorf("-dev IF or -daemon SOCKET is required")
+	return "", usagef("-dev IF or -daemon SOCKET is required")
 }
 
 // query asks the daemon for op into out, bounded in time.
@@ -59,20 +59,21 @@ func printJSON(w io.Writer, v any) error {
 	return e.Encode(v)
 }
 
-func parseOps(name, usage string, args []string, stderr io.Writer, listing bool) (*opsFlags, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// parseOps parses an operator command's flags (the conventions of
+// parseFlags: -h on stdout, a bad flag exits 2).
+func parseOps(name, about string, args []string, stdout, stderr io.Writer, listing bool) (*opsFlags, error) {
+	j := ""
+	if listing {
+		j = " [-j]"
+	}
+	fs := newFlagSet(name, fmt.Sprintf("usage: ndkxdp %s -dev IF|-daemon SOCKET%s\n\n%s", name, j, about), stderr)
 	o := &opsFlags{}
 	o.register(fs, listing)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ndkxdp %s -dev IF|-daemon SOCKET%s\n\n%s\n\n", name, map[bool]string{true: " [-j]"}[listing], usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return nil, err
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
+	if _, err := o.path(); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func runQP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseOps("qp", "Lists a daemon's QPs, as rdma resource show qp: number, state, peer, PSNs, outstanding requests and reads, retransmissions, owning process.", args, stderr, true)
+	o, err := parseOps("qp", "Lists a daemon's QPs, as rdma resource show qp: number, state, peer, PSNs, outstanding requests and reads, retransmissions, owning process.", args, stdout, stderr, true)
 	if err != nil {
 		return err
 	}

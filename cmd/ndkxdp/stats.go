@@ -11,7 +11,7 @@ import (
 )
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseOps("stats", "Prints a daemon's counters, as rdma statistic: the adapter's, each engine's with its AF_XDP socket's, the XDP program's verdicts and reasons, the CM's and each QP's.", args, stderr, true)
+	o, err := parseOps("stats", "Prints a daemon's counters, as rdma statistic: the adapter's, each engine's with its AF_XDP socket's, the XDP program's verdicts and reasons, the CM's and each QP's.", args, stdout, stderr, true)
 	if err != nil {
 		return err
 	}

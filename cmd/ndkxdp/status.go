@@ -12,7 +12,7 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseOps("status", "Says whether a daemon serves the interface, since when, with how many clients and connections.", args, stderr, true)
+	o, err := parseOps("status", "Says whether a daemon serves the interface, since when, with how many clients and connections.", args, stdout, stderr, true)
 	if err != nil {
 		return err
 	}
