@@ -81,6 +81,7 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if ferr := out.Flush(); err == nil || errors.Is(err, errDumpDone) {
 		err = ferr
 	}
+	err = socketError(sock, err)
 	fmt.Fprintf(stderr, "%d frames captured, %d dropped by the daemon (of %d it moved while capturing)\n", n, counts.Dropped, counts.Seen)
 	if err != nil {
 		return fmt.Errorf("dump: %w", err)

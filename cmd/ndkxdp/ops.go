@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
@@ -50,7 +53,16 @@ func (o *opsFlags) query(ctx context.Context, op string, out any) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return daemon.Query(ctx, p, op, out)
+	return socketError(p, daemon.Query(ctx, p, op, out))
+}
+
+// socketError says what a refused socket means: its permissions, not a
+// missing capability (which describe would suggest for EACCES).
+func socketError(path string, err error) error {
+	if errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("%s: permission denied: the daemon's socket admits root and the members of its socket_group", path)
+	}
+	return err
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -94,4 +94,7 @@
 // Dump) streams a live capture: each engine copies frames into a bounded
 // ring of its queue (port.TapRing) or drops and counts them, never waits, and the session
 // sends the ring's frames as events until the operator's connection ends.
+// Since a capture holds every application's payload bytes, only root or
+// the daemon's user may start one; the other requests show what ps and
+// rdma resource show to any user.
 package daemon

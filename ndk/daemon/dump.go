@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"os"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -46,6 +47,12 @@ type DumpCounts struct {
 }
 
 func (ss *session) dump(req *proto.Request) error {
+	// A capture holds other applications' payload bytes: only root or
+	// the daemon's own user may take one, not every member of the
+	// socket's group.
+	if uid := ss.cred.Uid; uid != 0 && uid != uint32(os.Getuid()) {
+		return statusErr(ndk.StatusAccessViolation, "a capture shows every application's traffic: uid %d may not take one (root or the daemon's user may)", uid)
+	}
 	p, err := ss.srv.provider()
 	if err != nil {
 		return err

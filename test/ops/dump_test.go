@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -154,5 +155,47 @@ func checkWithTshark(t *testing.T, file string, frames int) {
 		} else if len(f) > 4 && f[4] != "" {
 			t.Errorf("tshark finds frame %q malformed", l)
 		}
+	}
+}
+
+// TestDumpRefusedToOtherUsers: a user who may use the daemon (here, any:
+// the socket is opened to all) but is neither root nor the daemon's user
+// may not capture other applications' traffic; status still answers; and
+// once the socket is 0660 again, that user is told the socket refused,
+// not that a capability is missing.
+func TestDumpRefusedToOtherUsers(t *testing.T) {
+	bd := newBed(t)
+	if err := os.Chmod(bd.sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for dir := filepath.Dir(bd.sock); dir != os.TempDir(); dir = filepath.Dir(dir) {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setpriv := testenv.RequireTool(t, "setpriv")
+	bin := binary(t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	as := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", bin}, args...)...)
+		return cmd.CombinedOutput()
+	}
+	out, err := as("dump", "-daemon", bd.sock, "-t", "1s")
+	if err == nil || !strings.Contains(string(out), "uid 65534 may not take one") {
+		t.Errorf("dump as uid 65534: %v\n%s", err, out)
+	}
+	if out, err := as("status", "-daemon", bd.sock); err != nil || !strings.Contains(string(out), "running") {
+		t.Errorf("status as uid 65534: %v\n%s", err, out)
+	}
+	// Closed again: the other user is refused by the socket's permissions,
+	// and told so.
+	if err := os.Chmod(bd.sock, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	out, err = as("status", "-daemon", bd.sock)
+	if err == nil || !strings.Contains(string(out), "permission denied: the daemon's socket admits root and the members of its socket_group") || strings.Contains(string(out), "CAP_") {
+		t.Errorf("status as uid 65534 on a 0660 socket: %v\n%s", err, out)
 	}
 }
