@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
@@ -20,7 +21,7 @@ import (
 var errDumpDone = errors.New("dump: count reached")
 
 func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dump", "usage: ndkxdp dump -dev IF|-daemon SOCKET [-w FILE] [-s SNAP] [-c N] [-t DURATION]\n\n"+
+	fs := newFlagSet("dump", "usage: ndkxdp dump -dev IF|-daemon SOCKET [-w FILE] [-s SNAP] [-c N] [-t DURATION] [-qp QPN]\n\n"+
 		"Captures the RoCEv2 frames a daemon's engines receive and send, as xdpdump. The daemon copies them\n"+
 		"off its data path into a bounded ring and drops (and counts) what does not fit rather than wait.", stderr)
 	var o opsFlags
@@ -28,6 +29,7 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	file := fs.String("w", "", "write a pcap file (Wireshark decodes RoCEv2 on UDP 4791) instead of a summary per frame; - for stdout")
 	snap := fs.Int("s", daemon.DefaultSnap, fmt.Sprintf("bytes kept of each frame (64-%d)", daemon.MaxSnap))
 	count := fs.Int("c", 0, "stop after this many frames (0: until interrupted)")
+	qpn := fs.Uint("qp", 0, "only the frames of this local QP: those it receives and those it sends its peer (0: all)")
 	dur := fs.Duration("t", 0, "stop after this long (0: until interrupted)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
@@ -63,8 +65,17 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	} else {
 		out = bufio.NewWriter(stdout)
 	}
+	keep := func(daemon.DumpFrame) bool { return true }
+	if *qpn != 0 {
+		if keep, err = qpFilter(ctx, &o, uint32(*qpn)); err != nil {
+			return err
+		}
+	}
 	n := 0
 	counts, err := daemon.Dump(ctx, sock, *snap, func(f daemon.DumpFrame, _ daemon.DumpCounts) error {
+		if !keep(f) {
+			return nil
+		}
 		n++
 		if pw != nil {
 			if err := pw.WritePacketLen(time.Unix(0, f.Time), f.Data, f.Length); err != nil {
@@ -142,4 +153,29 @@ func roceHeaders(b []byte) (src, dst netip.Addr, bth []byte, ok bool) {
 		return
 	}
 	return src, dst, b[off+8 : off+20], true
+}
+
+// qpFilter keeps the frames of local QP qpn: received ones addressed to
+// it, sent ones addressed to its peer's QP (which the daemon names).
+func qpFilter(ctx context.Context, o *opsFlags, qpn uint32) (func(daemon.DumpFrame) bool, error) {
+	var qps []daemon.QP
+	if err := o.query(ctx, daemon.OpAdminQPs, &qps); err != nil {
+		return nil, fmt.Errorf("dump: %w", err)
+	}
+	i := slices.IndexFunc(qps, func(q daemon.QP) bool { return q.QPN == qpn })
+	if i < 0 {
+		return nil, fmt.Errorf("dump: the daemon has no QP %d", qpn)
+	}
+	peer := qps[i].PeerQPN
+	return func(f daemon.DumpFrame) bool {
+		_, _, bth, ok := roceHeaders(f.Data)
+		if !ok {
+			return false
+		}
+		dst := binary.BigEndian.Uint32(bth[4:8]) & 0xFFFFFF
+		if f.Out {
+			return peer != 0 && dst == peer
+		}
+		return dst == qpn
+	}, nil
 }

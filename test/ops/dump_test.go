@@ -14,6 +14,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
@@ -128,6 +129,27 @@ func TestDump(t *testing.T) {
 	for _, l := range lines {
 		if !strings.Contains(l, " out q0 "+a+" > "+b+" RC_RDMA_WRITE_") && !strings.Contains(l, " in  q0 "+b+" > "+a+" RC_ACKNOWLEDGE") {
 			t.Errorf("summary line %q is neither a WRITE from A nor an ACK from B", l)
+		}
+	}
+
+	// -qp: the connected QP's frames, both ways; another QP's, none.
+	other, err := bd.pd.CreateQP(ndk.QPConfig{ReceiveCQ: bd.icq, InitiatorCQ: bd.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		qpn  uint32
+		want string
+	}{{bd.qp.QPN(), "10 frames captured"}, {other.QPN(), "0 frames captured"}} {
+		_, _, stderr, done := bd.startDump(t, strings.Count(bd.logs.String(), "capture started")+1, "-qp", strconv.Itoa(int(c.qpn)), "-c", "10", "-t", "2s")
+		bd.writes(t, 3) // 12 WRITE packets and their ACKs
+		select {
+		case err := <-done:
+			if err != nil || !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("dump -qp %d: %v, %q; want %q", c.qpn, err, stderr.String(), c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("dump -qp %d still running after 10 s", c.qpn)
 		}
 	}
 }
