@@ -6,6 +6,8 @@
 //	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev
 //	ndkxdp daemon -dev IFNAME      serve IFNAME to local applications
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
+//	ndkxdp status|info|stats|qp -dev IFNAME [-j]  a running daemon, for its operator
+//	ndkxdp dump -dev IFNAME [-w FILE]             the RoCEv2 frames a daemon moves
 //	ndkxdp version
 //
 // Every network the command builds lives in network namespaces it creates
@@ -13,7 +15,9 @@
 //
 // Privileges: rping and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
 // CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them); demo and perf
-// baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
+// baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF. The
+// operator's commands need only the daemon's socket (dump: as root or the
+// daemon's user).
 // Each command checks them first and names any missing.
 //
 // Exit status: 0 on success and for -h, 2 for a bad command line, 1 for a
