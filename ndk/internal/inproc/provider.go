@@ -64,6 +64,8 @@ type Config struct {
 	// taken over instead of attached anew. Close unpins and detaches.
 	Pin     bool
 	PinRoot string // loader.DefaultPinRoot when empty
+	// SpinTime is rc.Config.SpinTime (zero: its default).
+	SpinTime time.Duration
 	// BindMode is the AF_XDP sockets' bind mode (zero-copy or copy).
 	BindMode afxdp.BindMode
 	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
@@ -158,7 +160,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	pt = port.Tap(pt, len(p.ports), &p.tap)
 	p.ports = append(p.ports, pt)
-	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource}
+	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource, SpinTime: cfg.SpinTime}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}
@@ -359,25 +361,9 @@ func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
 	return p.bells[q], x.BellFD(), nil
 }
 
-// Engine returns queue q's engine.
-func (p *Provider) Engine(q int) (*rc.Engine, error) {
+// Engines returns the engines, by queue; the slice is the caller's.
+func (p *Provider) Engines() []*rc.Engine {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || q < 0 || q >= len(p.engines) {
-		return nil, ErrClosed
-	}
-	return p.engines[q], nil
-}
-
-// Doorbell rings queue q's engine.
-func (p *Provider) Doorbell(q int) {
-	p.mu.Lock()
-	var pt port.Port
-	if q >= 0 && q < len(p.ports) {
-		pt = p.ports[q]
-	}
-	p.mu.Unlock()
-	if pt != nil {
-		pt.Doorbell()
-	}
+	return append([]*rc.Engine(nil), p.engines...)
 }

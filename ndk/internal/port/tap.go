@@ -146,19 +146,3 @@ func (t *tapPort) Transmit(segs [][]byte) error {
 
 // Unwrap returns the port t wraps.
 func (t *tapPort) Unwrap() Port { return t.Port }
-
-// Unwrap returns the port c wraps.
-func (c *capturePort) Unwrap() Port { return c.Port }
-
-// Inner returns the innermost port under the wrappers of this package
-// (Capture, Tap).
-func Inner(p Port) Port {
-	for range 8 {
-		w, ok := p.(interface{ Unwrap() Port })
-		if !ok {
-			break
-		}
-		p = w.Unwrap()
-	}
-	return p
-}
