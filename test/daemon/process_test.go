@@ -24,19 +24,20 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/test/daemonproc"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // binary is the command under test.
 func binary(t *testing.T) string { return testenv.Ndkxdp(t) }
 
-func startDaemon(t *testing.T, p *harness.Pair, sock, pinRoot string, extra ...string) *harness.Daemon {
-	return harness.StartDaemon(t, p.A, sock, pinRoot, extra...)
+func startDaemon(t *testing.T, p *harness.Pair, sock, pinRoot string, extra ...string) *daemonproc.Daemon {
+	return daemonproc.StartDaemon(t, p.A, sock, pinRoot, extra...)
 }
 
-func dialWhenUp(t *testing.T, d *harness.Daemon, _ string) *ndk.Adapter { return d.Dial(t) }
+func dialWhenUp(t *testing.T, d *daemonproc.Daemon, _ string) *ndk.Adapter { return d.Dial(t) }
 
-func pinRoot(t *testing.T) string { return harness.PinRoot(t) }
+func pinRoot(t *testing.T) string { return daemonproc.PinRoot(t) }
 
 // clientOf builds a client's objects on an adapter from Dial.
 // fataler is what clientOf needs of a testing.T, so that a child process
@@ -273,7 +274,7 @@ func TestClientKilledMidWrite(t *testing.T) {
 	child.Env = append(os.Environ(), "NDKXDP_WRITER_CHILD="+strings.Join([]string{bd.sock, dst.String(),
 		fmt.Sprint(pmr.Addr()), fmt.Sprint(pmr.RemoteToken())}, ","))
 	stdout, _ := child.StdoutPipe()
-	var stderr harness.SyncBuffer
+	var stderr daemonproc.SyncBuffer
 	child.Stderr = &stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)

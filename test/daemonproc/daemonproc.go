@@ -1,4 +1,6 @@
-package harness
+// Package daemonproc runs `ndkxdp daemon` processes for tests: on one
+// host of a test's veth pair, with pins of the test's own, dialled when up.
+package daemonproc
 
 import (
 	"bytes"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // Daemon is an `ndkxdp daemon` process serving one host's interface.
@@ -55,7 +58,7 @@ func PinRoot(t testing.TB) string {
 // nsenter, which changes only the network namespace: the daemon must see
 // the bpffs where its pins outlive it, which `ip netns exec` would hide
 // behind a mount namespace of its own.
-func StartDaemon(t testing.TB, h *Host, sock, pinRoot string, extra ...string) *Daemon {
+func StartDaemon(t testing.TB, h *harness.Host, sock, pinRoot string, extra ...string) *Daemon {
 	t.Helper()
 	args := append([]string{"--net=/var/run/netns/" + h.Name, testenv.Ndkxdp(t), "daemon", "-dev", h.Link, "-socket", sock, "-pin-root", pinRoot}, extra...)
 	cmd := exec.Command("nsenter", args...)
