@@ -9,9 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -23,12 +21,15 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/test/daemonproc"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // binary is the ndkxdp command, built once for the package's tests.
 func binary(t *testing.T) string { return testenv.Ndkxdp(t) }
 
+// syncBuffer is daemonproc.SyncBuffer with Bytes: a capture or a
+// command's output read while another goroutine writes it.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -54,7 +55,7 @@ func (s *syncBuffer) String() string { return string(s.Bytes()) }
 type bed struct {
 	pair    *harness.Pair
 	sock    string
-	logs    *syncBuffer
+	logs    *daemonproc.SyncBuffer // the daemon's
 	b       *ndkhost.Host
 	capture *syncBuffer
 	a       *ndk.Adapter // the client's, from ndk.Dial
@@ -70,7 +71,7 @@ type bed struct {
 
 func newBed(t *testing.T, daemonArgs ...string) *bed {
 	t.Helper()
-	bd := &bed{pair: harness.New(t, harness.Config{}), logs: &syncBuffer{}, capture: &syncBuffer{}}
+	bd := &bed{pair: harness.New(t, harness.Config{}), capture: &syncBuffer{}}
 	p := bd.pair
 	var err error
 	if bd.b, err = ndkhost.Open(p.B, ndkhost.Config{Options: ndk.Options{Capture: bd.capture}}); err != nil {
@@ -78,44 +79,10 @@ func newBed(t *testing.T, daemonArgs ...string) *bed {
 	}
 	t.Cleanup(bd.b.Close)
 	bd.sock = filepath.Join(t.TempDir(), "d.sock")
-	root := fmt.Sprintf("/sys/fs/bpf/ndkxdp-ops-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(root) })
-	// nsenter changes only the network namespace, so the daemon sees the
-	// bpffs its pins go to (ip netns exec would hide it).
-	args := append([]string{"--net=/var/run/netns/" + p.A.Name, binary(t), "daemon", "-dev", p.A.Link, "-socket", bd.sock, "-pin-root", root}, daemonArgs...)
-	cmd := exec.Command("nsenter", args...)
-	cmd.Stdout, cmd.Stderr = bd.logs, bd.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if bd.a != nil {
-			bd.a.Close()
-		}
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	deadline := time.Now().Add(15 * time.Second)
-	for bd.a == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		bd.a, err = ndk.Dial(ctx, bd.sock)
-		cancel()
-		if err == nil {
-			break
-		}
-		select {
-		case werr := <-done:
-			done <- werr
-			t.Fatalf("daemon exited (%v) before serving:\n%s", werr, bd.logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not serving after 15 s (%v):\n%s", err, bd.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d := daemonproc.StartDaemon(t, p.A, bd.sock, daemonproc.PinRoot(t), daemonArgs...)
+	bd.logs = d.Logs
+	bd.a = d.Dial(t)
+	t.Cleanup(bd.a.Close)
 	bd.connect(t)
 	return bd
 }
