@@ -18,6 +18,12 @@ func init() {
 		}
 		return mr, nil
 	}
+	hook.Provider = func(a any) any {
+		if p := a.(*Adapter).prov; p != nil {
+			return p
+		}
+		return nil
+	}
 	hook.PopCQ = func(c any, dst []hook.Entry) int {
 		q := c.(*CQ)
 		var e cq.Entry

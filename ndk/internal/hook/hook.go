@@ -2,9 +2,10 @@
 // ndk that no application should: registering a client's memory under the
 // client's own address, reading a CQ's entries with the solicited bit
 // that NDK_RESULT_EX does not carry, telling a failed QP from one not yet
-// connected, ringing a QP's doorbell without a post, and how full its
-// queues are. Package ndk
-// installs them when it initializes.
+// connected, ringing a QP's doorbell without a post, how full its queues
+// are, running in an engine's loop, and the provider under an adapter
+// (for the operator's view). Package ndk installs them when it
+// initializes.
 package hook
 
 // Entry is a completion as the daemon's relay needs it.
@@ -35,6 +36,11 @@ var (
 	// QPQueued returns how many requests qp's (an *ndk.QP) send and
 	// receive queues hold, posted and not retired.
 	QPQueued func(qp any) (send, recv uint64)
+	// Provider returns the provider an adapter (an *ndk.Adapter) runs on,
+	// an *inproc.Provider for one from ndk.Open, nil for one from
+	// ndk.Dial: the daemon's operator requests read the wire, queues and
+	// QPs from it.
+	Provider func(adapter any) any
 )
 
 // Poller is rc.Poller: work that runs in an engine's loop.
