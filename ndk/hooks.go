@@ -7,6 +7,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
 // The daemon serves clients' memory and CQs through these (ndk/daemon).
@@ -29,6 +30,12 @@ func init() {
 	}
 	hook.KeyBits = func(adapter any) int { return int(adapter.(*Adapter).regions.KeyBits()) }
 	hook.WindowHandle = func(mw any) uint32 { return mw.(*MW).handle }
+	hook.Provider = func(a any) any {
+		if p := a.(*Adapter).prov; p != nil {
+			return p
+		}
+		return nil
+	}
 	hook.PopCQ = func(c any, dst []hook.Entry) int {
 		q := c.(*CQ)
 		var e cq.Entry
@@ -43,6 +50,21 @@ func init() {
 			n++
 		}
 		return n
+	}
+	hook.QPFailed = func(qp any) bool {
+		q := qp.(*QP)
+		return q.rc != nil && q.rc.State() >= rc.StateError
+	}
+	hook.QPQueued = func(qp any) (uint64, uint64) {
+		if q := qp.(*QP); q.rc != nil {
+			return q.rc.Queued()
+		}
+		return 0, 0
+	}
+	hook.RingDeferred = func(qp any) {
+		if q := qp.(*QP); q.rc != nil {
+			q.rc.RingDeferred()
+		}
 	}
 }
 

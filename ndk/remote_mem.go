@@ -125,8 +125,12 @@ func (q *QP) localPostable() Status {
 func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
 	r := q.adapter.rem
 	rq := q.r
-	slot := rq.send.Reserve()
+	var slot []byte
+	if rq.sendSeq-rq.sendDone.Load() < rq.sendLimit {
+		slot = rq.send.Reserve()
+	}
 	if slot == nil {
+		r.ring() // as remotePost: wakes the relay to publish what retired
 		r.ringDeferred(rq)
 		return postError(op, StatusInsufficientResources)
 	}
@@ -348,7 +352,7 @@ func (s *SRQ) remoteReceive(ctx any, sgl []SGE) error {
 		return postError("receive", StatusInvalidParameter)
 	}
 	for i := range sgl {
-		if !r.checkLocal(s.pd, &sgl[i], true) {
+		if !r.checkLocal(s.pd, &sgl[i], localWrite) {
 			return postError("receive", StatusAccessViolation)
 		}
 	}
