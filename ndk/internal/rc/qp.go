@@ -98,9 +98,15 @@ func (q *QP) State() State { return State(q.state.Load()) }
 // Queued returns how many requests the send and the receive queue hold:
 // posted and not yet retired by the engine. It may count one that
 // retires meanwhile, never one too few.
+// A QP on an SRQ has no receive queue: 0.
 func (q *QP) Queued() (send, recv uint64) {
-	sh, rh := q.sq.head.Load(), q.rq.head.Load()
-	return q.sq.tail.Load() - sh, q.rq.tail.Load() - rh
+	sh := q.sq.head.Load()
+	send = q.sq.tail.Load() - sh
+	if q.rq != nil {
+		rh := q.rq.head.Load()
+		recv = q.rq.tail.Load() - rh
+	}
+	return send, recv
 }
 
 // Drained returns a channel the engine closes once the QP is in the error
