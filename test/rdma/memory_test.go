@@ -10,13 +10,18 @@ import (
 // TestSeedCompletion_LaterNdkInvalidateFails is seed 002's rule on the veth
 // pair with NdkInvalidate itself: after a peer's SendAndInvalidate of a
 // fast-registered MR's (or a bound window's) token, the receiver's own
-// Invalidate of it completes in error.
+// Invalidate of it completes in error. In both modes.
 func TestSeedCompletion_LaterNdkInvalidateFails(t *testing.T) {
+	forEachMode(t, func(t *testing.T, s setup) { laterNdkInvalidateFails(t, s) })
+}
+
+func laterNdkInvalidateFails(t *testing.T, s setup) {
 	for _, kind := range []string{"FastRegisteredMR", "BoundMW"} {
 		t.Run(kind, func(t *testing.T) {
-			a, b := newHosts(t, setup{})
+			a, b := newHosts(t, s)
 			qa, qb := a.pairWith(b, ndk.ConnectOptions{})
-			mem := make([]byte, 256)
+			mem, err := b.Adapter.Memory(256) // memory a daemon can map, in daemon mode
+			must(t, err)
 			var obj ndk.Invalidatable
 			var token uint32
 			if kind == "FastRegisteredMR" {
@@ -52,9 +57,13 @@ func TestSeedCompletion_LaterNdkInvalidateFails(t *testing.T) {
 }
 
 // TestSRQ_SharedByQPsOverVeth: 16 QPs take their receives from one SRQ on
-// the veth pair; each SEND completes on its QP's context.
+// the veth pair; each SEND completes on its QP's context. In both modes.
 func TestSRQ_SharedByQPsOverVeth(t *testing.T) {
-	a, b := newHosts(t, setup{})
+	forEachMode(t, srqSharedByQPs)
+}
+
+func srqSharedByQPs(t *testing.T, s setup) {
+	a, b := newHosts(t, s)
 	srq, err := b.PD.CreateSRQ(64, 1, 0, nil)
 	must(t, err)
 	dst := b.region(64*16, ndk.MRFlagAllowLocalWrite)
