@@ -419,6 +419,9 @@ func FuzzControlMessages(f *testing.F) {
 		`{"op":"flush_qp","h":4294967295}`,
 		`{"op":"cancel","Target":1}`,
 		`{"op":"stats"}`,
+		`{"op":"create_pd"}` + "\n" + `{"op":"create_srq","pd":1,"Depth":4,"RecvSGE":1,"Threshold":2}` + "\n" + `{"op":"modify_srq","h":2,"Depth":8,"Threshold":1}` + "\n" + `{"op":"srq_len","h":2}` + "\n" + `{"op":"close_srq","h":2}` + "\n" + `{"op":"srq_len","h":2}`,
+		`{"op":"create_pd"}` + "\n" + `{"op":"create_mw","pd":1}` + "\n" + `{"op":"close_mw","h":2}` + "\n" + `{"op":"close_mw","h":2}`,
+		`{"op":"create_pd"}` + "\n" + `{"op":"init_fast_mr","pd":1,"Depth":1,"Flags":1}` + "\n" + `{"op":"init_fast_mr","h":2,"Depth":99999999}` + "\n" + `{"op":"init_fast_mr","h":1,"Depth":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -471,6 +474,19 @@ func FuzzRingRecords(f *testing.F) {
 	f.Add(seed, []byte{}, uint32(0))
 	f.Add([]byte{}, make([]byte, proto.RecvSize), uint32(0))
 	f.Add(seed, seed[:proto.RecvSize], uint32(1<<31))
+	// Local operations, on the window (handle 4) and fast MR (handle 5)
+	// each fuzzed client creates, and on handles it does not have.
+	for _, rec := range []proto.Send{
+		{Op: proto.OpBind, Handle: 4, RemoteAddr: 1 << 20, Length: 64, RemoteToken: 0x1234, Flags: 0x8},
+		{Op: proto.OpBind, Handle: 5, Length: 1 << 40},
+		{Op: proto.OpFastRegister, Handle: 5, Arena: 1, ArenaOff: 4000, Length: 200, RemoteAddr: 1 << 30, InvToken: 1, RemoteToken: 2, Flags: 0x30},
+		{Op: proto.OpFastRegister, Handle: 4, Arena: 9, Length: 1},
+		{Op: proto.OpInvalidate, InvToken: 0xffffffff},
+	} {
+		b := make([]byte, proto.SendSize)
+		rec.Encode(b)
+		f.Add(b, []byte{}, uint32(0))
+	}
 	bd := newBed(f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	va, err := ndk.Dial(ctx, bd.sock)
@@ -494,6 +510,14 @@ func FuzzRingRecords(f *testing.F) {
 		pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
 		q := r.qp(pd.H)
 		bd.peerQP(t, r, q)
+		r.ok(&proto.Request{Op: proto.OpCreateMW, PD: pd.H})
+		r.ok(&proto.Request{Op: proto.OpInitFastMR, PD: pd.H, Depth: 1, Flags: 1})
+		arena, err := shm.NewSegment("fuzz", 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer arena.Close()
+		r.ok(&proto.Request{Op: proto.OpArena, Arena: 1, Size: 4096}, arena.FD())
 		put := func(l shm.RingLayout, size int, in []byte) {
 			p, err := shm.NewProducer(q.seg, l)
 			if err != nil {
