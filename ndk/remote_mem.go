@@ -153,7 +153,13 @@ func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
 func (r *remote) initFastMR(m *MR, pages int, remoteAccess bool) error {
 	const op = "initialize fast register mr"
 	pd := m.pd
-	req := &proto.Request{Op: proto.OpInitFastMR, PD: pd.rh, H: m.rh, Depth: pages}
+	pd.mu.Lock()
+	h := m.rh
+	if !m.registered {
+		h = 0 // deregistered: the daemon dropped it, make a new one
+	}
+	pd.mu.Unlock()
+	req := &proto.Request{Op: proto.OpInitFastMR, PD: pd.rh, H: h, Depth: pages}
 	if remoteAccess {
 		req.Flags = 1
 	}
@@ -263,6 +269,8 @@ type remoteSRQ struct {
 	seg   *shm.Segment
 	ring  *shm.Producer
 	post  *atomic.Uint32
+	done  *atomic.Uint64 // daemon-written: the SRQ's receives completed
+	depth atomic.Int64   // the depth CreateSRQ or Modify set
 	slots int
 
 	mu     sync.Mutex // one poster at a time (NDKPI.md §8), and Close
@@ -306,9 +314,10 @@ func (r *remote) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func(Sta
 		seg.Close()
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
-	rs := &remoteSRQ{h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), slots: l.Ring.Slots, maxSGE: maxSGE,
+	rs := &remoteSRQ{h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), done: seg.Word64(l.Words + 8), slots: l.Ring.Slots, maxSGE: maxSGE,
 		ctx: make([]any, 4*l.Ring.Slots), notes: make(chan Status, 16), stop: make(chan struct{}), stopped: make(chan struct{})}
 	rs.mask = uint64(len(rs.ctx) - 1)
+	rs.depth.Store(int64(depth))
 	s := &SRQ{pd: pd, r: rs, notify: notify, done: make(chan struct{})}
 	go s.remoteNotifications()
 	r.mu.Lock()
@@ -356,7 +365,12 @@ func (s *SRQ) remoteReceive(ctx any, sgl []SGE) error {
 			return postError("receive", StatusAccessViolation)
 		}
 	}
-	slot := rs.ring.Reserve()
+	// The depth bounds the receives outstanding: posted and not yet
+	// completed (a completion the relay has not moved yet still counts).
+	var slot []byte
+	if rs.seq-rs.done.Load() < uint64(rs.depth.Load()) {
+		slot = rs.ring.Reserve()
+	}
 	if slot == nil {
 		return postError("receive", StatusInsufficientResources)
 	}
@@ -381,6 +395,9 @@ func (s *SRQ) remoteModify(depth, threshold int) error {
 		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
 	}
 	_, err := s.pd.adapter.rem.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: s.r.h, Depth: depth, Threshold: threshold})
+	if err == nil && depth != 0 {
+		s.r.depth.Store(int64(depth))
+	}
 	return err
 }
 

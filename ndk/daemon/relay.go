@@ -106,6 +106,7 @@ type sQP struct {
 	// The client's records no longer outstanding, for its depth check.
 	sendDone, recvDone *atomic.Uint64
 	rcq                *sCQ
+	srq                *sSRQ // the SRQ it takes its receives from, or nil
 	scq                *sCQ
 
 	// Relay-owned.
@@ -133,7 +134,7 @@ type sQP struct {
 }
 
 func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request) (*sQP, error) {
-	q := &sQP{rcq: rcq, scq: scq}
+	q := &sQP{rcq: rcq, scq: scq, srq: srq}
 	// The QP's context in every daemon completion is q.
 	cfg := ndk.QPConfig{
 		ReceiveCQ: rcq.cq, InitiatorCQ: scq.cq, Context: q,
@@ -298,16 +299,18 @@ type sSRQ struct {
 	layout proto.SRQLayout
 	ring   *shm.Consumer
 	post   *atomic.Uint32 // the client's hint
+	done   *atomic.Uint64 // receives completed, for the client's depth check
 
 	// Relay-owned.
-	slots   []reqSlot
-	mask    uint64
-	rr      proto.Recv
-	stalled bool // rr was refused as the SRQ full: post it first
-	again   bool // serve without a new hint
-	broken  bool
-	removed bool // out of the relay's list (closed): the ring is not read
-	sgl     [proto.MaxSGE]ndk.SGE
+	completed uint64
+	slots     []reqSlot
+	mask      uint64
+	rr        proto.Recv
+	stalled   bool // rr was refused as the SRQ full: post it first
+	again     bool // serve without a new hint
+	broken    bool
+	removed   bool // out of the relay's list (closed): the ring is not read
+	sgl       [proto.MaxSGE]ndk.SGE
 }
 
 func (x *sSRQ) init(srq *ndk.SRQ, depth int) error {
@@ -316,7 +319,7 @@ func (x *sSRQ) init(srq *ndk.SRQ, depth int) error {
 	if err != nil {
 		return err
 	}
-	x.srq, x.seg, x.layout, x.post = srq, seg, l, seg.Word32(l.Words)
+	x.srq, x.seg, x.layout, x.post, x.done = srq, seg, l, seg.Word32(l.Words), seg.Word64(l.Words+8)
 	if x.ring, err = shm.NewConsumer(seg, l.Ring); err != nil {
 		seg.Close()
 		return err
@@ -898,6 +901,10 @@ func (r *relay) drain(c *sCQ) int {
 			continue
 		}
 		r.publish(q)
+		if slot.kind == proto.KindSRQ && q.srq != nil && !q.srq.removed {
+			q.srq.completed++
+			q.srq.done.Store(q.srq.completed)
+		}
 		if slot.fenced {
 			slot.fenced = false
 			q.responses--

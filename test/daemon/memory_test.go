@@ -475,3 +475,57 @@ func TestMemoryPostsAllocateNothingThroughDaemon(t *testing.T) {
 		t.Fatalf("posting FastRegister + SEND + Invalidate + Bind + SRQ.Receive through the daemon allocates %.1f times", n)
 	}
 }
+
+// TestSRQDepthBoundsPostsThroughDaemon: the depth bounds the receives
+// outstanding (STATUS_INSUFFICIENT_RESOURCES inline past it); Modify
+// raises it up to Cap and lowers it only to the receives outstanding; a
+// completed receive frees its place.
+func TestSRQDepthBoundsPostsThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	s := newSRQBed(t, bd, c, 3, 0, 7651)
+	if s.srq.Cap() != 4 {
+		t.Fatalf("Cap of a depth-3 SRQ is %d, want 4 (the ring's power of two)", s.srq.Cap())
+	}
+	sge, _ := c.mr.SGE(0, 64)
+	sgl := []ndk.SGE{sge}
+	for i := range 3 {
+		if err := s.srq.Receive(i, sgl); err != nil {
+			t.Fatalf("receive %d of depth 3: %v", i, err)
+		}
+	}
+	if err := s.srq.Receive(nil, sgl); !errors.Is(err, ndk.ErrInsufficientResources) {
+		t.Fatalf("a fourth receive on depth 3: %v", err)
+	}
+	if err := s.srq.Modify(2, 0); !errors.Is(err, ndk.ErrInvalidParameter) {
+		t.Fatalf("Modify below the receives outstanding: %v", err)
+	}
+	if err := s.srq.Modify(s.srq.Cap()+1, 0); !errors.Is(err, ndk.ErrInvalidParameter) {
+		t.Fatalf("Modify above Cap: %v", err)
+	}
+	copy(s.peers[0].mem, "one")
+	ps, _ := s.peers[0].mr.SGE(0, 3)
+	if err := s.peers[0].qp.Send("one", []ndk.SGE{ps}, 0); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, c.rcq, ndk.StatusSuccess, ndk.OpReceive, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for s.srq.Receive(3, sgl) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a completed receive did not free its place")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.srq.Receive(nil, sgl); !errors.Is(err, ndk.ErrInsufficientResources) {
+		t.Fatalf("a receive past depth 3 again: %v", err)
+	}
+	if err := s.srq.Modify(4, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.srq.Receive(4, sgl); err != nil {
+		t.Fatalf("a receive after Modify raised the depth to 4: %v", err)
+	}
+	if err := s.srq.Receive(nil, sgl); !errors.Is(err, ndk.ErrInsufficientResources) {
+		t.Fatalf("a fifth outstanding receive on depth 4: %v", err)
+	}
+}

@@ -216,8 +216,9 @@ func (c *Completion) Decode(b []byte) {
 
 // SRQLayout is where an SRQ's receive ring and shared words lie in its
 // segment: the post hint (uint32 at +0, the client sets it to 1 after it
-// publishes records; the relay swaps it to 0 and serves the ring), then
-// the ring of Recv records.
+// publishes records; the relay clears it and serves the ring), the count
+// of the SRQ's receives completed (uint64 at +8, daemon-written: the
+// client's depth check), then the ring of Recv records.
 type SRQLayout struct {
 	Words int
 	Ring  shm.RingLayout
