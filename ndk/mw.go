@@ -96,11 +96,10 @@ func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) er
 		return q.remoteBind(ctx, mr, mw, addr, length, flags)
 	}
 	if mr == nil || mw == nil {
+		q.rc.RingDeferred()
 		if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
-			q.rc.RingDeferred()
 			return err
 		}
-		q.rc.RingDeferred()
 		return errBindNil
 	}
 	return q.bind(ctx, mr.LocalToken(), mw, addr, length, flags, 0)

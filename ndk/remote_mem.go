@@ -437,7 +437,8 @@ func (s *SRQ) remoteClosed() {
 }
 
 // notifyEvent queues an event for the callback; a callback that falls
-// 16 events behind misses the surplus (each says the same).
+// 16 events behind misses the surplus (each is the same SUCCESS, or the
+// one INTERNAL_ERROR after which none follows).
 func (rs *remoteSRQ) notifyEvent(st Status) {
 	select {
 	case rs.notes <- st:
@@ -445,8 +446,8 @@ func (rs *remoteSRQ) notifyEvent(st Status) {
 	}
 }
 
-// srqKind is how a completion of an SRQ receive finds its context: in
-// the SRQ of the QP that took it.
+// takeSRQ finds the context of an SRQ receive's completion: in the SRQ
+// of the QP that took it.
 func (q *remoteQP) takeSRQ(seq uint64) any {
 	if q.srq == nil {
 		return nil
