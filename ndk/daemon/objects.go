@@ -143,7 +143,8 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := m.mr.Deregister(); err != nil {
+		// As in initFastMR: a fast MR's fields are the relay's too.
+		if err := ss.relay.hold(m.mr.Deregister); err != nil {
 			return nil, nil, err
 		}
 		ss.drop(req.H)
@@ -338,7 +339,17 @@ func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error)
 		}
 		x = &sMR{mr: mr}
 	}
-	if err := x.mr.InitializeFastRegister(req.Depth, req.Flags&1 != 0); err != nil {
+	// The relay fast-registers the MR in the engine's loop: hold it off
+	// while the MR changes here.
+	var local, remote uint32
+	err := ss.relay.hold(func() error {
+		if err := x.mr.InitializeFastRegister(req.Depth, req.Flags&1 != 0); err != nil {
+			return err
+		}
+		local, remote = x.mr.LocalToken(), x.mr.RemoteToken()
+		return nil
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	if x.h == 0 {
@@ -348,7 +359,7 @@ func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error)
 			return nil, nil, err
 		}
 	}
-	return &proto.Message{H: x.h, Local: x.mr.LocalToken(), Remote: x.mr.RemoteToken(), KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
+	return &proto.Message{H: x.h, Local: local, Remote: remote, KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
 }
 
 // createSRQ is NdkCreateSrq: the daemon's SRQ on the client's PD, and the

@@ -331,6 +331,13 @@ func (x *sSRQ) init(srq *ndk.SRQ, depth int) error {
 	return nil
 }
 
+// hold runs f with the relay held off: f may change what a pass uses.
+func (r *relay) hold(f func() error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return f()
+}
+
 func (r *relay) addSRQ(x *sSRQ) {
 	r.mu.Lock()
 	r.srqs = append(r.srqs, x)

@@ -264,12 +264,13 @@ func (p *Provider) CreateQP(cfg rc.QPConfig) (*rc.QP, int, error) {
 func (p *Provider) CloseQP(q *rc.QP) error {
 	err := q.Close()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	delete(p.qps, q.QPN())
 	p.setOwner(q.QPN(), nil)
-	xdp := p.xdp
-	p.mu.Unlock()
-	if xdp != nil {
-		if rerr := xdp.RemoveQP(q.QPN()); rerr != nil && err == nil {
+	// Under p.mu: the adapter's close takes the steering maps away under
+	// it, and a QP's close may finish on its own goroutine meanwhile.
+	if p.xdp != nil {
+		if rerr := p.xdp.RemoveQP(q.QPN()); rerr != nil && err == nil {
 			err = rerr
 		}
 	}
@@ -323,7 +324,11 @@ func (p *Provider) close() {
 	for _, e := range p.engines {
 		e.Close()
 	}
+	// CloseQP reads both under p.mu: a QP's close may finish on its own
+	// goroutine (lifetime.go) while the adapter closes.
+	p.mu.Lock()
 	p.engines = nil
+	p.mu.Unlock()
 	for _, pt := range p.ports {
 		pt.Close()
 	}
@@ -332,12 +337,15 @@ func (p *Provider) close() {
 		s.Close()
 	}
 	p.bells = nil
-	if p.xdp != nil {
+	p.mu.Lock()
+	x := p.xdp
+	p.xdp = nil
+	p.mu.Unlock()
+	if x != nil {
 		// A clean close detaches: only a process that dies leaves its
 		// pinned attachment for the next to take over.
-		_ = p.xdp.Unpin()
-		p.xdp.Close()
-		p.xdp = nil
+		_ = x.Unpin()
+		x.Close()
 	}
 	if p.umem != nil {
 		p.umem.Close()
