@@ -38,7 +38,11 @@ type Config struct {
 	// of several processes sharing cores wait for the kernel's time slice,
 	// milliseconds (doc.go, "Polling").
 	SpinTime time.Duration
-	// MaxQPs bounds the QPs on this engine (default 4096).
+	// MaxQPs bounds the QPs on this engine (default 65,536: what the
+	// steering program's QP map holds, loader.Options.MaxQPs, so one
+	// engine takes every QP an adapter can steer). Its cost is the ready
+	// ring, 16 bytes a QP (1 MiB at the default), allocated at start;
+	// the engine's other per-QP lists grow with use.
 	MaxQPs int
 	// Window is the most PSNs one QP keeps unacknowledged (default 512).
 	Window int
@@ -73,7 +77,7 @@ type Config struct {
 // Tuning defaults.
 const (
 	defaultSpinTime = 20 * time.Microsecond
-	defaultMaxQPs   = 4096
+	defaultMaxQPs   = 1 << 16
 	defaultWindow   = 512
 	rxBatch         = 64
 	// qpBudget bounds the frames one QP sends per loop, so that one bulk
@@ -132,7 +136,10 @@ type Engine struct {
 	// Engine goroutine only.
 	qps       map[uint32]*QP
 	lastQP    *QP
-	live      []*QP // connected QPs: timers are checked on these
+	// timed holds the QPs that armed a timer since the last timers()
+	// pass: idle QPs cost the timer pass nothing, so 10,000 of them beside
+	// a busy one do not slow it (TestTimersSkipIdleQPs).
+	timed     []*QP
 	active    []*QP // QPs with frames to send
 	rx        [rxBatch][]byte
 	pkt       rocev2.Packet
@@ -188,8 +195,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		ready:       ready,
 		done:        make(chan struct{}),
 		qps:         make(map[uint32]*QP),
-		live:        make([]*QP, 0, cfg.MaxQPs),
-		active:      make([]*QP, 0, cfg.MaxQPs),
+		timed:       make([]*QP, 0, 64),
+		active:      make([]*QP, 0, 64),
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
@@ -489,16 +496,25 @@ func (e *Engine) service(q *QP) (int, bool) {
 	return sent + s, more
 }
 
-func (e *Engine) setDeadline(d int64) {
+// setTimer notes that q armed a timer that expires at d.
+func (e *Engine) setTimer(q *QP, d int64) {
+	if !q.t.timed {
+		q.t.timed = true
+		e.timed = append(e.timed, q)
+	}
 	if d < e.nextTimer {
 		e.nextTimer = d
 	}
 }
 
-// timers fires expired ACK and RNR timers and finds the next deadline.
+// timers fires expired ACK and RNR timers, finds the next deadline and
+// drops the QPs with no timer left from the timed list.
 func (e *Engine) timers() {
 	next := int64(noDeadline)
-	for _, q := range e.live {
+	// retry re-arms only q's own timers (q stays listed): compact in
+	// place.
+	n := 0
+	for _, q := range e.timed {
 		t := &q.t
 		if t.ackHold != 0 {
 			if e.now >= t.ackHold {
@@ -524,6 +540,14 @@ func (e *Engine) timers() {
 		if t.ackDeadline != 0 {
 			next = min(next, t.ackDeadline)
 		}
+		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 {
+			e.timed[n] = q
+			n++
+		} else {
+			t.timed = false
+		}
 	}
+	clear(e.timed[n:])
+	e.timed = e.timed[:n]
 	e.nextTimer = next
 }

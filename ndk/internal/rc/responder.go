@@ -139,7 +139,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		e.completeRecv(q, ntstatus.Success, 0, t.recvOff, typ, token, p.BTH.SE)
 		if p.BTH.AckReq && t.ctl == ctlNone {
 			t.ackHold = e.now + ackHoldTime
-			e.setDeadline(t.ackHold)
+			e.setTimer(q, t.ackHold)
 		}
 	}
 	if p.BTH.AckReq {
