@@ -227,7 +227,9 @@ func TestTenThousandQPs(t *testing.T) {
 		}
 	}
 	closeTime := time.Since(closing)
-	perQP := func(d time.Duration, k int) time.Duration { return (d / time.Duration(max(k, 1))).Round(100 * time.Nanosecond) }
+	perQP := func(d time.Duration, k int) time.Duration {
+		return (d / time.Duration(max(k, 1))).Round(100 * time.Nanosecond)
+	}
 	t.Logf("%d QPs per adapter (%d through the CM, %d out of band)", n, cmShare, n-cmShare)
 	t.Logf("connect per QP pair: CM %v, out of band (create both + connect both) %v", perQP(cmTime, cmShare), perQP(oobTime, n-cmShare))
 	t.Logf("one 64 B SEND per QP, all checked: %v per QP; close %v per QP", perQP(useTime, n), perQP(closeTime, 2*n))

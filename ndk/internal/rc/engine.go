@@ -134,8 +134,8 @@ type Engine struct {
 	yield spin.Yielder // engine goroutine only
 
 	// Engine goroutine only.
-	qps       map[uint32]*QP
-	lastQP    *QP
+	qps    map[uint32]*QP
+	lastQP *QP
 	// timed holds the QPs that armed a timer since the last timers()
 	// pass: idle QPs cost the timer pass nothing, so 10,000 of them beside
 	// a busy one do not slow it (TestTimersSkipIdleQPs).
