@@ -130,8 +130,9 @@ type Engine struct {
 	stop       atomic.Bool
 	done       chan struct{}
 
-	c     counters
-	yield spin.Yielder // engine goroutine only
+	c          counters
+	violations violationTable // engine goroutine only
+	yield      spin.Yielder   // engine goroutine only
 
 	// Engine goroutine only.
 	qps    map[uint32]*QP
@@ -417,11 +418,19 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	if len(e.awaitFirst) != 0 {
 		e.noteFirst(q.cfg.QPN)
 	}
-	if op.Info().Response {
+	info := op.Info()
+	if info.Response {
 		e.completer(q)
-	} else {
-		e.responder(q)
+		return
 	}
+	if e.violations.over > 0 && info.Headers&(rocev2.HasRETH|rocev2.HasAtomicETH) != 0 &&
+		e.violations.limited(e.pkt.IP.Src.Unmap(), e.now) {
+		// A request that needs a memory token, from a source over its
+		// access-violation limit (violations.go).
+		e.c.accessLimited.Add(1)
+		return
+	}
+	e.responder(q)
 }
 
 // drainReady takes the QPs that posted since the last loop.

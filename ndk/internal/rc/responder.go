@@ -357,6 +357,10 @@ func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
 // responder's QP to the error state (rxe do_class_ac_error).
 func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	e.c.naksSent.Add(1)
+	if code == rocev2.NAKRemoteAccessError {
+		e.c.accessViolations.Add(1)
+		e.violations.note(e.pkt.IP.Src.Unmap(), e.now)
+	}
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
 	e.stopQP(q)
 }
