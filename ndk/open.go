@@ -76,6 +76,13 @@ type Options struct {
 	// address. Set it only where a peer's frames legitimately arrive from
 	// several addresses.
 	AcceptAnySource bool
+	// MaxQPs bounds the QPs each queue's engine holds (default 65,536,
+	// what the steering program can steer). A host whose peers are not
+	// trusted sets what they may make it hold: each QP costs its rings
+	// and transport state, about 8.5 KiB at depth 4 (ndk
+	// TestTenThousandQPs), so 65,536 QPs are about 560 MiB. CreateQP beyond
+	// it fails with STATUS_INSUFFICIENT_RESOURCES.
+	MaxQPs int
 }
 
 // ThreadLocking is the engines' thread policy.
@@ -130,6 +137,9 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.Queues < 0 || opts.Queues > 64 {
 		return nil, errorf(StatusInvalidParameter, op, "%d queues (1-64)", opts.Queues)
 	}
+	if opts.MaxQPs < 0 {
+		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
+	}
 	cfg := defaultConfig()
 	if opts.Version != (Version{}) {
 		cfg.version = opts.Version
@@ -170,6 +180,7 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		Poll:       poll,
 		LockThread: opts.ThreadLocking.locks(opts.Queues, runtime.GOMAXPROCS(0)),
 		AnySource:  opts.AcceptAnySource,
+		MaxQPs:     opts.MaxQPs,
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,

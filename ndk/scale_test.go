@@ -261,8 +261,16 @@ func newSendStream(b *testing.B, idle int) *sendStream {
 	for range idle {
 		connectOOB(b, x.createQP(b), y.createQP(b))
 	}
-	s := &sendStream{x: x, y: y}
-	// The busy pair has CQs of its own, so only its completions are polled.
+	return streamBetween(b, x, y)
+}
+
+// streamBetween makes a streaming QP pair from x to y with CQs of its own,
+// so only its completions are polled.
+func streamBetween(b testing.TB, x, y *scaleSide) *sendStream {
+	b.Helper()
+	var err error
+	s := &sendStream{x: &scaleSide{a: x.a, pd: x.pd, mr: x.mr}, y: &scaleSide{a: y.a, pd: y.pd, mr: y.mr}}
+	x, y = s.x, s.y
 	for _, side := range []*scaleSide{x, y} {
 		if side.rcq, err = side.a.CreateCQ(1024, nil); err != nil {
 			b.Fatal(err)
@@ -282,7 +290,7 @@ func newSendStream(b *testing.B, idle int) *sendStream {
 // run sends n messages, at most streamWindow outstanding (the QPs are 4
 // deep: each receive is posted just before its SEND and the receive queue
 // is refilled as receives complete), and returns the time taken.
-func (s *sendStream) run(b *testing.B, n int) time.Duration {
+func (s *sendStream) run(b testing.TB, n int) time.Duration {
 	start := time.Now()
 	posted, recvd := 0, 0
 	recvOut := 0

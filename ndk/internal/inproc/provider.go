@@ -40,8 +40,9 @@ type Config struct {
 	Queues     int
 	Poll       rc.PollMode
 	LockThread bool
-	// AnySource is rc.Config.AnySource.
+	// AnySource and MaxQPs are rc.Config's.
 	AnySource bool
+	MaxQPs    int
 	XDPMode   loader.AttachMode
 	// Address is the local address to use (zero: the interface's first
 	// IPv4 address, else its first global IPv6 one).
@@ -134,7 +135,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 		pt = port.Capture(pt, p.capture)
 	}
 	p.ports = append(p.ports, pt)
-	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource}
+	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource, MaxQPs: cfg.MaxQPs}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}
@@ -265,7 +266,8 @@ func (p *Provider) Manager() *cm.Manager {
 }
 
 // MADDrops returns the MADs lost locally: received ones dropped because
-// the CM's queue was full, and sent ones because the engine's was.
+// the CM's queue was full or their source was over its share (madrate.go),
+// and sent ones because the engine's queue was full.
 func (p *Provider) MADDrops() (queue, send uint64) {
 	if p.mgmt == nil {
 		return 0, 0

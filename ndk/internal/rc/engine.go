@@ -83,6 +83,15 @@ const (
 	// qpBudget bounds the frames one QP sends per loop, so that one bulk
 	// transfer cannot starve the others or the receive side.
 	qpBudget = 64
+	// replayBudget bounds the frames per loop of a QP whose next READ
+	// response belongs to a run a duplicate READ restarted. The peer
+	// decides how much a responder replays: a flood of duplicate READs
+	// restarts runs at no cost to itself, and each loop spent its whole
+	// qpBudget on them before the other QPs' frames were received again
+	// (ndk TestFloodOfReads: the well-behaved QP's rate under the flood
+	// went from 0.1-0.3x to 0.4-0.5x of its rate without). First runs keep
+	// qpBudget: a quarter of it cut a bulk READ's rate by a third.
+	replayBudget = 16
 	// ackEvery sets AckReq on every ackEvery-th packet of a long message
 	// besides its last (rxe asks after 64 unacknowledged packets; a
 	// shorter stride retires WQEs sooner with a 512-PSN window).
@@ -91,6 +100,8 @@ const (
 	// for transmit room: TX completions do not wake Port.Wait.
 	blockedWait = 50 * time.Microsecond
 	noDeadline  = math.MaxInt64
+	// busyYield is how long the engine works before it yields its P.
+	busyYield = int64(50 * time.Microsecond)
 	// ackHoldTime is how long an ACK for a completed receive waits for
 	// the consumer's answer to travel with (ackHold). It is far below
 	// any ACK timeout, and only SEND completions wait.
@@ -258,6 +269,7 @@ func (e *Engine) run() {
 	defer close(e.done)
 
 	var idleSince int64 // e.now when the engine last had work
+	var lastYield int64
 	for !e.stop.Load() {
 		e.now = e.clock()
 		work := e.receive()
@@ -277,6 +289,16 @@ func (e *Engine) run() {
 		}
 		if work > 0 {
 			idleSince = e.now
+			if e.now-lastYield > busyYield {
+				// A goroutine the engine wakes (a peer engine's doorbell,
+				// a CQ's notifier, a consumer blocked in a wait) goes to
+				// this P's run queue, where it waits until the engine
+				// yields: busy without a pause, that was the runtime's 10
+				// ms preemption, and a READ flood starved a well-behaved
+				// QP's peer to 1/600th of its rate (ndk TestFloodOfReads).
+				runtime.Gosched()
+				lastYield = e.now
+			}
 			continue
 		}
 		if e.poll == PollBusy || e.now-idleSince < e.spin {

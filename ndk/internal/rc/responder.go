@@ -376,7 +376,7 @@ func (e *Engine) respond(q *QP) (int, bool) {
 	for i := 0; i < n; i++ {
 		r := &t.res[(t.resNext+i)%n]
 		for r.sending() {
-			if sent == qpBudget {
+			if sent >= qpBudget || (r.again && sent >= replayBudget) {
 				return sent, true
 			}
 			var err error
