@@ -83,6 +83,13 @@ type Options struct {
 	// TestTenThousandQPs), so 65,536 QPs are about 560 MiB. CreateQP beyond
 	// it fails with STATUS_INSUFFICIENT_RESOURCES.
 	MaxQPs int
+	// InjectLoss makes each engine drop this fraction (0 to 1) of the
+	// frames it receives, at random, before it looks at them: a lossy
+	// link for soak runs and fault tests (ndkxdp soak -loss). AF_XDP's
+	// transmit path bypasses the kernel's queueing disciplines, so netem
+	// cannot make a veth pair lossy for ndkxdp. 0, the default, drops
+	// nothing and adds nothing to the data path.
+	InjectLoss float64
 }
 
 // ThreadLocking is the engines' thread policy.
@@ -140,6 +147,9 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.MaxQPs < 0 {
 		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
 	}
+	if !(opts.InjectLoss >= 0 && opts.InjectLoss <= 1) {
+		return nil, errorf(StatusInvalidParameter, op, "InjectLoss %v outside [0, 1]", opts.InjectLoss)
+	}
 	cfg := defaultConfig()
 	if opts.Version != (Version{}) {
 		cfg.version = opts.Version
@@ -181,6 +191,7 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		LockThread: opts.ThreadLocking.locks(opts.Queues, runtime.GOMAXPROCS(0)),
 		AnySource:  opts.AcceptAnySource,
 		MaxQPs:     opts.MaxQPs,
+		InjectLoss: opts.InjectLoss,
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,

@@ -43,7 +43,10 @@ type Config struct {
 	// AnySource and MaxQPs are rc.Config's.
 	AnySource bool
 	MaxQPs    int
-	XDPMode   loader.AttachMode
+	// InjectLoss is the fraction of received frames each engine's port
+	// drops at random (lossyPort); 0 leaves the ports as they are.
+	InjectLoss float64
+	XDPMode    loader.AttachMode
 	// Address is the local address to use (zero: the interface's first
 	// IPv4 address, else its first global IPv6 one).
 	Address netip.Addr
@@ -133,6 +136,9 @@ func OverPort(pt port.Port, link Link, cfg Config) (*Provider, error) {
 func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	if p.capture != nil {
 		pt = port.Capture(pt, p.capture)
+	}
+	if cfg.InjectLoss > 0 {
+		pt = newLossyPort(pt, cfg.InjectLoss, uint64(len(p.engines))+1)
 	}
 	p.ports = append(p.ports, pt)
 	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource, MaxQPs: cfg.MaxQPs}
