@@ -5,6 +5,7 @@
 //	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev
 //	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
+//	ndkxdp soak -duration D        mixed traffic with loss on a veth pair, RSS over time
 //	ndkxdp version
 //
 // Every network the command builds lives in network namespaces it creates
@@ -31,6 +32,7 @@ commands:
                   write_lat or read_lat over rdma_cm against any RoCE peer
   rping           librdmacm's rping, client or server, against any RoCE peer
   counters        print the steering counters of a pinned attachment
+  soak            mixed traffic with injected loss on a veth pair, RSS over time
   version         print the version
 
 Run 'ndkxdp <command> -h' for the flags of a command.
@@ -65,6 +67,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runCounters(args[1:], stdout, stderr)
 	case "rping":
 		return runRping(ctx, args[1:], stdout, stderr)
+	case "soak":
+		return runSoak(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "ndkxdp", version)
 		return nil
