@@ -65,9 +65,12 @@
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
 //	stats.go      counters and Stats
+//	violations.go access violations per source: the bounded table of token
+//	              buckets that limits key guessing (ViolationSources)
 //	types.go      SGE, Op, flags, ConnParams, State and the other shared types
 //	unsafe.go     the package's unsafe conversions
 //	hostile_test.go  the hostile-peer suite: its table lists each crafted frame and the verdict
+//	scale_test.go    idle QPs cost the timer pass nothing
 //
 // # Threads and posting
 //
