@@ -103,14 +103,18 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for time.Now().Before(end) && ctx.Err() == nil && runErr == nil {
 		cn, err := connectCM(ctx, a, b, srv)
 		if err != nil {
-			runErr = fmt.Errorf("connection %d: %w", s.conns+1, err)
+			if ctx.Err() == nil {
+				runErr = fmt.Errorf("connection %d: %w", s.conns+1, err)
+			}
 			break
 		}
 		s.conns++
 		until := time.Now().Add(f.reconnect)
 		for time.Now().Before(until) && time.Now().Before(end) && ctx.Err() == nil {
 			if err := s.round(ctx, cn.qa, cn.qb); err != nil {
-				runErr = fmt.Errorf("connection %d, round %d: %w", s.conns, s.rounds, err)
+				if ctx.Err() == nil { // an interrupt ends the run, not as a failure
+					runErr = fmt.Errorf("connection %d, round %d: %w", s.conns, s.rounds, err)
+				}
 				break
 			}
 			if now := time.Now(); now.After(nextReport) {

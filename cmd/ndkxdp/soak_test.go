@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 )
@@ -47,5 +48,21 @@ func TestSoakBadFlags(t *testing.T) {
 		if err := run(context.Background(), args, &out, &out); err == nil {
 			t.Errorf("ndkxdp %q succeeded", args)
 		}
+	}
+}
+
+// TestSoakInterrupted: an interrupt ends the soak within a round's wait,
+// with its summary and no error.
+func TestSoakInterrupted(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var out bytes.Buffer
+	start := time.Now()
+	if err := run(ctx, []string{"soak", "-duration", "1m", "-loss", "0.02"}, &out, &out); err != nil {
+		t.Fatalf("interrupted soak: %v\n%s", err, out.String())
+	}
+	if d := time.Since(start); d > 20*time.Second || !strings.Contains(out.String(), "soak: interrupted") {
+		t.Fatalf("soak ended after %v:\n%s", d, out.String())
 	}
 }
