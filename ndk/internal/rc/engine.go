@@ -445,7 +445,7 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.completer(q)
 		return
 	}
-	if e.violations.over > 0 && info.Headers&(rocev2.HasRETH|rocev2.HasAtomicETH) != 0 &&
+	if e.violations.over > 0 && info.Headers&keyed != 0 &&
 		e.violations.limited(e.pkt.IP.Src.Unmap(), e.now) {
 		// A request that needs a memory token, from a source over its
 		// access-violation limit (violations.go).

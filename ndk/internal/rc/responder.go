@@ -132,6 +132,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 				// rxe RESPST_ERR_INVALIDATE_RKEY, class J).
 				e.completeRecv(q, ntstatus.AccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false)
 				e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+				e.accessViolation() // a wrong token guessed by invalidation
 				return
 			}
 		}
@@ -358,8 +359,7 @@ func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
 func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	e.c.naksSent.Add(1)
 	if code == rocev2.NAKRemoteAccessError {
-		e.c.accessViolations.Add(1)
-		e.violations.note(e.pkt.IP.Src.Unmap(), e.now)
+		e.accessViolation()
 	}
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
 	e.stopQP(q)

@@ -73,10 +73,11 @@ type Stats struct {
 	OutOfSeq   uint64 // requests ahead of the expected PSN
 	NAKsSent   uint64 // PSN sequence, invalid request, access and operational NAKs
 	RNRSent    uint64
-	// AccessViolations are the remote access error NAKs sent (a wrong
-	// R_Key, bounds or rights); AccessLimited the requests needing a key
-	// dropped because their source made too many (violations.go,
-	// Engine.ViolationSources).
+	// AccessViolations are the requests NAKed for a memory token they may
+	// not use (remote access errors: a wrong R_Key, bounds or rights; and
+	// SENDs invalidating a token they may not); AccessLimited the requests
+	// carrying a token dropped because their source made too many
+	// (violations.go, Engine.ViolationSources).
 	AccessViolations, AccessLimited uint64
 	// Atomics executed, and duplicates answered from a saved result
 	// instead of executing again.

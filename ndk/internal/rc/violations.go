@@ -3,6 +3,8 @@ package rc
 import (
 	"net/netip"
 	"time"
+
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // Access violations per source. A wrong R_Key costs the requester its
@@ -10,9 +12,12 @@ import (
 // key-guessing peer makes one guess per connection; opening connections
 // is its only way to guess faster (ReDMArk). The engine therefore counts
 // the violations of each source address in a token bucket: a source that
-// spends its burst has its requests that carry an R_Key (READ, the first
-// or only packet of a WRITE, atomics) dropped before any key is looked
-// at, on every connection, until the bucket refills. A dropped request is
+// spends its burst has its requests that carry a token (READ, the first or
+// only packet of a WRITE, atomics, the SEND that invalidates) dropped
+// before any token is looked at, on every connection, until the bucket
+// refills. A violation is a remote access error NAK, or a SEND with
+// Invalidate of a token the QP may not invalidate (an invalid request NAK
+// by the specification, but a guess at a key all the same). A dropped request is
 // a lost packet to the requester, which retransmits; so a well-behaved
 // QP from that address is delayed, never failed, and a guesser learns
 // nothing from the drops (no NAK, no ACK).
@@ -33,6 +38,17 @@ const (
 	// come back: 4 a second per source, 240 a minute at most.
 	violationRefill = int64(250 * time.Millisecond)
 )
+
+// accessViolation counts a request of the current packet's source that
+// named a memory token it may not use.
+func (e *Engine) accessViolation() {
+	e.c.accessViolations.Add(1)
+	e.violations.note(e.pkt.IP.Src.Unmap(), e.now)
+}
+
+// keyed are the headers that carry a memory token the responder checks:
+// the requests a source over its limit may not make.
+const keyed = rocev2.HasRETH | rocev2.HasAtomicETH | rocev2.HasIETH
 
 type violationSource struct {
 	src netip.Addr

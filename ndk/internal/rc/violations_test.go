@@ -122,3 +122,41 @@ func TestViolationTableBounded(t *testing.T) {
 		t.Fatalf("%.1f allocations per violation", n)
 	}
 }
+
+// TestInvalidateGuessesCountAsViolations: a SEND with Invalidate of a
+// token the target may not invalidate is a guess at a key too. Each costs
+// the connection; the source's first 16 are looked up, the rest dropped
+// (the SENDs never reach a receive), and the target's receive queue sees
+// only the 16 failed receives.
+func TestInvalidateGuessesCountAsViolations(t *testing.T) {
+	const guessers = 24
+	a, b := newPair(t, pairOptions{qps: guessers, depth: 4, params: func(p *ConnParams) {
+		p.AckTimeout = timeScale * 2 * time.Millisecond
+		p.RetryCount = 2
+	}})
+	src := a.buffer(8, 0, false)
+	dst := b.buffer(64, memreg.AccessRemoteWrite|memreg.AccessLocalWrite, true)
+	for i := range guessers {
+		mustPost(t, b.qps[i].PostReceive(i, []SGE{dst.sge(0, 8)}))
+		mustPost(t, a.qps[i].PostSend(&SendWR{Op: OpSendInvalidate, Context: i, SGL: []SGE{src.sge(0, 8)},
+			InvalidateToken: dst.tokens.Remote ^ 0x100}))
+		if i < violationBurst {
+			// The target's invalid request NAK: STATUS_REMOTE_RESOURCES.
+			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.RemoteResources, typeSend, i)
+		}
+	}
+	waitCQ(t, a.scq, guessers-violationBurst, 10*time.Second)
+	st := b.eng.Stats()
+	if st.AccessViolations < violationBurst || st.AccessViolations > violationBurst+2 || st.AccessLimited == 0 {
+		t.Fatalf("%d violations looked up, %d requests dropped", st.AccessViolations, st.AccessLimited)
+	}
+	failed := 0
+	for _, e := range waitCQ(t, b.rcq, int(st.AccessViolations), time.Second) {
+		if e.Status == ntstatus.AccessViolation {
+			failed++
+		}
+	}
+	if failed != int(st.AccessViolations) {
+		t.Fatalf("%d receives failed on a bad token, %d violations", failed, st.AccessViolations)
+	}
+}
