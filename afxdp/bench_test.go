@@ -1,18 +1,17 @@
 package afxdp
 
 import (
-	"sync/atomic"
 	"testing"
 )
 
 // ringPair is a TX ring and an RX ring over plain memory, with the kernel's
 // side reduced to moving its index.
 type ringPair struct {
-	txw, rxw ringWords
+	txw, rxw *ringWords
 	tx       *TxQueue
 	rx       *RxQueue
 	fill     *FillQueue
-	fw       ringWords
+	fw       *ringWords
 	frames   *FrameAllocator
 	umem     *UMEM
 }
@@ -25,9 +24,9 @@ func newRingPair(tb testing.TB) *ringPair {
 	tb.Cleanup(func() { u.Close() })
 	p := &ringPair{frames: u.Allocator(), umem: u}
 	start := uint32(1<<32 - 1000) // the loops below cross the wrap
-	p.txw = ringWords{prod: start, cons: start}
-	p.rxw = ringWords{prod: start, cons: start}
-	p.fw = ringWords{prod: start, cons: start}
+	p.txw = words(start, start)
+	p.rxw = words(start, start)
+	p.fw = words(start, start)
 	p.tx = newTxQueue(&p.txw.prod, &p.txw.cons, &p.txw.flags, make([]Desc, 256))
 	p.rx = newRxQueue(&p.rxw.prod, &p.rxw.cons, &p.rxw.flags, make([]Desc, 256))
 	p.fill = newFillQueue(&p.fw.prod, &p.fw.cons, &p.fw.flags, make([]uint64, 256))
@@ -42,13 +41,13 @@ func (p *ringPair) txBatch(n uint32) {
 		p.tx.Set(i+j, Desc{Addr: uint64(j) << 12, Len: 64})
 	}
 	p.tx.Submit()
-	atomic.StoreUint32(&p.txw.cons, atomic.LoadUint32(&p.txw.prod))
+	p.txw.cons.Store(p.txw.prod.Load())
 }
 
 // rxBatch has the kernel produce n descriptors, then does the per-batch RX
 // work of an engine: peek, read (with packet boundaries), release.
 func (p *ringPair) rxBatch(n uint32) (bytes uint64) {
-	atomic.StoreUint32(&p.rxw.prod, atomic.LoadUint32(&p.rxw.cons)+n)
+	p.rxw.prod.Store(p.rxw.cons.Load() + n)
 	i, got := p.rx.Peek(n)
 	for j := uint32(0); j < got; {
 		k := p.rx.NextPacket(i+j, got-j)
@@ -66,11 +65,11 @@ func (p *ringPair) rxBatch(n uint32) (bytes uint64) {
 // the kernel would after receive.
 func (p *ringPair) frameCycle(n uint32) {
 	got := p.fill.FillFrom(p.frames, n)
-	prod := atomic.LoadUint32(&p.fw.prod)
+	prod := p.fw.prod.Load()
 	for i := prod - got; i != prod; i++ {
 		_ = p.frames.Free(p.fill.entries[i&p.fill.mask])
 	}
-	atomic.StoreUint32(&p.fw.cons, prod)
+	p.fw.cons.Store(prod)
 }
 
 func TestRingHotPathAllocatesNothing(t *testing.T) {

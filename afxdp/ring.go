@@ -22,10 +22,9 @@ const PktContd = unix.XDP_PKT_CONTD
 // consumer index. sync/atomic loads and stores are sequentially consistent,
 // which is at least acquire/release. Indices run freely over uint32 and wrap
 // at 2^32; an entry lives at index & mask. The shared indices and flags are
-// words in the ring's memory, mmap'd from the kernel, so the rings hold
-// *uint32 into it and use atomic.LoadUint32 and StoreUint32; an index in Go
-// memory is a typed atomic field instead (atomic.Uint64 in
-// ndk/internal/queue).
+// words in the ring's memory, mmap'd from the kernel; the rings view them as
+// *atomic.Uint32 (xdp_unsafe.go), so no plain load or store of a shared
+// word compiles.
 //
 // Each side caches the peer's index and refreshes it only when the cache
 // cannot satisfy a request, so a batch costs one atomic load and one atomic
@@ -35,21 +34,21 @@ const PktContd = unix.XDP_PKT_CONTD
 type producerRing[T uint64 | Desc] struct {
 	entries    []T
 	mask       uint32
-	producer   *uint32 // ours; release-stored by Submit
-	consumer   *uint32 // the kernel's; acquire-loaded
-	flags      *uint32 // XDP_RING_NEED_WAKEUP, set by the kernel
-	cachedProd uint32  // next index Reserve hands out
-	cachedCons uint32  // kernel consumer index as last loaded
-	submitted  uint32  // value last stored to *producer
+	producer   *atomic.Uint32 // ours; release-stored by Submit
+	consumer   *atomic.Uint32 // the kernel's; acquire-loaded
+	flags      *atomic.Uint32 // XDP_RING_NEED_WAKEUP, set by the kernel
+	cachedProd uint32         // next index Reserve hands out
+	cachedCons uint32         // kernel consumer index as last loaded
+	submitted  uint32         // value last stored to *producer
 }
 
-func (r *producerRing[T]) init(prod, cons, flags *uint32, entries []T) {
+func (r *producerRing[T]) init(prod, cons, flags *atomic.Uint32, entries []T) {
 	r.entries = entries
 	r.mask = uint32(len(entries)) - 1
 	r.producer, r.consumer, r.flags = prod, cons, flags
-	r.submitted = atomic.LoadUint32(prod)
+	r.submitted = prod.Load()
 	r.cachedProd = r.submitted
-	r.cachedCons = atomic.LoadUint32(cons)
+	r.cachedCons = cons.Load()
 }
 
 // Size is the number of entries in the ring.
@@ -57,7 +56,7 @@ func (r *producerRing[T]) Size() uint32 { return uint32(len(r.entries)) }
 
 // Free returns how many entries can be reserved now.
 func (r *producerRing[T]) Free() uint32 {
-	r.cachedCons = atomic.LoadUint32(r.consumer)
+	r.cachedCons = r.consumer.Load()
 	return uint32(len(r.entries)) - (r.cachedProd - r.cachedCons)
 }
 
@@ -68,7 +67,7 @@ func (r *producerRing[T]) Reserve(n uint32) (start, got uint32) {
 	size := uint32(len(r.entries))
 	free := size - (r.cachedProd - r.cachedCons)
 	if free < n {
-		r.cachedCons = atomic.LoadUint32(r.consumer)
+		r.cachedCons = r.consumer.Load()
 		free = size - (r.cachedProd - r.cachedCons)
 	}
 	got = min(n, free)
@@ -93,18 +92,18 @@ func (r *producerRing[T]) Submit() {
 		return
 	}
 	r.submitted = r.cachedProd
-	atomic.StoreUint32(r.producer, r.submitted)
+	r.producer.Store(r.submitted)
 }
 
 // Pending returns how many submitted entries the kernel has not consumed.
 func (r *producerRing[T]) Pending() uint32 {
-	return r.submitted - atomic.LoadUint32(r.consumer)
+	return r.submitted - r.consumer.Load()
 }
 
 // NeedWakeup reports whether the kernel asks for a syscall before it looks
 // at this ring again (XDP_RING_NEED_WAKEUP, bound with XDP_USE_NEED_WAKEUP).
 func (r *producerRing[T]) NeedWakeup() bool {
-	return atomic.LoadUint32(r.flags)&unix.XDP_RING_NEED_WAKEUP != 0
+	return r.flags.Load()&unix.XDP_RING_NEED_WAKEUP != 0
 }
 
 // consumerRing is our side of a ring the kernel fills and we drain (RX,
@@ -112,21 +111,21 @@ func (r *producerRing[T]) NeedWakeup() bool {
 type consumerRing[T uint64 | Desc] struct {
 	entries    []T
 	mask       uint32
-	producer   *uint32 // the kernel's; acquire-loaded
-	consumer   *uint32 // ours; release-stored by Release
-	flags      *uint32
+	producer   *atomic.Uint32 // the kernel's; acquire-loaded
+	consumer   *atomic.Uint32 // ours; release-stored by Release
+	flags      *atomic.Uint32
 	cachedProd uint32 // kernel producer index as last loaded
 	cachedCons uint32 // next index Peek hands out
 	released   uint32 // value last stored to *consumer
 }
 
-func (r *consumerRing[T]) init(prod, cons, flags *uint32, entries []T) {
+func (r *consumerRing[T]) init(prod, cons, flags *atomic.Uint32, entries []T) {
 	r.entries = entries
 	r.mask = uint32(len(entries)) - 1
 	r.producer, r.consumer, r.flags = prod, cons, flags
-	r.released = atomic.LoadUint32(cons)
+	r.released = cons.Load()
 	r.cachedCons = r.released
-	r.cachedProd = atomic.LoadUint32(prod)
+	r.cachedProd = prod.Load()
 }
 
 // Size is the number of entries in the ring.
@@ -138,7 +137,7 @@ func (r *consumerRing[T]) Size() uint32 { return uint32(len(r.entries)) }
 func (r *consumerRing[T]) Peek(n uint32) (start, got uint32) {
 	avail := r.cachedProd - r.cachedCons
 	if avail < n {
-		r.cachedProd = atomic.LoadUint32(r.producer)
+		r.cachedProd = r.producer.Load()
 		avail = r.cachedProd - r.cachedCons
 	}
 	got = min(n, avail)
@@ -164,7 +163,7 @@ func (r *consumerRing[T]) Release(n uint32) {
 		return
 	}
 	r.released += n
-	atomic.StoreUint32(r.consumer, r.released)
+	r.consumer.Store(r.released)
 }
 
 // FillQueue is the fill ring of one queue: frames we lend the kernel to
@@ -187,25 +186,25 @@ type TxQueue struct{ producerRing[Desc] }
 // side. Each constructor takes the producer, consumer and flags words and
 // the entry slice, whose length must be a power of two.
 
-func newFillQueue(prod, cons, flags *uint32, entries []uint64) *FillQueue {
+func newFillQueue(prod, cons, flags *atomic.Uint32, entries []uint64) *FillQueue {
 	q := &FillQueue{}
 	q.init(prod, cons, flags, entries)
 	return q
 }
 
-func newCompletionQueue(prod, cons, flags *uint32, entries []uint64) *CompletionQueue {
+func newCompletionQueue(prod, cons, flags *atomic.Uint32, entries []uint64) *CompletionQueue {
 	q := &CompletionQueue{}
 	q.init(prod, cons, flags, entries)
 	return q
 }
 
-func newRxQueue(prod, cons, flags *uint32, entries []Desc) *RxQueue {
+func newRxQueue(prod, cons, flags *atomic.Uint32, entries []Desc) *RxQueue {
 	q := &RxQueue{}
 	q.init(prod, cons, flags, entries)
 	return q
 }
 
-func newTxQueue(prod, cons, flags *uint32, entries []Desc) *TxQueue {
+func newTxQueue(prod, cons, flags *atomic.Uint32, entries []Desc) *TxQueue {
 	q := &TxQueue{}
 	q.init(prod, cons, flags, entries)
 	return q

@@ -15,7 +15,15 @@ import (
 // touch entries, release-store our own index.
 
 // ringWords are the three shared words of one ring.
-type ringWords struct{ prod, cons, flags uint32 }
+type ringWords struct{ prod, cons, flags atomic.Uint32 }
+
+// words returns ring words with the given producer and consumer indices.
+func words(prod, cons uint32) *ringWords {
+	w := new(ringWords)
+	w.prod.Store(prod)
+	w.cons.Store(cons)
+	return w
+}
 
 // startIndices covers a fresh ring, indices about to wrap at 2^32 and the
 // sign boundary, so every test below crosses the wrap at least once.
@@ -30,7 +38,7 @@ type kernelConsumer[T any] struct {
 
 // take consumes up to n entries the user submitted and returns them.
 func (k *kernelConsumer[T]) take(n uint32) []T {
-	prod := atomic.LoadUint32(&k.w.prod)
+	prod := k.w.prod.Load()
 	avail := prod - k.cons
 	if avail > uint32(len(k.entries)) {
 		panic("producer ran past the consumer")
@@ -41,7 +49,7 @@ func (k *kernelConsumer[T]) take(n uint32) []T {
 		out[i] = k.entries[(k.cons+uint32(i))&uint32(len(k.entries)-1)]
 	}
 	k.cons += n
-	atomic.StoreUint32(&k.w.cons, k.cons)
+	k.w.cons.Store(k.cons)
 	return out
 }
 
@@ -54,7 +62,7 @@ type kernelProducer[T any] struct {
 
 // put produces as many of vs as fit and returns how many it produced.
 func (k *kernelProducer[T]) put(vs []T) int {
-	cons := atomic.LoadUint32(&k.w.cons)
+	cons := k.w.cons.Load()
 	used := k.prod - cons
 	if used > uint32(len(k.entries)) {
 		panic("consumer ran past the producer")
@@ -64,14 +72,14 @@ func (k *kernelProducer[T]) put(vs []T) int {
 		k.entries[(k.prod+i)&uint32(len(k.entries)-1)] = vs[i]
 	}
 	k.prod += n
-	atomic.StoreUint32(&k.w.prod, k.prod)
+	k.w.prod.Store(k.prod)
 	return int(n)
 }
 
 func TestFillQueueAgainstKernel(t *testing.T) {
 	for _, start := range startIndices {
 		t.Run("", func(t *testing.T) {
-			w := &ringWords{prod: start, cons: start}
+			w := words(start, start)
 			entries := make([]uint64, 8)
 			q := newFillQueue(&w.prod, &w.cons, &w.flags, entries)
 			k := &kernelConsumer[uint64]{w: w, entries: entries, cons: start}
@@ -93,8 +101,8 @@ func TestFillQueueAgainstKernel(t *testing.T) {
 				t.Fatalf("kernel saw %d entries before Submit", len(n))
 			}
 			q.Submit()
-			if w.prod != start+8 {
-				t.Fatalf("producer word = %d, want %d", w.prod, start+8)
+			if w.prod.Load() != start+8 {
+				t.Fatalf("producer word = %d, want %d", w.prod.Load(), start+8)
 			}
 			if p := q.Pending(); p != 8 {
 				t.Fatalf("Pending = %d, want 8", p)
@@ -115,8 +123,8 @@ func TestFillQueueAgainstKernel(t *testing.T) {
 			}
 			q.Cancel(2)
 			q.Submit()
-			if w.prod != start+11 {
-				t.Fatalf("after Cancel(2)+Submit producer = %d, want %d", w.prod, start+11)
+			if w.prod.Load() != start+11 {
+				t.Fatalf("after Cancel(2)+Submit producer = %d, want %d", w.prod.Load(), start+11)
 			}
 			q.Cancel(5) // nothing reserved: no effect
 			if i, _ := q.Reserve(1); i != start+11 {
@@ -129,7 +137,7 @@ func TestFillQueueAgainstKernel(t *testing.T) {
 func TestCompletionQueueAgainstKernel(t *testing.T) {
 	for _, start := range startIndices {
 		t.Run("", func(t *testing.T) {
-			w := &ringWords{prod: start, cons: start}
+			w := words(start, start)
 			entries := make([]uint64, 4)
 			q := newCompletionQueue(&w.prod, &w.cons, &w.flags, entries)
 			k := &kernelProducer[uint64]{w: w, entries: entries, prod: start}
@@ -161,12 +169,12 @@ func TestCompletionQueueAgainstKernel(t *testing.T) {
 				t.Fatal("kernel produced into a ring whose entries were not released")
 			}
 			q.Release(2)
-			if w.cons != start+2 {
-				t.Fatalf("consumer word = %d, want %d", w.cons, start+2)
+			if w.cons.Load() != start+2 {
+				t.Fatalf("consumer word = %d, want %d", w.cons.Load(), start+2)
 			}
 			q.Release(10) // only 2 more were peeked
-			if w.cons != start+4 {
-				t.Fatalf("Release beyond peeked entries: consumer = %d, want %d", w.cons, start+4)
+			if w.cons.Load() != start+4 {
+				t.Fatalf("Release beyond peeked entries: consumer = %d, want %d", w.cons.Load(), start+4)
 			}
 			if n := k.put([]uint64{20, 21, 22, 23}); n != 4 {
 				t.Fatalf("kernel produced %d after release, want 4", n)
@@ -186,7 +194,7 @@ func TestRingsRandomized(t *testing.T) {
 	for _, start := range startIndices {
 		rng := rand.New(rand.NewPCG(uint64(start), 7))
 		t.Run("tx", func(t *testing.T) {
-			w := &ringWords{prod: start, cons: start}
+			w := words(start, start)
 			entries := make([]Desc, 16)
 			q := newTxQueue(&w.prod, &w.cons, &w.flags, entries)
 			k := &kernelConsumer[Desc]{w: w, entries: entries, cons: start}
@@ -211,12 +219,12 @@ func TestRingsRandomized(t *testing.T) {
 			if next-want > 16 {
 				t.Fatalf("%d entries in flight in a 16-entry ring", next-want)
 			}
-			if w.prod-start != uint32(next) {
-				t.Fatalf("producer advanced %d, submitted %d", w.prod-start, next)
+			if w.prod.Load()-start != uint32(next) {
+				t.Fatalf("producer advanced %d, submitted %d", w.prod.Load()-start, next)
 			}
 		})
 		t.Run("rx", func(t *testing.T) {
-			w := &ringWords{prod: start, cons: start}
+			w := words(start, start)
 			entries := make([]Desc, 16)
 			q := newRxQueue(&w.prod, &w.cons, &w.flags, entries)
 			k := &kernelProducer[Desc]{w: w, entries: entries, prod: start}
@@ -249,10 +257,10 @@ func TestRingsRandomized(t *testing.T) {
 func TestRingsConcurrent(t *testing.T) {
 	const total = 200000
 	deadline := time.Now().Add(20 * time.Second)
-	w := &ringWords{prod: 1<<32 - 100, cons: 1<<32 - 100}
+	w := words(1<<32-100, 1<<32-100)
 	entries := make([]Desc, 64)
 	rx := newRxQueue(&w.prod, &w.cons, &w.flags, entries)
-	k := &kernelProducer[Desc]{w: w, entries: entries, prod: w.prod}
+	k := &kernelProducer[Desc]{w: w, entries: entries, prod: w.prod.Load()}
 
 	done := make(chan error, 1)
 	go func() {
@@ -292,12 +300,12 @@ func TestRingsConcurrent(t *testing.T) {
 }
 
 func TestNeedWakeup(t *testing.T) {
-	w := &ringWords{}
+	w := words(0, 0)
 	fq := newFillQueue(&w.prod, &w.cons, &w.flags, make([]uint64, 4))
 	if fq.NeedWakeup() {
 		t.Fatal("NeedWakeup with flags clear")
 	}
-	atomic.StoreUint32(&w.flags, unix.XDP_RING_NEED_WAKEUP)
+	w.flags.Store(unix.XDP_RING_NEED_WAKEUP)
 	if !fq.NeedWakeup() {
 		t.Fatal("NeedWakeup false with XDP_RING_NEED_WAKEUP set")
 	}
@@ -323,10 +331,10 @@ func TestNextPacket(t *testing.T) {
 				t.Fatalf("NextPacket = %d, want %d", got, tc.want)
 			}
 			// The same descriptors in an RX ring, across the wrap.
-			w := &ringWords{prod: 1<<32 - 2, cons: 1<<32 - 2}
+			w := words(1<<32-2, 1<<32-2)
 			entries := make([]Desc, 8)
 			q := newRxQueue(&w.prod, &w.cons, &w.flags, entries)
-			k := &kernelProducer[Desc]{w: w, entries: entries, prod: w.prod}
+			k := &kernelProducer[Desc]{w: w, entries: entries, prod: w.prod.Load()}
 			k.put(tc.descs)
 			i, got := q.Peek(8)
 			if n := q.NextPacket(i, got); int(n) != tc.want {
@@ -337,10 +345,10 @@ func TestNextPacket(t *testing.T) {
 }
 
 func TestTxSetPacket(t *testing.T) {
-	w := &ringWords{prod: 1<<32 - 1, cons: 1<<32 - 1}
+	w := words(1<<32-1, 1<<32-1)
 	entries := make([]Desc, 4)
 	q := newTxQueue(&w.prod, &w.cons, &w.flags, entries)
-	k := &kernelConsumer[Desc]{w: w, entries: entries, cons: w.cons}
+	k := &kernelConsumer[Desc]{w: w, entries: entries, cons: w.cons.Load()}
 	frags := []Desc{{Addr: 0, Len: 4096}, {Addr: 4096, Len: 4096, Options: 0}, {Addr: 8192, Len: 100, Options: PktContd}}
 	i, got := q.Reserve(uint32(len(frags)))
 	if got != 3 {
@@ -367,9 +375,9 @@ func TestTxSetPacket(t *testing.T) {
 
 func TestFillFromAndReclaimTo(t *testing.T) {
 	a := newFrameAllocator(4096, 0, 6)
-	fw := &ringWords{prod: 1<<32 - 2, cons: 1<<32 - 2}
+	fw := words(1<<32-2, 1<<32-2)
 	fill := newFillQueue(&fw.prod, &fw.cons, &fw.flags, make([]uint64, 4))
-	fk := &kernelConsumer[uint64]{w: fw, entries: fill.entries, cons: fw.cons}
+	fk := &kernelConsumer[uint64]{w: fw, entries: fill.entries, cons: fw.cons.Load()}
 
 	if n := fill.FillFrom(a, 100); n != 4 {
 		t.Fatalf("FillFrom into a 4-entry ring = %d, want 4", n)
@@ -381,9 +389,9 @@ func TestFillFromAndReclaimTo(t *testing.T) {
 
 	// The kernel returns the frames through the completion ring, pointing
 	// past the headroom as RX and TX descriptors do.
-	cw := &ringWords{prod: 1<<32 - 1, cons: 1<<32 - 1}
+	cw := words(1<<32-1, 1<<32-1)
 	comp := newCompletionQueue(&cw.prod, &cw.cons, &cw.flags, make([]uint64, 8))
-	ck := &kernelProducer[uint64]{w: cw, entries: comp.entries, prod: cw.prod}
+	ck := &kernelProducer[uint64]{w: cw, entries: comp.entries, prod: cw.prod.Load()}
 	back := make([]uint64, len(lent))
 	for i, addr := range lent {
 		back[i] = addr + 256
@@ -395,7 +403,7 @@ func TestFillFromAndReclaimTo(t *testing.T) {
 	if a.Available() != 6 {
 		t.Fatalf("allocator has %d frames after reclaim, want 6", a.Available())
 	}
-	if cw.cons != cw.prod {
+	if cw.cons.Load() != cw.prod.Load() {
 		t.Fatal("ReclaimTo did not release the completion entries")
 	}
 	// A completion for a frame nobody holds is reported, and the rest of

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -285,18 +286,18 @@ func (s *Socket) mapRings(fillN, compN, rxN, txN uint32) error {
 		off     unix.XDPRingOffset
 		entries uint32
 		size    uint64
-		init    func(mem []byte, prod, cons, flags *uint32)
+		init    func(mem []byte, prod, cons, flags *atomic.Uint32)
 	}{
-		{"fill", unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, fillN, addrEntrySize, func(mem []byte, p, c, f *uint32) {
+		{"fill", unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, fillN, addrEntrySize, func(mem []byte, p, c, f *atomic.Uint32) {
 			s.fill.init(p, c, f, addrEntries(mem, off.Fr, fillN))
 		}},
-		{"completion", unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, compN, addrEntrySize, func(mem []byte, p, c, f *uint32) {
+		{"completion", unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, compN, addrEntrySize, func(mem []byte, p, c, f *atomic.Uint32) {
 			s.comp.init(p, c, f, addrEntries(mem, off.Cr, compN))
 		}},
-		{"RX", unix.XDP_PGOFF_RX_RING, off.Rx, rxN, descEntrySize, func(mem []byte, p, c, f *uint32) {
+		{"RX", unix.XDP_PGOFF_RX_RING, off.Rx, rxN, descEntrySize, func(mem []byte, p, c, f *atomic.Uint32) {
 			s.rx.init(p, c, f, descEntries(mem, off.Rx, rxN))
 		}},
-		{"TX", unix.XDP_PGOFF_TX_RING, off.Tx, txN, descEntrySize, func(mem []byte, p, c, f *uint32) {
+		{"TX", unix.XDP_PGOFF_TX_RING, off.Tx, txN, descEntrySize, func(mem []byte, p, c, f *atomic.Uint32) {
 			s.tx.init(p, c, f, descEntries(mem, off.Tx, txN))
 		}},
 	}
@@ -593,4 +594,4 @@ func (s *Socket) release() error {
 
 // closedIndex backs the rings of a closed socket: always zero, so they
 // report no entries and no room.
-var closedIndex uint32
+var closedIndex atomic.Uint32

@@ -5,6 +5,7 @@ package afxdp
 // is a struct (x/sys/unix has no typed wrapper for them).
 
 import (
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -21,15 +22,17 @@ const (
 // mapRing maps one ring of fd at the given page offset and returns the
 // mapping plus views of its producer, consumer and flags words. The caller
 // builds the entry slice with addrEntries or descEntries.
-func mapRing(fd int, pgoff int64, off unix.XDPRingOffset, entries uint32, entrySize uint64) (mem []byte, prod, cons, flags *uint32, err error) {
+func mapRing(fd int, pgoff int64, off unix.XDPRingOffset, entries uint32, entrySize uint64) (mem []byte, prod, cons, flags *atomic.Uint32, err error) {
 	size := off.Desc + uint64(entries)*entrySize
 	mem, err = unix.Mmap(fd, pgoff, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	prod = (*uint32)(unsafe.Pointer(&mem[off.Producer]))
-	cons = (*uint32)(unsafe.Pointer(&mem[off.Consumer]))
-	flags = (*uint32)(unsafe.Pointer(&mem[off.Flags]))
+	// atomic.Uint32 is one uint32 (its noCopy marker takes no room), and
+	// the kernel aligns these words, so each view is exactly its word.
+	prod = (*atomic.Uint32)(unsafe.Pointer(&mem[off.Producer]))
+	cons = (*atomic.Uint32)(unsafe.Pointer(&mem[off.Consumer]))
+	flags = (*atomic.Uint32)(unsafe.Pointer(&mem[off.Flags]))
 	return mem, prod, cons, flags, nil
 }
 

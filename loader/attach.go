@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -97,7 +98,7 @@ func (p *Program) Attach(ifname string, mode AttachMode) (*XDP, error) {
 		if err == nil {
 			return &XDP{Program: p, ifname: ifname, ifindex: ifindex, mode: m, link: l}, nil
 		}
-		err = fmt.Errorf("loader: attach xdp to %s (%s mode): %w%s", ifname, m, err, attachHint(err))
+		err = fmt.Errorf("loader: attach xdp to %s (%s mode): %w%s", ifname, m, err, attachHint(err, ifindex))
 		if mode == AttachAuto && m == AttachDriver {
 			p.opts.Logger.Warn("xdp driver mode unavailable, falling back to generic mode",
 				"interface", ifname, "reason", err)
@@ -108,10 +109,10 @@ func (p *Program) Attach(ifname string, mode AttachMode) (*XDP, error) {
 }
 
 // attachHint adds what an operator can do about the common failures.
-func attachHint(err error) string {
+func attachHint(err error, ifindex int) string {
 	switch {
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):
-		return " (the interface already has an XDP program: detach it, or take over a pinned ndkxdp attachment with OpenPinned)"
+		return fmt.Sprintf(" (the interface already has an XDP program, %s: detach it, or take over a pinned ndkxdp attachment with OpenPinned)", attachedProgram(ifindex))
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return " (the driver does not support this XDP mode)"
 	case errors.Is(err, unix.EPERM):
@@ -151,4 +152,25 @@ func (x *XDP) Close() error {
 		err = fmt.Errorf("loader: close xdp on %s: %w", x.ifname, err)
 	}
 	return errors.Join(err, x.Program.Close())
+}
+
+// attachedProgram names the XDP program attached to ifindex, as bpftool
+// would show it ("id 42 name xdp_dispatcher"), for an attach that found
+// the place taken.
+func attachedProgram(ifindex int) string {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil || l.Attrs().Xdp == nil || l.Attrs().Xdp.ProgId == 0 {
+		return "which could not be identified"
+	}
+	id := l.Attrs().Xdp.ProgId
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return fmt.Sprintf("id %d", id)
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil || info.Name == "" {
+		return fmt.Sprintf("id %d", id)
+	}
+	return fmt.Sprintf("id %d name %s", id, info.Name)
 }

@@ -25,6 +25,9 @@ type Adapter struct {
 	// without one.
 	prov    provider
 	buffers *bufferPool
+	// rem is the daemon link of an adapter from Dial (dial.go), nil for
+	// one from Open.
+	rem *remote
 	// conns are the CM objects the adapter closes with it (cm.go).
 	conns connections
 }
@@ -80,29 +83,31 @@ func (a *Adapter) Info() AdapterInfo { return a.info }
 // STATUS_INVALID_PARAMETER.
 func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
+	if a.rem != nil {
+		return a.rem.createCQ(a, depth, notify)
+	}
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
 		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
-	}
-	var cb func(uint32)
-	if notify != nil {
-		cb = func(s uint32) { notify(Status(s)) }
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
 	}
-	core, err := cq.New(depth, cb)
+	core, err := cq.New(depth, notify)
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}
-	c := &CQ{adapter: a, core: core}
+	c := &CQ{adapter: a, core: core, done: make(chan struct{})}
 	a.cqs[c] = struct{}{}
 	return c, nil
 }
 
 // CreatePD creates a protection domain (NdkCreatePd).
 func (a *Adapter) CreatePD() (*PD, error) {
+	if a.rem != nil {
+		return a.rem.createPD(a)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -119,8 +124,10 @@ func (a *Adapter) CreatePD() (*PD, error) {
 
 // Close closes the adapter (CLOSE_NDK_ADAPTER_HANDLER). Objects still open
 // are closed with it: CQs stop notifying, MRs are deregistered, PDs close.
-// Close returns only after every notification callback on every descendant
-// has returned, so the caller may release what the callbacks use. It must
+// Close returns only after every callback on every descendant has
+// returned (CQ notifications, a listener's connect callbacks, connectors'
+// disconnect callbacks), so the caller may release what the callbacks
+// use. It must
 // not be called from a callback. A second Close does nothing.
 func (a *Adapter) Close() {
 	a.mu.Lock()
@@ -132,17 +139,25 @@ func (a *Adapter) Close() {
 	cqs, pds := a.cqs, a.pds
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
+	if a.rem != nil {
+		a.rem.close()
+		return
+	}
 
 	// Connections first, sending the REJ or DREQ each needs while the
-	// engines still run; then the engines: their QPs cancel what is
-	// pending into the CQs, which then close after the last callback.
+	// engines still run, and waiting for their connect and disconnect
+	// callbacks (NDKPI.md §8: adapter close blocks until every callback
+	// on every descendant returned); then the engines: their QPs cancel
+	// what is pending into the CQs, which then close after the last
+	// callback.
 	a.conns.closeAll()
 	if a.prov != nil {
 		a.prov.Close()
 	}
 
 	for c := range cqs {
-		c.Close()
+		c.closed.Store(true)
+		c.finishClose() // QPs that still use it stopped with the engines
 	}
 	for pd := range pds {
 		pd.closeWithSuccessors()

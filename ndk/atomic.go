@@ -1,6 +1,9 @@
 package ndk
 
-import "github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+)
 
 // The atomic extension. NDKPI has no atomic verb (NDK 1.2 and 2.x define
 // none); RoCE peers use the InfiniBand atomics (ROCEV2.md 1.4: CMP_SWAP
@@ -18,8 +21,8 @@ const (
 
 	// OpCompareAndSwap and OpFetchAndAdd are the ResultEx Types of the
 	// atomic extension's completions (ndkxdp values, outside ndkpi.h's).
-	OpCompareAndSwap OperationType = rc.TypeCompareSwap
-	OpFetchAndAdd    OperationType = rc.TypeFetchAdd
+	OpCompareAndSwap OperationType = ndkpi.OpCompareAndSwap
+	OpFetchAndAdd    OperationType = ndkpi.OpFetchAndAdd
 )
 
 // CompareAndSwap posts an atomic compare-and-swap on the 8-byte word at
@@ -42,7 +45,7 @@ const (
 // Allocates nothing when it succeeds.
 func (q *QP) CompareAndSwap(ctx any, result SGE, remoteAddress uint64, remoteToken uint32, compare, swap uint64, flags OpFlag) error {
 	q.atomicSGL[0] = rc.SGE(result)
-	wr := rc.SendWR{Op: rc.OpCompareSwap, Flags: uint32(flags), Context: ctx, SGL: q.atomicSGL[:],
+	wr := rc.SendWR{Op: rc.OpCompareSwap, Flags: flags, Context: ctx, SGL: q.atomicSGL[:],
 		RemoteAddr: remoteAddress, RemoteToken: remoteToken, Compare: compare, SwapAdd: swap}
 	return q.post("compare and swap", postAtomic, &wr)
 }
@@ -53,7 +56,7 @@ func (q *QP) CompareAndSwap(ctx any, result SGE, remoteAddress uint64, remoteTok
 // CompareAndSwap; the completion has Type OpFetchAndAdd.
 func (q *QP) FetchAndAdd(ctx any, result SGE, remoteAddress uint64, remoteToken uint32, add uint64, flags OpFlag) error {
 	q.atomicSGL[0] = rc.SGE(result)
-	wr := rc.SendWR{Op: rc.OpFetchAdd, Flags: uint32(flags), Context: ctx, SGL: q.atomicSGL[:],
+	wr := rc.SendWR{Op: rc.OpFetchAdd, Flags: flags, Context: ctx, SGL: q.atomicSGL[:],
 		RemoteAddr: remoteAddress, RemoteToken: remoteToken, SwapAdd: add}
 	return q.post("fetch and add", postAtomic, &wr)
 }

@@ -92,6 +92,11 @@ func (a *Adapter) AllocBuffer(pd *PD, n int, flags MRFlag) (*Buffer, error) {
 	if pd == nil || pd.adapter != a {
 		return nil, errorf(StatusInvalidParameter, op, "pd of another adapter")
 	}
+	if a.rem != nil {
+		if err := a.rem.bufferPool(a); err != nil {
+			return nil, err
+		}
+	}
 	pool := a.buffers
 	var b []byte
 	if pool != nil {

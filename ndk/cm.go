@@ -25,6 +25,14 @@ type CMOptions struct {
 	// MaxRetries is how often a REQ, REP or DREQ is resent (1-15): 0
 	// means 15.
 	MaxRetries int
+	// RetryCount and RNRRetry are the transport retry counts every
+	// connection asks for in its REQ (and RNRRetry in its REP), 0-7, as
+	// rdma_cm's consumers set retry_count and rnr_retry_count: how often
+	// an unacknowledged packet is resent before requests fail with
+	// STATUS_IO_TIMEOUT, and how many RNR NAKs are waited out (7: without
+	// limit). nil means 7, what rping and perftest ask.
+	// Connector.SetRetryCounts overrides them for one connection.
+	RetryCount, RNRRetry *int
 }
 
 func (o CMOptions) params() (cm.Params, error) {
@@ -36,6 +44,16 @@ func (o CMOptions) params() (cm.Params, error) {
 		return p, fmt.Errorf("CM PacketLifeTime %d outside 8-30", o.PacketLifeTime)
 	case o.MaxRetries < 0 || o.MaxRetries > 15:
 		return p, fmt.Errorf("CM MaxRetries %d outside 1-15", o.MaxRetries)
+	case o.RetryCount != nil && (*o.RetryCount < 0 || *o.RetryCount > 7):
+		return p, fmt.Errorf("CM RetryCount %d outside 0-7", *o.RetryCount)
+	case o.RNRRetry != nil && (*o.RNRRetry < 0 || *o.RNRRetry > 7):
+		return p, fmt.Errorf("CM RNRRetry %d outside 0-7", *o.RNRRetry)
+	}
+	if o.RetryCount != nil {
+		p.RetryCount = uint8(*o.RetryCount)
+	}
+	if o.RNRRetry != nil {
+		p.RNRRetry = uint8(*o.RNRRetry)
 	}
 	if o.ResponseTimeout != 0 {
 		p.CMResponseTimeout = uint8(o.ResponseTimeout)
@@ -68,6 +86,10 @@ type CMStats struct {
 
 // CMStats returns the connection-management counters.
 func (a *Adapter) CMStats() CMStats {
+	if a.rem != nil {
+		_, c := a.rem.stats()
+		return c
+	}
 	m := a.manager()
 	if m == nil {
 		return CMStats{}
@@ -87,14 +109,65 @@ func (a *Adapter) manager() *cm.Manager {
 	return a.prov.Manager()
 }
 
-// cmError turns an error of package cm into the ndk error with the same
-// NTSTATUS, keeping it as the cause.
+// cmError names the ndk call op in an error of package cm. Package cm
+// returns *Error already, so its status, detail and cause are kept in one
+// *Error rather than nested in a second; any other error becomes the cause.
 func cmError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &Error{Status: Status(cm.StatusOf(err)), Op: op, Err: err}
+	var rejErr *RejectError
+	if rej := (*cm.RejectError)(nil); errors.As(err, &rej) {
+		rejErr = &RejectError{Reason: rej.Reason, PrivateData: rej.PrivateData}
+	}
+	// withReject keeps the CM's text and adds the REJ for errors.As.
+	withReject := func(inner error) error {
+		switch {
+		case rejErr == nil:
+			return inner
+		case inner == nil:
+			return rejErr
+		}
+		return &rejected{err: inner, rej: rejErr}
+	}
+	e, ok := err.(*Error)
+	if !ok {
+		return &Error{Status: StatusOf(err), Op: op, Err: withReject(err)}
+	}
+	detail := e.Detail
+	switch {
+	case e.Op == "" || e.Op == op:
+	case detail == "":
+		detail = e.Op
+	default:
+		detail = e.Op + ": " + detail
+	}
+	return &Error{Status: e.Status, Op: op, Detail: detail, Err: withReject(e.Err)}
 }
+
+// RejectError is the cause inside a Connect or Accept error that a peer's
+// CM REJ produced: errors.As(err, &rej) gives the REJ's reason (IBTA table
+// 108: 8 nobody listens on that port, 28 the peer refused, ...) and its
+// private data. The error is also ErrConnectionRefused (a REJ of our REQ)
+// or ErrConnectionAborted (a REJ of our REP).
+type RejectError struct {
+	Reason      rocev2.RejectReason
+	PrivateData []byte // the REJ's 148 private-data bytes
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("peer sent REJ reason %d (%v)", e.Reason, e.Reason)
+}
+
+// rejected carries a RejectError beside the CM's error, whose text it
+// keeps.
+type rejected struct {
+	err error
+	rej *RejectError
+}
+
+func (r *rejected) Error() string   { return r.err.Error() }
+func (r *rejected) Unwrap() []error { return []error{r.rej, r.err} }
 
 // connections are the connectors, listeners and shared endpoints an
 // adapter closes with it.
@@ -145,5 +218,14 @@ func (c *connections) closeAll() {
 	}
 	for s := range eps {
 		s.Close()
+	}
+	// Closing cancels what the callbacks might wait for (a pending
+	// Accept or Disconnect returns STATUS_CANCELLED), so these waits end
+	// once the consumer's callbacks return.
+	for x := range conns {
+		<-x.done
+	}
+	for l := range ls {
+		<-l.done
 	}
 }

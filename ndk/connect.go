@@ -99,6 +99,9 @@ func (q *QP) LocalEndpoint() Endpoint {
 // connected, failed or closed.
 func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	const op = "connect oob"
+	if q.r != nil {
+		return q.remoteConnectOOB(remote, opts)
+	}
 	a := q.adapter
 	pmtu := a.prov.PathMTU()
 	local := q.LocalEndpoint()

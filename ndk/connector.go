@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // Private-data limits (NDKPI.md §9): what a Connect, an Accept and a Reject
@@ -29,12 +30,14 @@ const (
 type Connector struct {
 	a  *Adapter
 	c  *cm.Connector
+	r  *remoteConnector // a daemon-backed connector (remote_cm.go); c is nil
 	qp *QP
 
 	mu       sync.Mutex
-	inflight int  // consumer callbacks running
-	closing  bool // Close called
-	cmClosed bool // the CM's close completed
+	retry    *cm.RetryCounts // SetRetryCounts; nil: the adapter's CMOptions
+	inflight int             // consumer callbacks running
+	closing  bool            // Close called
+	cmClosed bool            // the CM's close completed
 	done     chan struct{}
 }
 
@@ -42,6 +45,9 @@ type Connector struct {
 // (NdkCreateConnector). It fails with STATUS_NOT_SUPPORTED on an adapter
 // without a transport and STATUS_INVALID_HANDLE after the adapter closed.
 func (a *Adapter) CreateConnector() (*Connector, error) {
+	if a.rem != nil {
+		return a.rem.createConnector(a)
+	}
 	m := a.manager()
 	if m == nil {
 		return nil, errorf(StatusNotSupported, "create connector", "adapter has no connection management (use ndk.Open)")
@@ -82,13 +88,6 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 	return nil
 }
 
-// RejectError is the cause inside a Connect or Accept error that a peer's
-// CM REJ produced: errors.As(err, &rej) gives the REJ's reason (IBTA table
-// 108: 8 nobody listens on that port, 28 the peer refused, ...) and its
-// private data. The error is also ErrConnectionRefused (a REJ of our REQ)
-// or ErrConnectionAborted (a REJ of our REP).
-type RejectError = cm.RejectError
-
 // Connect connects qp to the listener at dst (NdkConnect): it resolves the
 // route and the next hop's MAC through the kernel's tables, sends a REQ
 // with privateData (at most MaxCallerData bytes), and returns when the
@@ -111,6 +110,9 @@ type RejectError = cm.RejectError
 // which case the attempt is abandoned and the connector closed.
 func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect"
+	if c.r != nil {
+		return c.remoteConnect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
+	}
 	return c.connect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
 
@@ -119,6 +121,12 @@ func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort
 // the 4-tuple must be unique.
 func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *SharedEndpoint, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect with shared endpoint"
+	if c.r != nil {
+		if se == nil || se.a != c.a {
+			return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
+		}
+		return c.remoteConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
+	}
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
 	}
@@ -140,12 +148,12 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if !dst.IsValid() || dst.Port() == 0 {
 		return errorf(StatusInvalidAddress, op, "destination %v needs an address and a port", dst)
 	}
-	path, err := c.a.prov.ResolvePath(src.Addr(), dst.Addr())
+	path, err := c.resolvePath(ctx, op, src.Addr(), dst.Addr())
 	if err != nil {
-		return cmError(op, err)
+		return err
 	}
 	done := make(chan error, 1)
-	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
+	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
 	cb := func(err error) { done <- err }
 	if se != nil {
 		err = c.c.ConnectWithSharedEndpoint(qp.forCM(), path, se.se, dst, p, cb)
@@ -155,10 +163,35 @@ func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.Ad
 	if err != nil {
 		return cmError(op, err)
 	}
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return c.wait(ctx, op, done, true)
+}
+
+// resolvePath resolves the route and the next hop's MAC, or gives up when
+// ctx ends: neighbour resolution may wait seconds for an answer that never
+// comes, and the caller's deadline or cancellation comes first. The
+// abandoned lookup ends on its own (the resolver's NeighbourTimeout), and
+// the connector is closed as for any abandoned Connect.
+func (c *Connector) resolvePath(ctx context.Context, op string, src, dst netip.Addr) (cm.PathInfo, error) {
+	type result struct {
+		path cm.PathInfo
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		path, err := c.a.prov.ResolvePath(src, dst)
+		done <- result{path, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.path, cmError(op, r.err)
+		}
+		return r.path, nil
+	case <-ctx.Done():
+		c.Close() // as for an abandoned Connect (see wait)
+		return cm.PathInfo{}, &Error{Status: StatusCancelled, Op: op, Detail: "context ended while resolving the path to " + dst.String(), Err: ctx.Err()}
+	}
 }
 
 // wait returns the completion, or gives up on ctx: abandon closes the
@@ -184,7 +217,7 @@ func (c *Connector) wait(ctx context.Context, op string, done chan error, abando
 // succeeded, and STATUS_CONNECTION_ABORTED or STATUS_IO_TIMEOUT when the
 // peer gave up meanwhile.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
-	return cmError("complete connect", c.c.CompleteConnect(c.event(onDisconnect)))
+	return c.CompleteConnectEx(withoutReason(onDisconnect))
 }
 
 // Accept accepts the connect request this connector was handed with
@@ -196,7 +229,16 @@ func (c *Connector) CompleteConnect(onDisconnect func()) error {
 // STATUS_CONNECTION_INVALID (no request to accept), STATUS_INVALID_PARAMETER,
 // and STATUS_CANCELLED when ctx ended first (the connector is then closed).
 func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func()) error {
+	return c.AcceptEx(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, withoutReason(onDisconnect))
+}
+
+// AcceptEx is Accept with a disconnect callback that learns why the
+// connection ended (NdkAcceptEx, NDKPI 2.1).
+func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
+	if c.r != nil {
+		return c.remoteAccept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
+	}
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
@@ -208,13 +250,11 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCalleeData %d", len(privateData), MaxCalleeData)
 	}
 	done := make(chan error, 1)
-	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData}
-	if err := c.c.Accept(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
+	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
+	if err := c.c.AcceptEx(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
 	}
-	c.mu.Lock()
-	c.qp = qp
-	c.mu.Unlock()
+	c.bindQP(qp)
 	return c.wait(ctx, op, done, true)
 }
 
@@ -223,6 +263,10 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 // MaxRejectData bytes) reaches the peer in the REJ. It fails with
 // STATUS_CONNECTION_ABORTED when the peer gave up already.
 func (c *Connector) Reject(privateData []byte) error {
+	if c.r != nil {
+		_, err := c.a.rem.do("reject", &proto.Request{Op: proto.OpReject, H: c.r.h, Data: privateData})
+		return err
+	}
 	return cmError("reject", c.c.Reject(privateData))
 }
 
@@ -234,6 +278,10 @@ func (c *Connector) Reject(privateData []byte) error {
 // STATUS_CANCELLED and the disconnect goes on.
 func (c *Connector) Disconnect(ctx context.Context) error {
 	const op = "disconnect"
+	if c.r != nil {
+		_, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h})
+		return err
+	}
 	done := make(chan error, 1)
 	if err := c.c.Disconnect(func(err error) { done <- err }); err != nil {
 		return cmError(op, err)
@@ -250,6 +298,9 @@ func (c *Connector) Disconnect(ctx context.Context) error {
 // seen from this side; once connected, the effective ones (the minimum of
 // both sides). After a rejected Connect it holds the REJ's private data.
 func (c *Connector) GetConnectionData(buf []byte) (inboundReadLimit, outboundReadLimit, size int, err error) {
+	if c.r != nil {
+		return c.remoteConnData(buf)
+	}
 	const op = "get connection data"
 	d, err := c.c.ConnectionData()
 	if err != nil {
@@ -268,10 +319,24 @@ func (c *Connector) GetConnectionData(buf []byte) (inboundReadLimit, outboundRea
 
 // LocalAddress returns the connection's local address and port
 // (NdkGetLocalAddress).
-func (c *Connector) LocalAddress() netip.AddrPort { return c.c.LocalAddr() }
+func (c *Connector) LocalAddress() netip.AddrPort {
+	if c.r != nil {
+		c.r.mu.Lock()
+		defer c.r.mu.Unlock()
+		return c.r.local
+	}
+	return c.c.LocalAddr()
+}
 
 // PeerAddress returns the peer's address and port (NdkGetPeerAddress).
-func (c *Connector) PeerAddress() netip.AddrPort { return c.c.PeerAddr() }
+func (c *Connector) PeerAddress() netip.AddrPort {
+	if c.r != nil {
+		c.r.mu.Lock()
+		defer c.r.mu.Unlock()
+		return c.r.peer
+	}
+	return c.c.PeerAddr()
+}
 
 // QP returns the QP given to Connect or Accept, or nil.
 func (c *Connector) QP() *QP {
@@ -294,6 +359,10 @@ func (c *Connector) Close() {
 	}
 	c.closing = true
 	c.mu.Unlock()
+	if c.r != nil {
+		c.remoteClose()
+		return
+	}
 	if c.c.Close(c.cmCloseDone) {
 		c.cmCloseDone()
 	}
@@ -325,11 +394,11 @@ func (c *Connector) finishLocked() {
 // event wraps a consumer event callback to run on a goroutine of its own,
 // so that it may call the blocking methods, and be counted so that Close
 // completes after it.
-func (c *Connector) event(f func()) func() {
+func (c *Connector) event(f func(DisconnectReason)) func(uint32) {
 	if f == nil {
 		return nil
 	}
-	return func() {
+	return func(reason uint32) {
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
@@ -344,7 +413,7 @@ func (c *Connector) event(f func()) func() {
 				c.finishLocked()
 				c.mu.Unlock()
 			}()
-			f()
+			f(DisconnectReason(reason))
 		}()
 	}
 }

@@ -39,7 +39,7 @@ func cmPipeAdapterWith(t testing.TB, end port.Port, ip string, mac byte, peers m
 	cfg.Resolve = func(src, dst netip.Addr) (cm.PathInfo, error) {
 		m, ok := peers[dst]
 		if !ok {
-			return cm.PathInfo{}, &cm.Error{Status: uint32(StatusNetworkUnreachable), Op: "resolve", Detail: dst.String()}
+			return cm.PathInfo{}, &Error{Status: StatusNetworkUnreachable, Op: "resolve", Detail: dst.String()}
 		}
 		return cm.PathInfo{LocalIP: link.Addr, RemoteIP: dst, LocalMAC: link.MAC, RemoteMAC: m, MTU: 1500}, nil
 	}

@@ -1,6 +1,7 @@
 package ndk
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
@@ -37,23 +38,38 @@ type ResultEx struct {
 type CQ struct {
 	adapter *Adapter
 	core    *cq.CQ
+	r       *remoteCQ // a daemon-backed CQ (remote_objects.go); core is nil
 
-	closed atomic.Bool
+	closed atomic.Bool // Close was called
+	// users counts the QPs completing into the CQ (lifetime.go): a
+	// close waits for them, as NDKPI.md §8 asks of an antecedent.
+	mu    sync.Mutex
+	users int
+	done  chan struct{}
+	once  sync.Once
 }
 
 // Depth returns how many completions the CQ holds before it overruns.
-func (c *CQ) Depth() int { return c.core.Cap() }
+func (c *CQ) Depth() int {
+	if c.r != nil {
+		return c.r.slots
+	}
+	return c.core.Cap()
+}
 
 // GetResults removes up to len(results) completions, oldest first, and
 // returns how many it stored (NdkGetCqResults). A ReceiveAndInvalidate
 // completion is returned like any receive, without its Ex fields (seed
 // 002). Allocates nothing.
 func (c *CQ) GetResults(results []Result) int {
+	if c.r != nil {
+		return c.remoteGet(results, nil)
+	}
 	var e cq.Entry
 	n := 0
 	for n < len(results) && c.core.Pop(&e) {
 		results[n] = Result{
-			Status:           Status(e.Status),
+			Status:           e.Status,
 			BytesTransferred: e.BytesTransferred,
 			QPContext:        e.QPContext,
 			RequestContext:   e.RequestContext,
@@ -66,17 +82,20 @@ func (c *CQ) GetResults(results []Result) int {
 // GetResultsEx is GetResults with the NDK_RESULT_EX fields
 // (NdkGetCqResultsEx). Allocates nothing.
 func (c *CQ) GetResultsEx(results []ResultEx) int {
+	if c.r != nil {
+		return c.remoteGet(nil, results)
+	}
 	var e cq.Entry
 	n := 0
 	for n < len(results) && c.core.Pop(&e) {
 		results[n] = ResultEx{
 			Result: Result{
-				Status:           Status(e.Status),
+				Status:           e.Status,
 				BytesTransferred: e.BytesTransferred,
 				QPContext:        e.QPContext,
 				RequestContext:   e.RequestContext,
 			},
-			Type:                         OperationType(e.Type),
+			Type:                         e.Type,
 			ProviderErrorCode:            e.ProviderErrorCode,
 			TypeSpecificCompletionOutput: e.TypeSpecificCompletionOutput,
 		}
@@ -106,7 +125,10 @@ func (c *CQ) Arm(n CQNotify) error {
 	default:
 		return errorf(StatusInvalidParameter, "arm cq", "unknown notification type %v", n)
 	}
-	if !c.core.Arm(cq.Notify(n)) {
+	if c.r != nil {
+		return c.remoteArm(n)
+	}
+	if !c.core.Arm(n) {
 		if c.closed.Load() {
 			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
 		}
@@ -115,13 +137,37 @@ func (c *CQ) Arm(n CQNotify) error {
 	return nil
 }
 
-// Close closes the CQ (NdkCloseCq): it disarms, waits for a running
-// notification callback to return, and no callback starts afterwards. It
-// must not be called from the CQ's own callback. A second Close does
-// nothing.
+// Close closes the CQ (NdkCloseCq). While QPs still complete into it, the
+// close is pending (NDKPI.md §8: an antecedent closed before its
+// successors completes once every successor is closed): Close returns at
+// once, the CQ keeps working, and the close completes when the last such
+// QP has closed. Otherwise it completes now: it disarms, waits for a
+// running notification callback to return, and no callback starts
+// afterwards; then it must not be called from the CQ's own callback.
+// Closed reports when the close completed. A second Close does nothing.
 func (c *CQ) Close() {
-	if c.closed.CompareAndSwap(false, true) {
-		c.adapter.forgetCQ(c)
+	c.mu.Lock()
+	c.closed.Store(true)
+	pending := c.users > 0
+	c.mu.Unlock()
+	if !pending {
+		c.finishClose()
 	}
-	c.core.Close() // idempotent; a concurrent second Close also waits
+}
+
+// Closed returns a channel closed when the CQ's close has completed.
+func (c *CQ) Closed() <-chan struct{} { return c.done }
+
+// finishClose completes the close: no callback runs or follows once it
+// returns.
+func (c *CQ) finishClose() {
+	if c.r != nil {
+		c.remoteClose() // the daemon's CQ applies the same lifetime rules
+	} else {
+		c.core.Close() // idempotent; a concurrent second call also waits
+	}
+	c.once.Do(func() {
+		c.adapter.forgetCQ(c)
+		close(c.done)
+	})
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
 )
 
 // notifications records callback statuses for a test CQ.
@@ -57,9 +56,9 @@ func complete(t *testing.T, c *CQ, e cq.Entry) {
 }
 
 var (
-	plain     = cq.Entry{Type: uint32(OpSend)}
-	solicited = cq.Entry{Type: uint32(OpReceive), Solicited: true, BytesTransferred: 8}
-	failed    = cq.Entry{Type: uint32(OpSend), Status: ntstatus.Cancelled}
+	plain     = cq.Entry{Type: OpSend}
+	solicited = cq.Entry{Type: OpReceive, Solicited: true, BytesTransferred: 8}
+	failed    = cq.Entry{Type: OpSend, Status: StatusCancelled}
 )
 
 func mustArm(t *testing.T, c *CQ, n CQNotify) {
@@ -302,7 +301,7 @@ func effectiveArm(t *testing.T, c *CQ, calls notifications) CQNotify {
 	if _, ok := wait(); ok {
 		return CQNotifySolicited
 	}
-	c.core.Fail(ntstatus.InternalError)
+	c.core.Fail(StatusInternalError)
 	if s, ok := wait(); ok && s == StatusInternalError {
 		return CQNotifyErrors
 	}
@@ -315,8 +314,8 @@ func effectiveArm(t *testing.T, c *CQ, calls notifications) CQNotify {
 func TestSeedSend_SolicitedReceiveFiresSolicitedArm(t *testing.T) {
 	c, calls := newNotifyingCQ(t, 64)
 	mustArm(t, c, CQNotifySolicited)
-	complete(t, c, cq.Entry{Type: uint32(OpReceive)}) // earlier sends of the group
-	complete(t, c, cq.Entry{Type: uint32(OpReceive)})
+	complete(t, c, cq.Entry{Type: OpReceive}) // earlier sends of the group
+	complete(t, c, cq.Entry{Type: OpReceive})
 	calls.expectNone(t)
 	complete(t, c, solicited) // the last send carried the flag
 	calls.expect(t, StatusSuccess)
@@ -337,10 +336,10 @@ func TestSeedSend_SolicitedReceiveIgnoredWithoutSolicitedArm(t *testing.T) {
 // Seeds 003/000/004: "requests that complete with an error always match
 // the NDK_CQ_NOTIFY_SOLICITED type".
 func TestSeedSend_ErrorCompletionMatchesSolicited(t *testing.T) {
-	for _, status := range []uint32{ntstatus.Cancelled, ntstatus.AccessViolation, ntstatus.BufferOverflow, ntstatus.IOTimeout} {
+	for _, status := range []Status{StatusCancelled, StatusAccessViolation, StatusBufferOverflow, StatusIOTimeout} {
 		c, calls := newNotifyingCQ(t, 64)
 		mustArm(t, c, CQNotifySolicited)
-		complete(t, c, cq.Entry{Type: uint32(OpSend), Status: status})
+		complete(t, c, cq.Entry{Type: OpSend, Status: status})
 		calls.expect(t, StatusSuccess)
 	}
 }
@@ -354,7 +353,7 @@ func TestSeedCompletion_ErrorsArmFiresOnlyOnCQError(t *testing.T) {
 	complete(t, c, solicited)
 	complete(t, c, failed)
 	calls.expectNone(t)
-	c.core.Fail(ntstatus.InternalError)
+	c.core.Fail(StatusInternalError)
 	calls.expect(t, StatusInternalError)
 }
 
@@ -378,7 +377,7 @@ func TestSeedCompletion_OverrunNotifiesBufferOverflow(t *testing.T) {
 func TestSeedCompletion_ReceiveAndInvalidateVisibleToGetResults(t *testing.T) {
 	c, _ := newNotifyingCQ(t, 8)
 	qpCtx, reqCtx := "qp-1", &struct{ id int }{42}
-	rai := cq.Entry{Type: uint32(OpReceiveAndInvalidate), BytesTransferred: 512,
+	rai := cq.Entry{Type: OpReceiveAndInvalidate, BytesTransferred: 512,
 		TypeSpecificCompletionOutput: 0x12345678, QPContext: qpCtx, RequestContext: reqCtx}
 
 	complete(t, c, rai)
@@ -538,7 +537,7 @@ func TestCQCloseWaitsForCallbackAndNoneFollows(t *testing.T) {
 func TestCQPushAndGetResultsAllocateNothing(t *testing.T) {
 	a := newTestAdapter(t, nil)
 	c, _ := a.CreateCQ(64, func(Status) {})
-	e := cq.Entry{Type: uint32(OpReceive), RequestContext: any(new(int)), QPContext: any(new(int))}
+	e := cq.Entry{Type: OpReceive, RequestContext: any(new(int)), QPContext: any(new(int))}
 	var rs [4]Result
 	var xs [4]ResultEx
 	if n := testing.AllocsPerRun(1000, func() {
@@ -562,7 +561,7 @@ func BenchmarkCQPushGetResults(b *testing.B) {
 	a, _ := newAdapter(defaultConfig())
 	defer a.Close()
 	c, _ := a.CreateCQ(1024, nil)
-	e := cq.Entry{Type: uint32(OpReceive)}
+	e := cq.Entry{Type: OpReceive}
 	var rs [16]Result
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,11 +1,15 @@
 // Package ndk is ndkxdp's public RDMA API, shaped after Microsoft's NDKPI
 // (the Windows kernel RDMA provider interface): the same objects, flag
-// values, status codes and rules, expressed as Go methods. NDKPI.md is the
-// reference; SEEDS.md maps each rule of the seed pages to its test.
+// values, status codes and rules, expressed as Go methods. The reference
+// is docs/NDKPI.md in the repository (cited below as NDKPI.md, with its
+// sections), the design docs/DESIGN.md; SEEDS.md in this directory maps
+// each rule of the NDKPI documentation pages to its test.
 //
 // What is here:
 //   - Status (NTSTATUS) and errors that carry it: errors.Is(err,
-//     ndk.ErrInvalidParameter), ndk.StatusOf(err);
+//     ndk.ErrInvalidParameter), ndk.StatusOf(err); these, OpFlag, CQNotify
+//     and OperationType are defined in ndk/internal/ndkpi, which the engine
+//     shares, and re-exported here;
 //   - the NDK flag and enum types with their numeric values (OpFlag, MRFlag,
 //     CQNotify, AdapterFlag, OperationType, RDMATechnology, ObjectType,
 //     Version);
@@ -15,8 +19,8 @@
 //     Adapter; Adapter.AllocBuffer for UMEM-resident buffers;
 //     Options.Capture records every frame as a pcap stream;
 //   - Adapter, CQ (GetResults, GetResultsEx, Arm with the NDKPI notification
-//     rules), PD, MR (RegisterMR, RegisterInvalidatableMR, tokens,
-//     Deregister) and SGE;
+//     rules, Resize, ControlInterruptModeration), PD, MR (RegisterMR,
+//     RegisterInvalidatableMR, tokens, Deregister) and SGE;
 //   - QP (PD.CreateQP): Send, SendAndInvalidate, Write, Read, Receive,
 //     Flush, Close, with the NDK_OP_FLAG semantics of the seed pages;
 //   - the atomic extension (atomic.go; NDKPI has no atomic verb):
@@ -27,7 +31,9 @@
 //     (rping, perftest -R) expect: Adapter.CreateConnector, Connector
 //     (Connect, ConnectWithSharedEndpoint, CompleteConnect, Accept,
 //     Reject, Disconnect, GetConnectionData, LocalAddress, PeerAddress,
-//     Close), Adapter.CreateListener, Listener (Listen with port 0,
+//     Close; NDKPI 2.1's AcceptEx, CompleteConnectEx with a
+//     DisconnectReason, DisconnectEx with an abortive disconnect;
+//     SetRetryCounts), Adapter.CreateListener, Listener (Listen with port 0,
 //     ControlConnectEvents, Close), Adapter.CreateSharedEndpoint, and
 //     Adapter.CMStats. The CM itself (state machines, rdma_cm header,
 //     what differs from Linux on the wire) is ndk/internal/cm;
@@ -47,8 +53,12 @@
 // here: adapter.go (Adapter, Close), open.go (Open, Options, Stats),
 // provider.go, cm.go (CMOptions, CMStats, the connections an adapter
 // closes with it), connector.go and listener.go, connect.go (out-of-band
-// connection), qp.go, atomic.go, cq.go, pd.go, buffer.go, flags.go,
-// info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
+// connection), connector_ex.go (NDKPI 2.1 connector calls, disconnect
+// reasons, retry counts), qp.go, atomic.go, cq.go and cq_control.go
+// (resize, moderation), pd.go, lifetime.go (closes that wait for
+// successors), extension.go (NdkQueryExtension on every object, which
+// answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), buffer.go,
+// flags.go, info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
 // internal/testhooks, installed by testhooks.go.
 //
 // Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
@@ -62,7 +72,11 @@
 // call the blocking methods. Listener and Connector Close return at once
 // and complete (Closed) after their callbacks and, for a listener, its
 // handed-over connectors; an address and port stay taken until the last
-// connector using them closes.
+// connector using them closes. A QP that fails on its own (an invalid
+// token in a SendAndInvalidate it received, a remote access error,
+// retries exhausted) aborts its connection, as seed 004 asks: the CM
+// sends a DREQ and the consumer's disconnect callback fires with a
+// DisconnectReason; the peer's fires too.
 //
 // Completion statuses of failed requests (NDKPI.md §7 and §9; the
 // ProviderErrorCode is the ib_wc_status a verbs provider would report):
@@ -95,37 +109,61 @@
 // GetResultsEx and Arm. Closing the CQ or its adapter waits for a running
 // callback, so neither may be called from inside one.
 //
-// Example:
+// Example_server and Example_client are complete programs (TestExamples
+// runs them on a veth pair). In short, a client that sends one message:
 //
-//	a, _ := ndk.Open("eth1", ndk.Options{}) // in eth1's network namespace
+//	a, err := ndk.Open("eth1", ndk.Options{}) // in eth1's network namespace
+//	if err != nil {
+//		return err
+//	}
 //	defer a.Close()
-//	var cq *ndk.CQ
-//	cq, _ = a.CreateCQ(1024, func(s ndk.Status) {
-//		if s != ndk.StatusSuccess {
-//			log.Printf("cq error: %v", s) // overrun or fatal: tear down
-//			return
-//		}
-//		var rs [32]ndk.ResultEx
-//		for n := cq.GetResultsEx(rs[:]); n > 0; n = cq.GetResultsEx(rs[:]) {
-//			handle(rs[:n])
-//		}
-//		cq.Arm(ndk.CQNotifyAny)
-//	})
-//	cq.Arm(ndk.CQNotifyAny)
-//	pd, _ := a.CreatePD()
-//	buf := make([]byte, 1<<20)
-//	mr, err := pd.RegisterMR(buf, ndk.MRFlagAllowRemoteWrite)
-//	if errors.Is(err, ndk.ErrInvalidParameter) { ... }
-//	sge, _ := mr.SGE(0, 4096)
-//	qp, _ := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq,
-//		ReceiveQueueDepth: 256, InitiatorQueueDepth: 256,
+//	cq, err := a.CreateCQ(64, nil)
+//	if err != nil {
+//		return err
+//	}
+//	pd, err := a.CreatePD()
+//	if err != nil {
+//		return err
+//	}
+//	msg := []byte("hello over RDMA")
+//	mr, err := pd.RegisterMR(msg, ndk.MRFlagAllowLocalRead)
+//	if err != nil {
+//		return err
+//	}
+//	qp, err := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq,
+//		ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
 //		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
-//	c, _ := a.CreateConnector()
-//	err = c.Connect(ctx, qp, netip.AddrPort{}, netip.MustParseAddrPort("198.18.0.2:7174"), 1, 1, nil)
-//	if errors.Is(err, ndk.ErrConnectionRefused) { ... } // nobody listens, or rejected
-//	_ = c.CompleteConnect(func() { log.Print("peer disconnected") })
-//	_ = qp.Send("ctx", []ndk.SGE{sge}, ndk.OpFlagSendAndSolicitEvent)
-//	...
-//	_ = c.Disconnect(ctx) // DREQ, DREP, QP drained
-//	c.Close()
+//	if err != nil {
+//		return err
+//	}
+//	c, err := a.CreateConnector()
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+//	dst := netip.MustParseAddrPort("198.18.0.2:7174")
+//	err = c.Connect(ctx, qp, netip.AddrPort{}, dst, 1, 1, nil)
+//	if errors.Is(err, ndk.ErrConnectionRefused) {
+//		return fmt.Errorf("nobody listens on %v: %w", dst, err)
+//	} else if err != nil {
+//		return err
+//	}
+//	if err := c.CompleteConnect(nil); err != nil {
+//		return err
+//	}
+//	sge, err := mr.SGE(0, len(msg))
+//	if err != nil {
+//		return err
+//	}
+//	if err := qp.Send(nil, []ndk.SGE{sge}, 0); err != nil {
+//		return err
+//	}
+//	var rs [1]ndk.Result
+//	for cq.GetResults(rs[:]) == 0 { // or Arm the CQ and sleep until its callback
+//		runtime.Gosched()
+//	}
+//	if rs[0].Status != ndk.StatusSuccess {
+//		return fmt.Errorf("send: %v", rs[0].Status)
+//	}
+//	return c.Disconnect(ctx) // DREQ, DREP
 package ndk

@@ -2,42 +2,27 @@ package ndk
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // OpFlag is NDK_OP_FLAG_*: per-request flags of Send, Read, Write, Bind,
 // FastRegister, Invalidate and SendAndInvalidate (NDKPI.md §6, values from
 // ndkpi.h).
-type OpFlag uint32
+type OpFlag = ndkpi.OpFlag
 
 const (
-	OpFlagSilentSuccess           OpFlag = 0x001 // no CQ entry on success; failures still complete
-	OpFlagReadFence               OpFlag = 0x002 // wait for every earlier RDMA read on the QP
-	OpFlagSendAndSolicitEvent     OpFlag = 0x004 // the peer's SOLICITED arm fires on this receive
-	OpFlagAllowRemoteRead         OpFlag = 0x008
-	OpFlagAllowLocalWrite         OpFlag = 0x010
-	OpFlagAllowRemoteWrite        OpFlag = 0x030 // includes OpFlagAllowLocalWrite
-	OpFlagInline                  OpFlag = 0x040
-	OpFlagRDMAReadSink            OpFlag = 0x080
-	OpFlagRDMAReadLocalInvalidate OpFlag = 0x100 // ndkpi.h value; the Read doc page's 0x200 is DEFER (NDKPI.md §10)
-	OpFlagDefer                   OpFlag = 0x200 // NDKPI 1.2: batch the doorbell
+	OpFlagSilentSuccess           OpFlag = ndkpi.OpFlagSilentSuccess       // no CQ entry on success; failures still complete
+	OpFlagReadFence               OpFlag = ndkpi.OpFlagReadFence           // wait for every earlier RDMA read on the QP
+	OpFlagSendAndSolicitEvent     OpFlag = ndkpi.OpFlagSendAndSolicitEvent // the peer's SOLICITED arm fires on this receive
+	OpFlagAllowRemoteRead         OpFlag = ndkpi.OpFlagAllowRemoteRead
+	OpFlagAllowLocalWrite         OpFlag = ndkpi.OpFlagAllowLocalWrite
+	OpFlagAllowRemoteWrite        OpFlag = ndkpi.OpFlagAllowRemoteWrite // includes OpFlagAllowLocalWrite
+	OpFlagInline                  OpFlag = ndkpi.OpFlagInline
+	OpFlagRDMAReadSink            OpFlag = ndkpi.OpFlagRDMAReadSink
+	OpFlagRDMAReadLocalInvalidate OpFlag = ndkpi.OpFlagRDMAReadLocalInvalidate // ndkpi.h value; the Read doc page's 0x200 is DEFER (NDKPI.md §10)
+	OpFlagDefer                   OpFlag = ndkpi.OpFlagDefer                   // NDKPI 1.2: batch the doorbell
 )
-
-var opFlagNames = []flagName[OpFlag]{
-	// Composites first, so 0x30 prints as ALLOW_REMOTE_WRITE, not as two flags.
-	{OpFlagAllowRemoteWrite, "ALLOW_REMOTE_WRITE"},
-	{OpFlagSilentSuccess, "SILENT_SUCCESS"},
-	{OpFlagReadFence, "READ_FENCE"},
-	{OpFlagSendAndSolicitEvent, "SEND_AND_SOLICIT_EVENT"},
-	{OpFlagAllowRemoteRead, "ALLOW_REMOTE_READ"},
-	{OpFlagAllowLocalWrite, "ALLOW_LOCAL_WRITE"},
-	{OpFlagInline, "INLINE"},
-	{OpFlagRDMAReadSink, "RDMA_READ_SINK"},
-	{OpFlagRDMAReadLocalInvalidate, "RDMA_READ_LOCAL_INVALIDATE"},
-	{OpFlagDefer, "DEFER"},
-}
-
-func (f OpFlag) String() string { return flagString(f, opFlagNames) }
 
 // postOp names the initiator calls whose flags NDKPI documents; unlike
 // OperationType it tells Send from SendAndInvalidate.
@@ -106,41 +91,29 @@ const (
 		MRFlagAllowRemoteAtomic // ndkxdp extension (atomic.go)
 )
 
-var mrFlagNames = []flagName[MRFlag]{
-	{MRFlagAllowRemoteWrite, "ALLOW_REMOTE_WRITE"},
-	{MRFlagAllowRemoteAtomic &^ MRFlagAllowLocalWrite, "ALLOW_REMOTE_ATOMIC"},
-	{MRFlagAllowLocalWrite, "ALLOW_LOCAL_WRITE"},
-	{MRFlagAllowRemoteRead, "ALLOW_REMOTE_READ"},
-	{MRFlagRDMAReadSink, "RDMA_READ_SINK"},
+var mrFlagNames = []ndkpi.FlagName[MRFlag]{
+	{Flag: MRFlagAllowRemoteWrite, Name: "ALLOW_REMOTE_WRITE"},
+	{Flag: MRFlagAllowRemoteAtomic &^ MRFlagAllowLocalWrite, Name: "ALLOW_REMOTE_ATOMIC"},
+	{Flag: MRFlagAllowLocalWrite, Name: "ALLOW_LOCAL_WRITE"},
+	{Flag: MRFlagAllowRemoteRead, Name: "ALLOW_REMOTE_READ"},
+	{Flag: MRFlagRDMAReadSink, Name: "RDMA_READ_SINK"},
 }
 
 func (f MRFlag) String() string {
 	if f == MRFlagAllowLocalRead {
 		return "ALLOW_LOCAL_READ"
 	}
-	return flagString(f, mrFlagNames)
+	return ndkpi.FlagString(f, mrFlagNames)
 }
 
 // CQNotify is NDK_CQ_NOTIFY_*: what an NdkArmCq waits for (NDKPI.md §6, §8).
-type CQNotify uint32
+type CQNotify = ndkpi.CQNotify
 
 const (
-	CQNotifyErrors    CQNotify = 0 // CQ errors only: overrun, fatal failure
-	CQNotifyAny       CQNotify = 1 // the next completion
-	CQNotifySolicited CQNotify = 2 // a receive of a solicited send, or any error completion
+	CQNotifyErrors    CQNotify = ndkpi.CQNotifyErrors    // CQ errors only: overrun, fatal failure
+	CQNotifyAny       CQNotify = ndkpi.CQNotifyAny       // the next completion
+	CQNotifySolicited CQNotify = ndkpi.CQNotifySolicited // a receive of a solicited send, or any error completion
 )
-
-func (n CQNotify) String() string {
-	switch n {
-	case CQNotifyErrors:
-		return "ERRORS"
-	case CQNotifyAny:
-		return "ANY"
-	case CQNotifySolicited:
-		return "SOLICITED"
-	}
-	return fmt.Sprintf("CQNotify(%d)", uint32(n))
-}
 
 // AdapterFlag is NDK_ADAPTER_FLAG_*, reported in AdapterInfo.AdapterFlags
 // (NDKPI.md §6).
@@ -156,58 +129,32 @@ const (
 	AdapterFlagLoopbackConnectionsSupported     AdapterFlag = 0x10000
 )
 
-var adapterFlagNames = []flagName[AdapterFlag]{
-	{AdapterFlagInOrderDMASupported, "IN_ORDER_DMA_SUPPORTED"},
-	{AdapterFlagRDMAReadSinkNotRequired, "RDMA_READ_SINK_NOT_REQUIRED"},
-	{AdapterFlagCQInterruptModerationSupported, "CQ_INTERRUPT_MODERATION_SUPPORTED"},
-	{AdapterFlagMultiEngineSupported, "MULTI_ENGINE_SUPPORTED"},
-	{AdapterFlagRDMAReadLocalInvalidateSupported, "RDMA_READ_LOCAL_INVALIDATE_SUPPORTED"},
-	{AdapterFlagCQResizeSupported, "CQ_RESIZE_SUPPORTED"},
-	{AdapterFlagLoopbackConnectionsSupported, "LOOPBACK_CONNECTIONS_SUPPORTED"},
+var adapterFlagNames = []ndkpi.FlagName[AdapterFlag]{
+	{Flag: AdapterFlagInOrderDMASupported, Name: "IN_ORDER_DMA_SUPPORTED"},
+	{Flag: AdapterFlagRDMAReadSinkNotRequired, Name: "RDMA_READ_SINK_NOT_REQUIRED"},
+	{Flag: AdapterFlagCQInterruptModerationSupported, Name: "CQ_INTERRUPT_MODERATION_SUPPORTED"},
+	{Flag: AdapterFlagMultiEngineSupported, Name: "MULTI_ENGINE_SUPPORTED"},
+	{Flag: AdapterFlagRDMAReadLocalInvalidateSupported, Name: "RDMA_READ_LOCAL_INVALIDATE_SUPPORTED"},
+	{Flag: AdapterFlagCQResizeSupported, Name: "CQ_RESIZE_SUPPORTED"},
+	{Flag: AdapterFlagLoopbackConnectionsSupported, Name: "LOOPBACK_CONNECTIONS_SUPPORTED"},
 }
 
-func (f AdapterFlag) String() string { return flagString(f, adapterFlagNames) }
+func (f AdapterFlag) String() string { return ndkpi.FlagString(f, adapterFlagNames) }
 
 // OperationType is NDK_OPERATION_TYPE, the Type of a ResultEx (NDKPI.md §5;
-// values from ndkpi.h only).
-type OperationType uint32
+// values from ndkpi.h only; atomic.go adds the extension's two).
+type OperationType = ndkpi.OperationType
 
 const (
-	OpReceive              OperationType = 1
-	OpReceiveAndInvalidate OperationType = 0x8001 // a receive whose send carried an invalidate token
-	OpSend                 OperationType = 2      // also NdkSendAndInvalidate's initiator completion (seed 000/004)
-	OpFastRegister         OperationType = 4
-	OpBind                 OperationType = 8
-	OpInvalidate           OperationType = 16
-	OpRead                 OperationType = 32
-	OpWrite                OperationType = 64
+	OpReceive              OperationType = ndkpi.OpReceive
+	OpReceiveAndInvalidate OperationType = ndkpi.OpReceiveAndInvalidate // a receive whose send carried an invalidate token
+	OpSend                 OperationType = ndkpi.OpSend                 // also NdkSendAndInvalidate's initiator completion (seed 000/004)
+	OpFastRegister         OperationType = ndkpi.OpFastRegister
+	OpBind                 OperationType = ndkpi.OpBind
+	OpInvalidate           OperationType = ndkpi.OpInvalidate
+	OpRead                 OperationType = ndkpi.OpRead
+	OpWrite                OperationType = ndkpi.OpWrite
 )
-
-func (t OperationType) String() string {
-	switch t {
-	case OpReceive:
-		return "Receive"
-	case OpReceiveAndInvalidate:
-		return "ReceiveAndInvalidate"
-	case OpSend:
-		return "Send"
-	case OpFastRegister:
-		return "FastRegister"
-	case OpBind:
-		return "Bind"
-	case OpInvalidate:
-		return "Invalidate"
-	case OpRead:
-		return "Read"
-	case OpWrite:
-		return "Write"
-	case OpCompareAndSwap:
-		return "CompareAndSwap"
-	case OpFetchAndAdd:
-		return "FetchAndAdd"
-	}
-	return fmt.Sprintf("OperationType(%#x)", uint32(t))
-}
 
 // RDMATechnology is NDK_RDMA_TECHNOLOGY (NDKPI.md §5, from the Windows PDB
 // symbols).
@@ -272,28 +219,3 @@ type Version struct {
 }
 
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
-
-type flagName[F ~uint32] struct {
-	flag F
-	name string
-}
-
-// flagString prints a bit set as NAME|NAME, with any bits no name covers
-// in hex; composite names must come before their parts in names.
-func flagString[F ~uint32](f F, names []flagName[F]) string {
-	if f == 0 {
-		return "0"
-	}
-	var parts []string
-	rest := f
-	for _, n := range names {
-		if rest&n.flag == n.flag {
-			parts = append(parts, n.name)
-			rest &^= n.flag
-		}
-	}
-	if rest != 0 {
-		parts = append(parts, fmt.Sprintf("%#x", uint32(rest)))
-	}
-	return strings.Join(parts, "|")
-}

@@ -30,8 +30,8 @@ type AdapterInfo struct {
 // providerVersion is the NDKPI version ndkxdp reports: 2.1, the header whose
 // NDK_RESULT_EX has ProviderErrorCode, which ResultEx carries. A consumer
 // that asks for major version 1 gets 1.2 (NdkSendAndInvalidate,
-// NdkGetCqResultsEx, DEFER: NDKPI.md §1). The 2.1 connector calls
-// (NdkAcceptEx, NdkCompleteConnectEx) arrive with the transport.
+// NdkGetCqResultsEx, DEFER: NDKPI.md §1). The 2.1 connector calls are
+// Connector.AcceptEx, CompleteConnectEx and DisconnectEx (connector_ex.go).
 var providerVersion = Version{Major: 2, Minor: 1}
 
 // providerInfo returns the limits of an ndkxdp adapter. Every create and
@@ -77,10 +77,10 @@ func providerInfo() AdapterInfo {
 		MaxCallerData: 56,
 		MaxCalleeData: 196,
 		// A software engine places bytes in order and needs no special
-		// rights on read sinks. No LOOPBACK (no loopback path yet), no
-		// moderation or resize (NdkControlCqInterruptModeration and
-		// NdkResizeCq are not offered).
-		AdapterFlags:   AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
+		// rights on read sinks; CQs coalesce notifications and resize
+		// (cq_control.go). No LOOPBACK (no loopback path yet).
+		AdapterFlags: AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired |
+			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported,
 		RDMATechnology: RDMARoCEv2,
 	}
 }

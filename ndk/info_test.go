@@ -30,8 +30,9 @@ func TestProviderInfo(t *testing.T) {
 		LargeRequestThreshold:  65536,
 		MaxCallerData:          56,
 		MaxCalleeData:          196,
-		AdapterFlags:           AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired,
-		RDMATechnology:         RDMARoCEv2,
+		AdapterFlags: AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired |
+			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported,
+		RDMATechnology: RDMARoCEv2,
 	}
 	if info != want {
 		t.Fatalf("providerInfo() =\n%+v\nwant\n%+v", info, want)

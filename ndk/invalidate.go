@@ -11,5 +11,8 @@ package ndk
 // NdkFastRegister or memory windows yet; this is the registration they
 // would produce, for consumers of remote invalidation until they arrive.
 func (pd *PD) RegisterInvalidatableMR(buf []byte, flags MRFlag) (*MR, error) {
+	if pd.adapter.rem != nil {
+		return pd.remoteRegister(buf, flags, true)
+	}
 	return pd.register(addrOf(buf), buf, flags, true)
 }

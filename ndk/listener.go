@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // Listener hands incoming connect requests for one address and port to its
@@ -14,6 +15,7 @@ import (
 type Listener struct {
 	a *Adapter
 	l *cm.Listener
+	r *remoteListener // a daemon-backed listener (remote_cm.go); l is nil
 
 	mu       sync.Mutex
 	inflight int // connect callbacks running
@@ -30,6 +32,12 @@ type Listener struct {
 // requests beyond it are refused.
 func (a *Adapter) CreateListener(onConnect func(*Connector)) (*Listener, error) {
 	const op = "create listener"
+	if a.rem != nil {
+		if onConnect == nil {
+			return nil, errorf(StatusInvalidParameter, op, "no connect callback")
+		}
+		return a.rem.createListener(a, onConnect)
+	}
 	m := a.manager()
 	if m == nil {
 		return nil, errorf(StatusNotSupported, op, "adapter has no connection management (use ndk.Open)")
@@ -84,17 +92,33 @@ func (x *Listener) connectEvent(cc *cm.Connector, onConnect func(*Connector)) {
 // connectors of a closed listener still open, and STATUS_INVALID_ADDRESS
 // for an address that is not the adapter's.
 func (x *Listener) Listen(addr netip.AddrPort) error {
+	if x.r != nil {
+		return x.remoteListen(addr)
+	}
 	return cmError("listen", x.l.Listen(addr))
 }
 
 // LocalAddress returns the address and port listened on
 // (NdkGetListenerLocalAddress), with the port picked for port 0.
-func (x *Listener) LocalAddress() netip.AddrPort { return x.l.LocalAddr() }
+func (x *Listener) LocalAddress() netip.AddrPort {
+	if x.r != nil {
+		x.r.mu.Lock()
+		defer x.r.mu.Unlock()
+		return x.r.local
+	}
+	return x.l.LocalAddr()
+}
 
 // ControlConnectEvents pauses or resumes connect events
 // (NdkControlConnectEvents). While paused, requests are refused as if
 // nobody listened (the peer sees STATUS_CONNECTION_REFUSED).
-func (x *Listener) ControlConnectEvents(pause bool) { x.l.ControlConnectEvents(pause) }
+func (x *Listener) ControlConnectEvents(pause bool) {
+	if x.r != nil {
+		_, _ = x.a.rem.do("control connect events", &proto.Request{Op: proto.OpPauseListener, H: x.r.h, Pause: pause})
+		return
+	}
+	x.l.ControlConnectEvents(pause)
+}
 
 // Close stops listening at once: later requests are refused. Connectors
 // already handed over live on and keep the address and port taken until
@@ -109,6 +133,12 @@ func (x *Listener) Close() {
 	}
 	x.closing = true
 	x.mu.Unlock()
+	if x.r != nil {
+		if _, err := x.a.rem.do("close listener", &proto.Request{Op: proto.OpCloseListener, H: x.r.h}); err != nil {
+			x.finishRemote()
+		}
+		return
+	}
 	if x.l.Close(x.cmCloseDone) {
 		x.cmCloseDone()
 	}
@@ -142,6 +172,9 @@ func (x *Listener) finishLocked() {
 type SharedEndpoint struct {
 	a  *Adapter
 	se *cm.SharedEndpoint
+	// On a daemon-backed adapter: the daemon's handle and the address.
+	rh    uint32
+	raddr netip.AddrPort
 }
 
 // CreateSharedEndpoint takes addr for shared use (NdkCreateSharedEndpoint);
@@ -150,6 +183,15 @@ type SharedEndpoint struct {
 // STATUS_INVALID_ADDRESS for an address that is not the adapter's.
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	const op = "create shared endpoint"
+	if a.rem != nil {
+		m, err := a.rem.do(op, &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
+		if err != nil {
+			return nil, err
+		}
+		x := &SharedEndpoint{a: a, rh: m.H}
+		x.raddr, _ = netip.ParseAddrPort(m.Addr)
+		return x, nil
+	}
 	m := a.manager()
 	if m == nil {
 		return nil, errorf(StatusNotSupported, op, "adapter has no connection management (use ndk.Open)")
@@ -168,11 +210,20 @@ func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, er
 
 // LocalAddress returns the endpoint's address and port
 // (NdkGetSharedEndpointLocalAddress).
-func (x *SharedEndpoint) LocalAddress() netip.AddrPort { return x.se.LocalAddr() }
+func (x *SharedEndpoint) LocalAddress() netip.AddrPort {
+	if x.a.rem != nil {
+		return x.raddr
+	}
+	return x.se.LocalAddr()
+}
 
 // Close drops the endpoint's own reference: connectors using it keep the
 // address and port taken until they close.
 func (x *SharedEndpoint) Close() {
+	if x.a.rem != nil {
+		_, _ = x.a.rem.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: x.rh})
+		return
+	}
 	x.se.Close()
 	x.a.conns.forget(func() { delete(x.a.conns.endpoints, x) })
 }

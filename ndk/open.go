@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"time"
 
+	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
@@ -76,6 +78,25 @@ type Options struct {
 	// address. Set it only where a peer's frames legitimately arrive from
 	// several addresses.
 	AcceptAnySource bool
+	// Pin pins the steering program's attachment under
+	// PinRoot/<interface> (default /sys/fs/bpf/ndkxdp), where operators'
+	// tools find its maps, and takes over one pinned there already: what
+	// the daemon does, so that a daemon killed with SIGKILL leaves a
+	// working attachment for the next. Close unpins and detaches.
+	Pin     bool
+	PinRoot string
+	// ZeroCopy is how the AF_XDP sockets bind: ZeroCopyPreferred (the
+	// zero value) tries the driver's zero-copy mode and falls back to
+	// copy mode; ZeroCopyRequired fails where the driver has none
+	// (veth); ZeroCopyOff always copies.
+	ZeroCopy ZeroCopyMode
+	// BusyPoll, if non-zero, turns on the sockets' busy polling for that
+	// long per poll (SO_BUSY_POLL) with SO_PREFER_BUSY_POLL: the engine's
+	// own polling drives the NIC's NAPI and the driver's interrupt stays
+	// off while it does (Documentation/networking/af_xdp.rst). It needs
+	// the device's napi_defer_hard_irqs and gro_flush_timeout set to
+	// matter; without them it only adds the busy-poll loop.
+	BusyPoll time.Duration
 	// MaxQPs bounds the QPs each queue's engine holds (default 65,536,
 	// what the steering program can steer). A host whose peers are not
 	// trusted sets what they may make it hold: each QP costs its rings
@@ -92,6 +113,15 @@ type Options struct {
 	InjectLoss float64
 }
 
+// ZeroCopyMode is how an adapter's AF_XDP sockets bind.
+type ZeroCopyMode int
+
+const (
+	ZeroCopyPreferred ZeroCopyMode = iota
+	ZeroCopyRequired
+	ZeroCopyOff
+)
+
 // ThreadLocking is the engines' thread policy.
 type ThreadLocking int
 
@@ -102,9 +132,8 @@ const (
 	// the consumers still have one. On smaller machines the engines stay
 	// unlocked: a polling engine yields its P between idle loops so the
 	// consumers and the other engines run, and a yield from a locked
-	// thread is a futex hand-off between threads (rc.Config.LockThread:
-	// a 64-byte SEND round trip measured 110-130 us locked against 20-45
-	// us unlocked on 2 cores).
+	// thread is a futex hand-off between threads (rc.Config.LockThread;
+	// test/rdma's doc has the measurements).
 	LockAuto ThreadLocking = iota
 	// LockAlways locks every engine to its thread.
 	LockAlways
@@ -143,6 +172,12 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	}
 	if opts.Queues < 0 || opts.Queues > 64 {
 		return nil, errorf(StatusInvalidParameter, op, "%d queues (1-64)", opts.Queues)
+	}
+	if opts.ZeroCopy < ZeroCopyPreferred || opts.ZeroCopy > ZeroCopyOff {
+		return nil, errorf(StatusInvalidParameter, op, "zero-copy mode %d", opts.ZeroCopy)
+	}
+	if opts.BusyPoll < 0 || opts.BusyPoll > time.Second {
+		return nil, errorf(StatusInvalidParameter, op, "busy poll %v (0 to 1s)", opts.BusyPoll)
 	}
 	if opts.MaxQPs < 0 {
 		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
@@ -195,11 +230,18 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,
+		Pin:        opts.Pin,
+		PinRoot:    opts.PinRoot,
+		BindMode:   map[ZeroCopyMode]afxdp.BindMode{ZeroCopyPreferred: afxdp.ModeAuto, ZeroCopyRequired: afxdp.ModeZeroCopy, ZeroCopyOff: afxdp.ModeCopy}[opts.ZeroCopy],
+		BusyPoll:   opts.BusyPoll,
 	}
 }
 
 // LocalAddress returns the IP address the adapter's QPs send from.
 func (a *Adapter) LocalAddress() netip.Addr {
+	if a.rem != nil {
+		return a.rem.addr
+	}
 	if a.prov == nil {
 		return netip.Addr{}
 	}
@@ -208,6 +250,9 @@ func (a *Adapter) LocalAddress() netip.Addr {
 
 // MAC returns the interface's hardware address.
 func (a *Adapter) MAC() net.HardwareAddr {
+	if a.rem != nil {
+		return a.rem.mac
+	}
 	var m rocev2.MAC
 	if a.prov != nil {
 		m = a.prov.MAC()
@@ -218,6 +263,9 @@ func (a *Adapter) MAC() net.HardwareAddr {
 // PathMTU returns the largest path MTU the interface carries, in bytes
 // (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
 func (a *Adapter) PathMTU() int {
+	if a.rem != nil {
+		return a.rem.pmtu
+	}
 	if a.prov == nil {
 		return rocev2.MTU(0).Bytes()
 	}
@@ -228,12 +276,12 @@ func (a *Adapter) PathMTU() int {
 // snapshot on its own goroutine, which also orders the caller with it (see
 // the ndk doc: memory a peer writes with RDMA WRITE).
 func (a *Adapter) Stats() []EngineStats {
+	if a.rem != nil {
+		s, _ := a.rem.stats()
+		return s
+	}
 	if a.prov == nil {
 		return []EngineStats{}
 	}
-	return a.prov.Stats()
+	return engineStats(a.prov.Stats())
 }
-
-// EngineStats are one engine's counters: frames in and out, drops by
-// reason, retransmissions, NAKs and RNR NAKs sent and received.
-type EngineStats = rc.Stats

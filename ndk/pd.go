@@ -13,9 +13,11 @@ import (
 type PD struct {
 	adapter *Adapter
 	id      uint32
+	rh      uint32 // the daemon's handle, on a daemon-backed adapter
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
+	qps      int  // QPs created on the PD and not yet closed (lifetime.go)
 	closing  bool // Close was called: no new registrations
 	finished bool // the close completed: done is closed
 	done     chan struct{}
@@ -28,6 +30,7 @@ type MR struct {
 	va     uint64
 	flags  MRFlag
 	tokens memreg.Tokens
+	rh     uint32 // the daemon's handle, on a daemon-backed adapter
 
 	registered bool // guarded by pd.mu
 }
@@ -54,6 +57,9 @@ type SGE struct {
 // accepted: the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
 // Registration completes inline; it never pends.
 func (pd *PD) RegisterMR(buf []byte, flags MRFlag) (*MR, error) {
+	if pd.adapter.rem != nil {
+		return pd.remoteRegister(buf, flags, false)
+	}
 	return pd.registerAt(addrOf(buf), buf, flags)
 }
 
@@ -105,19 +111,32 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 	return mr, nil
 }
 
-// Close closes the PD (NdkClosePd). New registrations fail at once. If MRs
-// are still registered the close is pending (NDKPI.md §8: an antecedent
-// closed before its successors completes once every successor is closed)
-// and completes when the last one is deregistered; Closed reports when.
+// Close closes the PD (NdkClosePd). New registrations and QPs fail at
+// once. If MRs are still registered or QPs open the close is pending
+// (NDKPI.md §8: an antecedent closed before its successors completes once
+// every successor is closed) and completes when the last one is
+// deregistered or closed; Closed reports when.
 // Close never blocks and never fails; a second Close does nothing.
 func (pd *PD) Close() {
+	if pd.adapter.rem != nil {
+		pd.remoteClose()
+		return
+	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closing {
 		return
 	}
 	pd.closing = true
-	if len(pd.mrs) == 0 {
+	pd.maybeFinishLocked()
+}
+
+// maybeFinishLocked completes a pending close once no successor is left;
+// pd.mu is held.
+func (pd *PD) maybeFinishLocked() {
+	// A daemon-backed PD's close completes when the daemon's does
+	// (remoteClosed), whose PD applies these rules.
+	if pd.adapter.rem == nil && pd.closing && !pd.finished && len(pd.mrs) == 0 && pd.qps == 0 {
 		pd.finishLocked()
 	}
 }
@@ -194,6 +213,9 @@ func (m *MR) SGE(off, n int) (SGE, error) {
 // STATUS_INVALID_HANDLE if the MR is not registered (deregistered already,
 // or its adapter was closed).
 func (m *MR) Deregister() error {
+	if m.pd.adapter.rem != nil {
+		return m.remoteDeregister()
+	}
 	pd := m.pd
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
@@ -201,8 +223,6 @@ func (m *MR) Deregister() error {
 		return errorf(StatusInvalidHandle, "deregister mr", "mr %#x not registered", m.tokens.Local)
 	}
 	pd.deregisterLocked(m)
-	if pd.closing && !pd.finished && len(pd.mrs) == 0 {
-		pd.finishLocked()
-	}
+	pd.maybeFinishLocked()
 	return nil
 }

@@ -7,7 +7,12 @@ package ndk
 // memory a peer writes (ib_write_lat watches the last byte of its buffer,
 // since a WRITE makes no completion at the responder) is no data race,
 // without Adapter.Stats' round trip to the engine. Allocates nothing.
-func (q *QP) PeerWrites() uint64 { return q.rc.PlacedWrites() }
+func (q *QP) PeerWrites() uint64 {
+	if q.r != nil {
+		return q.r.writes.Load()
+	}
+	return q.rc.PlacedWrites()
+}
 
 // ArmPeerWrites asks for one token on ch when the engine next places a
 // WRITE packet from the peer of this QP (an ndkxdp extension, the
@@ -19,6 +24,10 @@ func (q *QP) PeerWrites() uint64 { return q.rc.PlacedWrites() }
 // The consumer serializes ArmPeerWrites with itself. It allocates only
 // when ch differs from the last call's.
 func (q *QP) ArmPeerWrites(ch chan struct{}) {
+	if q.r != nil {
+		q.remoteArmPeerWrites(ch)
+		return
+	}
 	if q.writeArm == nil || *q.writeArm != ch {
 		box := ch
 		q.writeArm = &box

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -38,9 +38,17 @@ type QP struct {
 	pd      *PD
 	adapter *Adapter
 	rc      *rc.QP
+	r       *remoteQP // a daemon-backed QP (remote_objects.go); rc is nil
 	queue   int
-	closed  atomic.Bool
-	psn     uint32 // the first PSN this QP sends, drawn at random
+	rcq     *CQ // the CQs it holds open (lifetime.go)
+	icq     *CQ
+	closed  atomic.Bool // Close was called
+	// conn is the connector Connect or Accept gave the QP to: a close
+	// waits for its close (lifetime.go). done is closed when the QP's
+	// close completed.
+	conn atomic.Pointer[Connector]
+	done chan struct{}
+	psn  uint32 // the first PSN this QP sends, drawn at random
 	// atomicSGL holds an atomic's result SGE while it is posted (atomic.go):
 	// initiator posts are serialized, and a local array would escape.
 	atomicSGL [1]rc.SGE
@@ -54,6 +62,11 @@ type QP struct {
 var _ = [1]struct{}{}[unsafe.Sizeof(SGE{})-unsafe.Sizeof(rc.SGE{})]
 var _ = [1]struct{}{}[unsafe.Offsetof(SGE{}.Length)-unsafe.Offsetof(rc.SGE{}.Length)]
 var _ = [1]struct{}{}[unsafe.Offsetof(SGE{}.Token)-unsafe.Offsetof(rc.SGE{}.Token)]
+
+// unsafeSGL is engineSGL's inverse.
+func unsafeSGL(sgl []rc.SGE) []SGE {
+	return unsafe.Slice((*SGE)(unsafe.Pointer(unsafe.SliceData(sgl))), len(sgl))
+}
 
 func engineSGL(sgl []SGE) []rc.SGE {
 	if len(sgl) == 0 {
@@ -91,14 +104,20 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSGE %d outside [0, %d]", cfg.MaxInitiatorRequestSGE, info.MaxInitiatorRequestSGE)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
-	case a.prov == nil:
+	case a.prov == nil && a.rem == nil:
 		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
 	}
-	pd.mu.Lock()
-	closing := pd.closing
-	pd.mu.Unlock()
-	if closing {
-		return nil, errorf(StatusInvalidHandle, op, "pd closed")
+	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
+		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
+	}
+	if a.rem != nil {
+		q, err := a.rem.createQP(pd, cfg)
+		if err != nil {
+			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+			return nil, err
+		}
+		q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
+		return q, nil
 	}
 	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
 	// by what this QP accepts for other requests.
@@ -110,6 +129,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
 		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
 	})
+	if err != nil {
+		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+	}
 	switch {
 	case errors.Is(err, inproc.ErrClosed):
 		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
@@ -118,11 +140,17 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	var psn [4]byte
 	_, _ = rand.Read(psn[:])
-	return &QP{pd: pd, adapter: a, rc: q, queue: queue, psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
+	return &QP{pd: pd, adapter: a, rc: q, queue: queue, rcq: cfg.ReceiveCQ, icq: cfg.InitiatorCQ,
+		done: make(chan struct{}), psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
 }
 
 // QPN returns the QP number peers address.
-func (q *QP) QPN() uint32 { return q.rc.QPN() }
+func (q *QP) QPN() uint32 {
+	if q.r != nil {
+		return q.r.qpn
+	}
+	return q.rc.QPN()
+}
 
 // Queue returns the device queue whose engine runs the QP.
 func (q *QP) Queue() int { return q.queue }
@@ -131,7 +159,12 @@ func (q *QP) Queue() int { return q.queue }
 func (q *QP) forCM() cm.QP { return q.adapter.prov.ConnectionQP(q.rc, q.psn) }
 
 // Connected reports whether the QP is connected and not in error.
-func (q *QP) Connected() bool { return q.rc.State() == rc.StateConnected }
+func (q *QP) Connected() bool {
+	if q.r != nil {
+		return q.r.connected.Load() && !q.closed.Load()
+	}
+	return q.rc.State() == rc.StateConnected
+}
 
 // queueFull holds each post operation's STATUS_INSUFFICIENT_RESOURCES
 // error, built once. A full queue is not a fault but the back-pressure a
@@ -149,33 +182,40 @@ var queueFull = func() map[string]error {
 
 // postError turns an engine post status into the error the NDK call
 // returns. It allocates, except for a full queue; only failures reach it.
-func postError(op string, st uint32) error {
-	if err, ok := queueFull[op]; ok && st == ntstatus.InsufficientResource {
+func postError(op string, st Status) error {
+	if err, ok := queueFull[op]; ok && st == StatusInsufficientResources {
 		return err
 	}
 	switch st {
-	case ntstatus.ConnectionInvalid:
+	case StatusConnectionInvalid:
 		return errorf(StatusConnectionInvalid, op, "queue pair not connected")
-	case ntstatus.InvalidParameter:
+	case StatusInvalidParameter:
 		return errorf(StatusInvalidParameter, op, "SGE count or inline size over the QP's limits, or total length over the adapter's MaxTransferLength")
-	case ntstatus.AccessViolation:
+	case StatusAccessViolation:
 		return errorf(StatusAccessViolation, op, "an SGE's local token, bounds or rights do not allow this access")
-	case ntstatus.InsufficientResource:
+	case StatusInsufficientResources:
 		return errorf(StatusInsufficientResources, op, "queue full: wait for completions")
-	case ntstatus.InvalidHandle:
+	case StatusInvalidHandle:
 		return errorf(StatusInvalidHandle, op, "queue pair closed")
 	}
-	return errorf(Status(st), op, "post failed")
+	return errorf(st, op, "post failed")
 }
 
 func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
-	if err := checkOpFlags(pop, OpFlag(wr.Flags), q.adapter.info.AdapterFlags); err != nil {
+	if err := checkOpFlags(pop, wr.Flags, q.adapter.info.AdapterFlags); err != nil {
 		// Earlier DEFER posts still go (NDKPI.md §8), as after any
 		// inline failure.
-		q.rc.RingDeferred()
+		if q.r != nil {
+			q.adapter.rem.ringDeferred(q.r)
+		} else {
+			q.rc.RingDeferred()
+		}
 		return err
 	}
-	if st := q.rc.PostSend(wr); st != ntstatus.Success {
+	if q.r != nil {
+		return q.remotePost(op, wr)
+	}
+	if st := q.rc.PostSend(wr); st != StatusSuccess {
 		return postError(op, st)
 	}
 	return nil
@@ -198,7 +238,7 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 // QP failed or was flushed, requests complete with STATUS_CANCELLED.
 // Send never blocks and allocates nothing when it succeeds.
 func (q *QP) Send(ctx any, sgl []SGE, flags OpFlag) error {
-	wr := rc.SendWR{Op: rc.OpSend, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl)}
+	wr := rc.SendWR{Op: rc.OpSend, Flags: flags, Context: ctx, SGL: engineSGL(sgl)}
 	return q.post("send", postSend, &wr)
 }
 
@@ -210,7 +250,7 @@ func (q *QP) Send(ctx any, sgl []SGE, flags OpFlag) error {
 // receive fails, this request completes with STATUS_REMOTE_RESOURCES and
 // both QPs enter the error state.
 func (q *QP) SendAndInvalidate(ctx any, sgl []SGE, flags OpFlag, remoteToken uint32) error {
-	wr := rc.SendWR{Op: rc.OpSendInvalidate, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), InvalidateToken: remoteToken}
+	wr := rc.SendWR{Op: rc.OpSendInvalidate, Flags: flags, Context: ctx, SGL: engineSGL(sgl), InvalidateToken: remoteToken}
 	return q.post("send and invalidate", postSendAndInvalidate, &wr)
 }
 
@@ -219,7 +259,7 @@ func (q *QP) SendAndInvalidate(ctx any, sgl []SGE, flags OpFlag, remoteToken uin
 // INLINE, DEFER. The peer refusing the access completes it with
 // STATUS_ACCESS_VIOLATION and fails the connection.
 func (q *QP) Write(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, flags OpFlag) error {
-	wr := rc.SendWR{Op: rc.OpWrite, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
+	wr := rc.SendWR{Op: rc.OpWrite, Flags: flags, Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
 	return q.post("write", postWrite, &wr)
 }
 
@@ -230,7 +270,7 @@ func (q *QP) Write(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32,
 // STATUS_REMOTE_RESOURCES, as NdkRead documents for reads beyond the
 // remote region, and fails the connection.
 func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, flags OpFlag) error {
-	wr := rc.SendWR{Op: rc.OpRead, Flags: uint32(flags), Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
+	wr := rc.SendWR{Op: rc.OpRead, Flags: flags, Context: ctx, SGL: engineSGL(sgl), RemoteAddr: remoteAddress, RemoteToken: remoteToken}
 	return q.post("read", postRead, &wr)
 }
 
@@ -242,7 +282,10 @@ func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, 
 // STATUS_INSUFFICIENT_RESOURCES (queue full). Allocates nothing when it
 // succeeds.
 func (q *QP) Receive(ctx any, sgl []SGE) error {
-	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != ntstatus.Success {
+	if q.r != nil {
+		return q.remoteReceive(ctx, sgl)
+	}
+	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
 	}
 	return nil
@@ -252,17 +295,32 @@ func (q *QP) Receive(ctx any, sgl []SGE) error {
 // STATUS_CANCELLED, in order, and the QP is in the error state
 // afterwards, as after a failure. It returns before the cancellations
 // complete.
-func (q *QP) Flush() { q.rc.Flush() }
+func (q *QP) Flush() {
+	if q.r != nil {
+		_, _ = q.adapter.rem.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: q.r.h})
+		return
+	}
+	q.rc.Flush()
+}
 
 // Close closes the QP (NdkCloseQp): pending requests complete with
 // STATUS_CANCELLED, the QP number leaves the steering map, and later posts
-// fail with STATUS_INVALID_HANDLE. A second Close does nothing.
+// fail with STATUS_INVALID_HANDLE. While the connector it was given to
+// (Connect, Accept) is not closed, the close is pending (NDKPI.md §8: the
+// QP is the connector's antecedent): Close returns nil at once, the QP
+// works on, and the close completes when the connector's has. Closed
+// reports when; only then do its PD and CQs count it no more. A second
+// Close does nothing.
 func (q *QP) Close() error {
 	if !q.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if err := q.adapter.prov.CloseQP(q.rc); err != nil {
-		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}
+	if c := q.conn.Load(); c != nil && !c.isClosed() {
+		go func() {
+			<-c.done
+			_ = q.finishClose()
+		}()
+		return nil
 	}
-	return nil
+	return q.finishClose()
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // statusTable pins every status to the hex value and header name of
@@ -49,8 +51,8 @@ var statusTable = []struct {
 }
 
 func TestStatusValuesAndNames(t *testing.T) {
-	if len(statusTable) != len(statusNames) {
-		t.Fatalf("table has %d statuses, statusNames %d: a status is untested or unnamed", len(statusTable), len(statusNames))
+	if len(statusTable) != len(ndkpi.StatusNames) {
+		t.Fatalf("table has %d statuses, ndkpi.StatusNames %d: a status is untested or unnamed", len(statusTable), len(ndkpi.StatusNames))
 	}
 	for _, tc := range statusTable {
 		if uint32(tc.s) != tc.hex {

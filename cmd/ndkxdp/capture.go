@@ -1,24 +1,35 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"net"
 	"sync"
 )
 
-// sharedCapture records both demo hosts into one pcap file. Each adapter
-// writes a pcap stream of its own (ndk.Options.Capture: a file header in
-// one Write, then one Write per frame); only the first file header
-// reaches the file, and the frames of both streams follow it in the order
-// they were written.
+// pcapRecordHeader is the length of a pcap record's header (timestamp,
+// captured and original length) before the frame.
+const pcapRecordHeader = 16
+
+// sharedCapture records the demo's two hosts into one pcap file, each
+// frame once: as its sender sent it. Each adapter writes a pcap stream of
+// its own (ndk.Options.Capture: a file header in one Write, then one
+// Write per frame, sent or received); only the first file header reaches
+// the file, and of each stream only the frames whose Ethernet source is
+// that adapter's, so a frame does not appear again as its receiver got it.
 type sharedCapture struct {
 	mu     sync.Mutex
 	w      io.Writer
 	header bool  // a file header is written
+	frames int   // frames written
 	err    error // the first write error
 }
 
-// stream returns the writer for one adapter's stream.
-func (c *sharedCapture) stream() io.Writer { return &captureStream{c: c} }
+// stream returns the writer for the stream of the adapter whose MAC is
+// mac.
+func (c *sharedCapture) stream(mac net.HardwareAddr) io.Writer {
+	return &captureStream{c: c, mac: mac}
+}
 
 // Err returns the first write error.
 func (c *sharedCapture) Err() error {
@@ -27,8 +38,16 @@ func (c *sharedCapture) Err() error {
 	return c.err
 }
 
+// Frames returns how many frames the file holds.
+func (c *sharedCapture) Frames() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frames
+}
+
 type captureStream struct {
 	c       *sharedCapture
+	mac     net.HardwareAddr
 	started bool // the stream's file header went by
 }
 
@@ -42,6 +61,10 @@ func (s *captureStream) Write(b []byte) (int, error) {
 			return len(b), nil
 		}
 		c.header = true
+	} else if len(b) < pcapRecordHeader+12 || !bytes.Equal(b[pcapRecordHeader+6:pcapRecordHeader+12], s.mac) {
+		return len(b), nil // a frame this adapter received
+	} else {
+		c.frames++
 	}
 	if c.err != nil {
 		return 0, c.err

@@ -1,25 +1,27 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/ndkxdp/ndkxdp/loader"
 )
 
+const countersSynopsis = "usage: ndkxdp counters -dev IFNAME\n\nPrints the steering counters of the XDP program an ndkxdp daemon attached\nand pinned on IFNAME."
+
 func runCounters(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("counters", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("counters", countersSynopsis, stderr)
 	dev := fs.String("dev", "", "interface whose pinned attachment to read (required)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if *dev == "" {
-		fs.Usage()
-		return fmt.Errorf("-dev is required")
+		return usagef("-dev is required\n%s", countersSynopsis)
 	}
-	if err := requireRoot(); err != nil {
+	if err := checkDev(*dev); err != nil {
+		return err
+	}
+	if err := requireCaps([]capability{capBPF}); err != nil {
 		return err
 	}
 	x, err := loader.OpenPinned(*dev, loader.Options{})

@@ -4,12 +4,22 @@
 //	ndkxdp perf baseline [flags]   raw AF_XDP, Go UDP and Go TCP on a veth pair
 //	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev
 //	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev
+//	ndkxdp daemon -dev IFNAME      serve IFNAME to local applications
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
 //	ndkxdp soak -duration D        mixed traffic with loss on a veth pair, RSS over time
 //	ndkxdp version
 //
 // Every network the command builds lives in network namespaces it creates
 // (addresses from 198.18.0.0/15, no default route) and is deleted on exit.
+//
+// Privileges: rping and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
+// CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them); demo and perf
+// baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
+// Each command checks them first and names any missing.
+//
+// Exit status: 0 on success and for -h, 2 for a bad command line, 1 for a
+// failure, 130 after SIGINT and 143 after SIGTERM (128 + the signal, as a
+// shell reports it).
 package main
 
 import (
@@ -31,32 +41,110 @@ commands:
   perf TEST       perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,
                   write_lat or read_lat over rdma_cm against any RoCE peer
   rping           librdmacm's rping, client or server, against any RoCE peer
+  daemon          serve an interface to local applications (ndk.Dial)
   counters        print the steering counters of a pinned attachment
   soak            mixed traffic with injected loss on a veth pair, RSS over time
-  version         print the version
+  version         print the version, build and kernel features
 
 Run 'ndkxdp <command> -h' for the flags of a command.
 `
 
-// version is set at link time (-ldflags "-X main.version=...").
-var version = "dev"
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// mainStatus runs the command and returns the process's exit status. The
+// first SIGINT or SIGTERM cancels the run, which then cleans up (namespaces,
+// XDP programs) and returns; a second one ends the process at once, as the
+// default disposition does.
+func mainStatus(args []string, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr := &tracker{}
+	ctx = withTracker(ctx, tr)
+	got := make(chan syscall.Signal, 1)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			got <- s.(syscall.Signal)
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+			cancel()
+		case <-done:
 		}
-		fmt.Fprintf(os.Stderr, "ndkxdp: %v\n", err)
-		os.Exit(1)
+	}()
+	err := run(ctx, args, stdout, stderr)
+	close(done)
+	signal.Stop(sigs)
+	if len(args) > 0 && args[0] == "daemon" && err == nil {
+		// A service's SIGTERM is its stop request, not an interruption:
+		// a daemon that stopped cleanly exits 0 (systemd counts 143 a
+		// failure unless told otherwise).
+		return 0
 	}
+	select {
+	case s := <-got:
+		fmt.Fprintf(stderr, "ndkxdp: interrupted during %s (%v)\n", tr.phase(), signalName(s))
+		return 128 + int(s)
+	default:
+	}
+	return exitStatus(err, stderr)
+}
+
+// signalName names a signal as a shell user knows it.
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// exitStatus prints err for a person and maps it to the exit status.
+func exitStatus(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp) && !errors.As(err, &ue):
+		return 0
+	case errors.As(err, &ue):
+		if ue.err != nil && !errors.Is(ue.err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "ndkxdp: %s\n", describe(ue.err))
+		}
+		return 2
+	}
+	fmt.Fprintf(stderr, "ndkxdp: %s\n", describe(err))
+	return 1
+}
+
+// usageError is a bad command line: the run did nothing, and the exit
+// status is 2.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// badUsage wraps a flag or argument error as a usageError; flag.ErrHelp
+// (-h) stays as it is, a request that succeeds.
+func badUsage(err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &usageError{err}
+}
+
+// usagef is a usageError with a message.
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return flag.ErrHelp
+		return &usageError{flag.ErrHelp}
 	}
 	switch args[0] {
 	case "demo":
@@ -65,27 +153,64 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPerf(ctx, args[1:], stdout, stderr)
 	case "counters":
 		return runCounters(args[1:], stdout, stderr)
+	case "daemon":
+		return runDaemon(ctx, args[1:], stdout, stderr)
 	case "rping":
 		return runRping(ctx, args[1:], stdout, stderr)
 	case "soak":
 		return runSoak(ctx, args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "ndkxdp", version)
-		return nil
+		return runVersion(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", args[0])
+		return usagef("unknown command %q", args[0])
 	}
 }
 
-// requireRoot explains what is missing instead of failing deep inside a
-// netlink or bpf call.
-func requireRoot() error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root (or CAP_NET_ADMIN, CAP_BPF, CAP_IPC_LOCK and CAP_SYS_ADMIN for the namespaces)")
+// newFlagSet is a command's flag set. Its usage starts with synopsis;
+// errors and the usage after them go to stderr.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\nflags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// wantsHelp reports whether args ask for help (-h, -help, --help before
+// a "--"). The help goes to stdout and the command succeeds, as the top
+// level's does.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// parseFlags parses args with fs and refuses arguments that are not
+// flags: no command takes any but perf TEST's ADDR, which it parses
+// itself. For -h it prints the usage on stdout and returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if wantsHelp(args) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return flag.ErrHelp
+	}
+	if err := fs.Parse(args); err != nil {
+		return badUsage(err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
 	}
 	return nil
 }

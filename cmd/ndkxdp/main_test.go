@@ -3,42 +3,243 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
-	"github.com/ndkxdp/ndkxdp/internal/vethpair"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
+// TestMain lets a test run the command as a process of its own (to send
+// it signals and read its exit status): with NDKXDP_TEST_MAIN=1 the test
+// binary is ndkxdp.
+func TestMain(m *testing.M) {
+	if os.Getenv("NDKXDP_TEST_MAIN") == "1" {
+		os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestBadInvocations: every bad command line is refused with exit status
+// 2 and a message naming the flag, before anything is printed on stdout
+// or touched (-dev lo would be attached to otherwise).
 func TestBadInvocations(t *testing.T) {
-	for _, args := range [][]string{
-		{},
-		{"bogus"},
-		{"demo", "-messages", "0"},
-		{"demo", "-xdp-mode", "fast"},
-		{"demo", "-dev", "eth0"},
-		{"perf"},
-		{"perf", "baseline", "-duration", "-1s"},
-		{"counters"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, ""},
+		{[]string{"bogus"}, "unknown command"},
+		{[]string{"demo", "-messages", "0"}, "-messages 0"},
+		{[]string{"demo", "-xdp-mode", "fast"}, "-xdp-mode"},
+		{[]string{"demo", "-dev", "eth0"}, "not supported yet"},
+		{[]string{"demo", "-mtu", "0"}, "-mtu 0: must be in [1280, 9000]"},
+		{[]string{"demo", "-mtu", "500"}, "IPv6, which needs 1280"},
+		{[]string{"demo", "-mtu", "70000"}, "-mtu 70000"},
+		{[]string{"demo", "extra"}, "unexpected arguments"},
+		{[]string{"perf"}, "test name or baseline"},
+		{[]string{"perf", "baseline", "-duration", "-1s"}, "-duration -1s"},
+		{[]string{"perf", "baseline", "-mtu", "1000"}, "-mtu 1000"},
+		{[]string{"perf", "baseline", "extra"}, "unexpected arguments"},
+		{[]string{"counters"}, "-dev is required"},
+		{[]string{"counters", "-dev", "lo", "extra"}, "unexpected arguments"},
+		{[]string{"version", "extra"}, "unexpected arguments"},
+		{[]string{"rping", "-s", "-S", "10", "-dev", "lo"}, "invalid size 10"},
+		{[]string{"rping", "-s", "-dev", "lo", "extra"}, "unexpected arguments"},
+		{[]string{"perf", "send_bw", "-s", "-1", "-dev", "lo"}, "size -1"},
+		{[]string{"perf", "send_bw", "-dev", "no-such-if0"}, "no such network interface"},
+		{[]string{"rping", "-s", "-dev", "no-such-if0"}, "ENODEV"},
 	} {
 		var out, errOut bytes.Buffer
-		if err := run(context.Background(), args, &out, &errOut); err == nil {
-			t.Errorf("ndkxdp %q succeeded", args)
+		err := run(context.Background(), tc.args, &out, &errOut)
+		var status bytes.Buffer
+		if code := exitStatus(err, &status); code != 2 || !strings.Contains(status.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("ndkxdp %q: exit %d, stderr %q, stdout %q; want exit 2 naming %q and nothing on stdout", tc.args, code, status.String(), out.String(), tc.want)
 		}
 	}
 }
 
+// TestHelpExitsZero: -h of the top level and of every subcommand prints
+// the usage on stdout and exits 0; a test's -h says that no ADDR means
+// server.
+func TestHelpExitsZero(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-h"}, "commands:"},
+		{[]string{"demo", "-h"}, "-mtu"},
+		{[]string{"perf", "-h"}, "perf baseline"},
+		{[]string{"perf", "baseline", "-h"}, "-duration"},
+		{[]string{"perf", "send_bw", "-h"}, "Without ADDR it is the server"},
+		{[]string{"perf", "read_lat", "-dev", "x", "-h"}, "Without ADDR it is the server"},
+		{[]string{"perf", "tcp_lat", "-h"}, "Without ADDR it is the server"},
+		{[]string{"rping", "-h"}, "-capture"},
+		{[]string{"counters", "-h"}, "-dev"},
+		{[]string{"version", "-h"}, "VCS revision"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), tc.args, &out, &errOut)
+		if code := exitStatus(err, &errOut); code != 0 || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("ndkxdp %q: exit %d, stdout %q; want exit 0 and %q", tc.args, code, out.String(), tc.want)
+		}
+	}
+}
+
+// TestVersion: version prints the module version and VCS revision from
+// the build information, the Go version and the kernel's features.
 func TestVersion(t *testing.T) {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/ndkxdp/ndkxdp", Version: "v0.3.0"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}}
+	got := buildText(bi, true)
+	for _, want := range []string{"ndkxdp v0.3.0", "revision: 0123abcd (modified)", "go: go1.26.8 linux/"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("buildText lacks %q:\n%s", want, got)
+		}
+	}
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"version"}, &out, &out); err != nil || !strings.HasPrefix(out.String(), "ndkxdp ") {
-		t.Errorf("version: %q, %v", out.String(), err)
+	if err := run(context.Background(), []string{"version"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ndkxdp ", "revision: ", "go: go1.", "kernel: ", "XDP programs: ", "AF_XDP sockets: "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("version output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestMissingCapabilities: the check reads CapEff and names each missing
+// capability with its use; CAP_SYS_ADMIN only for the commands that build
+// namespaces.
+func TestMissingCapabilities(t *testing.T) {
+	const status = "Name:\tndkxdp\nCapPrm:\t000001ffffffffff\nCapEff:\t000000c000007000\n"
+	eff, err := effectiveCaps(strings.NewReader(status))
+	if err != nil || eff != 0xc000007000 {
+		t.Fatalf("effectiveCaps = %#x, %v", eff, err)
+	}
+	// 0xc000007000: CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK, CAP_PERFMON
+	// and CAP_BPF.
+	if err := missingCaps(eff, toolCaps); err != nil {
+		t.Errorf("a tool with NET_ADMIN, NET_RAW, IPC_LOCK, PERFMON and BPF refused: %v", err)
+	}
+	err = missingCaps(eff, pairCaps)
+	if err == nil || !strings.Contains(err.Error(), "CAP_SYS_ADMIN (to create network namespaces)") || strings.Contains(err.Error(), "CAP_BPF (") {
+		t.Errorf("demo without CAP_SYS_ADMIN: %v", err)
+	}
+	err = missingCaps(eff&^(1<<39), toolCaps)
+	if err == nil || !strings.Contains(err.Error(), "CAP_BPF") || strings.Contains(err.Error(), "CAP_NET_ADMIN (") {
+		t.Errorf("a tool without CAP_BPF: %v", err)
+	}
+	if _, err := effectiveCaps(strings.NewReader("Name:\tx\n")); err == nil {
+		t.Error("a status without CapEff was accepted")
+	}
+}
+
+// TestErrorsInLinuxTerms: the message a person reads names the failure
+// as Linux does (errno) with what to do, and carries no NTSTATUS, while
+// the error itself still matches ndk's sentinels.
+func TestErrorsInLinuxTerms(t *testing.T) {
+	cause := &ndk.Error{Status: ndk.StatusHostUnreachable, Op: "connect", Detail: "cm: resolve path: no MAC for 198.18.0.9 on ndk0 (NTSTATUS 0xc000023d HOST_UNREACHABLE)"}
+	err := fmt.Errorf("rping: connect to port 7174: connect to 198.18.0.9:7174: %w", cause)
+	msg := describe(err)
+	for _, bad := range []string{"STATUS_", "NTSTATUS", "0xc000023d", "ndk: ", "cm: "} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("message %q contains %q", msg, bad)
+		}
+	}
+	for _, want := range []string{"no MAC for 198.18.0.9 on ndk0", "(EHOSTUNREACH)", "check the address"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	if !errors.Is(err, ndk.ErrHostUnreachable) {
+		t.Error("the error lost its NDKPI status")
+	}
+	verifier := &ndk.Error{Status: ndk.StatusNDISAdapterNotReady, Op: "open", Detail: "ndk0",
+		Err: fmt.Errorf("load: verifier rejected the program: %w:\n\t0: r6 = r1\n\t1: r1 = *(u32 *)(r6 +4)\n\t56: r9 += r7\n\tpointer arithmetic prohibited for !root\n\tprocessed 79 insns", unix.EPERM)}
+	msg = describe(verifier)
+	if !strings.Contains(msg, "(EPERM)") || strings.Contains(msg, "ENODEV") || strings.Contains(msg, "r6 = r1") || !strings.Contains(msg, "prohibited for !root") {
+		t.Errorf("a refused system call: %q, want its errno, not the status's, and the log's last lines only", msg)
+	}
+	if got := describe(errors.New("rping: accept: accept: context deadline exceeded")); got != "rping: accept: context deadline exceeded" {
+		t.Errorf("repeated step: %q", got)
+	}
+	to := stepTimedOut(expired(t), fmt.Errorf("rping: accept: %w", context.DeadlineExceeded), 2*time.Second, "accept")
+	if got := describe(to); got != "gave up after -timeout 2s during accept (ETIMEDOUT)" || !errors.Is(to, context.DeadlineExceeded) {
+		t.Errorf("timeout: %q", got)
+	}
+}
+
+func expired(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 0)
+	t.Cleanup(cancel)
+	<-ctx.Done()
+	return ctx
+}
+
+// TestAddresses: -a takes host names, and a server's -a must be an
+// address of -dev (EADDRNOTAVAIL otherwise, as rdma_bind_addr).
+func TestAddresses(t *testing.T) {
+	a, err := lookupAddr(context.Background(), "-a", "localhost")
+	if err != nil || !a.IsLoopback() {
+		t.Errorf("lookupAddr(localhost) = %v, %v", a, err)
+	}
+	if _, err := lookupAddr(context.Background(), "-a", "not a host!"); err == nil {
+		t.Error("an invalid host name was accepted")
+	}
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"rping", "-s", "-a", "198.18.99.99", "-dev", "lo"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "EADDRNOTAVAIL") || !strings.Contains(err.Error(), "not an address of lo") {
+		t.Errorf("rping -s -a 198.18.99.99 -dev lo: %v", err)
+	}
+	if err := checkLocalAddr("lo", netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Errorf("127.0.0.1 on lo refused: %v", err)
+	}
+}
+
+// TestCaptureEachFrameOnce: of the two hosts' streams, the shared
+// capture keeps one file header and each frame once, from its sender.
+func TestCaptureEachFrameOnce(t *testing.T) {
+	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
+	var file bytes.Buffer
+	c := &sharedCapture{w: &file}
+	sa, sb := c.stream(macA), c.stream(macB)
+	header := bytes.Repeat([]byte{0xa1}, 24)
+	record := func(dst, src net.HardwareAddr, tag byte) []byte {
+		b := make([]byte, pcapRecordHeader, pcapRecordHeader+15)
+		b = append(append(append(b, dst...), src...), 0x08, 0x00, tag)
+		return b
+	}
+	for _, w := range []struct {
+		s io.Writer
+		b []byte
+	}{
+		{sa, header}, {sb, header},
+		{sa, record(macB, macA, 1)}, {sb, record(macB, macA, 1)}, // A -> B, seen by both
+		{sb, record(macA, macB, 2)}, {sa, record(macA, macB, 2)}, // B -> A
+	} {
+		if _, err := w.s.Write(w.b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := append(append(append([]byte{}, header...), record(macB, macA, 1)...), record(macA, macB, 2)...)
+	if !bytes.Equal(file.Bytes(), want) || c.Frames() != 2 {
+		t.Errorf("capture holds %d frames, %x; want each frame once", c.Frames(), file.Bytes())
 	}
 }
 
@@ -55,7 +256,7 @@ func TestDemoRuns(t *testing.T) {
 			t.Fatalf("demo -mtu %s: %v\n%s%s", mtu, err, out.String(), errOut.String())
 		}
 		for _, want := range []string{"report:", "SEND      2000 x 64", "WRITE       50 x 65536", "READ        50 x 65536",
-			"RTT p50", "0 bad ICRC", "namespaces removed"} {
+			"RTT p50", "p99.9", "max", "0 bad ICRC", "namespaces removed"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("demo -mtu %s output lacks %q:\n%s", mtu, want, out.String())
 			}
@@ -63,6 +264,11 @@ func TestDemoRuns(t *testing.T) {
 		f, err := pcapfile.ReadFile(capture)
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Each frame once, as its sender sent it: as many as both hosts
+		// sent.
+		if sent := framesOut(t, out.String()); len(f.Packets) != sent {
+			t.Errorf("demo -mtu %s: capture holds %d frames, the hosts sent %d", mtu, len(f.Packets), sent)
 		}
 		ops := map[rocev2.Opcode]int{}
 		var p rocev2.Packet
@@ -83,8 +289,7 @@ func TestDemoRuns(t *testing.T) {
 
 // checkWithTshark decodes the demo's capture with Wireshark's RoCE
 // dissector: every frame is InfiniBand over UDP 4791, each of the demo's
-// four connections shows its REQ, REP, RTU, DREQ and DREP (each recorded
-// twice: sent by one adapter, received by the other), and no frame is
+// four connections shows its REQ, REP, RTU, DREQ and DREP, and no frame is
 // malformed. The one exception is Wireshark guessing the payload of a
 // SEND as an EtherType frame (the demo's messages start with a sequence
 // number) and failing to parse that guess: the RoCE headers still decode.
@@ -115,41 +320,28 @@ func checkWithTshark(t *testing.T, capture string) {
 		}
 	}
 	for _, attr := range []string{"0x0010", "0x0013", "0x0014", "0x0015", "0x0016"} {
-		if cm[attr] < 2*4 {
-			t.Errorf("tshark finds %d CM MADs of attribute %s in %d frames, want at least 8 (%v)", cm[attr], attr, frames, cm)
+		if cm[attr] < 4 {
+			t.Errorf("tshark finds %d CM MADs of attribute %s in %d frames, want at least 4 (%v)", cm[attr], attr, frames, cm)
 		}
 	}
 }
 
-// TestDemoEndsWhenInterrupted cancels the demo's context (what SIGINT and
-// SIGTERM do) at several points of its run: each time it returns promptly
-// with the cancellation, and leaves no namespace behind. The SEND phase
-// used to spin forever once its receiver had given up.
-func TestDemoEndsWhenInterrupted(t *testing.T) {
-	testenv.RequireRoot(t)
-	for _, after := range []time.Duration{50 * time.Millisecond, 120 * time.Millisecond, 300 * time.Millisecond, time.Second} {
-		ctx, cancel := context.WithTimeout(context.Background(), after)
-		var out, errOut bytes.Buffer
-		start := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- run(ctx, []string{"demo", "-messages", "2000000"}, &out, &errOut) }()
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(after + 20*time.Second):
-			t.Fatalf("demo still running 20s after its context ended at %v:\n%s", after, out.String())
-		}
-		cancel()
-		took := time.Since(start)
-		if err == nil {
-			t.Fatalf("demo cancelled at %v returned no error:\n%s", after, out.String())
-		}
-		t.Logf("cancelled at %v: returned after %v: %v", after, took.Round(time.Millisecond), err)
-		ents, _ := os.ReadDir("/var/run/netns")
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), vethpair.NamePrefix+strconv.Itoa(os.Getpid())+"-") {
-				t.Errorf("namespace %s left behind", e.Name())
+// framesOut sums the "N frames out" of the demo's per-host lines.
+func framesOut(t *testing.T, report string) int {
+	t.Helper()
+	sum, hosts := 0, 0
+	for _, line := range strings.Split(report, "\n") {
+		if _, rest, ok := strings.Cut(line, ": "); ok && strings.Contains(rest, " frames out, ") {
+			n, err := strconv.Atoi(strings.Fields(rest)[0])
+			if err != nil {
+				t.Fatalf("report line %q: %v", line, err)
 			}
+			sum += n
+			hosts++
 		}
 	}
+	if hosts != 2 {
+		t.Fatalf("report names %d hosts' frames, want 2:\n%s", hosts, report)
+	}
+	return sum
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -11,43 +10,60 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
+const baselineSynopsis = `usage: ndkxdp perf baseline [-duration D] [-pings N] [-mtu N]
+
+Builds a veth pair in two network namespaces and measures raw AF_XDP, Go
+UDP and Go TCP on it: the ceiling and the kernel baselines ndkxdp's own
+figures are held against. Needs CAP_SYS_ADMIN for the namespaces.`
+
 func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] != "baseline" && args[0][0] != '-' {
 		return runPerfTest(ctx, args[0], args[1:], stdout, stderr) // perftest.go
 	}
+	if len(args) > 0 && wantsHelp(args[:1]) {
+		fmt.Fprintf(stdout, "%s\n\n%s\n", baselineSynopsis, perfTestUsage)
+		return nil
+	}
 	if len(args) == 0 || args[0] != "baseline" {
-		fmt.Fprintln(stderr, "usage: ndkxdp perf baseline [-duration D] [-pings N] [-mtu N]")
-		fmt.Fprintln(stderr, perfTestUsage)
-		return flag.ErrHelp
+		fmt.Fprintf(stderr, "%s\n\n%s\n", baselineSynopsis, perfTestUsage)
+		return usagef("perf needs a test name or baseline")
 	}
-	fs := flag.NewFlagSet("perf baseline", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	d := fs.Duration("duration", time.Second, "length of each rate measurement")
-	pings := fs.Int("pings", 20000, "timed round trips per ping-pong")
-	mtu := fs.Int("mtu", 1500, "MTU of the veth pair")
-	if err := fs.Parse(args[1:]); err != nil {
+	fs := newFlagSet("perf baseline", baselineSynopsis, stderr)
+	d := fs.Duration("duration", time.Second, "length of each rate measurement, (0, 1m]")
+	pings := fs.Int("pings", 20000, "timed round trips per ping-pong, [1, 10000000]")
+	mtu := fs.Int("mtu", 1500, fmt.Sprintf("MTU of the veth pair, [%d, %d]", demoMinMTU, demoMaxMTU))
+	if err := parseFlags(fs, args[1:], stdout); err != nil {
 		return err
 	}
-	if *d <= 0 || *d > time.Minute || *pings < 1 || *pings > 10_000_000 {
-		return fmt.Errorf("duration must be in (0, 1m] and pings in [1, 10000000]")
+	switch {
+	case *d <= 0 || *d > time.Minute:
+		return usagef("-duration %v: must be in (0, 1m]", *d)
+	case *pings < 1 || *pings > 10_000_000:
+		return usagef("-pings %d: must be in [1, 10000000]", *pings)
+	case *mtu < demoMinMTU || *mtu > demoMaxMTU:
+		return usagef("-mtu %d: must be in [%d, %d] (the pair carries IPv6, which needs %d)", *mtu, demoMinMTU, demoMaxMTU, demoMinMTU)
 	}
-	if err := requireRoot(); err != nil {
+	if err := requireCaps(pairCaps); err != nil {
 		return err
 	}
+	enterPhase(ctx, "setup of the veth pair")
 	p, err := vethpair.NewPair(vethpair.Config{MTU: *mtu})
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	fmt.Fprintf(stdout, "veth pair %s (%s) <-> %s (%s), MTU %d\n", p.A.Name, p.A.IPv4, p.B.Name, p.B.IPv4, *mtu)
-	r, err := baseline.Run(p, baseline.Options{
+	r, err := baseline.Run(ctx, p, baseline.Options{
 		Duration: *d,
 		Pings:    *pings,
-		Progress: func(s string) { fmt.Fprintf(stderr, "  measuring %s\n", s) },
+		Progress: func(s string) {
+			enterPhase(ctx, "measuring "+s)
+			fmt.Fprintf(stderr, "  measuring %s\n", s)
+		},
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, r.Table())
-	return ctx.Err()
+	return nil
 }

@@ -18,7 +18,25 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [ADDR] -dev IFNAME\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+
+// perfTestSynopsis is the -h text of one test.
+func perfTestSynopsis(name string) string {
+	if name == "tcp_lat" {
+		return `usage: ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]
+
+send_lat's ping-pong over kernel TCP (TCP_NODELAY), the baseline the
+latency tests are held against. Without ADDR it is the server and waits
+for one client; with ADDR (an address or host name) it is the client of
+the server there.`
+	}
+	return fmt.Sprintf(`usage: ndkxdp perf %s [flags] [ADDR] -dev IFNAME
+
+perftest's ib_%s in rdma_cm mode (-R) over ndkxdp on IFNAME, compatible
+with perftest on the other side. Without ADDR it is the server and waits
+for one client; with ADDR (an address or host name) it is the client of
+the server there. ADDR may stand before, between or after the flags.`, name, name)
+}
 
 // perfTests maps the command's test names to perftest's binaries' tests.
 var perfTests = map[string]struct {
@@ -38,86 +56,43 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if name == "tcp_lat" {
 		return runTCPLat(ctx, args, stdout, stderr)
 	}
-	test, ok := perfTests[name]
-	if !ok {
-		return fmt.Errorf("unknown test %q\n%s", name, perfTestUsage)
-	}
-	fs := flag.NewFlagSet("perf "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	p := perftest.Params{Verb: test.verb, Kind: test.kind}
-	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
-	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: perftest's)")
-	fs.IntVar(&p.TxDepth, "t", 0, "TX depth (default: perftest's)")
-	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
-	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
-	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
-	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
-	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
-	gbits := fs.Bool("report_gbits", false, "report Gb/s instead of MB/s")
-	noPeak := fs.Bool("N", false, "no peak bandwidth")
-	dev := fs.String("dev", "", "network interface to attach to (in this network namespace)")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	polling := fs.String("polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
-	// ADDR may stand between flags, as perftest allows.
-	var addr string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if addr != "" {
-			return fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), perfTestUsage)
-		}
-		addr, rest = fs.Arg(0), fs.Args()[1:]
-	}
-	switch {
-	case *dev == "":
-		return fmt.Errorf("-dev is required\n%s", perfTestUsage)
-	case *port == 0 || *port > 0xFFFF:
-		return fmt.Errorf("-p %d: not a port", *port)
-	case *timeout <= 0:
-		return fmt.Errorf("-timeout must be positive")
-	case *polling != "adaptive" && *polling != "busy":
-		return fmt.Errorf("unknown -polling %q (want adaptive or busy)", *polling)
-	}
-	opts := ndk.Options{}
-	if *polling == "busy" {
-		opts.Polling, p.BusyPoll = ndk.PollBusy, true
-	}
-	p.Port = uint16(*port)
-	p.ReportGbits, p.NoPeak = *gbits, *noPeak
-	if *cas {
-		p.AtomicType = perftest.CompareAndSwap
-	}
-	// perftest -R clients retry the data connection 10 times, 100 ms
-	// apart, when the server does not listen yet (REJ reason 8).
-	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
-	var peer netip.Addr
-	if addr != "" {
-		var err error
-		if peer, err = netip.ParseAddr(addr); err != nil {
-			return fmt.Errorf("server address %q: %w", addr, err)
-		}
-	}
-	if err := requireRoot(); err != nil {
+	f, err := parsePerfTest(name, args, stdout, stderr)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	d, err := ndkverbs.Open(*dev, opts)
+	enterPhase(ctx, "address lookup")
+	var peer netip.Addr
+	if f.addr != "" {
+		if peer, err = lookupAddr(ctx, "server address", f.addr); err != nil {
+			return stepTimedOut(ctx, err, f.timeout, "address lookup")
+		}
+	}
+	if err := requireCaps(toolCaps); err != nil {
+		return err
+	}
+	capture, err := openCapture(f.capture, &f.opts)
+	if err != nil {
+		return err
+	}
+	if capture != nil {
+		defer capture.Close()
+	}
+	enterPhase(ctx, "attach to "+f.dev)
+	d, err := ndkverbs.Open(f.dev, f.opts)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	p := f.params
 	p.MTU = d.Adapter.PathMTU()
 	role := "server"
 	if peer.IsValid() {
 		role = "client of " + peer.String()
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(*polling))
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(f.polling))
+	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
@@ -130,7 +105,92 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		res, err = perftest.RunServer(ctx, p, l, stdout)
 	}
 	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
-	return err
+	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
+}
+
+// perfTestFlags are one test's command line, checked.
+type perfTestFlags struct {
+	params                      perftest.Params
+	opts                        ndk.Options
+	addr, dev, polling, capture string
+	timeout                     time.Duration
+}
+
+// parsePerfTest checks every flag, perftest's limits included, before
+// anything touches the system or prints.
+func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTestFlags, error) {
+	var f perfTestFlags
+	test, ok := perfTests[name]
+	if !ok {
+		return f, usagef("unknown test %q\n%s", name, perfTestUsage)
+	}
+	fs := newFlagSet("perf "+name, perfTestSynopsis(name), stderr)
+	p := &f.params
+	*p = perftest.Params{Verb: test.verb, Kind: test.kind}
+	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
+	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: perftest's)")
+	fs.IntVar(&p.TxDepth, "t", 0, "TX depth (default: perftest's)")
+	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
+	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
+	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
+	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
+	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
+	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
+	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
+	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	var err error
+	if f.addr, err = parseWithAddr(fs, args, stdout); err != nil {
+		return f, err
+	}
+	switch {
+	case f.dev == "":
+		return f, usagef("-dev is required\n%s", perfTestUsage)
+	case *port == 0 || *port > 0xFFFF:
+		return f, usagef("-p %d: not a port", *port)
+	case f.timeout <= 0:
+		return f, usagef("-timeout %v: must be positive", f.timeout)
+	case f.polling != "adaptive" && f.polling != "busy":
+		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
+	}
+	if f.polling == "busy" {
+		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true
+	}
+	p.Port = uint16(*port)
+	if *cas {
+		p.AtomicType = perftest.CompareAndSwap
+	}
+	// perftest -R clients retry the data connection 10 times, 100 ms
+	// apart, when the server does not listen yet (REJ reason 8).
+	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
+	if err := p.Check(); err != nil {
+		return f, usagef("%v", err)
+	}
+	return f, checkDev(f.dev)
+}
+
+// parseWithAddr parses flags with one optional ADDR before, between or
+// after them, as perftest allows; more arguments are refused.
+func parseWithAddr(fs *flag.FlagSet, args []string, stdout io.Writer) (string, error) {
+	if wantsHelp(args) {
+		return "", parseFlags(fs, args, stdout)
+	}
+	var addr string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return "", badUsage(err)
+		}
+		if fs.NArg() == 0 {
+			return addr, nil
+		}
+		if addr != "" {
+			return "", usagef("unexpected arguments %q\n%s", fs.Args(), perfTestUsage)
+		}
+		addr, rest = fs.Arg(0), fs.Args()[1:]
+	}
 }
 
 // printRunStats names, on stderr (stdout keeps perftest's text), what
@@ -157,31 +217,29 @@ func pollingText(mode string) string {
 // the baseline perf's latency tests are held against: the same columns
 // between the same two hosts. Without ADDR it serves one client.
 func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("perf tcp_lat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("perf tcp_lat", perfTestSynopsis("tcp_lat"), stderr)
 	var p perftest.Params
 	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: send_lat's)")
 	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: send_lat's)")
 	port := fs.Uint("p", perftest.DefaultPort, "TCP port")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	addr, err := parseWithAddr(fs, args, stdout)
+	if err != nil {
 		return err
 	}
 	switch {
-	case fs.NArg() > 1:
-		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args()[1:], perfTestUsage)
 	case *port == 0 || *port > 0xFFFF:
-		return fmt.Errorf("-p %d: not a port", *port)
+		return usagef("-p %d: not a port", *port)
 	case *timeout <= 0:
-		return fmt.Errorf("-timeout must be positive")
+		return usagef("-timeout %v: must be positive", *timeout)
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	var conn net.Conn
-	if fs.NArg() == 1 {
-		peer, err := netip.ParseAddr(fs.Arg(0))
+	if addr != "" {
+		peer, err := lookupAddr(ctx, "server address", addr)
 		if err != nil {
-			return fmt.Errorf("server address %q: %w", fs.Arg(0), err)
+			return err
 		}
 		fmt.Fprintf(stdout, "ndkxdp perf tcp_lat: client of %v, TCP_NODELAY\n", peer)
 		ap := netip.AddrPortFrom(peer, uint16(*port))
@@ -215,6 +273,7 @@ func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	defer conn.Close()
-	_, err := perftest.TCPLat(ctx, conn, p, fs.NArg() == 1, stdout)
-	return err
+	enterPhase(ctx, "perf tcp_lat")
+	_, err = perftest.TCPLat(ctx, conn, p, addr != "", stdout)
+	return stepTimedOut(ctx, err, *timeout, "perf tcp_lat")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -13,73 +12,117 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const rpingUsage = "usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] -dev IFNAME"
+const rpingSynopsis = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-capture FILE] -dev IFNAME
+
+librdmacm's rping over ndkxdp on IFNAME: -s serves (on -a, an address of
+IFNAME, or on all of them), -c connects to the server at -a (an address or
+a host name). Either side may be Linux rping.`
+
+type rpingFlags struct {
+	server, client     bool
+	addr, dev, capture string
+	port               uint
+	cfg                rping.Config
+	timeout            time.Duration
+}
+
+func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
+	fs := newFlagSet("rping", rpingSynopsis, stderr)
+	var f rpingFlags
+	fs.BoolVar(&f.server, "s", false, "server: wait for a client")
+	fs.BoolVar(&f.client, "c", false, "client: connect to -a")
+	fs.StringVar(&f.addr, "a", "", "client: the server's address or host name; server: the address to listen on (default: every address)")
+	fs.UintVar(&f.port, "p", rping.DefaultPort, "rdma_cm port")
+	fs.IntVar(&f.cfg.Count, "C", 0, "pings (0: until interrupted or -timeout)")
+	fs.IntVar(&f.cfg.Size, "S", rping.DefaultSize, fmt.Sprintf("ping size in bytes (%d..%d)", rping.MinSize, rping.MaxSize))
+	verbose := fs.Bool("v", false, "print the ping data")
+	fs.BoolVar(&f.cfg.Validate, "V", false, "client: check each pong against its ping")
+	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	if err := parseFlags(fs, args, stdout); err != nil {
+		return f, err
+	}
+	if *verbose {
+		f.cfg.Verbose = stdout
+	}
+	switch {
+	case f.server == f.client:
+		return f, usagef("give exactly one of -s and -c\n%s", rpingSynopsis)
+	case f.dev == "":
+		return f, usagef("-dev is required\n%s", rpingSynopsis)
+	case f.client && f.addr == "":
+		return f, usagef("a client needs -a ADDR\n%s", rpingSynopsis)
+	case f.port == 0 || f.port > 0xFFFF:
+		return f, usagef("-p %d: not a port", f.port)
+	case f.timeout <= 0:
+		return f, usagef("-timeout %v: must be positive", f.timeout)
+	}
+	if err := f.cfg.Check(); err != nil {
+		return f, usagef("%v", err)
+	}
+	return f, checkDev(f.dev)
+}
 
 // runRping is librdmacm's rping (client -c or server -s) on an ndkxdp
 // adapter attached to -dev, speaking rping's protocol over an rdma_cm
 // connection, so either side may be Linux rping.
 func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rping", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	server := fs.Bool("s", false, "server: wait for a client")
-	client := fs.Bool("c", false, "client: connect to -a")
-	addr := fs.String("a", "", "client: the server's address; server: the address to listen on (default: every address)")
-	port := fs.Uint("p", rping.DefaultPort, "rdma_cm port")
-	count := fs.Int("C", 0, "pings (0: until interrupted or -timeout)")
-	size := fs.Int("S", rping.DefaultSize, fmt.Sprintf("ping size in bytes (%d..%d)", rping.MinSize, rping.MaxSize))
-	verbose := fs.Bool("v", false, "print the ping data")
-	validate := fs.Bool("V", false, "client: check each pong against its ping")
-	dev := fs.String("dev", "", "network interface to attach to (in this network namespace)")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	f, err := parseRping(args, stdout, stderr)
+	if err != nil {
 		return err
 	}
-	switch {
-	case *server == *client:
-		return fmt.Errorf("give exactly one of -s and -c\n%s", rpingUsage)
-	case *dev == "":
-		return fmt.Errorf("-dev is required\n%s", rpingUsage)
-	case *client && *addr == "":
-		return fmt.Errorf("a client needs -a ADDR\n%s", rpingUsage)
-	case *port == 0 || *port > 0xFFFF:
-		return fmt.Errorf("-p %d: not a port", *port)
-	case *timeout <= 0:
-		return fmt.Errorf("-timeout must be positive")
-	case fs.NArg() > 0:
-		return fmt.Errorf("unexpected arguments %q\n%s", fs.Args(), rpingUsage)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	step := "address lookup"
+	f.cfg.Phase = func(s string) {
+		step = s
+		enterPhase(ctx, "rping "+s)
 	}
+	f.cfg.Phase(step)
+	listen := netip.IPv4Unspecified()
 	var peer netip.Addr
-	if *addr != "" {
-		var err error
-		if peer, err = netip.ParseAddr(*addr); err != nil {
-			return fmt.Errorf("-a %q: %w", *addr, err)
+	if f.addr != "" {
+		a, err := lookupAddr(ctx, "-a", f.addr)
+		if err != nil {
+			return stepTimedOut(ctx, err, f.timeout, step)
+		}
+		if f.client {
+			peer = a
+		} else if err := checkLocalAddr(f.dev, a); err != nil {
+			return err
+		} else {
+			listen = a
 		}
 	}
-	cfg := rping.Config{Size: *size, Count: *count, Validate: *validate}
-	if *verbose {
-		cfg.Verbose = stdout
-	}
-	if err := requireRoot(); err != nil {
+	if err := requireCaps(toolCaps); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	d, err := ndkverbs.Open(*dev, ndk.Options{})
+	var opts ndk.Options
+	capture, err := openCapture(f.capture, &opts)
+	if err != nil {
+		return err
+	}
+	if capture != nil {
+		defer capture.Close()
+	}
+	f.cfg.Phase("attach to " + f.dev)
+	d, err := ndkverbs.Open(f.dev, opts)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
 	var st rping.Stats
-	if *client {
-		st, err = rping.RunClient(ctx, cfg, &ndkverbs.Connector{Dev: d, Peer: peer}, uint16(*port))
+	if f.client {
+		st, err = rping.RunClient(ctx, f.cfg, &ndkverbs.Connector{Dev: d, Peer: peer}, uint16(f.port))
 	} else {
 		var l *ndkverbs.Listener
-		if l, err = ndkverbs.Listen(d, uint16(*port), ndkverbs.Depths{}); err != nil {
+		if l, err = ndkverbs.ListenAddr(d, netip.AddrPortFrom(listen, uint16(f.port)), ndkverbs.Depths{}); err != nil {
 			return err
 		}
 		defer l.Close()
-		st, err = rping.RunServer(ctx, cfg, l)
+		st, err = rping.RunServer(ctx, f.cfg, l)
 	}
 	fmt.Fprintf(stderr, "rping: %d pings\n", st.Pings)
-	return err
+	return stepTimedOut(ctx, err, f.timeout, step)
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -23,12 +26,12 @@ func TestToolInvocations(t *testing.T) {
 		{[]string{"rping", "-s", "-c", "-dev", "x"}, "exactly one of -s and -c"},
 		{[]string{"rping", "-c", "-dev", "x"}, "needs -a ADDR"},
 		{[]string{"rping", "-s"}, "-dev is required"},
-		{[]string{"rping", "-c", "-a", "nonsense", "-dev", "x"}, "-a \"nonsense\""},
+		{[]string{"rping", "-c", "-a", "non sense!", "-dev", "lo"}, "-a \"non sense!\": not an address"},
 		{[]string{"rping", "-s", "-p", "70000", "-dev", "x"}, "not a port"},
 		{[]string{"perf", "bogus_bw", "-dev", "x"}, "unknown test"},
 		{[]string{"perf", "write_bw"}, "-dev is required"},
 		{[]string{"perf", "write_bw", "1.2.3.4", "5.6.7.8", "-dev", "x"}, "unexpected arguments"},
-		{[]string{"perf", "write_bw", "not-an-address", "-dev", "x"}, "server address"},
+		{[]string{"perf", "write_bw", "not an address!", "-dev", "lo"}, "server address"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
@@ -72,11 +75,29 @@ func TestRpingAndPerfCommands(t *testing.T) {
 	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
 	srvAddr := p.B.IPv4.String()
 	t.Run("rping", func(t *testing.T) {
+		capture := filepath.Join(t.TempDir(), "rping.pcap")
 		cout, _ := runBoth(t, p,
-			[]string{"rping", "-s", "-C", "10", "-S", "100", "-dev", p.B.Link},
-			[]string{"rping", "-c", "-a", srvAddr, "-C", "10", "-S", "100", "-V", "-v", "-dev", p.A.Link})
+			[]string{"rping", "-s", "-a", srvAddr, "-C", "10", "-S", "100", "-dev", p.B.Link},
+			[]string{"rping", "-c", "-a", srvAddr, "-C", "10", "-S", "100", "-V", "-v", "-capture", capture, "-dev", p.A.Link})
 		if n := strings.Count(cout, "ping data: rdma-ping-"); n != 10 {
 			t.Fatalf("client printed %d pings, want 10:\n%s", n, cout)
+		}
+		// The client's capture: its REQ, 10 pings' READs, WRITEs and
+		// SENDs, and their answers, each a valid RoCEv2 frame.
+		f, err := pcapfile.ReadFile(capture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := map[rocev2.Opcode]int{}
+		var pkt rocev2.Packet
+		for _, r := range f.Packets {
+			if err := rocev2.Parse(r.Data, &pkt); err != nil {
+				t.Fatalf("captured frame %d: %v", r.Index, err)
+			}
+			ops[pkt.BTH.Opcode]++
+		}
+		if ops[rocev2.RCReadRequest] < 10 || ops[rocev2.UDSendOnly] == 0 {
+			t.Errorf("rping -capture holds %v, want 10 READ requests (the server's) and CM MADs", ops)
 		}
 	})
 	for _, test := range []string{"write_bw", "read_lat", "atomic_bw"} {

@@ -64,7 +64,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	opts.InjectLoss = f.loss
-	if err := requireRoot(); err != nil {
+	if err := requireCaps(pairCaps); err != nil {
 		return err
 	}
 	p, err := vethpair.NewPair(vethpair.Config{MTU: f.mtu})
@@ -89,7 +89,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.release()
-	srv, err := listenCM(b, netip.AddrPortFrom(p.B.IPv4, demoPort))
+	srv, err := listenCM(ctx, b, netip.AddrPortFrom(p.B.IPv4, demoPort))
 	if err != nil {
 		return err
 	}

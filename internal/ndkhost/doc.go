@@ -10,10 +10,17 @@
 //
 // Example:
 //
-//	p, _ := vethpair.NewPair(vethpair.Config{})
+//	p, err := vethpair.NewPair(vethpair.Config{})
+//	if err != nil {
+//		return err
+//	}
 //	defer p.Close()
 //	a, err := ndkhost.Open(p.A, ndkhost.Config{})
-//	if err != nil { ... }
+//	if err != nil {
+//		return err
+//	}
 //	defer a.Close()
-//	qp, err := a.PD.CreateQP(ndk.QPConfig{ReceiveCQ: a.RCQ, InitiatorCQ: a.ICQ, ...})
+//	qp, err := a.PD.CreateQP(ndk.QPConfig{ReceiveCQ: a.RCQ, InitiatorCQ: a.ICQ,
+//		ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
+//		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
 package ndkhost

@@ -1,18 +1,11 @@
-// Package testenv decides whether a test that needs privileges, tools or data
-// may run here, and what to do when it cannot.
-//
-// Outside strict mode a missing prerequisite skips the test with a message
-// that says what is missing. With NDKXDP_STRICT=1 (which CI sets) the same
-// condition fails the test: nothing may silently skip in CI.
-//
-// It is test-only: _test.go files and the packages under test/ import it.
-// It imports testing, which the ndkxdp binary must not link (.ci/run
-// checks), so no other package may import it.
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -57,4 +50,32 @@ func RequireFile(t testing.TB, path string) string {
 		Unavailable(t, "needs %s: %v", path, err)
 	}
 	return path
+}
+
+var (
+	ndkxdpOnce sync.Once
+	ndkxdpPath string
+	ndkxdpErr  error
+)
+
+// Ndkxdp builds cmd/ndkxdp once per test binary and returns its path,
+// for tests that run the command as a process.
+func Ndkxdp(t testing.TB) string {
+	t.Helper()
+	ndkxdpOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ndkxdp-test-bin-")
+		if err != nil {
+			ndkxdpErr = err
+			return
+		}
+		ndkxdpPath = filepath.Join(dir, "ndkxdp")
+		out, err := exec.Command("go", "build", "-o", ndkxdpPath, "github.com/ndkxdp/ndkxdp/cmd/ndkxdp").CombinedOutput()
+		if err != nil {
+			ndkxdpErr = fmt.Errorf("go build ./cmd/ndkxdp: %v\n%s", err, out)
+		}
+	})
+	if ndkxdpErr != nil {
+		t.Fatal(ndkxdpErr)
+	}
+	return ndkxdpPath
 }

@@ -58,4 +58,11 @@
 //
 // The tests need root, qemu-system-x86_64, mmdebstrap and zstd
 // (scripts/setup-debian.sh installs them); the first run builds the image.
+//
+// Files: image.go the image's inputs, hash, cache and lock (EnsureImage);
+// build.go building it with mmdebstrap; initramfs.go the module closure
+// and the initramfs (cpio.go its writer); guest/init the guest's PID 1;
+// accel.go KVM or TCG; netns.go the host side (namespace, tap); vm.go
+// booting qemu and the VM's commands; agent.go the command channel;
+// capture.go the capture on the tap.
 package interop

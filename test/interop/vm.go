@@ -246,47 +246,7 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 		return vm, fmt.Errorf("interop: %w", err)
 	}
 	sock := filepath.Join(vm.dir, "agent.sock")
-	appendArgs := []string{
-		"console=ttyS0", "quiet", "panic=-1",
-		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
-		"ndkxdp.mtu=" + strconv.Itoa(cfg.MTU),
-		"ndkxdp.port=" + agentPortName,
-		// virtio-net without TX NAPI orphans each skb when it transmits
-		// it. With TX NAPI an skb lives until the TX completion, and rxe's
-		// requester stops at 64 skbs in flight per QP until their
-		// destructors wake it (rxe_skb_tx_dtor): under TCG a large
-		// ib_send_bw from the guest then stalled for good now and then,
-		// its QP mid-message with every packet acknowledged.
-		"virtio_net.napi_tx=0",
-	}
-	if cfg.IPv6 {
-		appendArgs = append(appendArgs, "ndkxdp.ip6="+GuestIPv6.String()+"/"+strconv.Itoa(PrefixLen6))
-	}
-	cpu := "max"
-	if accel == AccelKVM {
-		cpu = "host"
-	}
-	args := []string{
-		"netns", "exec", vm.Host.NS, "qemu-system-x86_64",
-		"-name", "ndkxdp-peer",
-		"-accel", string(accel),
-		"-cpu", cpu,
-		"-m", strconv.Itoa(cfg.MemoryMB) + "M",
-		"-smp", strconv.Itoa(cfg.CPUs),
-		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-serial", "file:" + filepath.Join(vm.dir, "console.log"),
-		"-kernel", img.Kernel,
-		"-initrd", img.Initrd,
-		"-append", strings.Join(appendArgs, " "),
-		"-netdev", "tap,id=net0,ifname=" + vm.Host.Tap + ",script=no,downscript=no",
-		// No checksum or segmentation offload: every frame on the tap is
-		// a complete frame as a NIC would put it on the wire.
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", GuestMAC, cfg.MTU),
-		// The command channel: virtio-serial, not the test network.
-		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
-		"-device", "virtio-serial-pci",
-		"-device", "virtserialport,chardev=agent,name=" + agentPortName,
-	}
+	args := qemuArgs(cfg, img, accel, vm.Host, vm.dir, sock)
 	qlog, err := os.Create(filepath.Join(vm.dir, "qemu.log"))
 	if err != nil {
 		return vm, fmt.Errorf("interop: %w", err)
@@ -334,6 +294,54 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 	}
 	vm.Guest.GID, vm.Guest.GIDIndex = gid, r.gidIndex
 	return vm, nil
+}
+
+// qemuArgs is the command line, after "ip", that runs the peer's qemu in
+// host's namespace with its console log in dir and its agent socket at
+// sock.
+func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock string) []string {
+	appendArgs := []string{
+		"console=ttyS0", "quiet", "panic=-1",
+		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
+		"ndkxdp.mtu=" + strconv.Itoa(cfg.MTU),
+		"ndkxdp.port=" + agentPortName,
+		// virtio-net without TX NAPI orphans each skb when it transmits
+		// it. With TX NAPI an skb lives until the TX completion, and rxe's
+		// requester stops at 64 skbs in flight per QP until their
+		// destructors wake it (rxe_skb_tx_dtor): under TCG a large
+		// ib_send_bw from the guest then stalled for good now and then,
+		// its QP mid-message with every packet acknowledged.
+		"virtio_net.napi_tx=0",
+	}
+	if cfg.IPv6 {
+		appendArgs = append(appendArgs, "ndkxdp.ip6="+GuestIPv6.String()+"/"+strconv.Itoa(PrefixLen6))
+	}
+	cpu := "max"
+	if accel == AccelKVM {
+		cpu = "host"
+	}
+	args := []string{
+		"netns", "exec", host.NS, "qemu-system-x86_64",
+		"-name", "ndkxdp-peer",
+		"-accel", string(accel),
+		"-cpu", cpu,
+		"-m", strconv.Itoa(cfg.MemoryMB) + "M",
+		"-smp", strconv.Itoa(cfg.CPUs),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-serial", "file:" + filepath.Join(dir, "console.log"),
+		"-kernel", img.Kernel,
+		"-initrd", img.Initrd,
+		"-append", strings.Join(appendArgs, " "),
+		"-netdev", "tap,id=net0,ifname=" + host.Tap + ",script=no,downscript=no",
+		// No checksum or segmentation offload: every frame on the tap is
+		// a complete frame as a NIC would put it on the wire.
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", GuestMAC, cfg.MTU),
+		// The command channel: virtio-serial, not the test network.
+		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
+		"-device", "virtio-serial-pci",
+		"-device", "virtserialport,chardev=agent,name=" + agentPortName,
+	}
+	return args
 }
 
 // dialAgent connects to qemu's agent socket, which appears shortly after

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -74,32 +73,11 @@ func startHogs(t testing.TB, cpus ...int) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// ndkxdp builds cmd/ndkxdp once per test binary.
+// ndkxdp is the command under test, built once per test binary.
 func ndkxdp(t testing.TB) string {
 	t.Helper()
 	testenv.RequireRoot(t)
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ndkxdp-latency-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "ndkxdp")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/ndkxdp/ndkxdp/cmd/ndkxdp").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return testenv.Ndkxdp(t)
 }
 
 // Lat is the row perftest's latency tests print, in microseconds.

@@ -1,6 +1,8 @@
 package baseline
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -12,7 +14,7 @@ import (
 // timed and ordered. It asserts nothing about speed (this machine is shared).
 func TestMeasurementsProduceFigures(t *testing.T) {
 	p := harness.New(t, harness.Config{})
-	r, err := Run(p, Options{Duration: 100 * time.Millisecond, Pings: 300, Progress: func(s string) { t.Log(s) }})
+	r, err := Run(context.Background(), p, Options{Duration: 100 * time.Millisecond, Pings: 300, Progress: func(s string) { t.Log(s) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +33,19 @@ func TestMeasurementsProduceFigures(t *testing.T) {
 	t.Logf("\n%s", r.Table())
 }
 
+// TestRunEndsWithContext: a run whose context ends returns at once with
+// ctx's error, though its windows are a minute long.
+func TestRunEndsWithContext(t *testing.T) {
+	p := harness.New(t, harness.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Run(ctx, p, Options{Duration: time.Minute, Pings: 10_000_000})
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 5*time.Second {
+		t.Fatalf("Run returned %v after %v, want the context's error within 5s", err, took)
+	}
+}
+
 // BenchmarkBaseline measures raw AF_XDP, Go UDP and Go TCP on one veth pair
 // in one run and prints the figures with their ratios to AF_XDP:
 //
@@ -38,7 +53,7 @@ func TestMeasurementsProduceFigures(t *testing.T) {
 func BenchmarkBaseline(b *testing.B) {
 	p := harness.New(b, harness.Config{})
 	for range b.N {
-		r, err := Run(p, Options{Duration: time.Second})
+		r, err := Run(context.Background(), p, Options{Duration: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package baseline
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -56,24 +57,31 @@ type Report struct {
 	RTT     map[string]Latency      // contender -> ping-pong
 }
 
-// Run measures every contender on the pair, one after the other.
-func Run(p *vethpair.Pair, o Options) (*Report, error) {
+// Run measures every contender on the pair, one after the other. When ctx
+// ends, the measurement under way stops early and Run returns ctx's error.
+func Run(ctx context.Context, p *vethpair.Pair, o Options) (*Report, error) {
 	o.defaults()
 	r := &Report{Options: o, Rates: map[string]map[int]Rate{}, RTT: map[string]Latency{}}
-	rate := map[string]func(*vethpair.Pair, int, time.Duration) (Rate, error){XDP: XDPRate, UDP: UDPRate, TCP: TCPRate}
-	ping := map[string]func(*vethpair.Pair, int, int, time.Duration) (Latency, error){XDP: XDPPingPong, UDP: UDPPingPong, TCP: TCPPingPong}
+	rate := map[string]func(context.Context, *vethpair.Pair, int, time.Duration) (Rate, error){XDP: xdpRate, UDP: udpRate, TCP: tcpRate}
+	ping := map[string]func(context.Context, *vethpair.Pair, int, int, time.Duration) (Latency, error){XDP: xdpPingPong, UDP: udpPingPong, TCP: tcpPingPong}
 	for _, c := range []string{XDP, UDP, TCP} {
 		r.Rates[c] = map[int]Rate{}
 		for _, size := range o.Sizes {
 			o.Progress(fmt.Sprintf("%s rate, %d-byte frames, %v", c, size, o.Duration))
-			m, err := rate[c](p, size, o.Duration)
+			m, err := rate[c](ctx, p, size, o.Duration)
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
 			if err != nil {
 				return r, fmt.Errorf("%s rate at %d bytes: %w", c, size, err)
 			}
 			r.Rates[c][size] = m
 		}
 		o.Progress(fmt.Sprintf("%s ping-pong, %d-byte frames, up to %d round trips", c, o.PingSize, o.Pings))
-		l, err := ping[c](p, o.PingSize, o.Pings, 5*o.Duration)
+		l, err := ping[c](ctx, p, o.PingSize, o.Pings, 5*o.Duration)
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
 		if err != nil {
 			return r, fmt.Errorf("%s ping-pong: %w", c, err)
 		}

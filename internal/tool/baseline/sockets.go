@@ -1,6 +1,7 @@
 package baseline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,10 @@ func listenUDP(h *vethpair.Host, port int) (*net.UDPConn, error) {
 // rate B received. The sender is unpaced; what the receiver sees is the rate
 // the path sustains.
 func UDPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
+	return udpRate(context.Background(), p, frame, d)
+}
+
+func udpRate(ctx context.Context, p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 	n, err := payloadSize(frame, udpOverhead)
 	if err != nil {
 		return Rate{}, err
@@ -65,7 +70,7 @@ func UDPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 	defer tx.Close()
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.B.IPv4, basePort))
 	rbuf, msg := make([]byte, 65536), make([]byte, n)
-	r, ok, sendErr := flood(d, frame,
+	r, ok, sendErr := flood(ctx, d, frame,
 		func() error { _, err := rx.Read(rbuf); return err },
 		func() error {
 			for range 64 {
@@ -89,6 +94,10 @@ func UDPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 // UDPPingPong bounces a frame of the given size between A and B and returns
 // the round-trip times of up to count exchanges, stopping early after d.
 func UDPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, error) {
+	return udpPingPong(context.Background(), p, frame, count, d)
+}
+
+func udpPingPong(ctx context.Context, p *vethpair.Pair, frame, count int, d time.Duration) (Latency, error) {
 	n, err := payloadSize(frame, udpOverhead)
 	if err != nil {
 		return Latency{}, err
@@ -119,7 +128,7 @@ func UDPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, 
 	msg, buf := make([]byte, n), make([]byte, 65536)
 	samples := make([]time.Duration, 0, count)
 	deadline := time.Now().Add(d)
-	for i := 0; i < count+warmup && time.Now().Before(deadline); i++ {
+	for i := 0; i < count+warmup && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		if _, err := cli.WriteToUDP(msg, dst); err != nil {
 			return Latency{}, fmt.Errorf("udp ping: %w", err)
@@ -191,6 +200,10 @@ func tcpPair(p *vethpair.Pair, port int) (client, server *net.TCPConn, err error
 // TCPRate streams messages of the given frame size from A to B with
 // TCP_NODELAY and returns the message rate B received.
 func TCPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
+	return tcpRate(context.Background(), p, frame, d)
+}
+
+func tcpRate(ctx context.Context, p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 	n, err := payloadSize(frame, tcpOverhead)
 	if err != nil {
 		return Rate{}, err
@@ -202,7 +215,7 @@ func TCPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 	defer cli.Close()
 	defer srv.Close()
 	rbuf, msg := make([]byte, n), make([]byte, n)
-	r, ok, sendErr := flood(d, frame,
+	r, ok, sendErr := flood(ctx, d, frame,
 		func() error { _, err := io.ReadFull(srv, rbuf); return err },
 		func() error { _, err := cli.Write(msg); return err },
 		func() { cli.Close() }, func() { srv.Close() })
@@ -218,6 +231,10 @@ func TCPRate(p *vethpair.Pair, frame int, d time.Duration) (Rate, error) {
 // TCPPingPong bounces a message of the given frame size over a TCP
 // connection with TCP_NODELAY.
 func TCPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, error) {
+	return tcpPingPong(context.Background(), p, frame, count, d)
+}
+
+func tcpPingPong(ctx context.Context, p *vethpair.Pair, frame, count int, d time.Duration) (Latency, error) {
 	n, err := payloadSize(frame, tcpOverhead)
 	if err != nil {
 		return Latency{}, err
@@ -242,7 +259,7 @@ func TCPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, 
 	msg, buf := make([]byte, n), make([]byte, n)
 	samples := make([]time.Duration, 0, count)
 	deadline := time.Now().Add(d)
-	for i := 0; i < count+warmup && time.Now().Before(deadline); i++ {
+	for i := 0; i < count+warmup && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		if _, err := cli.Write(msg); err != nil {
 			return Latency{}, fmt.Errorf("tcp ping: %w", err)
@@ -258,17 +275,22 @@ func TCPPingPong(p *vethpair.Pair, frame, count int, d time.Duration) (Latency, 
 	return Summarize(samples), nil
 }
 
-// countWindow waits (up to 2s) for the first message to arrive, so that
+// countWindow waits (up to 2s, or until ctx ends) for the first message to arrive, so that
 // start-up is not measured, then returns what arrived during d. It reports
 // false if nothing arrived.
-func countWindow(received *atomic.Uint64, d time.Duration, frame int) (Rate, bool) {
+func countWindow(ctx context.Context, received *atomic.Uint64, d time.Duration, frame int) (Rate, bool) {
 	for deadline := time.Now().Add(2 * time.Second); received.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return Rate{}, false
 		}
 	}
 	start, c0 := time.Now(), received.Load()
-	time.Sleep(d)
+	window := time.NewTimer(d)
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+		window.Stop()
+	}
 	m, elapsed := received.Load()-c0, time.Since(start)
 	return Rate{Messages: m, Bytes: m * uint64(frame), Elapsed: elapsed}, true
 }
@@ -278,7 +300,7 @@ func countWindow(received *atomic.Uint64, d time.Duration, frame int) (Rate, boo
 // receives, whether any arrived, and the error that stopped send (nil if
 // the window ended first). stopSend and stopRecv unblock the two loops
 // afterwards, in that order.
-func flood(d time.Duration, frame int, recv, send func() error, stopSend, stopRecv func()) (Rate, bool, error) {
+func flood(ctx context.Context, d time.Duration, frame int, recv, send func() error, stopSend, stopRecv func()) (Rate, bool, error) {
 	var received atomic.Uint64
 	done := make(chan struct{})
 	go func() {
@@ -305,7 +327,7 @@ func flood(d time.Duration, frame int, recv, send func() error, stopSend, stopRe
 			}
 		}
 	}()
-	r, ok := countWindow(&received, d, frame)
+	r, ok := countWindow(ctx, &received, d, frame)
 	close(stop)
 	stopSend()
 	wg.Wait()

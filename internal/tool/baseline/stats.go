@@ -31,9 +31,9 @@ func (r Rate) Gbps() float64 {
 
 // Latency summarizes round-trip samples.
 type Latency struct {
-	N        int
-	P50, P99 time.Duration
-	Min, Max time.Duration
+	N              int
+	P50, P99, P999 time.Duration // P999 is the 99.9th percentile
+	Min, Max       time.Duration
 }
 
 // Summarize sorts samples in place and returns their percentiles.
@@ -43,17 +43,19 @@ func Summarize(samples []time.Duration) Latency {
 	}
 	slices.Sort(samples)
 	return Latency{
-		N:   len(samples),
-		P50: percentile(samples, 50),
-		P99: percentile(samples, 99),
-		Min: samples[0],
-		Max: samples[len(samples)-1],
+		N:    len(samples),
+		P50:  percentile(samples, 500),
+		P99:  percentile(samples, 990),
+		P999: percentile(samples, 999),
+		Min:  samples[0],
+		Max:  samples[len(samples)-1],
 	}
 }
 
-// percentile uses the nearest-rank method on sorted samples.
+// percentile uses the nearest-rank method on sorted samples; p is in
+// tenths of a percent (999: p99.9).
 func percentile(sorted []time.Duration, p int) time.Duration {
-	rank := (p*len(sorted) + 99) / 100 // ceil(p/100 × n)
+	rank := (p*len(sorted) + 999) / 1000 // ceil(p/1000 × n)
 	if rank < 1 {
 		rank = 1
 	}

@@ -22,6 +22,19 @@ func TestSummarizeNearestRank(t *testing.T) {
 	}
 }
 
+// TestSummarizeP999: with 2000 samples the 99.9th percentile is the
+// 1998th (nearest rank), apart from p99 (the 1980th) and the maximum.
+func TestSummarizeP999(t *testing.T) {
+	s := make([]time.Duration, 0, 2000)
+	for i := 1; i <= 2000; i++ {
+		s = append(s, time.Duration(i)*time.Microsecond)
+	}
+	l := Summarize(s)
+	if l.P99 != 1980*time.Microsecond || l.P999 != 1998*time.Microsecond || l.Max != 2000*time.Microsecond {
+		t.Errorf("p99 %v p99.9 %v max %v, want 1.98ms 1.998ms 2ms", l.P99, l.P999, l.Max)
+	}
+}
+
 func TestRateUnits(t *testing.T) {
 	r := Rate{Messages: 2_000_000, Bytes: 2_000_000 * 1500, Elapsed: 2 * time.Second}
 	if r.PerSecond() != 1e6 {

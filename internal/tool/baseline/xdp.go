@@ -1,6 +1,7 @@
 package baseline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -88,6 +89,10 @@ func txFrames(e *rawxdp.Endpoint, frame []byte, n int) ([]afxdp.Desc, error) {
 // XDPRate sends frames of the given size from A's AF_XDP socket to B's for
 // d and returns the rate B's RX ring delivered. Both sides busy-poll.
 func XDPRate(p *vethpair.Pair, size int, d time.Duration) (Rate, error) {
+	return xdpRate(context.Background(), p, size, d)
+}
+
+func xdpRate(ctx context.Context, p *vethpair.Pair, size int, d time.Duration) (Rate, error) {
 	a, b, err := openXDPPair(p, false)
 	if err != nil {
 		return Rate{}, err
@@ -176,7 +181,7 @@ func XDPRate(p *vethpair.Pair, size int, d time.Duration) (Rate, error) {
 			}
 		}
 	}()
-	r, ok := countWindow(&received, d, size)
+	r, ok := countWindow(ctx, &received, d, size)
 	close(stop)
 	wg.Wait()
 	if err := errors.Join(rxErr, txErr); err != nil {
@@ -192,6 +197,10 @@ func XDPRate(p *vethpair.Pair, size int, d time.Duration) (Rate, error) {
 // of A and B, both busy-polling their rings, and returns the round trips of
 // up to count exchanges (stopping after d).
 func XDPPingPong(p *vethpair.Pair, size, count int, d time.Duration) (Latency, error) {
+	return xdpPingPong(context.Background(), p, size, count, d)
+}
+
+func xdpPingPong(ctx context.Context, p *vethpair.Pair, size, count int, d time.Duration) (Latency, error) {
 	a, b, err := openXDPPair(p, false)
 	if err != nil {
 		return Latency{}, err
@@ -246,7 +255,7 @@ func XDPPingPong(p *vethpair.Pair, size, count int, d time.Duration) (Latency, e
 	defer runtime.UnlockOSThread()
 	samples := make([]time.Duration, 0, count)
 	deadline := time.Now().Add(d)
-	for i := 0; i < count+warmup && time.Now().Before(deadline); i++ {
+	for i := 0; i < count+warmup && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		if err := sendOne(a, pingDesc[0]); err != nil {
 			return Latency{}, fmt.Errorf("af_xdp ping: %w", err)

@@ -110,6 +110,13 @@ const listenBacklog = 16
 
 // Listen listens on port of every IPv4 address of dev's adapter.
 func Listen(dev *Device, port uint16, depths Depths) (*Listener, error) {
+	return ListenAddr(dev, netip.AddrPortFrom(netip.IPv4Unspecified(), port), depths)
+}
+
+// ListenAddr listens on addr, one of dev's adapter's addresses or the
+// unspecified address (every address), as rdma_bind_addr and rdma_listen
+// do.
+func ListenAddr(dev *Device, addr netip.AddrPort, depths Depths) (*Listener, error) {
 	x := &Listener{dev: dev, depths: depths, reqs: make(chan *ndk.Connector, listenBacklog), done: make(chan struct{})}
 	l, err := dev.Adapter.CreateListener(func(c *ndk.Connector) {
 		select {
@@ -125,7 +132,6 @@ func Listen(dev *Device, port uint16, depths Depths) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create listener: %w", err)
 	}
-	addr := netip.AddrPortFrom(netip.IPv4Unspecified(), port)
 	if err := l.Listen(addr); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("listen on %v: %w", addr, err)

@@ -123,6 +123,10 @@ var ErrUnsupported = errors.New("perftest: not supported")
 // ErrProtocol is a peer message that does not fit perftest's protocol.
 var ErrProtocol = errors.New("perftest: protocol error")
 
+// Check reports what normalize would refuse, without changing p: a
+// command checks its flags with it before it touches a device.
+func (p Params) Check() error { return p.normalize() }
+
 // normalize fills defaults and checks limits, as perftest's parser does.
 func (p *Params) normalize() error {
 	bad := func(format string, a ...any) error {

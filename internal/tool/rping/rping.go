@@ -116,6 +116,21 @@ type Config struct {
 	// Verbose is -v: the client prints "ping data: ..." and the server
 	// "server ping data: ..." for every ping. Nil prints nothing.
 	Verbose io.Writer
+	// Phase, if set, is told each step of the run as it begins ("connect",
+	// "accept", "pings"), for a command that reports where it was
+	// interrupted or timed out.
+	Phase func(string)
+}
+
+// Check reports what RunClient and RunServer would refuse in c, without
+// changing it: a command checks its flags with it before it touches a
+// device.
+func (c Config) Check() error { return c.check() }
+
+func (c *Config) phase(name string) {
+	if c.Phase != nil {
+		c.Phase(name)
+	}
 }
 
 func (c *Config) check() error {
@@ -249,6 +264,7 @@ func RunClient(ctx context.Context, cfg Config, c verbs.Connector, port uint16) 
 		return st, err
 	}
 	var s *side
+	cfg.phase("connect")
 	ep, err := c.Connect(ctx, port, connParams(func(ep verbs.Endpoint) error {
 		var err error
 		s, err = setup(ep, cfg.Size, true)
@@ -258,6 +274,7 @@ func RunClient(ctx context.Context, cfg Config, c verbs.Connector, port uint16) 
 		return st, fmt.Errorf("rping: connect to port %d: %w", port, err)
 	}
 	defer ep.Close()
+	cfg.phase("pings")
 	start := byte(65)
 	for ping := 0; cfg.Count == 0 || ping < cfg.Count; ping++ {
 		start = FillPing(s.start.Buf, ping, start)
@@ -306,6 +323,7 @@ func RunServer(ctx context.Context, cfg Config, l verbs.Listener) (Stats, error)
 		return st, err
 	}
 	var s *side
+	cfg.phase("accept")
 	ep, err := l.Accept(ctx, connParams(func(ep verbs.Endpoint) error {
 		var err error
 		s, err = setup(ep, cfg.Size, false)
@@ -315,6 +333,7 @@ func RunServer(ctx context.Context, cfg Config, l verbs.Listener) (Stats, error)
 		return st, fmt.Errorf("rping: accept: %w", err)
 	}
 	defer ep.Close()
+	cfg.phase("pings")
 	goAhead, _ := s.send.Seg(0, InfoLen) // 16 zero bytes
 	for cfg.Count == 0 || st.Pings < cfg.Count {
 		// RDMA_READ_ADV: the client's source buffer. A disconnect here is

@@ -3,7 +3,7 @@ package cm
 import (
 	"net/netip"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -23,7 +23,7 @@ func (c *Connector) Connect(qp QP, path PathInfo, src, dst netip.AddrPort, p Con
 // address and port; only the full 4-tuple must be unique.
 func (c *Connector) ConnectWithSharedEndpoint(qp QP, path PathInfo, se *SharedEndpoint, dst netip.AddrPort, p ConnectParams, done func(error)) error {
 	if se == nil {
-		return errorf(ntstatus.InvalidParameter, "connect", nil, "nil shared endpoint")
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, "connect", nil, "nil shared endpoint")
 	}
 	return c.connect(qp, path, netip.AddrPort{}, se, dst, p, done)
 }
@@ -43,21 +43,24 @@ func (c *Connector) connect(qp QP, path PathInfo, src netip.AddrPort, se *Shared
 func checkConnect(qp QP, path PathInfo, dst netip.AddrPort, p ConnectParams, done func(error)) (netip.AddrPort, rocev2.MTU, error) {
 	const op = "connect"
 	if qp == nil || done == nil {
-		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "QP and completion are required")
+		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP and completion are required")
 	}
 	if len(p.PrivateData) > MaxCallerData {
-		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCallerData %d", len(p.PrivateData), MaxCallerData)
+		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "%d bytes of private data exceed MaxCallerData %d", len(p.PrivateData), MaxCallerData)
+	}
+	if err := p.Retry.check(op); err != nil {
+		return dst, 0, err
 	}
 	mtu, ok := path.pathMTU()
 	if !ok {
-		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "interface MTU %d is below the smallest RoCE path MTU", path.MTU)
+		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "interface MTU %d is below the smallest RoCE path MTU", path.MTU)
 	}
 	dst = unmap(dst)
 	if !usableAddr(dst.Addr()) || dst.Port() == 0 {
-		return dst, 0, errorf(ntstatus.InvalidAddress, op, nil, "destination %v is not a unicast address and port", dst)
+		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "destination %v is not a unicast address and port", dst)
 	}
 	if path.RemoteIP.Unmap() != dst.Addr() {
-		return dst, 0, errorf(ntstatus.InvalidParameter, op, nil, "path leads to %v, not to %v", path.RemoteIP, dst.Addr())
+		return dst, 0, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "path leads to %v, not to %v", path.RemoteIP, dst.Addr())
 	}
 	return dst, mtu, nil
 }
@@ -71,11 +74,11 @@ func (c *Connector) startConnect(qp QP, path PathInfo, src netip.AddrPort, se *S
 	defer m.unlockAndRun()
 	switch {
 	case m.closed || c.lt.closed:
-		return errorf(ntstatus.InvalidHandle, op, nil, "connector or manager closed")
+		return ndkpi.Errorf(ndkpi.StatusInvalidHandle, op, nil, "connector or manager closed")
 	case c.state != stIdle || c.passive:
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "connector already used (%v)", c.state)
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "connector already used (%v)", c.state)
 	case m.byQPN[qp.QPN()] != nil:
-		return errorf(ntstatus.InvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
 	}
 	ep, src, err := m.connectEndpoint(path, src, se, dst)
 	if err != nil {
@@ -101,7 +104,7 @@ func (c *Connector) startConnect(qp QP, path PathInfo, src netip.AddrPort, se *S
 	if err != nil {
 		c.release(m)
 		m.unregister(c)
-		return errorf(ntstatus.InvalidAddress, op, err, "rdma_cm header for %v -> %v", src, dst)
+		return ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, err, "rdma_cm header for %v -> %v", src, dst)
 	}
 	c.out = m.send(c.path, c.tid, &c.req)
 	c.state = stReqSent
@@ -116,14 +119,14 @@ func (m *Manager) connectEndpoint(path PathInfo, src netip.AddrPort, se *SharedE
 	const op = "connect"
 	if se != nil {
 		if se.closed {
-			return nil, src, errorf(ntstatus.InvalidHandle, op, nil, "shared endpoint closed")
+			return nil, src, ndkpi.Errorf(ndkpi.StatusInvalidHandle, op, nil, "shared endpoint closed")
 		}
 		src = se.addr
 		if src.Addr().Is4() != dst.Addr().Is4() || src.Addr() != path.LocalIP.Unmap() {
-			return nil, src, errorf(ntstatus.InvalidAddress, op, nil, "shared endpoint %v cannot reach %v over path from %v", src, dst, path.LocalIP)
+			return nil, src, ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "shared endpoint %v cannot reach %v over path from %v", src, dst, path.LocalIP)
 		}
 		if se.ep.peers[dst] > 0 {
-			return nil, src, errorf(ntstatus.AddressAlreadyExists, op, nil, "connection %v -> %v exists", src, dst)
+			return nil, src, ndkpi.Errorf(ndkpi.StatusAddressAlreadyExists, op, nil, "connection %v -> %v exists", src, dst)
 		}
 		se.ep.refs++
 		return se.ep, src, nil
@@ -133,7 +136,7 @@ func (m *Manager) connectEndpoint(path PathInfo, src netip.AddrPort, se *SharedE
 		src = netip.AddrPortFrom(path.LocalIP.Unmap(), src.Port())
 	}
 	if src.Addr() != path.LocalIP.Unmap() || src.Addr().Is4() != dst.Addr().Is4() {
-		return nil, src, errorf(ntstatus.InvalidAddress, op, nil, "source %v does not match the path's local address %v or the destination family", src.Addr(), path.LocalIP)
+		return nil, src, ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "source %v does not match the path's local address %v or the destination family", src.Addr(), path.LocalIP)
 	}
 	if err := m.checkLocal(src.Addr(), op); err != nil {
 		return nil, src, err
@@ -177,6 +180,9 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 			LocalAckTimeout: ackTimeout(m.p.AckDelay, m.p.PacketLifeTime),
 		},
 	}
+	if p.Retry != nil {
+		req.RetryCount, req.RNRRetryCount = p.Retry.Count, p.Retry.RNR
+	}
 	hdr := rocev2.CMAHeader{SrcPort: src.Port(), Src: src.Addr(), Dst: dst.Addr()}
 	if err := hdr.Encode(req.PrivateData[:]); err != nil {
 		return req, err
@@ -192,6 +198,12 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 // the peer gave up meanwhile, and IO_TIMEOUT when it did so because its
 // REP went unanswered too long.
 func (c *Connector) CompleteConnect(onDisconnect func()) error {
+	return c.CompleteConnectEx(withoutReason(onDisconnect))
+}
+
+// CompleteConnectEx is CompleteConnect with a disconnect callback that
+// learns why (NdkCompleteConnectEx, NDKPI 2.1): a Reason* value.
+func (c *Connector) CompleteConnectEx(onDisconnect func(reason uint32)) error {
 	const op = "complete connect"
 	m := c.m
 	m.mu.Lock()
@@ -201,7 +213,7 @@ func (c *Connector) CompleteConnect(onDisconnect func()) error {
 		if err != nil {
 			return err
 		}
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "not connecting (%v)", c.state)
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "not connecting (%v)", c.state)
 	}
 	rtu := &rocev2.CMRtu{LocalCommID: c.localID, RemoteCommID: c.remoteID}
 	m.send(c.path, c.tid, rtu)
@@ -293,7 +305,7 @@ func (m *Manager) finishREP(c *Connector, qp QP, ri RemoteInfo) {
 			MessageRejected: rocev2.CMKindREP, Reason: rocev2.RejConsumerDefined})
 		c.qpToError(m)
 		c.enterTimeWait(m)
-		c.failConnect(m, errorf(ntstatus.ConnectionAborted, "connect", err, "QP %d did not reach RTS", c.qpn))
+		c.failConnect(m, ndkpi.Errorf(ndkpi.StatusConnectionAborted, "connect", err, "QP %d did not reach RTS", c.qpn))
 	default:
 		c.state = stRepRcvd
 		if f := c.connectDone; f != nil {

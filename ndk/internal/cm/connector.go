@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -64,6 +64,25 @@ type ConnectParams struct {
 	InboundReadLimit, OutboundReadLimit uint8
 	// PrivateData follows rdma_cm's header in the REQ: at most MaxCallerData.
 	PrivateData []byte
+	// Retry, if not nil, replaces the Manager's Params.RetryCount and
+	// RNRRetry for this connection, as rdma_connect's conn_param does:
+	// the REQ carries both, our QP retries with Retry.Count and the peer
+	// with both, and we wait out the RNR NAKs as often as the REP says.
+	Retry *RetryCounts
+}
+
+// RetryCounts are the transport retry counts rdma_cm's consumers set per
+// connection (struct rdma_conn_param retry_count, rnr_retry_count): 3
+// bits each; an RNR retry count of 7 means without limit.
+type RetryCounts struct {
+	Count, RNR uint8
+}
+
+func (r *RetryCounts) check(op string) error {
+	if r != nil && (r.Count > 7 || r.RNR > 7) {
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "retry counts %d/%d outside 0-7", r.Count, r.RNR)
+	}
+	return nil
 }
 
 // AcceptParams are the inputs of Accept.
@@ -71,6 +90,11 @@ type AcceptParams struct {
 	InboundReadLimit, OutboundReadLimit uint8
 	// PrivateData goes into the REP: at most MaxCalleeData.
 	PrivateData []byte
+	// Retry, if not nil, replaces the Manager's Params.RNRRetry in the
+	// REP: how often the peer waits out our RNR NAKs (rdma_accept's
+	// conn_param rnr_retry_count). Retry.Count is unused: the passive
+	// side retries as the REQ asks (cm.c cm_req_handler).
+	Retry *RetryCounts
 }
 
 // ConnectionData is what GetConnectionData returns: the read limits and
@@ -132,8 +156,9 @@ type Connector struct {
 	connectDone    func(error)
 	acceptDone     func(error)
 	disconnectDone func(error)
-	onDisconnect   func()
+	onDisconnect   func(reason uint32)
 	eventFired     bool
+	aborted        bool // the QP failed and the CM ended the connection (TransportFailed)
 	userDisconnect bool
 	discAnswered   bool
 	discErr        error
@@ -157,7 +182,7 @@ func (c *Connector) ConnectionData() (ConnectionData, error) {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	if !c.haveData {
-		return ConnectionData{}, errorf(ntstatus.ConnectionInvalid, "get connection data", nil, "no connection data in state %v", c.state)
+		return ConnectionData{}, ndkpi.Errorf(ndkpi.StatusConnectionInvalid, "get connection data", nil, "no connection data in state %v", c.state)
 	}
 	d := c.data
 	d.PrivateData = append([]byte(nil), c.data.PrivateData...)
@@ -240,7 +265,7 @@ func (c *Connector) Close(done func()) bool {
 	case stIdle:
 		c.state = stDone
 	}
-	c.failPending(m, ErrCancelled)
+	c.failPending(m, ndkpi.ErrCancelled)
 	c.release(m)
 	m.unlockAndRun()
 
@@ -348,7 +373,7 @@ func (c *Connector) onTimeout(m *Manager) {
 	}
 	// Out of retries: give up, telling the peer as IBTA 12.9.x asks (REJ
 	// "timeout" with our GUID as ARI) for REQ and REP.
-	timeout := errorf(ntstatus.IOTimeout, "", nil, "no answer after %d retries of %v", c.maxRetries, c.timeout)
+	timeout := ndkpi.Errorf(ndkpi.StatusIOTimeout, "", nil, "no answer after %d retries of %v", c.maxRetries, c.timeout)
 	switch c.state {
 	case stReqSent:
 		c.sendREJ(m, &rocev2.CMRej{LocalCommID: c.localID, MessageRejected: rocev2.CMKindREQ,

@@ -1,7 +1,7 @@
 package cm
 
 import (
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -10,34 +10,54 @@ import (
 // resent until DREP arrives. done is called once, when the peer answered
 // (nil) or never did (IO_TIMEOUT), and in both cases only after the QP's
 // DMA has drained. Disconnecting a connection the peer already ended
-// succeeds once the QP drained.
+// succeeds once the QP drained, and so does disconnecting one the CM
+// aborted (TransportFailed), once the peer answered its DREQ.
 func (c *Connector) Disconnect(done func(error)) error {
-	const op = "disconnect"
+	return c.disconnect("disconnect", done, false)
+}
+
+// Abort ends an established connection abortively (NDK_FN_DISCONNECT_EX
+// with Abortive TRUE): the QP moves to error, one DREQ goes out without
+// waiting for the DREP, and done is called once the QP's DMA has drained.
+// On a connection the peer or a transport failure already ended it
+// completes once the QP drained.
+func (c *Connector) Abort(done func(error)) error {
+	return c.disconnect("abortive disconnect", done, true)
+}
+
+func (c *Connector) disconnect(op string, done func(error), abortive bool) error {
 	m := c.m
 	if done == nil {
-		return errorf(ntstatus.InvalidParameter, op, nil, "completion is required")
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "completion is required")
 	}
 	m.mu.Lock()
 	if c.disconnectDone != nil || c.userDisconnect {
 		m.mu.Unlock()
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "already disconnecting")
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "already disconnecting")
 	}
 	switch {
 	case c.state == stEstablished:
-		c.userDisconnect = true
-		c.disconnectDone = done
 		c.qpToError(m)
-		c.sendDREQ(m, true)
+		c.sendDREQ(m, !abortive)
+		if abortive {
+			c.enterTimeWait(m)
+		}
+	case c.state == stDreqSent && c.aborted:
+		// The CM aborted it (TransportFailed) and waits for the DREP,
+		// which a graceful Disconnect waits for too.
 	case c.wasConnected && (c.state == stTimeWait || c.state == stDone):
-		c.userDisconnect = true
-		c.disconnectDone = done
 		c.discAnswered = true
-		c.qpToError(m)
-		c.maybeDisconnected(m)
+		c.qpToError(m) // the peer's disconnect left the QP alone
 	default:
 		m.mu.Unlock()
-		return errorf(ntstatus.ConnectionInvalid, op, nil, "not connected (%v)", c.state)
+		return ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "not connected (%v)", c.state)
 	}
+	c.userDisconnect = true
+	c.disconnectDone = done
+	if abortive {
+		c.discAnswered = true // nothing to wait for from the peer
+	}
+	c.maybeDisconnected(m)
 	m.unlockAndRun()
 	return nil
 }
@@ -82,22 +102,21 @@ func (c *Connector) enterTimeWait(m *Manager) {
 	m.arm(c, m.timeWait(c))
 }
 
-// disconnectEvent calls the consumer's disconnect callback, once, unless
-// the consumer disconnected first (NDKPI.md §8 Disconnect).
-func (c *Connector) disconnectEvent(m *Manager) {
+// disconnectEvent calls the consumer's disconnect callback with reason,
+// once, unless the consumer disconnected first (NDKPI.md §8 Disconnect).
+func (c *Connector) disconnectEvent(m *Manager, reason uint32) {
 	if c.eventFired || c.userDisconnect || c.onDisconnect == nil {
 		return
 	}
 	c.eventFired = true
-	m.queueCall(&c.lt, false, c.onDisconnect)
+	f := c.onDisconnect
+	m.queueCall(&c.lt, false, func() { f(reason) })
 }
 
 // abortStale ends a connection the peer has evidently forgotten.
 func (c *Connector) abortStale(m *Manager) {
 	if c.state == stEstablished {
-		c.qpToError(m)
-		c.sendDREQ(m, true)
-		c.disconnectEvent(m)
+		c.abort(m, ReasonStale)
 	}
 }
 
@@ -123,7 +142,7 @@ func (m *Manager) handleDREQ(src PathInfo, tid uint64, dreq *rocev2.CMDreq) {
 		// or Flush does.
 		m.send(c.path, tid, drep)
 		c.enterTimeWait(m)
-		c.disconnectEvent(m)
+		c.disconnectEvent(m, ReasonPeerDisconnected)
 	case stDreqSent:
 		// Both sides disconnected at once: the peer's DREQ answers ours.
 		m.send(c.path, tid, drep)

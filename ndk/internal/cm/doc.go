@@ -8,7 +8,7 @@
 // CompleteConnect, Accept, Reject, Disconnect, GetConnectionData,
 // Get{Local,Peer}Address, Listen with port 0, connect-event pausing,
 // endpoint reference counting, and the NTSTATUS codes of each outcome
-// (Error, StatusOf).
+// (its errors are *ndkpi.Error, which package ndk re-exports as ndk.Error).
 //
 // It is not a transport and owns no goroutine. A Manager sends MADs through
 // a Transport and is handed received ones with HandleMAD; GSIFramer,
@@ -55,6 +55,9 @@
 //   - reject.go: Reject and the REJ in both directions.
 //   - disconnect.go: Disconnect, DREQ and DREP, the disconnect event, stale
 //     connections and the time-wait.
+//   - abort.go: the disconnect reasons of NDKPI 2.1, TransportFailed (a
+//     QP that failed on its own aborts its connection: DREQ and the
+//     consumer's event) and Abort (the abortive disconnect).
 //   - listener.go: local endpoints (binding, ephemeral ports, reference
 //     counts), SharedEndpoint and Listener.
 //   - manager.go: Manager, Params and Stats, the effects run after the lock,
@@ -62,16 +65,19 @@
 //
 // Around them: path.go has PathInfo, RemoteInfo and the QP and Transport
 // interfaces; clock.go the Clock, the deadline heap and IBA time units;
-// gsi.go the QP1 framing; resolve.go the Resolver; errors.go Error,
-// StatusOf and RejectError. FuzzManagerMADs (fuzz_test.go) drives a
-// Manager with sequences of MADs, consumer calls and clock steps.
+// gsi.go the QP1 framing; resolve.go the Resolver; errors.go
+// RejectError, the cause a peer's REJ gives a failed connection.
+// FuzzManagerMADs (fuzz_test.go) drives a Manager with sequences of MADs,
+// consumer calls and clock steps.
 //
 // # What goes on the wire
 //
 // Every field is what Linux's ib_cm and rdma_cm put there over RoCE
 // (torvalds/linux drivers/infiniband/core/cm.c cm_format_req, cm_format_rep,
 // cma.c cma_connect_ib, cma_accept_ib; ROCEV2.md 3): Q_Key 0, both CM
-// response timeouts 20, MaxCMRetries 15, RetryCount 7, RNRRetryCount 7,
+// response timeouts 20, MaxCMRetries 15, RetryCount 7, RNRRetryCount 7
+// (what rping and perftest ask; ConnectParams.Retry and
+// AcceptParams.Retry change them per connection as rdma_conn_param does),
 // PathMTU the largest that fits the interface MTU, permissive LIDs, hop
 // limit 64, SL 0, traffic class 0, IPv4-mapped (or IPv6) GIDs, the rdma_cm
 // flow label, LocalAckTimeout cm_ack_timeout(15, 16) = 17, TargetAckDelay

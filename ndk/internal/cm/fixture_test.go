@@ -9,6 +9,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm/cmtest"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -190,9 +191,9 @@ func ipFor(dst netip.Addr, a bool) netip.Addr {
 	return ip6B
 }
 
-func wantStatus(t *testing.T, what string, err error, status uint32) {
+func wantStatus(t *testing.T, what string, err error, status ndkpi.Status) {
 	t.Helper()
-	if got := cm.StatusOf(err); got != status {
+	if got := ndkpi.StatusOf(err); got != status {
 		t.Fatalf("%s: status %#x, want %#x (err %v)", what, got, status, err)
 	}
 }

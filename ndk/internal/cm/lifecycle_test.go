@@ -10,7 +10,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm/cmtest"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -30,12 +30,12 @@ func TestListenerClosedWhileConnectionsLive(t *testing.T) {
 	var r result
 	_ = p.a.NewConnector().Connect(cmtest.NewQP(2, 2), p.pathAB(), netip.AddrPort{}, addr, cm.ConnectParams{}, r.done)
 	p.clk.RunUntil(r.called, time.Minute)
-	if _, err := r.get(); cm.StatusOf(err) != ntstatus.ConnectionRefused || ls.count() != 1 {
+	if _, err := r.get(); ndkpi.StatusOf(err) != ndkpi.StatusConnectionRefused || ls.count() != 1 {
 		t.Fatalf("connect after listener close: %v, %d events", err, ls.count())
 	}
 	// The port is still taken.
 	l2, _ := p.b.NewListener(func(*cm.Connector) {})
-	if err := l2.Listen(addr); !errors.Is(err, cm.ErrSharingViolation) {
+	if err := l2.Listen(addr); !errors.Is(err, ndkpi.ErrSharingViolation) {
 		t.Fatalf("listen on a port a connector holds: %v", err)
 	}
 	// The connection still works.
@@ -76,7 +76,7 @@ func TestEndpoints(t *testing.T) {
 		}
 		seen[port] = true
 	}
-	mustFail := func(what string, err error, want *cm.Error) {
+	mustFail := func(what string, err error, want *ndkpi.Error) {
 		t.Helper()
 		if !errors.Is(err, want) {
 			t.Fatalf("%s: %v, want status %#x", what, err, want.Status)
@@ -86,34 +86,34 @@ func TestEndpoints(t *testing.T) {
 	if err := newL().Listen(netip.AddrPortFrom(ipB, 9000)); err != nil {
 		t.Fatal(err)
 	}
-	mustFail("same address and port", newL().Listen(netip.AddrPortFrom(ipB, 9000)), cm.ErrSharingViolation)
-	mustFail("wildcard over a bound port", newL().Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), 9000)), cm.ErrSharingViolation)
+	mustFail("same address and port", newL().Listen(netip.AddrPortFrom(ipB, 9000)), ndkpi.ErrSharingViolation)
+	mustFail("wildcard over a bound port", newL().Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), 9000)), ndkpi.ErrSharingViolation)
 	if err := newL().Listen(netip.AddrPortFrom(netip.MustParseAddr("198.18.0.3"), 9000)); err != nil {
 		t.Fatalf("other address, same port: %v", err)
 	}
 	if err := newL().Listen(netip.AddrPortFrom(netip.IPv6Unspecified(), 9000)); err != nil {
 		t.Fatalf("IPv6 wildcard beside IPv4: %v", err)
 	}
-	mustFail("multicast", newL().Listen(netip.AddrPortFrom(netip.MustParseAddr("224.0.0.1"), 1)), cm.ErrInvalidAddress)
-	mustFail("broadcast", newL().Listen(netip.AddrPortFrom(netip.MustParseAddr("255.255.255.255"), 1)), cm.ErrInvalidAddress)
+	mustFail("multicast", newL().Listen(netip.AddrPortFrom(netip.MustParseAddr("224.0.0.1"), 1)), ndkpi.ErrInvalidAddress)
+	mustFail("broadcast", newL().Listen(netip.AddrPortFrom(netip.MustParseAddr("255.255.255.255"), 1)), ndkpi.ErrInvalidAddress)
 
 	// Active side: A listens on 9100, so a connect from that port fails.
 	la, _ := p.a.NewListener(func(*cm.Connector) {})
 	_ = la.Listen(netip.AddrPortFrom(ipA, 9100))
 	nop := func(error) {}
 	dst := netip.AddrPortFrom(ipB, 9000)
-	mustFail("connect from a listener's port", p.a.NewConnector().Connect(cmtest.NewQP(1, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9100), dst, cm.ConnectParams{}, nop), cm.ErrSharingViolation)
+	mustFail("connect from a listener's port", p.a.NewConnector().Connect(cmtest.NewQP(1, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9100), dst, cm.ConnectParams{}, nop), ndkpi.ErrSharingViolation)
 	c1 := p.a.NewConnector()
 	if err := c1.Connect(cmtest.NewQP(2, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9200), dst, cm.ConnectParams{}, nop); err != nil {
 		t.Fatal(err)
 	}
-	mustFail("same 4-tuple", p.a.NewConnector().Connect(cmtest.NewQP(3, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9200), dst, cm.ConnectParams{}, nop), cm.ErrAddressAlreadyExists)
-	mustFail("same source, other destination", p.a.NewConnector().Connect(cmtest.NewQP(4, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9200), netip.AddrPortFrom(ipB, 9001), cm.ConnectParams{}, nop), cm.ErrSharingViolation)
-	mustFail("same QP twice", p.a.NewConnector().Connect(cmtest.NewQP(2, 0), p.pathAB(), netip.AddrPort{}, dst, cm.ConnectParams{}, nop), cm.ErrInvalidParameter)
-	mustFail("multicast destination", p.a.NewConnector().Connect(cmtest.NewQP(5, 0), p.link.A.PathTo(ipA, netip.MustParseAddr("224.0.0.9")), netip.AddrPort{}, netip.AddrPortFrom(netip.MustParseAddr("224.0.0.9"), 1), cm.ConnectParams{}, nop), cm.ErrInvalidAddress)
-	mustFail("port 0 destination", p.a.NewConnector().Connect(cmtest.NewQP(6, 0), p.pathAB(), netip.AddrPort{}, netip.AddrPortFrom(ipB, 0), cm.ConnectParams{}, nop), cm.ErrInvalidAddress)
-	mustFail("oversized private data", p.a.NewConnector().Connect(cmtest.NewQP(7, 0), p.pathAB(), netip.AddrPort{}, dst, cm.ConnectParams{PrivateData: make([]byte, cm.MaxCallerData+1)}, nop), cm.ErrInvalidParameter)
-	if err := c1.Connect(cmtest.NewQP(8, 0), p.pathAB(), netip.AddrPort{}, dst, cm.ConnectParams{}, nop); !errors.Is(err, cm.ErrConnectionInvalid) {
+	mustFail("same 4-tuple", p.a.NewConnector().Connect(cmtest.NewQP(3, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9200), dst, cm.ConnectParams{}, nop), ndkpi.ErrAddressAlreadyExists)
+	mustFail("same source, other destination", p.a.NewConnector().Connect(cmtest.NewQP(4, 0), p.pathAB(), netip.AddrPortFrom(ipA, 9200), netip.AddrPortFrom(ipB, 9001), cm.ConnectParams{}, nop), ndkpi.ErrSharingViolation)
+	mustFail("same QP twice", p.a.NewConnector().Connect(cmtest.NewQP(2, 0), p.pathAB(), netip.AddrPort{}, dst, cm.ConnectParams{}, nop), ndkpi.ErrInvalidParameter)
+	mustFail("multicast destination", p.a.NewConnector().Connect(cmtest.NewQP(5, 0), p.link.A.PathTo(ipA, netip.MustParseAddr("224.0.0.9")), netip.AddrPort{}, netip.AddrPortFrom(netip.MustParseAddr("224.0.0.9"), 1), cm.ConnectParams{}, nop), ndkpi.ErrInvalidAddress)
+	mustFail("port 0 destination", p.a.NewConnector().Connect(cmtest.NewQP(6, 0), p.pathAB(), netip.AddrPort{}, netip.AddrPortFrom(ipB, 0), cm.ConnectParams{}, nop), ndkpi.ErrInvalidAddress)
+	mustFail("oversized private data", p.a.NewConnector().Connect(cmtest.NewQP(7, 0), p.pathAB(), netip.AddrPort{}, dst, cm.ConnectParams{PrivateData: make([]byte, cm.MaxCallerData+1)}, nop), ndkpi.ErrInvalidParameter)
+	if err := c1.Connect(cmtest.NewQP(8, 0), p.pathAB(), netip.AddrPort{}, dst, cm.ConnectParams{}, nop); !errors.Is(err, ndkpi.ErrConnectionInvalid) {
 		t.Fatalf("connector reuse: %v", err)
 	}
 	// Closing c1 frees its port.
@@ -133,8 +133,8 @@ func TestEndpoints(t *testing.T) {
 	if err := p.a.NewConnector().ConnectWithSharedEndpoint(cmtest.NewQP(11, 0), p.pathAB(), se, netip.AddrPortFrom(ipB, 9001), cm.ConnectParams{}, nop); err != nil {
 		t.Fatal(err)
 	}
-	mustFail("shared endpoint, same destination", p.a.NewConnector().ConnectWithSharedEndpoint(cmtest.NewQP(12, 0), p.pathAB(), se, dst, cm.ConnectParams{}, nop), cm.ErrAddressAlreadyExists)
-	if _, err := p.a.NewSharedEndpoint(se.LocalAddr()); !errors.Is(err, cm.ErrSharingViolation) {
+	mustFail("shared endpoint, same destination", p.a.NewConnector().ConnectWithSharedEndpoint(cmtest.NewQP(12, 0), p.pathAB(), se, dst, cm.ConnectParams{}, nop), ndkpi.ErrAddressAlreadyExists)
+	if _, err := p.a.NewSharedEndpoint(se.LocalAddr()); !errors.Is(err, ndkpi.ErrSharingViolation) {
 		t.Fatalf("second shared endpoint on the same port: %v", err)
 	}
 
@@ -142,8 +142,8 @@ func TestEndpoints(t *testing.T) {
 	m, _ := cm.New(cm.Config{Transport: p.link.A, CAGUID: 1, IsLocalAddr: func(a netip.Addr) bool { return a == ipA }})
 	defer m.Close()
 	l, _ := m.NewListener(func(*cm.Connector) {})
-	mustFail("listen on a foreign address", l.Listen(netip.AddrPortFrom(ipB, 1)), cm.ErrInvalidAddress)
-	if _, err := m.NewSharedEndpoint(netip.AddrPortFrom(ipB, 1)); !errors.Is(err, cm.ErrInvalidAddress) {
+	mustFail("listen on a foreign address", l.Listen(netip.AddrPortFrom(ipB, 1)), ndkpi.ErrInvalidAddress)
+	if _, err := m.NewSharedEndpoint(netip.AddrPortFrom(ipB, 1)); !errors.Is(err, ndkpi.ErrInvalidAddress) {
 		t.Fatalf("shared endpoint on a foreign address: %v", err)
 	}
 }
@@ -200,7 +200,7 @@ func TestStaleConnection(t *testing.T) {
 	}
 	p.clk.RunUntil(r.called, time.Minute)
 	_, err = r.get()
-	if reason, _, _ := rejectReason(err); cm.StatusOf(err) != ntstatus.ConnectionRefused || reason != rocev2.RejStaleConn {
+	if reason, _, _ := rejectReason(err); ndkpi.StatusOf(err) != ndkpi.StatusConnectionRefused || reason != rocev2.RejStaleConn {
 		t.Fatalf("stale REQ: %v", err)
 	}
 	if ls.count() != 1 || old.eventB.get() != 1 || old.qpB.State() != "error" || p.link.B.Sent(rocev2.AttrDREQ) == 0 {
@@ -222,12 +222,12 @@ func TestCloseCancels(t *testing.T) {
 	if !active.Close(nil) {
 		t.Fatal("close pending")
 	}
-	if _, err := r.get(); !errors.Is(err, cm.ErrCancelled) {
+	if _, err := r.get(); !errors.Is(err, ndkpi.ErrCancelled) {
 		t.Fatalf("pending connect after close: %v", err)
 	}
 	p.clk.Drain(time.Minute)
 	err := ls.conn(0).Accept(cmtest.NewQP(2, 2), cm.AcceptParams{}, nil, func(error) {})
-	if cm.StatusOf(err) != ntstatus.ConnectionAborted {
+	if ndkpi.StatusOf(err) != ndkpi.StatusConnectionAborted {
 		t.Fatalf("accept after the peer gave up: %v", err)
 	}
 
@@ -358,7 +358,7 @@ func TestBacklog(t *testing.T) {
 	}
 	_ = try(1)
 	_ = try(2)
-	if err := try(3); cm.StatusOf(err) != ntstatus.ConnectionRefused || ls.count() != 2 {
+	if err := try(3); ndkpi.StatusOf(err) != ndkpi.StatusConnectionRefused || ls.count() != 2 {
 		t.Fatalf("third request with backlog 2: %v, %d events", err, ls.count())
 	}
 	_ = ls.conn(0).Reject(nil)

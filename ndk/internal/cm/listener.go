@@ -3,7 +3,7 @@ package cm
 import (
 	"net/netip"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 type epKind uint8
@@ -40,7 +40,7 @@ func usableAddr(a netip.Addr) bool {
 
 func (m *Manager) checkLocal(a netip.Addr, op string) error {
 	if m.isAddr != nil && !m.isAddr(a) {
-		return errorf(ntstatus.InvalidAddress, op, nil, "%v is not an address of this adapter", a)
+		return ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "%v is not an address of this adapter", a)
 	}
 	return nil
 }
@@ -77,13 +77,13 @@ func (m *Manager) bind(addr netip.AddrPort, kind epKind, dst netip.AddrPort, op 
 			}
 		}
 		if port == 0 {
-			return nil, errorf(ntstatus.TooManyAddresses, op, nil, "no free port in %d-%d on %v", EphemeralFirst, EphemeralLast, a)
+			return nil, ndkpi.Errorf(ndkpi.StatusTooManyAddresses, op, nil, "no free port in %d-%d on %v", EphemeralFirst, EphemeralLast, a)
 		}
 	} else if ep := m.conflict(a, port); ep != nil {
 		if kind == epConnector && ep.kind != epListener && ep.peers[dst] > 0 {
-			return nil, errorf(ntstatus.AddressAlreadyExists, op, nil, "connection %v -> %v exists", addr, dst)
+			return nil, ndkpi.Errorf(ndkpi.StatusAddressAlreadyExists, op, nil, "connection %v -> %v exists", addr, dst)
 		}
-		return nil, errorf(ntstatus.SharingViolation, op, nil, "%v is in use by %v", addr, ep.addr)
+		return nil, ndkpi.Errorf(ndkpi.StatusSharingViolation, op, nil, "%v is in use by %v", addr, ep.addr)
 	}
 	ep := &endpoint{addr: netip.AddrPortFrom(a, port), kind: kind, refs: 1, peers: map[netip.AddrPort]int{}}
 	m.endpoints[port] = append(m.endpoints[port], ep)
@@ -126,7 +126,7 @@ func (m *Manager) NewSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error
 	const op = "create shared endpoint"
 	addr = unmap(addr)
 	if !usableAddr(addr.Addr()) {
-		return nil, errorf(ntstatus.InvalidAddress, op, nil, "%v is not a unicast address", addr.Addr())
+		return nil, ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "%v is not a unicast address", addr.Addr())
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -173,7 +173,7 @@ type Listener struct {
 // passive Connector, which the consumer accepts, rejects or closes.
 func (m *Manager) NewListener(onConnect func(*Connector)) (*Listener, error) {
 	if onConnect == nil {
-		return nil, errorf(ntstatus.InvalidParameter, "create listener", nil, "connect callback is required")
+		return nil, ndkpi.Errorf(ndkpi.StatusInvalidParameter, "create listener", nil, "connect callback is required")
 	}
 	l := &Listener{m: m, onConnect: onConnect}
 	l.lt.extra = func() bool { return l.conns > 0 }
@@ -192,15 +192,15 @@ func (l *Listener) Listen(addr netip.AddrPort) error {
 	addr = unmap(addr)
 	a := addr.Addr()
 	if !a.IsValid() || (!a.IsUnspecified() && !usableAddr(a)) {
-		return errorf(ntstatus.InvalidAddress, op, nil, "%v cannot be listened on", a)
+		return ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "%v cannot be listened on", a)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case m.closed || l.lt.closed:
-		return errorf(ntstatus.InvalidHandle, op, nil, "listener or manager closed")
+		return ndkpi.Errorf(ndkpi.StatusInvalidHandle, op, nil, "listener or manager closed")
 	case l.listening:
-		return errorf(ntstatus.InvalidParameter, op, nil, "already listening on %v", l.addr)
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "already listening on %v", l.addr)
 	}
 	if !a.IsUnspecified() {
 		if err := m.checkLocal(a, op); err != nil {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -169,17 +169,17 @@ type remoteKey struct {
 // New returns a Manager.
 func New(cfg Config) (*Manager, error) {
 	if cfg.Transport == nil {
-		return nil, errorf(ntstatus.InvalidParameter, "new manager", nil, "no Transport")
+		return nil, ndkpi.Errorf(ndkpi.StatusInvalidParameter, "new manager", nil, "no Transport")
 	}
 	if cfg.CAGUID == 0 {
-		return nil, errorf(ntstatus.InvalidParameter, "new manager", nil, "CAGUID is 0; use rocev2.EUI64 of the adapter's MAC")
+		return nil, ndkpi.Errorf(ndkpi.StatusInvalidParameter, "new manager", nil, "CAGUID is 0; use rocev2.EUI64 of the adapter's MAC")
 	}
 	p := cfg.Params
 	if p == (Params{}) {
 		p = DefaultParams()
 	}
 	if err := p.validate(); err != nil {
-		return nil, errorf(ntstatus.InvalidParameter, "new manager", err, "bad Params")
+		return nil, ndkpi.Errorf(ndkpi.StatusInvalidParameter, "new manager", err, "bad Params")
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -255,7 +255,7 @@ func (m *Manager) Close() {
 	}
 	for _, c := range m.conns {
 		c.cancelTimer()
-		c.failPending(m, ErrCancelled)
+		c.failPending(m, ndkpi.ErrCancelled)
 	}
 	m.timers = deadlines{}
 	m.unlockAndRun()

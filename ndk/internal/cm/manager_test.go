@@ -9,7 +9,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm/cmtest"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -150,8 +150,8 @@ func TestConnectTimeout(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("retries %d: connect completed %d times", retries, n)
 		}
-		wantStatus(t, "connect", err, ntstatus.IOTimeout)
-		if !errors.Is(err, cm.ErrIOTimeout) {
+		wantStatus(t, "connect", err, ndkpi.StatusIOTimeout)
+		if !errors.Is(err, ndkpi.ErrIOTimeout) {
 			t.Errorf("errors.Is(%v, ErrIOTimeout) is false", err)
 		}
 		if got := p.link.A.Sent(rocev2.AttrREQ); got != 1+int(retries) {
@@ -182,7 +182,7 @@ func TestNoListener(t *testing.T) {
 		return err
 	}
 	err := try(4000)
-	wantStatus(t, "connect to nobody", err, ntstatus.ConnectionRefused)
+	wantStatus(t, "connect to nobody", err, ndkpi.StatusConnectionRefused)
 	if reason, _, ok := rejectReason(err); !ok || reason != rocev2.RejInvalidServiceID {
 		t.Fatalf("reject reason %v (%v)", reason, ok)
 	}
@@ -234,14 +234,14 @@ func TestRejectBothWays(t *testing.T) {
 	}
 	p.clk.RunUntil(r.called, time.Minute)
 	_, err := r.get()
-	wantStatus(t, "connect", err, ntstatus.ConnectionRefused)
+	wantStatus(t, "connect", err, ndkpi.StatusConnectionRefused)
 	if reason, got, _ := rejectReason(err); reason != rocev2.RejConsumerDefined || !bytes.Equal(got, pd) {
 		t.Fatalf("REJ reason %v data %x", reason, got)
 	}
 	if d, err := active.ConnectionData(); err != nil || !bytes.Equal(d.PrivateData, pd) {
 		t.Fatalf("connection data after reject: %v %x", err, d.PrivateData)
 	}
-	if err := p.b.NewConnector().Reject(make([]byte, cm.MaxRejectData+1)); !errors.Is(err, cm.ErrInvalidParameter) {
+	if err := p.b.NewConnector().Reject(make([]byte, cm.MaxRejectData+1)); !errors.Is(err, ndkpi.ErrInvalidParameter) {
 		t.Fatalf("oversized reject data: %v", err)
 	}
 
@@ -264,7 +264,7 @@ func TestRejectBothWays(t *testing.T) {
 	}
 	p.clk.RunUntil(accepted.called, time.Minute)
 	_, err = accepted.get()
-	wantStatus(t, "accept", err, ntstatus.ConnectionAborted)
+	wantStatus(t, "accept", err, ndkpi.StatusConnectionAborted)
 	if reason, got, _ := rejectReason(err); reason != rocev2.RejConsumerDefined || !bytes.HasPrefix(got, []byte("changed my mind")) {
 		t.Fatalf("passive saw reason %v data %q", reason, got)
 	}
@@ -298,7 +298,7 @@ func TestAcceptTimeoutAndImplicitRTU(t *testing.T) {
 	}
 	p.clk.RunUntil(c.accepted.called, 10*time.Minute)
 	_, err := c.accepted.get()
-	wantStatus(t, "accept without RTU", err, ntstatus.IOTimeout)
+	wantStatus(t, "accept without RTU", err, ndkpi.StatusIOTimeout)
 	if n := p.link.B.Sent(rocev2.AttrREP); n != 16 {
 		t.Errorf("%d REPs, want 1 + 15", n)
 	}
@@ -618,7 +618,7 @@ func TestDisconnect(t *testing.T) {
 		if k != 1 || p.link.A.Sent(rocev2.AttrDREQ) != 16 {
 			t.Fatalf("disconnect %d after %d DREQs", k, p.link.A.Sent(rocev2.AttrDREQ))
 		}
-		wantStatus(t, "disconnect", err, ntstatus.IOTimeout)
+		wantStatus(t, "disconnect", err, ndkpi.StatusIOTimeout)
 	})
 	t.Run("both at once", func(t *testing.T) {
 		p := newPair(t, cmtest.Faults{}, cm.Params{})

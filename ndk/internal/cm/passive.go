@@ -3,7 +3,7 @@ package cm
 import (
 	"net/netip"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -155,12 +155,21 @@ func (m *Manager) dupREQ(c *Connector) {
 // through every retry, CONNECTION_ABORTED when the peer rejected. An error
 // returned here means done will not be called.
 func (c *Connector) Accept(qp QP, p AcceptParams, onDisconnect func(), done func(error)) error {
+	return c.AcceptEx(qp, p, withoutReason(onDisconnect), done)
+}
+
+// AcceptEx is Accept with a disconnect callback that learns why
+// (NdkAcceptEx, NDKPI 2.1): a Reason* value.
+func (c *Connector) AcceptEx(qp QP, p AcceptParams, onDisconnect func(reason uint32), done func(error)) error {
 	const op = "accept"
 	if qp == nil || done == nil {
-		return errorf(ntstatus.InvalidParameter, op, nil, "QP and completion are required")
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP and completion are required")
 	}
 	if len(p.PrivateData) > MaxCalleeData {
-		return errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "%d bytes of private data exceed MaxCalleeData %d", len(p.PrivateData), MaxCalleeData)
+	}
+	if err := p.Retry.check(op); err != nil {
+		return err
 	}
 	ri, err := c.beginAccept(qp, p)
 	if err != nil {
@@ -185,10 +194,10 @@ func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
 		if err := c.abortErr; err != nil {
 			return RemoteInfo{}, err
 		}
-		return RemoteInfo{}, errorf(ntstatus.ConnectionInvalid, op, nil, "no connect request to accept (%v)", c.state)
+		return RemoteInfo{}, ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "no connect request to accept (%v)", c.state)
 	}
 	if other := m.byQPN[qp.QPN()]; other != nil {
-		return RemoteInfo{}, errorf(ntstatus.InvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
+		return RemoteInfo{}, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
 	}
 	req := &c.req
 	in := min(p.InboundReadLimit, req.InitiatorDepth)
@@ -220,7 +229,7 @@ func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
 
 // finishAccept sends the REP once the QP reached RTS, or ends the
 // connection when qpErr says it did not.
-func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptParams, onDisconnect func(), done func(error)) error {
+func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptParams, onDisconnect func(uint32), done func(error)) error {
 	const op = "accept"
 	m := c.m
 	m.mu.Lock()
@@ -232,7 +241,7 @@ func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptPar
 		aerr := c.abortErr
 		c.flushQPError(m)
 		if aerr == nil {
-			aerr = errorf(ntstatus.ConnectionAborted, op, nil, "connection ended during accept")
+			aerr = ndkpi.Errorf(ndkpi.StatusConnectionAborted, op, nil, "connection ended during accept")
 		}
 		return aerr
 	}
@@ -241,7 +250,7 @@ func (c *Connector) finishAccept(qp QP, ri *RemoteInfo, qpErr error, p AcceptPar
 			MessageRejected: rocev2.CMKindREQ, Reason: rocev2.RejConsumerDefined})
 		c.qpToError(m)
 		c.enterTimeWait(m)
-		return errorf(ntstatus.ConnectionAborted, op, qpErr, "QP %d did not reach RTS", c.qpn)
+		return ndkpi.Errorf(ndkpi.StatusConnectionAborted, op, qpErr, "QP %d did not reach RTS", c.qpn)
 	}
 	c.out = m.send(c.path, c.tid, m.newREP(c, qp.StartingPSN(), ri, p))
 	c.state = stRepSent
@@ -265,6 +274,9 @@ func (m *Manager) newREP(c *Connector, psn rocev2.PSN, ri *RemoteInfo, p AcceptP
 		TargetAckDelay:     m.p.AckDelay,
 		RNRRetryCount:      m.p.RNRRetry,
 		LocalCAGUID:        m.guid,
+	}
+	if p.Retry != nil {
+		rep.RNRRetryCount = p.Retry.RNR
 	}
 	copy(rep.PrivateData[:], p.PrivateData)
 	return rep

@@ -3,7 +3,7 @@ package cm
 import (
 	"encoding/binary"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -15,7 +15,7 @@ func (c *Connector) Reject(privateData []byte) error {
 	const op = "reject"
 	m := c.m
 	if len(privateData) > MaxRejectData {
-		return errorf(ntstatus.InvalidParameter, op, nil, "%d bytes of private data exceed %d", len(privateData), MaxRejectData)
+		return ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "%d bytes of private data exceed %d", len(privateData), MaxRejectData)
 	}
 	m.mu.Lock()
 	rej := &rocev2.CMRej{RemoteCommID: c.remoteID, Reason: rocev2.RejConsumerDefined}
@@ -33,13 +33,13 @@ func (c *Connector) Reject(privateData []byte) error {
 		err := c.abortErr
 		m.mu.Unlock()
 		if err == nil {
-			err = errorf(ntstatus.ConnectionInvalid, op, nil, "nothing to reject (%v)", c.state)
+			err = ndkpi.Errorf(ndkpi.StatusConnectionInvalid, op, nil, "nothing to reject (%v)", c.state)
 		}
 		return err
 	}
 	c.sendREJ(m, rej)
 	c.enterTimeWait(m)
-	c.abortErr = errorf(ntstatus.ConnectionAborted, op, nil, "connection was rejected locally")
+	c.abortErr = ndkpi.Errorf(ndkpi.StatusConnectionAborted, op, nil, "connection was rejected locally")
 	m.unlockAndRun()
 	return nil
 }
@@ -73,16 +73,16 @@ func (m *Manager) handleREJ(rej *rocev2.CMRej) {
 		return
 	}
 	re := &RejectError{Reason: rej.Reason, PrivateData: append([]byte(nil), rej.PrivateData[:]...)}
-	aborted := errorf(ntstatus.ConnectionAborted, "", re, "peer rejected")
+	aborted := ndkpi.Errorf(ndkpi.StatusConnectionAborted, "", re, "peer rejected")
 	if rej.Reason == rocev2.RejTimeout {
-		aborted = errorf(ntstatus.IOTimeout, "", re, "peer timed out waiting for us")
+		aborted = ndkpi.Errorf(ndkpi.StatusIOTimeout, "", re, "peer timed out waiting for us")
 	}
 	switch c.state {
 	case stReqSent:
 		c.cancelTimer()
 		c.data = ConnectionData{PrivateData: re.PrivateData}
 		c.haveData = true
-		refused := errorf(ntstatus.ConnectionRefused, "connect", re, "%v refused the connection", c.peer)
+		refused := ndkpi.Errorf(ndkpi.StatusConnectionRefused, "connect", re, "%v refused the connection", c.peer)
 		c.abortErr = refused
 		c.releaseQP(m)
 		c.enterTimeWait(m)
@@ -99,7 +99,7 @@ func (m *Manager) handleREJ(rej *rocev2.CMRej) {
 	case stReqRcvd, stAccepting:
 		// The active side gave up before we answered: an abort, whatever
 		// its reason.
-		c.abortErr = errorf(ntstatus.ConnectionAborted, "", re, "peer abandoned the request")
+		c.abortErr = ndkpi.Errorf(ndkpi.StatusConnectionAborted, "", re, "peer abandoned the request")
 		c.leaveBacklog()
 		c.enterTimeWait(m)
 	case stRepSent:
@@ -113,7 +113,7 @@ func (m *Manager) handleREJ(rej *rocev2.CMRej) {
 	case stEstablished:
 		c.qpToError(m)
 		c.enterTimeWait(m)
-		c.disconnectEvent(m)
+		c.disconnectEvent(m, ReasonPeerDisconnected)
 	case stDreqSent:
 		c.discAnswered = true
 		c.enterTimeWait(m)

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -44,7 +44,7 @@ func (r *Resolver) Resolve(src, dst netip.Addr) (PathInfo, error) {
 	const op = "resolve path"
 	dst, src = dst.Unmap(), src.Unmap()
 	if !usableAddr(dst) {
-		return PathInfo{}, errorf(ntstatus.InvalidAddress, op, nil, "%v is not a unicast address", dst)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusInvalidAddress, op, nil, "%v is not a unicast address", dst)
 	}
 	var opts *netlink.RouteGetOptions
 	if src.IsValid() && !src.IsUnspecified() {
@@ -55,23 +55,23 @@ func (r *Resolver) Resolve(src, dst netip.Addr) (PathInfo, error) {
 		if err == nil {
 			err = unix.ENETUNREACH
 		}
-		return PathInfo{}, errorf(ntstatus.NetworkUnreachable, op, err, "no route to %v", dst)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusNetworkUnreachable, op, err, "no route to %v", dst)
 	}
 	rt := routes[0]
 	if rt.Type == unix.RTN_LOCAL {
-		return PathInfo{}, errorf(ntstatus.HostUnreachable, op, nil, "%v is an address of this host; RoCE needs a peer on a link", dst)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusHostUnreachable, op, nil, "%v is an address of this host; RoCE needs a peer on a link", dst)
 	}
 	if rt.Type == unix.RTN_UNREACHABLE || rt.Type == unix.RTN_PROHIBIT || rt.Type == unix.RTN_BLACKHOLE {
-		return PathInfo{}, errorf(ntstatus.NetworkUnreachable, op, nil, "route to %v is of type %d", dst, rt.Type)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusNetworkUnreachable, op, nil, "route to %v is of type %d", dst, rt.Type)
 	}
 	link, err := netlink.LinkByIndex(rt.LinkIndex)
 	if err != nil {
-		return PathInfo{}, errorf(ntstatus.NetworkUnreachable, op, err, "interface %d of the route to %v", rt.LinkIndex, dst)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusNetworkUnreachable, op, err, "interface %d of the route to %v", rt.LinkIndex, dst)
 	}
 	attrs := link.Attrs()
 	var local rocev2.MAC
 	if len(attrs.HardwareAddr) != len(local) {
-		return PathInfo{}, errorf(ntstatus.NetworkUnreachable, op, nil, "route to %v leaves through %s, which is not Ethernet", dst, attrs.Name)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusNetworkUnreachable, op, nil, "route to %v leaves through %s, which is not Ethernet", dst, attrs.Name)
 	}
 	copy(local[:], attrs.HardwareAddr)
 	path := PathInfo{RemoteIP: dst, LocalMAC: local, Ifindex: attrs.Index, Ifname: attrs.Name, MTU: attrs.MTU}
@@ -80,7 +80,7 @@ func (r *Resolver) Resolve(src, dst netip.Addr) (PathInfo, error) {
 	} else if src.IsValid() {
 		path.LocalIP = src
 	} else {
-		return PathInfo{}, errorf(ntstatus.NetworkUnreachable, op, nil, "route to %v through %s has no source address", dst, attrs.Name)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusNetworkUnreachable, op, nil, "route to %v through %s has no source address", dst, attrs.Name)
 	}
 	hop := dst
 	if gw, ok := netip.AddrFromSlice(rt.Gw); ok {
@@ -88,7 +88,7 @@ func (r *Resolver) Resolve(src, dst netip.Addr) (PathInfo, error) {
 	}
 	mac, err := r.neighbour(attrs.Index, hop, dst)
 	if err != nil {
-		return PathInfo{}, errorf(ntstatus.HostUnreachable, op, err, "no MAC for %v on %s", hop, attrs.Name)
+		return PathInfo{}, ndkpi.Errorf(ndkpi.StatusHostUnreachable, op, err, "no MAC for %v on %s", hop, attrs.Name)
 	}
 	path.RemoteMAC = mac
 	return path, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -47,7 +48,7 @@ func TestResolvePath(t *testing.T) {
 				_, err := cm.ResolvePath(netip.MustParseAddr("198.19.200.1"))
 				return err
 			})
-			if !errors.Is(err, cm.ErrNetworkUnreachable) {
+			if !errors.Is(err, ndkpi.ErrNetworkUnreachable) {
 				t.Fatalf("off-link address: %v", err)
 			}
 			silent := netip.AddrFrom4([4]byte{p.B.IPv4.As4()[0], p.B.IPv4.As4()[1], p.B.IPv4.As4()[2], 99})
@@ -56,7 +57,7 @@ func TestResolvePath(t *testing.T) {
 				_, err := (&cm.Resolver{NeighbourTimeout: 500 * time.Millisecond}).Resolve(netip.Addr{}, silent)
 				return err
 			})
-			if !errors.Is(err, cm.ErrHostUnreachable) || time.Since(start) > 5*time.Second {
+			if !errors.Is(err, ndkpi.ErrHostUnreachable) || time.Since(start) > 5*time.Second {
 				t.Fatalf("silent neighbour %v: %v after %v", silent, err, time.Since(start))
 			}
 		})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm/cmtest"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -216,7 +217,7 @@ func TestVethFaults(t *testing.T) {
 	mu.Unlock()
 	for _, c := range conns {
 		if err := c.Disconnect(func(err error) {
-			if err != nil && !errors.Is(err, cm.ErrIOTimeout) {
+			if err != nil && !errors.Is(err, ndkpi.ErrIOTimeout) {
 				t.Errorf("disconnect: %v", err)
 			}
 			disconnected.inc()

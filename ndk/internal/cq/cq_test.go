@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // waitFor polls cond for up to d; bounded so a lost notification fails the
@@ -27,10 +27,10 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // quiet gives the dispatcher time to (wrongly) deliver a callback.
 const quiet = 50 * time.Millisecond
 
-func newCQ(t *testing.T, depth int) (*CQ, chan uint32) {
+func newCQ(t *testing.T, depth int) (*CQ, chan ndkpi.Status) {
 	t.Helper()
-	calls := make(chan uint32, 64)
-	c, err := New(depth, func(s uint32) { calls <- s })
+	calls := make(chan ndkpi.Status, 64)
+	c, err := New(depth, func(s ndkpi.Status) { calls <- s })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func newCQ(t *testing.T, depth int) (*CQ, chan uint32) {
 	return c, calls
 }
 
-func expectCall(t *testing.T, calls chan uint32, want uint32) {
+func expectCall(t *testing.T, calls chan ndkpi.Status, want ndkpi.Status) {
 	t.Helper()
 	select {
 	case s := <-calls:
@@ -50,7 +50,7 @@ func expectCall(t *testing.T, calls chan uint32, want uint32) {
 	}
 }
 
-func expectNoCall(t *testing.T, calls chan uint32) {
+func expectNoCall(t *testing.T, calls chan ndkpi.Status) {
 	t.Helper()
 	select {
 	case s := <-calls:
@@ -71,7 +71,7 @@ func TestPushPopKeepsFieldsAndOrder(t *testing.T) {
 	c, _ := newCQ(t, 4)
 	ctx := &struct{ n int }{7}
 	for i := range 3 {
-		e := Entry{Status: uint32(i), BytesTransferred: 10 + uint32(i), Type: 0x8001,
+		e := Entry{Status: ndkpi.Status(i), BytesTransferred: 10 + uint32(i), Type: 0x8001,
 			ProviderErrorCode: 5, TypeSpecificCompletionOutput: 0xabcd, QPContext: "qp", RequestContext: ctx}
 		if !c.Push(&e) {
 			t.Fatalf("push %d refused", i)
@@ -82,7 +82,7 @@ func TestPushPopKeepsFieldsAndOrder(t *testing.T) {
 		if !c.Pop(&e) {
 			t.Fatalf("pop %d: empty", i)
 		}
-		if e.Status != uint32(i) || e.BytesTransferred != 10+uint32(i) || e.Type != 0x8001 ||
+		if e.Status != ndkpi.Status(i) || e.BytesTransferred != 10+uint32(i) || e.Type != 0x8001 ||
 			e.ProviderErrorCode != 5 || e.TypeSpecificCompletionOutput != 0xabcd || e.QPContext != "qp" || e.RequestContext != ctx {
 			t.Fatalf("pop %d: %+v", i, e)
 		}
@@ -94,7 +94,7 @@ func TestPushPopKeepsFieldsAndOrder(t *testing.T) {
 
 func TestOverrunEntersErrorStateAndNotifiesOnce(t *testing.T) {
 	c, calls := newCQ(t, 2)
-	c.Arm(NotifyErrors)
+	c.Arm(ndkpi.CQNotifyErrors)
 	for range 2 {
 		if !c.Push(&Entry{}) {
 			t.Fatal("push below capacity refused")
@@ -104,41 +104,41 @@ func TestOverrunEntersErrorStateAndNotifiesOnce(t *testing.T) {
 	if c.Push(&Entry{}) {
 		t.Fatal("push into a full CQ succeeded")
 	}
-	if c.Err() != ntstatus.BufferOverflow {
+	if c.Err() != ndkpi.StatusBufferOverflow {
 		t.Fatalf("Err = %#x, want STATUS_BUFFER_OVERFLOW", c.Err())
 	}
-	expectCall(t, calls, ntstatus.BufferOverflow)
+	expectCall(t, calls, ndkpi.StatusBufferOverflow)
 	c.Push(&Entry{}) // a second overrun is not a second error
-	c.Arm(NotifyErrors)
+	c.Arm(ndkpi.CQNotifyErrors)
 	expectNoCall(t, calls)
 }
 
 func TestErrorBeforeArmFiresOnNextArm(t *testing.T) {
-	for _, n := range []Notify{NotifyErrors, NotifyAny, NotifySolicited} {
+	for _, n := range []ndkpi.CQNotify{ndkpi.CQNotifyErrors, ndkpi.CQNotifyAny, ndkpi.CQNotifySolicited} {
 		c, calls := newCQ(t, 2)
 		for range c.Cap() + 1 { // the last one overruns; nobody is armed
 			c.Push(&Entry{})
 		}
 		expectNoCall(t, calls)
 		c.Arm(n)
-		expectCall(t, calls, ntstatus.BufferOverflow)
+		expectCall(t, calls, ndkpi.StatusBufferOverflow)
 	}
 }
 
 func TestFailReportsFatalStatus(t *testing.T) {
 	c, calls := newCQ(t, 4)
-	c.Arm(NotifySolicited)
-	c.Fail(ntstatus.InternalError)
-	expectCall(t, calls, ntstatus.InternalError)
-	c.Fail(ntstatus.BufferOverflow) // the first error stays
-	if c.Err() != ntstatus.InternalError {
+	c.Arm(ndkpi.CQNotifySolicited)
+	c.Fail(ndkpi.StatusInternalError)
+	expectCall(t, calls, ndkpi.StatusInternalError)
+	c.Fail(ndkpi.StatusBufferOverflow) // the first error stays
+	if c.Err() != ndkpi.StatusInternalError {
 		t.Fatalf("Err = %#x after a second Fail", c.Err())
 	}
 }
 
 func TestArmRejectsUnknownTypeAndPollOnlyCQ(t *testing.T) {
 	c, _ := newCQ(t, 4)
-	if c.Arm(Notify(3)) {
+	if c.Arm(ndkpi.CQNotify(3)) {
 		t.Error("Arm(3) accepted")
 	}
 	p, err := New(4, nil)
@@ -146,7 +146,7 @@ func TestArmRejectsUnknownTypeAndPollOnlyCQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.Arm(NotifyAny) {
+	if p.Arm(ndkpi.CQNotifyAny) {
 		t.Error("Arm on a CQ without callback accepted")
 	}
 }
@@ -155,7 +155,7 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var returned atomic.Bool
-	c, err := New(4, func(uint32) {
+	c, err := New(4, func(ndkpi.Status) {
 		close(entered)
 		<-release
 		returned.Store(true)
@@ -163,7 +163,7 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Arm(NotifyAny)
+	c.Arm(ndkpi.CQNotifyAny)
 	c.Push(&Entry{})
 	<-entered
 	closed := make(chan struct{})
@@ -182,15 +182,15 @@ func TestCloseWaitsForRunningCallback(t *testing.T) {
 
 func TestNoCallbackAfterClose(t *testing.T) {
 	var calls atomic.Int32
-	c, err := New(4, func(uint32) { calls.Add(1) })
+	c, err := New(4, func(ndkpi.Status) { calls.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Arm(NotifyAny)
+	c.Arm(ndkpi.CQNotifyAny)
 	c.Close()
 	c.Push(&Entry{}) // a QP outliving the close still completes
-	c.Fail(ntstatus.InternalError)
-	if c.Arm(NotifyAny) {
+	c.Fail(ndkpi.StatusInternalError)
+	if c.Arm(ndkpi.CQNotifyAny) {
 		t.Fatal("Arm after Close accepted")
 	}
 	time.Sleep(quiet)
@@ -208,14 +208,14 @@ func TestNoCallbackAfterClose(t *testing.T) {
 // that only drains inside its callback and re-arms there. A lost wake-up
 // leaves completions behind and fails on the deadline.
 func TestStressNoLostNotification(t *testing.T) {
-	for _, mode := range []Notify{NotifyAny, NotifySolicited} {
-		t.Run(map[Notify]string{NotifyAny: "ANY", NotifySolicited: "SOLICITED"}[mode], func(t *testing.T) {
+	for _, mode := range []ndkpi.CQNotify{ndkpi.CQNotifyAny, ndkpi.CQNotifySolicited} {
+		t.Run(map[ndkpi.CQNotify]string{ndkpi.CQNotifyAny: "ANY", ndkpi.CQNotifySolicited: "SOLICITED"}[mode], func(t *testing.T) {
 			const producers, per = 3, 20_000
 			var got atomic.Int64
 			var c *CQ
 			var inCallback, overlap atomic.Int32
 			var err error
-			c, err = New(producers*per, func(s uint32) {
+			c, err = New(producers*per, func(s ndkpi.Status) {
 				if inCallback.Add(1) != 1 {
 					overlap.Add(1)
 				}
@@ -264,7 +264,7 @@ func TestStressNoLostNotification(t *testing.T) {
 
 func TestPushPopAllocateNothing(t *testing.T) {
 	var calls atomic.Int64
-	c, err := New(64, func(uint32) { calls.Add(1) })
+	c, err := New(64, func(ndkpi.Status) { calls.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func TestPushPopAllocateNothing(t *testing.T) {
 		t.Fatalf("unarmed push+pop: %.1f allocs", a)
 	}
 	if a := testing.AllocsPerRun(1000, func() {
-		c.Arm(NotifyAny)
+		c.Arm(ndkpi.CQNotifyAny)
 		c.Push(&in) // fires: clears the arm, wakes the callback goroutine
 		c.Pop(&out)
 	}); a != 0 {

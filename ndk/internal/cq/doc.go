@@ -27,14 +27,21 @@
 // (a CAS to clear the arm and a channel send to wake the callback
 // goroutine).
 //
-// It is not the public API: status and type fields are plain numbers
-// (NTSTATUS, NDK_OPERATION_TYPE) so this package does not import ndk.
+// Resize (NdkResizeCq) appends a ring and seals the old one, which the
+// consumer leaves once drained, so Push and Pop stay lock-free; interrupt
+// moderation (NdkControlCqInterruptModeration, moderation.go) holds a fired
+// notification in the callback goroutine until enough completions arrived
+// or its interval passed.
+//
+// It is not the public API: status, type and arm come from package ndkpi
+// (NTSTATUS, NDK_OPERATION_TYPE, NDK_CQ_NOTIFY), which ndk re-exports, so
+// this package does not import ndk.
 //
 // Example:
 //
-//	c, _ := cq.New(1024, func(status uint32) { /* drain with Pop, re-arm */ })
-//	c.Arm(cq.NotifyAny)
-//	c.Push(&cq.Entry{Type: 2, RequestContext: ctx}) // engine side
+//	c, _ := cq.New(1024, func(status ndkpi.Status) { /* drain with Pop, re-arm */ })
+//	c.Arm(ndkpi.CQNotifyAny)
+//	c.Push(&cq.Entry{Type: ndkpi.OpSend, RequestContext: ctx}) // engine side
 //	var e cq.Entry
 //	for c.Pop(&e) { ... }
 //	c.Close()

@@ -81,6 +81,8 @@ type gsiEvent struct {
 	path    cm.PathInfo
 	srcQP   uint32
 	commEst uint32 // not 0: the QP with this number received its first packet
+	failed  uint32 // not 0: the QP with this number failed (status in wc)
+	wc      uint32
 	mad     [rocev2.MADLen]byte
 }
 
@@ -143,6 +145,25 @@ func (g *management) onFirstPacket(qpn uint32) {
 	}
 }
 
+// onQPFailed runs on any engine when a connected QP fails on its own:
+// the CM aborts its connection (cm.Manager.TransportFailed). Unlike a
+// lost first-packet note, a lost failure would leave the connection up
+// with a dead QP, so a full queue hands the event to a goroutine that
+// waits for room; failures are rare, and that is off the data path.
+func (g *management) onQPFailed(qpn, wcStatus uint32) {
+	ev := gsiEvent{failed: qpn, wc: wcStatus}
+	select {
+	case g.in <- ev:
+	default:
+		go func() {
+			select {
+			case g.in <- ev:
+			case <-g.stop:
+			}
+		}()
+	}
+}
+
 func (g *management) serve() {
 	defer close(g.done)
 	for {
@@ -150,9 +171,12 @@ func (g *management) serve() {
 		case <-g.stop:
 			return
 		case ev := <-g.in:
-			if ev.commEst != 0 {
+			switch {
+			case ev.commEst != 0:
 				g.m.CommEstablished(ev.commEst)
-			} else {
+			case ev.failed != 0:
+				g.m.TransportFailed(ev.failed, ev.wc)
+			default:
 				g.m.HandleMAD(ev.path, ev.srcQP, ev.mad[:])
 			}
 		}

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/vishvananda/netlink"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -112,7 +114,7 @@ func localAddress(link netlink.Link, want netip.Addr) (netip.Addr, error) {
 // queue over one UMEM.
 func (p *Provider) openXDP(ifname string, cfg Config) error {
 	var err error
-	if p.xdp, err = loader.Attach(ifname, loader.Options{Mode: cfg.XDPMode}); err != nil {
+	if p.xdp, err = attach(ifname, cfg); err != nil {
 		return err
 	}
 	if p.umem, err = afxdp.NewUMEM(afxdp.UMEMConfig{NumFrames: uint32(framesPerQueue * (cfg.Queues + 1))}); err != nil {
@@ -129,7 +131,11 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	// retires a request using it: the ports send it in place.
 	lo, hi := parts[cfg.Queues].Range()
 	for q := 0; q < cfg.Queues; q++ {
-		sock, err := afxdp.NewSocket(p.umem, afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi})
+		sc := afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi, Mode: cfg.BindMode}
+		if cfg.BusyPoll > 0 {
+			sc.BusyPoll = &afxdp.BusyPollConfig{Timeout: cfg.BusyPoll, Prefer: true}
+		}
+		sock, err := afxdp.NewSocket(p.umem, sc)
 		if err != nil {
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
@@ -137,7 +143,15 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
-		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}})
+		// The doorbell's flags live in a segment another process can
+		// map: the daemon's clients ring the engine themselves.
+		bell, err := shm.NewSegment(fmt.Sprintf("ndkxdp-engine-%d", q), shm.DoorbellSize)
+		if err != nil {
+			sock.Close()
+			return fmt.Errorf("queue %d: %w", q, err)
+		}
+		p.bells = append(p.bells, bell)
+		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}, BellMem: bell.Bytes()[:shm.DoorbellSize]})
 		if err != nil {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
@@ -148,4 +162,29 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	}
 	p.buffers = p.umem.Bytes()[lo:hi]
 	return nil
+}
+
+// attach attaches the steering program, or with cfg.Pin takes over the
+// attachment pinned for ifname, and pins a new one.
+func attach(ifname string, cfg Config) (*loader.XDP, error) {
+	lo := loader.Options{Mode: cfg.XDPMode, PinRoot: cfg.PinRoot}
+	if !cfg.Pin {
+		return loader.Attach(ifname, lo)
+	}
+	if _, err := os.Stat(loader.PinDir(ifname, lo)); err == nil {
+		x, err := loader.OpenPinned(ifname, lo)
+		if err != nil {
+			return nil, fmt.Errorf("take over the attachment pinned at %s: %w", loader.PinDir(ifname, lo), err)
+		}
+		return x, nil
+	}
+	x, err := loader.Attach(ifname, lo)
+	if err != nil {
+		return nil, err
+	}
+	if err := x.Pin(); err != nil {
+		x.Close()
+		return nil, err
+	}
+	return x, nil
 }

@@ -1,12 +1,15 @@
 package inproc
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
@@ -15,6 +18,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -58,6 +62,16 @@ type Config struct {
 	// Resolve replaces the kernel's routes and neighbours; over an
 	// in-memory port, connection management runs only with it (OverPort).
 	Resolve func(src, dst netip.Addr) (cm.PathInfo, error)
+	// Pin pins the attachment under PinRoot/<ifname> (the daemon's): an
+	// attachment pinned there already, left by a process that died, is
+	// taken over instead of attached anew. Close unpins and detaches.
+	Pin     bool
+	PinRoot string // loader.DefaultPinRoot when empty
+	// BindMode is the AF_XDP sockets' bind mode (zero-copy or copy).
+	BindMode afxdp.BindMode
+	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
+	// SO_PREFER_BUSY_POLL on every socket.
+	BusyPoll time.Duration
 }
 
 // Provider is an adapter's datapath in this process: the engines, the
@@ -65,7 +79,8 @@ type Config struct {
 // AF_XDP sockets, and connection management on QP1.
 type Provider struct {
 	link    Link
-	xdp     *loader.XDP // nil over an in-memory port
+	xdp     *loader.XDP    // nil over an in-memory port
+	bells   []*shm.Segment // each XSK's doorbell flags, by queue
 	umem    *afxdp.UMEM
 	ports   []port.Port
 	engines []*rc.Engine
@@ -93,7 +108,13 @@ type Provider struct {
 const firstQPN = 0x100
 
 func newProvider(link Link, cfg Config) (*Provider, error) {
-	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: firstQPN}
+	// QP numbers start at a random point: a restarted process (a daemon
+	// after SIGKILL) must not hand out the numbers its predecessor's
+	// peers still hold connections for, which their CMs reject as stale.
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	start := firstQPN + binary.LittleEndian.Uint32(r[:])%(1<<24-firstQPN)
+	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: start}
 	if cfg.Capture != nil {
 		// One stream for all queues: the file header once, then every
 		// port's frames.
@@ -147,6 +168,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	if g := p.mgmt; g != nil {
 		rcfg.FirstPacket = g.onFirstPacket
+		rcfg.QPFailed = g.onQPFailed
 		if len(p.engines) == 0 {
 			rcfg.GSI = g.onGSI // the management queue
 		}
@@ -302,12 +324,58 @@ func (p *Provider) close() {
 		pt.Close()
 	}
 	p.ports = nil
+	for _, s := range p.bells {
+		s.Close()
+	}
+	p.bells = nil
 	if p.xdp != nil {
+		// A clean close detaches: only a process that dies leaves its
+		// pinned attachment for the next to take over.
+		_ = p.xdp.Unpin()
 		p.xdp.Close()
 		p.xdp = nil
 	}
 	if p.umem != nil {
 		p.umem.Close()
 		p.umem = nil
+	}
+}
+
+// EngineBell is what another process needs to ring queue q's engine: the
+// segment holding its doorbell's flags (at offset 0) and the doorbell's
+// eventfd. It fails over an in-memory port.
+func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if q < 0 || q >= len(p.bells) || q >= len(p.ports) {
+		return nil, -1, fmt.Errorf("no shared doorbell for queue %d", q)
+	}
+	x, ok := p.ports[q].(*port.XSK)
+	if !ok {
+		return nil, -1, fmt.Errorf("queue %d is not an AF_XDP port", q)
+	}
+	return p.bells[q], x.BellFD(), nil
+}
+
+// Engine returns queue q's engine.
+func (p *Provider) Engine(q int) (*rc.Engine, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || q < 0 || q >= len(p.engines) {
+		return nil, ErrClosed
+	}
+	return p.engines[q], nil
+}
+
+// Doorbell rings queue q's engine.
+func (p *Provider) Doorbell(q int) {
+	p.mu.Lock()
+	var pt port.Port
+	if q >= 0 && q < len(p.ports) {
+		pt = p.ports[q]
+	}
+	p.mu.Unlock()
+	if pt != nil {
+		pt.Doorbell()
 	}
 }

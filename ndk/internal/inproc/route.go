@@ -12,7 +12,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // openNamespace remembers the calling thread's network namespace, which
@@ -22,7 +22,19 @@ func (g *management) openNamespace() error {
 	if err != nil {
 		return fmt.Errorf("network namespace: %w", err)
 	}
-	nl, err := netlink.NewHandleAt(ns)
+	// Entering a namespace needs CAP_SYS_ADMIN, even the one a thread is
+	// in; in the calling thread's own namespace the handle is made where
+	// it stands, so a tool needs no CAP_SYS_ADMIN for its own namespace.
+	var nl *netlink.Handle
+	if here, herr := netns.Get(); herr == nil && here.Equal(ns) {
+		here.Close()
+		nl, err = netlink.NewHandle()
+	} else {
+		if herr == nil {
+			here.Close()
+		}
+		nl, err = netlink.NewHandleAt(ns)
+	}
 	if err != nil {
 		ns.Close()
 		return fmt.Errorf("netlink in the adapter's namespace: %w", err)
@@ -64,7 +76,7 @@ func (g *management) isLocal(a netip.Addr) bool {
 // ResolvePath finds the route and next-hop MAC from src (zero: the
 // kernel's choice) to dst in the adapter's namespace, and checks that it
 // leaves through the adapter's interface. Its errors carry the NTSTATUS
-// (cm.StatusOf).
+// (ndkpi.StatusOf).
 func (p *Provider) ResolvePath(src, dst netip.Addr) (cm.PathInfo, error) {
 	const op = "resolve"
 	g := p.mgmt
@@ -72,7 +84,7 @@ func (p *Provider) ResolvePath(src, dst netip.Addr) (cm.PathInfo, error) {
 	var err error
 	switch {
 	case g == nil:
-		return path, &cm.Error{Status: ntstatus.NotSupported, Op: op, Detail: "adapter has no connection management"}
+		return path, &ndkpi.Error{Status: ndkpi.StatusNotSupported, Op: op, Detail: "adapter has no connection management"}
 	case g.resolve != nil:
 		path, err = g.resolve(src, dst)
 	case g.nsOK:
@@ -81,13 +93,13 @@ func (p *Provider) ResolvePath(src, dst netip.Addr) (cm.PathInfo, error) {
 			return r.Resolve(src, dst)
 		})
 	default:
-		return path, &cm.Error{Status: ntstatus.NotSupported, Op: op, Detail: fmt.Sprintf("adapter has no network namespace to resolve %v in", dst)}
+		return path, &ndkpi.Error{Status: ndkpi.StatusNotSupported, Op: op, Detail: fmt.Sprintf("adapter has no network namespace to resolve %v in", dst)}
 	}
 	if err != nil {
 		return path, err
 	}
 	if p.link.Ifindex != 0 && path.Ifindex != p.link.Ifindex {
-		return path, &cm.Error{Status: ntstatus.NetworkUnreachable, Op: op,
+		return path, &ndkpi.Error{Status: ndkpi.StatusNetworkUnreachable, Op: op,
 			Detail: fmt.Sprintf("the route to %v leaves through %s, not the adapter's interface", dst, path.Ifname)}
 	}
 	return path, nil
@@ -111,6 +123,12 @@ func (g *management) inNamespace(fn func() (cm.PathInfo, error)) (cm.PathInfo, e
 			return
 		}
 		defer orig.Close()
+		if orig.Equal(g.ns) { // already there: no setns, no CAP_SYS_ADMIN
+			p, err := fn()
+			runtime.UnlockOSThread()
+			ch <- result{p, err}
+			return
+		}
 		if err := netns.Set(g.ns); err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("enter the adapter's namespace: %w", err)}

@@ -39,6 +39,12 @@ const MinTxReference = 1024
 
 // XSKConfig tunes an XSK. The zero value suits a 1500-byte-MTU device.
 type XSKConfig struct {
+	// BellMem, if set, holds the doorbell's two flags (Bell's layout:
+	// pending, then sleeping, 4 bytes each; 8 bytes, 4-aligned), so that
+	// another process that maps this memory and has BellFD's eventfd can
+	// ring the engine with shm.Doorbell, the same protocol. Default: the
+	// XSK's own memory.
+	BellMem []byte
 	// MTU is the device's MTU (default 1500). MaxFrame is MTU plus an
 	// Ethernet header with one VLAN tag, capped by what the UMEM carries:
 	// one chunk less the receive headroom, or a chain of chunks on a
@@ -137,7 +143,7 @@ type XSK struct {
 	}
 	deferred error // a data-path failure reported by the next Flush or Wait
 
-	bell    Bell
+	bell    *Bell
 	efd     int
 	pfds    [2]unix.PollFd // the socket (RX) and the eventfd (doorbell)
 	ts      unix.Timespec
@@ -178,6 +184,12 @@ func NewXSK(sock *afxdp.Socket, frames *afxdp.FrameAllocator, cfg XSKConfig) (*X
 	}
 	if err := x.configure(cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	x.bell = new(Bell)
+	if cfg.BellMem != nil {
+		if x.bell = bellAt(cfg.BellMem); x.bell == nil {
+			return nil, fmt.Errorf("%s: BellMem of %d bytes is not 8 bytes 4-aligned", where, len(cfg.BellMem))
+		}
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -293,339 +305,6 @@ func flush(shared *atomic.Uint64, local *uint64) {
 	}
 }
 
-// Receive implements Port. It releases the previous batch first. Frames
-// in one descriptor alias the UMEM; chains are copied into scratch
-// buffers, at most Scratch of them per batch.
-func (x *XSK) Receive(out [][]byte) int {
-	x.Release()
-	if x.closed.Load() || len(out) == 0 {
-		return 0
-	}
-	// Peek every ready descriptor on a multi-buffer socket, so that a
-	// chain is never cut by the limit; NextPacket then splits packets.
-	limit := uint32(min(len(out), int(x.rx.Size())))
-	if x.sock.MultiBuffer() {
-		limit = x.rx.Size()
-	}
-	start, got := x.rx.Peek(limit)
-	if got == 0 {
-		x.wakeRX(true)
-		return 0
-	}
-	var i uint32
-	n := 0
-	for n < len(out) && i < got {
-		d := x.rx.Get(start + i)
-		if d.Options&afxdp.PktContd == 0 {
-			i++
-			if f := x.umem.Data(d); f != nil {
-				out[n] = f
-				n++
-			} else {
-				x.local.RxInvalid++
-			}
-			continue
-		}
-		k := x.rx.NextPacket(start+i, got-i)
-		if k == 0 {
-			break // the chain's tail is not here yet: next batch
-		}
-		if f := x.join(start+i, k); f != nil {
-			i += k
-			out[n] = f
-			n++
-			x.local.RxChained++
-			x.local.RxJoined++
-			continue
-		}
-		if x.scratchUsed == len(x.scratch) {
-			break // no buffer: next batch
-		}
-		f := x.gather(start+i, k)
-		i += k
-		if f == nil {
-			x.local.RxInvalid++
-			continue
-		}
-		out[n] = f
-		n++
-		x.local.RxChained++
-	}
-	x.rx.Cancel(got - i)
-	x.rxStart, x.rxDescs = start, i
-	x.local.RxFrames += uint64(n)
-	x.publish()
-	return n
-}
-
-// join makes the chain of k descriptors at ring index start contiguous
-// where it lies, when its chunks follow one another in the UMEM: each
-// descriptor's bytes move down to where the previous one's end, over the
-// headroom in front of them, which the port owns until Release. For a
-// 4 KiB-MTU RoCE frame that moves the ~300 bytes past the first chunk
-// instead of gathering all 4158 into scratch. It returns nil, moving
-// nothing, for chunks out of order, an invalid descriptor or a chain over
-// MaxFrame; Receive then gathers. Release frees frames so that the fill
-// ring gets them back in the order they arrived, which keeps consecutive
-// fill entries, and so the chunks of most chains, adjacent.
-func (x *XSK) join(start, k uint32) []byte {
-	first := x.rx.Get(start)
-	if x.umem.Data(first) == nil {
-		return nil
-	}
-	chunk := uint64(x.chunk)
-	end := first.Addr + uint64(first.Len)
-	for j := uint32(1); j < k; j++ {
-		d := x.rx.Get(start + j)
-		if d.Addr/chunk != (end-1)/chunk+1 || x.umem.Data(d) == nil || end+uint64(d.Len)-first.Addr > uint64(x.maxFrame) {
-			return nil
-		}
-		end += uint64(d.Len)
-	}
-	mem := x.umem.Bytes()
-	end = first.Addr + uint64(first.Len)
-	for j := uint32(1); j < k; j++ {
-		d := x.rx.Get(start + j)
-		copy(mem[end:], mem[d.Addr:d.Addr+uint64(d.Len)])
-		end += uint64(d.Len)
-	}
-	return mem[first.Addr:end:end]
-}
-
-// gather copies the chain of k descriptors at ring index start into the
-// next scratch buffer, or returns nil if a descriptor is invalid or the
-// chain exceeds MaxFrame.
-func (x *XSK) gather(start, k uint32) []byte {
-	buf := x.scratch[x.scratchUsed][:0]
-	for j := range k {
-		b := x.umem.Data(x.rx.Get(start + j))
-		if b == nil || len(buf)+len(b) > cap(buf) {
-			return nil
-		}
-		buf = append(buf, b...)
-	}
-	x.scratchUsed++
-	return buf[:len(buf):len(buf)]
-}
-
-// Release implements Port: it frees the last batch's frames and lends the
-// kernel as many again.
-func (x *XSK) Release() {
-	if x.rxDescs == 0 {
-		return
-	}
-	// Last first: the allocator hands frames out last-freed first, so the
-	// refill lends them in the order they arrived (see join).
-	for j := x.rxDescs; j > 0; j-- {
-		if err := x.frames.Free(x.rx.Get(x.rxStart + j - 1).Addr); err != nil && x.deferred == nil {
-			x.deferred = err
-		}
-	}
-	x.rx.Release(x.rxDescs)
-	x.rxLent -= x.rxDescs
-	x.rxDescs, x.scratchUsed = 0, 0
-	x.refill()
-}
-
-// refill lends the kernel frames up to the RX budget.
-func (x *XSK) refill() {
-	if x.rxLent < x.rxBudget {
-		x.rxLent += x.fill.FillFrom(x.frames, x.rxBudget-x.rxLent)
-	}
-	x.wakeRX(false)
-}
-
-// wakeRX makes the fill-ring wakeup when the kernel asks for one; with
-// idle set it also lets a busy-polling socket run the driver's poll loop
-// (afxdp.Socket.WakeupRX decides which applies).
-func (x *XSK) wakeRX(idle bool) {
-	if !idle && !x.fill.NeedWakeup() {
-		return
-	}
-	if x.fill.NeedWakeup() {
-		x.local.RxWakeups++
-	}
-	if err := x.sock.WakeupRX(); err != nil && x.deferred == nil {
-		x.deferred = err
-	}
-}
-
-// Transmit implements Port. It copies the frame into one UMEM frame, or a
-// chain of them on a multi-buffer socket, and reserves TX descriptors;
-// Flush publishes them. Segments inside TxReference are not copied but
-// referenced by descriptors of their own. It never blocks: ErrTxFull when
-// the TX ring, the TX frame budget or the completion ring is exhausted.
-func (x *XSK) Transmit(segs [][]byte) error {
-	if x.closed.Load() {
-		return ErrClosed
-	}
-	n, copied, refd := 0, 0, uint32(0)
-	for i, s := range segs {
-		n += len(s)
-		if i < 32 && x.referable(s) {
-			refd |= 1 << i
-		} else {
-			copied += len(s)
-		}
-	}
-	switch {
-	case n == 0:
-		return ErrEmptyFrame
-	case n > x.maxFrame:
-		return ErrTooLarge
-	}
-	k := x.layout(segs, refd, false)
-	if refd != 0 && k > maxChain {
-		refd, copied = 0, n // too fragmented to reference: copy it all
-		k = x.layout(segs, 0, false)
-	}
-	frames := uint32((copied + x.chunk - 1) / x.chunk)
-	if x.txOut+frames > x.txBudget || x.txInFlight+uint32(k) > x.comp.Size() {
-		x.reclaim()
-	}
-	if x.txOut+frames > x.txBudget || x.frames.Available() < frames || x.txInFlight+uint32(k) > x.comp.Size() {
-		x.local.TxFull++
-		return ErrTxFull
-	}
-	start, got := x.tx.Reserve(uint32(k))
-	if got < uint32(k) {
-		x.tx.Cancel(got)
-		x.local.TxFull++
-		return ErrTxFull
-	}
-	x.layout(segs, refd, true)
-	x.tx.SetPacket(start, x.txDescs[:k])
-	x.txOut += frames
-	x.txInFlight += uint32(k)
-	x.local.TxFrames++
-	if k > 1 {
-		x.local.TxChained++
-	}
-	if refd != 0 {
-		x.local.TxRefFrames++
-		x.local.TxRefBytes += uint64(n - copied)
-	}
-	return nil
-}
-
-// referable reports whether Transmit may send s in place: a multi-buffer
-// socket, a segment worth a descriptor, wholly inside TxReference.
-func (x *XSK) referable(s []byte) bool {
-	if x.refHi == 0 || len(s) < MinTxReference || !x.sock.MultiBuffer() {
-		return false
-	}
-	off, ok := umemOffset(x.umem.Bytes(), s)
-	return ok && off >= x.refLo && off+uint64(len(s)) <= x.refHi
-}
-
-// layout lays segs out as descriptors and returns how many: the segments
-// whose bit is set in refd in place, split at chunk boundaries (a
-// descriptor never crosses one: xp_aligned_validate_desc,
-// net/xdp/xsk_queue.h); the others copied back to back into frames from
-// the allocator, so that a header and a trailer around a referenced
-// payload share one frame. With fill false it only counts; with fill set
-// it allocates the frames (the caller checked there are enough), copies,
-// and writes x.txDescs, which must hold the count.
-func (x *XSK) layout(segs [][]byte, refd uint32, fill bool) int {
-	k, open := 0, -1 // descriptors; the copy descriptor being extended
-	used := x.chunk  // bytes used of the current copy frame: none yet
-	var frame []byte
-	var faddr uint64
-	for i, s := range segs {
-		if i < 32 && refd&(1<<i) != 0 {
-			addr, _ := umemOffset(x.umem.Bytes(), s)
-			for len(s) > 0 {
-				c := min(len(s), x.chunk-int(addr%uint64(x.chunk)))
-				if fill {
-					x.txDescs[k] = afxdp.Desc{Addr: addr, Len: uint32(c)}
-				}
-				k++
-				addr += uint64(c)
-				s = s[c:]
-			}
-			open = -1
-			continue
-		}
-		for len(s) > 0 {
-			if used == x.chunk {
-				if fill {
-					faddr, _ = x.frames.Alloc() // cannot fail: checked by Transmit
-					frame = x.umem.Frame(faddr)
-				}
-				used, open = 0, -1
-			}
-			if open < 0 {
-				if fill {
-					x.txDescs[k] = afxdp.Desc{Addr: faddr + uint64(used)}
-					x.txRefs[(faddr-x.frLo)/uint64(x.chunk)]++
-				}
-				open = k
-				k++
-			}
-			c := min(len(s), x.chunk-used)
-			if fill {
-				copy(frame[used:], s[:c])
-				x.txDescs[open].Len += uint32(c)
-			}
-			used += c
-			s = s[c:]
-		}
-	}
-	return k
-}
-
-// Flush implements Port: it publishes the queued descriptors, kicks the
-// kernel (in copy mode the kernel transmits within the kick) and reclaims
-// completed frames. Frames the kernel could not take yet stay queued and
-// the next Flush kicks again.
-func (x *XSK) Flush() error {
-	if x.closed.Load() {
-		return ErrClosed
-	}
-	x.reclaim()
-	x.tx.Submit()
-	err := x.sock.Kick()
-	if errors.Is(err, afxdp.ErrTxBusy) {
-		x.local.KickBusy++
-		err = nil
-	}
-	x.reclaim()
-	x.publish()
-	if err == nil {
-		err, x.deferred = x.deferred, nil
-	}
-	return err
-}
-
-// reclaim takes the completed descriptors: each one into the port's
-// frames drops its frame's count, and the frame is freed at zero;
-// referenced bytes (TxReference) belong to their owner, who learns from
-// the peer's ACK that they may change.
-func (x *XSK) reclaim() {
-	start, got := x.comp.Peek(x.comp.Size())
-	for j := range got {
-		addr := x.comp.Get(start + j)
-		switch {
-		case addr >= x.frLo && addr < x.frHi:
-			i := (addr - x.frLo) / uint64(x.chunk)
-			if x.txRefs[i] == 0 {
-				x.fault(afxdp.ErrFrameNotAllocated)
-				continue
-			}
-			if x.txRefs[i]--; x.txRefs[i] == 0 {
-				if err := x.frames.Free(addr); err != nil {
-					x.fault(err)
-				}
-				x.txOut--
-			}
-		case addr < x.refLo || addr >= x.refHi:
-			x.fault(afxdp.ErrFrameOutOfRange)
-		}
-	}
-	x.comp.Release(got)
-	x.txInFlight -= min(got, x.txInFlight)
-}
-
 // fault keeps the first data-path failure for the next Flush or Wait.
 func (x *XSK) fault(err error) {
 	if x.deferred == nil {
@@ -666,6 +345,10 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	x.deferred = nil
 	return err
 }
+
+// BellFD is the doorbell's eventfd: with the memory of XSKConfig.BellMem,
+// what another process needs to ring this port's engine.
+func (x *XSK) BellFD() int { return x.efd }
 
 // Doorbell implements Port. While the engine is awake it costs two atomic
 // operations; it writes the eventfd only for a sleeping engine.

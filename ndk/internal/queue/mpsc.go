@@ -54,7 +54,7 @@ func (q *MPSC[T]) Cap() int { return len(q.slots) }
 // an element whose producer is still writing it.
 func (q *MPSC[T]) Len() int {
 	h := q.head.Load()
-	t := q.tail.Load()
+	t := q.tail.Load() &^ sealBit
 	if t < h { // tail read after a concurrent pop moved head past it
 		return 0
 	}
@@ -100,4 +100,58 @@ func (q *MPSC[T]) TryPop(dst *T) bool {
 	s.seq.Store(pos + q.mask + 1) // release: free for the producer of pos+cap
 	q.head.Store(pos + 1)
 	return true
+}
+
+// sealBit marks a sealed ring in its tail. Positions never reach it (2^63
+// pushes), and a producer checks it before it claims a position.
+const sealBit = 1 << 63
+
+// Seal closes the ring to producers: every later TryPushOpen reports
+// sealed and pushes nothing. Elements whose producers claimed a position
+// before stay, and are popped as usual. A sealed ring takes only
+// TryPushOpen (TryPush would take the seal for a full ring). The CQ seals
+// the ring it replaces on a resize, so that no producer adds to it after
+// the consumer has moved on.
+func (q *MPSC[T]) Seal() {
+	for {
+		t := q.tail.Load()
+		if t&sealBit != 0 || q.tail.CompareAndSwap(t, t|sealBit) {
+			return
+		}
+	}
+}
+
+// TryPushOpen is TryPush on a ring that may be sealed: ok reports the
+// push, sealed that Seal came first (and nothing was pushed); neither
+// means full.
+func (q *MPSC[T]) TryPushOpen(v *T) (ok, sealed bool) {
+	pos := q.tail.Load()
+	for {
+		if pos&sealBit != 0 {
+			return false, true
+		}
+		s := &q.slots[pos&q.mask]
+		seq := s.seq.Load()
+		switch d := int64(seq - pos); {
+		case d == 0:
+			if q.tail.CompareAndSwap(pos, pos+1) {
+				s.val = *v
+				s.seq.Store(pos + 1)
+				return true, false
+			}
+			pos = q.tail.Load()
+		case d < 0:
+			return false, false
+		default:
+			pos = q.tail.Load()
+		}
+	}
+}
+
+// Drained reports whether the ring is sealed and every element pushed
+// before the seal has been popped: nothing more will come out of it.
+// Consumer only.
+func (q *MPSC[T]) Drained() bool {
+	t := q.tail.Load()
+	return t&sealBit != 0 && q.head.Load() == t&^sealBit
 }

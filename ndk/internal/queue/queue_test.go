@@ -303,3 +303,47 @@ func BenchmarkMPSCPushPop(b *testing.B) {
 		q.TryPop(&v)
 	}
 }
+
+// A sealed ring takes nothing more, keeps what producers claimed before
+// the seal, and reports drained once that is popped.
+func TestMPSCSeal(t *testing.T) {
+	q, err := NewMPSC[int](4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if ok, sealed := q.TryPushOpen(&i); !ok || sealed {
+			t.Fatalf("push %d: ok %v sealed %v", i, ok, sealed)
+		}
+	}
+	q.Seal()
+	q.Seal() // idempotent
+	v := 9
+	if ok, sealed := q.TryPushOpen(&v); ok || !sealed {
+		t.Fatalf("push after seal: ok %v sealed %v", ok, sealed)
+	}
+	if q.Len() != 3 {
+		t.Fatalf("Len %d after seal, want 3", q.Len())
+	}
+	for i := range 3 {
+		if q.Drained() {
+			t.Fatalf("drained with %d left", 3-i)
+		}
+		var got int
+		if !q.TryPop(&got) || got != i {
+			t.Fatalf("pop %d: got %d", i, got)
+		}
+	}
+	if !q.Drained() {
+		t.Fatal("not drained after popping everything")
+	}
+	if ok, sealed := q.TryPushOpen(&v); ok || !sealed {
+		t.Fatal("a drained sealed ring took a push")
+	}
+	full, _ := NewMPSC[int](2)
+	full.TryPush(&v)
+	full.TryPush(&v)
+	if ok, sealed := full.TryPushOpen(&v); ok || sealed {
+		t.Fatalf("full unsealed ring: ok %v sealed %v, want neither", ok, sealed)
+	}
+}

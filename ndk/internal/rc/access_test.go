@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // TestRemoteAccessViolations checks each way a peer's access can be refused:
@@ -21,28 +21,28 @@ func TestRemoteAccessViolations(t *testing.T) {
 		addr   func(*buffer) uint64
 		token  func(*buffer) uint32
 		inval  bool // invalidate the target first
-		status uint32
+		status ndkpi.Status
 	}{
 		{"WriteBadToken", OpWrite, memreg.AccessRemoteWrite | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote ^ 0x5a }, false, ntstatus.AccessViolation},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote ^ 0x5a }, false, ndkpi.StatusAccessViolation},
 		{"WriteLocalTokenAsRemote", OpWrite, memreg.AccessRemoteWrite | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Local }, false, ntstatus.AccessViolation},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Local }, false, ndkpi.StatusAccessViolation},
 		{"WriteOutOfBounds", OpWrite, memreg.AccessRemoteWrite | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(1) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ntstatus.AccessViolation},
+			func(b *buffer) uint64 { return b.addr(1) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ndkpi.StatusAccessViolation},
 		{"WriteBeforeRegion", OpWrite, memreg.AccessRemoteWrite | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(0) - 1 }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ntstatus.AccessViolation},
+			func(b *buffer) uint64 { return b.addr(0) - 1 }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ndkpi.StatusAccessViolation},
 		{"WriteWithoutRemoteWrite", OpWrite, memreg.AccessRemoteRead | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ntstatus.AccessViolation},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ndkpi.StatusAccessViolation},
 		{"WriteInvalidatedToken", OpWrite, memreg.AccessRemoteWrite | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, true, ntstatus.AccessViolation},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, true, ndkpi.StatusAccessViolation},
 		{"ReadBadToken", OpRead, memreg.AccessRemoteRead,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote + 0x100 }, false, ntstatus.RemoteResources},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote + 0x100 }, false, ndkpi.StatusRemoteResources},
 		{"ReadOutOfBounds", OpRead, memreg.AccessRemoteRead,
-			func(b *buffer) uint64 { return b.addr(2) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ntstatus.RemoteResources},
+			func(b *buffer) uint64 { return b.addr(2) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ndkpi.StatusRemoteResources},
 		{"ReadWithoutRemoteRead", OpRead, memreg.AccessRemoteWrite | memreg.AccessLocalWrite,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ntstatus.RemoteResources},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, false, ndkpi.StatusRemoteResources},
 		{"ReadInvalidatedToken", OpRead, memreg.AccessRemoteRead,
-			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, true, ntstatus.RemoteResources},
+			func(b *buffer) uint64 { return b.addr(0) }, func(b *buffer) uint32 { return b.tokens.Remote }, true, ndkpi.StatusRemoteResources},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -62,11 +62,11 @@ func TestRemoteAccessViolations(t *testing.T) {
 				RemoteAddr: c.addr(target), RemoteToken: c.token(target)}))
 			mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 2, SGL: []SGE{local.sge(0, 1)}}))
 			es := waitCQ(t, a.scq, 2, time.Second)
-			checkEntry(t, es[0], c.status, map[Op]uint32{OpWrite: typeWrite, OpRead: typeRead}[c.op], 1)
+			checkEntry(t, es[0], c.status, map[Op]ndkpi.OperationType{OpWrite: ndkpi.OpWrite, OpRead: ndkpi.OpRead}[c.op], 1)
 			if es[0].ProviderErrorCode != wcRemAccessErr {
 				t.Fatalf("provider error %d, want REM_ACCESS_ERR", es[0].ProviderErrorCode)
 			}
-			checkEntry(t, es[1], ntstatus.Cancelled, typeSend, 2)
+			checkEntry(t, es[1], ndkpi.StatusCancelled, ndkpi.OpSend, 2)
 			sameBytes(t, "target region and guards", target.all, before)
 			sameBytes(t, "local sink and guards", local.all, localBefore)
 			if a.qps[0].State() != StateError || b.qps[0].State() != StateError {
@@ -90,11 +90,11 @@ func TestSendAndInvalidate(t *testing.T) {
 		InvalidateToken: target.tokens.Remote}))
 
 	t.Run("InitiatorCompletionTypeSend", func(t *testing.T) {
-		checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.Success, typeSend, 1)
+		checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpSend, 1)
 	})
 	r := waitCQ(t, b.rcq, 1, time.Second)[0]
 	t.Run("ReceiverCompletionCarriesToken", func(t *testing.T) {
-		checkEntry(t, r, ntstatus.Success, typeReceiveAndInvalidate, 7)
+		checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceiveAndInvalidate, 7)
 		if r.TypeSpecificCompletionOutput != uint64(target.tokens.Remote) || r.BytesTransferred != 1500 {
 			t.Fatalf("completion %+v, want token %#x", r, target.tokens.Remote)
 		}
@@ -110,7 +110,7 @@ func TestSendAndInvalidate(t *testing.T) {
 		// And a peer WRITE with the token now fails as an access error.
 		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpWrite, Context: 2, SGL: []SGE{src.sge(0, 8)},
 			RemoteAddr: target.addr(0), RemoteToken: target.tokens.Remote}))
-		checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.AccessViolation, typeWrite, 2)
+		checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusAccessViolation, ndkpi.OpWrite, 2)
 		if !target.guardsIntact() || target.b[0] != 0xEE {
 			t.Fatal("invalidated region written")
 		}
@@ -137,12 +137,12 @@ func TestSendAndInvalidate_InvalidTokenAbortsConnection(t *testing.T) {
 				InvalidateToken: c.token(ok, plain)}))
 			mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 2, SGL: []SGE{src.sge(0, 100)}}))
 			rs := waitCQ(t, b.rcq, 2, time.Second)
-			if rs[0].Status != ntstatus.AccessViolation || rs[0].ProviderErrorCode != wcRemInvReqErr || rs[1].Status != ntstatus.Cancelled {
+			if rs[0].Status != ndkpi.StatusAccessViolation || rs[0].ProviderErrorCode != wcRemInvReqErr || rs[1].Status != ndkpi.StatusCancelled {
 				t.Fatalf("receiver completions %+v", rs)
 			}
 			ss := waitCQ(t, a.scq, 2, time.Second)
-			checkEntry(t, ss[0], ntstatus.RemoteResources, typeSend, 1)
-			checkEntry(t, ss[1], ntstatus.Cancelled, typeSend, 2)
+			checkEntry(t, ss[0], ndkpi.StatusRemoteResources, ndkpi.OpSend, 1)
+			checkEntry(t, ss[1], ndkpi.StatusCancelled, ndkpi.OpSend, 2)
 			if a.qps[0].State() != StateError || b.qps[0].State() != StateError {
 				t.Fatal("connection not aborted")
 			}
@@ -160,10 +160,10 @@ func TestReceiveTooSmall(t *testing.T) {
 	mustPost(t, b.qps[0].PostReceive(1, []SGE{dst.sge(0, 1000)}))
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 1, SGL: []SGE{src.sge(0, 2000)}}))
 	r := waitCQ(t, b.rcq, 1, time.Second)[0]
-	if r.Status != ntstatus.BufferOverflow || r.ProviderErrorCode != wcLocLenErr {
+	if r.Status != ndkpi.StatusBufferOverflow || r.ProviderErrorCode != wcLocLenErr {
 		t.Fatalf("receive %+v", r)
 	}
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.RemoteResources, typeSend, 1)
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusRemoteResources, ndkpi.OpSend, 1)
 	if !dst.guardsIntact() {
 		t.Fatal("guard bytes changed")
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // TestPostAndCompleteAllocateNothing runs whole round trips (post a
@@ -21,13 +21,13 @@ func TestPostAndCompleteAllocateNothing(t *testing.T) {
 	recvSGL := []SGE{dst.sge(0, 3000)}
 	send := SendWR{Op: OpSend, Context: ctx, SGL: sendSGL}
 	write := SendWR{Op: OpWrite, Context: ctx, SGL: sendSGL, RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote}
-	inline := SendWR{Op: OpSend, Flags: FlagInline, Context: ctx, SGL: []SGE{src.sge(0, 200)}}
+	inline := SendWR{Op: OpSend, Flags: ndkpi.OpFlagInline, Context: ctx, SGL: []SGE{src.sge(0, 200)}}
 	var e cq.Entry
 	wait := func(c *cq.CQ) {
 		for !c.Pop(&e) {
 			runtime.Gosched()
 		}
-		if e.Status != ntstatus.Success {
+		if e.Status != ndkpi.StatusSuccess {
 			t.Fatalf("completion %+v", e)
 		}
 	}

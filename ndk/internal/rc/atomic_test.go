@@ -10,7 +10,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -45,9 +45,9 @@ func TestAtomics(t *testing.T) {
 	post(3, OpCompareSwap, 2, 16, 7, 42)     // hit: 7 -> 42, orig 7
 	post(4, OpCompareSwap, 3, 16, 7, 99)     // miss: stays 42, orig 42
 	es := waitCQ(t, a.scq, 4, 2*time.Second)
-	types := []uint32{typeFetchAdd, typeFetchAdd, typeCompareSwap, typeCompareSwap}
+	types := []ndkpi.OperationType{ndkpi.OpFetchAndAdd, ndkpi.OpFetchAndAdd, ndkpi.OpCompareAndSwap, ndkpi.OpCompareAndSwap}
 	for i, e := range es {
-		checkEntry(t, e, ntstatus.Success, types[i], i+1)
+		checkEntry(t, e, ndkpi.StatusSuccess, types[i], i+1)
 	}
 	for i, want := range []uint64{1000, 1005, 7, 42} {
 		if got := origAt(res, i); got != want {
@@ -87,7 +87,7 @@ func TestAtomicDuplicateAnsweredFromSavedResult(t *testing.T) {
 	b.eng.Stats()
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpFetchAdd, Context: 1, SGL: []SGE{res.sge(0, 8)},
 		RemoteAddr: tgt.addr(0), RemoteToken: tgt.tokens.Remote, SwapAdd: 1}))
-	checkEntry(t, waitCQ(t, a.scq, 1, 2*time.Second)[0], ntstatus.Success, typeFetchAdd, 1)
+	checkEntry(t, waitCQ(t, a.scq, 1, 2*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpFetchAndAdd, 1)
 	if !dropped.Load() {
 		t.Fatal("no ATOMIC_ACK was dropped")
 	}
@@ -127,7 +127,7 @@ func TestAtomicsUnderLossAndDuplication(t *testing.T) {
 			RemoteAddr: tgt.addr(0), RemoteToken: tgt.tokens.Remote, SwapAdd: 1}))
 	}
 	for i, e := range waitCQ(t, a.scq, n, 20*time.Second) {
-		checkEntry(t, e, ntstatus.Success, typeFetchAdd, i)
+		checkEntry(t, e, ndkpi.StatusSuccess, ndkpi.OpFetchAndAdd, i)
 	}
 	if got := word(tgt, 0); got != n {
 		t.Fatalf("counter %d after %d FETCH_ADDs of 1", got, n)
@@ -185,7 +185,7 @@ func TestAtomicsCountAgainstOutboundReadLimit(t *testing.T) {
 			RemoteAddr: tgt.addr(0), RemoteToken: tgt.tokens.Remote, SwapAdd: 1}))
 	}
 	for i, e := range waitCQ(t, a.scq, n, 10*time.Second) {
-		checkEntry(t, e, ntstatus.Success, typeFetchAdd, i)
+		checkEntry(t, e, ndkpi.StatusSuccess, ndkpi.OpFetchAndAdd, i)
 	}
 	mu.Lock()
 	distinct := len(seen)
@@ -209,14 +209,14 @@ func TestAtomicRefused(t *testing.T) {
 		access memreg.Access
 		off    int
 		token  func(*buffer) uint32
-		status uint32
+		status ndkpi.Status
 		code   uint32
 	}{
-		{"BadRKey", atomicAccess, 0, func(b *buffer) uint32 { return b.tokens.Remote ^ 0x33 }, ntstatus.AccessViolation, wcRemAccessErr},
+		{"BadRKey", atomicAccess, 0, func(b *buffer) uint32 { return b.tokens.Remote ^ 0x33 }, ndkpi.StatusAccessViolation, wcRemAccessErr},
 		{"WithoutAtomicRight", memreg.AccessLocalWrite | memreg.AccessRemoteWrite | memreg.AccessRemoteRead, 0,
-			func(b *buffer) uint32 { return b.tokens.Remote }, ntstatus.AccessViolation, wcRemAccessErr},
-		{"OutOfBounds", atomicAccess, 16, func(b *buffer) uint32 { return b.tokens.Remote }, ntstatus.AccessViolation, wcRemAccessErr},
-		{"Misaligned", atomicAccess, 4, func(b *buffer) uint32 { return b.tokens.Remote }, ntstatus.RemoteResources, wcRemInvReqErr},
+			func(b *buffer) uint32 { return b.tokens.Remote }, ndkpi.StatusAccessViolation, wcRemAccessErr},
+		{"OutOfBounds", atomicAccess, 16, func(b *buffer) uint32 { return b.tokens.Remote }, ndkpi.StatusAccessViolation, wcRemAccessErr},
+		{"Misaligned", atomicAccess, 4, func(b *buffer) uint32 { return b.tokens.Remote }, ndkpi.StatusRemoteResources, wcRemInvReqErr},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -229,7 +229,7 @@ func TestAtomicRefused(t *testing.T) {
 			mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpCompareSwap, Context: 1, SGL: []SGE{res.sge(0, 8)},
 				RemoteAddr: tgt.addr(c.off), RemoteToken: c.token(tgt), Compare: binary.NativeEndian.Uint64(tgt.b), SwapAdd: 1}))
 			e := waitCQ(t, a.scq, 1, 2*time.Second)[0]
-			checkEntry(t, e, c.status, typeCompareSwap, 1)
+			checkEntry(t, e, c.status, ndkpi.OpCompareAndSwap, 1)
 			if e.ProviderErrorCode != c.code {
 				t.Fatalf("provider error %d, want %d", e.ProviderErrorCode, c.code)
 			}
@@ -254,11 +254,11 @@ func TestAtomicPostChecks(t *testing.T) {
 		"two SGEs": {res.sge(0, 4), res.sge(4, 4)},
 		"none":     nil,
 	} {
-		if st := a.qps[0].PostSend(&SendWR{Op: OpFetchAdd, SGL: sgl, RemoteAddr: 8, RemoteToken: 1}); st != ntstatus.InvalidParameter {
+		if st := a.qps[0].PostSend(&SendWR{Op: OpFetchAdd, SGL: sgl, RemoteAddr: 8, RemoteToken: 1}); st != ndkpi.StatusInvalidParameter {
 			t.Errorf("%s: status %#x, want INVALID_PARAMETER", name, st)
 		}
 	}
-	if st := a.qps[0].PostSend(&SendWR{Op: OpFetchAdd, SGL: []SGE{ro.sge(0, 8)}, RemoteAddr: 8, RemoteToken: 1}); st != ntstatus.AccessViolation {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpFetchAdd, SGL: []SGE{ro.sge(0, 8)}, RemoteAddr: 8, RemoteToken: 1}); st != ndkpi.StatusAccessViolation {
 		t.Errorf("read-only result buffer: status %#x, want ACCESS_VIOLATION", st)
 	}
 }
@@ -280,7 +280,7 @@ func TestAtomicRoundTripAllocatesNothing(t *testing.T) {
 			for !a.scq.Pop(&e) {
 				runtime.Gosched()
 			}
-			if e.Status != ntstatus.Success {
+			if e.Status != ndkpi.StatusSuccess {
 				t.Fatalf("completion %+v", e)
 			}
 		}

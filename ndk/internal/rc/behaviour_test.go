@@ -8,7 +8,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -65,7 +65,7 @@ func TestSend_NotConnectedReturnsConnectionInvalid(t *testing.T) {
 	a, _ := newPair(t, pairOptions{noConnect: true})
 	src := a.buffer(16, 0, false)
 	for _, op := range []Op{OpSend, OpSendInvalidate, OpWrite, OpRead} {
-		if st := a.qps[0].PostSend(&SendWR{Op: op, SGL: []SGE{src.sge(0, 16)}}); st != ntstatus.ConnectionInvalid {
+		if st := a.qps[0].PostSend(&SendWR{Op: op, SGL: []SGE{src.sge(0, 16)}}); st != ndkpi.StatusConnectionInvalid {
 			t.Fatalf("op %d on an unconnected QP: status %#x", op, st)
 		}
 	}
@@ -90,9 +90,9 @@ func TestRNR_SendWaitsForReceive(t *testing.T) {
 	}
 	dst := b.buffer(3000, memreg.AccessLocalWrite, false)
 	mustPost(t, b.qps[0].PostReceive(2, []SGE{dst.sge(0, 3000)}))
-	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.Success, typeSend, 1)
+	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpSend, 1)
 	r := waitCQ(t, b.rcq, 1, time.Second)[0]
-	checkEntry(t, r, ntstatus.Success, typeReceive, 2)
+	checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceive, 2)
 	sameBytes(t, "after RNR", dst.b, src.b)
 }
 
@@ -102,11 +102,11 @@ func TestRNR_RetryExhaustedTimesOut(t *testing.T) {
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 1, SGL: []SGE{src.sge(0, 10)}}))
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 2, SGL: []SGE{src.sge(0, 10)}}))
 	es := waitCQ(t, a.scq, 2, 5*time.Second)
-	checkEntry(t, es[0], ntstatus.IOTimeout, typeSend, 1)
+	checkEntry(t, es[0], ndkpi.StatusIOTimeout, ndkpi.OpSend, 1)
 	if es[0].ProviderErrorCode != wcRNRRetryExcErr {
 		t.Fatalf("provider error %d, want RNR_RETRY_EXC_ERR", es[0].ProviderErrorCode)
 	}
-	checkEntry(t, es[1], ntstatus.Cancelled, typeSend, 2)
+	checkEntry(t, es[1], ndkpi.StatusCancelled, ndkpi.OpSend, 2)
 	if got := b.eng.Stats().RNRSent; got != 3 {
 		t.Fatalf("responder sent %d RNR NAKs, want 3 (first try + 2 retries)", got)
 	}
@@ -121,7 +121,7 @@ func TestAckTimeout_RetryExhaustedTimesOut(t *testing.T) {
 	src := a.buffer(10, 0, false)
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpWrite, Context: 1, SGL: []SGE{src.sge(0, 10)}}))
 	e := waitCQ(t, a.scq, 1, 5*time.Second)[0]
-	checkEntry(t, e, ntstatus.IOTimeout, typeWrite, 1)
+	checkEntry(t, e, ndkpi.StatusIOTimeout, ndkpi.OpWrite, 1)
 	if e.ProviderErrorCode != wcRetryExcErr {
 		t.Fatalf("provider error %d", e.ProviderErrorCode)
 	}
@@ -192,7 +192,7 @@ func TestDuplicateRead_Reexecuted(t *testing.T) {
 	fill(src.b, 4)
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Context: 1, SGL: []SGE{sink.sge(0, 4096)},
 		RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.Success, typeRead, 1)
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, 1)
 	sameBytes(t, "read", sink.b, src.b)
 	if b.eng.Stats().Duplicates == 0 {
 		t.Fatal("responder saw no duplicate READ")
@@ -250,7 +250,7 @@ func TestSend_SolicitEventSetsSEOnLastPacket(t *testing.T) {
 		mustPost(t, b.qps[0].PostReceive(i, []SGE{dst.sge(0, 2500)}))
 	}
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 2500)}}))
-	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagSendAndSolicitEvent, SGL: []SGE{src.sge(0, 2500)}}))
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagSendAndSolicitEvent, SGL: []SGE{src.sge(0, 2500)}}))
 	rs := waitCQ(t, b.rcq, 2, time.Second)
 	if rs[0].Solicited || !rs[1].Solicited {
 		t.Fatalf("solicited marks %v %v, want false true", rs[0].Solicited, rs[1].Solicited)
@@ -276,19 +276,19 @@ func TestSend_SilentSuccessCompletesOnlyOnFailure(t *testing.T) {
 	a, b := newPair(t, pairOptions{})
 	src := a.buffer(64, 0, false)
 	dst := b.buffer(64, memreg.AccessRemoteWrite|memreg.AccessLocalWrite, false)
-	wr := SendWR{Op: OpWrite, Flags: FlagSilentSuccess, SGL: []SGE{src.sge(0, 64)}, RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote}
+	wr := SendWR{Op: OpWrite, Flags: ndkpi.OpFlagSilentSuccess, SGL: []SGE{src.sge(0, 64)}, RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote}
 	for i := 0; i < 10; i++ {
 		wr.Context = i
 		mustPost(t, a.qps[0].PostSend(&wr))
 	}
 	wr.Flags, wr.Context = 0, 10
 	mustPost(t, a.qps[0].PostSend(&wr))
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.Success, typeWrite, 10)
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, 10)
 	expectNone(t, a.scq, 5*time.Millisecond)
 	// A silent request that fails still completes.
-	wr.Flags, wr.Context, wr.RemoteToken = FlagSilentSuccess, 11, dst.tokens.Remote^0xff
+	wr.Flags, wr.Context, wr.RemoteToken = ndkpi.OpFlagSilentSuccess, 11, dst.tokens.Remote^0xff
 	mustPost(t, a.qps[0].PostSend(&wr))
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.AccessViolation, typeWrite, 11)
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusAccessViolation, ndkpi.OpWrite, 11)
 }
 
 func TestSend_ReadFenceWaitsForReads(t *testing.T) {
@@ -309,11 +309,11 @@ func TestSend_ReadFenceWaitsForReads(t *testing.T) {
 		msg := a.buffer(16, 0, false)
 		dst := b.buffer(16, memreg.AccessLocalWrite, false)
 		mustPost(t, b.qps[0].PostReceive(nil, []SGE{dst.sge(0, 16)}))
-		flags := uint32(0)
+		flags := ndkpi.OpFlag(0)
 		if fence {
-			flags = FlagReadFence
+			flags = ndkpi.OpFlagReadFence
 		}
-		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Flags: FlagDefer, SGL: []SGE{sink.sge(0, 8192)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Flags: ndkpi.OpFlagDefer, SGL: []SGE{sink.sge(0, 8192)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
 		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: flags, SGL: []SGE{msg.sge(0, 16)}}))
 		waitCQ(t, a.scq, 2, time.Second)
 		sendAt, lastRespAt := -1, -1
@@ -337,7 +337,7 @@ func TestOutboundReadLimit(t *testing.T) {
 	sink := a.buffer(4*4096, memreg.AccessLocalWrite, false)
 	src := b.buffer(4096, memreg.AccessRemoteRead, false)
 	for i := 0; i < 4; i++ {
-		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Flags: FlagDefer, SGL: []SGE{sink.sge(i*4096, 4096)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Flags: ndkpi.OpFlagDefer, SGL: []SGE{sink.sge(i*4096, 4096)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
 	}
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{sink.sge(0, 1)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
 	waitCQ(t, a.scq, 5, time.Second)
@@ -366,7 +366,7 @@ func TestInboundReadLimitEnforced(t *testing.T) {
 	sink := a.buffer(64*1024, memreg.AccessLocalWrite, false)
 	src := b.buffer(64*1024, memreg.AccessRemoteRead, false)
 	for i := 0; i < 4; i++ {
-		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Context: i, Flags: FlagDefer, SGL: []SGE{sink.sge(0, 64*1024)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Context: i, Flags: ndkpi.OpFlagDefer, SGL: []SGE{sink.sge(0, 64*1024)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
 	}
 	a.qps[0].doorbell()
 	// Which READ overruns depends on how fast the responder drains the
@@ -376,10 +376,10 @@ func TestInboundReadLimitEnforced(t *testing.T) {
 	failed := -1
 	for i, e := range es {
 		switch {
-		case failed < 0 && e.Status == ntstatus.Success:
-		case failed < 0 && e.Status == ntstatus.RemoteResources && e.ProviderErrorCode == wcRemInvReqErr:
+		case failed < 0 && e.Status == ndkpi.StatusSuccess:
+		case failed < 0 && e.Status == ndkpi.StatusRemoteResources && e.ProviderErrorCode == wcRemInvReqErr:
 			failed = i
-		case failed >= 0 && e.Status == ntstatus.Cancelled:
+		case failed >= 0 && e.Status == ndkpi.StatusCancelled:
 		default:
 			t.Fatalf("completion %d: %+v", i, e)
 		}
@@ -402,7 +402,7 @@ func TestSend_DeferBatchesDoorbell(t *testing.T) {
 	time.Sleep(time.Millisecond)
 	out := a.eng.Stats().FramesOut
 	for i := 0; i < 2; i++ {
-		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagDefer, Context: i, SGL: []SGE{src.sge(0, 8)}}))
+		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagDefer, Context: i, SGL: []SGE{src.sge(0, 8)}}))
 	}
 	expectNone(t, a.scq, 20*time.Millisecond)
 	if got := a.eng.Stats().FramesOut; got != out {
@@ -411,7 +411,7 @@ func TestSend_DeferBatchesDoorbell(t *testing.T) {
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 2, SGL: []SGE{src.sge(0, 8)}}))
 	es := waitCQ(t, a.scq, 3, time.Second)
 	for i, e := range es {
-		checkEntry(t, e, ntstatus.Success, typeSend, i)
+		checkEntry(t, e, ndkpi.StatusSuccess, ndkpi.OpSend, i)
 	}
 }
 
@@ -423,16 +423,16 @@ func TestSend_InlineFailureRingsDeferredDoorbell(t *testing.T) {
 		mustPost(t, b.qps[0].PostReceive(i, []SGE{dst.sge(0, 8)}))
 	}
 	for i := 0; i < 2; i++ {
-		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagDefer, Context: i, SGL: []SGE{src.sge(0, 8)}}))
+		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagDefer, Context: i, SGL: []SGE{src.sge(0, 8)}}))
 	}
 	// The ring is full: an inline failure without a CQE, which submits
 	// the deferred chain (NDKPI.md §8).
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagDefer, SGL: []SGE{src.sge(0, 8)}}); st != ntstatus.InsufficientResource {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagDefer, SGL: []SGE{src.sge(0, 8)}}); st != ndkpi.StatusInsufficientResources {
 		t.Fatalf("full ring: status %#x", st)
 	}
 	es := waitCQ(t, a.scq, 2, time.Second)
-	checkEntry(t, es[0], ntstatus.Success, typeSend, 0)
-	checkEntry(t, es[1], ntstatus.Success, typeSend, 1)
+	checkEntry(t, es[0], ndkpi.StatusSuccess, ndkpi.OpSend, 0)
+	checkEntry(t, es[1], ndkpi.StatusSuccess, ndkpi.OpSend, 1)
 	expectNone(t, a.scq, 5*time.Millisecond)
 }
 
@@ -447,9 +447,9 @@ func TestSend_InlineIgnoresTokenAndSgeLimit(t *testing.T) {
 	}
 	dst := b.buffer(200, memreg.AccessLocalWrite, false)
 	mustPost(t, b.qps[0].PostReceive(nil, []SGE{dst.sge(0, 200)}))
-	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagInline, Context: 1, SGL: sgl}))
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagInline, Context: 1, SGL: sgl}))
 	clear(raw) // inline data was taken at post time
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.Success, typeSend, 1)
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpSend, 1)
 	waitCQ(t, b.rcq, 1, time.Second)
 	want := make([]byte, 200)
 	fill(want, 5)
@@ -460,10 +460,10 @@ func TestSend_InlineOverLimitRejected(t *testing.T) {
 	a, _ := newPair(t, pairOptions{})
 	a.qps[0].cfg.InlineSize = 64
 	raw := make([]byte, 65)
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagInline, SGL: []SGE{{Addr: addrOf(raw), Length: 65}}}); st != ntstatus.InvalidParameter {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagInline, SGL: []SGE{{Addr: addrOf(raw), Length: 65}}}); st != ndkpi.StatusInvalidParameter {
 		t.Fatalf("65 inline bytes over a 64-byte limit: status %#x", st)
 	}
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: FlagInline, SGL: []SGE{{Addr: 0, Length: 8}}}); st != ntstatus.InvalidParameter {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, Flags: ndkpi.OpFlagInline, SGL: []SGE{{Addr: 0, Length: 8}}}); st != ndkpi.StatusInvalidParameter {
 		t.Fatalf("inline from address 0: status %#x", st)
 	}
 	expectNone(t, a.scq, 5*time.Millisecond)
@@ -475,10 +475,10 @@ func TestPost_RejectsTooManySGEs(t *testing.T) {
 	a.qps[0].cfg.MaxRecvSGE = 2
 	src := a.buffer(8, memreg.AccessLocalWrite, false)
 	sgl := []SGE{src.sge(0, 1), src.sge(1, 1), src.sge(2, 1)}
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: sgl}); st != ntstatus.InvalidParameter {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: sgl}); st != ndkpi.StatusInvalidParameter {
 		t.Fatalf("3 SGEs over 2: %#x", st)
 	}
-	if st := a.qps[0].PostReceive(nil, sgl); st != ntstatus.InvalidParameter {
+	if st := a.qps[0].PostReceive(nil, sgl); st != ndkpi.StatusInvalidParameter {
 		t.Fatalf("receive with 3 SGEs over 2: %#x", st)
 	}
 }
@@ -488,17 +488,17 @@ func TestPost_BadLocalTokenRejected(t *testing.T) {
 	src := a.buffer(8, 0, false)
 	bad := src.sge(0, 8)
 	bad.Token ^= 0xff
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{bad}}); st != ntstatus.AccessViolation {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{bad}}); st != ndkpi.StatusAccessViolation {
 		t.Fatalf("bad token: %#x", st)
 	}
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(4, 8)}}); st != ntstatus.AccessViolation {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(4, 8)}}); st != ndkpi.StatusAccessViolation {
 		t.Fatalf("out of bounds: %#x", st)
 	}
 	// A receive needs local write; a READ sink too.
-	if st := a.qps[0].PostReceive(nil, []SGE{src.sge(0, 8)}); st != ntstatus.AccessViolation {
+	if st := a.qps[0].PostReceive(nil, []SGE{src.sge(0, 8)}); st != ndkpi.StatusAccessViolation {
 		t.Fatalf("receive into read-only memory: %#x", st)
 	}
-	if st := a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{src.sge(0, 8)}}); st != ntstatus.AccessViolation {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{src.sge(0, 8)}}); st != ndkpi.StatusAccessViolation {
 		t.Fatalf("read into read-only memory: %#x", st)
 	}
 }
@@ -512,7 +512,7 @@ func TestSend_DoesNotBlockWhenQueueFull(t *testing.T) {
 		mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 8)}}))
 	}
 	start := time.Now()
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 8)}}); st != ntstatus.InsufficientResource {
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 8)}}); st != ndkpi.StatusInsufficientResources {
 		t.Fatalf("full: %#x", st)
 	}
 	if d := time.Since(start); d > 10*time.Millisecond {
@@ -533,17 +533,17 @@ func TestFlush_CancelsEveryPendingRequest(t *testing.T) {
 	ss := waitCQ(t, a.scq, 5, time.Second)
 	rs := waitCQ(t, a.rcq, 5, time.Second)
 	for i := 0; i < 5; i++ {
-		checkEntry(t, ss[i], ntstatus.Cancelled, typeSend, i)
-		checkEntry(t, rs[i], ntstatus.Cancelled, typeReceive, i)
+		checkEntry(t, ss[i], ndkpi.StatusCancelled, ndkpi.OpSend, i)
+		checkEntry(t, rs[i], ndkpi.StatusCancelled, ndkpi.OpReceive, i)
 	}
 	if a.qps[0].State() != StateError {
 		t.Fatalf("state %v", a.qps[0].State())
 	}
 	// Later requests complete CANCELLED too.
-	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 9, Flags: FlagSilentSuccess, SGL: []SGE{src.sge(0, 8)}}))
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.Cancelled, typeSend, 9)
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 9, Flags: ndkpi.OpFlagSilentSuccess, SGL: []SGE{src.sge(0, 8)}}))
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusCancelled, ndkpi.OpSend, 9)
 	mustPost(t, a.qps[0].PostReceive(9, []SGE{src.sge(0, 8)}))
-	checkEntry(t, waitCQ(t, a.rcq, 1, time.Second)[0], ntstatus.Cancelled, typeReceive, 9)
+	checkEntry(t, waitCQ(t, a.rcq, 1, time.Second)[0], ndkpi.StatusCancelled, ndkpi.OpReceive, 9)
 }
 
 func TestClose_CancelsAndRejects(t *testing.T) {
@@ -554,8 +554,8 @@ func TestClose_CancelsAndRejects(t *testing.T) {
 	if err := a.qps[0].Close(); err != nil {
 		t.Fatal(err)
 	}
-	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ntstatus.Cancelled, typeSend, 1)
-	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 8)}}); st != ntstatus.InvalidHandle {
+	checkEntry(t, waitCQ(t, a.scq, 1, time.Second)[0], ndkpi.StatusCancelled, ndkpi.OpSend, 1)
+	if st := a.qps[0].PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 8)}}); st != ndkpi.StatusInvalidHandle {
 		t.Fatalf("post after close: %#x", st)
 	}
 }
@@ -580,7 +580,7 @@ func TestManyQPs(t *testing.T) {
 		go func(i int) {
 			defer wg.Done()
 			for k := 0; k < 4; k++ {
-				if a.qps[i].PostSend(&SendWR{Op: OpSend, Context: k, SGL: []SGE{srcs[i].sge(0, 5000)}}) != ntstatus.Success {
+				if a.qps[i].PostSend(&SendWR{Op: OpSend, Context: k, SGL: []SGE{srcs[i].sge(0, 5000)}}) != ndkpi.StatusSuccess {
 					fails.Add(1)
 				}
 			}
@@ -594,7 +594,7 @@ func TestManyQPs(t *testing.T) {
 	rs := waitCQ(t, b.rcq, 4*nqp, 10*time.Second)
 	next := map[any]int{}
 	for _, e := range rs {
-		if e.Status != ntstatus.Success || e.BytesTransferred != 5000 {
+		if e.Status != ndkpi.StatusSuccess || e.BytesTransferred != 5000 {
 			t.Fatalf("receive %+v", e)
 		}
 		if e.RequestContext != next[e.QPContext] {
@@ -603,7 +603,7 @@ func TestManyQPs(t *testing.T) {
 		next[e.QPContext]++
 	}
 	for _, e := range ss {
-		if e.Status != ntstatus.Success {
+		if e.Status != ndkpi.StatusSuccess {
 			t.Fatalf("send %+v", e)
 		}
 	}

@@ -2,7 +2,7 @@ package rc
 
 import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // How work requests end. completeSend and completeRecv retire the oldest
@@ -21,15 +21,16 @@ func (e *Engine) failHead(q *QP, code uint32) {
 		return
 	}
 	if code == wcRemAccessErr && q.sq.at(t.sqHead).op != OpRead {
-		e.fail(q, ntstatus.AccessViolation, code)
+		e.fail(q, ndkpi.StatusAccessViolation, code)
 		return
 	}
-	e.fail(q, ntstatus.RemoteResources, code)
+	e.fail(q, ndkpi.StatusRemoteResources, code)
 }
 
 // fail completes the oldest outstanding request with status and moves the
 // QP to the error state.
-func (e *Engine) fail(q *QP, status, code uint32) {
+func (e *Engine) fail(q *QP, status ndkpi.Status, code uint32) {
+	e.transportFailed(q, code)
 	t := &q.t
 	if t.sqHead < q.sq.tail.Load() {
 		e.completeSend(q, q.sq.at(t.sqHead), status, code)
@@ -87,12 +88,12 @@ func (e *Engine) signalDrained(q *QP) {
 func (e *Engine) cancelAll(q *QP) {
 	t := &q.t
 	for tail := q.sq.tail.Load(); t.sqHead < tail; {
-		e.completeSend(q, q.sq.at(t.sqHead), ntstatus.Cancelled, wcWRFlushErr)
+		e.completeSend(q, q.sq.at(t.sqHead), ndkpi.StatusCancelled, wcWRFlushErr)
 	}
 	t.sqStart, t.txIdx, t.txPkt = t.sqHead, t.sqHead, 0
 	t.una = t.nextPSN
 	for tail := q.rq.tail.Load(); t.rqHead < tail; {
-		e.completeRecv(q, ntstatus.Cancelled, wcWRFlushErr, 0, typeReceive, 0, false)
+		e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false)
 	}
 	t.inMsg = msgNone
 }
@@ -101,20 +102,20 @@ func (e *Engine) cancelAll(q *QP) {
 // it succeeded silently (SILENT_SUCCESS: the WQE still retires in order).
 // The slot is freed before the completion is pushed, so a consumer that
 // sees the completion finds room for a new post.
-func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
+func (e *Engine) completeSend(q *QP, w *sendWQE, status ndkpi.Status, code uint32) {
 	t := &q.t
-	signal := status != ntstatus.Success || w.flags&FlagSilentSuccess == 0
+	signal := status != ndkpi.StatusSuccess || w.flags&ndkpi.OpFlagSilentSuccess == 0
 	if signal {
-		typ := uint32(typeSend)
+		typ := ndkpi.OpSend
 		switch w.op {
 		case OpWrite:
-			typ = typeWrite
+			typ = ndkpi.OpWrite
 		case OpRead:
-			typ = typeRead
+			typ = ndkpi.OpRead
 		case OpCompareSwap:
-			typ = typeCompareSwap
+			typ = ndkpi.OpCompareAndSwap
 		case OpFetchAdd:
-			typ = typeFetchAdd
+			typ = ndkpi.OpFetchAndAdd
 		}
 		e.entry = cq.Entry{
 			Status:            status,
@@ -143,7 +144,7 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status, code uint32) {
 
 // completeRecv retires the oldest receive WQE with a completion, freeing
 // the slot first (see completeSend).
-func (e *Engine) completeRecv(q *QP, status, code, n, typ uint32, token uint32, solicited bool) {
+func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ ndkpi.OperationType, token uint32, solicited bool) {
 	t := &q.t
 	w := q.rq.at(t.rqHead)
 	e.entry = cq.Entry{

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -98,7 +98,7 @@ func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
 			break
 		}
 		t.una = last.Next()
-		e.completeSend(q, w, ntstatus.Success, 0)
+		e.completeSend(q, w, ndkpi.StatusSuccess, 0)
 		progress = true
 	}
 	if progress {
@@ -160,13 +160,13 @@ func (e *Engine) readResponse(q *QP, psn rocev2.PSN) {
 		!scatter(&w.seg, w.nseg, off, data) {
 		// The responder answered with the wrong length: a protocol
 		// violation, as rxe treats it (COMPST_ERROR, IB_WC_LOC_LEN_ERR).
-		e.fail(q, ntstatus.DataOverrun, wcLocLenErr)
+		e.fail(q, ndkpi.StatusDataOverrun, wcLocLenErr)
 		return
 	}
 	w.received = off + uint32(len(data))
 	t.una = psn.Next()
 	if last {
-		e.completeSend(q, w, ntstatus.Success, 0)
+		e.completeSend(q, w, ndkpi.StatusSuccess, 0)
 	}
 	e.progress(q)
 }
@@ -192,11 +192,11 @@ func (e *Engine) atomicAck(q *QP, psn rocev2.PSN) {
 	// (rxe_comp.c do_atomic).
 	binary.NativeEndian.PutUint64(e.tbuf[:], e.pkt.AtomicAckETH.OrigData)
 	if !scatter(&w.seg, w.nseg, 0, e.tbuf[:8]) {
-		e.fail(q, ntstatus.DataOverrun, wcLocLenErr)
+		e.fail(q, ndkpi.StatusDataOverrun, wcLocLenErr)
 		return
 	}
 	t.una = psn.Next()
-	e.completeSend(q, w, ntstatus.Success, 0)
+	e.completeSend(q, w, ndkpi.StatusSuccess, 0)
 	e.progress(q)
 }
 
@@ -213,7 +213,7 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 		return
 	}
 	if t.retryLeft <= 0 {
-		e.fail(q, ntstatus.IOTimeout, wcRetryExcErr)
+		e.fail(q, ndkpi.StatusIOTimeout, wcRetryExcErr)
 		return
 	}
 	t.retryLeft--
@@ -236,7 +236,7 @@ func (e *Engine) rnrWait(q *QP, psn rocev2.PSN, timer rocev2.RNRTimer) {
 		return // a duplicate of the NAK we are waiting out
 	}
 	if t.rnrLeft <= 0 {
-		e.fail(q, ntstatus.IOTimeout, wcRNRRetryExcErr)
+		e.fail(q, ndkpi.StatusIOTimeout, wcRNRRetryExcErr)
 		return
 	}
 	if t.params.RNRRetry != 7 { // 7 means infinite (IBTA 9.7.5.2.8)

@@ -67,7 +67,8 @@
 //	stats.go      counters and Stats
 //	violations.go access violations per source: the bounded table of token
 //	              buckets that limits key guessing (ViolationSources)
-//	types.go      SGE, Op, flags, ConnParams, State and the other shared types
+//	types.go      SGE, Op, ConnParams, State and the other shared types (op
+//	              flags, statuses and completion types are ndkpi's)
 //	unsafe.go     the package's unsafe conversions
 //	hostile_test.go  the hostile-peer suite: its table lists each crafted frame and the verdict
 //	scale_test.go    idle QPs cost the timer pass nothing
@@ -80,7 +81,7 @@
 // go-back-N rebuilds frames from it). Posting validates the request
 // (state, SGE count, inline size, local tokens through memreg.CheckLocal),
 // copies the SGEs (or the inline bytes) into the slot, and, unless
-// FlagDefer, queues the QP on the engine's MPSC ready ring and rings the
+// OpFlagDefer, queues the QP on the engine's MPSC ready ring and rings the
 // port's doorbell, which costs no syscall while the engine is awake. An
 // inline failure rings for earlier deferred posts first (NDKPI.md §8).
 // Posting and completing allocate nothing (TestPostAndCompleteAllocateNothing).
@@ -110,21 +111,13 @@
 // notification and QP.ArmPeerWrites).
 //
 // Why: with engines and consumers of two processes polling on two cores,
-// each thread with work waited for another's kernel time slice, because
-// a goroutine that only yields its P keeps its thread. `ndkxdp perf
-// send_lat` between two processes on a veth pair (test/latency has the
-// harness) measured p50 5 µs and p99 2,000-3,200 µs that way, write_lat
-// p99 2,800-3,900 µs; `-polling busy` (engines and consumers that never
-// block) still shows it: four spinning threads on two cores. The stats
-// line the tools print on stderr (engine sleeps, slow yields, the test's
-// blocking waits, retransmissions and RNR NAKs) showed no transport
-// recovery in those runs: the tail was scheduling alone. Spinning a
-// bounded time, yielding the thread, and blocking after it brought p99
-// to 30-100 µs on the same machine, and with a process spinning on one
-// core beside the tools p99 stays within about 2x p50 (p50 30-65 µs,
-// since every exchange then wakes a sleeper). Longer spins (100 µs, 1 ms)
-// made tails worse: a spinner holds a core that another process's thread
-// is waiting for. Measure with:
+// each thread with work waits for another's kernel time slice, because a
+// goroutine that only yields its P keeps its thread; the latency tail is
+// then scheduling alone, not transport recovery, and busy polling does
+// not help (four spinning threads on two cores). Spinning a bounded time,
+// yielding the thread, and blocking after it keeps the tail near the
+// median; longer spins hold a core that another process's thread is
+// waiting for. test/rdma's doc has the measurements. Measure with:
 //
 //	go test -run x -bench Latency -benchtime 1x ./test/latency/
 //
@@ -192,8 +185,9 @@
 // which with two engines and two consumers on two cores slows the
 // ping-pong several-fold (test/rdma's doc has the numbers). ndk.Open
 // decides per adapter (ndk.LockAuto): it locks when every engine can have
-// a core of its own and one is left for the consumers. Bad local tokens are refused at post time
-// (STATUS_ACCESS_VIOLATION, no completion) instead of completing in error.
+// a core of its own and one is left for the consumers. Bad local tokens
+// are refused at post time (STATUS_ACCESS_VIOLATION, no completion)
+// instead of completing in error.
 //
 // # Left to do
 //
@@ -224,5 +218,5 @@
 //	qp, _ := e.CreateQP(rc.QPConfig{QPN: 0x100, PD: 1, RecvCQ: rcq, SendCQ: scq,
 //		RecvDepth: 256, SendDepth: 256, MaxRecvSGE: 4, MaxSendSGE: 4, MaxReadSGE: 4})
 //	_ = qp.Connect(params) // both Endpoints, path MTU, limits, timers
-//	if st := qp.PostSend(&rc.SendWR{Op: rc.OpSend, SGL: sgl}); st != ntstatus.Success { ... }
+//	if st := qp.PostSend(&rc.SendWR{Op: rc.OpSend, SGL: sgl}); st != ndkpi.StatusSuccess { ... }
 package rc

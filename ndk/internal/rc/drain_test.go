@@ -6,7 +6,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -28,7 +28,7 @@ func popNow(t *testing.T, c *cq.CQ, n int) {
 		if !c.Pop(&e) {
 			t.Fatalf("completion %d of %d not there when Drained fired", i+1, n)
 		}
-		if e.Status != ntstatus.Cancelled {
+		if e.Status != ndkpi.StatusCancelled {
 			t.Fatalf("completion %+v, want CANCELLED", e)
 		}
 	}

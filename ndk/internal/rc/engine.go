@@ -52,12 +52,17 @@ type Config struct {
 	// so consumers and the other engines run, and a yield from a locked
 	// thread is a futex hand-off between threads, which slows a round
 	// trip several-fold when engines and consumers share cores (test/rdma's
-	// doc has the numbers). Lock when each engine has a core of its own.
+	// doc has the numbers). Lock when each engine has a core of its own,
+	// which is what ndk.Open's default, ndk.LockAuto, decides per adapter.
 	LockThread bool
 	// GSI and FirstPacket connect the engine to connection management
 	// (see gsi.go); both run on the engine goroutine and must not block.
 	GSI         func(p *rocev2.Packet)
 	FirstPacket func(qpn uint32)
+	// QPFailed hears of a connected QP that failed on its own (abort.go):
+	// a fatal NAK sent or received, retries exhausted, a response that
+	// did not fit. It runs on the engine goroutine and must not block.
+	QPFailed func(qpn, wcStatus uint32)
 	// AnySource accepts RC frames from any source address. By default a
 	// frame whose IP source is not the connected peer's is dropped and
 	// counted (Stats.WrongSource) before anything in it is executed: the
@@ -124,6 +129,7 @@ type Engine struct {
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
+	qpFailed    func(qpn, wcStatus uint32)
 	owner       func(qpn uint32) *Engine
 	inbox       *queue.MPSC[forwarded] // frames other engines forwarded here
 	fwdFree     *queue.MPSC[[]byte]    // this engine's free forwarding buffers
@@ -146,8 +152,9 @@ type Engine struct {
 	yield      spin.Yielder   // engine goroutine only
 
 	// Engine goroutine only.
-	qps    map[uint32]*QP
-	lastQP *QP
+	pollers []Poller
+	qps     map[uint32]*QP
+	lastQP  *QP
 	// timed holds the QPs that armed a timer since the last timers()
 	// pass: idle QPs cost the timer pass nothing, so 10,000 of them beside
 	// a busy one do not slow it (TestTimersSkipIdleQPs).
@@ -193,6 +200,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	e := &Engine{
 		gsi:         cfg.GSI,
 		firstPacket: cfg.FirstPacket,
+		qpFailed:    cfg.QPFailed,
 		owner:       cfg.Owner,
 		gsiTx:       gsiTx,
 		awaitFirst:  make(map[uint32]struct{}),
@@ -279,6 +287,7 @@ func (e *Engine) run() {
 			e.runControl()
 			work++
 		}
+		work += e.runPollers()
 		work += e.transmitGSI()
 		work += e.transmit()
 		if e.now >= e.nextTimer {
@@ -314,6 +323,9 @@ func (e *Engine) run() {
 				e.c.slowYields.Add(1)
 			}
 			continue
+		}
+		for _, p := range e.pollers {
+			p.Idle()
 		}
 		e.sleep()
 		idleSince = e.clock()

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -105,9 +105,9 @@ func runStream(t *testing.T, a, b *host, seed uint64, n int) {
 			wr.RemoteAddr, wr.RemoteToken = o.dst.addr(0), o.dst.tokens.Remote
 		}
 		switch st := a.qps[0].PostSend(&wr); st {
-		case ntstatus.Success:
+		case ndkpi.StatusSuccess:
 			i++
-		case ntstatus.InsufficientResource:
+		case ndkpi.StatusInsufficientResources:
 			collect()
 			if time.Now().After(deadline) {
 				t.Fatalf("send queue still full after %d of %d posts", i, n)
@@ -125,8 +125,8 @@ func runStream(t *testing.T, a, b *host, seed uint64, n int) {
 		t.Fatalf("%d of %d requests completed; A %+v; B %+v", len(done), n, a.eng.Stats(), b.eng.Stats())
 	}
 	for i, e := range done {
-		typ := map[Op]uint32{OpSend: typeSend, OpWrite: typeWrite, OpRead: typeRead}[ops[i].op]
-		checkEntry(t, e, ntstatus.Success, typ, i)
+		typ := map[Op]ndkpi.OperationType{OpSend: ndkpi.OpSend, OpWrite: ndkpi.OpWrite, OpRead: ndkpi.OpRead}[ops[i].op]
+		checkEntry(t, e, ndkpi.StatusSuccess, typ, i)
 	}
 	recvs := waitCQ(t, b.rcq, sends, 10*time.Second)
 	expectNone(t, b.rcq, 10*time.Millisecond)
@@ -135,7 +135,7 @@ func runStream(t *testing.T, a, b *host, seed uint64, n int) {
 		switch o.op {
 		case OpSend:
 			e := recvs[o.recv]
-			checkEntry(t, e, ntstatus.Success, typeReceive, o.recv)
+			checkEntry(t, e, ndkpi.StatusSuccess, ndkpi.OpReceive, o.recv)
 			if e.BytesTransferred != uint32(o.n) {
 				t.Fatalf("op %d: received %d bytes, sent %d", i, e.BytesTransferred, o.n)
 			}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -44,6 +44,8 @@ type pairOptions struct {
 	cqDepth   int
 	noConnect bool
 	anySource bool // Config.AnySource
+	// qpFailed is Config.QPFailed, told which host (1: A, 2: B) it is.
+	qpFailed func(host byte, qpn, wcStatus uint32)
 }
 
 func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *host {
@@ -52,7 +54,11 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := NewEngine(Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource})
+	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource}
+	if f := o.qpFailed; f != nil {
+		cfg.QPFailed = func(qpn, wc uint32) { f(mac, qpn, wc) }
+	}
+	eng, err := NewEngine(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,14 +233,14 @@ func expectNone(t testing.TB, c *cq.CQ, d time.Duration) {
 	}
 }
 
-func mustPost(t testing.TB, st uint32) {
+func mustPost(t testing.TB, st ndkpi.Status) {
 	t.Helper()
-	if st != ntstatus.Success {
+	if st != ndkpi.StatusSuccess {
 		t.Fatalf("post: status %#x", st)
 	}
 }
 
-func checkEntry(t testing.TB, e cq.Entry, status, typ uint32, ctx any) {
+func checkEntry(t testing.TB, e cq.Entry, status ndkpi.Status, typ ndkpi.OperationType, ctx any) {
 	t.Helper()
 	if e.Status != status || e.Type != typ || e.RequestContext != ctx {
 		t.Fatalf("completion %+v, want status %#x type %d ctx %v", e, status, typ, ctx)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -147,7 +147,7 @@ func (h *hostile) receive(n int) *buffer {
 }
 
 // recvDone waits for B's next receive completion and checks it.
-func (h *hostile) recvDone(status, typ, code, n uint32) cq.Entry {
+func (h *hostile) recvDone(status ndkpi.Status, typ ndkpi.OperationType, code, n uint32) cq.Entry {
 	h.t.Helper()
 	e := waitCQ(h.t, h.b.rcq, 1, 5*time.Second)[0]
 	if e.Status != status || e.Type != typ || e.ProviderErrorCode != code || e.BytesTransferred != n {
@@ -167,7 +167,7 @@ func (h *hostile) stillValid(b *buffer, pd uint32) {
 func sendCases() []hostileCase {
 	flushed := func(h *hostile) {
 		h.settle()
-		h.recvDone(ntstatus.Cancelled, typeReceive, wcWRFlushErr, 0)
+		h.recvDone(ndkpi.StatusCancelled, ndkpi.OpReceive, wcWRFlushErr, 0)
 	}
 	badInvalidate := func(pd uint32, invalidatable bool) func(h *hostile) []answer {
 		return func(h *hostile) []answer {
@@ -175,7 +175,7 @@ func sendCases() []hostileCase {
 			r := h.receive(64)
 			data := payloadOf(16, 4)
 			h.inj.inject(h.send(rocev2.RCSendOnlyInvalidate, e0, data, victim.tokens.Remote))
-			h.recvDone(ntstatus.AccessViolation, typeReceiveAndInvalidate, wcRemInvReqErr, 16)
+			h.recvDone(ndkpi.StatusAccessViolation, ndkpi.OpReceiveAndInvalidate, wcRemInvReqErr, 16)
 			h.expect(r, 0, data) // placed before the IETH is looked at, as in rxe
 			h.stillValid(victim, pd)
 			return []answer{nakAt(e0, nakIR)}
@@ -203,7 +203,7 @@ func sendCases() []hostileCase {
 		{name: "send/larger-than-receive", fails: true, run: func(h *hostile) []answer {
 			h.receive(64)
 			h.inj.inject(h.send(rocev2.RCSendOnly, e0, payloadOf(128, 1), 0))
-			h.recvDone(ntstatus.BufferOverflow, typeReceive, wcLocLenErr, 0)
+			h.recvDone(ndkpi.StatusBufferOverflow, ndkpi.OpReceive, wcLocLenErr, 0)
 			return []answer{nakAt(e0, nakIR)}
 		}},
 		{name: "send/overflows-on-last", fails: true, run: func(h *hostile) []answer {
@@ -212,7 +212,7 @@ func sendCases() []hostileCase {
 			f := h.hdr(rocev2.RCSendFirst, e0)
 			f.BTH.AckReq = false
 			h.inj.inject(h.frame(f, first), h.send(rocev2.RCSendLast, e0.Next(), payloadOf(pmtu, 6), 0))
-			h.recvDone(ntstatus.BufferOverflow, typeReceive, wcLocLenErr, pmtu)
+			h.recvDone(ndkpi.StatusBufferOverflow, ndkpi.OpReceive, wcLocLenErr, pmtu)
 			h.expect(r, 0, first)
 			return []answer{nakAt(e0.Next(), nakIR)}
 		}},
@@ -228,8 +228,8 @@ func sendCases() []hostileCase {
 			d1, d2 := payloadOf(16, 7), payloadOf(16, 8)
 			h.inj.inject(h.send(rocev2.RCSendOnlyInvalidate, e0, d1, victim.tokens.Remote),
 				h.send(rocev2.RCSendOnlyInvalidate, e0.Next(), d2, victim.tokens.Remote))
-			h.recvDone(ntstatus.Success, typeReceiveAndInvalidate, 0, 16)
-			h.recvDone(ntstatus.AccessViolation, typeReceiveAndInvalidate, wcRemInvReqErr, 16)
+			h.recvDone(ndkpi.StatusSuccess, ndkpi.OpReceiveAndInvalidate, 0, 16)
+			h.recvDone(ndkpi.StatusAccessViolation, ndkpi.OpReceiveAndInvalidate, wcRemInvReqErr, 16)
 			h.expect(r1, 0, d1)
 			h.expect(r2, 0, d2)
 			return []answer{nakAt(e0.Next(), nakIR)}
@@ -303,7 +303,7 @@ func readAtomicCases() []hostileCase {
 			f.BTH.AckReq = false
 			h.inj.inject(h.frame(f, first), h.atomicOp(rocev2.RCFetchAdd, e0.Next(), h.mr.addr(0), mrKey(h), 0, 5))
 			h.settle()
-			h.recvDone(ntstatus.Cancelled, typeReceive, wcWRFlushErr, 0)
+			h.recvDone(ndkpi.StatusCancelled, ndkpi.OpReceive, wcWRFlushErr, 0)
 			h.expect(r, 0, first)
 			return []answer{nakAt(e0.Next(), nakIR)}
 		}},

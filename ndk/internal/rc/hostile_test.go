@@ -110,7 +110,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -307,7 +307,7 @@ func (h *hostile) genuineWrite() {
 	dst := h.region(8, memreg.AccessRemoteWrite|memreg.AccessLocalWrite, testPD, false)
 	mustPost(h.t, h.qa.PostSend(&SendWR{Op: OpWrite, Context: "genuine", SGL: []SGE{src.sge(0, 8)},
 		RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote}))
-	checkEntry(h.t, waitCQ(h.t, h.a.scq, 1, 5*time.Second)[0], ntstatus.Success, typeWrite, "genuine")
+	checkEntry(h.t, waitCQ(h.t, h.a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, "genuine")
 	h.b.eng.Stats() // orders the engine's placement before the check
 	h.expect(dst, 0, src.b)
 }

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -73,7 +73,7 @@ func psnCases() []hostileCase {
 				h.receive(16)
 				h.inj.inject(h.send(rocev2.RCSendOnlyInvalidate, e0.Next(), nil, b.tokens.Remote))
 				h.settle()
-				h.recvDone(ntstatus.Success, typeReceiveAndInvalidate, 0, 0)
+				h.recvDone(ndkpi.StatusSuccess, ndkpi.OpReceiveAndInvalidate, 0, 0)
 			})(h)
 			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), ackAt(e0.Next()), nakAt(e0, nakRA)}
 		}},
@@ -143,7 +143,7 @@ func (o *outstanding) release() {
 	expectNone(h.t, h.b.scq, time.Millisecond)
 	h.rec.hold.Store(false)
 	e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
-	if e.Status != ntstatus.Success || e.RequestContext != "out" {
+	if e.Status != ndkpi.StatusSuccess || e.RequestContext != "out" {
 		h.t.Fatalf("the outstanding request completed %+v after the forgery", e)
 	}
 	if o.sink != nil {
@@ -166,7 +166,7 @@ func forged(read bool, f func(h *hostile, o *outstanding) []byte) func(h *hostil
 
 // fatalAnswer injects an answer that must fail B's outstanding request
 // with status and code and put B's QP in error.
-func fatalAnswer(read bool, status, code uint32, f func(h *hostile, o *outstanding) []byte) func(h *hostile) []answer {
+func fatalAnswer(read bool, status ndkpi.Status, code uint32, f func(h *hostile, o *outstanding) []byte) func(h *hostile) []answer {
 	return func(h *hostile) []answer {
 		o := h.outstanding(read)
 		h.inj.inject(f(h, o))
@@ -201,10 +201,10 @@ func forgedCases() []hostileCase {
 			hd.AtomicAckETH.OrigData = 42
 			return h.frame(hd, nil)
 		})},
-		{name: "forged/read-response-too-long", fails: true, run: fatalAnswer(true, ntstatus.DataOverrun, wcLocLenErr, ack(rocev2.RCReadResponseOnly, 0, okSyn, 100))},
+		{name: "forged/read-response-too-long", fails: true, run: fatalAnswer(true, ndkpi.StatusDataOverrun, wcLocLenErr, ack(rocev2.RCReadResponseOnly, 0, okSyn, 100))},
 		{name: "aeth/reserved-type", counter: stale, run: forged(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40|0x1F), 0))},
-		{name: "aeth/reserved-nak-code", fails: true, run: fatalAnswer(false, ntstatus.RemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(7), 0))},
-		{name: "aeth/remote-operational", fails: true, run: fatalAnswer(false, ntstatus.RemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(rocev2.NAKRemoteOperationalError), 0))},
+		{name: "aeth/reserved-nak-code", fails: true, run: fatalAnswer(false, ndkpi.StatusRemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(7), 0))},
+		{name: "aeth/remote-operational", fails: true, run: fatalAnswer(false, ndkpi.StatusRemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(rocev2.NAKRemoteOperationalError), 0))},
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -30,11 +30,11 @@ func TestSendReceiveSizes(t *testing.T) {
 				mustPost(t, b.qps[0].PostReceive(i, []SGE{dst.sge(0, n+8)}))
 				mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: i, SGL: []SGE{src.sge(0, n)}}))
 				r := waitCQ(t, b.rcq, 1, 20*time.Second)[0]
-				checkEntry(t, r, ntstatus.Success, typeReceive, i)
+				checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceive, i)
 				if r.BytesTransferred != uint32(n) {
 					t.Fatalf("size %d: BytesTransferred %d", n, r.BytesTransferred)
 				}
-				checkEntry(t, waitCQ(t, a.scq, 1, 20*time.Second)[0], ntstatus.Success, typeSend, i)
+				checkEntry(t, waitCQ(t, a.scq, 1, 20*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpSend, i)
 				sameBytes(t, sizeName(n), dst.b[:n], src.b)
 				if !dst.guardsIntact() {
 					t.Fatalf("size %d: guard bytes changed", n)
@@ -54,7 +54,7 @@ func TestWriteSizes(t *testing.T) {
 				fill(src.b, uint64(n)+1)
 				mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpWrite, Context: i, SGL: []SGE{src.sge(0, n)},
 					RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote}))
-				checkEntry(t, waitCQ(t, a.scq, 1, 20*time.Second)[0], ntstatus.Success, typeWrite, i)
+				checkEntry(t, waitCQ(t, a.scq, 1, 20*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, i)
 				sameBytes(t, sizeName(n), dst.b, src.b)
 				if !dst.guardsIntact() {
 					t.Fatalf("size %d: guard bytes changed", n)
@@ -74,7 +74,7 @@ func TestReadSizes(t *testing.T) {
 				fill(src.b, uint64(n)+2)
 				mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, Context: i, SGL: []SGE{sink.sge(0, n)},
 					RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
-				checkEntry(t, waitCQ(t, a.scq, 1, 20*time.Second)[0], ntstatus.Success, typeRead, i)
+				checkEntry(t, waitCQ(t, a.scq, 1, 20*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, i)
 				sameBytes(t, sizeName(n), sink.b, src.b)
 				if !sink.guardsIntact() {
 					t.Fatalf("size %d: guard bytes changed", n)

@@ -2,7 +2,7 @@ package rc
 
 import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // The consumer's side of a QP: posting into its work rings and waking the
@@ -11,7 +11,7 @@ import (
 // SendWR is one initiator request as posted.
 type SendWR struct {
 	Op      Op
-	Flags   uint32
+	Flags   ndkpi.OpFlag
 	Context any
 	SGL     []SGE
 	// RemoteAddr and RemoteToken name the peer's memory for Read and Write.
@@ -35,16 +35,16 @@ type SendWR struct {
 //   - InsufficientResources: the send queue is full;
 //   - InvalidHandle: the QP is closed.
 //
-// Unless wr.Flags has FlagDefer, the engine is woken. An inline failure
+// Unless wr.Flags has OpFlagDefer, the engine is woken. An inline failure
 // first rings the doorbell for earlier deferred requests (NDKPI.md §8).
 // After the QP has failed or been flushed, requests are accepted and
 // complete with STATUS_CANCELLED. It allocates nothing.
-func (q *QP) PostSend(wr *SendWR) uint32 {
+func (q *QP) PostSend(wr *SendWR) ndkpi.Status {
 	st := q.postSend(wr)
 	switch {
-	case st != ntstatus.Success:
+	case st != ndkpi.StatusSuccess:
 		q.RingDeferred()
-	case wr.Flags&FlagDefer != 0:
+	case wr.Flags&ndkpi.OpFlagDefer != 0:
 		q.deferred = true
 	default:
 		q.deferred = false
@@ -53,14 +53,14 @@ func (q *QP) PostSend(wr *SendWR) uint32 {
 	return st
 }
 
-func (q *QP) postSend(wr *SendWR) uint32 {
+func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	switch State(q.state.Load()) {
 	case StateInit:
-		return ntstatus.ConnectionInvalid
+		return ndkpi.StatusConnectionInvalid
 	case StateClosed:
-		return ntstatus.InvalidHandle
+		return ndkpi.StatusInvalidHandle
 	}
-	inline := wr.Flags&FlagInline != 0 && !wr.Op.responded()
+	inline := wr.Flags&ndkpi.OpFlagInline != 0 && !wr.Op.responded()
 	maxSGE := q.cfg.MaxSendSGE
 	need := memreg.Access(0)
 	if wr.Op.responded() {
@@ -68,28 +68,28 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 		need = memreg.AccessReadSink
 	}
 	if wr.Op.atomic() && (len(wr.SGL) != 1 || wr.SGL[0].Length != 8) {
-		return ntstatus.InvalidParameter // the original value is 8 bytes (IBTA 9.4.5)
+		return ndkpi.StatusInvalidParameter // the original value is 8 bytes (IBTA 9.4.5)
 	}
 	// Inline requests may exceed the SGE limit (NDKPI.md §5, seeds 003
 	// and 004): their bytes are copied into the WQE now, however many
 	// pieces they come in.
 	if !inline && len(wr.SGL) > min(maxSGE, MaxSGE) {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	var total uint64
 	for i := range wr.SGL {
 		s := &wr.SGL[i]
 		if inline && s.Addr == 0 && s.Length > 0 {
-			return ntstatus.InvalidParameter // no memory to copy from
+			return ndkpi.StatusInvalidParameter // no memory to copy from
 		}
 		total += uint64(s.Length)
 	}
 	if total > q.maxTransfer() || (inline && total > uint64(q.cfg.InlineSize)) {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	w := q.sq.reserve()
 	if w == nil {
-		return ntstatus.InsufficientResource
+		return ndkpi.StatusInsufficientResources
 	}
 	if inline {
 		off := 0
@@ -110,7 +110,7 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 				for j := 0; j < i; j++ {
 					w.seg[j] = nil
 				}
-				return ntstatus.AccessViolation
+				return ndkpi.StatusAccessViolation
 			}
 			w.seg[i] = b
 		}
@@ -126,7 +126,7 @@ func (q *QP) postSend(wr *SendWR) uint32 {
 	w.swapAdd = wr.SwapAdd
 	w.ctx = wr.Context
 	q.sq.publish()
-	return ntstatus.Success
+	return ndkpi.StatusSuccess
 }
 
 // inlineBytes returns the bytes of an inline SGE. With INLINE the token
@@ -152,7 +152,7 @@ func (q *QP) maxTransfer() uint64 {
 	return uint64(q.cfg.MaxTransfer)
 }
 
-// RingDeferred submits the requests posted with FlagDefer since the last
+// RingDeferred submits the requests posted with OpFlagDefer since the last
 // doorbell. A post the caller refuses before PostSend sees it calls this,
 // as PostSend does for its own inline failures: a refused post must not
 // leave earlier deferred requests unsubmitted (NDKPI.md §8).
@@ -168,12 +168,12 @@ func (q *QP) RingDeferred() {
 // set QPConfig.MaxTransfer), AccessViolation (an SGE without local write),
 // InsufficientResources (receive queue full) or InvalidHandle (closed). It
 // allocates nothing.
-func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
+func (q *QP) PostReceive(ctx any, sgl []SGE) ndkpi.Status {
 	if State(q.state.Load()) == StateClosed {
-		return ntstatus.InvalidHandle
+		return ndkpi.StatusInvalidHandle
 	}
 	if len(sgl) > q.cfg.MaxRecvSGE {
-		return ntstatus.InvalidParameter
+		return ndkpi.StatusInvalidParameter
 	}
 	if q.cfg.MaxTransfer != 0 {
 		var sum uint64
@@ -181,12 +181,12 @@ func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
 			sum += uint64(sgl[i].Length)
 		}
 		if sum > uint64(q.cfg.MaxTransfer) {
-			return ntstatus.InvalidParameter
+			return ndkpi.StatusInvalidParameter
 		}
 	}
 	w := q.rq.reserve()
 	if w == nil {
-		return ntstatus.InsufficientResource
+		return ndkpi.StatusInsufficientResources
 	}
 	var total uint64
 	for i := range sgl {
@@ -196,7 +196,7 @@ func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
 			for j := 0; j < i; j++ {
 				w.seg[j] = nil
 			}
-			return ntstatus.AccessViolation
+			return ndkpi.StatusAccessViolation
 		}
 		w.seg[i] = b
 		total += uint64(s.Length)
@@ -211,7 +211,7 @@ func (q *QP) PostReceive(ctx any, sgl []SGE) uint32 {
 	if State(q.state.Load()) == StateError {
 		q.doorbell() // the engine cancels it
 	}
-	return ntstatus.Success
+	return ndkpi.StatusSuccess
 }
 
 // Flush starts cancelling every pending request: the QP moves to the error

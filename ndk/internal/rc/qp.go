@@ -7,6 +7,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -15,7 +16,7 @@ import (
 // request fields at post time; the engine owns the rest from then on.
 type sendWQE struct {
 	op          Op
-	flags       uint32
+	flags       ndkpi.OpFlag
 	nseg        uint8
 	length      uint32 // total bytes
 	remoteAddr  uint64

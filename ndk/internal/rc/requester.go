@@ -1,6 +1,9 @@
 package rc
 
-import "github.com/ndkxdp/ndkxdp/rocev2"
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
 
 // The requester (rxe_req.c) turns posted WQEs into request packets: it
 // gives each WQE its PSNs when it starts and sends within the window, the
@@ -22,7 +25,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 		}
 		w := q.sq.at(t.txIdx)
 		if t.txIdx == t.sqStart {
-			if w.flags&FlagReadFence != 0 && t.readsOut > 0 {
+			if w.flags&ndkpi.OpFlagReadFence != 0 && t.readsOut > 0 {
 				break // READ_FENCE: wait for every earlier READ
 			}
 			if w.op.responded() && t.readsOut >= max(t.params.OutboundReadLimit, 1) {
@@ -104,7 +107,7 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 		}
 		if last {
 			// SE only on the last packet of a solicited SEND (ROCEV2.md 2).
-			h.BTH.SE = w.op != OpWrite && w.flags&FlagSendAndSolicitEvent != 0
+			h.BTH.SE = w.op != OpWrite && w.flags&ndkpi.OpFlagSendAndSolicitEvent != 0
 			h.BTH.AckReq = true
 		} else if t.sinceAckReq+1 >= ackEvery {
 			h.BTH.AckReq = true

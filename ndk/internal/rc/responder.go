@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -112,7 +112,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		// The message does not fit the receive buffer: the receive
 		// fails (IB_WC_LOC_LEN_ERR) and the requester gets an invalid
 		// request NAK (rxe RESPST_ERR_LENGTH).
-		e.completeRecv(q, ntstatus.BufferOverflow, wcLocLenErr, t.recvOff, typeReceive, 0, false)
+		e.completeRecv(q, ndkpi.StatusBufferOverflow, wcLocLenErr, t.recvOff, ndkpi.OpReceive, 0, false)
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 		return
 	}
@@ -123,21 +123,21 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 	} else {
 		t.inMsg = msgNone
 		t.msn = (t.msn + 1) & rocev2.PSNMask
-		typ, token := uint32(typeReceive), uint32(0)
+		typ, token := ndkpi.OpReceive, uint32(0)
 		if op == rocev2.RCSendLastInvalidate || op == rocev2.RCSendOnlyInvalidate {
 			token = p.IETH
-			typ = typeReceiveAndInvalidate
+			typ = ndkpi.OpReceiveAndInvalidate
 			if f := e.regions.Invalidate(q.cfg.PD, token); f != memreg.OK {
 				// An invalid token aborts the connection (seed 000/004;
 				// rxe RESPST_ERR_INVALIDATE_RKEY, class J).
-				e.completeRecv(q, ntstatus.AccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false)
+				e.completeRecv(q, ndkpi.StatusAccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false)
 				e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 				e.accessViolation() // a wrong token guessed by invalidation
 				return
 			}
 		}
 		e.c.recvPlaced.Add(1)
-		e.completeRecv(q, ntstatus.Success, 0, t.recvOff, typ, token, p.BTH.SE)
+		e.completeRecv(q, ndkpi.StatusSuccess, 0, t.recvOff, typ, token, p.BTH.SE)
 		if p.BTH.AckReq && t.ctl == ctlNone {
 			t.ackHold = e.now + ackHoldTime
 			e.setTimer(q, t.ackHold)
@@ -361,6 +361,7 @@ func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	if code == rocev2.NAKRemoteAccessError {
 		e.accessViolation()
 	}
+	e.transportFailed(q, nakStatus(code))
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
 	e.stopQP(q)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -72,7 +72,7 @@ func TestSpoofedSourceDroppedNotExecuted(t *testing.T) {
 			if st.WrongSource != 0 {
 				t.Fatalf("AnySource: %d frames dropped for their source", st.WrongSource)
 			}
-			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.Success, typeWrite, 1)
+			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, 1)
 			sameBytes(t, "memory written by the forged frame (AnySource)", dst.b, src.b)
 			continue
 		}
@@ -81,7 +81,7 @@ func TestSpoofedSourceDroppedNotExecuted(t *testing.T) {
 		}
 		sameBytes(t, "memory after the spoofed WRITE", dst.b, bytes.Repeat([]byte{0xEE}, 64))
 		s.on.Store(false) // the requester's retransmission is genuine
-		checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.Success, typeWrite, 1)
+		checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, 1)
 		sameBytes(t, "memory after the genuine retransmission", dst.b, src.b)
 		if !dst.guardsIntact() {
 			t.Fatal("bytes outside the region changed")
@@ -108,17 +108,17 @@ func TestKeyGuessingCostsTheConnection(t *testing.T) {
 			continue // the guesser does not know the key
 		}
 		if a.qps[0].PostSend(&SendWR{Op: OpWrite, Context: posted, SGL: []SGE{src.sge(0, 8)},
-			RemoteAddr: dst.addr(0), RemoteToken: key}) != ntstatus.Success {
+			RemoteAddr: dst.addr(0), RemoteToken: key}) != ndkpi.StatusSuccess {
 			break // the QP failed: posting goes on only into the flush
 		}
 		posted++
 	}
 	es := waitCQ(t, a.scq, posted, 10*time.Second)
-	if es[0].Status != ntstatus.AccessViolation {
+	if es[0].Status != ndkpi.StatusAccessViolation {
 		t.Fatalf("first guess completed with %#x, want STATUS_ACCESS_VIOLATION", es[0].Status)
 	}
 	for i, e := range es[1:] {
-		if e.Status != ntstatus.Cancelled {
+		if e.Status != ndkpi.StatusCancelled {
 			t.Fatalf("guess %d after the failure completed with %#x, want STATUS_CANCELLED", i+1, e.Status)
 		}
 	}

@@ -148,3 +148,6 @@ func (e *Engine) snapshot() Stats {
 		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
 	}
 }
+
+// PlacedWrites is QP.PlacedWrites for the engine as a whole.
+func (e *Engine) PlacedWrites() uint64 { return e.c.writesPlaced.Load() }

@@ -48,34 +48,6 @@ func (op Op) responded() bool { return op >= OpRead }
 
 func (op Op) atomic() bool { return op == OpCompareSwap || op == OpFetchAdd }
 
-// Flags are NDK_OP_FLAG_* values (NDKPI.md §6); the engine acts on these.
-const (
-	FlagSilentSuccess       = 0x001
-	FlagReadFence           = 0x002
-	FlagSendAndSolicitEvent = 0x004
-	FlagInline              = 0x040
-	FlagDefer               = 0x200
-)
-
-// NDK_OPERATION_TYPE values for completions (ndkpi.h).
-const (
-	typeReceive              = 1
-	typeReceiveAndInvalidate = 0x8001
-	typeSend                 = 2
-	typeRead                 = 32
-	typeWrite                = 64
-	// ndkxdp extension: NDK_OPERATION_TYPE has no atomics. The values
-	// stay clear of ndkpi.h's bits and of ReceiveAndInvalidate.
-	typeCompareSwap = 0x10000
-	typeFetchAdd    = 0x20000
-)
-
-// Exported so ndk can name the extension's completion types.
-const (
-	TypeCompareSwap = typeCompareSwap
-	TypeFetchAdd    = typeFetchAdd
-)
-
 // ProviderErrorCode values: the ib_wc_status a verbs provider would report
 // (torvalds/linux include/rdma/ib_verbs.h enum ib_wc_status), so a failed
 // completion says which IB error it was behind its NTSTATUS.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/ntstatus"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
 
 // TestAccessViolationsLimitedPerSource: a peer that opens connection
@@ -33,12 +33,12 @@ func TestAccessViolationsLimitedPerSource(t *testing.T) {
 			RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote ^ 0x100}))
 		if i < violationBurst {
 			// One at a time, so the burst is exactly the first 16.
-			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.AccessViolation, typeWrite, i)
+			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusAccessViolation, ndkpi.OpWrite, i)
 		}
 	}
 	timedOut := 0
 	for _, e := range waitCQ(t, a.scq, guessers-violationBurst, 10*time.Second) {
-		if e.Status == ntstatus.IOTimeout {
+		if e.Status == ndkpi.StatusIOTimeout {
 			timedOut++
 		}
 	}
@@ -61,7 +61,7 @@ func TestAccessViolationsLimitedPerSource(t *testing.T) {
 	}
 	dropped := st.AccessLimited
 	mustPost(t, good.PostSend(&SendWR{Op: OpWrite, Context: "good", SGL: []SGE{src.sge(0, 8)}, RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote}))
-	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.Success, typeWrite, "good")
+	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, "good")
 	sameBytes(t, "written bytes", dst.b[:8], src.b)
 	if !dst.guardsIntact() {
 		t.Fatal("bytes outside the region changed")
@@ -142,7 +142,7 @@ func TestInvalidateGuessesCountAsViolations(t *testing.T) {
 			InvalidateToken: dst.tokens.Remote ^ 0x100}))
 		if i < violationBurst {
 			// The target's invalid request NAK: STATUS_REMOTE_RESOURCES.
-			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ntstatus.RemoteResources, typeSend, i)
+			checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusRemoteResources, ndkpi.OpSend, i)
 		}
 	}
 	waitCQ(t, a.scq, guessers-violationBurst, 10*time.Second)
@@ -152,7 +152,7 @@ func TestInvalidateGuessesCountAsViolations(t *testing.T) {
 	}
 	failed := 0
 	for _, e := range waitCQ(t, b.rcq, int(st.AccessViolations), time.Second) {
-		if e.Status == ntstatus.AccessViolation {
+		if e.Status == ndkpi.StatusAccessViolation {
 			failed++
 		}
 	}

@@ -104,8 +104,18 @@ func checkSegment(fd int, size int) error {
 }
 
 // FD returns the segment's descriptor, to send to a peer (SendFDs). It is
-// valid until Close.
+// valid until Close or TakeFD, and -1 after.
 func (s *Segment) FD() int { return s.fd }
+
+// TakeFD hands the descriptor to the caller, who closes it (SendFDs' caller
+// after sending, say); the mapping stays until Close. A segment holds no
+// descriptor after it is shared: thousands of QPs, each with a segment,
+// would otherwise keep thousands of descriptors open on both sides.
+func (s *Segment) TakeFD() int {
+	fd := s.fd
+	s.fd = -1
+	return fd
+}
 
 // Bytes returns the whole mapping. It is valid until Close.
 func (s *Segment) Bytes() []byte { return s.mem }
@@ -123,8 +133,10 @@ func (s *Segment) Close() error {
 	if err := unix.Munmap(s.mem); err != nil {
 		errs = append(errs, fmt.Errorf("shm: unmap segment: %w", err))
 	}
-	if err := unix.Close(s.fd); err != nil {
-		errs = append(errs, fmt.Errorf("shm: close segment: %w", err))
+	if s.fd >= 0 {
+		if err := unix.Close(s.fd); err != nil {
+			errs = append(errs, fmt.Errorf("shm: close segment: %w", err))
+		}
 	}
 	s.mem, s.fd = nil, -1
 	return errors.Join(errs...)

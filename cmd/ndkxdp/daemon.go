@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+)
+
+// daemonConfig is the daemon's configuration: the -config file (JSON, the
+// keys below) and the flags, which override it.
+type daemonConfig struct {
+	Interface   string `json:"interface"`
+	Socket      string `json:"socket"`       // default /run/ndkxdp/<interface>.sock
+	SocketGroup string `json:"socket_group"` // group owning the socket (mode 0660); default root's
+	Queues      string `json:"queues"`       // "all" (every RX queue) or a count
+	XDPMode     string `json:"xdp_mode"`     // auto, driver or generic
+	Polling     string `json:"polling"`      // adaptive or busy
+	LogFormat   string `json:"log_format"`   // text or json
+	LogLevel    string `json:"log_level"`    // debug, info, warn or error
+	PinRoot     string `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
+	ZeroCopy    string `json:"zero_copy"`    // preferred, required or off
+	BusyPoll    string `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
+}
+
+func defaultDaemonConfig() daemonConfig {
+	return daemonConfig{Queues: "all", XDPMode: "auto", Polling: "adaptive", LogFormat: "text", LogLevel: "info", ZeroCopy: "preferred"}
+}
+
+// loadDaemonConfig reads path over c; unknown keys are an error, so that a
+// misspelt key is not silently ignored.
+func loadDaemonConfig(path string, c *daemonConfig) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	d := json.NewDecoder(strings.NewReader(string(b)))
+	d.DisallowUnknownFields()
+	if err := d.Decode(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// rxQueues counts the interface's receive queues: the daemon binds a
+// socket on each, so that frames RSS puts on any queue are served. It asks
+// netlink, which answers for the calling thread's network namespace
+// (sysfs shows the namespace it was mounted in).
+func rxQueues(dev string) (int, error) {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("interface %s: %w", dev, err)
+	}
+	n := l.Attrs().NumRxQueues
+	if n < 1 {
+		n = 1
+	}
+	return min(n, 64), nil
+}
+
+func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, log_format, log_level, pin_root); flags override it")
+	var set daemonConfig
+	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
+	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
+	fs.StringVar(&set.SocketGroup, "group", "", "group that owns the socket (mode 0660)")
+	fs.StringVar(&set.Queues, "queues", "", `receive queues to bind: "all" (default) or a count`)
+	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
+	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
+	fs.StringVar(&set.LogFormat, "log-format", "", "log format: text (default) or json")
+	fs.StringVar(&set.LogLevel, "log-level", "", "log level: debug, info (default), warn or error")
+	fs.StringVar(&set.PinRoot, "pin-root", "", "bpffs directory for the pinned attachment (default /sys/fs/bpf/ndkxdp)")
+	fs.StringVar(&set.ZeroCopy, "zero-copy", "", "AF_XDP bind mode: preferred (default: zero-copy where the driver has it), required or off")
+	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
+			"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("daemon: unexpected arguments %q", fs.Args())
+	}
+	c := defaultDaemonConfig()
+	if *cfgPath != "" {
+		if err := loadDaemonConfig(*cfgPath, &c); err != nil {
+			return err
+		}
+	}
+	overlay(&c, set)
+	opts, gid, logger, err := c.resolve(stderr)
+	if err != nil {
+		return err
+	}
+	if err := requireCaps(toolCaps); err != nil {
+		return err
+	}
+	if opts.Queues == 0 {
+		if opts.Queues, err = rxQueues(c.Interface); err != nil {
+			return err
+		}
+	}
+	return serveDaemon(ctx, c, opts, gid, logger)
+}
+
+// overlay puts the flags that were given over the configuration.
+func overlay(c *daemonConfig, set daemonConfig) {
+	for _, f := range []struct {
+		dst *string
+		v   string
+	}{
+		{&c.Interface, set.Interface}, {&c.Socket, set.Socket}, {&c.SocketGroup, set.SocketGroup},
+		{&c.Queues, set.Queues}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
+		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
+		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
+	} {
+		if f.v != "" {
+			*f.dst = f.v
+		}
+	}
+}
+
+// resolve checks every setting before anything touches the system.
+func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger, error) {
+	var opts ndk.Options
+	if c.Interface == "" {
+		return opts, 0, nil, errors.New("daemon: -dev (or interface in the config) is required")
+	}
+	if c.Socket == "" {
+		c.Socket = filepath.Join("/run/ndkxdp", c.Interface+".sock")
+	}
+	o, err := adapterOptions(c.XDPMode, c.Polling)
+	if err != nil {
+		return opts, 0, nil, err
+	}
+	opts = o
+	opts.Pin, opts.PinRoot = true, c.PinRoot
+	if opts.ZeroCopy, err = zeroCopyMode(c.ZeroCopy); err != nil {
+		return opts, 0, nil, err
+	}
+	if opts.BusyPoll, err = busyPoll(c.BusyPoll); err != nil {
+		return opts, 0, nil, err
+	}
+	if c.Queues != "all" {
+		n, err := strconv.Atoi(c.Queues)
+		if err != nil || n < 1 || n > 64 {
+			return opts, 0, nil, fmt.Errorf("daemon: queues %q: want all or 1-64", c.Queues)
+		}
+		opts.Queues = n
+	}
+	gid := -1
+	if c.SocketGroup != "" {
+		g, err := user.LookupGroup(c.SocketGroup)
+		if err != nil {
+			return opts, 0, nil, fmt.Errorf("daemon: socket group: %w", err)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return opts, 0, nil, fmt.Errorf("daemon: log level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	ho := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch c.LogFormat {
+	case "text":
+		h = slog.NewTextHandler(stderr, ho)
+	case "json":
+		h = slog.NewJSONHandler(stderr, ho)
+	default:
+		return opts, 0, nil, fmt.Errorf("daemon: log format %q: want text or json", c.LogFormat)
+	}
+	return opts, gid, slog.New(h), nil
+}
+
+func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int, log *slog.Logger) error {
+	a, err := ndk.Open(c.Interface, opts)
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	ln, err := daemon.Listen(c.Socket, 0o660, gid)
+	if err != nil {
+		a.Close()
+		return fmt.Errorf("daemon: %w", err)
+	}
+	srv := daemon.New(a, daemon.Config{Logger: log})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("serving", "interface", c.Interface, "socket", c.Socket, "queues", opts.Queues,
+		"address", a.LocalAddress(), "path_mtu", a.PathMTU(), "polling", c.Polling, "pid", os.Getpid())
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: disconnecting every client's connections", "clients", srv.Clients())
+	case err = <-served:
+		log.Error("accept failed; stopping", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		log.Warn("clients did not end in 10 s", "err", serr)
+	}
+	a.Close()
+	log.Info("stopped: detached and unpinned", "interface", c.Interface)
+	return err
+}
+
+// zeroCopyMode reads -zero-copy.
+func zeroCopyMode(s string) (ndk.ZeroCopyMode, error) {
+	switch s {
+	case "", "preferred":
+		return ndk.ZeroCopyPreferred, nil
+	case "required":
+		return ndk.ZeroCopyRequired, nil
+	case "off":
+		return ndk.ZeroCopyOff, nil
+	}
+	return 0, fmt.Errorf("-zero-copy %q: want preferred, required or off", s)
+}
+
+// busyPoll reads -busy-poll: a duration up to 1s, or off.
+func busyPoll(s string) (time.Duration, error) {
+	if s == "" || s == "0" || s == "off" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Microsecond || d > time.Second {
+		return 0, fmt.Errorf("-busy-poll %q: want a duration from 1us to 1s, or off", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// rdmaSlots is how many WRITEs or READs the demo keeps in flight, each
+// with its own slot of memory on both sides.
+const rdmaSlots = 16
+
+// demoWrite writes n messages of size bytes into b's memory, op i into slot
+// i mod rdmaSlots with pattern i, keeping rdmaSlots in flight. A slot's
+// source is refilled only after its previous WRITE completed; at the end
+// every slot of b's memory must hold the last pattern written to it.
+func demoWrite(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int) (phase, error) {
+	src := make([]byte, size*rdmaSlots)
+	dst := make([]byte, size*rdmaSlots)
+	smr, dmr, release, err := registerPair(a.PD, src, ndk.MRFlagAllowLocalRead, b.PD, dst, ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		return phase{}, err
+	}
+	defer release()
+	t0 := time.Now()
+	err = pipeline(ctx, a.ICQ, n, func(i int) error {
+		slot := i % rdmaSlots
+		fillMessage(src[slot*size:(slot+1)*size], uint64(i))
+		sge, err := smr.SGE(slot*size, size)
+		if err != nil {
+			return err
+		}
+		return qa.Write(nil, []ndk.SGE{sge}, dmr.Addr()+uint64(slot*size), dmr.RemoteToken(), 0)
+	}, nil)
+	if err != nil {
+		return phase{}, err
+	}
+	elapsed := time.Since(t0)
+	b.Adapter.Stats() // orders this goroutine after B's engine placed the bytes
+	if !bytes.Equal(dst, src) {
+		return phase{}, errors.New("B's memory does not hold the last WRITE of every slot")
+	}
+	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: elapsed}, nil
+}
+
+// registerPair registers src on spd and dst on dpd; release deregisters
+// both.
+func registerPair(spd *ndk.PD, src []byte, sflags ndk.MRFlag, dpd *ndk.PD, dst []byte, dflags ndk.MRFlag) (smr, dmr *ndk.MR, release func(), err error) {
+	if smr, err = spd.RegisterMR(src, sflags); err != nil {
+		return nil, nil, nil, err
+	}
+	if dmr, err = dpd.RegisterMR(dst, dflags); err != nil {
+		smr.Deregister()
+		return nil, nil, nil, err
+	}
+	return smr, dmr, func() { dmr.Deregister(); smr.Deregister() }, nil
+}
+
+// demoRead reads n messages of size bytes from b's memory, op i from slot
+// i mod rdmaSlots into the same slot of a's memory, and checks each one as
+// it completes.
+func demoRead(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int) (phase, error) {
+	src := make([]byte, size*rdmaSlots)
+	for slot := range rdmaSlots {
+		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
+	}
+	dst := make([]byte, size*rdmaSlots)
+	smr, dmr, release, err := registerPair(b.PD, src, ndk.MRFlagAllowRemoteRead, a.PD, dst, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		return phase{}, err
+	}
+	defer release()
+	t0 := time.Now()
+	err = pipeline(ctx, a.ICQ, n, func(i int) error {
+		slot := i % rdmaSlots
+		clear(dst[slot*size : (slot+1)*size])
+		sge, err := dmr.SGE(slot*size, size)
+		if err != nil {
+			return err
+		}
+		return qa.Read(slot, []ndk.SGE{sge}, smr.Addr()+uint64(slot*size), smr.RemoteToken(), 0)
+	}, func(r ndk.Result) error {
+		slot := r.RequestContext.(int)
+		if !bytes.Equal(dst[slot*size:(slot+1)*size], src[slot*size:(slot+1)*size]) {
+			return fmt.Errorf("READ into slot %d returned other bytes than B's memory holds", slot)
+		}
+		return nil
+	})
+	if err != nil {
+		return phase{}, err
+	}
+	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: time.Since(t0)}, nil
+}
+
+// pipeline posts n requests with post(i), keeping at most rdmaSlots in
+// flight, and hands each completion to done. Completions of one QP arrive
+// in posting order, so request i's slot is free again once i-rdmaSlots has
+// completed.
+func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, done func(ndk.Result) error) error {
+	var rs [rdmaSlots]ndk.Result
+	completed := 0
+	deadline := time.Now().Add(30 * time.Second)
+	for posted := 0; completed < n; {
+		for posted < n && posted-completed < rdmaSlots {
+			if err := post(posted); err != nil {
+				return err
+			}
+			posted++
+		}
+		k := cq.GetResults(rs[:])
+		for _, r := range rs[:k] {
+			if r.Status != ndk.StatusSuccess {
+				return fmt.Errorf("completion status %v", r.Status)
+			}
+			if done != nil {
+				if err := done(r); err != nil {
+					return err
+				}
+			}
+		}
+		completed += k
+		if k == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d requests completed within 30s", completed, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+// Package daemon serves one ndk adapter to client processes: the library
+// behind `ndkxdp daemon`. The daemon owns what the kernel lets one owner
+// have (the attached steering program, pinned under
+// /sys/fs/bpf/ndkxdp/IF; an AF_XDP socket on every receive queue; the
+// engines); applications reach it with ndk.Dial and use the ndk API as on
+// an adapter of their own.
+//
+// # Who owns what
+//
+// Each client connection is a session. The daemon runs the NDK objects
+// (PDs, CQs, MRs, QPs, connectors, listeners) on its adapter and gives
+// the client handles for them, valid in that session only: a handle of
+// another session, or of another type, is refused like one never given
+// out, so an application reaches only its own objects.
+//
+//	engine doorbell   the adapter creates for its queue-0 engine: the
+//	                  flags of the engine's own doorbell (port.Bell) in a
+//	                  memfd, and its eventfd; every client maps the one
+//	                  and rings the other (shm.Doorbell) after a post or
+//	                  an arm
+//	QP segment        daemon creates per QP: a send ring and a receive
+//	                  ring (client produces, relay consumes), the count of
+//	                  peer WRITE packets placed and the QP's state
+//	                  (daemon writes)
+//	CQ segment        daemon creates per CQ: the completion ring (relay
+//	                  produces, client consumes), the arm word (client
+//	                  raises, relay clears when it fires) and the CQ
+//	                  error (daemon writes)
+//	arena             client creates (Adapter.Memory, AllocBuffer's
+//	                  pool): a sealed memfd the daemon maps, in which
+//	                  every region the client registers must lie
+//
+// Segments are sealed memfds passed with SCM_RIGHTS (ndk/internal/shm).
+// Record layouts are in ndk/internal/proto.
+//
+// # Data path
+//
+// A post writes one record into the QP's ring and rings the engine's
+// doorbell: two atomic operations while the engine is awake, no system
+// call. The request's context stays in the client, in a table indexed by
+// the request's sequence number, which the completion carries back. Each
+// session has a relay that runs in every turn of the queue-0 engine's loop
+// (rc.Poller): it takes records from the client's rings and posts them on
+// the daemon's QPs, and moves the daemon CQs' completions into the
+// client's rings, then fires the client's arms (the notification itself
+// leaves on a goroutine of the session, so the engine never waits on a
+// socket). No goroutine stands between a client and the engine. Before
+// the engine sleeps, the relay arms its daemon CQs, so that a completion
+// from another queue's engine rings it awake. A hostile client can only
+// keep the engine from sleeping (a pending flag it keeps set) or make
+// every ring write the eventfd (a sleeping flag it keeps set): CPU, as a
+// client posting in a loop would cost.
+// Memory is not copied between the processes: a region's bytes are the
+// arena's pages, mapped in both, registered in the daemon under the
+// client's address so that the address an application hands its peer
+// is the one the wire carries. The engine copies payload into and out of
+// frames as it does for any registered memory in process.
+//
+// # Control path
+//
+// Requests are JSON objects, one per SOCK_SEQPACKET datagram
+// (proto.Request), each answered by a proto.Message with the same ID and
+// an NTSTATUS; events (CQ notifications, incoming connections, a peer's
+// disconnect, completed closes) are messages without an ID. Requests that
+// wait on the network (connect, accept, disconnect) run on goroutines of
+// their own, at most 64 at once per client, and the client can cancel
+// one.
+//
+// # Failure handling
+//
+// A client is untrusted. The daemon checks every handle, size and offset
+// of a request, refuses a memfd that is not sealed or is smaller than
+// claimed, and re-checks every record: an index no correct producer
+// stores, or a malformed record, flushes that QP and stops the relay from
+// reading its rings; an SGE the daemon's token check refuses (another
+// client's region, a deregistered one) completes the request with the
+// refusal. Inline data is copied from the record, never read at an address
+// the client names. When a client's socket closes (exit, crash, SIGKILL),
+// its session ends: connections are disconnected (the peer gets a DREQ),
+// listeners closed, QPs closed (pending requests cancelled), regions
+// deregistered, PDs and CQs closed, and only then its memory unmapped.
+// Malformed control messages end the session the same way. Server.Close
+// does this for every session (the daemon's SIGTERM).
+package daemon

@@ -1,0 +1,544 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// bed is a daemon serving A's adapter, and an in-process adapter on B.
+type bed struct {
+	pair *harness.Pair
+	srv  *daemon.Server
+	sock string
+	a, b *ndk.Adapter
+}
+
+func newBed(t testing.TB) *bed {
+	t.Helper()
+	p := harness.New(t, harness.Config{})
+	bd := &bed{pair: p, sock: filepath.Join(t.TempDir(), "d.sock")}
+	if err := p.A.Do(func() error {
+		var err error
+		bd.a, err = ndk.Open(p.A.Link, ndk.Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.B.Do(func() error {
+		var err error
+		bd.b, err = ndk.Open(p.B.Link, ndk.Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := daemon.Listen(bd.sock, 0o600, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bd.srv = daemon.New(bd.a, daemon.Config{})
+	served := make(chan error, 1)
+	go func() { served <- bd.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		bd.srv.Close()
+		<-served
+		bd.a.Close()
+		bd.b.Close()
+	})
+	return bd
+}
+
+// raw is a client that speaks the protocol by hand, as a hostile one would.
+type raw struct {
+	t    testing.TB
+	c    *net.UnixConn
+	next uint64
+	seg  *shm.Segment
+	bell *shm.Doorbell
+	sess *shm.Segment
+}
+
+func dialRaw(t testing.TB, sock string) *raw {
+	t.Helper()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &raw{t: t, c: c}
+	t.Cleanup(func() { c.Close() })
+	m, fds := r.call(&proto.Request{Op: proto.OpHello, Version: proto.Version})
+	if m.Status != 0 || len(fds) != 3 {
+		t.Fatalf("hello: %+v, %d descriptors", m, len(fds))
+	}
+	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
+		t.Fatal(err)
+	}
+	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// call sends req and returns its reply, skipping events.
+func (r *raw) call(req *proto.Request, fds ...int) (*proto.Message, []int) {
+	r.t.Helper()
+	r.next++
+	req.ID = r.next
+	b, _ := json.Marshal(req)
+	if err := shm.SendFDs(r.c, b, fds...); err != nil {
+		r.t.Fatal(err)
+	}
+	buf := make([]byte, proto.MaxMessage)
+	for {
+		_ = r.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, rfds, err := shm.RecvFDs(r.c, buf, shm.MaxFDs)
+		if err != nil || n == 0 {
+			r.t.Fatalf("%s: no reply: %v", req.Op, err)
+		}
+		var m proto.Message
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			r.t.Fatal(err)
+		}
+		if m.ID == req.ID {
+			return &m, rfds
+		}
+	}
+}
+
+func (r *raw) ok(req *proto.Request, fds ...int) (*proto.Message, []int) {
+	r.t.Helper()
+	m, rfds := r.call(req, fds...)
+	if m.Status != 0 {
+		r.t.Fatalf("%s: status %#x %s", req.Op, m.Status, m.Msg)
+	}
+	return m, rfds
+}
+
+// post marks q in the session's post bitmap and rings the engine, as a
+// client does after publishing records.
+func (r *raw) post(q *rawQP) {
+	w, bit := proto.SlotWord(q.slot)
+	r.sess.Word64(proto.PostBitmap + 8*w).Or(bit)
+	r.bell.Ring()
+}
+
+// rawQP is a QP a raw client made, with its rings mapped.
+type rawQP struct {
+	h      uint32
+	slot   int
+	qpn    uint32
+	psn    uint32
+	seg    *shm.Segment
+	send   *shm.Producer
+	cqRing *shm.Consumer
+	cqSeg  *shm.Segment
+	layout proto.QPLayout
+}
+
+func (r *raw) qp(pd uint32) *rawQP {
+	r.t.Helper()
+	cm, cfds := r.ok(&proto.Request{Op: proto.OpCreateCQ, Depth: 64})
+	cqSeg, err := shm.MapSegment(cfds[0], cm.Seg.Size)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cl := proto.NewCQLayout(cm.Seg.Slots)
+	cring, err := shm.NewConsumer(cqSeg, cl.Ring)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, fds := r.ok(&proto.Request{Op: proto.OpCreateQP, PD: pd, RecvCQ: cm.H, SendCQ: cm.H, Depth: 16, SendDepth: 16, RecvSGE: 2, SendSGE: 2})
+	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
+	send, err := shm.NewProducer(seg, l.Send)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
+}
+
+// completion waits for the next entry of q's CQ ring.
+func (q *rawQP) completion(t *testing.T, what string) proto.Completion {
+	t.Helper()
+	var c proto.Completion
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b := q.cqRing.Peek(); b != nil {
+			c.Decode(b)
+			q.cqRing.Release()
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion for %s in 5 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// healthy checks that the daemon still serves: a well-behaved client
+// opens, registers and connects, and moves verified bytes.
+func (bd *bed) healthy(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := ndk.Dial(ctx, bd.sock)
+	if err != nil {
+		t.Fatalf("daemon no longer serves: %v", err)
+	}
+	defer a.Close()
+	pd, err := a.CreatePD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Memory(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.CreateCQ(16, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = pd
+}
+
+// peerQP is a QP on B connected out of band to a raw client's QP.
+func (bd *bed) peerQP(t *testing.T, r *raw, q *rawQP) (*ndk.QP, []byte, *ndk.MR) {
+	t.Helper()
+	pd, err := bd.b.CreatePD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := bd.b.CreateCQ(64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bq, err := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := bytes.Repeat([]byte{0xEE}, 8192)
+	mr, err := pd.RegisterMR(mem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		bq.Close()
+		_ = mr.Deregister()
+		pd.Close()
+		cq.Close()
+	})
+	local := ndk.Endpoint{IP: bd.a.LocalAddress(), MAC: bd.a.MAC(), QPN: q.qpn, PSN: q.psn}
+	if err := bq.ConnectOOB(local, ndk.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	be := bq.LocalEndpoint()
+	r.ok(&proto.Request{Op: proto.OpConnectOOB, H: q.h, Remote: &proto.Endpoint{IP: be.IP.String(), MAC: be.MAC.String(), QPN: be.QPN, PSN: be.PSN}})
+	return bq, mem, mr
+}
+
+// TestHostileRingIndexBreaksOnlyThatQP: a client that stores an index no
+// correct producer could store gets its QP flushed; the daemon, and
+// everyone else, goes on.
+func TestHostileRingIndexBreaksOnlyThatQP(t *testing.T) {
+	bd := newBed(t)
+	r := dialRaw(t, bd.sock)
+	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+	q := r.qp(pd.H)
+	// A zero-length receive, which the flush must cancel.
+	recv, err := shm.NewProducer(q.seg, q.layout.Recv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := proto.Recv{Seq: 41}
+	rr.Encode(recv.Reserve())
+	recv.Publish()
+	prod := q.seg.Word32(q.layout.Send.Offset)
+	prod.Store(uint32(q.layout.Send.Slots) + 1000) // more records than slots
+	r.post(q)
+	c := q.completion(t, "the broken QP's receive (QP not flushed?)")
+	if ndk.Status(c.Status) != ndk.StatusCancelled || c.Seq != 41 || c.Kind != proto.KindRecv {
+		t.Fatalf("receive of the broken QP completed %#x seq %d kind %d, want CANCELLED 41 receive", c.Status, c.Seq, c.Kind)
+	}
+	bd.healthy(t)
+	// The hostile session itself still answers its control requests.
+	r.ok(&proto.Request{Op: proto.OpCreatePD})
+}
+
+// TestHostileRecords: malformed records (too many SGEs, unknown op) break
+// the QP; a forged token (another client's region) completes with
+// STATUS_ACCESS_VIOLATION and touches no byte of it.
+func TestHostileRecords(t *testing.T) {
+	bd := newBed(t)
+
+	// The victim: a well-behaved client's registered memory.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	va, err := ndk.Dial(ctx, bd.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer va.Close()
+	vpd, _ := va.CreatePD()
+	vmem, _ := va.Memory(4096)
+	for i := range vmem {
+		vmem[i] = 0x5A
+	}
+	vmr, err := vpd.RegisterMR(vmem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r := dialRaw(t, bd.sock)
+	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+	q := r.qp(pd.H)
+	_, pmem, pmr := bd.peerQP(t, r, q)
+
+	// A READ of the peer's memory into the victim's region, by its
+	// tokens: the daemon's check refuses it (another PD).
+	rec := proto.Send{Op: 4, NSGE: 1, Seq: 7, RemoteAddr: pmr.Addr(), RemoteToken: pmr.RemoteToken()}
+	rec.SGL[0] = proto.SGE{Addr: vmr.Addr(), Length: 4096, Token: vmr.LocalToken()}
+	slot := q.send.Reserve()
+	rec.Encode(slot)
+	q.send.Publish()
+	r.post(q)
+	c := q.completion(t, "the forged-token READ")
+	if ndk.Status(c.Status) != ndk.StatusAccessViolation || c.Seq != 7 {
+		t.Fatalf("forged-token READ completed %#x seq %d, want STATUS_ACCESS_VIOLATION seq 7", c.Status, c.Seq)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for i, b := range vmem {
+		if b != 0x5A {
+			t.Fatalf("victim byte %d changed to %#x", i, b)
+		}
+	}
+
+	// A record with 200 SGEs: the QP is flushed and read no more.
+	bad := proto.Send{Op: 1, NSGE: 200, Seq: 8}
+	slot = q.send.Reserve()
+	bad.Encode(slot)
+	slot[1] = 200
+	q.send.Publish()
+	r.post(q)
+	time.Sleep(50 * time.Millisecond)
+	for i, b := range pmem {
+		if b != 0xEE {
+			t.Fatalf("peer byte %d changed to %#x", i, b)
+		}
+	}
+	bd.healthy(t)
+}
+
+// TestHostileControl: handles of other clients, unsealed or short memfds,
+// registrations outside an arena, and garbage are refused with a status;
+// none of it costs the daemon.
+func TestHostileControl(t *testing.T) {
+	bd := newBed(t)
+	r1, r2 := dialRaw(t, bd.sock), dialRaw(t, bd.sock)
+	pd1, _ := r1.ok(&proto.Request{Op: proto.OpCreatePD})
+	for _, req := range []*proto.Request{
+		{Op: proto.OpClosePD, H: pd1.H},                         // r1's PD through r2
+		{Op: proto.OpCreateQP, PD: pd1.H, RecvCQ: 1, SendCQ: 1}, // idem
+		{Op: proto.OpCreateCQ, Depth: 1 << 30},
+		{Op: proto.OpRegister, PD: pd1.H, Arena: 1, Len: 4096},
+		{Op: proto.OpListen, H: 99, Addr: "nonsense"},
+		{Op: "no such op"},
+		{Op: proto.OpHello, Version: proto.Version}, // a second hello
+	} {
+		if m, fds := r2.call(req); m.Status == 0 {
+			t.Errorf("%+v accepted", req)
+		} else if len(fds) != 0 {
+			t.Errorf("%s: refusal carried descriptors", req.Op)
+		}
+	}
+	// An unsealed memfd, and a sealed one smaller than claimed.
+	fd, err := unix.MemfdCreate("plain", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unix.Ftruncate(fd, 4096)
+	if m, _ := r2.call(&proto.Request{Op: proto.OpArena, Arena: 1, Size: 4096}, fd); m.Status == 0 {
+		t.Error("unsealed memfd accepted as an arena")
+	}
+	unix.Close(fd)
+	seg, err := shm.NewSegment("small", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	if m, _ := r2.call(&proto.Request{Op: proto.OpArena, Arena: 2, Size: 1 << 20}, seg.FD()); m.Status == 0 {
+		t.Error("arena larger than its memfd accepted")
+	}
+	r2.ok(&proto.Request{Op: proto.OpArena, Arena: 3, Size: 4096}, seg.FD())
+	pd2, _ := r2.ok(&proto.Request{Op: proto.OpCreatePD})
+	if m, _ := r2.call(&proto.Request{Op: proto.OpRegister, PD: pd2.H, Arena: 3, Off: 4000, Len: 200, VA: 0x1000}); m.Status == 0 {
+		t.Error("registration past the arena's end accepted")
+	}
+	// Garbage bytes end the session; the daemon goes on.
+	if _, err := r2.c.Write([]byte("{{{ not json")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for bd.srv.Clients() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d clients after one sent garbage, want 1", bd.srv.Clients())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r1.ok(&proto.Request{Op: proto.OpCreatePD})
+	bd.healthy(t)
+}
+
+// FuzzControlMessages sends each input, split at newlines, as control
+// messages of a fresh session after its hello, then checks that the
+// daemon still serves and drops the session when the client goes.
+func FuzzControlMessages(f *testing.F) {
+	for _, s := range []string{
+		`{"op":"create_pd"}`,
+		`{"op":"create_cq","Depth":8}` + "\n" + `{"op":"create_pd"}` + "\n" + `{"op":"create_qp","pd":2,"rcq":1,"scq":1,"Depth":4,"SendDepth":4}`,
+		`{"op":"register","pd":1,"Arena":1,"Len":99}`,
+		`{"op":"create_connector"}` + "\n" + `{"op":"connect","h":1,"qp":2,"Addr2":"198.18.0.2:1","Timeout":1000000}`,
+		`{"op":"create_listener"}` + "\n" + `{"op":"listen","h":1,"Addr":"0.0.0.0:0"}` + "\n" + `{"op":"close_listener","h":1}`,
+		`{"op":"flush_qp","h":4294967295}`,
+		`{"op":"cancel","Target":1}`,
+		`{"op":"stats"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	bd := newBed(f)
+	var n atomic.Uint64
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := dialRaw(t, bd.sock)
+		for _, msg := range bytes.Split(in, []byte("\n")) {
+			if len(msg) == 0 || len(msg) > proto.MaxMessage {
+				continue
+			}
+			if _, err := r.c.Write(msg); err != nil {
+				break
+			}
+		}
+		// Read what comes back for a moment, then leave.
+		buf := make([]byte, proto.MaxMessage)
+		_ = r.c.SetReadDeadline(time.Now().Add(2 * time.Millisecond))
+		for {
+			if _, _, err := shm.RecvFDs(r.c, buf, shm.MaxFDs); err != nil {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					break
+				}
+				break
+			}
+		}
+		r.c.Close()
+		if n.Add(1)%64 == 0 {
+			bd.healthy(t)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for bd.srv.Clients() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("session not dropped 10 s after the client left (input %q)", in)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
+
+// FuzzRingRecords writes each input into a fresh client's work rings as
+// records (send records, then receive records, then a producer index the
+// input picks), marks the QP and rings the engine, and checks that the
+// daemon goes on serving and that another client's memory, whose tokens
+// the input may name, is never touched.
+func FuzzRingRecords(f *testing.F) {
+	seed := make([]byte, proto.SendSize)
+	(&proto.Send{Op: 3, NSGE: 1, RemoteAddr: 1 << 40, RemoteToken: 77}).Encode(seed)
+	f.Add(seed, []byte{}, uint32(0))
+	f.Add([]byte{}, make([]byte, proto.RecvSize), uint32(0))
+	f.Add(seed, seed[:proto.RecvSize], uint32(1<<31))
+	bd := newBed(f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	va, err := ndk.Dial(ctx, bd.sock)
+	cancel()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(va.Close)
+	vpd, _ := va.CreatePD()
+	vmem, _ := va.Memory(4096)
+	for i := range vmem {
+		vmem[i] = 0xA5
+	}
+	vmr, err := vpd.RegisterMR(vmem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var runs atomic.Uint64
+	f.Fuzz(func(t *testing.T, sends, recvs []byte, prodTweak uint32) {
+		r := dialRaw(t, bd.sock)
+		pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+		q := r.qp(pd.H)
+		bd.peerQP(t, r, q)
+		put := func(l shm.RingLayout, size int, in []byte) {
+			p, err := shm.NewProducer(q.seg, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for len(in) > 0 {
+				slot := p.Reserve()
+				if slot == nil {
+					break
+				}
+				n := copy(slot, in)
+				in = in[n:]
+				// Aim SGEs at the victim's memory with its tokens,
+				// the likeliest way to reach it.
+				if size == proto.SendSize && n >= 80 {
+					slot[64+12] = byte(vmr.LocalToken())
+					slot[64+13] = byte(vmr.LocalToken() >> 8)
+					slot[64+14] = byte(vmr.LocalToken() >> 16)
+					slot[64+15] = byte(vmr.LocalToken() >> 24)
+				}
+			}
+			p.Publish()
+		}
+		put(q.layout.Send, proto.SendSize, sends)
+		put(q.layout.Recv, proto.RecvSize, recvs)
+		if prodTweak != 0 {
+			q.seg.Word32(q.layout.Send.Offset).Add(prodTweak)
+		}
+		r.post(q)
+		time.Sleep(2 * time.Millisecond)
+		r.c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for bd.srv.Clients() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the fuzzed session was not dropped")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for i, b := range vmem {
+			if b != 0xA5 {
+				t.Fatalf("victim byte %d changed to %#x", i, b)
+			}
+		}
+		if runs.Add(1)%32 == 0 {
+			bd.healthy(t)
+		}
+	})
+}

@@ -1,0 +1,349 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// The client's objects, each the daemon adapter's object plus what the
+// relay and the control path keep for it.
+type (
+	sPD struct {
+		h  uint32
+		pd *ndk.PD
+	}
+	sMR struct {
+		h  uint32
+		mr *ndk.MR
+	}
+	sConnector struct {
+		h uint32
+		c *ndk.Connector
+	}
+	sListener struct {
+		h uint32
+		l *ndk.Listener
+	}
+	sEndpoint struct {
+		h  uint32
+		se *ndk.SharedEndpoint
+	}
+)
+
+// handle runs one request and returns the reply (nil: already sent).
+func (ss *session) handle(ctx context.Context, req *proto.Request, fds []int) *proto.Message {
+	m, rfds, err := ss.dispatch(ctx, req, fds)
+	if m == nil {
+		m = &proto.Message{}
+	}
+	m.ID = req.ID
+	if err != nil {
+		m = &proto.Message{ID: req.ID}
+		setErr(m, err)
+		closeFDs(rfds)
+		rfds = nil
+	}
+	if len(rfds) > 0 {
+		ss.send(m, rfds...)
+		return nil
+	}
+	return m
+}
+
+// dispatch carries out req. fds are the descriptors the request brought:
+// dispatch owns them. The descriptors it returns go out with the reply.
+func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) (*proto.Message, []int, error) {
+	if req.Op != proto.OpArena {
+		closeFDs(fds)
+		fds = nil
+	}
+	a := ss.srv.a
+	switch req.Op {
+	case proto.OpHello:
+		return ss.hello(req)
+	case proto.OpArena:
+		return nil, nil, ss.arena(req, fds)
+	case proto.OpCreateCQ:
+		return ss.createCQ(req)
+	case proto.OpModerateCQ:
+		// The relay raises the client's notifications (fireArm), so it
+		// holds them; the client mapped NDKPI's values to these bounds.
+		c, err := lookup[*sCQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if req.Timeout < 0 || req.Depth < 0 {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
+		}
+		c.modInterval.Store(req.Timeout)
+		c.modCount.Store(uint64(req.Depth))
+		return nil, nil, nil
+	case proto.OpCloseCQ:
+		c, err := lookup[*sCQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		ss.relay.removeCQ(c)
+		c.cq.Close()
+		ss.drop(req.H)
+		c.seg.Close()
+		return nil, nil, nil
+	case proto.OpCreatePD:
+		pd, err := a.CreatePD()
+		if err != nil {
+			return nil, nil, err
+		}
+		p := &sPD{pd: pd}
+		if p.h, err = ss.add(p); err != nil {
+			pd.Close()
+			return nil, nil, err
+		}
+		return &proto.Message{H: p.h}, nil, nil
+	case proto.OpClosePD:
+		p, err := lookup[*sPD](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.pd.Close()
+		ss.whenClosed(p.pd.Closed(), p.h, proto.EvPDClosed)
+		return nil, nil, nil
+	case proto.OpRegister:
+		return ss.register(req)
+	case proto.OpDeregister:
+		m, err := lookup[*sMR](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := m.mr.Deregister(); err != nil {
+			return nil, nil, err
+		}
+		ss.drop(req.H)
+		return nil, nil, nil
+	case proto.OpCreateQP:
+		return ss.createQP(req)
+	case proto.OpCloseQP:
+		q, err := lookup[*sQP](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		ss.relay.removeQP(q)
+		err = q.qp.Close()
+		ss.drop(req.H)
+		q.seg.Close()
+		return nil, nil, err
+	case proto.OpFlushQP:
+		q, err := lookup[*sQP](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		q.qp.Flush()
+		return nil, nil, nil
+	case proto.OpConnectOOB:
+		return nil, nil, ss.connectOOB(req)
+	case proto.OpStats:
+		raw, err := json.Marshal(a.Stats())
+		if err != nil {
+			return nil, nil, err
+		}
+		raw2, err := json.Marshal(a.CMStats())
+		if err != nil {
+			return nil, nil, err
+		}
+		return &proto.Message{Raw: raw, Raw2: raw2}, nil, nil
+	}
+	return ss.dispatchCM(ctx, req)
+}
+
+func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
+	if ss.relay != nil {
+		return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "second hello")
+	}
+	if req.Version != proto.Version {
+		return nil, nil, statusErr(ndk.StatusNDISBadVersion, "protocol version %d; the daemon speaks %d", req.Version, proto.Version)
+	}
+	r, err := newRelay(ss)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss.relay = r
+	a := ss.srv.a
+	info, err := json.Marshal(a.Info())
+	if err != nil {
+		return nil, nil, err
+	}
+	m := &proto.Message{
+		Version: proto.Version,
+		Addr:    a.LocalAddress().String(),
+		MAC:     a.MAC().String(),
+		PathMTU: a.PathMTU(),
+		Raw:     info,
+		Seg:     &proto.Segment{Size: r.eng.BellSize, Session: r.seg.Size()},
+	}
+	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD), dupFD(r.seg.FD())}, nil
+}
+
+func (ss *session) arena(req *proto.Request, fds []int) error {
+	if len(fds) != 1 {
+		closeFDs(fds)
+		return statusErr(ndk.StatusInvalidParameter, "arena needs exactly one memfd, got %d descriptors", len(fds))
+	}
+	if req.Size == 0 || req.Size > maxArenaSize {
+		closeFDs(fds)
+		return statusErr(ndk.StatusInvalidParameter, "arena of %d bytes (1 to %d)", req.Size, uint64(maxArenaSize))
+	}
+	ss.mu.Lock()
+	n := len(ss.arenas)
+	_, dup := ss.arenas[req.Arena]
+	ss.mu.Unlock()
+	if n >= maxArenas || dup || req.Arena == 0 {
+		closeFDs(fds)
+		return statusErr(ndk.StatusInvalidParameter, "arena %d refused (duplicate, zero, or over %d)", req.Arena, maxArenas)
+	}
+	seg, err := shm.MapSegment(fds[0], int(req.Size))
+	if err != nil {
+		return statusErr(ndk.StatusInvalidParameter, "%v", err)
+	}
+	unix.Close(seg.TakeFD())
+	ss.mu.Lock()
+	ss.arenas[req.Arena] = seg
+	ss.mu.Unlock()
+	return nil
+}
+
+func (ss *session) register(req *proto.Request) (*proto.Message, []int, error) {
+	p, err := lookup[*sPD](ss, req.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	ss.mu.Lock()
+	seg := ss.arenas[req.Arena]
+	ss.mu.Unlock()
+	if seg == nil {
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "no arena %d", req.Arena)
+	}
+	if req.Len == 0 || req.Off > uint64(seg.Size()) || req.Len > uint64(seg.Size())-req.Off {
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "bytes %d+%d outside arena %d (%d bytes)", req.Off, req.Len, req.Arena, seg.Size())
+	}
+	buf := seg.Bytes()[req.Off : req.Off+req.Len : req.Off+req.Len]
+	o, err := hook.RegisterAt(p.pd, req.VA, buf, req.Flags, req.Invalidatable)
+	if err != nil {
+		return nil, nil, err
+	}
+	mr := o.(*ndk.MR)
+	x := &sMR{mr: mr}
+	if x.h, err = ss.add(x); err != nil {
+		_ = mr.Deregister()
+		return nil, nil, err
+	}
+	return &proto.Message{H: x.h, Local: mr.LocalToken(), Remote: mr.RemoteToken()}, nil, nil
+}
+
+func (ss *session) connectOOB(req *proto.Request) error {
+	q, err := lookup[*sQP](ss, req.H)
+	if err != nil {
+		return err
+	}
+	if req.Remote == nil {
+		return statusErr(ndk.StatusInvalidParameter, "no remote endpoint")
+	}
+	ip, err := netip.ParseAddr(req.Remote.IP)
+	if err != nil {
+		return statusErr(ndk.StatusInvalidParameter, "remote address: %v", err)
+	}
+	ep := ndk.Endpoint{IP: ip, QPN: req.Remote.QPN, PSN: req.Remote.PSN}
+	if req.Remote.MAC != "" {
+		if ep.MAC, err = net.ParseMAC(req.Remote.MAC); err != nil {
+			return statusErr(ndk.StatusInvalidParameter, "remote MAC: %v", err)
+		}
+	}
+	var o ndk.ConnectOptions
+	if req.Opts != nil {
+		o = ndk.ConnectOptions{
+			PathMTU: req.Opts.PathMTU, InboundReadLimit: req.Opts.InboundReadLimit, OutboundReadLimit: req.Opts.OutboundReadLimit,
+			AckTimeout: time.Duration(req.Opts.AckTimeoutNs), RetryCount: req.Opts.RetryCount, RNRRetry: req.Opts.RNRRetry,
+			MinRNRTimer: time.Duration(req.Opts.MinRNRTimerNs),
+		}
+	}
+	return q.qp.ConnectOOB(ep, o)
+}
+
+// cqState is how a relay sees a client CQ's shared words.
+type cqWords struct {
+	arm    *atomic.Uint32
+	status *atomic.Uint32
+}
+
+func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
+	a := ss.srv.a
+	if req.Depth < 1 || req.Depth > int(a.Info().MaxCQDepth) {
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, a.Info().MaxCQDepth)
+	}
+	c, err := newSCQ(ss, req.Depth)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.h, err = ss.add(c); err != nil {
+		c.cq.Close()
+		c.seg.Close()
+		return nil, nil, err
+	}
+	ss.relay.addCQ(c)
+	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{c.seg.TakeFD()}, nil
+}
+
+func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
+	p, err := lookup[*sPD](ss, req.PD)
+	if err != nil {
+		return nil, nil, err
+	}
+	rcq, err := lookup[*sCQ](ss, req.RecvCQ)
+	if err != nil {
+		return nil, nil, err
+	}
+	scq, err := lookup[*sCQ](ss, req.SendCQ)
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.Depth < 1 || req.SendDepth < 1 || req.Depth > proto.MaxSlots || req.SendDepth > proto.MaxSlots {
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "queue depths %d/%d", req.Depth, req.SendDepth)
+	}
+	q, err := newSQP(ss, p, rcq, scq, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if q.h, err = ss.add(q); err != nil {
+		q.qp.Close()
+		q.seg.Close()
+		return nil, nil, err
+	}
+	if err := ss.relay.addQP(q); err != nil {
+		ss.drop(q.h)
+		q.qp.Close()
+		q.seg.Close()
+		return nil, nil, err
+	}
+	m := &proto.Message{
+		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
+		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
+	}
+	return m, []int{q.seg.TakeFD()}, nil
+}
+
+func dupFD(fd int) int {
+	n, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return n
+}

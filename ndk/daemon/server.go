@@ -1,0 +1,204 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Logger receives the daemon's log; nil discards it.
+	Logger *slog.Logger
+	// AllowUID decides whether a peer process (SO_PEERCRED) may use the
+	// daemon, beyond the socket file's permissions; nil allows every peer
+	// that can open the socket.
+	AllowUID func(uid, gid uint32) bool
+}
+
+// Server serves one adapter to client processes.
+type Server struct {
+	a   *ndk.Adapter
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*session]struct{}
+	lns      []*net.UnixListener
+	wg       sync.WaitGroup
+	started  time.Time
+	served   uint64
+}
+
+// New returns a server for a, which it does not close.
+func New(a *ndk.Adapter, cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{a: a, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), started: time.Now()}
+}
+
+// Listen creates the daemon's socket at path, a SOCK_SEQPACKET unix socket
+// with mode perm and, if gid >= 0, that owning group. A socket file left by
+// a daemon that died is replaced; one a live daemon answers on is not.
+func Listen(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: a daemon already listens there", path)
+	}
+	_ = os.Remove(path)
+	// The socket is created with the final mode: no window in which
+	// others could connect.
+	old := unix.Umask(0o777 &^ int(perm))
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if gid >= 0 {
+		if err := os.Chown(path, -1, gid); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("socket group: %w", err)
+		}
+	}
+	if err := os.Chmod(path, perm); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("socket mode: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve accepts clients on ln until Close (it returns nil then) or an
+// accept error.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("accept: %w", err)
+		}
+		s.start(c)
+	}
+}
+
+func (s *Server) start(c *net.UnixConn) {
+	cred, err := peerCred(c)
+	if err != nil {
+		s.log.Warn("client refused: no peer credentials", "err", err)
+		c.Close()
+		return
+	}
+	if s.cfg.AllowUID != nil && !s.cfg.AllowUID(cred.Uid, cred.Gid) {
+		s.log.Warn("client refused", "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
+		c.Close()
+		return
+	}
+	ss := newSession(s, c, cred)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	s.sessions[ss] = struct{}{}
+	s.served++
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.log.Info("client connected", "pid", cred.Pid, "uid", cred.Uid)
+	go func() {
+		defer s.wg.Done()
+		ss.serve()
+		s.mu.Lock()
+		delete(s.sessions, ss)
+		s.mu.Unlock()
+		s.log.Info("client gone", "pid", cred.Pid)
+	}()
+}
+
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// Clients returns how many client processes are connected now.
+func (s *Server) Clients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+// Close stops accepting, ends every client's session as if the client
+// had died (connections disconnected, QPs flushed and closed, memory
+// unmapped), and waits for them. The adapter stays open.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	lns := s.lns
+	var ss []*session
+	for x := range s.sessions {
+		ss = append(ss, x)
+	}
+	s.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, x := range ss {
+		x.kill()
+	}
+	s.wg.Wait()
+}
+
+// Shutdown is Close with a bound: it returns ctx's error if the sessions
+// have not ended by then.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,346 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// Limits on one client, so that a client can exhaust only its own share.
+const (
+	maxObjects   = 1 << 16
+	maxArenas    = 256
+	maxArenaSize = 1 << 32
+	maxInflight  = 64 // control requests running at once
+)
+
+// session is one client process: its objects, its shared memory and the
+// relay that moves its work and completions.
+type session struct {
+	srv  *Server
+	conn *net.UnixConn
+	cred *unix.Ucred
+	log  *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	wmu sync.Mutex // serializes writes to conn
+
+	mu      sync.Mutex
+	next    uint32
+	objs    map[uint32]any
+	arenas  map[uint32]*shm.Segment
+	cancels map[uint64]context.CancelFunc
+	sem     chan struct{}
+	reqs    sync.WaitGroup
+
+	relay *relay
+}
+
+func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &session{
+		srv: s, conn: c, cred: cred,
+		log:     s.log.With("pid", cred.Pid),
+		ctx:     ctx,
+		cancel:  cancel,
+		objs:    make(map[uint32]any),
+		arenas:  make(map[uint32]*shm.Segment),
+		cancels: make(map[uint64]context.CancelFunc),
+		sem:     make(chan struct{}, maxInflight),
+	}
+}
+
+// kill ends the session from outside (daemon shutdown).
+func (ss *session) kill() {
+	ss.cancel()
+	ss.conn.Close()
+}
+
+// serve reads requests until the client goes, then frees everything the
+// client had.
+func (ss *session) serve() {
+	defer ss.teardown()
+	buf := make([]byte, proto.MaxMessage)
+	for {
+		n, fds, err := shm.RecvFDs(ss.conn, buf, shm.MaxFDs)
+		if err != nil || n == 0 {
+			closeFDs(fds)
+			return
+		}
+		req, err := proto.Decode(buf[:n])
+		if err != nil {
+			closeFDs(fds)
+			ss.log.Warn("bad control message; dropping the client", "err", err)
+			return
+		}
+		if req.Op == proto.OpCancel {
+			closeFDs(fds)
+			ss.mu.Lock()
+			if c := ss.cancels[req.Target]; c != nil {
+				c()
+			}
+			ss.mu.Unlock()
+			continue
+		}
+		if ss.relay == nil && req.Op != proto.OpHello {
+			closeFDs(fds)
+			ss.reply(req.ID, statusErr(ndk.StatusInvalidDeviceRequest, "hello first"))
+			continue
+		}
+		if blocking(req.Op) {
+			select {
+			case ss.sem <- struct{}{}:
+			case <-ss.ctx.Done():
+				closeFDs(fds)
+				return
+			}
+			ctx, cancel := ss.requestContext(req)
+			ss.reqs.Add(1)
+			go func() {
+				defer ss.reqs.Done()
+				defer func() { <-ss.sem }()
+				defer ss.forget(req.ID, cancel)
+				m := ss.handle(ctx, req, fds)
+				ss.send(m)
+			}()
+			continue
+		}
+		m := ss.handle(ss.ctx, req, fds)
+		ss.send(m)
+	}
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// blocking reports whether op may wait on the network, and so runs on a
+// goroutine of its own while the session goes on reading.
+func blocking(op string) bool {
+	switch op {
+	case proto.OpConnect, proto.OpAccept, proto.OpDisconnect, proto.OpConnectOOB, proto.OpCompleteConnect, proto.OpReject:
+		return true
+	}
+	return false
+}
+
+func (ss *session) requestContext(req *proto.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ss.ctx)
+	if req.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ss.ctx, time.Duration(req.Timeout))
+	}
+	ss.mu.Lock()
+	ss.cancels[req.ID] = cancel
+	ss.mu.Unlock()
+	return ctx, cancel
+}
+
+func (ss *session) forget(id uint64, cancel context.CancelFunc) {
+	cancel()
+	ss.mu.Lock()
+	delete(ss.cancels, id)
+	ss.mu.Unlock()
+}
+
+// reply sends an answer with no payload.
+func (ss *session) reply(id uint64, err error) {
+	m := &proto.Message{}
+	setErr(m, err)
+	m.ID = id
+	ss.send(m)
+}
+
+// send writes m, with the descriptors handed along in fds (closed here
+// after sending: the client has its own copies).
+func (ss *session) send(m *proto.Message, fds ...int) {
+	if m == nil {
+		return
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		ss.log.Error("encode reply", "err", err)
+		return
+	}
+	ss.wmu.Lock()
+	err = shm.SendFDs(ss.conn, b, fds...)
+	ss.wmu.Unlock()
+	closeFDs(fds)
+	if err != nil && ss.ctx.Err() == nil {
+		ss.log.Debug("send to client", "err", err)
+	}
+}
+
+// whenClosed drops object h and tells the client with ev once done is
+// closed (an NDK close that completes later: a PD's MRs, a connector's
+// disconnect), unless the session ends first.
+func (ss *session) whenClosed(done <-chan struct{}, h uint32, ev string) {
+	go func() {
+		select {
+		case <-done:
+			ss.drop(h)
+			ss.event(ev, h, ndk.StatusSuccess)
+		case <-ss.ctx.Done():
+		}
+	}()
+}
+
+// event sends an event the client did not ask for.
+func (ss *session) event(ev string, h uint32, status ndk.Status) {
+	ss.send(&proto.Message{Ev: ev, H: h, Status: uint32(status)})
+}
+
+type statusError struct {
+	st  ndk.Status
+	msg string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func statusErr(st ndk.Status, format string, args ...any) error {
+	return &statusError{st: st, msg: fmt.Sprintf(format, args...)}
+}
+
+func setErr(m *proto.Message, err error) {
+	if err == nil {
+		return
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		m.Status, m.Msg = uint32(se.st), se.msg
+		return
+	}
+	st := ndk.StatusOf(err)
+	m.Status, m.Msg = uint32(st), err.Error()
+}
+
+// add records obj under a new handle.
+func (ss *session) add(obj any) (uint32, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.objs) >= maxObjects {
+		return 0, statusErr(ndk.StatusInsufficientResources, "client holds its maximum of %d objects", maxObjects)
+	}
+	for {
+		ss.next++
+		if ss.next != 0 && ss.objs[ss.next] == nil {
+			break
+		}
+	}
+	ss.objs[ss.next] = obj
+	return ss.next, nil
+}
+
+// lookup returns the client's object h of type T: a handle of another
+// type, of another client or never given out is refused alike.
+func lookup[T any](ss *session, h uint32) (T, error) {
+	ss.mu.Lock()
+	o, ok := ss.objs[h].(T)
+	ss.mu.Unlock()
+	if !ok {
+		var zero T
+		return zero, statusErr(ndk.StatusInvalidHandle, "no such object %d", h)
+	}
+	return o, nil
+}
+
+func (ss *session) drop(h uint32) {
+	ss.mu.Lock()
+	delete(ss.objs, h)
+	ss.mu.Unlock()
+}
+
+// teardown frees what the client left, in the order NDKPI closes objects:
+// connections (a DREQ to each peer), listeners, QPs (flushed), MRs, PDs,
+// CQs, then the memory.
+func (ss *session) teardown() {
+	ss.cancel()
+	ss.conn.Close()
+	ss.reqs.Wait()
+	if ss.relay != nil {
+		ss.relay.stop()
+	}
+	ss.mu.Lock()
+	objs := ss.objs
+	ss.objs = make(map[uint32]any)
+	arenas := ss.arenas
+	ss.arenas = nil
+	ss.mu.Unlock()
+	each := func(f func(any)) {
+		for _, o := range objs {
+			f(o)
+		}
+	}
+	var wg sync.WaitGroup
+	each(func(o any) {
+		if c, ok := o.(*sConnector); ok {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = c.c.Disconnect(ctx)
+				cancel()
+				c.c.Close()
+			}()
+		}
+	})
+	wg.Wait()
+	each(func(o any) {
+		switch x := o.(type) {
+		case *sListener:
+			x.l.Close()
+		case *sEndpoint:
+			x.se.Close()
+		}
+	})
+	each(func(o any) {
+		if q, ok := o.(*sQP); ok {
+			_ = q.qp.Close()
+		}
+	})
+	each(func(o any) {
+		if m, ok := o.(*sMR); ok {
+			_ = m.mr.Deregister()
+		}
+	})
+	each(func(o any) {
+		if p, ok := o.(*sPD); ok {
+			p.pd.Close()
+		}
+	})
+	each(func(o any) {
+		if c, ok := o.(*sCQ); ok {
+			c.cq.Close()
+		}
+	})
+	// Only now, with every QP closed and every region deregistered, can
+	// no engine touch the client's memory.
+	each(func(o any) {
+		if q, ok := o.(*sQP); ok {
+			q.seg.Close()
+		}
+		if c, ok := o.(*sCQ); ok {
+			c.seg.Close()
+		}
+	})
+	for _, a := range arenas {
+		a.Close()
+	}
+	if ss.relay != nil {
+		ss.relay.close()
+	}
+}

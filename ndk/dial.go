@@ -1,0 +1,362 @@
+package ndk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/client"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// remote is a daemon-backed adapter's link to the daemon: the control
+// connection, the session's doorbell, and the client's half of every
+// object, by the handle the daemon gave it.
+type remote struct {
+	a    *Adapter
+	conn *client.Conn
+	seg  *shm.Segment // the engine's doorbell flags
+	bell *shm.Doorbell
+	sess *shm.Segment // the session's published counts and hint bitmaps
+	addr netip.Addr
+	mac  net.HardwareAddr
+	pmtu int
+
+	mu         sync.RWMutex
+	qps        map[uint32]*QP
+	cqs        map[uint32]*CQ
+	pds        map[uint32]*PD
+	connectors map[uint32]*Connector
+	listeners  map[uint32]*Listener
+	arenas     []*arena
+	nextArena  uint32
+	chunkMu    sync.Mutex
+	chunk      *arena // the arena small Memory calls are cut from
+	chunkOff   int
+	// mrs is every registered MR by local token, for the checks a post
+	// makes before it reaches the ring; copied on write, read lock-free.
+	mrs atomic.Pointer[map[uint32]*MR]
+}
+
+// arena is client memory the daemon maps: a sealed memfd.
+type arena struct {
+	id   uint32
+	seg  *shm.Segment
+	base uint64
+}
+
+// Dial connects to the ndkxdp daemon at target ("unix:///run/ndkxdp/IF.sock"
+// or a socket path) and returns an adapter that runs on the daemon's
+// interface: the same API and rules as an adapter from Open. Its QPs post
+// into rings shared with the daemon and its CQs are polled from shared
+// rings, with no system call while the daemon's relay is awake; control
+// calls (create, close, register, connect) are messages on the socket.
+//
+// Memory a daemon-backed adapter registers must be memory the daemon can
+// map: Adapter.Memory and AllocBuffer give it; RegisterMR of other memory
+// fails with STATUS_NOT_SUPPORTED.
+//
+// It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
+// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol.
+func Dial(ctx context.Context, target string) (*Adapter, error) {
+	const op = "dial daemon"
+	path, err := client.ParseTarget(target)
+	if err != nil {
+		return nil, &Error{Status: StatusInvalidParameter, Op: op, Err: err}
+	}
+	cfg := defaultConfig()
+	// The daemon's adapter holds the token table; the client's would be
+	// half a megabyte of nothing.
+	cfg.regions = 1
+	a, err := newAdapter(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &remote{
+		a: a, qps: make(map[uint32]*QP), cqs: make(map[uint32]*CQ), pds: make(map[uint32]*PD),
+		connectors: make(map[uint32]*Connector), listeners: make(map[uint32]*Listener),
+	}
+	r.mrs.Store(&map[uint32]*MR{})
+	if r.conn, err = client.Dial(ctx, path, r.event); err != nil {
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
+	}
+	m, fds, err := r.call(ctx, op, &proto.Request{Op: proto.OpHello, Version: proto.Version})
+	if err != nil {
+		r.conn.Close()
+		return nil, err
+	}
+	if err := r.hello(m, fds); err != nil {
+		r.conn.Close()
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
+	}
+	a.rem = r
+	return a, nil
+}
+
+func (r *remote) hello(m *proto.Message, fds []int) error {
+	if len(fds) != 3 || m.Seg == nil || m.Seg.Session < proto.SessionSize {
+		closeFDs(fds)
+		return errors.New("daemon sent no session segment")
+	}
+	var info AdapterInfo
+	if err := json.Unmarshal(m.Raw, &info); err != nil {
+		closeFDs(fds)
+		return fmt.Errorf("adapter info: %w", err)
+	}
+	var err error
+	if r.addr, err = netip.ParseAddr(m.Addr); err != nil {
+		closeFDs(fds)
+		return fmt.Errorf("adapter address: %w", err)
+	}
+	r.mac, _ = net.ParseMAC(m.MAC)
+	r.pmtu = m.PathMTU
+	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
+		closeFDs(fds[1:])
+		return err
+	}
+	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
+		unix_close(fds[1])
+		return err
+	}
+	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
+		return err
+	}
+	// A daemon-backed CQ is a ring in memory shared with the daemon, whose
+	// size is fixed when it is mapped: NdkResizeCq is not offered through
+	// the daemon, so the flag that advertises it goes.
+	info.AdapterFlags &^= AdapterFlagCQResizeSupported
+	r.a.info = info
+	return nil
+}
+
+// call sends a request and turns a failure status into the NDK error.
+func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
+	m, rfds, err := r.conn.Call(ctx, req, fds...)
+	if err != nil {
+		return nil, nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "daemon", Err: err}
+	}
+	if m.Status != 0 {
+		closeFDs(rfds)
+		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: errors.New(m.Msg)}
+	}
+	return m, rfds, nil
+}
+
+// do is call without a context, for requests the daemon answers at once.
+func (r *remote) do(op string, req *proto.Request) (*proto.Message, error) {
+	m, fds, err := r.call(context.Background(), op, req)
+	closeFDs(fds)
+	return m, err
+}
+
+// event takes the daemon's events, on the connection's reader goroutine.
+func (r *remote) event(m *proto.Message) {
+	r.mu.RLock()
+	c, l, x, pd, q := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H], r.qps[m.H]
+	r.mu.RUnlock()
+	switch m.Ev {
+	case proto.EvCQ:
+		if c != nil {
+			c.r.notifyQueue(Status(m.Status))
+		}
+	case proto.EvIncoming:
+		if l != nil {
+			l.r.incoming(r, m)
+		}
+	case proto.EvDisconnect:
+		if x != nil {
+			x.r.disconnected(m.Reason)
+		}
+	case proto.EvConnectorClosed:
+		if x != nil {
+			go x.r.closed(r, x)
+		}
+	case proto.EvListenerClosed:
+		if l != nil {
+			go l.r.closed(r, l)
+		}
+	case proto.EvPeerWrite:
+		if q != nil {
+			q.r.peerWrite()
+		}
+	case proto.EvPDClosed:
+		if pd != nil {
+			go pd.remoteClosed()
+		}
+	}
+}
+
+// ring wakes the daemon's relay for work just posted or an arm.
+func (r *remote) ring() { r.bell.Ring() }
+
+// Memory returns n bytes of memory the adapter can register in either
+// mode: on an adapter from Open, Go memory; on a daemon-backed adapter,
+// a shared memfd the daemon maps, so that requests move it without a copy
+// between the processes. It lives until the adapter closes.
+func (a *Adapter) Memory(n int) ([]byte, error) {
+	const op = "memory"
+	if n < 1 {
+		return nil, errorf(StatusInvalidParameter, op, "length %d", n)
+	}
+	if a.rem == nil {
+		return make([]byte, n), nil
+	}
+	if n <= memoryChunk/4 {
+		return a.rem.carve(n)
+	}
+	ar, err := a.rem.newArena(n)
+	if err != nil {
+		return nil, err
+	}
+	return ar.seg.Bytes()[:n:n], nil
+}
+
+// memoryChunk is the arena small Memory calls are cut from: the daemon
+// maps a bounded number of arenas per client (256), and a memfd per small
+// buffer would spend them, and a system call each.
+const memoryChunk = 4 << 20
+
+// carve cuts n bytes, cache-line aligned, from the current chunk, or from
+// a new one when it has no room.
+func (r *remote) carve(n int) ([]byte, error) {
+	r.chunkMu.Lock()
+	defer r.chunkMu.Unlock()
+	if r.chunk == nil || r.chunkOff+n > r.chunk.seg.Size() {
+		ar, err := r.newArena(memoryChunk)
+		if err != nil {
+			return nil, err
+		}
+		r.chunk, r.chunkOff = ar, 0
+	}
+	b := r.chunk.seg.Bytes()[r.chunkOff : r.chunkOff+n : r.chunkOff+n]
+	r.chunkOff = (r.chunkOff + n + 63) &^ 63
+	return b, nil
+}
+
+func (r *remote) newArena(n int) (*arena, error) {
+	const op = "memory"
+	seg, err := shm.NewSegment("ndkxdp-memory", n)
+	if err != nil {
+		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
+	}
+	r.mu.Lock()
+	r.nextArena++
+	ar := &arena{id: r.nextArena, seg: seg, base: addrOf(seg.Bytes())}
+	r.mu.Unlock()
+	if _, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpArena, Arena: ar.id, Size: uint64(seg.Size())}, seg.FD()); err != nil {
+		seg.Close()
+		return nil, err
+	} else {
+		closeFDs(fds)
+	}
+	unix_close(seg.TakeFD()) // the daemon has its own; the mapping stays
+	r.mu.Lock()
+	r.arenas = append(r.arenas, ar)
+	r.mu.Unlock()
+	return ar, nil
+}
+
+// arenaOf finds the arena holding buf, and buf's offset in it.
+func (r *remote) arenaOf(buf []byte) (*arena, uint64, bool) {
+	p := addrOf(buf)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, ar := range r.arenas {
+		if p >= ar.base && p-ar.base < uint64(ar.seg.Size()) && uint64(len(buf)) <= uint64(ar.seg.Size())-(p-ar.base) {
+			return ar, p - ar.base, true
+		}
+	}
+	return nil, 0, false
+}
+
+// checkLocal is the engine's local token check (memreg.CheckLocal) made
+// before a request is posted: the post must fail inline, as it does in
+// process. The daemon checks again.
+func (r *remote) checkLocal(pd *PD, s *SGE, write bool) bool {
+	m := (*r.mrs.Load())[s.Token]
+	switch {
+	case m == nil || m.pd != pd:
+		return false
+	case s.Addr < m.va || s.Addr-m.va > uint64(len(m.buf)) || uint64(s.Length) > uint64(len(m.buf))-(s.Addr-m.va):
+		return false
+	case write && m.flags&(MRFlagAllowLocalWrite) == 0:
+		return false
+	}
+	return true
+}
+
+func (r *remote) addMR(m *MR) {
+	r.mu.Lock()
+	old := *r.mrs.Load()
+	next := make(map[uint32]*MR, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[m.tokens.Local] = m
+	r.mrs.Store(&next)
+	r.mu.Unlock()
+}
+
+func (r *remote) removeMR(m *MR) {
+	r.mu.Lock()
+	old := *r.mrs.Load()
+	next := make(map[uint32]*MR, len(old))
+	for k, v := range old {
+		if v != m {
+			next[k] = v
+		}
+	}
+	r.mrs.Store(&next)
+	r.mu.Unlock()
+}
+
+// close ends the session: the daemon frees everything the client had
+// (connections disconnected, QPs flushed) when the socket closes.
+func (r *remote) close() {
+	r.mu.Lock()
+	cqs := r.cqs
+	conns, lns := r.connectors, r.listeners
+	r.cqs, r.connectors, r.listeners = map[uint32]*CQ{}, map[uint32]*Connector{}, map[uint32]*Listener{}
+	r.mu.Unlock()
+	for _, c := range conns {
+		c.r.disconnectedAt.Store(true)
+		c.finishRemote()
+	}
+	for _, l := range lns {
+		l.finishRemote()
+	}
+	// NDKPI.md §8: adapter close returns only after the connect and
+	// disconnect callbacks running now have returned.
+	for _, c := range conns {
+		<-c.done
+	}
+	for _, l := range lns {
+		<-l.done
+	}
+	r.conn.Close()
+	for _, c := range cqs {
+		c.r.stop()
+	}
+}
+
+// stats asks the daemon for its engines' and CM's counters.
+func (r *remote) stats() ([]EngineStats, CMStats) {
+	var es []EngineStats
+	var cs CMStats
+	m, err := r.do("stats", &proto.Request{Op: proto.OpStats})
+	if err != nil {
+		return []EngineStats{}, cs
+	}
+	_ = json.Unmarshal(m.Raw, &es)
+	_ = json.Unmarshal(m.Raw2, &cs)
+	if es == nil {
+		es = []EngineStats{}
+	}
+	return es, cs
+}

@@ -1,0 +1,193 @@
+// Package client is the transport of a daemon-backed adapter: the control
+// connection to the ndkxdp daemon (requests, replies with descriptors,
+// events). Package ndk builds the adapter's objects on it; their data path
+// (work rings, CQ rings, the doorbell) is shared memory that the replies
+// bring (ndk/internal/proto, ndk/internal/shm).
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// ErrClosed is returned by calls on a connection that ended.
+var ErrClosed = errors.New("connection to the ndkxdp daemon closed")
+
+// Conn is a control connection to the daemon.
+type Conn struct {
+	c   *net.UnixConn
+	wmu sync.Mutex
+
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan reply
+	err     error
+	done    chan struct{}
+	onEvent func(*proto.Message)
+}
+
+type reply struct {
+	m   *proto.Message
+	fds []int
+}
+
+// ParseTarget turns "unix:///run/ndkxdp/eth0.sock" or a plain path into
+// the socket's path.
+func ParseTarget(target string) (string, error) {
+	switch {
+	case strings.HasPrefix(target, "unix://"):
+		target = strings.TrimPrefix(target, "unix://")
+	case strings.Contains(target, "://"):
+		return "", fmt.Errorf("daemon address %q: only unix:// sockets", target)
+	}
+	if target == "" {
+		return "", fmt.Errorf("empty daemon address")
+	}
+	return target, nil
+}
+
+// Dial connects to the daemon's socket at path. onEvent receives every
+// event, on the connection's reader goroutine: it must not block.
+func Dial(ctx context.Context, path string, onEvent func(*proto.Message)) (*Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{c: nc.(*net.UnixConn), pending: make(map[uint64]chan reply), done: make(chan struct{}), onEvent: onEvent}
+	go c.read()
+	return c, nil
+}
+
+func (c *Conn) read() {
+	buf := make([]byte, proto.MaxMessage)
+	var err error
+	for {
+		var n int
+		var fds []int
+		n, fds, err = shm.RecvFDs(c.c, buf, shm.MaxFDs)
+		if err == nil && n == 0 {
+			err = ErrClosed
+		}
+		if err != nil {
+			break
+		}
+		m := new(proto.Message)
+		if err = json.Unmarshal(buf[:n], m); err != nil {
+			closeFDs(fds)
+			err = fmt.Errorf("daemon sent a bad message: %w", err)
+			break
+		}
+		if m.Ev != "" {
+			closeFDs(fds)
+			c.onEvent(m)
+			continue
+		}
+		c.mu.Lock()
+		ch := c.pending[m.ID]
+		delete(c.pending, m.ID)
+		c.mu.Unlock()
+		if ch == nil {
+			closeFDs(fds)
+			continue
+		}
+		ch <- reply{m, fds}
+	}
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	for id, ch := range c.pending {
+		close(ch)
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+	close(c.done)
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// Done is closed when the connection ends.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, or nil.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Call sends req (with fds, which stay the caller's) and waits for the
+// reply. If ctx ends first the daemon is asked to give up the request and
+// Call still waits for its answer, so that nothing it did is left
+// unaccounted. The descriptors of the reply are the caller's to close.
+func (c *Conn) Call(ctx context.Context, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
+	ch := make(chan reply, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, nil, err
+	}
+	c.next++
+	req.ID = c.next
+	c.pending[req.ID] = ch
+	c.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok && req.Timeout == 0 {
+		req.Timeout = max(int64(time.Until(dl)), 1)
+	}
+	if err := c.send(req, fds...); err != nil {
+		c.mu.Lock()
+		delete(c.pending, req.ID)
+		c.mu.Unlock()
+		return nil, nil, err
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil, nil, c.Err()
+		}
+		return r.m, r.fds, nil
+	case <-ctx.Done():
+		_ = c.send(&proto.Request{Op: proto.OpCancel, Target: req.ID})
+		r, ok := <-ch
+		if !ok {
+			return nil, nil, c.Err()
+		}
+		return r.m, r.fds, nil
+	}
+}
+
+func (c *Conn) send(req *proto.Request, fds ...int) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := shm.SendFDs(c.c, b, fds...); err != nil {
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	return nil
+}
+
+// Close ends the connection; the daemon frees everything the client had.
+func (c *Conn) Close() {
+	c.c.Close()
+	<-c.done
+}

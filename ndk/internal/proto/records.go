@@ -1,0 +1,251 @@
+package proto
+
+import (
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// MaxSGE and MaxInline bound a work record, as they bound the engine's WQE.
+const (
+	MaxSGE    = 16
+	MaxInline = 256
+)
+
+// SGE is one scatter/gather element of a record: the client's address, the
+// length and the local token, as ndk.SGE.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	Token  uint32
+}
+
+// Send is an initiator work record (send ring). Seq numbers the client's
+// posts on the QP; the completion carries it back.
+type Send struct {
+	Op          uint8
+	NSGE        uint8
+	Flags       uint32
+	Seq         uint64
+	RemoteAddr  uint64
+	RemoteToken uint32
+	InvToken    uint32
+	Compare     uint64
+	SwapAdd     uint64
+	InlineLen   uint32
+	SGL         [MaxSGE]SGE
+	Inline      [MaxInline]byte
+}
+
+// Byte layout of a Send record.
+const (
+	sendOp, sendNSGE, sendFlags, sendSeq       = 0, 1, 4, 8
+	sendRAddr, sendRToken, sendInv, sendCmp    = 16, 24, 28, 32
+	sendSwap, sendInlineLen, sendSGL, sendData = 40, 48, 64, 64 + MaxSGE*16
+	// SendSize is a Send record's bytes.
+	SendSize = sendData + MaxInline
+)
+
+// Encode writes s into a slot of SendSize bytes.
+func (s *Send) Encode(b []byte) {
+	b = b[:SendSize]
+	b[sendOp], b[sendNSGE] = s.Op, s.NSGE
+	le.PutUint32(b[sendFlags:], s.Flags)
+	le.PutUint64(b[sendSeq:], s.Seq)
+	le.PutUint64(b[sendRAddr:], s.RemoteAddr)
+	le.PutUint32(b[sendRToken:], s.RemoteToken)
+	le.PutUint32(b[sendInv:], s.InvToken)
+	le.PutUint64(b[sendCmp:], s.Compare)
+	le.PutUint64(b[sendSwap:], s.SwapAdd)
+	le.PutUint32(b[sendInlineLen:], s.InlineLen)
+	putSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
+	if s.InlineLen > 0 {
+		copy(b[sendData:], s.Inline[:min(s.InlineLen, MaxInline)])
+	}
+}
+
+// Decode reads a Send record. It takes the bytes as they are (a hostile
+// client may write anything): the caller checks NSGE, InlineLen and Op.
+func (s *Send) Decode(b []byte) {
+	b = b[:SendSize]
+	s.Op, s.NSGE = b[sendOp], b[sendNSGE]
+	s.Flags = le.Uint32(b[sendFlags:])
+	s.Seq = le.Uint64(b[sendSeq:])
+	s.RemoteAddr = le.Uint64(b[sendRAddr:])
+	s.RemoteToken = le.Uint32(b[sendRToken:])
+	s.InvToken = le.Uint32(b[sendInv:])
+	s.Compare = le.Uint64(b[sendCmp:])
+	s.SwapAdd = le.Uint64(b[sendSwap:])
+	s.InlineLen = le.Uint32(b[sendInlineLen:])
+	getSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
+	if n := min(s.InlineLen, MaxInline); n > 0 {
+		copy(s.Inline[:n], b[sendData:])
+	}
+}
+
+// Recv is a receive work record (receive ring).
+type Recv struct {
+	Seq  uint64
+	NSGE uint8
+	SGL  [MaxSGE]SGE
+}
+
+const (
+	recvSeq, recvNSGE, recvSGL = 0, 8, 16
+	// RecvSize is a Recv record's bytes.
+	RecvSize = recvSGL + MaxSGE*16
+)
+
+// Encode writes r into a slot of RecvSize bytes.
+func (r *Recv) Encode(b []byte) {
+	b = b[:RecvSize]
+	le.PutUint64(b[recvSeq:], r.Seq)
+	b[recvNSGE] = r.NSGE
+	putSGL(b[recvSGL:], r.SGL[:min(int(r.NSGE), MaxSGE)])
+}
+
+// Decode reads a Recv record; the caller checks NSGE.
+func (r *Recv) Decode(b []byte) {
+	b = b[:RecvSize]
+	r.Seq = le.Uint64(b[recvSeq:])
+	r.NSGE = b[recvNSGE]
+	getSGL(b[recvSGL:], r.SGL[:min(int(r.NSGE), MaxSGE)])
+}
+
+func putSGL(b []byte, sgl []SGE) {
+	for i := range sgl {
+		o := i * 16
+		le.PutUint64(b[o:], sgl[i].Addr)
+		le.PutUint32(b[o+8:], sgl[i].Length)
+		le.PutUint32(b[o+12:], sgl[i].Token)
+	}
+}
+
+func getSGL(b []byte, sgl []SGE) {
+	for i := range sgl {
+		o := i * 16
+		sgl[i] = SGE{Addr: le.Uint64(b[o:]), Length: le.Uint32(b[o+8:]), Token: le.Uint32(b[o+12:])}
+	}
+}
+
+// Completion kinds: which work ring the completed request came from.
+const (
+	KindSend = 1
+	KindRecv = 2
+)
+
+// Completion is one entry of a CQ ring: NDK_RESULT_EX with the QP handle
+// and the request's sequence number in place of the contexts, which stay
+// in the client.
+type Completion struct {
+	Status            uint32
+	Bytes             uint32
+	Type              uint32
+	ProviderErrorCode uint32
+	TypeSpecific      uint64
+	Seq               uint64
+	QP                uint32
+	Kind              uint8
+}
+
+// CompletionSize is a Completion record's bytes.
+const CompletionSize = 48
+
+// Encode writes c into a slot of CompletionSize bytes.
+func (c *Completion) Encode(b []byte) {
+	b = b[:CompletionSize]
+	le.PutUint32(b[0:], c.Status)
+	le.PutUint32(b[4:], c.Bytes)
+	le.PutUint32(b[8:], c.Type)
+	le.PutUint32(b[12:], c.ProviderErrorCode)
+	le.PutUint64(b[16:], c.TypeSpecific)
+	le.PutUint64(b[24:], c.Seq)
+	le.PutUint32(b[32:], c.QP)
+	b[36] = c.Kind
+}
+
+// Decode reads a Completion record.
+func (c *Completion) Decode(b []byte) {
+	b = b[:CompletionSize]
+	c.Status = le.Uint32(b[0:])
+	c.Bytes = le.Uint32(b[4:])
+	c.Type = le.Uint32(b[8:])
+	c.ProviderErrorCode = le.Uint32(b[12:])
+	c.TypeSpecific = le.Uint64(b[16:])
+	c.Seq = le.Uint64(b[24:])
+	c.QP = le.Uint32(b[32:])
+	c.Kind = b[36]
+}
+
+// Slots returns the ring size for a queue depth: the next power of two.
+func Slots(depth int) int {
+	n := 1
+	for n < depth {
+		n <<= 1
+	}
+	return n
+}
+
+// QPLayout is where a QP's rings and shared words lie in its segment.
+type QPLayout struct {
+	Send, Recv shm.RingLayout
+	// Words: the peer-writes count (uint64, daemon-written) at +0, the
+	// write arm (uint32, client sets to 1, daemon clears when it fires)
+	// at +8, and the count the client armed at (uint64, client-written)
+	// at +16.
+	Words int
+	Size  int
+}
+
+// NewQPLayout lays out a QP segment for ring sizes given in slots.
+func NewQPLayout(sendSlots, recvSlots int) QPLayout {
+	var l QPLayout
+	l.Send = shm.RingLayout{Offset: 0, SlotSize: SendSize, Slots: sendSlots}
+	l.Recv = shm.RingLayout{Offset: l.Send.End(), SlotSize: RecvSize, Slots: recvSlots}
+	l.Words = l.Recv.End()
+	l.Size = l.Words + shm.CacheLine
+	return l
+}
+
+// CQLayout is where a CQ's ring and shared words lie in its segment: the
+// arm word (uint32, client sets, daemon clears) at +0 and the CQ error
+// status (uint32, daemon-written) at +4, then the ring.
+type CQLayout struct {
+	Words int
+	Ring  shm.RingLayout
+	Size  int
+}
+
+// NewCQLayout lays out a CQ segment for a ring of slots entries.
+func NewCQLayout(slots int) CQLayout {
+	l := CQLayout{Words: 0, Ring: shm.RingLayout{Offset: shm.CacheLine, SlotSize: 64, Slots: slots}}
+	l.Size = l.Ring.End()
+	return l
+}
+
+// A session segment (daemon-created, one per client) holds what the relay
+// publishes for every QP at once and the hints that spare it a scan of
+// every QP in each turn of the engine:
+//
+//	+0            peer WRITE packets placed, one uint64 per queue
+//	              (MaxQueues), daemon-written: QP.PeerWrites
+//	+PostBitmap   one bit per QP slot, set by the client after it
+//	              publishes records without DEFER; the relay swaps each
+//	              word to 0 and serves the QPs whose bits were set
+//	+ArmBitmap    one bit per QP slot, set by the client after it arms
+//	              ArmPeerWrites; the relay watches those QPs
+const (
+	MaxQueues   = 64
+	MaxQPSlots  = 1 << 16
+	PostBitmap  = MaxQueues * 8
+	ArmBitmap   = PostBitmap + MaxQPSlots/8
+	SessionSize = ArmBitmap + MaxQPSlots/8
+	bitmapWords = MaxQPSlots / 64
+)
+
+// SlotWord returns the word index and bit of QP slot s in a bitmap.
+func SlotWord(s int) (int, uint64) { return s / 64, 1 << (s % 64) }
+
+// BitmapWords is the number of uint64 words in each bitmap.
+const BitmapWords = bitmapWords
+
+// MaxSlots bounds any ring the daemon lays out.
+const MaxSlots = 1 << 16
