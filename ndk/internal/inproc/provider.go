@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
@@ -101,6 +102,24 @@ type Provider struct {
 	// write lock waits for an engine.
 	ownersMu sync.RWMutex
 	owners   map[uint32]*rc.Engine
+
+	// queues is what Engine and Doorbell read, without mu: published
+	// once the provider is built, withdrawn at Close. The daemon's relay
+	// calls them on an engine goroutine, and CreateQP holds mu while it
+	// waits for that engine: with mu they deadlocked
+	// (test/daemon TestManyQPsThroughDaemon, within a few hundred QPs).
+	queues atomic.Pointer[queueView]
+}
+
+// queueView is the engines and ports by queue, fixed once published.
+type queueView struct {
+	engines []*rc.Engine
+	ports   []port.Port
+}
+
+// publish makes the built provider's queues visible to Engine and Doorbell.
+func (p *Provider) publish() {
+	p.queues.Store(&queueView{engines: p.engines, ports: p.ports})
 }
 
 // firstQPN leaves room below for QP0/QP1 and well-known numbers, as rxe
@@ -150,6 +169,7 @@ func OverPort(pt port.Port, link Link, cfg Config) (*Provider, error) {
 			return nil, err
 		}
 	}
+	p.publish()
 	return p, nil
 }
 
@@ -313,6 +333,7 @@ func (p *Provider) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.queues.Store(nil)
 	if p.mgmt != nil {
 		p.mgmt.close()
 	}
@@ -357,25 +378,19 @@ func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
 	return p.bells[q], x.BellFD(), nil
 }
 
-// Engine returns queue q's engine.
+// Engine returns queue q's engine. It takes no lock: an engine's own
+// goroutine may call it.
 func (p *Provider) Engine(q int) (*rc.Engine, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || q < 0 || q >= len(p.engines) {
+	v := p.queues.Load()
+	if v == nil || q < 0 || q >= len(v.engines) {
 		return nil, ErrClosed
 	}
-	return p.engines[q], nil
+	return v.engines[q], nil
 }
 
-// Doorbell rings queue q's engine.
+// Doorbell rings queue q's engine. It takes no lock, as Engine.
 func (p *Provider) Doorbell(q int) {
-	p.mu.Lock()
-	var pt port.Port
-	if q >= 0 && q < len(p.ports) {
-		pt = p.ports[q]
-	}
-	p.mu.Unlock()
-	if pt != nil {
-		pt.Doorbell()
+	if v := p.queues.Load(); v != nil && q >= 0 && q < len(v.ports) {
+		v.ports[q].Doorbell()
 	}
 }
