@@ -41,6 +41,9 @@ func (c *CQ) Resize(depth int) error {
 	if depth < 1 || depth > int(info.MaxCQDepth) {
 		return errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, info.MaxCQDepth)
 	}
+	if c.r != nil {
+		return c.remoteResize(depth)
+	}
 	if err := c.core.Resize(depth); err != nil {
 		s := StatusInsufficientResources
 		if errors.Is(err, cq.ErrResizeTooSmall) {

@@ -127,10 +127,7 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
 		return err
 	}
-	// A daemon-backed CQ is a ring in memory shared with the daemon, whose
-	// size is fixed when it is mapped: NdkResizeCq is not offered through
-	// the daemon, so the flag that advertises it goes.
-	info.AdapterFlags &^= AdapterFlagCQResizeSupported
+	withoutInProcessOnly(&info)
 	r.a.info = info
 	return nil
 }

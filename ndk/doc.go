@@ -19,10 +19,25 @@
 //     Adapter; Adapter.AllocBuffer for UMEM-resident buffers;
 //     Options.Capture records every frame as a pcap stream;
 //   - Adapter, CQ (GetResults, GetResultsEx, Arm with the NDKPI notification
-//     rules, Resize, ControlInterruptModeration), PD, MR (RegisterMR,
-//     RegisterInvalidatableMR, tokens, Deregister) and SGE;
+//     rules, Resize, ControlInterruptModeration), PD, MR (RegisterMR, or
+//     CreateMR and Register;
+//     RegisterInvalidatableMR; tokens, Deregister) and SGE;
+//   - fast registration (fastreg.go): PD.CreateMR(true),
+//     MR.InitializeFastRegister, QP.FastRegister (the buffer itself in place
+//     of NDK's page array) and QP.Invalidate, on fast MRs and windows;
+//   - memory windows (mw.go): PD.CreateMW, QP.Bind, MW.RemoteToken,
+//     MW.Close;
+//   - shared receive queues (srq.go): PD.CreateSRQ with its notification
+//     callback, SRQ.Receive, SRQ.Modify, SRQ.Close, and QPs created on one
+//     (QPConfig.SRQ). SRQs, windows and fast registration run in-process
+//     only: a daemon client (Dial) answers STATUS_NOT_SUPPORTED and its
+//     AdapterInfo shows no SRQ, window or FRMR;
+//   - NdkGetPrivilegedMemoryRegionToken, NdkBuildLAM and NdkReleaseLAM
+//     answer STATUS_NOT_SUPPORTED: a Go engine has no adapter logical
+//     addresses (lam.go says why);
 //   - QP (PD.CreateQP): Send, SendAndInvalidate, Write, Read, Receive,
-//     Flush, Close, with the NDK_OP_FLAG semantics of the seed pages;
+//     Bind, FastRegister, Invalidate, Flush, Close, with the NDK_OP_FLAG
+//     semantics of the seed pages;
 //   - the atomic extension (atomic.go; NDKPI has no atomic verb):
 //     QP.CompareAndSwap and QP.FetchAndAdd, MRFlagAllowRemoteAtomic, and
 //     completion Types OpCompareAndSwap and OpFetchAndAdd, the IB atomics
@@ -42,8 +57,6 @@
 //     set up both ends themselves. It sends nothing on QP1, so a peer
 //     must be connected the same way.
 //
-// Not yet: SRQ, MW, NdkFastRegister, NdkInvalidate.
-//
 // What is where: this package is the API and the NDK object model (the
 // adapter's CQs, PDs, MRs and tokens, QPs, connectors and listeners). The
 // datapath behind an adapter is a provider (provider.go: what the adapter
@@ -57,8 +70,9 @@
 // reasons, retry counts), qp.go, atomic.go, cq.go and cq_control.go
 // (resize, moderation), pd.go, lifetime.go (closes that wait for
 // successors), extension.go (NdkQueryExtension on every object, which
-// answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), buffer.go,
-// flags.go, info.go, status.go. Test-only hooks (MAD faults for test/cm) are in
+// answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), fastreg.go,
+// mw.go, srq.go, lam.go, invalidate.go, buffer.go, flags.go, info.go,
+// status.go. Test-only hooks (MAD faults for test/cm) are in
 // internal/testhooks, installed by testhooks.go.
 //
 // Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
@@ -91,8 +105,21 @@
 //   - on the receiving side, a SEND larger than the receive:
 //     STATUS_BUFFER_OVERFLOW; a token it cannot invalidate:
 //     STATUS_ACCESS_VIOLATION;
+//   - an Invalidate of what is not valid (never registered or bound,
+//     invalidated already, an MR from RegisterMR):
+//     STATUS_INVALID_DEVICE_REQUEST (ND2: invalidating an unbound MW);
 //   - everything pending after the first error, and after Flush or
 //     Close: STATUS_CANCELLED (the QP stays in error; ND2 IND2QueuePair).
+//
+// Read with RDMA_READ_LOCAL_INVALIDATE (AdapterInfo advertises it)
+// invalidates the first SGE's token, a fast-registered sink, once the data
+// is placed; a sink that cannot be invalidated fails the READ with
+// STATUS_INVALID_DEVICE_REQUEST.
+//
+// FastRegister, Bind and Invalidate act on the token table when they are
+// posted and complete in order with the QP's other requests (rc's
+// local.go says why): the new tokens are valid when the call returns, as
+// NDKPI requires, and a request posted after them may use them at once.
 //
 // Memory a peer writes with RDMA WRITE is placed by an engine goroutine;
 // the requester's completion proves it happened, but that order crosses

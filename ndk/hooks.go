@@ -45,20 +45,25 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		e, err := p.Engine(0)
-		if err != nil {
-			return nil, err
+		// The engines and ports stay as they are while the adapter is open:
+		// take them now, so that what the engine itself calls here (the
+		// relay's pass) never waits for the provider's lock, which a
+		// control call may hold while it waits for the engine.
+		engines, ports := p.Engines(), p.Ports()
+		if len(engines) == 0 || len(ports) == 0 {
+			return nil, errors.New("adapter has no engine")
 		}
+		e, bell := engines[0], ports[0]
 		return &hook.Engine{
 			BellFD: seg.FD(), EventFD: efd, BellSize: seg.Size(),
 			Add:    func(x hook.Poller) error { return e.AddPoller(x) },
 			Remove: func(x hook.Poller) error { return e.RemovePoller(x) },
-			Ring:   func() { p.Doorbell(0) },
+			Ring:   bell.Doorbell,
 			PlacedWrites: func(q int) uint64 {
-				if e, err := p.Engine(q); err == nil {
-					return e.PlacedWrites()
+				if q < 0 || q >= len(engines) {
+					return 0
 				}
-				return 0
+				return engines[q].PlacedWrites()
 			},
 		}, nil
 	}

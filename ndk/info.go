@@ -46,8 +46,12 @@ func providerInfo() AdapterInfo {
 		// Regions are Go memory the caller keeps alive; 1 TiB bounds the
 		// offset arithmetic far from 2^64 without limiting real use.
 		MaxRegistrationSize: 1 << 40,
-		MaxWindowSize:       1 << 40,
-		FRMRPageCount:       256,
+		// A window is a range of an MR (mw.go), so it is bounded as one.
+		MaxWindowSize: 1 << 40,
+		// A fast-register MR of any size costs one token slot, so the count
+		// of FRMRs does not depend on their size; 256 pages (1 MiB) covers
+		// the usual I/O sizes of storage consumers.
+		FRMRPageCount: 256,
 		// 16 SGEs cover scatter/gather consumers (SMB Direct posts fewer)
 		// and keep a WQE small enough to copy into the send ring.
 		MaxInitiatorRequestSGE: 16,
@@ -64,7 +68,9 @@ func providerInfo() AdapterInfo {
 		MaxOutboundReadLimit:   16,
 		MaxReceiveQueueDepth:   4096,
 		MaxInitiatorQueueDepth: 4096,
-		MaxSRQDepth:            0, // no SRQ yet
+		// An SRQ's ring is allocated at its depth (rounded to a power of
+		// two) and shared lock-free by engines; 4096 matches the QPs'.
+		MaxSRQDepth: 4096,
 		// Big enough for 8 QPs at full depth on one CQ.
 		MaxCQDepth: 1 << 16,
 		// Under 64 KiB a SEND's single round trip and no token exchange win;
@@ -78,9 +84,11 @@ func providerInfo() AdapterInfo {
 		MaxCalleeData: 196,
 		// A software engine places bytes in order and needs no special
 		// rights on read sinks; CQs coalesce notifications and resize
-		// (cq_control.go). No LOOPBACK (no loopback path yet).
+		// (cq_control.go); a READ may invalidate its sink (rc's
+		// readLocalInvalidate). No LOOPBACK (no loopback path yet).
 		AdapterFlags: AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired |
-			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported,
+			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported |
+			AdapterFlagRDMAReadLocalInvalidateSupported,
 		RDMATechnology: RDMARoCEv2,
 	}
 }

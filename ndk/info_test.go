@@ -25,13 +25,14 @@ func TestProviderInfo(t *testing.T) {
 		MaxOutboundReadLimit:   16,
 		MaxReceiveQueueDepth:   4096,
 		MaxInitiatorQueueDepth: 4096,
-		MaxSRQDepth:            0,
+		MaxSRQDepth:            4096,
 		MaxCQDepth:             65536,
 		LargeRequestThreshold:  65536,
 		MaxCallerData:          56,
 		MaxCalleeData:          196,
 		AdapterFlags: AdapterFlagInOrderDMASupported | AdapterFlagRDMAReadSinkNotRequired |
-			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported,
+			AdapterFlagCQInterruptModerationSupported | AdapterFlagCQResizeSupported |
+			AdapterFlagRDMAReadLocalInvalidateSupported,
 		RDMATechnology: RDMARoCEv2,
 	}
 	if info != want {

@@ -7,9 +7,10 @@ package ndk
 //
 // In NDK only fast-registered MRs and memory windows can be invalidated
 // (NdkInvalidate "is never used on an MR registered with NdkRegisterMr",
-// NDKPI.md §3; Linux rxe refuses it as well). ndkxdp does not offer
-// NdkFastRegister or memory windows yet; this is the registration they
-// would produce, for consumers of remote invalidation until they arrive.
+// NDKPI.md §3; Linux rxe refuses it as well): NDK consumers use
+// QP.FastRegister or QP.Bind (fastreg.go, mw.go). This is an ndkxdp
+// extension for consumers that want a remotely invalidatable region
+// without posting a FastRegister; QP.Invalidate accepts it too.
 func (pd *PD) RegisterInvalidatableMR(buf []byte, flags MRFlag) (*MR, error) {
 	if pd.adapter.rem != nil {
 		return pd.remoteRegister(buf, flags, true)

@@ -67,6 +67,9 @@ func (q *QP) finishClose() error {
 		return err
 	}
 	err := q.adapter.prov.CloseQP(q.rc)
+	if q.srq != nil {
+		q.srq.detach() // the engine let go of the QP: a pending SRQ close may complete
+	}
 	releaseSuccessor(q.pd, q.rcq, q.icq)
 	close(q.done)
 	if err != nil {

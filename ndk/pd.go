@@ -17,9 +17,11 @@ type PD struct {
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
-	qps      int  // QPs created on the PD and not yet closed (lifetime.go)
-	closing  bool // Close was called: no new registrations
-	finished bool // the close completed: done is closed
+	mws      map[*MW]struct{}  // mw.go; nil until the first
+	srqs     map[*SRQ]struct{} // srq.go; nil until the first
+	qps      int               // QPs created on the PD and not yet closed (lifetime.go)
+	closing  bool              // Close was called: no new registrations
+	finished bool              // the close completed: done is closed
 	done     chan struct{}
 }
 
@@ -31,6 +33,9 @@ type MR struct {
 	flags  MRFlag
 	tokens memreg.Tokens
 	rh     uint32 // the daemon's handle, on a daemon-backed adapter
+	// fast is set for an MR created with FastRegister=TRUE (fastreg.go);
+	// then buf, va and tokens change with each FastRegister.
+	fast *fastMR
 
 	registered bool // guarded by pd.mu
 }
@@ -136,9 +141,14 @@ func (pd *PD) Close() {
 func (pd *PD) maybeFinishLocked() {
 	// A daemon-backed PD's close completes when the daemon's does
 	// (remoteClosed), whose PD applies these rules.
-	if pd.adapter.rem == nil && pd.closing && !pd.finished && len(pd.mrs) == 0 && pd.qps == 0 {
+	if pd.adapter.rem == nil && pd.closing && !pd.finished && pd.idleLocked() && pd.qps == 0 {
 		pd.finishLocked()
 	}
+}
+
+// idleLocked reports whether the PD has no successors left; pd.mu is held.
+func (pd *PD) idleLocked() bool {
+	return len(pd.mrs) == 0 && len(pd.mws) == 0 && len(pd.srqs) == 0
 }
 
 // Closed returns a channel that is closed when the PD's close has
@@ -160,6 +170,14 @@ func (pd *PD) closeWithSuccessors() {
 	for mr := range pd.mrs {
 		pd.deregisterLocked(mr)
 	}
+	for mw := range pd.mws {
+		pd.closeMWLocked(mw)
+	}
+	srqs := pd.srqs
+	pd.srqs = nil
+	for s := range srqs {
+		s.stopLocked()
+	}
 	pd.closing = true
 	if !pd.finished {
 		pd.finishLocked()
@@ -170,7 +188,11 @@ func (pd *PD) closeWithSuccessors() {
 func (pd *PD) deregisterLocked(mr *MR) {
 	// The table refuses only unknown tokens, and mr's are known while
 	// registered is true, which the caller checked.
-	_ = pd.adapter.regions.Deregister(mr.tokens.Local)
+	handle := mr.tokens.Local
+	if mr.fast != nil {
+		handle = mr.fast.handle // its tokens change; the slot's handle does not
+	}
+	_ = pd.adapter.regions.Deregister(handle)
 	mr.registered = false
 	delete(pd.mrs, mr)
 }

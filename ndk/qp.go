@@ -25,15 +25,20 @@ type QPConfig struct {
 	MaxReceiveRequestSGE   int
 	MaxInitiatorRequestSGE int
 	InlineDataSize         int
+	// SRQ makes it NdkCreateQpWithSrq: the QP takes its receives from the
+	// SRQ (of the same PD) and has no receive queue, so
+	// ReceiveQueueDepth and MaxReceiveRequestSGE must be 0 (srq.go).
+	SRQ *SRQ
 }
 
 // QP is a reliable-connection queue pair (NDK_QP). Requests posted on it
 // run in the engine of the queue it was assigned to.
 //
 // As NDKPI requires (NDKPI.md §8), the consumer never posts to one queue
-// from two goroutines at once: Send, SendAndInvalidate, Read and Write share
-// the initiator queue; Receive has the receive queue, which may be driven
-// concurrently with it. Flush and Close may run concurrently with posts.
+// from two goroutines at once: Send, SendAndInvalidate, Read, Write, Bind,
+// FastRegister and Invalidate share the initiator queue; Receive has the
+// receive queue, which may be driven concurrently with it. Flush and Close
+// may run concurrently with posts.
 type QP struct {
 	pd      *PD
 	adapter *Adapter
@@ -55,6 +60,7 @@ type QP struct {
 	// writeArm is the channel ArmPeerWrites last armed, boxed for the
 	// engine's atomic pointer; never written after it is published.
 	writeArm *chan struct{}
+	srq      *SRQ // QPConfig.SRQ
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
@@ -94,7 +100,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "a receive and an initiator CQ are required")
 	case cfg.ReceiveCQ.adapter != a || cfg.InitiatorCQ.adapter != a:
 		return nil, errorf(StatusInvalidParameter, op, "CQ of another adapter")
-	case cfg.ReceiveQueueDepth < 1 || cfg.ReceiveQueueDepth > int(info.MaxReceiveQueueDepth):
+	case cfg.SRQ != nil && (cfg.SRQ.pd != pd || cfg.ReceiveQueueDepth != 0 || cfg.MaxReceiveRequestSGE != 0):
+		return nil, errorf(StatusInvalidParameter, op, "a QP on an SRQ takes the SRQ's receives: same PD, ReceiveQueueDepth and MaxReceiveRequestSGE 0")
+	case cfg.SRQ == nil && (cfg.ReceiveQueueDepth < 1 || cfg.ReceiveQueueDepth > int(info.MaxReceiveQueueDepth)):
 		return nil, errorf(StatusInvalidParameter, op, "ReceiveQueueDepth %d outside [1, %d]", cfg.ReceiveQueueDepth, info.MaxReceiveQueueDepth)
 	case cfg.InitiatorQueueDepth < 1 || cfg.InitiatorQueueDepth > int(info.MaxInitiatorQueueDepth):
 		return nil, errorf(StatusInvalidParameter, op, "InitiatorQueueDepth %d outside [1, %d]", cfg.InitiatorQueueDepth, info.MaxInitiatorQueueDepth)
@@ -111,6 +119,10 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
 	if a.rem != nil {
+		if cfg.SRQ != nil {
+			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+			return nil, errNotThroughDaemon("create qp with srq")
+		}
 		q, err := a.rem.createQP(pd, cfg)
 		if err != nil {
 			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
@@ -118,6 +130,14 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		}
 		q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
 		return q, nil
+	}
+	var srq *rc.SRQ
+	if cfg.SRQ != nil {
+		if !cfg.SRQ.attach() {
+			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+			return nil, errorf(StatusInvalidHandle, op, "srq closed")
+		}
+		srq = cfg.SRQ.rc
 	}
 	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
 	// by what this QP accepts for other requests.
@@ -127,10 +147,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		RecvCQ: cfg.ReceiveCQ.core, SendCQ: cfg.InitiatorCQ.core, Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength,
+		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq,
 	})
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+		if cfg.SRQ != nil {
+			cfg.SRQ.detach()
+		}
 	}
 	switch {
 	case errors.Is(err, inproc.ErrClosed):
@@ -141,7 +164,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	var psn [4]byte
 	_, _ = rand.Read(psn[:])
 	return &QP{pd: pd, adapter: a, rc: q, queue: queue, rcq: cfg.ReceiveCQ, icq: cfg.InitiatorCQ,
-		done: make(chan struct{}), psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask}, nil
+		done: make(chan struct{}), psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask, srq: cfg.SRQ}, nil
 }
 
 // QPN returns the QP number peers address.
@@ -197,6 +220,8 @@ func postError(op string, st Status) error {
 		return errorf(StatusInsufficientResources, op, "queue full: wait for completions")
 	case StatusInvalidHandle:
 		return errorf(StatusInvalidHandle, op, "queue pair closed")
+	case StatusInvalidDeviceRequest:
+		return errorf(StatusInvalidDeviceRequest, op, "the QP takes its receives from its SRQ: post them with SRQ.Receive")
 	}
 	return errorf(st, op, "post failed")
 }

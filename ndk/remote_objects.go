@@ -25,13 +25,21 @@ func unix_close(fd int) { unix.Close(fd) } //nolint:revive
 // callback, one at a time.
 type remoteCQ struct {
 	h      uint32
-	seg    *shm.Segment
+	seg    *shm.Segment // the first segment: arm and status words
 	ring   *shm.Consumer
-	arm    *atomic.Uint32
-	status *atomic.Uint32
-	slots  int
-	rec    proto.Completion
-	notify func(Status)
+	rseg   *shm.Segment   // the current ring's segment (seg until a resize)
+	sealed *atomic.Uint32 // the current ring's sealed word
+	// Rings resizes brought, oldest first, waiting for the current one
+	// to drain; hasNext says whether there are any, for GetResults to
+	// read without the lock.
+	nextMu  sync.Mutex
+	nexts   []*cqRing
+	hasNext atomic.Bool
+	arm     *atomic.Uint32
+	status  *atomic.Uint32
+	slots   int
+	rec     proto.Completion
+	notify  func(Status)
 
 	mu      sync.Mutex
 	queue   []Status
@@ -66,7 +74,8 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	rq := &remoteCQ{
-		h: m.H, seg: seg, ring: ring, arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
+		h: m.H, seg: seg, ring: ring, rseg: seg, sealed: seg.Word32(l.Words + 8),
+		arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
 		notify: notify, wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{}),
 	}
 	if notify != nil {
@@ -136,6 +145,9 @@ func (c *CQ) remoteGet(results []Result, ex []ResultEx) int {
 	for n < want {
 		b := rq.ring.Peek()
 		if b == nil {
+			if rq.nextRing() {
+				continue
+			}
 			break
 		}
 		rq.rec.Decode(b)
@@ -190,6 +202,15 @@ func (c *CQ) remoteClose() {
 	r.mu.Unlock()
 	if live {
 		_, _ = r.do("close cq", &proto.Request{Op: proto.OpCloseCQ, H: rq.h})
+	}
+	rq.nextMu.Lock()
+	for _, nx := range rq.nexts {
+		nx.seg.Close()
+	}
+	rq.nexts = nil
+	rq.nextMu.Unlock()
+	if rq.rseg != rq.seg {
+		rq.rseg.Close()
 	}
 }
 
@@ -582,5 +603,73 @@ func (r *remote) bufferPool(a *Adapter) error {
 		a.buffers = newBufferPool(ar.seg.Bytes())
 	}
 	r.mu.Unlock()
+	return nil
+}
+
+// cqRing is a CQ ring a resize brought, waiting for the old one to drain.
+type cqRing struct {
+	seg    *shm.Segment
+	ring   *shm.Consumer
+	sealed *atomic.Uint32
+	slots  int
+}
+
+// nextRing moves the consumer to the ring a resize brought once the
+// current one is sealed and drained. It reports whether there may be more
+// to take: the new ring, or a record the old one got before its seal.
+func (rq *remoteCQ) nextRing() bool {
+	if !rq.hasNext.Load() || rq.sealed.Load() == 0 {
+		return false
+	}
+	// The seal is stored after the last record's publication: a record
+	// that arrived before it shows now.
+	if rq.ring.Len() > 0 {
+		return true
+	}
+	rq.ring.Release()
+	if rq.rseg != rq.seg {
+		rq.rseg.Close()
+	}
+	rq.nextMu.Lock()
+	nx := rq.nexts[0]
+	rq.nexts = rq.nexts[1:]
+	rq.hasNext.Store(len(rq.nexts) > 0)
+	rq.nextMu.Unlock()
+	rq.ring, rq.rseg, rq.sealed = nx.ring, nx.seg, nx.sealed
+	return true
+}
+
+// remoteResize is NdkResizeCq on a daemon-backed CQ: the daemon gives the
+// CQ a new ring, and GetResults takes it once it has drained the old one.
+func (c *CQ) remoteResize(depth int) error {
+	const op = "resize cq"
+	rq := c.r
+	if n := rq.ring.Len(); n > proto.Slots(depth) {
+		return errorf(StatusInvalidParameter, op, "depth %d below the %d completions queued", depth, n)
+	}
+	m, fds, err := c.adapter.rem.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
+	if err != nil {
+		return err
+	}
+	if len(fds) != 1 || m.Seg == nil || m.Seg.Slots < 1 || m.Seg.Slots > proto.MaxSlots {
+		closeFDs(fds)
+		return errorf(StatusInternalError, op, "daemon sent no ring")
+	}
+	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
+	if err != nil {
+		return &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	unix.Close(seg.TakeFD())
+	l := proto.NewCQLayout(m.Seg.Slots)
+	ring, err := shm.NewConsumer(seg, l.Ring)
+	if err != nil {
+		seg.Close()
+		return &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	rq.nextMu.Lock()
+	rq.nexts = append(rq.nexts, &cqRing{seg: seg, ring: ring, sealed: seg.Word32(l.Words + 8), slots: l.Ring.Slots})
+	rq.hasNext.Store(true)
+	rq.nextMu.Unlock()
+	rq.slots = l.Ring.Slots
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -26,6 +25,7 @@ type demoFlags struct {
 	polling    string
 	capture    string
 	captureMax int
+	daemon     bool
 }
 
 const demoSynopsis = `usage: ndkxdp demo [flags]
@@ -34,8 +34,10 @@ Builds two network namespaces joined by a veth pair (198.18.0.1 and
 198.18.0.2, no default route), opens ndkxdp on both ends, and runs SEND,
 WRITE, READ and a SEND ping-pong between them over connections set up
 with the IB CM; then reports rates, round-trip percentiles and the
-transport's counters, and deletes the namespaces. Needs CAP_SYS_ADMIN
-for the namespaces besides what every tool needs.`
+transport's counters, and deletes the namespaces. With -daemon, an
+ndkxdp daemon serves each end and every phase runs in a client process of
+its own that dials both (ndk.Dial). Needs CAP_SYS_ADMIN for the
+namespaces besides what every tool needs.`
 
 // The demo's MTU bounds: the veth pair carries IPv6 (2001:2::/48), which
 // needs 1280 (RFC 8200), and 9000 gives the largest path MTU, 4096.
@@ -58,6 +60,7 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	fs.StringVar(&f.mode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
 	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy)")
+	fs.BoolVar(&f.daemon, "daemon", false, "serve each end through an ndkxdp daemon in its namespace and run each phase in a client process of its own that dials both")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return f, ndk.Options{}, err
 	}
@@ -115,22 +118,28 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// demo is one run: the pair, a host on each end, B's listener, and the
-// report the phases write.
+// demo is one run: the pair, the adapter on each end, and either the hosts
+// the phases run on in this process and B's listener, or (-daemon) a
+// daemon serving each adapter; and the report the phases write.
 type demo struct {
 	f       demoFlags
 	file    *os.File
 	capture *sharedCapture
 	pair    *vethpair.Pair
-	a, b    *ndkhost.Host
+	// served are the adapters on A's and B's veth ends, which run the
+	// engines; the report's counts are theirs.
+	served  [2]*ndk.Adapter
+	a, b    *demoHost
 	srv     *cmServer
+	daemons [2]*demoDaemon
 	lines   []string
 	rtt     baseline.Latency
 	rttTail transportCounts
 }
 
-// openDemo creates the capture file, the pair, both hosts and B's
-// listener; on an error it undoes what it did.
+// openDemo creates the capture file, the pair, both adapters, and the
+// hosts and B's listener or the daemons; on an error it undoes what it
+// did.
 func openDemo(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.Writer) (_ *demo, err error) {
 	d := &demo{f: f}
 	defer func() {
@@ -152,18 +161,30 @@ func openDemo(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.Writ
 		d.capture = &sharedCapture{w: d.file}
 		optsA.Capture, optsB.Capture = d.capture.stream(d.pair.A.MAC), d.capture.stream(d.pair.B.MAC)
 	}
-	if d.a, err = ndkhost.Open(d.pair.A, ndkhost.Config{Options: optsA}); err != nil {
+	if d.served[0], err = openAdapterOn(d.pair.A, optsA); err != nil {
 		return nil, err
 	}
-	if d.b, err = ndkhost.Open(d.pair.B, ndkhost.Config{Options: optsB}); err != nil {
+	if d.served[1], err = openAdapterOn(d.pair.B, optsB); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", d.pair.A.Link, d.pair.B.Link, d.a.Adapter.PathMTU(), f.polling)
-	if d.srv, err = listenCM(ctx, d.b, netip.AddrPortFrom(d.pair.B.IPv4, demoPort)); err != nil {
+	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", d.pair.A.Link, d.pair.B.Link, d.served[0].PathMTU(), f.polling)
+	if f.daemon {
+		return d, d.startDaemons(stdout)
+	}
+	if d.a, err = newDemoHost(d.pair.A.Name, d.served[0]); err != nil {
+		return nil, err
+	}
+	if d.b, err = newDemoHost(d.pair.B.Name, d.served[1]); err != nil {
+		return nil, err
+	}
+	if d.srv, err = listenCM(ctx, d.b, d.listenAddr()); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
+
+// listenAddr is where B listens for the phases' connections.
+func (d *demo) listenAddr() netip.AddrPort { return netip.AddrPortFrom(d.pair.B.IPv4, demoPort) }
 
 // close releases what openDemo made, in reverse; a second call does
 // nothing.
@@ -171,9 +192,14 @@ func (d *demo) close() {
 	if d.srv != nil {
 		d.srv.l.Close()
 	}
-	for _, x := range []*ndkhost.Host{d.a, d.b} {
+	for _, x := range d.daemons {
 		if x != nil {
-			x.Close()
+			x.close()
+		}
+	}
+	for _, a := range d.served {
+		if a != nil {
+			a.Close() // and with it the hosts' PDs and CQs
 		}
 	}
 	if d.pair != nil {
@@ -185,67 +211,114 @@ func (d *demo) close() {
 	*d = demo{f: d.f}
 }
 
-// demoPhase is one phase: what it does, the name an interruption reports,
-// and its body, which returns its report line; the ping-pong's figures go
-// to the report's RTT line instead.
+// demoPhase is one phase: its name, which an interruption reports and a
+// client process is given, what it does, and its body, which returns its
+// report line; the ping-pong's figures go to the report's RTT line
+// instead.
 type demoPhase struct {
 	name string
 	what string
-	run  func(ctx context.Context, qa, qb *ndk.QP) (string, error)
+	run  func(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP) (string, baseline.Latency, error)
 	rtt  bool
 }
 
-func (d *demo) phases() []demoPhase {
-	f := d.f
+func demoPhases(f demoFlags) []demoPhase {
 	return []demoPhase{
-		{"SEND", fmt.Sprintf("SEND: %d messages of %d bytes, A -> B, contents verified", f.messages, f.sendSize), func(ctx context.Context, qa, qb *ndk.QP) (string, error) {
-			r, err := demoSend(ctx, d.a, d.b, qa, qb, f.messages, f.sendSize)
-			return r.line("SEND", f.sendSize), err
+		{"SEND", fmt.Sprintf("SEND: %d messages of %d bytes, A -> B, contents verified", f.messages, f.sendSize), func(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP) (string, baseline.Latency, error) {
+			r, err := demoSend(ctx, a, b, qa, qb, f.messages, f.sendSize)
+			return r.line("SEND", f.sendSize), baseline.Latency{}, err
 		}, false},
-		{"WRITE", fmt.Sprintf("WRITE: %d x %d bytes into B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, qa, _ *ndk.QP) (string, error) {
-			r, err := demoWrite(ctx, d.a, d.b, qa, f.rdmaOps, f.rdmaSize)
-			return r.line("WRITE", f.rdmaSize), err
+		{"WRITE", fmt.Sprintf("WRITE: %d x %d bytes into B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, a, b *demoHost, qa, _ *ndk.QP) (string, baseline.Latency, error) {
+			r, err := demoWrite(ctx, a, b, qa, f.rdmaOps, f.rdmaSize)
+			return r.line("WRITE", f.rdmaSize), baseline.Latency{}, err
 		}, false},
-		{"READ", fmt.Sprintf("READ: %d x %d bytes from B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, qa, _ *ndk.QP) (string, error) {
-			r, err := demoRead(ctx, d.a, d.b, qa, f.rdmaOps, f.rdmaSize)
-			return r.line("READ", f.rdmaSize), err
+		{"READ", fmt.Sprintf("READ: %d x %d bytes from B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, a, b *demoHost, qa, _ *ndk.QP) (string, baseline.Latency, error) {
+			r, err := demoRead(ctx, a, b, qa, f.rdmaOps, f.rdmaSize)
+			return r.line("READ", f.rdmaSize), baseline.Latency{}, err
 		}, false},
-		{"ping-pong", fmt.Sprintf("ping-pong: %d SEND round trips of 64 bytes", f.pings), func(ctx context.Context, qa, qb *ndk.QP) (string, error) {
-			var err error
-			d.rtt, err = demoPingPong(ctx, d.a, d.b, qa, qb, f.pings)
-			return "", err
+		{"ping-pong", fmt.Sprintf("ping-pong: %d SEND round trips of 64 bytes", f.pings), func(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP) (string, baseline.Latency, error) {
+			rtt, err := demoPingPong(ctx, a, b, qa, qb, f.pings)
+			return "", rtt, err
 		}, true},
 	}
 }
 
-// runPhases runs each phase on a fresh, connected QP pair, so that no
-// phase inherits another's posted receives, and notes beside each phase's
-// line the RNR NAKs and retransmissions that happened during it.
+// phaseEvents is told where a phase is: connected (its QPs), started and
+// done (its body); the in-process run prints and counts, a client process
+// reports to the demo that started it.
+type phaseEvents interface {
+	connected(ph demoPhase, cn *cmConnection)
+	started()
+	done()
+}
+
+// runPhase runs ph on a fresh, connected QP pair between a and b, so that
+// no phase inherits another's posted receives, and disconnects it.
+func runPhase(ctx context.Context, a, b *demoHost, srv *cmServer, ph demoPhase, ev phaseEvents) (string, baseline.Latency, error) {
+	enterPhase(ctx, "connection set-up for "+ph.name)
+	cn, err := connectCM(ctx, a, b, srv)
+	if err != nil {
+		return "", baseline.Latency{}, fmt.Errorf("%s: %w", ph.what, err)
+	}
+	ev.connected(ph, cn)
+	enterPhase(ctx, ph.name)
+	ev.started()
+	line, rtt, err := ph.run(ctx, a, b, cn.qa, cn.qb)
+	ev.done()
+	if err == nil {
+		enterPhase(ctx, "disconnection after "+ph.name)
+	}
+	if derr := cn.disconnect(ctx); err == nil {
+		err = derr
+	}
+	if err != nil {
+		return "", baseline.Latency{}, fmt.Errorf("%s: %w", ph.what, err)
+	}
+	return line, rtt, nil
+}
+
+// connectedText is the line that introduces a phase.
+func connectedText(ph demoPhase, cn *cmConnection) string {
+	return fmt.Sprintf("%s (QP 0x%06x <-> QP 0x%06x, connected through the IB CM: %v -> %v)",
+		ph.what, cn.qa.QPN(), cn.qb.QPN(), cn.ca.LocalAddress(), cn.ca.PeerAddress())
+}
+
+// localEvents prints a phase's line and counts the recoveries during its
+// body, for a run in this process.
+type localEvents struct {
+	d              *demo
+	w              io.Writer
+	before, during transportCounts
+}
+
+func (e *localEvents) connected(ph demoPhase, cn *cmConnection) {
+	fmt.Fprintf(e.w, "%s...\n", connectedText(ph, cn))
+}
+func (e *localEvents) started() { e.before = e.d.counts() }
+func (e *localEvents) done()    { e.during = e.d.counts().since(e.before) }
+
+// runPhases runs the phases one after the other, here or each in a client
+// process of its own (-daemon), and notes beside each phase's line the RNR
+// NAKs and retransmissions that happened during it.
 func (d *demo) runPhases(ctx context.Context, stdout io.Writer) error {
-	phases := d.phases()
+	phases := demoPhases(d.f)
 	for _, ph := range phases {
-		enterPhase(ctx, "connection set-up for "+ph.name)
-		cn, err := connectCM(ctx, d.a, d.b, d.srv)
+		var line string
+		var rtt baseline.Latency
+		var during transportCounts
+		var err error
+		if d.f.daemon {
+			line, rtt, during, err = d.runClientPhase(ctx, ph, stdout)
+		} else {
+			ev := &localEvents{d: d, w: stdout}
+			line, rtt, err = runPhase(ctx, d.a, d.b, d.srv, ph, ev)
+			during = ev.during
+		}
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s (QP 0x%06x <-> QP 0x%06x, connected through the IB CM: %v -> %v)...\n",
-			ph.what, cn.qa.QPN(), cn.qb.QPN(), cn.ca.LocalAddress(), cn.ca.PeerAddress())
-		enterPhase(ctx, ph.name)
-		before := d.counts()
-		line, err := ph.run(ctx, cn.qa, cn.qb)
-		during := d.counts().since(before)
-		if err == nil {
-			enterPhase(ctx, "disconnection after "+ph.name)
-		}
-		if derr := cn.disconnect(ctx); err == nil {
-			err = derr
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", ph.what, err)
-		}
 		if ph.rtt {
-			d.rttTail = during
+			d.rtt, d.rttTail = rtt, during
 		} else {
 			d.lines = append(d.lines, line+during.note())
 		}
@@ -262,13 +335,13 @@ func (d *demo) printReport(w io.Writer) {
 	r := d.rtt
 	fmt.Fprintf(w, "  %-6s RTT p50 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us (%d round trips)%s\n",
 		"SEND", us(r.P50), us(r.P99), us(r.P999), us(r.Max), r.N, d.rttTail.note()+d.rttTail.waitsNote())
-	for _, x := range []*ndkhost.Host{d.a, d.b} {
+	for i, h := range []*vethpair.Host{d.pair.A, d.pair.B} {
 		var st ndk.EngineStats
-		for _, s := range x.Adapter.Stats() {
+		for _, s := range d.served[i].Stats() {
 			st.Add(s)
 		}
 		fmt.Fprintf(w, "  %s: %d frames out, %d in, %d bad ICRC, %d retransmission rounds, %d RNR NAKs received\n",
-			x.Net.Name, st.FramesOut, st.FramesIn, st.BadICRC, st.Retransmits, st.RNRReceived)
+			h.Name, st.FramesOut, st.FramesIn, st.BadICRC, st.Retransmits, st.RNRReceived)
 	}
 }
 

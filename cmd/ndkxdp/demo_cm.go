@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
@@ -32,7 +31,7 @@ type acceptResult struct {
 	err error
 }
 
-func listenCM(ctx context.Context, b *ndkhost.Host, addr netip.AddrPort) (*cmServer, error) {
+func listenCM(ctx context.Context, b *demoHost, addr netip.AddrPort) (*cmServer, error) {
 	s := &cmServer{qps: make(chan *ndk.QP, 1), accepted: make(chan acceptResult, 1)}
 	var err error
 	s.l, err = b.Adapter.CreateListener(func(c *ndk.Connector) {
@@ -67,12 +66,12 @@ type cmConnection struct {
 // connectCM gives both hosts fresh CQs and QPs and connects them through
 // the IB CM: A's Connector sends REQ to B's listener, which accepts (REP),
 // and A completes (RTU).
-func connectCM(ctx context.Context, a, b *ndkhost.Host, srv *cmServer) (*cmConnection, error) {
-	cfg := func(x *ndkhost.Host) ndk.QPConfig {
+func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnection, error) {
+	cfg := func(x *demoHost) ndk.QPConfig {
 		return ndk.QPConfig{ReceiveCQ: x.RCQ, InitiatorCQ: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
 			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
 	}
-	for _, x := range []*ndkhost.Host{a, b} {
+	for _, x := range []*demoHost{a, b} {
 		if err := x.NewCQs(); err != nil {
 			return nil, err
 		}

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -32,10 +31,14 @@ func waitOne(ctx context.Context, cq *ndk.CQ, r *ndk.Result, deadline time.Time)
 }
 
 // demoPingPong bounces a 64-byte SEND between a and b.
-func demoPingPong(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
+func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
 	const size = 64
-	buf := func(x *ndkhost.Host, flags ndk.MRFlag) (ndk.SGE, func(), error) {
-		mr, err := x.PD.RegisterMR(make([]byte, size), flags)
+	buf := func(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
+		mem, err := x.Adapter.Memory(size)
+		if err != nil {
+			return ndk.SGE{}, nil, err
+		}
+		mr, err := x.PD.RegisterMR(mem, flags)
 		if err != nil {
 			return ndk.SGE{}, nil, err
 		}

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
@@ -20,9 +19,11 @@ const rdmaSlots = 16
 // i mod rdmaSlots with pattern i, keeping rdmaSlots in flight. A slot's
 // source is refilled only after its previous WRITE completed; at the end
 // every slot of b's memory must hold the last pattern written to it.
-func demoWrite(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int) (phase, error) {
-	src := make([]byte, size*rdmaSlots)
-	dst := make([]byte, size*rdmaSlots)
+func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+	src, dst, err := memoryPair(a, b, size*rdmaSlots)
+	if err != nil {
+		return phase{}, err
+	}
 	smr, dmr, release, err := registerPair(a.PD, src, ndk.MRFlagAllowLocalRead, b.PD, dst, ndk.MRFlagAllowRemoteWrite)
 	if err != nil {
 		return phase{}, err
@@ -42,11 +43,23 @@ func demoWrite(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int)
 		return phase{}, err
 	}
 	elapsed := time.Since(t0)
-	b.Adapter.Stats() // orders this goroutine after B's engine placed the bytes
+	b.Adapter.Stats() // orders this goroutine after B's engine (in process or the daemon's) placed the bytes
 	if !bytes.Equal(dst, src) {
 		return phase{}, errors.New("B's memory does not hold the last WRITE of every slot")
 	}
 	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: elapsed}, nil
+}
+
+// memoryPair gives n bytes of x's memory and n of y's, from
+// Adapter.Memory: memory a daemon maps when the adapter is its client.
+func memoryPair(x, y *demoHost, n int) (xm, ym []byte, err error) {
+	if xm, err = x.Adapter.Memory(n); err != nil {
+		return nil, nil, fmt.Errorf("%s: memory: %w", x.Name, err)
+	}
+	if ym, err = y.Adapter.Memory(n); err != nil {
+		return nil, nil, fmt.Errorf("%s: memory: %w", y.Name, err)
+	}
+	return xm, ym, nil
 }
 
 // registerPair registers src on spd and dst on dpd; release deregisters
@@ -65,12 +78,14 @@ func registerPair(spd *ndk.PD, src []byte, sflags ndk.MRFlag, dpd *ndk.PD, dst [
 // demoRead reads n messages of size bytes from b's memory, op i from slot
 // i mod rdmaSlots into the same slot of a's memory, and checks each one as
 // it completes.
-func demoRead(ctx context.Context, a, b *ndkhost.Host, qa *ndk.QP, n, size int) (phase, error) {
-	src := make([]byte, size*rdmaSlots)
+func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+	src, dst, err := memoryPair(b, a, size*rdmaSlots)
+	if err != nil {
+		return phase{}, err
+	}
 	for slot := range rdmaSlots {
 		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
 	}
-	dst := make([]byte, size*rdmaSlots)
 	smr, dmr, release, err := registerPair(b.PD, src, ndk.MRFlagAllowRemoteRead, a.PD, dst, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return phase{}, err

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
@@ -31,9 +30,9 @@ type transportCounts struct {
 
 func (d *demo) counts() transportCounts {
 	var c transportCounts
-	for _, x := range []*ndkhost.Host{d.a, d.b} {
+	for _, a := range d.served {
 		var st ndk.EngineStats
-		for _, s := range x.Adapter.Stats() {
+		for _, s := range a.Stats() {
 			st.Add(s)
 		}
 		c.rnr += st.RNRReceived

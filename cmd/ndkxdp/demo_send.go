@@ -9,14 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
 // sendStream is the SEND phase: A streams messages to B, whose receiver
 // verifies each one and posts its receive again.
 type sendStream struct {
-	a, b   *ndkhost.Host
+	a, b   *demoHost
 	qa, qb *ndk.QP
 	n      int // messages
 	size   int // bytes each
@@ -44,18 +43,20 @@ const sendWindow = demoQueueDepth / 2
 
 // demoSend streams n SENDs of size bytes from a to b; every message carries
 // its sequence number and a pattern that b checks.
-func demoSend(ctx context.Context, a, b *ndkhost.Host, qa, qb *ndk.QP, n, size int) (phase, error) {
+func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) (phase, error) {
 	return newSendStream(a, b, qa, qb, n, size).run(ctx)
 }
 
-func newSendStream(a, b *ndkhost.Host, qa, qb *ndk.QP, n, size int) *sendStream {
-	return &sendStream{a: a, b: b, qa: qa, qb: qb, n: n, size: size,
-		src: make([]byte, size*demoQueueDepth), dst: make([]byte, size*demoQueueDepth)}
+func newSendStream(a, b *demoHost, qa, qb *ndk.QP, n, size int) *sendStream {
+	return &sendStream{a: a, b: b, qa: qa, qb: qb, n: n, size: size}
 }
 
 func (s *sendStream) run(ctx context.Context) (phase, error) {
 	var release func()
 	var err error
+	if s.src, s.dst, err = memoryPair(s.a, s.b, s.size*demoQueueDepth); err != nil {
+		return phase{}, err
+	}
 	if s.smr, s.dmr, release, err = registerPair(s.a.PD, s.src, ndk.MRFlagAllowLocalRead, s.b.PD, s.dst, ndk.MRFlagAllowLocalWrite); err != nil {
 		return phase{}, err
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -20,16 +19,7 @@ import (
 func TestDemoSendKeepsReceivesAhead(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{})
-	a, err := ndkhost.Open(p.A, ndkhost.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := ndkhost.Open(p.B, ndkhost.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := testHost(t, p.A), testHost(t, p.B)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := listenCM(ctx, b, netip.AddrPortFrom(p.B.IPv4, demoPort))
@@ -56,6 +46,21 @@ func TestDemoSendKeepsReceivesAhead(t *testing.T) {
 		t.Errorf("SEND phase with a slow receiver: %d RNR NAKs, %d retransmission rounds; want none", st.RNRReceived, st.Retransmits)
 	}
 	t.Logf("%s (A: %d RNR NAKs)", r.line("SEND", 64), st.RNRReceived)
+}
+
+// testHost opens the demo's host on h, closed when the test ends.
+func testHost(t *testing.T, h *harness.Host) *demoHost {
+	t.Helper()
+	a, err := openAdapterOn(h, ndk.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	x, err := newDemoHost(h.Name, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
 }
 
 // TestReportNamesRecoveries: a phase with RNR NAKs or retransmissions

@@ -1,9 +1,9 @@
 // Command ndkxdp runs and inspects the ndkxdp software RDMA stack.
 //
-//	ndkxdp demo [flags]            two RDMA hosts on an embedded veth pair
+//	ndkxdp demo [-daemon] [flags]  two RDMA hosts on an embedded veth pair
 //	ndkxdp perf baseline [flags]   raw AF_XDP, Go UDP and Go TCP on a veth pair
-//	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev
-//	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev
+//	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev or -daemon
+//	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev or -daemon
 //	ndkxdp daemon -dev IFNAME      serve IFNAME to local applications
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
 //	ndkxdp soak -duration D        mixed traffic with loss on a veth pair, RSS over time
@@ -13,8 +13,9 @@
 // (addresses from 198.18.0.0/15, no default route) and is deleted on exit.
 //
 // Privileges: rping and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
-// CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them); demo and perf
-// baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
+// CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them), and with -daemon
+// SOCKET none but access to the socket (the daemon has them); demo and
+// perf baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
 // Each command checks them first and names any missing.
 //
 // Exit status: 0 on success and for -h, 2 for a bad command line, 1 for a
@@ -50,6 +51,9 @@ Run 'ndkxdp <command> -h' for the flags of a command.
 `
 
 func main() {
+	if job, ok := os.LookupEnv(demoClientEnv); ok {
+		os.Exit(runDemoClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
+	}
 	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
 }
 

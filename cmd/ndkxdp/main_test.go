@@ -29,6 +29,9 @@ import (
 // it signals and read its exit status): with NDKXDP_TEST_MAIN=1 the test
 // binary is ndkxdp.
 func TestMain(m *testing.M) {
+	if job, ok := os.LookupEnv(demoClientEnv); ok {
+		os.Exit(runDemoClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
+	}
 	if os.Getenv("NDKXDP_TEST_MAIN") == "1" {
 		os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -48,6 +51,7 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"demo", "-messages", "0"}, "-messages 0"},
 		{[]string{"demo", "-xdp-mode", "fast"}, "-xdp-mode"},
 		{[]string{"demo", "-dev", "eth0"}, "not supported yet"},
+		{[]string{"demo", "-daemon", "-capture", "x.pcap"}, "-capture with -daemon"},
 		{[]string{"demo", "-mtu", "0"}, "-mtu 0: must be in [1280, 9000]"},
 		{[]string{"demo", "-mtu", "500"}, "IPv6, which needs 1280"},
 		{[]string{"demo", "-mtu", "70000"}, "-mtu 70000"},
@@ -64,6 +68,11 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"perf", "send_bw", "-s", "-1", "-dev", "lo"}, "size -1"},
 		{[]string{"perf", "send_bw", "-dev", "no-such-if0"}, "no such network interface"},
 		{[]string{"rping", "-s", "-dev", "no-such-if0"}, "ENODEV"},
+		{[]string{"rping", "-c", "-a", "198.18.0.2", "-daemon", "/nonexistent/ndkxdp.sock"}, "-daemon /nonexistent/ndkxdp.sock: no daemon socket there"},
+		{[]string{"perf", "write_bw", "-daemon", "unix:///nonexistent/ndkxdp.sock"}, "start one with `ndkxdp daemon"},
+		{[]string{"perf", "write_bw", "-daemon", "/dev/null"}, "not a unix socket"},
+		{[]string{"rping", "-s", "-dev", "lo", "-daemon", "/dev/null"}, "give one of -dev and -daemon"},
+		{[]string{"perf", "send_lat", "-capture", "x.pcap", "-daemon", "/dev/null"}, "-capture needs -dev"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)

@@ -18,7 +18,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -30,10 +30,11 @@ latency tests are held against. Without ADDR it is the server and waits
 for one client; with ADDR (an address or host name) it is the client of
 the server there.`
 	}
-	return fmt.Sprintf(`usage: ndkxdp perf %s [flags] [ADDR] -dev IFNAME
+	return fmt.Sprintf(`usage: ndkxdp perf %s [flags] [ADDR] -dev IFNAME|-daemon SOCKET
 
-perftest's ib_%s in rdma_cm mode (-R) over ndkxdp on IFNAME, compatible
-with perftest on the other side. Without ADDR it is the server and waits
+perftest's ib_%s in rdma_cm mode (-R) over ndkxdp on IFNAME, or through
+the ndkxdp daemon serving at SOCKET, compatible with perftest on the
+other side. Without ADDR it is the server and waits
 for one client; with ADDR (an address or host name) it is the client of
 the server there. ADDR may stand before, between or after the flags.`, name, name)
 }
@@ -69,7 +70,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 			return stepTimedOut(ctx, err, f.timeout, "address lookup")
 		}
 	}
-	if err := requireCaps(toolCaps); err != nil {
+	if err := toolNeedsCaps(f.daemon); err != nil {
 		return err
 	}
 	capture, err := openCapture(f.capture, &f.opts)
@@ -79,10 +80,11 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if capture != nil {
 		defer capture.Close()
 	}
-	enterPhase(ctx, "attach to "+f.dev)
-	d, err := ndkverbs.Open(f.dev, f.opts)
+	step := openStep(f.dev, f.daemon)
+	enterPhase(ctx, step)
+	d, err := openDevice(ctx, f.dev, f.daemon, f.opts)
 	if err != nil {
-		return err
+		return stepTimedOut(ctx, err, f.timeout, step)
 	}
 	defer d.Close()
 	p := f.params
@@ -113,6 +115,7 @@ type perfTestFlags struct {
 	params                      perftest.Params
 	opts                        ndk.Options
 	addr, dev, polling, capture string
+	daemon                      string
 	timeout                     time.Duration
 }
 
@@ -138,6 +141,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
 	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
@@ -146,8 +150,6 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, err
 	}
 	switch {
-	case f.dev == "":
-		return f, usagef("-dev is required\n%s", perfTestUsage)
 	case *port == 0 || *port > 0xFFFF:
 		return f, usagef("-p %d: not a port", *port)
 	case f.timeout <= 0:
@@ -168,7 +170,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	if err := p.Check(); err != nil {
 		return f, usagef("%v", err)
 	}
-	return f, checkDev(f.dev)
+	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, perfTestUsage)
 }
 
 // parseWithAddr parses flags with one optional ADDR before, between or

@@ -13,14 +13,17 @@ import (
 )
 
 const rpingSynopsis = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-capture FILE] -dev IFNAME
+       ndkxdp rping -s|-c -a ADDR [flags] -daemon SOCKET
 
-librdmacm's rping over ndkxdp on IFNAME: -s serves (on -a, an address of
-IFNAME, or on all of them), -c connects to the server at -a (an address or
-a host name). Either side may be Linux rping.`
+librdmacm's rping over ndkxdp on IFNAME, or through the ndkxdp daemon
+serving at SOCKET: -s serves (on -a, an address of the interface, or on
+all of them), -c connects to the server at -a (an address or a host
+name). Either side may be Linux rping.`
 
 type rpingFlags struct {
 	server, client     bool
 	addr, dev, capture string
+	daemon             string
 	port               uint
 	cfg                rping.Config
 	timeout            time.Duration
@@ -38,6 +41,7 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	verbose := fs.Bool("v", false, "print the ping data")
 	fs.BoolVar(&f.cfg.Validate, "V", false, "client: check each pong against its ping")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	if err := parseFlags(fs, args, stdout); err != nil {
@@ -49,8 +53,6 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	switch {
 	case f.server == f.client:
 		return f, usagef("give exactly one of -s and -c\n%s", rpingSynopsis)
-	case f.dev == "":
-		return f, usagef("-dev is required\n%s", rpingSynopsis)
 	case f.client && f.addr == "":
 		return f, usagef("a client needs -a ADDR\n%s", rpingSynopsis)
 	case f.port == 0 || f.port > 0xFFFF:
@@ -61,12 +63,12 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	if err := f.cfg.Check(); err != nil {
 		return f, usagef("%v", err)
 	}
-	return f, checkDev(f.dev)
+	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, rpingSynopsis)
 }
 
 // runRping is librdmacm's rping (client -c or server -s) on an ndkxdp
-// adapter attached to -dev, speaking rping's protocol over an rdma_cm
-// connection, so either side may be Linux rping.
+// adapter attached to -dev or dialled at -daemon, speaking rping's
+// protocol over an rdma_cm connection, so either side may be Linux rping.
 func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, err := parseRping(args, stdout, stderr)
 	if err != nil {
@@ -89,13 +91,16 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		if f.client {
 			peer = a
-		} else if err := checkLocalAddr(f.dev, a); err != nil {
-			return err
 		} else {
+			if f.dev != "" {
+				if err := checkLocalAddr(f.dev, a); err != nil {
+					return err
+				}
+			}
 			listen = a
 		}
 	}
-	if err := requireCaps(toolCaps); err != nil {
+	if err := toolNeedsCaps(f.daemon); err != nil {
 		return err
 	}
 	var opts ndk.Options
@@ -106,12 +111,15 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if capture != nil {
 		defer capture.Close()
 	}
-	f.cfg.Phase("attach to " + f.dev)
-	d, err := ndkverbs.Open(f.dev, opts)
+	f.cfg.Phase(openStep(f.dev, f.daemon))
+	d, err := openDevice(ctx, f.dev, f.daemon, opts)
 	if err != nil {
-		return err
+		return stepTimedOut(ctx, err, f.timeout, step)
 	}
 	defer d.Close()
+	if f.daemon != "" && !listen.IsUnspecified() && listen != d.Adapter.LocalAddress() {
+		return usagef("-a %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v; leave out -a to listen on it", listen, f.daemon, d.Adapter.LocalAddress())
+	}
 	var st rping.Stats
 	if f.client {
 		st, err = rping.RunClient(ctx, f.cfg, &ndkverbs.Connector{Dev: d, Peer: peer}, uint16(f.port))

@@ -25,11 +25,11 @@ func TestToolInvocations(t *testing.T) {
 		{[]string{"rping", "-dev", "x"}, "exactly one of -s and -c"},
 		{[]string{"rping", "-s", "-c", "-dev", "x"}, "exactly one of -s and -c"},
 		{[]string{"rping", "-c", "-dev", "x"}, "needs -a ADDR"},
-		{[]string{"rping", "-s"}, "-dev is required"},
+		{[]string{"rping", "-s"}, "-dev or -daemon is required"},
 		{[]string{"rping", "-c", "-a", "non sense!", "-dev", "lo"}, "-a \"non sense!\": not an address"},
 		{[]string{"rping", "-s", "-p", "70000", "-dev", "x"}, "not a port"},
 		{[]string{"perf", "bogus_bw", "-dev", "x"}, "unknown test"},
-		{[]string{"perf", "write_bw"}, "-dev is required"},
+		{[]string{"perf", "write_bw"}, "-dev or -daemon is required"},
 		{[]string{"perf", "write_bw", "1.2.3.4", "5.6.7.8", "-dev", "x"}, "unexpected arguments"},
 		{[]string{"perf", "write_bw", "not an address!", "-dev", "lo"}, "server address"},
 	} {
@@ -45,6 +45,13 @@ func TestToolInvocations(t *testing.T) {
 // the client command in namespace A.
 func runBoth(t *testing.T, p *harness.Pair, server, client []string) (string, string) {
 	t.Helper()
+	return runIn(t, p.B, server, p.A, client)
+}
+
+// runIn runs the server command in srvNS and, once it listens, the client
+// command in cliNS.
+func runIn(t *testing.T, srvNS *harness.Host, server []string, cliNS *harness.Host, client []string) (string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var sout, serr, cout, cerr bytes.Buffer
@@ -53,11 +60,11 @@ func runBoth(t *testing.T, p *harness.Pair, server, client []string) (string, st
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		srvErr = p.B.Do(func() error { return run(ctx, server, &sout, &serr) })
+		srvErr = srvNS.Do(func() error { return run(ctx, server, &sout, &serr) })
 	}()
 	// The client retries nothing for rping: give the server time to listen.
 	time.Sleep(300 * time.Millisecond)
-	cliErr := p.A.Do(func() error { return run(ctx, client, &cout, &cerr) })
+	cliErr := cliNS.Do(func() error { return run(ctx, client, &cout, &cerr) })
 	if cliErr != nil {
 		cancel()
 	}

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/ndkhost"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -79,16 +78,18 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer p.Close()
-	a, err := ndkhost.Open(p.A, ndkhost.Config{Options: opts})
-	if err != nil {
-		return err
+	var hosts [2]*demoHost
+	for i, h := range []*vethpair.Host{p.A, p.B} {
+		ad, err := openAdapterOn(h, opts)
+		if err != nil {
+			return err
+		}
+		defer ad.Close()
+		if hosts[i], err = newDemoHost(h.Name, ad); err != nil {
+			return err
+		}
 	}
-	defer a.Close()
-	b, err := ndkhost.Open(p.B, ndkhost.Config{Options: opts})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
+	a, b := hosts[0], hosts[1]
 	fmt.Fprintf(stdout, "soak: %v on %s <-> %s (veth, MTU %d), %.2f%% of received frames dropped on each side, messages up to %d bytes\n",
 		f.duration, p.A.IPv4, p.B.IPv4, f.mtu, 100*f.loss, f.maxSize)
 	s, err := newSoak(a, b, f)
@@ -135,7 +136,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	s.sample(stdout, start)
 	var st [2]ndk.EngineStats
-	for i, x := range []*ndkhost.Host{a, b} {
+	for i, x := range []*demoHost{a, b} {
 		for _, e := range x.Adapter.Stats() {
 			st[i].Add(e)
 		}
@@ -155,7 +156,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // soak holds the registered memory both hosts reuse across connections
 // and what the run measured.
 type soak struct {
-	a, b      *ndkhost.Host
+	a, b      *demoHost
 	max       int
 	rng       *rand.Rand
 	src, back []byte // A: what it sends and writes, what it reads back
@@ -176,7 +177,7 @@ type soakSample struct {
 	goroutines int
 }
 
-func newSoak(a, b *ndkhost.Host, f soakFlags) (*soak, error) {
+func newSoak(a, b *demoHost, f soakFlags) (*soak, error) {
 	n := f.maxSize
 	s := &soak{a: a, b: b, max: n, rng: rand.New(rand.NewPCG(f.seed, f.seed+1)),
 		src: make([]byte, n), back: make([]byte, n), recv: make([]byte, n), mem: make([]byte, n)}

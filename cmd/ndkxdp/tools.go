@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
@@ -19,6 +21,64 @@ func checkDev(dev string) error {
 		return usagef("-dev %s: no such network interface in this network namespace (ENODEV); `ip link` lists them", dev)
 	}
 	return nil
+}
+
+// checkAdapterFlags takes exactly one of -dev and -daemon and checks it
+// exists, before anything is attached or dialled.
+func checkAdapterFlags(dev, socket, capture, synopsis string) error {
+	switch {
+	case dev == "" && socket == "":
+		return usagef("-dev or -daemon is required\n%s", synopsis)
+	case dev != "" && socket != "":
+		return usagef("give one of -dev and -daemon: -dev attaches to the interface here, -daemon uses the daemon that owns it")
+	case socket != "" && capture != "":
+		return usagef("-capture needs -dev: through -daemon the frames are the daemon's, not this command's")
+	case socket != "":
+		return checkDaemonSocket(socket)
+	}
+	return checkDev(dev)
+}
+
+// checkDaemonSocket refuses a -daemon path where no unix socket is, with
+// what to do about it.
+func checkDaemonSocket(socket string) error {
+	path := strings.TrimPrefix(socket, "unix://")
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return usagef("-daemon %s: no daemon socket there (%v); start one with `ndkxdp daemon -dev IFNAME -socket %s`", socket, err, path)
+	case fi.Mode()&os.ModeSocket == 0:
+		return usagef("-daemon %s: not a unix socket (%v); give the path of `ndkxdp daemon`'s -socket", socket, fi.Mode().Type())
+	}
+	return nil
+}
+
+// openStep names the step openDevice takes, for the phase an
+// interruption or -timeout reports.
+func openStep(dev, socket string) string {
+	if socket != "" {
+		return "dialling the daemon at " + socket
+	}
+	return "attach to " + dev
+}
+
+// toolNeedsCaps checks the capabilities a tool needs to attach to -dev;
+// through -daemon it needs none (the daemon has them).
+func toolNeedsCaps(socket string) error {
+	if socket != "" {
+		return nil
+	}
+	return requireCaps(toolCaps)
+}
+
+// openDevice gives the tools their adapter: attached to -dev in this
+// process, or a client of the daemon at -daemon, which owns the
+// interface.
+func openDevice(ctx context.Context, dev, socket string, opts ndk.Options) (*ndkverbs.Device, error) {
+	if socket != "" {
+		return ndkverbs.Dial(ctx, socket)
+	}
+	return ndkverbs.Open(dev, opts)
 }
 
 // lookupAddr turns -a into an address: a literal, or a host name looked

@@ -97,8 +97,21 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		ss.relay.removeCQ(c)
 		c.cq.Close()
 		ss.drop(req.H)
-		c.seg.Close()
+		c.closeSegments()
 		return nil, nil, nil
+	case proto.OpResizeCQ:
+		c, err := lookup[*sCQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if req.Depth < 1 || req.Depth > int(ss.srv.a.Info().MaxCQDepth) {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, ss.srv.a.Info().MaxCQDepth)
+		}
+		seg, l, err := ss.relay.resize(c, req.Depth)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &proto.Message{Seg: &proto.Segment{Size: seg.Size(), Slots: l.Ring.Slots}}, []int{seg.TakeFD()}, nil
 	case proto.OpCreatePD:
 		pd, err := a.CreatePD()
 		if err != nil {
@@ -295,7 +308,7 @@ func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
 	}
 	if c.h, err = ss.add(c); err != nil {
 		c.cq.Close()
-		c.seg.Close()
+		c.closeSegments()
 		return nil, nil, err
 	}
 	ss.relay.addCQ(c)

@@ -29,9 +29,10 @@ const (
 type sCQ struct {
 	h      uint32
 	cq     *ndk.CQ
-	seg    *shm.Segment
+	seg    *shm.Segment // the first segment: the arm and status words
 	layout proto.CQLayout
 	ring   *shm.Producer
+	rseg   *shm.Segment   // the current ring's segment (seg until a resize)
 	arm    *atomic.Uint32 // client raises, relay clears when it fires
 	status *atomic.Uint32 // the CQ error, once
 	// Interrupt moderation (OpModerateCQ; ndk/internal/cq/moderation.go
@@ -58,7 +59,7 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &sCQ{seg: seg, layout: l, arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4)}
+	c := &sCQ{seg: seg, rseg: seg, layout: l, arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4)}
 	if c.ring, err = shm.NewProducer(seg, l.Ring); err != nil {
 		seg.Close()
 		return nil, err
@@ -720,4 +721,43 @@ func (r *relay) moderationHolds(c *sCQ) bool {
 		}
 	}
 	return true
+}
+
+// resize gives c a ring of a new size (NdkResizeCq through the daemon):
+// the daemon's CQ resizes first, refusing a depth below what it holds;
+// then, with the relay held off, the current ring is sealed and the new
+// one takes the completions that follow. The client drains the old ring
+// before it takes the new one, so their order holds.
+func (r *relay) resize(c *sCQ, depth int) (*shm.Segment, proto.CQLayout, error) {
+	l := proto.NewCQLayout(proto.Slots(depth))
+	seg, err := shm.NewSegment("ndkxdp-cq", l.Size)
+	if err != nil {
+		return nil, l, err
+	}
+	ring, err := shm.NewProducer(seg, l.Ring)
+	if err != nil {
+		seg.Close()
+		return nil, l, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := c.cq.Resize(depth); err != nil {
+		seg.Close()
+		return nil, l, err
+	}
+	c.rseg.Word32(c.layout.Words + 8).Store(1)
+	if c.rseg != c.seg {
+		c.rseg.Close()
+	}
+	c.ring, c.rseg, c.layout = ring, seg, l
+	return seg, l, nil
+}
+
+// closeSegments unmaps c's segments, once the relay and the engines are
+// done with c.
+func (c *sCQ) closeSegments() {
+	if c.rseg != c.seg {
+		c.rseg.Close()
+	}
+	c.seg.Close()
 }

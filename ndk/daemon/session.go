@@ -334,7 +334,7 @@ func (ss *session) teardown() {
 			q.seg.Close()
 		}
 		if c, ok := o.(*sCQ); ok {
-			c.seg.Close()
+			c.closeSegments()
 		}
 	})
 	for _, a := range arenas {

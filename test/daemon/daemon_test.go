@@ -632,3 +632,50 @@ func TestManySmallMemories(t *testing.T) {
 		}
 	}
 }
+
+// TestResizeCQThroughDaemon: NdkResizeCq on a daemon-backed CQ keeps the
+// completions queued before it ahead of those after, in order, with their
+// contexts, and refuses a depth below what is queued.
+func TestResizeCQThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	if c.a.Info().AdapterFlags&ndk.AdapterFlagCQResizeSupported == 0 {
+		t.Fatal("a daemon-backed adapter does not advertise CQ_RESIZE_SUPPORTED")
+	}
+	pr := bd.connect(t, c, 8001)
+	ss, _ := c.mr.SGE(0, 8)
+	ps, _ := pr.mr.SGE(0, 8)
+	send := func(i int) {
+		if err := pr.qp.Receive(nil, []ndk.SGE{ps}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.qp.Send(i, []ndk.SGE{ss}, 0); err != nil {
+			t.Fatal(err)
+		}
+		wait(t, bd.b.RCQ, "peer receive")
+	}
+	for i := range 3 {
+		send(i)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := c.icq.Resize(1); !errors.Is(err, ndk.ErrInvalidParameter) {
+		t.Fatalf("resize to 1 under 3 queued: %v, want STATUS_INVALID_PARAMETER", err)
+	}
+	for _, depth := range []int{1024, 8} {
+		if err := c.icq.Resize(depth); err != nil {
+			t.Fatalf("resize to %d: %v", depth, err)
+		}
+		if c.icq.Depth() < depth {
+			t.Fatalf("depth %d after resizing to %d", c.icq.Depth(), depth)
+		}
+	}
+	for i := 3; i < 6; i++ {
+		send(i)
+	}
+	for i := range 6 {
+		r := wait(t, c.icq, "send")
+		if r.RequestContext != i || r.Status != ndk.StatusSuccess {
+			t.Fatalf("completion %d: context %v status %v", i, r.RequestContext, r.Status)
+		}
+	}
+}

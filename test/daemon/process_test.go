@@ -24,87 +24,20 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/test/daemonproc"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // binary is the command under test.
 func binary(t *testing.T) string { return testenv.Ndkxdp(t) }
 
-// daemonProc is an `ndkxdp daemon` process in A's namespace.
-type daemonProc struct {
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan error
+func startDaemon(t *testing.T, p *harness.Pair, sock, pinRoot string, extra ...string) *daemonproc.Daemon {
+	return daemonproc.StartDaemon(t, p.A, sock, pinRoot, extra...)
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+func dialWhenUp(t *testing.T, d *daemonproc.Daemon, _ string) *ndk.Adapter { return d.Dial(t) }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startDaemon(t *testing.T, p *harness.Pair, sock, pinRoot string, extra ...string) *daemonProc {
-	t.Helper()
-	// nsenter changes only the network namespace: the daemon must see
-	// the bpffs where its pins outlive it, which `ip netns exec` would
-	// hide behind a mount namespace of its own.
-	args := append([]string{"--net=/var/run/netns/" + p.A.Name, binary(t), "daemon", "-dev", p.A.Link, "-socket", sock, "-pin-root", pinRoot}, extra...)
-	cmd := exec.Command("nsenter", args...)
-	d := &daemonProc{cmd: cmd, logs: &syncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = d.logs, d.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-d.done
-		}
-	})
-	return d
-}
-
-// dialWhenUp dials until the daemon answers (bounded).
-func dialWhenUp(t *testing.T, d *daemonProc, sock string) *ndk.Adapter {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		a, err := ndk.Dial(ctx, sock)
-		cancel()
-		if err == nil {
-			return a
-		}
-		select {
-		case werr := <-d.done:
-			d.done <- werr
-			t.Fatalf("daemon exited (%v) before serving:\n%s", werr, d.logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not serving after 15 s (%v):\n%s", err, d.logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func pinRoot(t *testing.T) string {
-	root := fmt.Sprintf("/sys/fs/bpf/ndkxdp-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(root) })
-	return root
-}
+func pinRoot(t *testing.T) string { return daemonproc.PinRoot(t) }
 
 // clientOf builds a client's objects on an adapter from Dial.
 // fataler is what clientOf needs of a testing.T, so that a child process
@@ -200,8 +133,8 @@ func TestDaemonLifecycle(t *testing.T) {
 	a.Close()
 
 	// SIGKILL: nothing runs; the pinned attachment stays.
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
+	_ = d.Cmd.Process.Signal(syscall.SIGKILL)
+	<-d.Done
 	if !xdpAttached(t, p.A) {
 		t.Fatal("a killed daemon's attachment is gone")
 	}
@@ -246,14 +179,14 @@ func TestDaemonLifecycle(t *testing.T) {
 	}
 
 	start := time.Now()
-	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
+	_ = d2.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-d2.done:
+	case err := <-d2.Done:
 		if err != nil {
-			t.Fatalf("daemon exited with %v on SIGTERM:\n%s", err, d2.logs)
+			t.Fatalf("daemon exited with %v on SIGTERM:\n%s", err, d2.Logs)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("daemon still running 15 s after SIGTERM:\n%s", d2.logs)
+		t.Fatalf("daemon still running 15 s after SIGTERM:\n%s", d2.Logs)
 	}
 	t.Logf("SIGTERM to exit: %v", time.Since(start))
 	select {
@@ -288,7 +221,7 @@ func TestDaemonRefusesTakenInterface(t *testing.T) {
 	defer other.Close()
 	d := startDaemon(t, p, filepath.Join(t.TempDir(), "d.sock"), pinRoot(t))
 	select {
-	case err := <-d.done:
+	case err := <-d.Done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("daemon on a taken interface: %v, want exit 1", err)
@@ -296,7 +229,7 @@ func TestDaemonRefusesTakenInterface(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("daemon started on an interface with another program attached")
 	}
-	out := d.logs.String()
+	out := d.Logs.String()
 	if !strings.Contains(out, "already has an XDP program") || !strings.Contains(out, "name ") {
 		t.Fatalf("refusal does not name the attached program:\n%s", out)
 	}
@@ -341,7 +274,7 @@ func TestClientKilledMidWrite(t *testing.T) {
 	child.Env = append(os.Environ(), "NDKXDP_WRITER_CHILD="+strings.Join([]string{bd.sock, dst.String(),
 		fmt.Sprint(pmr.Addr()), fmt.Sprint(pmr.RemoteToken())}, ","))
 	stdout, _ := child.StdoutPipe()
-	var stderr syncBuffer
+	var stderr daemonproc.SyncBuffer
 	child.Stderr = &stderr
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
@@ -471,12 +404,12 @@ func TestDaemonBindModes(t *testing.T) {
 	p := harness.New(t, harness.Config{})
 	d := startDaemon(t, p, filepath.Join(t.TempDir(), "zc.sock"), pinRoot(t), "-zero-copy", "required")
 	select {
-	case err := <-d.done:
+	case err := <-d.Done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("-zero-copy required on veth: %v, want exit 1\n%s", err, d.logs)
+			t.Fatalf("-zero-copy required on veth: %v, want exit 1\n%s", err, d.Logs)
 		}
-		if out := d.logs.String(); !strings.Contains(strings.ToLower(out), "zero") {
+		if out := d.Logs.String(); !strings.Contains(strings.ToLower(out), "zero") {
 			t.Fatalf("refusal does not say zero-copy:\n%s", out)
 		}
 	case <-time.After(15 * time.Second):
@@ -486,8 +419,8 @@ func TestDaemonBindModes(t *testing.T) {
 	d2 := startDaemon(t, p, sock, pinRoot(t), "-zero-copy", "off", "-busy-poll", "50us")
 	a := dialWhenUp(t, d2, sock)
 	a.Close()
-	_ = d2.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-d2.done; err != nil {
-		t.Fatalf("copy-mode daemon: %v\n%s", err, d2.logs)
+	_ = d2.Cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-d2.Done; err != nil {
+		t.Fatalf("copy-mode daemon: %v\n%s", err, d2.Logs)
 	}
 }

@@ -1,10 +1,15 @@
 package latency
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/test/daemonproc"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -53,6 +58,67 @@ func measure(b *testing.B, p *harness.Pair, test string) Lat {
 	l, err := parseLat(r.cli)
 	if err != nil {
 		b.Fatalf("%s: %v", test, err)
+	}
+	return l
+}
+
+// BenchmarkDaemonLatency measures perf's latency tests between two
+// processes in one run on one veth pair, the two ways an application
+// reaches ndkxdp: each process with its adapter in process (-dev), then
+// each through a daemon serving its end (-daemon; the daemons are
+// processes of their own). It reports each way's median, p99 and p99.9
+// and the daemon/in-process ratios (issue goals: p50 at most 1.2x;
+// p99/p50 at most 3).
+//
+//	go test -run '^$' -bench DaemonLatency -benchtime 1x ./test/latency
+func BenchmarkDaemonLatency(b *testing.B) {
+	p := harness.New(b, harness.Config{})
+	for range b.N {
+		for _, test := range []string{"send_lat", "write_lat", "read_lat"} {
+			in := measure(b, p, test)
+			d := measureDaemon(b, p, test)
+			b.ReportMetric(in.Typical, test+"-inproc-p50-us")
+			b.ReportMetric(d.Typical, test+"-daemon-p50-us")
+			b.ReportMetric(d.P99, test+"-daemon-p99-us")
+			b.ReportMetric(d.P999, test+"-daemon-p99.9-us")
+			b.ReportMetric(d.Typical/in.Typical, test+"-p50-daemon/inproc")
+			b.ReportMetric(d.P99/d.Typical, test+"-daemon-p99/p50")
+		}
+	}
+}
+
+// measureDaemon is measure through a daemon on each end.
+func measureDaemon(b *testing.B, p *harness.Pair, test string) Lat {
+	b.Helper()
+	dir := b.TempDir()
+	da := daemonproc.StartDaemon(b, p.A, filepath.Join(dir, "a.sock"), daemonproc.PinRoot(b))
+	db := daemonproc.StartDaemon(b, p.B, filepath.Join(dir, "b.sock"), daemonproc.PinRoot(b))
+	da.Dial(b).Close()
+	db.Dial(b).Close()
+	defer func() {
+		for _, d := range []*daemonproc.Daemon{da, db} {
+			_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+			<-d.Done
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bin := ndkxdp(b)
+	common := []string{"perf", test, "-n", "1000", "-timeout", "2m"}
+	srv := exec.CommandContext(ctx, bin, append(common, "-daemon", da.Sock)...)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		b.Fatal(err)
+	}
+	cli, cliErr := exec.CommandContext(ctx, bin, append(common, "-daemon", db.Sock, p.A.IPv4.String())...).CombinedOutput()
+	srvErr := srv.Wait()
+	if srvErr != nil || cliErr != nil {
+		b.Fatalf("%s through daemons: server %v, client %v\nserver:\n%s\nclient:\n%s", test, srvErr, cliErr, srvOut.Bytes(), cli)
+	}
+	l, err := parseLat(cli)
+	if err != nil {
+		b.Fatalf("%s through daemons: %v", test, err)
 	}
 	return l
 }

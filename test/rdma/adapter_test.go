@@ -29,7 +29,7 @@ func TestOpen_InfoFilled(t *testing.T) {
 		"MaxTransferLength": uint64(i.MaxTransferLength), "MaxInlineDataSize": uint64(i.MaxInlineDataSize),
 		"MaxInboundReadLimit": uint64(i.MaxInboundReadLimit), "MaxOutboundReadLimit": uint64(i.MaxOutboundReadLimit),
 		"MaxReceiveQueueDepth": uint64(i.MaxReceiveQueueDepth), "MaxInitiatorQueueDepth": uint64(i.MaxInitiatorQueueDepth),
-		"MaxCQDepth": uint64(i.MaxCQDepth), "LargeRequestThreshold": uint64(i.LargeRequestThreshold),
+		"MaxCQDepth": uint64(i.MaxCQDepth), "LargeRequestThreshold": uint64(i.LargeRequestThreshold), "MaxSRQDepth": uint64(i.MaxSRQDepth),
 		"MaxCallerData": uint64(i.MaxCallerData), "MaxCalleeData": uint64(i.MaxCalleeData),
 	} {
 		if v == 0 {

@@ -5,6 +5,8 @@
 //
 // What the adapter maps:
 //
+//   - Alloc: ndk.Adapter.Memory, so that the tools run on an adapter from
+//     ndk.Dial (Dial here), which registers only memory the daemon maps.
 //   - Register: ndk.PD.RegisterMR with the verbs access bits, which are
 //     NDK_MR_FLAG values; AccessRemoteAtomic becomes
 //     ndk.MRFlagAllowRemoteAtomic. The region's address is the buffer's
@@ -34,7 +36,8 @@
 //	ep, _ := dev.Endpoint(ndkverbs.Depths{})
 //	_ = ep.QP().ConnectOOB(peer, ndk.ConnectOptions{})
 //	ep.Connected(nil) // no disconnect hook
-//	r, _ := ep.Register(make([]byte, 4096), verbs.AccessLocalWrite)
+//	buf, _ := ep.Alloc(4096)
+//	r, _ := ep.Register(buf, verbs.AccessLocalWrite)
 //	seg, _ := r.Seg(0, 64)
 //	_ = ep.Receive(1, seg)
 package ndkverbs

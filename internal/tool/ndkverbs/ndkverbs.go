@@ -35,6 +35,27 @@ func Open(ifname string, opts ndk.Options) (*Device, error) {
 	return d, nil
 }
 
+// Dial connects to the ndkxdp daemon serving at socket (ndk.Dial: a path
+// or "unix://PATH") and makes a Device on the adapter it gives; Close
+// closes both. The daemon owns the interface: the endpoints post into
+// rings shared with it, and their memory comes from Endpoint.Alloc.
+func Dial(ctx context.Context, socket string) (*Device, error) {
+	a, err := ndk.Dial(ctx, socket)
+	if errors.Is(err, ndk.ErrNDISAdapterNotReady) {
+		return nil, fmt.Errorf("ndkverbs: no daemon answers at %s (is `ndkxdp daemon` running, and may this user connect?): %w", socket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ndkverbs: dial the daemon at %s: %w", socket, err)
+	}
+	d, err := New(a)
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	d.owned = true
+	return d, nil
+}
+
 // New creates a protection domain on a for the endpoints it will make.
 func New(a *ndk.Adapter) (*Device, error) {
 	pd, err := a.CreatePD()
@@ -144,6 +165,16 @@ func (e *Endpoint) Connected(disconnect func() error) { e.disconnect = disconnec
 func (e *Endpoint) PeerDisconnected() {
 	e.gone.Store(true)
 	signal(e.wake)
+}
+
+// Alloc implements verbs.Endpoint: ndk.Adapter.Memory, Go memory on an
+// adapter from Open, memory shared with the daemon on one from Dial.
+func (e *Endpoint) Alloc(n int) ([]byte, error) {
+	buf, err := e.dev.Adapter.Memory(n)
+	if err != nil {
+		return nil, fmt.Errorf("alloc %d bytes: %w: %w", n, verbs.ErrInvalid, err)
+	}
+	return buf, nil
 }
 
 // Register implements verbs.Endpoint.

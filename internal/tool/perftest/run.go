@@ -48,8 +48,11 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 		if p.Verb == Atomic {
 			access |= verbs.AccessRemoteAtomic
 		}
-		var err error
-		if d.buf, err = ep.Register(make([]byte, 2*d.half), access); err != nil {
+		buf, err := ep.Alloc(2 * d.half)
+		if err != nil {
+			return fmt.Errorf("allocate test buffer: %w", err)
+		}
+		if d.buf, err = ep.Register(buf, access); err != nil {
 			return fmt.Errorf("register test buffer: %w", err)
 		}
 		d.local, _ = d.buf.Seg(0, p.Size)

@@ -75,11 +75,16 @@ const idControl = 1 // SYNC_SPEC_ID in perftest; any ID will do on our side
 func prepareControl(c *control) func(verbs.Endpoint) error {
 	return func(ep verbs.Endpoint) error {
 		c.w.ep = ep
-		var err error
-		if c.send, err = ep.Register(make([]byte, DestLen), 0); err != nil {
+		// One allocation for both: a daemon maps a bounded number of
+		// memory segments per client.
+		buf, err := ep.Alloc(2 * DestLen)
+		if err != nil {
+			return fmt.Errorf("allocate control buffers: %w", err)
+		}
+		if c.send, err = ep.Register(buf[:DestLen:DestLen], 0); err != nil {
 			return fmt.Errorf("register control send buffer: %w", err)
 		}
-		if c.recv, err = ep.Register(make([]byte, DestLen), verbs.AccessLocalWrite); err != nil {
+		if c.recv, err = ep.Register(buf[DestLen:], verbs.AccessLocalWrite); err != nil {
 			return fmt.Errorf("register control receive buffer: %w", err)
 		}
 		return c.postRecv()

@@ -175,19 +175,19 @@ type side struct {
 func setup(ep verbs.Endpoint, size int, client bool) (*side, error) {
 	s := &side{ep: ep}
 	var err error
-	if s.recv, err = ep.Register(make([]byte, InfoLen), verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("rping: register recv_buf: %w", err)
+	if s.recv, err = register(ep, "recv_buf", InfoLen, verbs.AccessLocalWrite); err != nil {
+		return nil, err
 	}
-	if s.send, err = ep.Register(make([]byte, InfoLen), 0); err != nil {
-		return nil, fmt.Errorf("rping: register send_buf: %w", err)
+	if s.send, err = register(ep, "send_buf", InfoLen, 0); err != nil {
+		return nil, err
 	}
 	const rw = verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
-	if s.rdma, err = ep.Register(make([]byte, size), rw); err != nil {
-		return nil, fmt.Errorf("rping: register rdma_buf: %w", err)
+	if s.rdma, err = register(ep, "rdma_buf", size, rw); err != nil {
+		return nil, err
 	}
 	if client {
-		if s.start, err = ep.Register(make([]byte, size), rw); err != nil {
-			return nil, fmt.Errorf("rping: register start_buf: %w", err)
+		if s.start, err = register(ep, "start_buf", size, rw); err != nil {
+			return nil, err
 		}
 	}
 	s.recvSeg, _ = s.recv.Seg(0, InfoLen)
@@ -195,6 +195,19 @@ func setup(ep verbs.Endpoint, size int, client bool) (*side, error) {
 		return nil, fmt.Errorf("rping: post receive: %w", err)
 	}
 	return s, nil
+}
+
+// register allocates n bytes on ep and registers them.
+func register(ep verbs.Endpoint, name string, n int, access verbs.Access) (verbs.Region, error) {
+	buf, err := ep.Alloc(n)
+	if err != nil {
+		return verbs.Region{}, fmt.Errorf("rping: allocate %s: %w", name, err)
+	}
+	r, err := ep.Register(buf, access)
+	if err != nil {
+		return verbs.Region{}, fmt.Errorf("rping: register %s: %w", name, err)
+	}
+	return r, nil
 }
 
 // wait returns the next completion of op. Signaled SEND completions that

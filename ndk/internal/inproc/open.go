@@ -54,7 +54,6 @@ func Open(ifname string, cfg Config) (*Provider, error) {
 		p.Close()
 		return nil, err
 	}
-	p.publish()
 	return p, nil
 }
 

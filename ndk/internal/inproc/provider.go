@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
@@ -68,6 +67,8 @@ type Config struct {
 	// taken over instead of attached anew. Close unpins and detaches.
 	Pin     bool
 	PinRoot string // loader.DefaultPinRoot when empty
+	// SpinTime is rc.Config.SpinTime (zero: its default).
+	SpinTime time.Duration
 	// BindMode is the AF_XDP sockets' bind mode (zero-copy or copy).
 	BindMode afxdp.BindMode
 	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
@@ -102,24 +103,6 @@ type Provider struct {
 	// write lock waits for an engine.
 	ownersMu sync.RWMutex
 	owners   map[uint32]*rc.Engine
-
-	// queues is what Engine and Doorbell read, without mu: published
-	// once the provider is built, withdrawn at Close. The daemon's relay
-	// calls them on an engine goroutine, and CreateQP holds mu while it
-	// waits for that engine: with mu they deadlocked
-	// (test/daemon TestManyQPsThroughDaemon, within a few hundred QPs).
-	queues atomic.Pointer[queueView]
-}
-
-// queueView is the engines and ports by queue, fixed once published.
-type queueView struct {
-	engines []*rc.Engine
-	ports   []port.Port
-}
-
-// publish makes the built provider's queues visible to Engine and Doorbell.
-func (p *Provider) publish() {
-	p.queues.Store(&queueView{engines: p.engines, ports: p.ports})
 }
 
 // firstQPN leaves room below for QP0/QP1 and well-known numbers, as rxe
@@ -169,7 +152,6 @@ func OverPort(pt port.Port, link Link, cfg Config) (*Provider, error) {
 			return nil, err
 		}
 	}
-	p.publish()
 	return p, nil
 }
 
@@ -182,7 +164,8 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 		pt = newLossyPort(pt, cfg.InjectLoss, uint64(len(p.engines))+1)
 	}
 	p.ports = append(p.ports, pt)
-	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource, MaxQPs: cfg.MaxQPs}
+	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource,
+		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}
@@ -333,7 +316,6 @@ func (p *Provider) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.queues.Store(nil)
 	if p.mgmt != nil {
 		p.mgmt.close()
 	}
@@ -371,26 +353,16 @@ func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
 	if q < 0 || q >= len(p.bells) || q >= len(p.ports) {
 		return nil, -1, fmt.Errorf("no shared doorbell for queue %d", q)
 	}
-	x, ok := p.ports[q].(*port.XSK)
+	x, ok := port.Inner(p.ports[q]).(*port.XSK)
 	if !ok {
 		return nil, -1, fmt.Errorf("queue %d is not an AF_XDP port", q)
 	}
 	return p.bells[q], x.BellFD(), nil
 }
 
-// Engine returns queue q's engine. It takes no lock: an engine's own
-// goroutine may call it.
-func (p *Provider) Engine(q int) (*rc.Engine, error) {
-	v := p.queues.Load()
-	if v == nil || q < 0 || q >= len(v.engines) {
-		return nil, ErrClosed
-	}
-	return v.engines[q], nil
-}
-
-// Doorbell rings queue q's engine. It takes no lock, as Engine.
-func (p *Provider) Doorbell(q int) {
-	if v := p.queues.Load(); v != nil && q >= 0 && q < len(v.ports) {
-		v.ports[q].Doorbell()
-	}
+// Engines returns the engines, by queue; the slice is the caller's.
+func (p *Provider) Engines() []*rc.Engine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*rc.Engine(nil), p.engines...)
 }

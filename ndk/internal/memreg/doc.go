@@ -21,6 +21,14 @@
 // the region's slice, never by turning an address into a pointer. Zero-based
 // addresses are refused.
 //
+// Fast-register MRs and memory windows (mutable.go) take a slot at
+// creation and change on the posting path: FastRegister and Bind give them
+// memory, rights and new keys without allocating, Invalidate revokes
+// them; readers take a consistent snapshot of the changing fields under a
+// sequence count, lock-free. A window is checked against its own range
+// and rights, answers only on the QP that bound it (CheckRemoteOn), and
+// dies with its MR's registration.
+//
 // It is not the public API (package ndk's PD and MR are), and it does not
 // know QPs, connections or wire formats: the engine maps a Fault to an NDK
 // completion status or an IB NAK.

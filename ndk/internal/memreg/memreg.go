@@ -62,6 +62,8 @@ const (
 	FaultBounds                 // the range leaves the region, or va+length overflows
 	FaultAccess                 // the region lacks the right
 	FaultNotInvalidatable       // Invalidate on memory that cannot be invalidated
+	FaultKind                   // FastRegister on what is not a fast MR, Bind on what is not a window (or to one)
+	FaultState                  // FastRegister on a registered fast MR (invalidate it first), or a concurrent change
 )
 
 var faultNames = [...]string{
@@ -72,6 +74,8 @@ var faultNames = [...]string{
 	FaultBounds:           "out of bounds",
 	FaultAccess:           "access right missing",
 	FaultNotInvalidatable: "region cannot be invalidated",
+	FaultKind:             "wrong kind of region",
+	FaultState:            "region is registered",
 }
 
 func (f Fault) String() string {
@@ -92,6 +96,9 @@ type entry struct {
 	Region
 	tokens      Tokens
 	invalidated atomic.Bool
+	// mut holds the changing state of a fast MR or window (mutable.go);
+	// nil for NdkRegisterMr's regions, whose fields never change.
+	mut *mutable
 }
 
 // Table maps tokens to regions. Lookups are lock-free; Register and
@@ -204,6 +211,12 @@ func (t *Table) Deregister(local uint32) error {
 	}
 	t.slots[idx].Store(nil)
 	e.invalidated.Store(true) // for an engine that still holds the entry
+	if m := e.mut; m != nil {
+		// Its keys changed since Register noted them: the next occupant
+		// must not draw the ones a peer may still hold.
+		mask := uint32(1)<<t.keyBits - 1
+		t.lastLocal[idx], t.lastRemote[idx] = m.local.Load()&mask, m.remote.Load()&mask
+	}
 	t.free = append(t.free, idx)
 	return nil
 }
@@ -219,6 +232,9 @@ func (t *Table) lookup(token uint32, remote bool) (*entry, Fault) {
 	if e == nil {
 		return nil, FaultToken
 	}
+	if e.mut != nil {
+		return e, OK // its tokens change: checkMutable compares them
+	}
 	want := e.tokens.Local
 	if remote {
 		want = e.tokens.Remote
@@ -230,7 +246,7 @@ func (t *Table) lookup(token uint32, remote bool) (*entry, Fault) {
 }
 
 // check is the part CheckLocal and CheckRemote share.
-func (e *entry) check(pd uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+func (e *entry) check(pd uint32, va, length uint64, need Access) ([]byte, Fault) {
 	if e.PD != pd {
 		return nil, FaultPD
 	}
@@ -240,7 +256,7 @@ func (e *entry) check(pd uint32, va uint64, length uint32, need Access) ([]byte,
 	// Written so that no sum can overflow: off is the distance from the
 	// region's start, and the length must fit in what remains.
 	size := uint64(len(e.Buf))
-	if va < e.VA || va-e.VA > size || uint64(length) > size-(va-e.VA) {
+	if va < e.VA || va-e.VA > size || length > size-(va-e.VA) {
 		return nil, FaultBounds
 	}
 	if e.Access&need != need {
@@ -261,22 +277,36 @@ func (t *Table) CheckLocal(pd, token uint32, va uint64, length uint32, need Acce
 	if f != OK {
 		return nil, f
 	}
+	if e.mut != nil {
+		return e.checkMutable(token, false, pd, 0, va, uint64(length), need)
+	}
 	if need == AccessReadSink && e.Access&AccessLocalWrite != 0 {
 		need = AccessLocalWrite
 	}
-	return e.check(pd, va, length, need)
+	return e.check(pd, va, uint64(length), need)
 }
 
-// CheckRemote checks a peer's access (remote token, address, length from a
-// RETH or AtomicETH) arriving on a QP of protection domain pd; need is
-// AccessRemoteRead, AccessRemoteWrite or AccessRemoteAtomic. On success it
-// returns the bytes to read or write. Lock-free; allocates nothing.
-func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+// CheckRemoteOn checks a peer's access (remote token, address, length from
+// a RETH or AtomicETH) arriving on QP qpn of protection domain pd; need is
+// AccessRemoteRead, AccessRemoteWrite or AccessRemoteAtomic. A window
+// answers only on the QP that bound it (FaultToken elsewhere), as an IB
+// type-2 window. On success it returns the bytes to read or write.
+// Lock-free; allocates nothing.
+func (t *Table) CheckRemoteOn(pd, qpn, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
 	e, f := t.lookup(token, true)
 	if f != OK {
 		return nil, f
 	}
-	return e.check(pd, va, length, need)
+	if e.mut != nil {
+		return e.checkMutable(token, true, pd, qpn, va, uint64(length), need)
+	}
+	return e.check(pd, va, uint64(length), need)
+}
+
+// CheckRemote is CheckRemoteOn for an access on no particular QP: it
+// reaches registered and fast-registered MRs, never a window.
+func (t *Table) CheckRemote(pd, token uint32, va uint64, length uint32, need Access) ([]byte, Fault) {
+	return t.CheckRemoteOn(pd, 0, token, va, length, need)
 }
 
 // Invalidate revokes the region of token (either of its tokens) for
@@ -291,6 +321,9 @@ func (t *Table) Invalidate(pd, token uint32) Fault {
 		if e, f = t.lookup(token, false); f != OK {
 			return f
 		}
+	}
+	if e.mut != nil {
+		return t.invalidateMutable(e, pd, token)
 	}
 	if e.PD != pd {
 		return FaultPD

@@ -60,3 +60,18 @@ func (c *capturePort) record(ts time.Time, f []byte) {
 func (c *capturePort) Close() error {
 	return errors.Join(c.Port.Close(), c.err)
 }
+
+// Unwrap returns the port the capture wraps.
+func (c *capturePort) Unwrap() Port { return c.Port }
+
+// Inner returns the port under any wrappers (Capture), for what needs the
+// concrete port (an XSK's doorbell).
+func Inner(p Port) Port {
+	for {
+		u, ok := p.(interface{ Unwrap() Port })
+		if !ok {
+			return p
+		}
+		p = u.Unwrap()
+	}
+}

@@ -20,6 +20,7 @@ const (
 	OpArena           = "arena"            // a memfd of client memory (FDs: the memfd)
 	OpCreateCQ        = "create_cq"        // Depth; reply: H, segment (FDs)
 	OpCloseCQ         = "close_cq"         // H
+	OpResizeCQ        = "resize_cq"        // H, Depth; reply: segment (FDs) of the new ring
 	OpModerateCQ      = "moderate_cq"      // H, Timeout (interval, ns; 0: none), Depth (count; 0: none): the effective bounds
 	OpCreatePD        = "create_pd"        // reply: H
 	OpClosePD         = "close_pd"         // H; event pd_closed follows

@@ -207,7 +207,11 @@ func NewQPLayout(sendSlots, recvSlots int) QPLayout {
 
 // CQLayout is where a CQ's ring and shared words lie in its segment: the
 // arm word (uint32, client sets, daemon clears) at +0 and the CQ error
-// status (uint32, daemon-written) at +4, then the ring.
+// status (uint32, daemon-written) at +4, then the ring. A resize gives the
+// CQ a new segment of the same layout for its ring; the arm and status
+// words stay in the first. The sealed word (uint32, daemon-written) at +8
+// of a ring's segment turns 1 once the relay moves no more completions
+// into that ring: the client drains it, then takes the new one.
 type CQLayout struct {
 	Words int
 	Ring  shm.RingLayout

@@ -3,7 +3,9 @@
 // posting goroutine, one engine goroutine, as NDKPI's posting rules allow:
 // "the consumer never posts to the same queue from two threads at once") and
 // MPSC for completion queues (several engine goroutines may complete into one
-// CQ; one consumer, serialized by NDKPI's completion-handling rules).
+// CQ; one consumer, serialized by NDKPI's completion-handling rules), and
+// MPMC for shared receive queues (one posting goroutine, and the engines
+// of every QP on the SRQ taking receives).
 //
 // Each side keeps its own index and a cached copy of the peer's; only the
 // shared indices are atomic, loaded with acquire and stored with release

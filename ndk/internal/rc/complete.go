@@ -92,8 +92,16 @@ func (e *Engine) cancelAll(q *QP) {
 	}
 	t.sqStart, t.txIdx, t.txPkt = t.sqHead, t.sqHead, 0
 	t.una = t.nextPSN
-	for tail := q.rq.tail.Load(); t.rqHead < tail; {
-		e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false)
+	if q.cfg.SRQ != nil {
+		// Only the receive this QP took; the SRQ's others stay for the
+		// other QPs on it.
+		if t.hasCur {
+			e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false)
+		}
+	} else {
+		for tail := q.rq.tail.Load(); t.rqHead < tail; {
+			e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false)
+		}
 	}
 	t.inMsg = msgNone
 }
@@ -116,6 +124,12 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status ndkpi.Status, code uint3
 			typ = ndkpi.OpCompareAndSwap
 		case OpFetchAdd:
 			typ = ndkpi.OpFetchAndAdd
+		case OpFastRegister:
+			typ = ndkpi.OpFastRegister
+		case OpBind:
+			typ = ndkpi.OpBind
+		case OpInvalidate:
+			typ = ndkpi.OpInvalidate
 		}
 		e.entry = cq.Entry{
 			Status:            status,
@@ -146,7 +160,7 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status ndkpi.Status, code uint3
 // the slot first (see completeSend).
 func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ ndkpi.OperationType, token uint32, solicited bool) {
 	t := &q.t
-	w := q.rq.at(t.rqHead)
+	w := e.recvHead(q)
 	e.entry = cq.Entry{
 		Status:                       status,
 		BytesTransferred:             n,
@@ -157,11 +171,25 @@ func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ nd
 		RequestContext:               w.ctx,
 		Solicited:                    solicited,
 	}
-	w.ctx = nil
-	clear(w.seg[:w.nseg])
-	t.rqHead++
-	q.rq.retire(t.rqHead)
+	if q.cfg.SRQ != nil {
+		t.hasCur = false
+		q.cfg.SRQ.release(t.cur)
+	} else {
+		w.ctx = nil
+		clear(w.seg[:w.nseg])
+		t.rqHead++
+		q.rq.retire(t.rqHead)
+	}
 	q.cfg.RecvCQ.Push(&e.entry)
 	e.entry = cq.Entry{}
 	e.c.completions.Add(1)
+}
+
+// recvHead is the receive the current SEND lands in: the oldest of the
+// QP's receive queue, or the one it took from its SRQ.
+func (e *Engine) recvHead(q *QP) *recvWQE {
+	if q.cfg.SRQ != nil {
+		return &q.cfg.SRQ.slab[q.t.cur]
+	}
+	return q.rq.at(q.t.rqHead)
 }

@@ -80,6 +80,12 @@ func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
 	progress := false
 	for t.sqHead < t.sqStart {
 		w := q.sq.at(t.sqHead)
+		if w.op.local() {
+			if !e.retireLocal(q) {
+				return
+			}
+			continue
+		}
 		if psn.Less(w.firstPSN) {
 			break
 		}
@@ -166,6 +172,9 @@ func (e *Engine) readResponse(q *QP, psn rocev2.PSN) {
 	w.received = off + uint32(len(data))
 	t.una = psn.Next()
 	if last {
+		if w.flags&ndkpi.OpFlagRDMAReadLocalInvalidate != 0 && !e.readLocalInvalidate(q, w) {
+			return
+		}
 		e.completeSend(q, w, ndkpi.StatusSuccess, 0)
 	}
 	e.progress(q)

@@ -53,6 +53,8 @@
 //	              control calls, transmit, timers, sleep
 //	qp.go         QP, QPConfig, the WQEs; CreateQP, Connect, Close
 //	post.go       PostSend, PostReceive, Flush: the consumer's side
+//	local.go      FastRegister, Bind and Invalidate work requests
+//	srq.go        SRQ, the shared receive queue
 //	ring.go       workRing, a QP's send or receive queue
 //	transport.go  qpTransport, a QP's engine-owned transport state, and the
 //	              responder resources
@@ -153,8 +155,18 @@
 //     PSNs; the inbound limit is the number of responder resources, and a
 //     READ beyond it is an invalid request.
 //   - SEND with Invalidate: IETH; the receiver invalidates the token
-//     (memreg.Invalidate) and completes with Type ReceiveAndInvalidate and
-//     the token; a token it cannot invalidate aborts the connection.
+//     (memreg.Invalidate: a fast MR, a bound window, or an invalidatable
+//     MR) and completes with Type ReceiveAndInvalidate and the token; a
+//     token it cannot invalidate aborts the connection.
+//   - Local operations (local.go: OpFastRegister, OpBind, OpInvalidate):
+//     executed on the token table when posted, queued without PSNs, and
+//     completed in order once every earlier request has; a failed
+//     Invalidate completes STATUS_INVALID_DEVICE_REQUEST and fails the QP.
+//     A window answers only on the QP that bound it (memreg.CheckRemoteOn
+//     with the QP's number, IB type 2).
+//   - SRQ (srq.go): a QP created on one takes a receive from the SRQ's
+//     lock-free ring when a SEND starts and sends an RNR NAK only when it
+//     is empty; the limit event fires once per arm, off the engine.
 //   - SE on the last packet of a solicited SEND; the receive completion is
 //     marked Solicited for the CQ's arm.
 //   - SILENT_SUCCESS: no completion on success, the WQE still retires in
@@ -194,8 +206,6 @@
 //   - WRITE with immediate, FLUSH and ATOMIC_WRITE are refused with an
 //     invalid request NAK. SEND with immediate is received as a plain SEND
 //     (the immediate is dropped).
-//   - No NdkBind/NdkFastRegister/NdkInvalidate WQEs (no wire packets, but
-//     they must retire in order with the others) and no SRQ.
 //   - Zero copy stops at the XSK port: AllocBuffer payloads leave in place
 //     (port.XSKConfig.TxReference) and a frame over one 4 KiB chunk is
 //     joined where it lies, so receive places each payload with one copy;

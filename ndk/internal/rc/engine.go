@@ -280,14 +280,17 @@ func (e *Engine) run() {
 	var lastYield int64
 	for !e.stop.Load() {
 		e.now = e.clock()
-		work := e.receive()
+		// Pollers first: receives a daemon client posted reach their QPs
+		// before the frames this turn brings, which would otherwise find
+		// them missing and draw an RNR NAK.
+		work := e.runPollers()
+		work += e.receive()
 		work += e.receiveForwarded()
 		work += e.drainReady()
 		if e.ctlPending.Load() {
 			e.runControl()
 			work++
 		}
-		work += e.runPollers()
 		work += e.transmitGSI()
 		work += e.transmit()
 		if e.now >= e.nextTimer {

@@ -17,8 +17,19 @@ type SendWR struct {
 	// RemoteAddr and RemoteToken name the peer's memory for Read and Write.
 	RemoteAddr  uint64
 	RemoteToken uint32
-	// InvalidateToken is the peer token a SendInvalidate invalidates.
+	// InvalidateToken is the peer token a SendInvalidate invalidates, or
+	// the local fast MR's or window's token an OpInvalidate revokes.
 	InvalidateToken uint32
+	// Local operations (local.go). OpFastRegister: the fast MR (its local
+	// token) gets Buf at RemoteAddr with Access. OpBind: the window MW
+	// (its remote token) gets Length bytes at RemoteAddr of the MR whose
+	// local token is MR, with Access. Tokens receives the new tokens when
+	// PostSend returns Success.
+	MR, MW uint32
+	Buf    []byte
+	Length uint64
+	Access memreg.Access
+	Tokens memreg.Tokens
 	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
 	// swap) and OpFetchAdd (SwapAdd is the addend).
 	Compare, SwapAdd uint64
@@ -60,6 +71,9 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	case StateClosed:
 		return ndkpi.StatusInvalidHandle
 	}
+	if wr.Op.local() {
+		return q.postLocal(wr)
+	}
 	inline := wr.Flags&ndkpi.OpFlagInline != 0 && !wr.Op.responded()
 	maxSGE := q.cfg.MaxSendSGE
 	need := memreg.Access(0)
@@ -86,6 +100,10 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	}
 	if total > q.maxTransfer() || (inline && total > uint64(q.cfg.InlineSize)) {
 		return ndkpi.StatusInvalidParameter
+	}
+	localInv := wr.Op == OpRead && wr.Flags&ndkpi.OpFlagRDMAReadLocalInvalidate != 0
+	if localInv && len(wr.SGL) == 0 {
+		return ndkpi.StatusInvalidParameter // no first SGE whose token to invalidate
 	}
 	w := q.sq.reserve()
 	if w == nil {
@@ -122,6 +140,9 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	w.remoteAddr = wr.RemoteAddr
 	w.remoteToken = wr.RemoteToken
 	w.invToken = wr.InvalidateToken
+	if localInv {
+		w.invToken = wr.SGL[0].Token // RDMA_READ_LOCAL_INVALIDATE (local.go)
+	}
 	w.compare = wr.Compare
 	w.swapAdd = wr.SwapAdd
 	w.ctx = wr.Context
@@ -166,11 +187,15 @@ func (q *QP) RingDeferred() {
 // PostReceive queues a receive buffer; allowed before the QP connects. It
 // returns Success, InvalidParameter (too many SGEs, or more bytes than a
 // set QPConfig.MaxTransfer), AccessViolation (an SGE without local write),
-// InsufficientResources (receive queue full) or InvalidHandle (closed). It
+// InsufficientResources (receive queue full), InvalidHandle (closed) or
+// InvalidDeviceRequest (a QP on an SRQ, whose receives go to the SRQ). It
 // allocates nothing.
 func (q *QP) PostReceive(ctx any, sgl []SGE) ndkpi.Status {
 	if State(q.state.Load()) == StateClosed {
 		return ndkpi.StatusInvalidHandle
+	}
+	if q.cfg.SRQ != nil {
+		return ndkpi.StatusInvalidDeviceRequest // its receives come from the SRQ
 	}
 	if len(sgl) > q.cfg.MaxRecvSGE {
 		return ndkpi.StatusInvalidParameter

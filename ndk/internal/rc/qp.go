@@ -22,8 +22,9 @@ type sendWQE struct {
 	remoteAddr  uint64
 	remoteToken uint32
 	invToken    uint32
-	compare     uint64 // CMP_SWAP's compare value
-	swapAdd     uint64 // CMP_SWAP's swap value, FETCH_ADD's addend
+	localStatus ndkpi.Status // a local operation's outcome (local.go)
+	compare     uint64       // CMP_SWAP's compare value
+	swapAdd     uint64       // CMP_SWAP's swap value, FETCH_ADD's addend
 	ctx         any
 	seg         [MaxSGE][]byte // resolved at post time (inline: seg[0] aliases inline)
 	inline      [MaxInline]byte
@@ -57,6 +58,10 @@ type QPConfig struct {
 	// MaxTransfer bounds the total length of one request or receive
 	// buffer (AdapterInfo.MaxTransferLength); 0 means 2^32-1.
 	MaxTransfer uint32
+	// SRQ, when set, is where the QP takes its receives (NdkCreateQpWithSrq):
+	// it has no receive queue of its own, and RecvDepth and MaxRecvSGE
+	// are ignored.
+	SRQ *SRQ
 }
 
 // QP is a reliable-connection queue pair. Post methods are called by the
@@ -110,7 +115,7 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, fmt.Errorf("%w: QPN %#x outside [2, 2^24)", ErrBadConfig, cfg.QPN)
 	case cfg.RecvCQ == nil || cfg.SendCQ == nil:
 		return nil, fmt.Errorf("%w: QP needs a receive and an initiator CQ", ErrBadConfig)
-	case cfg.RecvDepth < 1 || cfg.SendDepth < 1 || cfg.RecvDepth > queue.MaxCapacity || cfg.SendDepth > queue.MaxCapacity:
+	case cfg.SRQ == nil && (cfg.RecvDepth < 1 || cfg.RecvDepth > queue.MaxCapacity), cfg.SendDepth < 1 || cfg.SendDepth > queue.MaxCapacity:
 		return nil, fmt.Errorf("%w: queue depths %d/%d", ErrBadConfig, cfg.RecvDepth, cfg.SendDepth)
 	case cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > MaxSGE || cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > MaxSGE ||
 		cfg.MaxReadSGE < 0 || cfg.MaxReadSGE > MaxSGE:
@@ -123,8 +128,10 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 		regions: e.regions,
 		cfg:     cfg,
 		sq:      newWorkRing[sendWQE](cfg.SendDepth),
-		rq:      newWorkRing[recvWQE](cfg.RecvDepth),
 		drained: make(chan struct{}),
+	}
+	if cfg.SRQ == nil {
+		q.rq = newWorkRing[recvWQE](cfg.RecvDepth)
 	}
 	var err error
 	if derr := e.do(func() {

@@ -17,6 +17,9 @@ func (e *Engine) request(q *QP) (int, bool) {
 	if t.rnrUntil != 0 {
 		return 0, false // the RNR timer reschedules
 	}
+	if !e.retireLocal(q) {
+		return 0, false
+	}
 	tail := q.sq.tail.Load() // acquire: the posted WQEs are written
 	sent := 0
 	for sent < qpBudget {
@@ -24,6 +27,22 @@ func (e *Engine) request(q *QP) (int, bool) {
 			break
 		}
 		w := q.sq.at(t.txIdx)
+		if w.op.local() {
+			// No packet: it only needs its turn in the queue (local.go).
+			if t.txIdx == t.sqStart {
+				if w.flags&ndkpi.OpFlagReadFence != 0 && t.readsOut > 0 {
+					break
+				}
+				w.firstPSN, w.npkts = t.nextPSN, 0
+				t.sqStart++
+			}
+			t.txIdx++
+			t.txPkt = 0
+			if !e.retireLocal(q) {
+				return sent, false
+			}
+			continue
+		}
 		if t.txIdx == t.sqStart {
 			if w.flags&ndkpi.OpFlagReadFence != 0 && t.readsOut > 0 {
 				break // READ_FENCE: wait for every earlier READ

@@ -97,7 +97,12 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		return
 	}
 	if pos&rocev2.PosFirst != 0 {
-		if t.rqHead == q.rq.tail.Load() {
+		if q.cfg.SRQ != nil {
+			// A QP on an SRQ takes its receive when a message starts; an
+			// RNR NAK only when the SRQ is empty.
+			t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
+		}
+		if (q.cfg.SRQ != nil && !t.hasCur) || (q.cfg.SRQ == nil && t.rqHead == q.rq.tail.Load()) {
 			// No receive posted: RNR NAK, and drop what follows until
 			// the requester comes back to this PSN.
 			t.nakSent = true
@@ -107,7 +112,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		}
 		t.recvOff = 0
 	}
-	w := q.rq.at(t.rqHead)
+	w := e.recvHead(q)
 	if !scatter(&w.seg, w.nseg, t.recvOff, p.Payload) {
 		// The message does not fit the receive buffer: the receive
 		// fails (IB_WC_LOC_LEN_ERR) and the requester gets an invalid
@@ -160,7 +165,7 @@ func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
 		r := &p.RETH
 		t.wbuf, t.woff = nil, 0
 		if r.DMALen > 0 { // a zero-length WRITE checks no key (IBTA 9.4.3)
-			b, f := e.regions.CheckRemote(q.cfg.PD, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
+			b, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
 			if f != memreg.OK {
 				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 				return
@@ -213,7 +218,7 @@ func (e *Engine) recvRead(q *QP) {
 	var b []byte
 	if r.DMALen > 0 {
 		var f memreg.Fault
-		b, f = e.regions.CheckRemote(q.cfg.PD, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteRead)
+		b, f = e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteRead)
 		if f != memreg.OK {
 			e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 			return
@@ -257,7 +262,7 @@ func (e *Engine) recvAtomic(q *QP, op rocev2.Opcode) {
 		return
 	}
 	a := &p.AtomicETH
-	b, f := e.regions.CheckRemote(q.cfg.PD, a.RKey, a.VA, 8, memreg.AccessRemoteAtomic)
+	b, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, a.RKey, a.VA, 8, memreg.AccessRemoteAtomic)
 	if f != memreg.OK {
 		e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 		return
@@ -314,7 +319,7 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 			break
 		}
 		if r.DMALen > 0 {
-			if _, f := e.regions.CheckRemote(q.cfg.PD, s.rkey, r.VA, r.DMALen, memreg.AccessRemoteRead); f != memreg.OK {
+			if _, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, s.rkey, r.VA, r.DMALen, memreg.AccessRemoteRead); f != memreg.OK {
 				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 				return
 			}

@@ -43,6 +43,8 @@ type qpTransport struct {
 
 	// Responder.
 	rqHead  uint64
+	cur     uint32 // on an SRQ: the slab slot of the receive the message in progress took
+	hasCur  bool
 	ePSN    rocev2.PSN
 	msn     uint32
 	nakSent bool // a sequence or RNR NAK was sent; drop until ePSN arrives

@@ -38,13 +38,21 @@ const (
 	// in, host byte order as verbs delivers it.
 	OpCompareSwap
 	OpFetchAdd
+	// Local operations (local.go): posted on the send queue, no packet on
+	// the wire, retired in order with the other requests.
+	OpFastRegister // NdkFastRegister, IB_WR_REG_MR
+	OpBind         // NdkBind, IB_WR_BIND_MW
+	OpInvalidate   // NdkInvalidate, IB_WR_LOCAL_INV
 )
 
 // responded reports whether the peer answers op with data of its own (READ
 // responses, ATOMIC_ACKNOWLEDGE): such requests count against the
 // outbound read limit (IBTA 9.5: initiator depth covers READs and atomics)
 // and are retired only by their response.
-func (op Op) responded() bool { return op >= OpRead }
+func (op Op) responded() bool { return op == OpRead || op.atomic() }
+
+// local reports whether op is executed locally, without a packet.
+func (op Op) local() bool { return op >= OpFastRegister }
 
 func (op Op) atomic() bool { return op == OpCompareSwap || op == OpFetchAdd }
 
@@ -53,6 +61,7 @@ func (op Op) atomic() bool { return op == OpCompareSwap || op == OpFetchAdd }
 // completion says which IB error it was behind its NTSTATUS.
 const (
 	wcLocLenErr      = 1
+	wcLocQPOpErr     = 2
 	wcLocProtErr     = 4
 	wcWRFlushErr     = 5
 	wcRemInvReqErr   = 9

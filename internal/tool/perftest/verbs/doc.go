@@ -13,7 +13,7 @@
 // Example:
 //
 //	a, b := verbstest.Pair(verbstest.Options{})
-//	buf := make([]byte, 64)
+//	buf, _ := a.Alloc(64)
 //	r, _ := a.Register(buf, verbs.AccessLocalWrite)
 //	seg, _ := r.Seg(0, 16)
 //	_ = a.Receive(1, seg)

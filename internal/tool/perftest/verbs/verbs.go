@@ -93,6 +93,11 @@ type Completion struct {
 // queue, as the NDK API offers it. Posting never blocks: a full queue
 // returns ErrQueueFull. All methods are called from one goroutine.
 type Endpoint interface {
+	// Alloc returns n zeroed bytes that Register accepts. The tools take
+	// every buffer they register from it: an implementation may register
+	// only memory it made (ndk through a daemon registers only memory the
+	// daemon maps, ndk.Adapter.Memory).
+	Alloc(n int) ([]byte, error)
 	// Register makes buf usable in requests on this endpoint (NdkRegisterMr).
 	Register(buf []byte, access Access) (Region, error)
 	// Send posts a SEND of local (NdkSend). An unsignaled request makes no

@@ -142,6 +142,15 @@ func (e *Endpoint) Regions() []verbs.Region {
 	return rs
 }
 
+// Alloc implements verbs.Endpoint: Go memory, which Register takes like
+// any other.
+func (e *Endpoint) Alloc(n int) ([]byte, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("alloc %d bytes: %w", n, verbs.ErrInvalid)
+	}
+	return make([]byte, n), nil
+}
+
 // Register implements verbs.Endpoint. Addresses are fake but distinct, so a
 // peer that used its own pointer instead of the advertised address fails.
 func (e *Endpoint) Register(buf []byte, access verbs.Access) (verbs.Region, error) {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/ndkxdp/ndkxdp/internal/vethpair"
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// demoCQDepth is the depth of a host's receive and initiator CQs.
+const demoCQDepth = 8192
+
+// demoHost is what a phase runs on at one end of the pair: an adapter
+// (opened in this process, or dialled at that end's daemon), a protection
+// domain and a receive and an initiator CQ.
+type demoHost struct {
+	Name    string // the namespace, for messages
+	Adapter *ndk.Adapter
+	PD      *ndk.PD
+	RCQ     *ndk.CQ // receive CQ
+	ICQ     *ndk.CQ // initiator CQ
+}
+
+// openAdapterOn opens ndkxdp on h's veth end from inside h's namespace.
+func openAdapterOn(h *vethpair.Host, opts ndk.Options) (*ndk.Adapter, error) {
+	var a *ndk.Adapter
+	if err := h.Do(func() error {
+		var err error
+		a, err = ndk.Open(h.Link, opts)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("open ndkxdp on %s/%s: %w", h.Name, h.Link, err)
+	}
+	return a, nil
+}
+
+// newDemoHost creates the PD and the CQs on a, which the caller closes
+// (and with it what the host made).
+func newDemoHost(name string, a *ndk.Adapter) (*demoHost, error) {
+	x := &demoHost{Name: name, Adapter: a}
+	var err error
+	if x.PD, err = a.CreatePD(); err != nil {
+		return nil, fmt.Errorf("%s: create PD: %w", name, err)
+	}
+	if err := x.NewCQs(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// NewCQs replaces RCQ and ICQ with fresh ones and closes the previous
+// ones, whose QPs the caller has closed by then, so that no phase sees
+// another's completions, such as the cancelled receives of a closed QP.
+func (x *demoHost) NewCQs() error {
+	for _, c := range []*ndk.CQ{x.RCQ, x.ICQ} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	x.RCQ, x.ICQ = nil, nil
+	var err error
+	if x.RCQ, err = x.Adapter.CreateCQ(demoCQDepth, nil); err != nil {
+		return fmt.Errorf("%s: create receive CQ: %w", x.Name, err)
+	}
+	if x.ICQ, err = x.Adapter.CreateCQ(demoCQDepth, nil); err != nil {
+		return fmt.Errorf("%s: create initiator CQ: %w", x.Name, err)
+	}
+	return nil
+}
