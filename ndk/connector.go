@@ -121,14 +121,11 @@ func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort
 // the 4-tuple must be unique.
 func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *SharedEndpoint, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect with shared endpoint"
-	if c.r != nil {
-		if se == nil || se.a != c.a {
-			return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
-		}
-		return c.remoteConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
-	}
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
+	}
+	if c.r != nil {
+		return c.remoteConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	return c.connect(ctx, op, qp, se.LocalAddress(), se, dst, inboundReadLimit, outboundReadLimit, privateData)
 }

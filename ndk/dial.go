@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/client"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
@@ -140,6 +141,17 @@ func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ..
 	}
 	if m.Status != 0 {
 		closeFDs(rfds)
+		if Status(m.Status) == StatusCancelled {
+			// The daemon gave up because ctx ended (its own timer for
+			// ctx's deadline may fire first): the error wraps ctx's, as
+			// in process.
+			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+				<-ctx.Done()
+			}
+			if ctx.Err() != nil {
+				return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
+			}
+		}
 		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: errors.New(m.Msg)}
 	}
 	return m, rfds, nil
@@ -272,17 +284,30 @@ func (r *remote) arenaOf(buf []byte) (*arena, uint64, bool) {
 	return nil, 0, false
 }
 
+// localAccess is what a request does with the memory an SGE names, for
+// checkLocal.
+type localAccess int
+
+const (
+	localRead  localAccess = iota // the source of a SEND or WRITE
+	localWrite                    // a receive's buffer
+	readSink                      // where a READ's (or atomic's) response lands
+)
+
 // checkLocal is the engine's local token check (memreg.CheckLocal) made
 // before a request is posted: the post must fail inline, as it does in
-// process. The daemon checks again.
-func (r *remote) checkLocal(pd *PD, s *SGE, write bool) bool {
+// process. The daemon checks again. A read sink needs LOCAL_WRITE or
+// RDMA_READ_SINK, since the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
+func (r *remote) checkLocal(pd *PD, s *SGE, need localAccess) bool {
 	m := (*r.mrs.Load())[s.Token]
 	switch {
 	case m == nil || m.pd != pd:
 		return false
 	case s.Addr < m.va || s.Addr-m.va > uint64(len(m.buf)) || uint64(s.Length) > uint64(len(m.buf))-(s.Addr-m.va):
 		return false
-	case write && m.flags&(MRFlagAllowLocalWrite) == 0:
+	case need == localWrite && m.flags&MRFlagAllowLocalWrite == 0:
+		return false
+	case need == readSink && m.flags&(MRFlagAllowLocalWrite|MRFlagRDMAReadSink) == 0:
 		return false
 	}
 	return true

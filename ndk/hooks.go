@@ -6,6 +6,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
 // The daemon serves clients' memory and CQs through these (ndk/daemon).
@@ -16,6 +17,12 @@ func init() {
 			return nil, err
 		}
 		return mr, nil
+	}
+	hook.Provider = func(a any) any {
+		if p := a.(*Adapter).prov; p != nil {
+			return p
+		}
+		return nil
 	}
 	hook.PopCQ = func(c any, dst []hook.Entry) int {
 		q := c.(*CQ)
@@ -31,6 +38,21 @@ func init() {
 			n++
 		}
 		return n
+	}
+	hook.QPFailed = func(qp any) bool {
+		q := qp.(*QP)
+		return q.rc != nil && q.rc.State() >= rc.StateError
+	}
+	hook.QPQueued = func(qp any) (uint64, uint64) {
+		if q := qp.(*QP); q.rc != nil {
+			return q.rc.Queued()
+		}
+		return 0, 0
+	}
+	hook.RingDeferred = func(qp any) {
+		if q := qp.(*QP); q.rc != nil {
+			q.rc.RingDeferred()
+		}
 	}
 }
 

@@ -172,9 +172,10 @@ func (x *Listener) finishLocked() {
 type SharedEndpoint struct {
 	a  *Adapter
 	se *cm.SharedEndpoint
-	// On a daemon-backed adapter: the daemon's handle and the address.
+	// A daemon-backed adapter's endpoint (remote_cm.go): the daemon's
+	// handle and the address it took.
 	rh    uint32
-	raddr netip.AddrPort
+	local netip.AddrPort
 }
 
 // CreateSharedEndpoint takes addr for shared use (NdkCreateSharedEndpoint);
@@ -184,13 +185,7 @@ type SharedEndpoint struct {
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	const op = "create shared endpoint"
 	if a.rem != nil {
-		m, err := a.rem.do(op, &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
-		if err != nil {
-			return nil, err
-		}
-		x := &SharedEndpoint{a: a, rh: m.H}
-		x.raddr, _ = netip.ParseAddrPort(m.Addr)
-		return x, nil
+		return a.rem.createSharedEndpoint(a, addr)
 	}
 	m := a.manager()
 	if m == nil {
@@ -211,8 +206,8 @@ func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, er
 // LocalAddress returns the endpoint's address and port
 // (NdkGetSharedEndpointLocalAddress).
 func (x *SharedEndpoint) LocalAddress() netip.AddrPort {
-	if x.a.rem != nil {
-		return x.raddr
+	if x.se == nil {
+		return x.local
 	}
 	return x.se.LocalAddr()
 }
@@ -220,7 +215,7 @@ func (x *SharedEndpoint) LocalAddress() netip.AddrPort {
 // Close drops the endpoint's own reference: connectors using it keep the
 // address and port taken until they close.
 func (x *SharedEndpoint) Close() {
-	if x.a.rem != nil {
+	if x.se == nil {
 		_, _ = x.a.rem.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: x.rh})
 		return
 	}

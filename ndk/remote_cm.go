@@ -61,9 +61,12 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src ne
 	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: c.remoteRetry()}
 	switch {
 	case se != nil:
-		req.Endpoint = se.rh
+		req.SE = se.rh
 	case src.IsValid():
 		req.Addr = src.String()
+	}
+	if se != nil {
+		req.SE = se.rh
 	}
 	m, _, err := c.a.rem.call(ctx, op, req)
 	if err != nil {
@@ -116,6 +119,9 @@ func (c *Connector) remoteConnData(buf []byte) (int, int, int, error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	if len(buf) == 0 { // a size query
+		return m.IRD, m.ORD, len(m.Data), nil
+	}
 	if len(m.Data) > len(buf) {
 		return 0, 0, len(m.Data), errorf(StatusBufferTooSmall, op, "%d bytes of private data, buffer holds %d", len(m.Data), len(buf))
 	}
@@ -165,6 +171,16 @@ func (c *Connector) remoteClose() {
 	if _, err := c.a.rem.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: c.r.h}); err != nil {
 		c.finishRemote()
 	}
+}
+
+func (r *remote) createSharedEndpoint(a *Adapter, addr netip.AddrPort) (*SharedEndpoint, error) {
+	m, err := r.do("create shared endpoint", &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
+	if err != nil {
+		return nil, err
+	}
+	x := &SharedEndpoint{a: a, rh: m.H}
+	x.local, _ = netip.ParseAddrPort(m.Addr)
+	return x, nil
 }
 
 // remoteListener is a daemon-backed listener.

@@ -217,21 +217,26 @@ func (c *CQ) remoteClose() {
 // remoteQP is a daemon-backed QP: the work rings it posts into and the
 // contexts of its requests, which never leave the process.
 type remoteQP struct {
-	h        uint32
-	seg      *shm.Segment
-	send     *shm.Producer
-	recv     *shm.Producer
-	writes   *atomic.Uint64 // the session's count for the QP's queue
-	post     *atomic.Uint64 // the QP's word of the session's post bitmap
-	arm      *atomic.Uint64 // and of its arm bitmap
-	bit      uint64         // the QP's bit in both
-	wArm     *atomic.Uint32
-	wAt      *atomic.Uint64
-	wCh      atomic.Pointer[chan struct{}] // ArmPeerWrites' channel
-	context  any
-	cfg      QPConfig
-	qpn, psn uint32
-	queue    int
+	h      uint32
+	seg    *shm.Segment
+	send   *shm.Producer
+	recv   *shm.Producer
+	writes *atomic.Uint64 // the session's count for the QP's queue
+	post   *atomic.Uint64 // the QP's word of the session's post bitmap
+	arm    *atomic.Uint64 // and of its arm bitmap
+	bit    uint64         // the QP's bit in both
+	state  *atomic.Uint32 // proto.QPFailed once the daemon's QP is in error
+	// The records no longer outstanding (daemon-written), and how many
+	// may be (the depth, rounded up as the engine's queues are).
+	sendDone, recvDone   *atomic.Uint64
+	sendLimit, recvLimit uint64
+	wArm                 *atomic.Uint32
+	wAt                  *atomic.Uint64
+	wCh                  atomic.Pointer[chan struct{}] // ArmPeerWrites' channel
+	context              any
+	cfg                  QPConfig
+	qpn, psn             uint32
+	queue                int
 
 	connected atomic.Bool
 
@@ -289,7 +294,9 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
 	}
 	w, bit := proto.SlotWord(m.Slot)
-	rq := &remoteQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 8), wAt: seg.Word64(l.Words + 16),
+	rq := &remoteQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
+		state: seg.Word32(l.Words + 8), sendDone: seg.Word64(l.Words + 16), recvDone: seg.Word64(l.Words + 24),
+		sendLimit: uint64(l.Send.Slots), recvLimit: uint64(l.Recv.Slots),
 		post: r.sess.Word64(proto.PostBitmap + 8*w), arm: r.sess.Word64(proto.ArmBitmap + 8*w), bit: bit,
 		context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
@@ -345,14 +352,24 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	sgl := publicSGL(wr.SGL)
 	if !inline {
 		for i := range sgl {
-			if !r.checkLocal(q.pd, &sgl[i], responded) {
+			need := localRead
+			if responded {
+				need = readSink
+			}
+			if !r.checkLocal(q.pd, &sgl[i], need) {
 				r.ringDeferred(rq)
 				return postError(op, StatusAccessViolation)
 			}
 		}
 	}
-	slot := rq.send.Reserve()
+	var slot []byte
+	if rq.sendSeq-rq.sendDone.Load() < rq.sendLimit {
+		slot = rq.send.Reserve()
+	}
 	if slot == nil {
+		// The queue is full. The ring also wakes the relay to publish
+		// what retired since: a SILENT_SUCCESS request does not.
+		r.ring()
 		r.ringDeferred(rq)
 		return postError(op, StatusInsufficientResources)
 	}
@@ -366,7 +383,7 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 			if e.Length == 0 {
 				continue
 			}
-			if m := (*r.mrs.Load())[e.Token]; m != nil && r.checkLocal(q.pd, e, false) {
+			if m := (*r.mrs.Load())[e.Token]; m != nil && r.checkLocal(q.pd, e, localRead) {
 				off += copy(s.Inline[off:], m.buf[e.Addr-m.va:][:e.Length])
 			} else {
 				off += copy(s.Inline[off:], bytesAt(e.Addr, e.Length))
@@ -434,12 +451,16 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 		return postError("receive", StatusInvalidParameter)
 	}
 	for i := range sgl {
-		if !r.checkLocal(q.pd, &sgl[i], true) {
+		if !r.checkLocal(q.pd, &sgl[i], localWrite) {
 			return postError("receive", StatusAccessViolation)
 		}
 	}
-	slot := rq.recv.Reserve()
+	var slot []byte
+	if rq.recvSeq-rq.recvDone.Load() < rq.recvLimit {
+		slot = rq.recv.Reserve()
+	}
 	if slot == nil {
+		r.ring() // for the relay to publish what retired since
 		return postError("receive", StatusInsufficientResources)
 	}
 	v := &rq.rr

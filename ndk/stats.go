@@ -58,6 +58,20 @@ type EngineStats struct {
 	// handed to this one; frames dropped because no forwarding buffer or
 	// inbox slot was free.
 	ForwardedOut, ForwardedIn, ForwardDrops uint64
+
+	// CNPs received (congestion notifications: counted and ignored, no
+	// DCQCN); they are also in NotRC.
+	CNPs uint64
+	// Requests that failed after their retries, or their RNR retries: the
+	// QP went to error (rxe retry_exceeded_err, retry_rnr_exceeded_err).
+	RetryExceeded, RNRRetryExceeded uint64
+	// Peers' requests this responder refused with a remote access NAK (a
+	// bad R_Key, range or permission), and this requester's requests a
+	// peer refused so.
+	LocalAccessErrors, RemoteAccessErrors uint64
+	// SequenceErrors counts the PSN sequence error NAKs among
+	// NAKsReceived: the peer saw a gap (rxe rcvd_seq_err).
+	SequenceErrors uint64
 }
 
 // Add adds o's counters to s, to total an adapter's engines.

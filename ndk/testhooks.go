@@ -9,8 +9,12 @@ import (
 func init() {
 	testhooks.InstallMADFaults(func(adapter any, f testhooks.MADFaults) {
 		a := adapter.(*Adapter)
-		if p, ok := a.prov.(*inproc.Provider); ok {
-			p.SetMADFaults(f)
+		p, ok := a.prov.(*inproc.Provider)
+		if !ok {
+			// A daemon-backed adapter's MADs leave from the daemon's
+			// adapter: a hook here would silently do nothing.
+			panic("testhooks: SetMADFaults needs an adapter from ndk.Open (a daemon's own, not a client's)")
 		}
+		p.SetMADFaults(f)
 	})
 }

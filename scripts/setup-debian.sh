@@ -15,6 +15,7 @@ pkgs=(
 	mmdebstrap      # builds the peer VM's Debian 12 root file system
 	zstd            # compresses the peer VM's initramfs
 	cpio            # cross-checks the initramfs writer in test/interop
+	systemd         # systemd-analyze verify checks packaging/ndkxdp@.service
 )
 missing=()
 for p in "${pkgs[@]}"; do

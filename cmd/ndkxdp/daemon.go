@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -35,6 +36,10 @@ type daemonConfig struct {
 	PinRoot     string `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
 	ZeroCopy    string `json:"zero_copy"`    // preferred, required or off
 	BusyPoll    string `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
+	Metrics     string `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
+	// MetricsQPs bounds the QPs with series of their own (default 64); the
+	// rest are summed under qpn="other".
+	MetricsQPs int `json:"metrics_qp_series"`
 }
 
 func defaultDaemonConfig() daemonConfig {
@@ -75,7 +80,7 @@ func rxQueues(dev string) (int, error) {
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, log_format, log_level, pin_root); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
@@ -88,6 +93,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.PinRoot, "pin-root", "", "bpffs directory for the pinned attachment (default /sys/fs/bpf/ndkxdp)")
 	fs.StringVar(&set.ZeroCopy, "zero-copy", "", "AF_XDP bind mode: preferred (default: zero-copy where the driver has it), required or off")
 	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
+	fs.StringVar(&set.Metrics, "metrics", "", `serve Prometheus /metrics on this address (off by default; ":9464" is loopback port 9464)`)
+	fs.IntVar(&set.MetricsQPs, "metrics-qps", 0, `QPs with metric series of their own (default 64); the rest are summed under qpn="other"`)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
 			"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n\n")
@@ -131,10 +138,14 @@ func overlay(c *daemonConfig, set daemonConfig) {
 		{&c.Queues, set.Queues}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
 		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
 		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
+		{&c.Metrics, set.Metrics},
 	} {
 		if f.v != "" {
 			*f.dst = f.v
 		}
+	}
+	if set.MetricsQPs != 0 {
+		c.MetricsQPs = set.MetricsQPs
 	}
 }
 
@@ -201,9 +212,33 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 		a.Close()
 		return fmt.Errorf("daemon: %w", err)
 	}
-	srv := daemon.New(a, daemon.Config{Logger: log})
+	var mln net.Listener
+	if c.Metrics != "" {
+		if mln, err = net.Listen("tcp", daemon.MetricsAddress(c.Metrics)); err != nil {
+			ln.Close()
+			a.Close()
+			return fmt.Errorf("daemon: metrics: %w", err)
+		}
+	}
+	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: version}
+	if mln != nil {
+		dcfg.MetricsAddr = mln.Addr().String
+	}
+	srv := daemon.New(a, dcfg)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	mctx, stopMetrics := context.WithCancel(context.Background())
+	metricsDone := make(chan struct{})
+	go func() {
+		defer close(metricsDone)
+		if mln == nil {
+			return
+		}
+		log.Info("serving metrics", "address", mln.Addr().String())
+		if err := srv.ServeMetrics(mctx, mln, c.MetricsQPs); err != nil {
+			log.Error("metrics stopped", "err", err)
+		}
+	}()
 	log.Info("serving", "interface", c.Interface, "socket", c.Socket, "queues", opts.Queues,
 		"address", a.LocalAddress(), "path_mtu", a.PathMTU(), "polling", c.Polling, "pid", os.Getpid())
 	select {
@@ -217,6 +252,8 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 	if serr := srv.Shutdown(sctx); serr != nil {
 		log.Warn("clients did not end in 10 s", "err", serr)
 	}
+	stopMetrics()
+	<-metricsDone
 	a.Close()
 	log.Info("stopped: detached and unpinned", "interface", c.Interface)
 	return err

@@ -6,6 +6,8 @@
 //	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev or -daemon
 //	ndkxdp daemon -dev IFNAME      serve IFNAME to local applications
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
+//	ndkxdp status|info|stats|qp -dev IFNAME [-j]  a running daemon, for its operator
+//	ndkxdp dump -dev IFNAME [-w FILE]             the RoCEv2 frames a daemon moves
 //	ndkxdp soak -duration D        mixed traffic with loss on a veth pair, RSS over time
 //	ndkxdp version
 //
@@ -16,6 +18,8 @@
 // CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them), and with -daemon
 // SOCKET none but access to the socket (the daemon has them); demo and
 // perf baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
+// The operator's commands need only the daemon's socket (dump: as root or
+// the daemon's user).
 // Each command checks them first and names any missing.
 //
 // Exit status: 0 on success and for -h, 2 for a bad command line, 1 for a
@@ -44,6 +48,11 @@ commands:
   rping           librdmacm's rping, client or server, against any RoCE peer
   daemon          serve an interface to local applications (ndk.Dial)
   counters        print the steering counters of a pinned attachment
+  status          whether a daemon serves an interface, since when, its clients
+  info            the device a daemon serves, as ibv_devinfo
+  stats           a daemon's counters, as rdma statistic (-j: JSON)
+  qp              a daemon's QPs, as rdma resource show qp (-j: JSON)
+  dump            live capture of the RoCEv2 frames a daemon moves (pcap or text)
   soak            mixed traffic with injected loss on a veth pair, RSS over time
   version         print the version, build and kernel features
 
@@ -82,10 +91,11 @@ func mainStatus(args []string, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdout, stderr)
 	close(done)
 	signal.Stop(sigs)
-	if len(args) > 0 && args[0] == "daemon" && err == nil {
+	if len(args) > 0 && (args[0] == "daemon" || args[0] == "dump") && err == nil {
 		// A service's SIGTERM is its stop request, not an interruption:
 		// a daemon that stopped cleanly exits 0 (systemd counts 143 a
-		// failure unless told otherwise).
+		// failure unless told otherwise). So is a capture's SIGINT, as
+		// tcpdump's.
 		return 0
 	}
 	select {
@@ -161,6 +171,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDaemon(ctx, args[1:], stdout, stderr)
 	case "rping":
 		return runRping(ctx, args[1:], stdout, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
+	case "info":
+		return runInfo(ctx, args[1:], stdout, stderr)
+	case "stats":
+		return runStats(ctx, args[1:], stdout, stderr)
+	case "qp":
+		return runQP(ctx, args[1:], stdout, stderr)
+	case "dump":
+		return runDump(ctx, args[1:], stdout, stderr)
 	case "soak":
 		return runSoak(ctx, args[1:], stdout, stderr)
 	case "version":

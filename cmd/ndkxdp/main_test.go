@@ -51,7 +51,6 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"demo", "-messages", "0"}, "-messages 0"},
 		{[]string{"demo", "-xdp-mode", "fast"}, "-xdp-mode"},
 		{[]string{"demo", "-dev", "eth0"}, "not supported yet"},
-		{[]string{"demo", "-daemon", "-capture", "x.pcap"}, "-capture with -daemon"},
 		{[]string{"demo", "-mtu", "0"}, "-mtu 0: must be in [1280, 9000]"},
 		{[]string{"demo", "-mtu", "500"}, "IPv6, which needs 1280"},
 		{[]string{"demo", "-mtu", "70000"}, "-mtu 70000"},

@@ -96,6 +96,8 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(f.polling))
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
+	stopProgress := progress(stderr, "perf "+name, d.Adapter)
+	defer stopProgress()
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
 	} else {
@@ -105,6 +107,10 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		}
 		defer l.Close()
 		res, err = perftest.RunServer(ctx, p, l, stdout)
+	}
+	stopProgress()
+	if f.histogram {
+		perftest.PrintHistogram(stdout, res.Hist)
 	}
 	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
 	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
@@ -117,6 +123,7 @@ type perfTestFlags struct {
 	addr, dev, polling, capture string
 	daemon                      string
 	timeout                     time.Duration
+	histogram                   bool
 }
 
 // parsePerfTest checks every flag, perftest's limits included, before
@@ -136,6 +143,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
 	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
 	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
+	fs.BoolVar(&f.histogram, "histogram", false, "latency tests: print the distribution of the samples after the report")
 	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
 	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")

@@ -5,6 +5,11 @@
 // test/rdma wrap Open in their own openHost, which fails the test on an
 // error and closes the host when the test ends.
 //
+// A host is served in either of the two modes of ndkxdp: in process
+// (ndk.Open), or, with Config.Daemon, by a daemon (ndk/daemon) in the test
+// process on a socket in a temporary directory, whose client (ndk.Dial)
+// is Host.Adapter. The end-to-end suites run each test in both modes.
+//
 // It is not a fixture for QPs, memory or connections: each user creates
 // those on the PD and CQs it is given, as its own checks require.
 //

@@ -77,6 +77,12 @@ func NewWriter(w io.Writer, snaplen, linkType uint32) (*Writer, error) {
 // and writes nothing. After a failed write the Writer keeps returning that
 // error.
 func (w *Writer) WritePacket(ts time.Time, data []byte) error {
+	return w.WritePacketLen(ts, data, len(data))
+}
+
+// WritePacketLen is WritePacket for data already cut from a packet of
+// orig bytes (a capture that kept only the first bytes).
+func (w *Writer) WritePacketLen(ts time.Time, data []byte, orig int) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err != nil {
@@ -96,7 +102,7 @@ func (w *Writer) WritePacket(ts time.Time, data []byte) error {
 	le.PutUint32(b[0:], uint32(sec))
 	le.PutUint32(b[4:], uint32(ts.Nanosecond()))
 	le.PutUint32(b[8:], uint32(incl))
-	le.PutUint32(b[12:], uint32(len(data)))
+	le.PutUint32(b[12:], uint32(max(orig, len(data))))
 	copy(b[recordHeaderLen:], data[:incl])
 	if _, err := w.w.Write(b); err != nil {
 		w.err = fmt.Errorf("pcapfile: write %d-byte packet: %w", len(data), err)

@@ -8,9 +8,9 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
-// dispatchCM carries out the connector and listener requests: the daemon's
-// adapter runs the IB CM, and the client's connectors and listeners are
-// its objects.
+// dispatchCM carries out the connector, listener and shared endpoint
+// requests: the daemon's adapter runs the IB CM, and the client's
+// connectors, listeners and endpoints are its objects.
 func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.Message, []int, error) {
 	a := ss.srv.a
 	switch req.Op {
@@ -42,18 +42,17 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err := setRetry(c.c, req.Opts); err != nil {
 			return nil, nil, err
 		}
-		if req.Endpoint != 0 {
-			se, err := lookup[*sEndpoint](ss, req.Endpoint)
+		c.qp.Store(q)
+		if req.SE != 0 {
+			e, err := lookup[*sEndpoint](ss, req.SE)
 			if err != nil {
 				return nil, nil, err
 			}
-			err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, se.se, dst, req.IRD, req.ORD, req.Data)
+			err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, e.se, dst, req.IRD, req.ORD, req.Data)
 			if err != nil {
 				return nil, nil, err
 			}
-			return connMessage(c.c), nil, nil
-		}
-		if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
+		} else if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
 			return nil, nil, err
 		}
 		return connMessage(c.c), nil, nil
@@ -75,6 +74,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err := setRetry(c.c, req.Opts); err != nil {
 			return nil, nil, err
 		}
+		c.qp.Store(q)
 		if err := c.c.AcceptEx(ctx, q.qp, req.IRD, req.ORD, req.Data, ss.onDisconnect(c)); err != nil {
 			return nil, nil, err
 		}
@@ -90,7 +90,9 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, c.c.DisconnectEx(ctx, req.Abortive)
+		err = c.c.DisconnectEx(ctx, req.Abortive)
+		ss.syncState(c)
+		return nil, nil, err
 	case proto.OpConnData:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -109,11 +111,8 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		c.c.Close()
-		ss.whenClosed(c.c.Closed(), c.h, proto.EvConnectorClosed)
+		c.c.Close() // addConnector's watcher reports the end
 		return nil, nil, nil
-	case proto.OpCreateListener, proto.OpListen, proto.OpPauseListener, proto.OpCloseListener:
-		return ss.dispatchListener(req)
 	case proto.OpCreateEndpoint:
 		addr, err := netip.ParseAddrPort(req.Addr)
 		if err != nil {
@@ -123,20 +122,22 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		if err != nil {
 			return nil, nil, err
 		}
-		x := &sEndpoint{se: se}
-		if x.h, err = ss.add(x); err != nil {
+		e := &sEndpoint{se: se}
+		if e.h, err = ss.add(e); err != nil {
 			se.Close()
 			return nil, nil, err
 		}
-		return &proto.Message{H: x.h, Addr: se.LocalAddress().String()}, nil, nil
+		return &proto.Message{H: e.h, Addr: se.LocalAddress().String()}, nil, nil
 	case proto.OpCloseEndpoint:
-		x, err := lookup[*sEndpoint](ss, req.H)
+		e, err := lookup[*sEndpoint](ss, req.H)
 		if err != nil {
 			return nil, nil, err
 		}
-		x.se.Close()
-		ss.drop(x.h)
+		ss.drop(e.h)
+		e.se.Close()
 		return nil, nil, nil
+	case proto.OpCreateListener, proto.OpListen, proto.OpPauseListener, proto.OpCloseListener:
+		return ss.dispatchListener(req)
 	}
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
 }
@@ -198,6 +199,10 @@ func (ss *session) dispatchListener(req *proto.Request) (*proto.Message, []int, 
 	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
 }
 
+// addConnector gives c a handle, and tells the client when c's close
+// completes: after the client's close request, and after the closes the
+// daemon's adapter makes itself (a Connect or Accept whose context ended
+// abandons its connector).
 func (ss *session) addConnector(c *ndk.Connector) (*proto.Message, []int, error) {
 	x := &sConnector{c: c}
 	var err error
@@ -205,6 +210,14 @@ func (ss *session) addConnector(c *ndk.Connector) (*proto.Message, []int, error)
 		c.Close()
 		return nil, nil, err
 	}
+	go func() {
+		select {
+		case <-c.Closed():
+			ss.drop(x.h)
+			ss.event(proto.EvConnectorClosed, x.h, ndk.StatusSuccess)
+		case <-ss.ctx.Done():
+		}
+	}()
 	m := connMessage(c)
 	m.H = x.h
 	return m, nil, nil
@@ -223,7 +236,16 @@ func connMessage(c *ndk.Connector) *proto.Message {
 
 func (ss *session) onDisconnect(c *sConnector) func(ndk.DisconnectReason) {
 	return func(r ndk.DisconnectReason) {
+		ss.syncState(c)
 		ss.send(&proto.Message{Ev: proto.EvDisconnect, H: c.h, Reason: uint32(r)})
+	}
+}
+
+// syncState publishes the state of c's QP before the client hears of a
+// disconnect, so that QP.Connected agrees with it, as in process.
+func (ss *session) syncState(c *sConnector) {
+	if q := c.qp.Load(); q != nil {
+		ss.relay.syncState(q)
 	}
 }
 

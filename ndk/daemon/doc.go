@@ -81,4 +81,20 @@
 // deregistered, PDs and CQs closed, and only then its memory unmapped.
 // Malformed control messages end the session the same way. Server.Close
 // does this for every session (the daemon's SIGTERM).
+//
+// # Operators
+//
+// Requests named admin_* (admin.go) need no hello and create nothing: a
+// session that makes only these is not a client. They answer what `ndkxdp
+// status`, `info`, `stats` and `qp` print (Query asks them): the sessions
+// (SO_PEERCRED pid and uid, start time, QPs), the wire and its queues'
+// AF_XDP bind modes, every counter (engines, per QP, sockets, steering
+// program, CM) and every QP's state, peer, PSNs and owner. The same
+// counters feed Prometheus (metrics.go, ServeMetrics). admin_dump (dump.go,
+// Dump) streams a live capture: each engine copies frames into a bounded
+// ring of its queue (port.TapRing) or drops and counts them, never waits, and the session
+// sends the ring's frames as events until the operator's connection ends.
+// Since a capture holds every application's payload bytes, only root or
+// the daemon's user may start one; the other requests show what ps and
+// rdma resource show to any user.
 package daemon

@@ -28,8 +28,9 @@ type (
 		mr *ndk.MR
 	}
 	sConnector struct {
-		h uint32
-		c *ndk.Connector
+		h  uint32
+		c  *ndk.Connector
+		qp atomic.Pointer[sQP] // the QP of its Connect or Accept
 	}
 	sListener struct {
 		h uint32
@@ -161,6 +162,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 			return nil, nil, err
 		}
 		q.qp.Flush()
+		ss.relay.syncState(q)
 		return nil, nil, nil
 	case proto.OpConnectOOB:
 		return nil, nil, ss.connectOOB(req)

@@ -84,6 +84,9 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 type reqSlot struct {
 	seq  uint64
 	kind uint8
+	// fenced: a READ or atomic whose completion a later READ_FENCE
+	// request waits for (sQP.responses).
+	fenced bool
 }
 
 // sQP is a client QP: the daemon adapter's QP, fed from the work rings the
@@ -99,19 +102,34 @@ type sQP struct {
 	queue  int            // the engine's queue
 	wArm   *atomic.Uint32 // ArmPeerWrites: the client sets it, the relay fires it
 	wAt    *atomic.Uint64 // the count the client armed at
-	rcq    *sCQ
-	scq    *sCQ
+	state  *atomic.Uint32 // proto.QPFailed once qp is in error
+	// The client's records no longer outstanding, for its depth check.
+	sendDone, recvDone *atomic.Uint64
+	rcq                *sCQ
+	scq                *sCQ
 
 	// Relay-owned.
 	sendSlots, recvSlots []reqSlot
 	sendMask, recvMask   uint64
 	sr                   proto.Send
 	rr                   proto.Recv
-	stalledSend          bool // sr was refused as queue full: post it first
+	stalledSend          bool // sr was refused as queue full, or waits on its fence: post it first
 	stalledRecv          bool
 	broken               bool // the client wrote garbage: flushed, no longer read
-	sgl                  [proto.MaxSGE]ndk.SGE
-	inline               [proto.MaxInline]byte
+	failed               bool // state holds proto.QPFailed
+	removed              bool // out of its slot: seg may be unmapped
+	// responses counts the READs and atomics posted whose completions are
+	// not yet in the client's ring (SILENT_SUCCESS ones aside, which may
+	// never complete). A READ_FENCE request waits for them here: the
+	// engine fences on its own completions, but the client must see them
+	// before the fenced request leaves, as it does in process.
+	responses int
+	// Records taken from each ring and posted or refused, and the done
+	// counts last published.
+	sendTaken, recvTaken       uint64
+	lastSendDone, lastRecvDone uint64
+	sgl                        [proto.MaxSGE]ndk.SGE
+	inline                     [proto.MaxInline]byte
 }
 
 func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error) {
@@ -137,7 +155,8 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, req *proto.Request) (*sQP, error
 		return nil, err
 	}
 	q.qp, q.seg, q.layout, q.queue, q.slot = qp, seg, l, qp.Queue(), -1
-	q.wArm, q.wAt = seg.Word32(l.Words+8), seg.Word64(l.Words+16)
+	q.state, q.wArm = seg.Word32(l.Words+8), seg.Word32(l.Words+12)
+	q.sendDone, q.recvDone, q.wAt = seg.Word64(l.Words+16), seg.Word64(l.Words+24), seg.Word64(l.Words+40)
 	q.sendSlots = make([]reqSlot, 4*ssl)
 	q.recvSlots = make([]reqSlot, 4*rsl)
 	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
@@ -183,6 +202,7 @@ type relay struct {
 	again      [proto.BitmapWords]uint64
 	lastWrites [proto.MaxQueues]uint64
 	queues     [proto.MaxQueues]int // QPs per queue
+	passes     uint64
 
 	// CQ notifications leave through the session's notifier goroutine:
 	// the engine must not block on the client's socket.
@@ -258,6 +278,7 @@ func (r *relay) removeQP(q *sQP) {
 	r.free = append(r.free, q.slot)
 	r.queues[q.queue]--
 	q.slot = -1
+	q.removed = true
 }
 
 func (r *relay) addCQ(c *sCQ) {
@@ -307,10 +328,11 @@ func (r *relay) Poll() int {
 
 // Idle arms every daemon CQ of the session before the engine sleeps: a
 // completion then rings the engine (an arm that finds completions rings
-// at once).
+// at once). It publishes every QP's state first (sweep).
 func (r *relay) Idle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.sweep()
 	for _, c := range r.cqs {
 		_ = c.cq.Arm(ndk.CQNotifyAny)
 	}
@@ -359,6 +381,9 @@ func (r *relay) notifier() {
 // it moved.
 func (r *relay) pass() int {
 	n := 0
+	if r.passes++; r.passes%sweepEvery == 0 {
+		r.sweep()
+	}
 	for q, count := range r.queues {
 		if count == 0 {
 			continue
@@ -402,6 +427,7 @@ func (r *relay) serve(i int, bits uint64) int {
 		if rmore || smore {
 			r.again[i] |= b
 		}
+		r.publish(q)
 	}
 	return n
 }
@@ -451,12 +477,19 @@ func (r *relay) pumpSend(q *sQP) (n int, more bool) {
 			q.sr.Decode(rec)
 			q.send.Release()
 		}
+		if q.responses > 0 && q.sr.Flags&uint32(ndk.OpFlagReadFence) != 0 {
+			// The fenced request waits in its slot for the completions
+			// of the READs before it to reach the client.
+			q.stalledSend = true
+			return n, true
+		}
 		st := r.postSend(q, &q.sr)
 		if st == ndk.StatusInsufficientResources {
 			q.stalledSend = true
 			return n, true
 		}
 		q.stalledSend = false
+		q.sendTaken++
 		n++
 		if q.broken {
 			return n, false
@@ -487,6 +520,7 @@ func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
 			return n, true
 		}
 		q.stalledRecv = false
+		q.recvTaken++
 		n++
 		if q.broken {
 			return n, false
@@ -529,7 +563,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		return ndk.StatusSuccess
 	}
 	slot := &q.sendSlots[s.Seq&q.sendMask]
-	slot.seq, slot.kind = s.Seq, proto.KindSend
+	slot.seq, slot.kind, slot.fenced = s.Seq, proto.KindSend, false
 	// The client's post has rung already (DEFER decided whether and when
 	// its bit was set): the daemon's QP must not hold the request back
 	// for a doorbell of its own that no later record would ring.
@@ -574,6 +608,10 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		}
 	}
 	if err == nil {
+		if s.Op >= opRead && flags&ndk.OpFlagSilentSuccess == 0 {
+			slot.fenced = true
+			q.responses++
+		}
 		return ndk.StatusSuccess
 	}
 	st := ndk.StatusOf(err)
@@ -592,7 +630,7 @@ func (r *relay) postRecv(q *sQP, v *proto.Recv) ndk.Status {
 		return ndk.StatusSuccess
 	}
 	slot := &q.recvSlots[v.Seq&q.recvMask]
-	slot.seq, slot.kind = v.Seq, proto.KindRecv
+	slot.seq, slot.kind, slot.fenced = v.Seq, proto.KindRecv, false
 	for i := 0; i < int(v.NSGE); i++ {
 		e := &v.SGL[i]
 		q.sgl[i] = ndk.SGE{Addr: e.Addr, Length: e.Length, Token: e.Token}
@@ -644,6 +682,11 @@ func (r *relay) drain(c *sCQ) int {
 		q, _ := e.QPContext.(*sQP)
 		if slot == nil || q == nil {
 			continue
+		}
+		r.publish(q)
+		if slot.fenced {
+			slot.fenced = false
+			q.responses--
 		}
 		c.rec = proto.Completion{
 			Status: e.Status, Bytes: e.Bytes, Type: e.Type, ProviderErrorCode: e.ProviderErrorCode,
@@ -760,4 +803,52 @@ func (c *sCQ) closeSegments() {
 		c.rseg.Close()
 	}
 	c.seg.Close()
+}
+
+// sweepEvery is how many passes go between two sweeps of every QP's
+// published state: a QP can fail, and a SILENT_SUCCESS request retire,
+// with nothing the relay serves or moves.
+const sweepEvery = 64
+
+// sweep publishes every QP's state and done counts.
+func (r *relay) sweep() {
+	for _, q := range r.slots {
+		if q != nil {
+			r.publish(q)
+		}
+	}
+}
+
+// publish tells the client that q failed, for QP.Connected, and how many
+// of its records are done, for its depth check. It runs for each QP the
+// pass serves, before each completion of the QP is moved (the client sees
+// the error no later than the completions it cancelled, and a completed
+// request's slot free), and in each sweep. A QP the client closed has
+// nothing to publish: its completions may still be on their way, its
+// segment not.
+func (r *relay) publish(q *sQP) {
+	if q.removed {
+		return
+	}
+	if !q.failed && hook.QPFailed(q.qp) {
+		q.failed = true
+		q.state.Store(proto.QPFailed)
+	}
+	s, v := hook.QPQueued(q.qp)
+	if d := q.sendTaken - s; d != q.lastSendDone {
+		q.lastSendDone = d
+		q.sendDone.Store(d)
+	}
+	if d := q.recvTaken - v; d != q.lastRecvDone {
+		q.lastRecvDone = d
+		q.recvDone.Store(d)
+	}
+}
+
+// syncState is publish for the control path, whose reply must find the
+// state the request changed published (a disconnect, a flush).
+func (r *relay) syncState(q *sQP) {
+	r.mu.Lock()
+	r.publish(q)
+	r.mu.Unlock()
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,12 @@ type Config struct {
 	// daemon, beyond the socket file's permissions; nil allows every peer
 	// that can open the socket.
 	AllowUID func(uid, gid uint32) bool
+	// Interface, Version and MetricsAddr are what the operator requests
+	// report (admin.go): the interface served, the daemon's version and
+	// where /metrics is served ("" or nil: not served).
+	Interface   string
+	Version     string
+	MetricsAddr func() string
 }
 
 // Server serves one adapter to client processes.
@@ -39,6 +46,7 @@ type Server struct {
 	wg       sync.WaitGroup
 	started  time.Time
 	served   uint64
+	admins   atomic.Uint64 // sessions that made only operator requests (admin.go)
 }
 
 // New returns a server for a, which it does not close.

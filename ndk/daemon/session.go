@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,12 +48,15 @@ type session struct {
 	reqs    sync.WaitGroup
 
 	relay *relay
+
+	start     time.Time
+	adminOnly atomic.Bool // only operator requests so far: not a client (admin.go)
 }
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{
-		srv: s, conn: c, cred: cred,
+		srv: s, conn: c, cred: cred, start: time.Now(),
 		log:     s.log.With("pid", cred.Pid),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -93,6 +97,11 @@ func (ss *session) serve() {
 				c()
 			}
 			ss.mu.Unlock()
+			continue
+		}
+		if isAdmin(req.Op) {
+			closeFDs(fds)
+			ss.send(ss.admin(req))
 			continue
 		}
 		if ss.relay == nil && req.Op != proto.OpHello {
@@ -331,6 +340,7 @@ func (ss *session) teardown() {
 	// no engine touch the client's memory.
 	each(func(o any) {
 		if q, ok := o.(*sQP); ok {
+			ss.relay.removeQP(q) // no late disconnect event publishes into it
 			q.seg.Close()
 		}
 		if c, ok := o.(*sCQ); ok {

@@ -12,6 +12,12 @@
 // captures; and 1,000 connections opened, used and closed with goroutines
 // and heap back where they started.
 //
+// Each test runs in both modes of ndkxdp, as subtests: inproc (ndk.Open in
+// the test process) and daemon (each host's adapter served by ndk/daemon,
+// the test's connectors, listeners and QPs on a client of it from
+// ndk.Dial; internal/ndkhost). MAD faults are set on the adapter that
+// sends the MADs (ndkhost.Host.Served).
+//
 // It is not a test of the CM state machines in isolation (those run on a
 // fake clock in ndk/internal/cm) or of interoperation with Linux rxe
 // (test/interop). The tests need root; without it they skip, and fail

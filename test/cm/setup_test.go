@@ -20,11 +20,31 @@ import (
 type host struct {
 	t testing.TB
 	*ndkhost.Host
+
+	mu   sync.Mutex
+	free [][]byte // unused slots of registrable memory
 }
 
-func openHost(t testing.TB, h *harness.Host, opts ndk.Options) *host {
+// mode is how both hosts' adapters are served: in the test process
+// (ndk.Open), or by a daemon (ndk/daemon) whose client (ndk.Dial) the test
+// uses. Test hooks act on the served adapter (ndkhost.Host.Served).
+type mode struct {
+	name   string
+	daemon bool
+}
+
+var modes = []mode{{"inproc", false}, {"daemon", true}}
+
+// forEachMode runs f as a subtest per mode.
+func forEachMode(t *testing.T, f func(t *testing.T, m mode)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { f(t, m) })
+	}
+}
+
+func openHost(t testing.TB, h *harness.Host, m mode, opts ndk.Options) *host {
 	t.Helper()
-	x, err := ndkhost.Open(h, ndkhost.Config{Options: opts})
+	x, err := ndkhost.Open(h, ndkhost.Config{Options: opts, Daemon: m.daemon})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +54,10 @@ func openHost(t testing.TB, h *harness.Host, opts ndk.Options) *host {
 
 // pair builds a veth pair and opens ndkxdp on both ends. Without static
 // neighbours the first Connect makes the kernel resolve the peer's MAC.
-func pair(t testing.TB, cfg harness.Config, a, b ndk.Options) (*harness.Pair, *host, *host) {
+func pair(t testing.TB, m mode, cfg harness.Config, a, b ndk.Options) (*harness.Pair, *host, *host) {
 	t.Helper()
 	p := harness.New(t, cfg)
-	return p, openHost(t, p.A, a), openHost(t, p.B, b)
+	return p, openHost(t, p.A, m, a), openHost(t, p.B, m, b)
 }
 
 func (x *host) qp() *ndk.QP {
@@ -58,12 +78,57 @@ type buffer struct {
 
 func (x *host) buffer(n int) *buffer {
 	x.t.Helper()
-	b := make([]byte, n)
-	mr, err := x.PD.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
+	b, err := x.tryBuffer(n)
 	if err != nil {
 		x.t.Fatal(err)
 	}
-	return &buffer{b: b, mr: mr}
+	return b
+}
+
+// slotSize is the most any buffer of these tests holds.
+const slotSize = 256
+
+// tryBuffer registers n bytes (at most slotSize) of a slot of memory the
+// adapter can register. A daemon maps a client's memory (Adapter.Memory)
+// as a few hundred memfds at most, each until the client closes, so slots
+// are cut from 64 KiB of it at a time and reused (release).
+func (x *host) tryBuffer(n int) (*buffer, error) {
+	if n > slotSize {
+		return nil, fmt.Errorf("buffer of %d bytes, over the %d of a slot", n, slotSize)
+	}
+	x.mu.Lock()
+	if len(x.free) == 0 {
+		m, err := x.Adapter.Memory(64 << 10)
+		if err != nil {
+			x.mu.Unlock()
+			return nil, err
+		}
+		for off := 0; off < len(m); off += slotSize {
+			x.free = append(x.free, m[off:off+slotSize:off+slotSize])
+		}
+	}
+	b := x.free[len(x.free)-1][:n]
+	x.free = x.free[:len(x.free)-1]
+	x.mu.Unlock()
+	clear(b)
+	mr, err := x.PD.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		x.mu.Lock()
+		x.free = append(x.free, b[:slotSize])
+		x.mu.Unlock()
+		return nil, err
+	}
+	return &buffer{b: b, mr: mr}, nil
+}
+
+// release deregisters b and makes its slot reusable; nothing may use the
+// memory any more (no request posted on it is pending).
+func (x *host) release(b *buffer) error {
+	err := b.mr.Deregister()
+	x.mu.Lock()
+	x.free = append(x.free, b.b[:slotSize])
+	x.mu.Unlock()
+	return err
 }
 
 func (b *buffer) sgl(n int) []ndk.SGE {
@@ -100,7 +165,7 @@ func waitCQ(t testing.TB, c *ndk.CQ, ctx any, d time.Duration) ndk.ResultEx {
 func exchange(t testing.TB, x, y *host, qa *ndk.QP, rb *buffer, msg []byte) {
 	t.Helper()
 	sb := x.buffer(len(msg))
-	defer sb.mr.Deregister()
+	defer x.release(sb)
 	copy(sb.b, msg)
 	if err := qa.Send("send", sb.sgl(len(msg)), 0); err != nil {
 		t.Fatal(err)
@@ -172,14 +237,10 @@ func (s *server) accept(c *ndk.Connector) {
 		return
 	}
 	sc.qp = q
-	b := make([]byte, 256)
-	mr, err := s.y.PD.RegisterMR(b, ndk.MRFlagAllowLocalWrite)
-	if err != nil {
-		sc.err = err
+	if sc.rb, sc.err = s.y.tryBuffer(slotSize); sc.err != nil {
 		return
 	}
-	sc.rb = &buffer{b: b, mr: mr}
-	if sc.err = q.Receive("recv", sc.rb.sgl(len(b))); sc.err != nil {
+	if sc.err = q.Receive("recv", sc.rb.sgl(slotSize)); sc.err != nil {
 		return
 	}
 	var once sync.Once

@@ -95,28 +95,30 @@ func firstConnection(mads []gsiMAD) connection {
 // addresses in the rdma_cm header. The frames must match too, apart from
 // MACs, IP addresses, the IPv4 identification and the GSI PSN.
 func TestAdapterMADsMatchLinux(t *testing.T) {
-	for _, name := range []string{"linlinw5__rdma_ib_tutorial/rdma_cm.pcap", "linlinw5__rdma_ib_tutorial/rping.pcap"} {
-		t.Run(filepath.Base(name), func(t *testing.T) {
-			path := testenv.RequireFile(t, filepath.Join(captureDir, name))
-			f, err := pcapfile.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var frames [][]byte
-			for _, p := range f.Packets {
-				frames = append(frames, p.Data)
-			}
-			linux := firstConnection(decodeMADs(t, frames))
-			if linux.req == nil || linux.rep == nil || linux.rtu == nil || linux.dreq == nil || linux.drep == nil {
-				t.Fatalf("%s: no complete connection", name)
-			}
-			ours := runLikeLinux(t, linux)
-			compare(t, linux, ours)
-		})
-	}
+	forEachMode(t, func(t *testing.T, m mode) {
+		for _, name := range []string{"linlinw5__rdma_ib_tutorial/rdma_cm.pcap", "linlinw5__rdma_ib_tutorial/rping.pcap"} {
+			t.Run(filepath.Base(name), func(t *testing.T) {
+				path := testenv.RequireFile(t, filepath.Join(captureDir, name))
+				f, err := pcapfile.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var frames [][]byte
+				for _, p := range f.Packets {
+					frames = append(frames, p.Data)
+				}
+				linux := firstConnection(decodeMADs(t, frames))
+				if linux.req == nil || linux.rep == nil || linux.rtu == nil || linux.dreq == nil || linux.drep == nil {
+					t.Fatalf("%s: no complete connection", name)
+				}
+				ours := runLikeLinux(t, m, linux)
+				compare(t, linux, ours)
+			})
+		}
+	})
 }
 
-func runLikeLinux(t *testing.T, linux connection) connection {
+func runLikeLinux(t *testing.T, m mode, linux connection) connection {
 	t.Helper()
 	req := linux.req.mad.Message.(*rocev2.CMReq)
 	rep := linux.rep.mad.Message.(*rocev2.CMRep)
@@ -133,7 +135,7 @@ func runLikeLinux(t *testing.T, linux connection) connection {
 	var mu sync.Mutex
 	cmOpts := ndk.CMOptions{PacketLifeTime: int(req.Primary.LocalAckTimeout) - 1}
 	capture := &lockedWriter{w: &buf, mu: &mu}
-	p, a, b := pair(t, harness.Config{MTU: mtu, StaticNeighbours: true}, ndk.Options{Capture: capture, CM: cmOpts}, ndk.Options{CM: cmOpts})
+	p, a, b := pair(t, m, harness.Config{MTU: mtu, StaticNeighbours: true}, ndk.Options{Capture: capture, CM: cmOpts}, ndk.Options{CM: cmOpts})
 
 	accepted := make(chan *ndk.Connector, 1)
 	qb := b.qp()
@@ -177,7 +179,7 @@ func runLikeLinux(t *testing.T, linux connection) connection {
 	sc.Close()
 	<-c.Closed()
 	<-sc.Closed()
-	a.Adapter.Close() // flushes the capture's last frames
+	a.Close() // flushes the capture's last frames
 
 	mu.Lock()
 	defer mu.Unlock()

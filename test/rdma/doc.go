@@ -5,7 +5,12 @@
 // What it covers: every operation and flag of the QP API, message sizes
 // from 0 B to 16 MiB around the path-MTU boundaries at 1024 and 4096, 64
 // QPs at once, remote access violations, and one named test per rule of
-// the seed pages (ndk/SEEDS.md maps them). BenchmarkRDMAvsBaseline puts
+// the seed pages (ndk/SEEDS.md maps them). Each test runs in both modes
+// of ndkxdp, as subtests: inproc (ndk.Open in the test process) and
+// daemon (each host's adapter served by ndk/daemon, the test's objects on
+// a client of it from ndk.Dial; internal/ndkhost). Registered memory
+// comes from Adapter.Memory, which serves both. The benchmarks run in
+// process. BenchmarkRDMAvsBaseline puts
 // ndkxdp's message rate, ping-pong and WRITE bandwidth beside raw AF_XDP,
 // Go UDP and Go TCP from internal/tool/baseline, in one run on the same
 // pair.

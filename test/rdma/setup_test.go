@@ -18,18 +18,34 @@ import (
 type host struct {
 	t testing.TB
 	*ndkhost.Host
+	mem []byte // what is left of the chunk small regions are cut from
 }
 
 type setup struct {
+	daemon   bool // both hosts served by a daemon (ndkhost.Config.Daemon)
 	mtu      int
 	opts     ndk.Options
 	cqNotify func(ndk.Status) // for B's receive CQ
 	cqDepth  int
 }
 
+// modes are the two ways an adapter is served: in the test process
+// (ndk.Open) and by a daemon through its client (ndk.Dial).
+var modes = []struct {
+	name   string
+	daemon bool
+}{{"inproc", false}, {"daemon", true}}
+
+// forEachMode runs f as a subtest per mode, with a setup for that mode.
+func forEachMode(t *testing.T, f func(t *testing.T, s setup)) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { f(t, setup{daemon: m.daemon}) })
+	}
+}
+
 func openHost(t testing.TB, h *harness.Host, s setup, notify func(ndk.Status)) *host {
 	t.Helper()
-	x, err := ndkhost.Open(h, ndkhost.Config{Options: s.opts, CQDepth: s.cqDepth, ReceiveNotify: notify})
+	x, err := ndkhost.Open(h, ndkhost.Config{Options: s.opts, Daemon: s.daemon, CQDepth: s.cqDepth, ReceiveNotify: notify})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +115,7 @@ func (x *host) region(n int, flags ndk.MRFlag) *region {
 
 func (x *host) regionWith(n int, flags ndk.MRFlag, invalidatable bool) *region {
 	x.t.Helper()
-	all := make([]byte, n+2*guard)
+	all := x.memory(n + 2*guard)
 	for i := range all {
 		all[i] = 0xEE
 	}
@@ -115,6 +131,33 @@ func (x *host) regionWith(n int, flags ndk.MRFlag, invalidatable bool) *region {
 		x.t.Fatal(err)
 	}
 	return r
+}
+
+// chunk is the size of the Adapter.Memory chunks that small regions are
+// cut from: a daemon maps a client's memory as a few hundred memfds at
+// most (one per Memory call), and frees them only with the client.
+const chunk = 1 << 20
+
+// memory returns n bytes the adapter can register (Adapter.Memory), kept
+// until the host closes.
+func (x *host) memory(n int) []byte {
+	x.t.Helper()
+	if n > chunk/4 {
+		b, err := x.Adapter.Memory(n)
+		if err != nil {
+			x.t.Fatal(err)
+		}
+		return b
+	}
+	if len(x.mem) < n {
+		var err error
+		if x.mem, err = x.Adapter.Memory(chunk); err != nil {
+			x.t.Fatal(err)
+		}
+	}
+	b := x.mem[:n:n]
+	x.mem = x.mem[min(len(x.mem), (n+63)&^63):]
+	return b
 }
 
 func (r *region) sge(off, n int) ndk.SGE {

@@ -190,6 +190,13 @@ func TestTests(t *testing.T) {
 				}
 			case Lat:
 				checkLat(t, p, pr.client.Lat)
+				// The histogram holds the report's samples: every one
+				// but the tail, from its min on, none above its max
+				// (perftest's max is the first sample of the tail).
+				if h, l := pr.client.Hist, pr.client.Lat; h == nil || h.Samples != p.Iterations-1-latTail ||
+					h.Buckets[0].High <= l.Min || h.Buckets[len(h.Buckets)-1].Low > l.Max {
+					t.Errorf("histogram %+v of a report with min %v max %v over %d iterations", h, l.Min, l.Max, p.Iterations)
+				}
 				if p.Verb == Read {
 					if pr.server.Lat != nil || cdata.Posted.Read != p.Iterations {
 						t.Errorf("read_lat: server stats %v, client reads %d", pr.server.Lat, cdata.Posted.Read)

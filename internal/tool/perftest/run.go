@@ -23,6 +23,8 @@ type Result struct {
 	// Lat is the latency row the side printed (clients; both sides of
 	// send and write latency).
 	Lat *LatStats
+	// Hist is the distribution of Lat's samples (nil where Lat is).
+	Hist *Histogram
 	// Waits is how often the data path's polling blocked (verbs.Backoff):
 	// each costs a wake-up, which is where tails come from.
 	Waits uint64
@@ -267,7 +269,7 @@ func latSession(ctx context.Context, p *Params, ctl *control, d *data, res Resul
 		return fail("test", err)
 	}
 	st := latReport(p, posted)
-	res.Lat = &st
+	res.Lat, res.Hist = &st, latHistogram(p, posted)
 	PrintLatHeader(out)
 	PrintLat(out, st)
 	PrintFooter(out)

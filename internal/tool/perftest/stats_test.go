@@ -3,6 +3,8 @@ package perftest
 import (
 	"bytes"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -98,5 +100,32 @@ func TestReportText(t *testing.T) {
 	}
 	if len(resultLine) != 88 {
 		t.Errorf("RESULT_LINE is %d bytes, want 87 dashes and a newline", len(resultLine))
+	}
+}
+
+// TestHistogram: buckets double from the smallest sample's to the
+// largest's, and count every sample once.
+func TestHistogram(t *testing.T) {
+	h := NewHistogram([]float64{0.7, 1, 1.5, 3, 3.9, 17})
+	var lows []float64
+	total := 0
+	for _, b := range h.Buckets {
+		lows = append(lows, b.Low)
+		total += b.Count
+	}
+	if want := []float64{0, 1, 2, 4, 8, 16}; !slices.Equal(lows, want) || total != 6 || h.Buckets[0].Count != 1 || h.Buckets[1].Count != 2 || h.Buckets[2].Count != 2 || h.Buckets[5].Count != 1 {
+		t.Errorf("buckets %+v", h.Buckets)
+	}
+	// latHistogram takes latReport's samples: halved round trips, the two
+	// largest dropped.
+	posted := []uint64{0, 2000, 4000, 8000, 100000, 200000}
+	h = latHistogram(&Params{Verb: Send}, posted)
+	if h.Samples != 3 || h.Buckets[0].Count != 2 || h.Buckets[len(h.Buckets)-1].Count != 1 {
+		t.Errorf("latHistogram: %+v", h)
+	}
+	var b bytes.Buffer
+	PrintHistogram(&b, h)
+	if !strings.Contains(b.String(), "66.67% ####") {
+		t.Errorf("printed:\n%s", b.String())
 	}
 }

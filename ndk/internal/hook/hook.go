@@ -1,7 +1,10 @@
-// Package hook lets the daemon (ndk/daemon) reach the two things of package
+// Package hook lets the daemon (ndk/daemon) reach the things of package
 // ndk that no application should: registering a client's memory under the
-// client's own address, and reading a CQ's entries with the solicited bit
-// that NDK_RESULT_EX does not carry. Package ndk installs them when it
+// client's own address, reading a CQ's entries with the solicited bit
+// that NDK_RESULT_EX does not carry, telling a failed QP from one not yet
+// connected, ringing a QP's doorbell without a post, how full its queues
+// are, running in an engine's loop, and the provider under an adapter
+// (for the operator's view). Package ndk installs them when it
 // initializes.
 package hook
 
@@ -22,6 +25,22 @@ var (
 	// PopCQ moves up to len(dst) completions of cq (an *ndk.CQ) into dst.
 	// It allocates nothing.
 	PopCQ func(cq any, dst []Entry) int
+	// QPFailed reports whether qp (an *ndk.QP) is in error or closed: it
+	// will never be connected again. A QP enters error right after the
+	// completion of the request that failed it, and before it cancels the
+	// others.
+	QPFailed func(qp any) bool
+	// RingDeferred submits the requests posted on qp (an *ndk.QP) with
+	// DEFER since its last doorbell.
+	RingDeferred func(qp any)
+	// QPQueued returns how many requests qp's (an *ndk.QP) send and
+	// receive queues hold, posted and not retired.
+	QPQueued func(qp any) (send, recv uint64)
+	// Provider returns the provider an adapter (an *ndk.Adapter) runs on,
+	// an *inproc.Provider for one from ndk.Open, nil for one from
+	// ndk.Dial: the daemon's operator requests read the wire, queues and
+	// QPs from it.
+	Provider func(adapter any) any
 )
 
 // Poller is rc.Poller: work that runs in an engine's loop.

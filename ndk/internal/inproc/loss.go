@@ -26,6 +26,9 @@ func newLossyPort(pt port.Port, fraction float64, seed uint64) *lossyPort {
 	return &lossyPort{Port: pt, threshold: threshold, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
 }
 
+// Unwrap returns the port it wraps (port.Inner).
+func (p *lossyPort) Unwrap() port.Port { return p.Port }
+
 // Receive implements port.Port: the kept frames are moved to the front of
 // out; Release still gives back the whole batch.
 func (p *lossyPort) Receive(out [][]byte) int {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
@@ -87,8 +88,9 @@ type Provider struct {
 	ports   []port.Port
 	engines []*rc.Engine
 	buffers []byte
-	mgmt    *management      // nil without connection management
-	capture *pcapfile.Writer // shared by the ports; nil without Config.Capture
+	mgmt    *management                  // nil without connection management
+	capture *pcapfile.Writer             // shared by the ports; nil without Config.Capture
+	tap     atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
 	once    sync.Once
 
 	mu         sync.Mutex
@@ -160,6 +162,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	if p.capture != nil {
 		pt = port.Capture(pt, p.capture)
 	}
+	pt = port.Tap(pt, len(p.ports), &p.tap)
 	if cfg.InjectLoss > 0 {
 		pt = newLossyPort(pt, cfg.InjectLoss, uint64(len(p.engines))+1)
 	}
@@ -222,8 +225,15 @@ func (p *Provider) PathMTU() rocev2.MTU { return p.link.PathMTU }
 // in place, or nil over an in-memory port.
 func (p *Provider) Buffers() []byte { return p.buffers }
 
-// Ports returns the engines' ports, by queue.
-func (p *Provider) Ports() []port.Port { return p.ports }
+// Ports returns the engines' ports, by queue, without the wrappers
+// (capture, tap) the engines see them through.
+func (p *Provider) Ports() []port.Port {
+	out := make([]port.Port, len(p.ports))
+	for i, pt := range p.ports {
+		out[i] = port.Inner(pt)
+	}
+	return out
+}
 
 // CreateQP creates a QP with the next free number on the next engine,
 // round-robin, and steers its frames to that engine's queue. cfg.QPN is

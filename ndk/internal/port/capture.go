@@ -64,8 +64,8 @@ func (c *capturePort) Close() error {
 // Unwrap returns the port the capture wraps.
 func (c *capturePort) Unwrap() Port { return c.Port }
 
-// Inner returns the port under any wrappers (Capture), for what needs the
-// concrete port (an XSK's doorbell).
+// Inner returns the port under any wrappers (Capture, Tap), for what needs
+// the concrete port (an XSK's doorbell, its socket's statistics).
 func Inner(p Port) Port {
 	for {
 		u, ok := p.(interface{ Unwrap() Port })

@@ -31,7 +31,7 @@ const (
 	OpFlushQP         = "flush_qp"         // H
 	OpConnectOOB      = "connect_oob"      // H, Endpoint, ConnOpts
 	OpCreateConnector = "create_connector" // reply: H
-	OpConnect         = "connect"          // H (connector), QP, Addr (src, may be empty), Addr2 (dst), IRD, ORD, Data, Timeout
+	OpConnect         = "connect"          // H (connector), QP, Addr (src, may be empty) or SE, Addr2 (dst), IRD, ORD, Data, Timeout
 	OpCompleteConnect = "complete_connect" // H
 	OpAccept          = "accept"           // H, QP, IRD, ORD, Data, Timeout
 	OpReject          = "reject"           // H, Data
@@ -42,9 +42,9 @@ const (
 	OpListen          = "listen"           // H, Addr
 	OpPauseListener   = "pause_listener"   // H, Pause
 	OpCloseListener   = "close_listener"   // H; event listener_closed follows
-	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
 	OpCreateEndpoint  = "create_endpoint"  // Addr; reply: H, Addr (a shared endpoint)
 	OpCloseEndpoint   = "close_endpoint"   // H
+	OpStats           = "stats"            // reply: Raw (engine stats), Raw2 (CM stats)
 	OpCancel          = "cancel"           // Target: a blocking request to give up
 )
 
@@ -92,6 +92,7 @@ type Request struct {
 	RecvCQ uint32 `json:"rcq,omitempty"`
 	SendCQ uint32 `json:"scq,omitempty"`
 	QP     uint32 `json:"qp,omitempty"`
+	SE     uint32 `json:"se,omitempty"` // a shared endpoint to connect from
 
 	Depth, SendDepth   int `json:",omitempty"`
 	RecvSGE, SendSGE   int `json:",omitempty"`
@@ -106,7 +107,6 @@ type Request struct {
 	Timeout            int64  `json:",omitempty"` // ns; 0: none
 	Pause              bool   `json:",omitempty"`
 	Target             uint64 `json:",omitempty"`
-	Endpoint           uint32 `json:",omitempty"` // connect: the shared endpoint to connect from
 	Remote             *Endpoint
 	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
 	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive

@@ -187,13 +187,21 @@ func Slots(depth int) int {
 // QPLayout is where a QP's rings and shared words lie in its segment.
 type QPLayout struct {
 	Send, Recv shm.RingLayout
-	// Words: the peer-writes count (uint64, daemon-written) at +0, the
-	// write arm (uint32, client sets to 1, daemon clears when it fires)
-	// at +8, and the count the client armed at (uint64, client-written)
-	// at +16.
+	// Words, daemon-written: the QP's state (uint32: QPFailed once the
+	// daemon's QP left the connected state for good) at +8, and how many
+	// of the client's send and receive records are no longer outstanding
+	// (uint64 each: taken from the ring and retired or refused) at +16
+	// and +24, by which the client holds the QP to its depth.
+	// Client-written: the write arm (uint32, set to 1; the daemon clears
+	// it when it fires) at +12 and the peer-WRITE count it was armed at
+	// (uint64) at +40. (Each queue's peer-WRITE count is in the session
+	// segment.)
 	Words int
 	Size  int
 }
+
+// QPFailed is the state word of a QP whose daemon QP is in error.
+const QPFailed = 1
 
 // NewQPLayout lays out a QP segment for ring sizes given in slots.
 func NewQPLayout(sendSlots, recvSlots int) QPLayout {

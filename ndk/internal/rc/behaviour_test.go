@@ -147,7 +147,7 @@ func TestSequenceNAK_GoBackN(t *testing.T) {
 	waitCQ(t, a.scq, 1, 500*time.Millisecond) // far below the ACK timeout: the NAK did it
 	waitCQ(t, b.rcq, 1, time.Second)
 	sameBytes(t, "after go-back-N", dst.b, src.b)
-	if b.eng.Stats().NAKsSent != 1 || a.eng.Stats().NAKsReceived != 1 {
+	if b.eng.Stats().NAKsSent != 1 || a.eng.Stats().NAKsReceived != 1 || a.eng.Stats().SequenceErrors != 1 {
 		t.Fatalf("want exactly one sequence NAK: A %+v B %+v", a.eng.Stats(), b.eng.Stats())
 	}
 	var nak *wireFrame

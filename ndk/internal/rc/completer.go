@@ -37,20 +37,24 @@ func (e *Engine) completer(q *QP) {
 			e.ackThrough(q, psn, false)
 		case rocev2.AckTypeRNRNAK:
 			e.c.rnrReceived.Add(1)
+			t.n.rnrReceived++
 			e.ackThrough(q, psn.Add(rocev2.PSNMask), false)
 			e.rnrWait(q, psn, syn.RNRTimer())
 		case rocev2.AckTypeNAK:
 			e.c.naksReceived.Add(1)
+			t.n.naksReceived++
 			e.ackThrough(q, psn.Add(rocev2.PSNMask), false)
 			if t.failed {
 				return
 			}
 			switch syn.NAKCode() {
 			case rocev2.NAKPSNSequenceError:
+				e.c.seqNAKsReceived.Add(1)
 				// Resend from the oldest unacknowledged PSN: that is the
 				// NAK's PSN unless a READ before it still lacks data.
 				e.retry(q, t.una, true)
 			case rocev2.NAKRemoteAccessError:
+				e.c.remoteAccessErrors.Add(1)
 				e.failHead(q, wcRemAccessErr)
 			case rocev2.NAKInvalidRequest:
 				e.failHead(q, wcRemInvReqErr)
@@ -222,12 +226,14 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 		return
 	}
 	if t.retryLeft <= 0 {
+		e.c.retryExceeded.Add(1)
 		e.fail(q, ndkpi.StatusIOTimeout, wcRetryExcErr)
 		return
 	}
 	t.retryLeft--
 	t.retryGuard, t.retryPSN = true, psn
 	e.c.retransmits.Add(1)
+	t.n.retransmits++
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
@@ -245,6 +251,7 @@ func (e *Engine) rnrWait(q *QP, psn rocev2.PSN, timer rocev2.RNRTimer) {
 		return // a duplicate of the NAK we are waiting out
 	}
 	if t.rnrLeft <= 0 {
+		e.c.rnrRetryExceeded.Add(1)
 		e.fail(q, ndkpi.StatusIOTimeout, wcRNRRetryExcErr)
 		return
 	}

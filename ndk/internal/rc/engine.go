@@ -427,6 +427,9 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 				return
 			}
 		}
+		if op.Transport() == rocev2.TransportCNP {
+			e.c.cnps.Add(1)
+		}
 		e.c.notRC.Add(1)
 		return
 	}
@@ -455,6 +458,7 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	if len(e.awaitFirst) != 0 {
 		e.noteFirst(q.cfg.QPN)
 	}
+	q.t.n.framesIn++
 	info := op.Info()
 	if info.Response {
 		e.completer(q)
@@ -581,6 +585,7 @@ func (e *Engine) timers() {
 		if t.ackDeadline != 0 && e.now >= t.ackDeadline {
 			t.ackDeadline = 0
 			e.c.timeouts.Add(1)
+			t.n.timeouts++
 			e.retry(q, t.una, false)
 		}
 		if t.ackDeadline != 0 {

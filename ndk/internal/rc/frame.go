@@ -47,6 +47,7 @@ func (e *Engine) emit(q *QP, payload []byte) error {
 	switch {
 	case err == nil:
 		e.c.framesOut.Add(1)
+		t.n.framesOut++
 		return nil
 	case errors.Is(err, port.ErrTxFull):
 		e.c.txFull.Add(1)

@@ -95,6 +95,14 @@ func (q *QP) QPN() uint32 { return q.cfg.QPN }
 // State returns the QP's state.
 func (q *QP) State() State { return State(q.state.Load()) }
 
+// Queued returns how many requests the send and the receive queue hold:
+// posted and not yet retired by the engine. It may count one that
+// retires meanwhile, never one too few.
+func (q *QP) Queued() (send, recv uint64) {
+	sh, rh := q.sq.head.Load(), q.rq.head.Load()
+	return q.sq.tail.Load() - sh, q.rq.tail.Load() - rh
+}
+
 // Drained returns a channel the engine closes once the QP is in the error
 // state (failed, flushed or closed), every pending request completed and
 // no READ response it owes is left to send: no DMA on the QP follows, and

@@ -25,14 +25,17 @@ func (e *Engine) responder(q *QP) {
 		// Ahead: one NAK with the expected PSN, then silence until it
 		// arrives (rxe sent_psn_nak).
 		e.c.outOfSeq.Add(1)
+		t.n.outOfSeq++
 		if !t.nakSent {
 			t.nakSent = true
 			e.c.naksSent.Add(1)
+			t.n.naksSent++
 			e.setCtl(q, ctlNAK, t.ePSN, rocev2.NAKSyndrome(rocev2.NAKPSNSequenceError))
 		}
 		return
 	case d < 0:
 		e.c.duplicates.Add(1)
+		t.n.duplicates++
 		if op == rocev2.RCReadRequest {
 			e.duplicateRead(q, psn)
 			return
@@ -107,6 +110,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 			// the requester comes back to this PSN.
 			t.nakSent = true
 			e.c.rnrSent.Add(1)
+			t.n.rnrSent++
 			e.setCtl(q, ctlNAK, psn, rocev2.RNRNAKSyndrome(t.params.MinRNRTimer))
 			return
 		}
@@ -363,7 +367,9 @@ func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
 // responder's QP to the error state (rxe do_class_ac_error).
 func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	e.c.naksSent.Add(1)
+	q.t.n.naksSent++
 	if code == rocev2.NAKRemoteAccessError {
+		e.c.localAccessErrors.Add(1)
 		e.accessViolation()
 	}
 	e.transportFailed(q, nakStatus(code))

@@ -29,6 +29,10 @@ type counters struct {
 	writesPlaced atomic.Uint64
 	// Forwarding between the engines of an adapter (forward.go).
 	forwardedOut, forwardedIn, forwardDrops atomic.Uint64
+	// Errors by kind, as rxe counts them (inspect.go).
+	cnps, retryExceeded, rnrRetryExceeded atomic.Uint64
+	localAccessErrors, remoteAccessErrors atomic.Uint64
+	seqNAKsReceived                       atomic.Uint64
 }
 
 // PlacedWrites returns how many RDMA WRITE packets the QP's engine has
@@ -100,6 +104,20 @@ type Stats struct {
 	// handed to it; frames other engines handed to this one; frames
 	// dropped because no forwarding buffer or inbox slot was free.
 	ForwardedOut, ForwardedIn, ForwardDrops uint64
+	// CNPs received (congestion notifications: counted and ignored, no
+	// DCQCN); they are also in NotRC.
+	CNPs uint64
+	// Requests that failed after their retries (rxe retry_exceeded_err,
+	// retry_rnr_exceeded_err): the QP went to error.
+	RetryExceeded, RNRRetryExceeded uint64
+	// LocalAccessErrors counts peers' requests this responder refused
+	// with a remote access NAK (a bad R_Key, range or permission);
+	// RemoteAccessErrors counts this requester's requests a peer refused
+	// so.
+	LocalAccessErrors, RemoteAccessErrors uint64
+	// SequenceErrors counts the PSN sequence error NAKs among
+	// NAKsReceived: a peer saw a gap (rxe rcvd_seq_err).
+	SequenceErrors uint64
 }
 
 // Add adds o's counters to s, to total the engines of an adapter. Every
@@ -146,6 +164,9 @@ func (e *Engine) snapshot() Stats {
 		RxErrors: c.rxErrors.Load(), EncodeErrors: c.encodeErrors.Load(),
 		Sleeps: c.sleeps.Load(), SlowYields: c.slowYields.Load(),
 		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
+		CNPs: c.cnps.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
+		LocalAccessErrors: c.localAccessErrors.Load(), RemoteAccessErrors: c.remoteAccessErrors.Load(),
+		SequenceErrors: c.seqNAKsReceived.Load(),
 	}
 }
 

@@ -22,7 +22,8 @@ type qpTransport struct {
 	l3        int
 	pmtu      uint32
 	ipID      uint16
-	ackTO     int64 // ns; 0: no ACK timer
+	ackTO     int64      // ns; 0: no ACK timer
+	n         qpCounters // per-QP counts (inspect.go)
 
 	// Requester. Send-ring indices: [sqHead, sqStart) have PSNs and are
 	// unretired, [sqStart, tail) are posted but not started.

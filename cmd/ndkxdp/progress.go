@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// progress shows a long run's progress on a terminal: every half second,
+// on one line it rewrites, the time so far and the frames the adapter's
+// engines have sent and received. Where w is not a terminal (a pipe, a
+// file, a test) it shows nothing, so that logs hold only the results.
+// stop clears the line; calling it again does nothing.
+func progress(w io.Writer, label string, a *ndk.Adapter) (stop func()) {
+	f, ok := w.(*os.File)
+	if !ok || !isTerminal(f) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(f, "\r\033[K")
+				return
+			case <-t.C:
+				var in, out uint64
+				for _, e := range a.Stats() {
+					in, out = in+e.FramesIn, out+e.FramesOut
+				}
+				fmt.Fprintf(f, "\r\033[K%s: %s, %d frames sent, %d received", label, time.Since(start).Round(100*time.Millisecond), out, in)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -1,0 +1,194 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ndkxdp/ndkxdp/loader"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// Prometheus metrics (the daemon's -metrics): every scrape reads the same
+// counters as the admin requests (ndkxdp stats), so the two always agree.
+// Names follow Prometheus' conventions: ndkxdp_<subsystem>_<name>_total
+// for counters, labels interface, queue and qpn.
+
+// DefaultQPSeries bounds the QPs that get series of their own; the rest
+// are summed under qpn="other", so a daemon with many QPs does not make
+// a scrape (and the server storing it) grow without bound.
+const DefaultQPSeries = 64
+
+// MetricsAddress completes a -metrics address: one without a host (":9464"
+// or "9464") listens on loopback only, so that exposing the counters to
+// the network is a decision the operator writes down.
+func MetricsAddress(addr string) string {
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
+}
+
+// ServeMetrics serves /metrics on ln until ctx ends. qpSeries bounds the
+// per-QP series (0: DefaultQPSeries).
+func (s *Server) ServeMetrics(ctx context.Context, ln net.Listener, qpSeries int) error {
+	if qpSeries <= 0 {
+		qpSeries = DefaultQPSeries
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{s: s, qpSeries: qpSeries},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
+}
+
+type collector struct {
+	s        *Server
+	qpSeries int
+}
+
+// Describe sends nothing: the collector is unchecked, since the CM's
+// attributes and the engine's counters decide its series at scrape time.
+func (c *collector) Describe(chan<- *prometheus.Desc) {}
+
+var (
+	labelsQueue = []string{"interface", "queue"}
+	labelsQP    = []string{"interface", "qpn"}
+)
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	ifn := s.cfg.Interface
+	counter := func(name, help string, labels []string, v uint64, values ...string) {
+		d := prometheus.NewDesc(name, help, labels, nil)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), values...)
+	}
+	gauge := func(name, help string, v float64) {
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, []string{"interface"}, nil), prometheus.GaugeValue, v, ifn)
+	}
+	st := s.status()
+	gauge("ndkxdp_daemon_start_time_seconds", "When the daemon started, in seconds since the epoch.", float64(st.Started.UnixNano())/1e9)
+	gauge("ndkxdp_clients", "Client processes connected.", float64(st.Clients))
+	gauge("ndkxdp_qps", "QPs of the daemon.", float64(st.QPs))
+	gauge("ndkxdp_connections", "Connected QPs.", float64(st.Connections))
+	counter("ndkxdp_clients_served_total", "Client processes served since the start.", []string{"interface"}, st.Served, ifn)
+
+	p, err := s.provider()
+	if err != nil {
+		return
+	}
+	for i, e := range s.a.Stats() {
+		q := strconv.Itoa(i)
+		for name, v := range CounterMap(e) {
+			counter("ndkxdp_engine_"+name+"_total", "Engine counter "+name+" (ndkxdp stats).", labelsQueue, v, ifn, q)
+		}
+	}
+	for _, x := range p.Queues() {
+		if x.Bind == "" {
+			continue
+		}
+		q := strconv.Itoa(x.Queue)
+		k := x.Socket
+		for _, m := range []struct {
+			name string
+			v    uint64
+		}{
+			{"rx_dropped", k.RxDropped}, {"rx_invalid_descs", k.RxInvalidDescs}, {"tx_invalid_descs", k.TxInvalidDescs},
+			{"rx_ring_full", k.RxRingFull}, {"fill_ring_empty", k.RxFillRingEmptyDescs}, {"tx_ring_empty", k.TxRingEmptyDescs},
+		} {
+			counter("ndkxdp_xsk_"+m.name+"_total", "AF_XDP socket statistic "+m.name+" (XDP_STATISTICS).", labelsQueue, m.v, ifn, q)
+		}
+	}
+	if xc, err := p.XDPCounters(); err == nil {
+		for r, n := range xc {
+			counter("ndkxdp_xdp_frames_total", "Frames the steering program saw, by verdict and reason.",
+				[]string{"interface", "verdict", "reason"}, n, ifn, loader.Reason(r).Verdict().String(), strings.ToLower(loader.Reason(r).String()))
+		}
+	}
+	cm := s.a.CMStats()
+	for dir, m := range map[string]map[string]uint64{"sent": attrs(cm.Sent), "received": attrs(cm.Received)} {
+		for a, n := range m {
+			counter("ndkxdp_cm_mads_total", "Connection-management MADs, by direction and attribute.",
+				[]string{"interface", "direction", "attribute"}, n, ifn, dir, a)
+		}
+	}
+	counter("ndkxdp_cm_retransmits_total", "CM MADs resent after a timeout.", []string{"interface"}, cm.Retransmits, ifn)
+	counter("ndkxdp_cm_drops_total", "CM MADs dropped locally (queue full).", []string{"interface"}, cm.QueueDrops+cm.SendDrops, ifn)
+	c.collectQPs(ch, p, counter)
+}
+
+func attrs(m map[rocev2.AttributeID]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for a, n := range m {
+		out[strings.ToLower(a.String())] = n
+	}
+	return out
+}
+
+// collectQPs emits each QP's counters, the first qpSeries QPs by number
+// each under its own qpn, the rest summed under qpn="other".
+func (c *collector) collectQPs(ch chan<- prometheus.Metric, p *inproc.Provider, counter func(string, string, []string, uint64, ...string)) {
+	qps := p.QPs()
+	sort.Slice(qps, func(i, j int) bool { return qps[i].QPN < qps[j].QPN })
+	var other rc.QPInfo
+	emit := func(q *rc.QPInfo, label string) {
+		for _, m := range []struct {
+			name string
+			v    uint64
+		}{
+			{"frames_in", q.FramesIn}, {"frames_out", q.FramesOut}, {"retransmits", q.Retransmits},
+			{"ack_timeouts", q.Timeouts}, {"naks_sent", q.NAKsSent}, {"naks_received", q.NAKsReceived},
+			{"rnr_naks_sent", q.RNRSent}, {"rnr_naks_received", q.RNRReceived},
+			{"duplicate_requests", q.Duplicates}, {"out_of_sequence", q.OutOfSeq},
+		} {
+			counter("ndkxdp_qp_"+m.name+"_total", "QP counter "+m.name+` (qpn="other": the QPs beyond the series limit, summed).`,
+				labelsQP, m.v, c.s.cfg.Interface, label)
+		}
+	}
+	for i := range qps {
+		q := &qps[i].QPInfo
+		if i < c.qpSeries {
+			emit(q, strconv.FormatUint(uint64(q.QPN), 10))
+			continue
+		}
+		other.FramesIn += q.FramesIn
+		other.FramesOut += q.FramesOut
+		other.Retransmits += q.Retransmits
+		other.Timeouts += q.Timeouts
+		other.NAKsSent += q.NAKsSent
+		other.NAKsReceived += q.NAKsReceived
+		other.RNRSent += q.RNRSent
+		other.RNRReceived += q.RNRReceived
+		other.Duplicates += q.Duplicates
+		other.OutOfSeq += q.OutOfSeq
+	}
+	if len(qps) > c.qpSeries {
+		emit(&other, "other")
+	}
+}

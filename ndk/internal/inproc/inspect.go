@@ -1,0 +1,86 @@
+package inproc
+
+import (
+	"errors"
+
+	"github.com/ndkxdp/ndkxdp/afxdp"
+	"github.com/ndkxdp/ndkxdp/loader"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+)
+
+// What an operator's tools (ndk/daemon's admin requests) read of the
+// provider. None of it is on the data path.
+
+// Link returns the wire's description.
+func (p *Provider) Link() Link { return p.link }
+
+// XDPMode returns where the steering program runs ("" over an in-memory
+// port).
+func (p *Provider) XDPMode() string {
+	if p.xdp == nil {
+		return ""
+	}
+	return p.xdp.Mode().String()
+}
+
+// XDPCounters returns the steering program's counters by reason.
+func (p *Provider) XDPCounters() (loader.Counters, error) {
+	if p.xdp == nil {
+		return loader.Counters{}, errors.New("no XDP program: the adapter runs over an in-memory port")
+	}
+	return p.xdp.Counters()
+}
+
+// Queue is one queue as an operator sees it: how its AF_XDP socket was
+// bound and the socket's and the port's counters.
+type Queue struct {
+	Queue       int
+	Bind        string // "zero-copy" or "copy"; "" over an in-memory port
+	MultiBuffer bool
+	Socket      afxdp.Statistics
+	SocketErr   error
+	Port        port.XSKStats
+}
+
+// Queues describes each engine's queue.
+func (p *Provider) Queues() []Queue {
+	out := make([]Queue, len(p.ports))
+	for i, pt := range p.ports {
+		out[i].Queue = i
+		x, ok := port.Inner(pt).(*port.XSK)
+		if !ok {
+			continue
+		}
+		s := x.Socket()
+		out[i].Bind, out[i].MultiBuffer = s.Mode().String(), s.MultiBuffer()
+		out[i].Socket, out[i].SocketErr = s.Stats()
+		out[i].Port = x.Stats()
+	}
+	return out
+}
+
+// QP is a QP's snapshot and the queue whose engine runs it.
+type QP struct {
+	rc.QPInfo
+	Queue int
+}
+
+// QPs returns a snapshot of every QP, engine by engine.
+func (p *Provider) QPs() []QP {
+	var out []QP
+	for i, e := range p.engines {
+		for _, q := range e.QPs() {
+			out = append(out, QP{QPInfo: q, Queue: i})
+		}
+	}
+	return out
+}
+
+// StartTap offers every frame the ports move to r from now on. It
+// returns false, changing nothing, while another capture runs: one at a
+// time.
+func (p *Provider) StartTap(r *port.TapRing) bool { return p.tap.CompareAndSwap(nil, r) }
+
+// StopTap stops offering frames to r.
+func (p *Provider) StopTap(r *port.TapRing) { p.tap.CompareAndSwap(r, nil) }
