@@ -135,6 +135,12 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	s.sample(stdout, start)
+	s.summary(ctx, stdout, a, b, runErr)
+	return runErr
+}
+
+// summary prints what the run moved and how memory and goroutines went.
+func (s *soak) summary(ctx context.Context, stdout io.Writer, a, b *demoHost, runErr error) {
 	var st [2]ndk.EngineStats
 	for i, x := range []*demoHost{a, b} {
 		for _, e := range x.Adapter.Stats() {
@@ -150,7 +156,6 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if runErr == nil && ctx.Err() != nil {
 		fmt.Fprintln(stdout, "soak: interrupted")
 	}
-	return runErr
 }
 
 // soak holds the registered memory both hosts reuse across connections
