@@ -76,8 +76,12 @@ type CMStats struct {
 	Duplicates     uint64 // received MADs answered from state
 	Unmatched      uint64 // MADs for no known connection
 	Malformed      uint64
-	QueueDrops     uint64 // received MADs dropped because the CM's queue was full
+	QueueDrops     uint64 // received MADs dropped: the CM's queue was full, or their source was over its share (100,000 a second)
 	SendDrops      uint64 // MADs dropped because the engine's queue was full
+	// Connections the CM holds state for now (up to the end of
+	// time-wait); HalfOpen of them passive and not yet established, at
+	// most 128 per listener (the CM's listen backlog).
+	Connections, HalfOpen int
 }
 
 // CMStats returns the connection-management counters.
@@ -93,7 +97,8 @@ func (a *Adapter) CMStats() CMStats {
 	s := m.Stats()
 	queue, send := a.prov.MADDrops()
 	return CMStats{Sent: s.Sent, Received: s.Received, Retransmits: s.Retransmits, Duplicates: s.Duplicates,
-		Unmatched: s.Unmatched, Malformed: s.Malformed, QueueDrops: queue, SendDrops: send}
+		Unmatched: s.Unmatched, Malformed: s.Malformed, QueueDrops: queue, SendDrops: send,
+		Connections: s.Connections, HalfOpen: s.HalfOpen}
 }
 
 // manager returns the adapter's IB CM, or nil without one.

@@ -23,12 +23,18 @@ import (
 // the kernel's routes and neighbours.
 func cmPipeAdapter(t testing.TB, end port.Port, ip string, mac byte, peers map[netip.Addr]rocev2.MAC, params cm.Params) *Adapter {
 	t.Helper()
+	return cmPipeAdapterWith(t, end, ip, mac, peers, params, Options{})
+}
+
+// cmPipeAdapterWith is cmPipeAdapter with opts.
+func cmPipeAdapterWith(t testing.TB, end port.Port, ip string, mac byte, peers map[netip.Addr]rocev2.MAC, params cm.Params, opts Options) *Adapter {
+	t.Helper()
 	a, err := newAdapter(defaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	link := inproc.Link{Addr: netip.MustParseAddr(ip), MAC: rocev2.MAC{2, 0, 0, 0, 0, mac}, MTU: 1500, PathMTU: rocev2.MTU1024}
-	cfg := providerConfig(Options{}, a.regions)
+	cfg := providerConfig(opts, a.regions)
 	cfg.CM = params
 	cfg.Resolve = func(src, dst netip.Addr) (cm.PathInfo, error) {
 		m, ok := peers[dst]

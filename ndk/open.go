@@ -106,6 +106,20 @@ type Options struct {
 	// -daemon on 2 busy cores: p50 150µs at 20µs, 1.2-1.8ms at
 	// 100-500µs).
 	SpinTime time.Duration
+	// MaxQPs bounds the QPs each queue's engine holds (default 65,536,
+	// what the steering program can steer). A host whose peers are not
+	// trusted sets what they may make it hold: each QP costs its rings
+	// and transport state, about 8.5 KiB at depth 4 (ndk
+	// TestTenThousandQPs), so 65,536 QPs are about 560 MiB. CreateQP beyond
+	// it fails with STATUS_INSUFFICIENT_RESOURCES.
+	MaxQPs int
+	// InjectLoss makes each engine drop this fraction (0 to 1) of the
+	// frames it receives, at random, before it looks at them: a lossy
+	// link for soak runs and fault tests (ndkxdp soak -loss). AF_XDP's
+	// transmit path bypasses the kernel's queueing disciplines, so netem
+	// cannot make a veth pair lossy for ndkxdp. 0, the default, drops
+	// nothing and adds nothing to the data path.
+	InjectLoss float64
 }
 
 // ZeroCopyMode is how an adapter's AF_XDP sockets bind.
@@ -177,6 +191,12 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.BusyPoll < 0 || opts.BusyPoll > time.Second {
 		return nil, errorf(StatusInvalidParameter, op, "busy poll %v (0 to 1s)", opts.BusyPoll)
 	}
+	if opts.MaxQPs < 0 {
+		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
+	}
+	if !(opts.InjectLoss >= 0 && opts.InjectLoss <= 1) {
+		return nil, errorf(StatusInvalidParameter, op, "InjectLoss %v outside [0, 1]", opts.InjectLoss)
+	}
 	cfg := defaultConfig()
 	if opts.Version != (Version{}) {
 		cfg.version = opts.Version
@@ -217,6 +237,8 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		Poll:       poll,
 		LockThread: opts.ThreadLocking.locks(opts.Queues, runtime.GOMAXPROCS(0)),
 		AnySource:  opts.AcceptAnySource,
+		MaxQPs:     opts.MaxQPs,
+		InjectLoss: opts.InjectLoss,
 		XDPMode:    mode,
 		Address:    opts.Address,
 		Capture:    opts.Capture,

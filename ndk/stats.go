@@ -28,6 +28,11 @@ type EngineStats struct {
 	OutOfSeq   uint64
 	NAKsSent   uint64
 	RNRSent    uint64
+	// Requests NAKed for a memory token they may not use (a wrong R_Key,
+	// bounds or rights, or a SEND invalidating a token it may not), and
+	// requests carrying a token dropped unexamined because their source
+	// made more such violations than its limit (16 at once, 4 a second).
+	AccessViolations, AccessLimited uint64
 	// Atomics executed, and duplicates answered from a saved result
 	// instead of executing again.
 	Atomics, AtomicReplays uint64

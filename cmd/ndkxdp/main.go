@@ -8,6 +8,7 @@
 //	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
 //	ndkxdp status|info|stats|qp -dev IFNAME [-j]  a running daemon, for its operator
 //	ndkxdp dump -dev IFNAME [-w FILE]             the RoCEv2 frames a daemon moves
+//	ndkxdp soak -duration D        mixed traffic with loss on a veth pair, RSS over time
 //	ndkxdp version
 //
 // Every network the command builds lives in network namespaces it creates
@@ -52,6 +53,7 @@ commands:
   stats           a daemon's counters, as rdma statistic (-j: JSON)
   qp              a daemon's QPs, as rdma resource show qp (-j: JSON)
   dump            live capture of the RoCEv2 frames a daemon moves (pcap or text)
+  soak            mixed traffic with injected loss on a veth pair, RSS over time
   version         print the version, build and kernel features
 
 Run 'ndkxdp <command> -h' for the flags of a command.
@@ -179,6 +181,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runQP(ctx, args[1:], stdout, stderr)
 	case "dump":
 		return runDump(ctx, args[1:], stdout, stderr)
+	case "soak":
+		return runSoak(ctx, args[1:], stdout, stderr)
 	case "version":
 		return runVersion(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

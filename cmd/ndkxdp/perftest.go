@@ -80,6 +80,11 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if capture != nil {
 		defer capture.Close()
 	}
+	if f.daemon == "" {
+		if err := f.nic.apply(&f.opts, f.dev); err != nil {
+			return err
+		}
+	}
 	step := openStep(f.dev, f.daemon)
 	enterPhase(ctx, step)
 	d, err := openDevice(ctx, f.dev, f.daemon, f.opts)
@@ -124,6 +129,7 @@ type perfTestFlags struct {
 	daemon                      string
 	timeout                     time.Duration
 	histogram                   bool
+	nic                         nicFlags
 }
 
 // parsePerfTest checks every flag, perftest's limits included, before
@@ -153,6 +159,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	f.nic.register(fs)
 	var err error
 	if f.addr, err = parseWithAddr(fs, args, stdout); err != nil {
 		return f, err
@@ -177,6 +184,9 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
 	if err := p.Check(); err != nil {
 		return f, usagef("%v", err)
+	}
+	if err := f.nic.check(f.daemon); err != nil {
+		return f, err
 	}
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, perfTestUsage)
 }

@@ -27,6 +27,7 @@ type rpingFlags struct {
 	port               uint
 	cfg                rping.Config
 	timeout            time.Duration
+	nic                nicFlags
 }
 
 func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
@@ -44,6 +45,7 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	f.nic.register(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return f, err
 	}
@@ -62,6 +64,9 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	}
 	if err := f.cfg.Check(); err != nil {
 		return f, usagef("%v", err)
+	}
+	if err := f.nic.check(f.daemon); err != nil {
+		return f, err
 	}
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, rpingSynopsis)
 }
@@ -104,6 +109,11 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	var opts ndk.Options
+	if f.daemon == "" {
+		if err := f.nic.apply(&opts, f.dev); err != nil {
+			return err
+		}
+	}
 	capture, err := openCapture(f.capture, &opts)
 	if err != nil {
 		return err

@@ -107,6 +107,17 @@ func TestRpingAndPerfCommands(t *testing.T) {
 			t.Errorf("rping -capture holds %v, want 10 READ requests (the server's) and CM MADs", ops)
 		}
 	})
+	// A real NIC's options on veth: every queue, copy mode (veth has no
+	// AF_XDP zero-copy), generic XDP and busy polling.
+	t.Run("rping with NIC options", func(t *testing.T) {
+		nic := []string{"-queues", "all", "-zero-copy", "off", "-xdp-mode", "generic", "-busy-poll", "20us"}
+		cout, _ := runBoth(t, p,
+			append([]string{"rping", "-s", "-a", srvAddr, "-C", "5", "-dev", p.B.Link}, nic...),
+			append([]string{"rping", "-c", "-a", srvAddr, "-C", "5", "-V", "-v", "-dev", p.A.Link}, nic...))
+		if n := strings.Count(cout, "ping data: rdma-ping-"); n != 5 {
+			t.Fatalf("client printed %d pings, want 5:\n%s", n, cout)
+		}
+	})
 	for _, test := range []string{"write_bw", "read_lat", "atomic_bw"} {
 		t.Run(test, func(t *testing.T) {
 			cout, sout := runBoth(t, p,

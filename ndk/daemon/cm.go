@@ -21,41 +21,7 @@ func (ss *session) dispatchCM(ctx context.Context, req *proto.Request) (*proto.M
 		}
 		return ss.addConnector(c)
 	case proto.OpConnect:
-		c, err := lookup[*sConnector](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		q, err := lookup[*sQP](ss, req.QP)
-		if err != nil {
-			return nil, nil, err
-		}
-		dst, err := netip.ParseAddrPort(req.Addr2)
-		if err != nil {
-			return nil, nil, statusErr(ndk.StatusInvalidAddress, "destination %q: %v", req.Addr2, err)
-		}
-		var src netip.AddrPort
-		if req.Addr != "" {
-			if src, err = netip.ParseAddrPort(req.Addr); err != nil {
-				return nil, nil, statusErr(ndk.StatusInvalidAddress, "source %q: %v", req.Addr, err)
-			}
-		}
-		if err := setRetry(c.c, req.Opts); err != nil {
-			return nil, nil, err
-		}
-		c.qp.Store(q)
-		if req.SE != 0 {
-			e, err := lookup[*sEndpoint](ss, req.SE)
-			if err != nil {
-				return nil, nil, err
-			}
-			err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, e.se, dst, req.IRD, req.ORD, req.Data)
-			if err != nil {
-				return nil, nil, err
-			}
-		} else if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
-			return nil, nil, err
-		}
-		return connMessage(c.c), nil, nil
+		return ss.connect(ctx, req)
 	case proto.OpCompleteConnect:
 		c, err := lookup[*sConnector](ss, req.H)
 		if err != nil {
@@ -256,4 +222,44 @@ func setRetry(c *ndk.Connector, o *proto.ConnOpts) error {
 		return nil
 	}
 	return c.SetRetryCounts(*o.RetryCount, *o.RNRRetry)
+}
+
+// connect is NdkConnect (or NdkConnectWithSharedEndpoint, req.SE) of a
+// client's connector and QP.
+func (ss *session) connect(ctx context.Context, req *proto.Request) (*proto.Message, []int, error) {
+	c, err := lookup[*sConnector](ss, req.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := lookup[*sQP](ss, req.QP)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, err := netip.ParseAddrPort(req.Addr2)
+	if err != nil {
+		return nil, nil, statusErr(ndk.StatusInvalidAddress, "destination %q: %v", req.Addr2, err)
+	}
+	var src netip.AddrPort
+	if req.Addr != "" {
+		if src, err = netip.ParseAddrPort(req.Addr); err != nil {
+			return nil, nil, statusErr(ndk.StatusInvalidAddress, "source %q: %v", req.Addr, err)
+		}
+	}
+	if err := setRetry(c.c, req.Opts); err != nil {
+		return nil, nil, err
+	}
+	c.qp.Store(q)
+	if req.SE != 0 {
+		e, err := lookup[*sEndpoint](ss, req.SE)
+		if err != nil {
+			return nil, nil, err
+		}
+		err = c.c.ConnectWithSharedEndpoint(ctx, q.qp, e.se, dst, req.IRD, req.ORD, req.Data)
+		if err != nil {
+			return nil, nil, err
+		}
+	} else if err := c.c.Connect(ctx, q.qp, src, dst, req.IRD, req.ORD, req.Data); err != nil {
+		return nil, nil, err
+	}
+	return connMessage(c.c), nil, nil
 }

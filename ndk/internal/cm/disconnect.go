@@ -97,6 +97,7 @@ func (c *Connector) enterTimeWait(m *Manager) {
 	if c.state == stTimeWait || c.state == stDone {
 		return
 	}
+	c.leaveBacklog()
 	c.state = stTimeWait
 	m.arm(c, m.timeWait(c))
 }

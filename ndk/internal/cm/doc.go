@@ -67,6 +67,8 @@
 // interfaces; clock.go the Clock, the deadline heap and IBA time units;
 // gsi.go the QP1 framing; resolve.go the Resolver; errors.go
 // RejectError, the cause a peer's REJ gives a failed connection.
+// FuzzManagerMADs (fuzz_test.go) drives a Manager with sequences of MADs,
+// consumer calls and clock steps.
 //
 // # What goes on the wire
 //
@@ -133,6 +135,14 @@
 //   - A DREQ that arrives while we wait for RTU completes Accept
 //     (the peer evidently sent its RTU) and then disconnects; Linux goes to
 //     DREQ_RCVD without an established event.
+//   - Against floods of REQs that are never completed: an accepted request
+//     stays in the listener's backlog until its RTU, so a listener holds at
+//     most ListenBacklog half-open connections (Linux's ib_cm has no
+//     backlog; rdma_cm's is the consumer's); and the REP's timeout and
+//     retries, and the time-wait, that a REQ asks for are capped by our own
+//     parameters (the time-wait at 16 times our path's ACK timeout), where
+//     Linux waits as long as the REQ says, up to hours
+//     (TestSYNFloodHoldsAtMostTheBacklog).
 //
 // Everything else a peer sees (the choice of REJ 8 for a port nobody listens
 // on or a paused listener, REJ 28 for an address no listener is bound to,

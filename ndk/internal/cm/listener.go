@@ -164,7 +164,7 @@ type Listener struct {
 	addr      netip.AddrPort
 	listening bool
 	paused    bool
-	pending   int // connect requests neither accepted nor rejected
+	pending   int // half-open connections (Params.ListenBacklog)
 	conns     int // connectors handed over and not yet closed
 }
 

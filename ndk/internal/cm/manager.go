@@ -50,8 +50,13 @@ type Params struct {
 	// is repeated while the consumer has not yet accepted (rdma_cm:
 	// CMA_CM_MRA_SETTING, 24, about 68 s).
 	MRAServiceTimeout uint8
-	// ListenBacklog bounds the connect requests a listener holds that the
-	// consumer has neither accepted nor rejected; more are refused.
+	// ListenBacklog bounds a listener's half-open connections: connect
+	// requests the consumer has neither accepted nor rejected, and
+	// accepted ones whose RTU (or first packet) has not arrived. More are
+	// refused with a stateless REJ, so a peer that sends REQs and never
+	// completes them (a SYN flood) holds at most this many connections,
+	// and the QPs a consumer that accepts everything gave them, per
+	// listener, until the REP retries give up.
 	ListenBacklog int
 	// TimeWait is how long a finished connection keeps answering
 	// duplicates (DREQ with DREP, REQ with a stale-connection REJ). 0 means
@@ -120,6 +125,11 @@ type Stats struct {
 	Unmatched uint64
 	// Malformed counts MADs that did not decode.
 	Malformed uint64
+	// Connections is how many connections the manager holds state for
+	// now, in any state up to the end of time-wait; HalfOpen how many of
+	// them are passive and not yet established (the REQs a listener's
+	// backlog bounds).
+	Connections, HalfOpen int
 }
 
 // Manager is the InfiniBand Communication Manager of one adapter: it runs
@@ -213,6 +223,12 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
+	s.Connections = len(m.conns)
+	for _, ls := range m.listeners {
+		for _, l := range ls {
+			s.HalfOpen += l.pending
+		}
+	}
 	s.Sent, s.Received = map[rocev2.AttributeID]uint64{}, map[rocev2.AttributeID]uint64{}
 	for k, v := range m.stats.Sent {
 		s.Sent[k] = v
@@ -527,7 +543,11 @@ func (m *Manager) timeWait(c *Connector) time.Duration {
 	if m.p.TimeWait > 0 {
 		return m.p.TimeWait
 	}
-	return imsOf(c.avTimeout)
+	// The path's timeout, which a passive connection takes from the
+	// peer's REQ, capped at 16 times our own: a REQ's 5-bit field asks up
+	// to 2.4 hours, and every flood REQ that times out would hold its
+	// state that long.
+	return imsOf(min(c.avTimeout, ackTimeout(m.p.AckDelay, m.p.PacketLifeTime)+4))
 }
 
 func guidARI(guid uint64) (ari [72]byte) {

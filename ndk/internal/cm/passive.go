@@ -81,8 +81,13 @@ func (m *Manager) handleREQ(src PathInfo, tid uint64, req *rocev2.CMReq) {
 		plt--
 	}
 	c.avTimeout = plt + 1
-	c.timeout = imsOf(req.LocalCMResponseTimeout)
-	c.maxRetries = req.MaxCMRetries
+	// How long the REP waits for the RTU, and how often it is resent,
+	// come from the REQ (cm.c), capped by our own: a peer's REQ must not
+	// hold a backlog slot and a QP for days (timeout 31 is 2.4 hours a
+	// try); with the defaults a half-open connection lasts at most 16
+	// tries of 4.3 s.
+	c.timeout = imsOf(min(req.LocalCMResponseTimeout, m.p.CMResponseTimeout))
+	c.maxRetries = min(req.MaxCMRetries, m.p.MaxCMRetries)
 	c.data = ConnectionData{
 		InboundReadLimit:  req.InitiatorDepth,
 		OutboundReadLimit: req.ResponderResources,
@@ -194,7 +199,6 @@ func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
 	if other := m.byQPN[qp.QPN()]; other != nil {
 		return RemoteInfo{}, ndkpi.Errorf(ndkpi.StatusInvalidParameter, op, nil, "QP %d already belongs to a connection", qp.QPN())
 	}
-	c.leaveBacklog()
 	req := &c.req
 	in := min(p.InboundReadLimit, req.InitiatorDepth)
 	out := min(p.OutboundReadLimit, req.ResponderResources)
@@ -301,6 +305,7 @@ func (m *Manager) handleRTU(rtu *rocev2.CMRtu) {
 // establish moves a passive connection to established on RTU or first data.
 func (c *Connector) establish(m *Manager) {
 	c.cancelTimer()
+	c.leaveBacklog()
 	c.state = stEstablished
 	c.wasConnected = true
 	if f := c.acceptDone; f != nil {

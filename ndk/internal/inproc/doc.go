@@ -27,6 +27,10 @@
 //	             resolution for QPs connected out of band
 //	cmqp.go      the CM's handle on an RC QP (cm.QP): RTR, RTS, error, and
 //	             the wait for the engine's drain signal (rc.QP.Drained)
+//	madrate.go   each source's share of the CM: MADs beyond 100,000 a
+//	             second from one address are dropped before the queue
+//	loss.go      Config.InjectLoss: a port that drops a share of what it
+//	             receives, for soak runs and fault tests
 //
 // It is not the engine (rc), the CM's state machines (cm) or the public
 // API (ndk), and it holds no NDK object.

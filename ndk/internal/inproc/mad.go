@@ -43,7 +43,8 @@ type management struct {
 	resolve func(src, dst netip.Addr) (cm.PathInfo, error)
 	faults  atomic.Pointer[MADFaults]
 
-	queueDrops atomic.Uint64 // MADs lost to a full receive queue
+	queueDrops atomic.Uint64 // MADs lost to a full receive queue or madRate
+	rate       madRateTable  // the management engine's goroutine only
 	sendDrops  atomic.Uint64 // MADs lost to a full transmit queue
 	delayed    sync.WaitGroup
 	stopped    atomic.Bool // the engines are stopping: MADs are dropped
@@ -115,6 +116,10 @@ func (g *management) start(params cm.Params) error {
 func (g *management) onGSI(p *rocev2.Packet) {
 	reply, srcQP, mad, err := cm.CheckGSI(p)
 	if err != nil {
+		return
+	}
+	if !g.rate.allow(reply.RemoteIP) {
+		g.queueDrops.Add(1)
 		return
 	}
 	ev := gsiEvent{path: reply, srcQP: srcQP}

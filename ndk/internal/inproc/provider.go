@@ -45,9 +45,13 @@ type Config struct {
 	Queues     int
 	Poll       rc.PollMode
 	LockThread bool
-	// AnySource is rc.Config.AnySource.
+	// AnySource and MaxQPs are rc.Config's.
 	AnySource bool
-	XDPMode   loader.AttachMode
+	MaxQPs    int
+	// InjectLoss is the fraction of received frames each engine's port
+	// drops at random (lossyPort); 0 leaves the ports as they are.
+	InjectLoss float64
+	XDPMode    loader.AttachMode
 	// Address is the local address to use (zero: the interface's first
 	// IPv4 address, else its first global IPv6 one).
 	Address netip.Addr
@@ -159,8 +163,12 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 		pt = port.Capture(pt, p.capture)
 	}
 	pt = port.Tap(pt, len(p.ports), &p.tap)
+	if cfg.InjectLoss > 0 {
+		pt = newLossyPort(pt, cfg.InjectLoss, uint64(len(p.engines))+1)
+	}
 	p.ports = append(p.ports, pt)
-	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource, SpinTime: cfg.SpinTime}
+	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource,
+		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}
@@ -300,7 +308,8 @@ func (p *Provider) Manager() *cm.Manager {
 }
 
 // MADDrops returns the MADs lost locally: received ones dropped because
-// the CM's queue was full, and sent ones because the engine's was.
+// the CM's queue was full or their source was over its share (madrate.go),
+// and sent ones because the engine's queue was full.
 func (p *Provider) MADDrops() (queue, send uint64) {
 	if p.mgmt == nil {
 		return 0, 0

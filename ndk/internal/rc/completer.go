@@ -137,7 +137,7 @@ func (e *Engine) progress(q *QP) {
 		t.ackDeadline = 0
 	} else if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
-		e.setDeadline(t.ackDeadline)
+		e.setTimer(q, t.ackDeadline)
 	}
 	e.schedule(q)
 }
@@ -237,7 +237,7 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
-		e.setDeadline(t.ackDeadline)
+		e.setTimer(q, t.ackDeadline)
 	}
 }
 
@@ -260,7 +260,7 @@ func (e *Engine) rnrWait(q *QP, psn rocev2.PSN, timer rocev2.RNRTimer) {
 	}
 	t.rnrPSN = psn
 	t.rnrUntil = e.now + int64(max(timer.Duration(), time.Microsecond))
-	e.setDeadline(t.rnrUntil)
+	e.setTimer(q, t.rnrUntil)
 	t.ackDeadline = 0
 	e.goBack(q, psn)
 }

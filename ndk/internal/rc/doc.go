@@ -67,10 +67,13 @@
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
 //	stats.go      counters and Stats
+//	violations.go access violations per source: the bounded table of token
+//	              buckets that limits key guessing (ViolationSources)
 //	types.go      SGE, Op, ConnParams, State and the other shared types (op
 //	              flags, statuses and completion types are ndkpi's)
 //	unsafe.go     the package's unsafe conversions
 //	hostile_test.go  the hostile-peer suite: its table lists each crafted frame and the verdict
+//	scale_test.go    idle QPs cost the timer pass nothing
 //
 // # Threads and posting
 //

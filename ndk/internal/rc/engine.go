@@ -38,7 +38,11 @@ type Config struct {
 	// of several processes sharing cores wait for the kernel's time slice,
 	// milliseconds (doc.go, "Polling").
 	SpinTime time.Duration
-	// MaxQPs bounds the QPs on this engine (default 4096).
+	// MaxQPs bounds the QPs on this engine (default 65,536: what the
+	// steering program's QP map holds, loader.Options.MaxQPs, so one
+	// engine takes every QP an adapter can steer). Its cost is the ready
+	// ring, 16 bytes a QP (1 MiB at the default), allocated at start;
+	// the engine's other per-QP lists grow with use.
 	MaxQPs int
 	// Window is the most PSNs one QP keeps unacknowledged (default 512).
 	Window int
@@ -78,12 +82,21 @@ type Config struct {
 // Tuning defaults.
 const (
 	defaultSpinTime = 20 * time.Microsecond
-	defaultMaxQPs   = 4096
+	defaultMaxQPs   = 1 << 16
 	defaultWindow   = 512
 	rxBatch         = 64
 	// qpBudget bounds the frames one QP sends per loop, so that one bulk
 	// transfer cannot starve the others or the receive side.
 	qpBudget = 64
+	// replayBudget bounds the frames per loop of a QP whose next READ
+	// response belongs to a run a duplicate READ restarted. The peer
+	// decides how much a responder replays: a flood of duplicate READs
+	// restarts runs at no cost to itself, and each loop spent its whole
+	// qpBudget on them before the other QPs' frames were received again
+	// (ndk TestFloodOfReads: the well-behaved QP's rate under the flood
+	// went from 0.1-0.3x to 0.4-0.5x of its rate without). First runs keep
+	// qpBudget: a quarter of it cut a bulk READ's rate by a third.
+	replayBudget = 16
 	// ackEvery sets AckReq on every ackEvery-th packet of a long message
 	// besides its last (rxe asks after 64 unacknowledged packets; a
 	// shorter stride retires WQEs sooner with a 512-PSN window).
@@ -92,6 +105,8 @@ const (
 	// for transmit room: TX completions do not wake Port.Wait.
 	blockedWait = 50 * time.Microsecond
 	noDeadline  = math.MaxInt64
+	// busyYield is how long the engine works before it yields its P.
+	busyYield = int64(50 * time.Microsecond)
 	// ackHoldTime is how long an ACK for a completed receive waits for
 	// the consumer's answer to travel with (ackHold). It is far below
 	// any ACK timeout, and only SEND completions wait.
@@ -132,14 +147,18 @@ type Engine struct {
 	stop       atomic.Bool
 	done       chan struct{}
 
-	c     counters
-	yield spin.Yielder // engine goroutine only
+	c          counters
+	violations violationTable // engine goroutine only
+	yield      spin.Yielder   // engine goroutine only
 
 	// Engine goroutine only.
-	pollers   []Poller
-	qps       map[uint32]*QP
-	lastQP    *QP
-	live      []*QP // connected QPs: timers are checked on these
+	pollers []Poller
+	qps     map[uint32]*QP
+	lastQP  *QP
+	// timed holds the QPs that armed a timer since the last timers()
+	// pass: idle QPs cost the timer pass nothing, so 10,000 of them beside
+	// a busy one do not slow it (TestTimersSkipIdleQPs).
+	timed     []*QP
 	active    []*QP // QPs with frames to send
 	rx        [rxBatch][]byte
 	pkt       rocev2.Packet
@@ -196,8 +215,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		ready:       ready,
 		done:        make(chan struct{}),
 		qps:         make(map[uint32]*QP),
-		live:        make([]*QP, 0, cfg.MaxQPs),
-		active:      make([]*QP, 0, cfg.MaxQPs),
+		timed:       make([]*QP, 0, 64),
+		active:      make([]*QP, 0, 64),
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
@@ -258,6 +277,7 @@ func (e *Engine) run() {
 	defer close(e.done)
 
 	var idleSince int64 // e.now when the engine last had work
+	var lastYield int64
 	for !e.stop.Load() {
 		e.now = e.clock()
 		// Pollers first: receives a daemon client posted reach their QPs
@@ -281,6 +301,16 @@ func (e *Engine) run() {
 		}
 		if work > 0 {
 			idleSince = e.now
+			if e.now-lastYield > busyYield {
+				// A goroutine the engine wakes (a peer engine's doorbell,
+				// a CQ's notifier, a consumer blocked in a wait) goes to
+				// this P's run queue, where it waits until the engine
+				// yields: busy without a pause, that was the runtime's 10
+				// ms preemption, and a READ flood starved a well-behaved
+				// QP's peer to 1/600th of its rate (ndk TestFloodOfReads).
+				runtime.Gosched()
+				lastYield = e.now
+			}
 			continue
 		}
 		if e.poll == PollBusy || e.now-idleSince < e.spin {
@@ -429,11 +459,19 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.noteFirst(q.cfg.QPN)
 	}
 	q.t.n.framesIn++
-	if op.Info().Response {
+	info := op.Info()
+	if info.Response {
 		e.completer(q)
-	} else {
-		e.responder(q)
+		return
 	}
+	if e.violations.over > 0 && info.Headers&keyed != 0 &&
+		e.violations.limited(e.pkt.IP.Src.Unmap(), e.now) {
+		// A request that needs a memory token, from a source over its
+		// access-violation limit (violations.go).
+		e.c.accessLimited.Add(1)
+		return
+	}
+	e.responder(q)
 }
 
 // drainReady takes the QPs that posted since the last loop.
@@ -508,16 +546,25 @@ func (e *Engine) service(q *QP) (int, bool) {
 	return sent + s, more
 }
 
-func (e *Engine) setDeadline(d int64) {
+// setTimer notes that q armed a timer that expires at d.
+func (e *Engine) setTimer(q *QP, d int64) {
+	if !q.t.timed {
+		q.t.timed = true
+		e.timed = append(e.timed, q)
+	}
 	if d < e.nextTimer {
 		e.nextTimer = d
 	}
 }
 
-// timers fires expired ACK and RNR timers and finds the next deadline.
+// timers fires expired ACK and RNR timers, finds the next deadline and
+// drops the QPs with no timer left from the timed list.
 func (e *Engine) timers() {
 	next := int64(noDeadline)
-	for _, q := range e.live {
+	// retry re-arms only q's own timers (q stays listed): compact in
+	// place.
+	n := 0
+	for _, q := range e.timed {
 		t := &q.t
 		if t.ackHold != 0 {
 			if e.now >= t.ackHold {
@@ -544,6 +591,14 @@ func (e *Engine) timers() {
 		if t.ackDeadline != 0 {
 			next = min(next, t.ackDeadline)
 		}
+		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 {
+			e.timed[n] = q
+			n++
+		} else {
+			t.timed = false
+		}
 	}
+	clear(e.timed[n:])
+	e.timed = e.timed[:n]
 	e.nextTimer = next
 }

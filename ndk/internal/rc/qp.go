@@ -198,7 +198,6 @@ func (q *QP) Connect(p ConnParams) error {
 			e.awaitFirst[q.cfg.QPN] = struct{}{}
 		}
 		q.state.Store(uint32(StateConnected))
-		e.live = append(e.live, q)
 		e.schedule(q)
 	})
 	if derr != nil {
@@ -227,7 +226,8 @@ func (q *QP) Close() error {
 		if e.lastQP == q {
 			e.lastQP = nil
 		}
-		e.live = removeQP(e.live, q)
+		e.timed = removeQP(e.timed, q)
+		q.t.timed = false
 		e.active = removeQP(e.active, q)
 		q.t.active = false
 		q.state.Store(uint32(StateClosed))

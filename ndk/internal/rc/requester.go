@@ -66,7 +66,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 			break
 		}
 		if e.sendRequest(q, w, t.txPkt) != nil {
-			e.armAckTimer(t, sent)
+			e.armAckTimer(q, sent)
 			return sent, true
 		}
 		sent++
@@ -77,14 +77,14 @@ func (e *Engine) request(q *QP) (int, bool) {
 			t.txPkt++
 		}
 	}
-	e.armAckTimer(t, sent)
+	e.armAckTimer(q, sent)
 	return sent, sent == qpBudget
 }
 
-func (e *Engine) armAckTimer(t *qpTransport, sent int) {
-	if sent > 0 && t.ackDeadline == 0 && t.ackTO > 0 {
+func (e *Engine) armAckTimer(q *QP, sent int) {
+	if t := &q.t; sent > 0 && t.ackDeadline == 0 && t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
-		e.setDeadline(t.ackDeadline)
+		e.setTimer(q, t.ackDeadline)
 	}
 }
 

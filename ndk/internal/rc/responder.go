@@ -141,6 +141,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 				// rxe RESPST_ERR_INVALIDATE_RKEY, class J).
 				e.completeRecv(q, ndkpi.StatusAccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false)
 				e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
+				e.accessViolation() // a wrong token guessed by invalidation
 				return
 			}
 		}
@@ -148,7 +149,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		e.completeRecv(q, ndkpi.StatusSuccess, 0, t.recvOff, typ, token, p.BTH.SE)
 		if p.BTH.AckReq && t.ctl == ctlNone {
 			t.ackHold = e.now + ackHoldTime
-			e.setDeadline(t.ackHold)
+			e.setTimer(q, t.ackHold)
 		}
 	}
 	if p.BTH.AckReq {
@@ -369,6 +370,7 @@ func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
 	q.t.n.naksSent++
 	if code == rocev2.NAKRemoteAccessError {
 		e.c.localAccessErrors.Add(1)
+		e.accessViolation()
 	}
 	e.transportFailed(q, nakStatus(code))
 	e.setCtl(q, ctlFatal, psn, rocev2.NAKSyndrome(code))
@@ -386,7 +388,7 @@ func (e *Engine) respond(q *QP) (int, bool) {
 	for i := 0; i < n; i++ {
 		r := &t.res[(t.resNext+i)%n]
 		for r.sending() {
-			if sent == qpBudget {
+			if sent >= qpBudget || (r.again && sent >= replayBudget) {
 				return sent, true
 			}
 			var err error

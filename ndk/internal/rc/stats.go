@@ -22,6 +22,8 @@ type counters struct {
 	sleeps, slowYields      atomic.Uint64
 	completions, recvPlaced atomic.Uint64
 	atomics, atomicReplays  atomic.Uint64
+	accessViolations        atomic.Uint64
+	accessLimited           atomic.Uint64
 	// writesPlaced is incremented after each WRITE packet's bytes are
 	// placed: a release that PlacedWrites' load pairs with.
 	writesPlaced atomic.Uint64
@@ -75,6 +77,12 @@ type Stats struct {
 	OutOfSeq   uint64 // requests ahead of the expected PSN
 	NAKsSent   uint64 // PSN sequence, invalid request, access and operational NAKs
 	RNRSent    uint64
+	// AccessViolations are the requests NAKed for a memory token they may
+	// not use (remote access errors: a wrong R_Key, bounds or rights; and
+	// SENDs invalidating a token they may not); AccessLimited the requests
+	// carrying a token dropped because their source made too many
+	// (violations.go, Engine.ViolationSources).
+	AccessViolations, AccessLimited uint64
 	// Atomics executed, and duplicates answered from a saved result
 	// instead of executing again.
 	Atomics, AtomicReplays uint64
@@ -148,6 +156,7 @@ func (e *Engine) snapshot() Stats {
 		Duplicates: c.duplicates.Load(), OutOfSeq: c.outOfSeq.Load(),
 		NAKsSent: c.naksSent.Load(), RNRSent: c.rnrSent.Load(),
 		Atomics: c.atomics.Load(), AtomicReplays: c.atomicReplays.Load(),
+		AccessViolations: c.accessViolations.Load(), AccessLimited: c.accessLimited.Load(),
 		Retransmits: c.retransmits.Load(), Timeouts: c.timeouts.Load(),
 		NAKsReceived: c.naksReceived.Load(), RNRReceived: c.rnrReceived.Load(),
 		Completions: c.completions.Load(),

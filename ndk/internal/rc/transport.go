@@ -15,6 +15,7 @@ type qpTransport struct {
 	failed    bool
 	drained   bool // QP.drained is closed
 	active    bool // on the engine's active list
+	timed     bool // on the engine's timed list
 	params    ConnParams
 	peerIP    netip.Addr     // Remote.IP, unmapped: frames from elsewhere are dropped
 	hdr       rocev2.Headers // template: addresses, ports, DestQP
