@@ -22,31 +22,7 @@ import (
 func TestHostileLocalRecords(t *testing.T) {
 	bd := newBed(t)
 
-	// The victim: a well-behaved client with a registered MR and a
-	// fast-registered one.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	va, err := ndk.Dial(ctx, bd.sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer va.Close()
-	vpd, _ := va.CreatePD()
-	vmem, _ := va.Memory(8192)
-	for i := range vmem {
-		vmem[i] = 0x5A
-	}
-	vmr, err := vpd.RegisterMR(vmem[:4096], ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vfast, err := vpd.CreateMR(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := vfast.InitializeFastRegister(1, true); err != nil {
-		t.Fatal(err)
-	}
+	vmem, vmr, vfast := victim(t, bd)
 
 	r := dialRaw(t, bd.sock)
 	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
@@ -106,8 +82,27 @@ func TestHostileLocalRecords(t *testing.T) {
 	// and, as a failed Invalidate, it ends the hostile QP.
 	post("an Invalidate of another client's MR", proto.Send{Op: proto.OpInvalidate, InvToken: vfast.LocalToken()}, ndk.StatusInvalidDeviceRequest)
 
-	// An SRQ record with 200 SGEs: the SRQ is read no more and says so.
-	sm, sfds := r.ok(&proto.Request{Op: proto.OpCreateSRQ, PD: pd.H, Depth: 4, RecvSGE: 1})
+	malformedSRQRecord(t, r, pd.H)
+
+	time.Sleep(20 * time.Millisecond)
+	for i, b := range vmem {
+		if b != 0x5A {
+			t.Fatalf("victim byte %d changed to %#x", i, b)
+		}
+	}
+	for i, b := range pmem {
+		if b != 0xEE {
+			t.Fatalf("peer byte %d changed to %#x", i, b)
+		}
+	}
+	bd.healthy(t)
+}
+
+// malformedSRQRecord writes an SRQ record with 200 SGEs: the SRQ is read
+// no more and says so.
+func malformedSRQRecord(t *testing.T, r *raw, pd uint32) {
+	t.Helper()
+	sm, sfds := r.ok(&proto.Request{Op: proto.OpCreateSRQ, PD: pd, Depth: 4, RecvSGE: 1})
 	sseg, err := shm.MapSegment(sfds[0], sm.Seg.Size)
 	if err != nil {
 		t.Fatal(err)
@@ -129,18 +124,36 @@ func TestHostileLocalRecords(t *testing.T) {
 		t.Fatalf("SRQ event %+v, want STATUS_INTERNAL_ERROR for SRQ %d", ev, sm.H)
 	}
 
-	time.Sleep(20 * time.Millisecond)
-	for i, b := range vmem {
-		if b != 0x5A {
-			t.Fatalf("victim byte %d changed to %#x", i, b)
-		}
+}
+
+// victim is a well-behaved client with 8 KiB of memory set to 0x5A, a
+// registered MR over its first half and an initialized fast MR.
+func victim(t *testing.T, bd *bed) ([]byte, *ndk.MR, *ndk.MR) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	va, err := ndk.Dial(ctx, bd.sock)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, b := range pmem {
-		if b != 0xEE {
-			t.Fatalf("peer byte %d changed to %#x", i, b)
-		}
+	t.Cleanup(va.Close)
+	vpd, _ := va.CreatePD()
+	vmem, _ := va.Memory(8192)
+	for i := range vmem {
+		vmem[i] = 0x5A
 	}
-	bd.healthy(t)
+	vmr, err := vpd.RegisterMR(vmem[:4096], ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vfast, err := vpd.CreateMR(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vfast.InitializeFastRegister(1, true); err != nil {
+		t.Fatal(err)
+	}
+	return vmem, vmr, vfast
 }
 
 // event waits for the next event named ev.

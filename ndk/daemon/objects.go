@@ -151,56 +151,8 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, nil
 	case proto.OpCreateQP:
 		return ss.createQP(req)
-	case proto.OpCreateSRQ:
-		return ss.createSRQ(req)
-	case proto.OpModifySRQ:
-		x, err := lookup[*sSRQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		return nil, nil, x.srq.Modify(req.Depth, req.Threshold)
-	case proto.OpSRQLen:
-		x, err := lookup[*sSRQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &proto.Message{Depth: ss.relay.srqLen(x)}, nil, nil
-	case proto.OpCloseSRQ:
-		x, err := lookup[*sSRQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		if ss.relay.removeSRQ(x) {
-			x.srq.Close()
-			x.seg.Close()
-			ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed)
-		}
-		return nil, nil, nil
-	case proto.OpCreateMW:
-		p, err := lookup[*sPD](ss, req.PD)
-		if err != nil {
-			return nil, nil, err
-		}
-		mw, err := p.pd.CreateMW()
-		if err != nil {
-			return nil, nil, err
-		}
-		x := &sMW{mw: mw}
-		if x.h, err = ss.add(x); err != nil {
-			mw.Close()
-			return nil, nil, err
-		}
-		return &proto.Message{H: x.h, Local: hook.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: hook.KeyBits(a)}, nil, nil
-	case proto.OpCloseMW:
-		x, err := lookup[*sMW](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		x.mw.Close()
-		ss.drop(req.H)
-		return nil, nil, nil
-	case proto.OpInitFastMR:
-		return ss.initFastMR(req)
+	case proto.OpCreateSRQ, proto.OpModifySRQ, proto.OpSRQLen, proto.OpCloseSRQ, proto.OpCreateMW, proto.OpCloseMW, proto.OpInitFastMR:
+		return ss.dispatchMemory(req)
 	case proto.OpCloseQP:
 		q, err := lookup[*sQP](ss, req.H)
 		if err != nil {
@@ -317,6 +269,64 @@ func (ss *session) register(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, err
 	}
 	return &proto.Message{H: x.h, Local: mr.LocalToken(), Remote: mr.RemoteToken()}, nil, nil
+}
+
+// dispatchMemory carries out the requests of SRQs, memory windows and
+// fast-register MRs.
+func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, error) {
+	switch req.Op {
+	case proto.OpCreateSRQ:
+		return ss.createSRQ(req)
+	case proto.OpModifySRQ:
+		x, err := lookup[*sSRQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, x.srq.Modify(req.Depth, req.Threshold)
+	case proto.OpSRQLen:
+		x, err := lookup[*sSRQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &proto.Message{Depth: ss.relay.srqLen(x)}, nil, nil
+	case proto.OpCloseSRQ:
+		x, err := lookup[*sSRQ](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ss.relay.removeSRQ(x) {
+			x.srq.Close()
+			x.seg.Close()
+			ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed)
+		}
+		return nil, nil, nil
+	case proto.OpCreateMW:
+		p, err := lookup[*sPD](ss, req.PD)
+		if err != nil {
+			return nil, nil, err
+		}
+		mw, err := p.pd.CreateMW()
+		if err != nil {
+			return nil, nil, err
+		}
+		x := &sMW{mw: mw}
+		if x.h, err = ss.add(x); err != nil {
+			mw.Close()
+			return nil, nil, err
+		}
+		return &proto.Message{H: x.h, Local: hook.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
+	case proto.OpCloseMW:
+		x, err := lookup[*sMW](ss, req.H)
+		if err != nil {
+			return nil, nil, err
+		}
+		x.mw.Close()
+		ss.drop(req.H)
+		return nil, nil, nil
+	case proto.OpInitFastMR:
+		return ss.initFastMR(req)
+	}
+	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "no such request %q", req.Op)
 }
 
 // initFastMR is NdkCreateMr(FastRegister=TRUE) for a new handle, then
