@@ -65,8 +65,9 @@ type arena struct {
 // calls (create, close, register, connect) are messages on the socket.
 //
 // Memory a daemon-backed adapter registers must be memory the daemon can
-// map: Adapter.Memory and AllocBuffer give it; RegisterMR of other memory
-// fails with STATUS_NOT_SUPPORTED.
+// map: Adapter.Memory and AllocBuffer give it; RegisterMR or FastRegister
+// of other memory fails with STATUS_NOT_SUPPORTED. SRQs, memory windows
+// and fast registration follow the in-process rules (remote_mem.go).
 //
 // It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
 // STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol.

@@ -23,8 +23,9 @@
 //	                  peer WRITE packets placed and the QP's state
 //	                  (daemon writes)
 //	SRQ segment       daemon creates per SRQ: a receive ring (client
-//	                  produces, relay consumes) and its post hint (client
-//	                  sets, relay clears)
+//	                  produces, relay consumes), its post hint (client
+//	                  sets, relay clears) and the count of its receives
+//	                  completed (daemon writes; the client's depth check)
 //	CQ segment        daemon creates per CQ: the completion ring (relay
 //	                  produces, client consumes), the arm word (client
 //	                  raises, relay clears when it fires) and the CQ
