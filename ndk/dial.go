@@ -24,7 +24,8 @@ type remote struct {
 	conn *client.Conn
 	seg  *shm.Segment // the engine's doorbell flags
 	bell *shm.Doorbell
-	sess *shm.Segment // the session's published counts and hint bitmaps
+	sess *shm.Segment // the session's published counts, hint bitmaps and event ring
+	ev   *remoteEvents
 	addr netip.Addr
 	mac  net.HardwareAddr
 	pmtu int
@@ -95,12 +96,26 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 	if r.conn, err = client.Dial(ctx, path, r.event); err != nil {
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
-	m, fds, err := r.call(ctx, op, &proto.Request{Op: proto.OpHello, Version: proto.Version})
+	// The event reader sleeps on this eventfd; the daemon rings it after
+	// it puts a notification into the session's event ring.
+	efd, err := shm.NewEventfd()
 	if err != nil {
+		r.conn.Close()
+		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
+	}
+	m, fds, err := r.call(ctx, op, &proto.Request{Op: proto.OpHello, Version: proto.Version}, efd)
+	if err != nil {
+		unix_close(efd)
 		r.conn.Close()
 		return nil, err
 	}
 	if err := r.hello(m, fds); err != nil {
+		unix_close(efd)
+		r.conn.Close()
+		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
+	}
+	if err := r.startEvents(efd); err != nil {
+		unix_close(efd)
 		r.conn.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
@@ -390,6 +405,7 @@ func (r *remote) close() {
 		<-l.done
 	}
 	r.conn.Close()
+	r.stopEvents()
 	for _, c := range cqs {
 		c.r.stop()
 	}

@@ -149,6 +149,7 @@ type rawQP struct {
 	send   *shm.Producer
 	cqRing *shm.Consumer
 	cqSeg  *shm.Segment
+	cq     uint32
 	layout proto.QPLayout
 }
 
@@ -174,7 +175,7 @@ func (r *raw) qp(pd uint32) *rawQP {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l}
+	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l, cq: cm.H}
 }
 
 // completion waits for the next entry of q's CQ ring.
@@ -565,4 +566,46 @@ func FuzzRingRecords(f *testing.F) {
 			bd.healthy(t)
 		}
 	})
+}
+
+// TestNotificationsWithoutEventfd: a client that brings no eventfd with
+// its hello gets its CQ notifications as messages on the socket.
+func TestNotificationsWithoutEventfd(t *testing.T) {
+	bd := newBed(t)
+	r := dialRaw(t, bd.sock)
+	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+	q := r.qp(pd.H)
+	bq, _, bmr := bd.peerQP(t, r, q)
+	recv, err := shm.NewProducer(q.seg, q.layout.Recv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr := proto.Recv{Seq: 1} // a zero-length receive
+	rr.Encode(recv.Reserve())
+	recv.Publish()
+	r.post(q)
+	// Arm the CQ (ANY), then have the peer send.
+	cl := proto.NewCQLayout(64)
+	q.cqSeg.Word32(cl.Words).Store(3)
+	r.bell.Ring()
+	s, _ := bmr.SGE(0, 0)
+	if err := bq.Send(nil, []ndk.SGE{s}, 0); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, proto.MaxMessage)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_ = r.c.SetReadDeadline(deadline)
+		n, _, err := shm.RecvFDs(r.c, buf, shm.MaxFDs)
+		if err != nil {
+			t.Fatalf("no CQ notification on the socket: %v", err)
+		}
+		var m proto.Message
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Ev == proto.EvCQ && m.H == q.cq {
+			return
+		}
+	}
 }

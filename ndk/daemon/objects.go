@@ -69,14 +69,14 @@ func (ss *session) handle(ctx context.Context, req *proto.Request, fds []int) *p
 // dispatch carries out req. fds are the descriptors the request brought:
 // dispatch owns them. The descriptors it returns go out with the reply.
 func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) (*proto.Message, []int, error) {
-	if req.Op != proto.OpArena {
+	if req.Op != proto.OpArena && req.Op != proto.OpHello {
 		closeFDs(fds)
 		fds = nil
 	}
 	a := ss.srv.a
 	switch req.Op {
 	case proto.OpHello:
-		return ss.hello(req)
+		return ss.hello(req, fds)
 	case proto.OpArena:
 		return nil, nil, ss.arena(req, fds)
 	case proto.OpCreateCQ:
@@ -187,14 +187,24 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 	return ss.dispatchCM(ctx, req)
 }
 
-func (ss *session) hello(req *proto.Request) (*proto.Message, []int, error) {
+func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, error) {
 	if ss.relay != nil {
+		closeFDs(fds)
 		return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "second hello")
 	}
 	if req.Version != proto.Version {
+		closeFDs(fds)
 		return nil, nil, statusErr(ndk.StatusNDISBadVersion, "protocol version %d; the daemon speaks %d", req.Version, proto.Version)
 	}
-	r, err := newRelay(ss)
+	if len(fds) > 1 {
+		closeFDs(fds)
+		return nil, nil, statusErr(ndk.StatusInvalidParameter, "hello brings at most the client's eventfd, not %d descriptors", len(fds))
+	}
+	efd := -1
+	if len(fds) == 1 {
+		efd = fds[0]
+	}
+	r, err := newRelay(ss, efd)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -211,11 +211,18 @@ type relay struct {
 	queues     [proto.MaxQueues]int // QPs per queue
 	passes     uint64
 
-	// CQ notifications leave through the session's notifier goroutine:
-	// the engine must not block on the client's socket.
-	nmu   sync.Mutex
-	notes []note
-	nwake chan struct{}
+	// Notifications (fired CQ arms, fired write arms) go into the
+	// session's event ring, whose doorbell wakes the client's reader
+	// (an eventfd write only while it sleeps). A client that brought no
+	// eventfd, or whose ring is full, gets them as messages, which leave
+	// through the session's notifier goroutine: the engine must not
+	// block on the client's socket.
+	events     *shm.Producer
+	clientBell *shm.Doorbell
+	ev         proto.Event
+	nmu        sync.Mutex
+	notes      []note
+	nwake      chan struct{}
 }
 
 type note struct {
@@ -224,16 +231,30 @@ type note struct {
 	st ndk.Status
 }
 
-func newRelay(ss *session) (*relay, error) {
+// newRelay makes the session's relay; efd, if not -1, is the client's
+// eventfd for its event reader, which the relay takes over.
+func newRelay(ss *session, efd int) (*relay, error) {
 	eng, err := hook.EngineOf(ss.srv.a)
 	if err != nil {
+		closeFDs([]int{efd})
 		return nil, fmt.Errorf("daemon adapter: %w", err)
 	}
 	seg, err := shm.NewSegment("ndkxdp-session", proto.SessionSize)
 	if err != nil {
+		closeFDs([]int{efd})
 		return nil, err
 	}
 	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1)}
+	if efd >= 0 {
+		if r.clientBell, err = shm.NewDoorbell(seg, proto.EventBell, efd); err == nil {
+			r.events, err = shm.NewProducer(seg, proto.EventRing)
+		}
+		if err != nil {
+			closeFDs([]int{efd})
+			seg.Close()
+			return nil, err
+		}
+	}
 	for i := range r.writes {
 		r.writes[i] = seg.Word64(8 * i)
 	}
@@ -458,7 +479,12 @@ func (r *relay) stop() {
 	_ = r.eng.Remove(r)
 }
 
-func (r *relay) close() { r.seg.Close() }
+func (r *relay) close() {
+	if r.clientBell != nil {
+		r.clientBell.Close()
+	}
+	r.seg.Close()
+}
 
 // Poll is one pass, in the engine's loop. While control changes the lists
 // the pass is skipped, and counted as work so that the engine comes back
@@ -493,6 +519,18 @@ func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) 
 const maxNotes = 1 << 16
 
 func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
+	if r.events != nil {
+		if b := r.events.Reserve(); b != nil {
+			r.ev = proto.Event{Kind: proto.EventCQ, Status: uint32(st), H: h}
+			if ev == proto.EvPeerWrite {
+				r.ev.Kind = proto.EventPeerWrite
+			}
+			r.ev.Encode(b)
+			r.events.Publish()
+			r.clientBell.Ring()
+			return
+		}
+	}
 	r.nmu.Lock()
 	if len(r.notes) >= maxNotes {
 		r.nmu.Unlock()

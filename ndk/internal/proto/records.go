@@ -301,12 +301,20 @@ func NewCQLayout(slots int) CQLayout {
 //	              word to 0 and serves the QPs whose bits were set
 //	+ArmBitmap    one bit per QP slot, set by the client after it arms
 //	              ArmPeerWrites; the relay watches those QPs
+//	+EventBell    the doorbell of the client's event reader: the client
+//	              sends its eventfd with its hello and sleeps on it
+//	+Events       a ring of Event records (relay produces, the client's
+//	              reader consumes): CQ notifications and fired write arms,
+//	              which reach the client with no message on the socket
 const (
 	MaxQueues   = 64
 	MaxQPSlots  = 1 << 16
 	PostBitmap  = MaxQueues * 8
 	ArmBitmap   = PostBitmap + MaxQPSlots/8
-	SessionSize = ArmBitmap + MaxQPSlots/8
+	EventBell   = ArmBitmap + MaxQPSlots/8
+	Events      = EventBell + shm.DoorbellSize
+	EventSlots  = 4096
+	SessionSize = Events + shm.RingHeaderSize + EventSlots*EventSize
 	bitmapWords = MaxQPSlots / 64
 )
 
@@ -318,3 +326,36 @@ const BitmapWords = bitmapWords
 
 // MaxSlots bounds any ring the daemon lays out.
 const MaxSlots = 1 << 16
+
+// Event kinds in the session's event ring.
+const (
+	EventCQ        = 1 // a CQ notification: H the CQ, Status the CQ's status
+	EventPeerWrite = 2 // a fired write arm: H the QP
+)
+
+// Event is one record of the session's event ring.
+type Event struct {
+	Kind   uint8
+	Status uint32
+	H      uint32
+}
+
+// EventSize is an Event record's bytes.
+const EventSize = 16
+
+// EventRing is where the event ring lies in the session segment.
+var EventRing = shm.RingLayout{Offset: Events, SlotSize: EventSize, Slots: EventSlots}
+
+// Encode writes e into a slot of EventSize bytes.
+func (e *Event) Encode(b []byte) {
+	b = b[:EventSize]
+	b[0] = e.Kind
+	le.PutUint32(b[4:], e.Status)
+	le.PutUint32(b[8:], e.H)
+}
+
+// Decode reads an Event record.
+func (e *Event) Decode(b []byte) {
+	b = b[:EventSize]
+	e.Kind, e.Status, e.H = b[0], le.Uint32(b[4:]), le.Uint32(b[8:])
+}

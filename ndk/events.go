@@ -1,0 +1,81 @@
+package ndk
+
+import (
+	"sync/atomic"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// remoteEvents is a daemon-backed adapter's event reader: a goroutine
+// that sleeps on the client's eventfd and delivers what the daemon's relay
+// puts into the session's event ring (CQ notifications, fired write arms)
+// with no message on the socket between.
+type remoteEvents struct {
+	bell    *shm.Doorbell
+	ring    *shm.Consumer
+	stopped atomic.Bool
+	done    chan struct{}
+}
+
+func (r *remote) startEvents(efd int) error {
+	bell, err := shm.NewDoorbell(r.sess, proto.EventBell, efd)
+	if err != nil {
+		return err
+	}
+	ring, err := shm.NewConsumer(r.sess, proto.EventRing)
+	if err != nil {
+		return err
+	}
+	r.ev = &remoteEvents{bell: bell, ring: ring, done: make(chan struct{})}
+	go r.readEvents()
+	return nil
+}
+
+func (r *remote) readEvents() {
+	ev := r.ev
+	defer close(ev.done)
+	var e proto.Event
+	for {
+		for b := ev.ring.Peek(); b != nil; b = ev.ring.Peek() {
+			e.Decode(b)
+			ev.ring.Release()
+			r.deliver(&e)
+		}
+		if ev.stopped.Load() || ev.ring.Err() != nil {
+			return
+		}
+		// Wait returns at once for a ring since the last wait; the
+		// drain above then sees its event.
+		_ = ev.bell.Wait(-1)
+	}
+}
+
+// deliver hands one event to the object it names.
+func (r *remote) deliver(e *proto.Event) {
+	r.mu.RLock()
+	c, q := r.cqs[e.H], r.qps[e.H]
+	r.mu.RUnlock()
+	switch e.Kind {
+	case proto.EventCQ:
+		if c != nil {
+			c.r.notifyQueue(Status(e.Status))
+		}
+	case proto.EventPeerWrite:
+		if q != nil {
+			q.r.peerWrite()
+		}
+	}
+}
+
+// stopEvents ends the event reader: it wakes it through its own doorbell.
+func (r *remote) stopEvents() {
+	ev := r.ev
+	if ev == nil {
+		return
+	}
+	ev.stopped.Store(true)
+	ev.bell.Ring()
+	<-ev.done
+	ev.bell.Close()
+}
