@@ -518,8 +518,12 @@ func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) 
 // read its socket; one that lets more pile up is dropped.
 const maxNotes = 1 << 16
 
+// notifyEv sends a notification: a CQ's or a write arm's, from the relay
+// in the engine's loop, through the session's event ring (its one
+// producer) when there is room; an SRQ's, from the SRQ's own goroutine
+// and rare, always as a message.
 func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
-	if r.events != nil {
+	if r.events != nil && ev != proto.EvSRQ {
 		if b := r.events.Reserve(); b != nil {
 			r.ev = proto.Event{Kind: proto.EventCQ, Status: uint32(st), H: h}
 			if ev == proto.EvPeerWrite {
