@@ -292,7 +292,7 @@ func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, er
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, nil, x.srq.Modify(req.Depth, req.Threshold)
+		return nil, nil, ss.relay.modifySRQ(x, req.Depth, req.Threshold)
 	case proto.OpSRQLen:
 		x, err := lookup[*sSRQ](ss, req.H)
 		if err != nil {

@@ -426,6 +426,20 @@ func (r *relay) pumpSRQ(x *sSRQ) (n int, more bool) {
 	}
 }
 
+// modifySRQ is NdkModifySrq for the client. The receives the client posted
+// before it count as outstanding, as they do in process: the relay moves
+// them into the daemon's SRQ first (those that do not fit leave the depth
+// at least as high as they need, which the SRQ's own check sees).
+func (r *relay) modifySRQ(x *sSRQ, depth, threshold int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !x.removed && !x.broken {
+		_, more := r.pumpSRQ(x)
+		x.again = x.again || more
+	}
+	return x.srq.Modify(depth, threshold)
+}
+
 // srqLen is SRQ.Len for the client: the receives queued in the daemon's
 // SRQ and those the relay has not moved there yet.
 func (r *relay) srqLen(x *sSRQ) int {
