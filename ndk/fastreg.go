@@ -16,11 +16,14 @@ type fastMR struct {
 	handle   uint32 // the token table's slot handle
 	pages    int    // AdapterPageCount of the last InitializeFastRegister; 0 before
 	remoteOK bool
-	// revoked: a daemon client invalidated the registration itself
-	// (Invalidate), so its posts refuse the token inline, as the token
-	// table does in process. Invalidations it does not post (a peer's, a
-	// READ_LOCAL_INVALIDATE's) the daemon refuses in the completion.
+	// On a daemon-backed adapter (remote_mem.go), what the client knows of
+	// the registration, for the inline refusals the token table makes in
+	// process: revoked while the MR holds none (initialized, invalidated
+	// by its own Invalidate, or seen invalidated in a completion: a peer's
+	// SendAndInvalidate, a READ_LOCAL_INVALIDATE), and cur, its tokens
+	// (local<<32 | remote) for the completions to compare.
 	revoked atomic.Bool
+	cur     atomic.Uint64
 }
 
 // CreateMR creates an MR on the PD (NdkCreateMr). With fastRegister false

@@ -136,6 +136,7 @@ func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
 	}
 	rq.sr.Seq = rq.sendSeq
 	rq.sendCtx[rq.sendSeq&rq.sendMask] = ctx
+	rq.sendInv[rq.sendSeq&rq.sendMask] = 0
 	rq.sr.Encode(slot)
 	rq.send.Publish()
 	rq.sendSeq++
@@ -178,6 +179,8 @@ func (r *remote) initFastMR(m *MR, pages int, remoteAccess bool) error {
 	m.tokens.Local, m.tokens.Remote = reply.Local, reply.Remote
 	m.buf, m.va, m.flags = nil, 0, 0
 	m.registered = true
+	m.fast.revoked.Store(true)
+	m.fast.cur.Store(uint64(m.tokens.Local)<<32 | uint64(m.tokens.Remote))
 	pd.mrs[m] = struct{}{}
 	pd.mu.Unlock()
 	r.addFastMR(m)
@@ -185,8 +188,9 @@ func (r *remote) initFastMR(m *MR, pages int, remoteAccess bool) error {
 }
 
 var (
-	errFastRegisterMemory = errorf(StatusNotSupported, "fast register", "a daemon-backed adapter registers only memory the daemon can map: take it from Adapter.Memory or AllocBuffer")
-	errFastRegisterRemote = errorf(StatusAccessViolation, "fast register", "remote rights on an MR initialized without remote access")
+	errFastRegisterMemory     = errorf(StatusNotSupported, "fast register", "a daemon-backed adapter registers only memory the daemon can map: take it from Adapter.Memory or AllocBuffer")
+	errFastRegisterRemote     = errorf(StatusAccessViolation, "fast register", "remote rights on an MR initialized without remote access")
+	errFastRegisterRegistered = errorf(StatusAccessViolation, "fast register", "the MR is still registered: Invalidate it first")
 )
 
 // remoteFastRegister is FastRegister on a daemon-backed QP: the memory
@@ -210,6 +214,9 @@ func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	case (flags&OpFlagAllowRemoteRead != 0 || flags&OpFlagAllowRemoteWrite == OpFlagAllowRemoteWrite) && !mr.fast.remoteOK:
 		r.ringDeferred(rq)
 		return errFastRegisterRemote
+	case !mr.fast.revoked.Load():
+		r.ringDeferred(rq)
+		return errFastRegisterRegistered
 	}
 	if st := q.localPostable(); st != StatusSuccess {
 		r.ringDeferred(rq)
@@ -233,6 +240,7 @@ func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	}
 	mr.tokens.Local, mr.tokens.Remote = local, remote
 	mr.buf, mr.va = buf, va
+	mr.fast.cur.Store(uint64(local)<<32 | uint64(remote))
 	mr.fast.revoked.Store(false)
 	mr.flags = MRFlag(fastRegisterAccess(flags))
 	return nil
@@ -250,6 +258,19 @@ func (r *remote) addFastMR(m *MR) {
 	next[m.tokens.Local>>r.keyBits.Load()] = m
 	r.fast.Store(&next)
 	r.mu.Unlock()
+}
+
+// revoke marks the fast MR whose current token (local or remote) is token
+// invalidated: a completion says so (ReceiveAndInvalidate's token, a
+// READ_LOCAL_INVALIDATE's sink).
+func (r *remote) revoke(token uint32) {
+	m := (*r.fast.Load())[token>>r.keyBits.Load()]
+	if m == nil {
+		return
+	}
+	if cur := m.fast.cur.Load(); uint32(cur>>32) == token || uint32(cur) == token {
+		m.fast.revoked.Store(true)
+	}
 }
 
 // fastMR finds the fast MR whose current local token is token.

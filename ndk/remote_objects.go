@@ -159,6 +159,14 @@ func (c *CQ) remoteGet(results []Result, ex []ResultEx) int {
 		if q != nil {
 			qctx = q.r.context
 			rctx = q.r.take(e.Kind, e.Seq)
+			if e.Kind == proto.KindSend {
+				if tok := q.r.takeInvalidated(e.Seq); tok != 0 && e.Status == 0 {
+					r.revoke(tok) // a READ_LOCAL_INVALIDATE's sink
+				}
+			}
+		}
+		if e.Type == uint32(OpReceiveAndInvalidate) && e.Status == 0 {
+			r.revoke(uint32(e.TypeSpecific))
 		}
 		res := Result{Status: Status(e.Status), BytesTransferred: e.Bytes, QPContext: qctx, RequestContext: rctx}
 		if ex != nil {
@@ -243,6 +251,7 @@ type remoteQP struct {
 
 	// Initiator side, serialized by the consumer.
 	sendCtx  []any
+	sendInv  []uint32 // a READ_LOCAL_INVALIDATE's sink token, by sequence
 	sendMask uint64
 	sendSeq  uint64
 	sr       proto.Send
@@ -268,6 +277,15 @@ func (q *remoteQP) take(kind uint8, seq uint64) any {
 	}
 	v := *t
 	*t = nil
+	return v
+}
+
+// takeInvalidated returns and clears the sink token a send request's
+// READ_LOCAL_INVALIDATE invalidates (0: none).
+func (q *remoteQP) takeInvalidated(seq uint64) uint32 {
+	t := &q.sendInv[seq&q.sendMask]
+	v := *t
+	*t = 0
 	return v
 }
 
@@ -316,6 +334,7 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	rq.sendCtx = make([]any, 4*l.Send.Slots)
+	rq.sendInv = make([]uint32, len(rq.sendCtx))
 	rq.recvCtx = make([]any, 4*l.Recv.Slots)
 	rq.sendMask, rq.recvMask = uint64(len(rq.sendCtx)-1), uint64(len(rq.recvCtx)-1)
 	q := &QP{pd: pd, adapter: pd.adapter, r: rq, queue: m.Queue, psn: m.PSN}
@@ -406,6 +425,10 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 		}
 	}
 	rq.sendCtx[rq.sendSeq&rq.sendMask] = wr.Context
+	rq.sendInv[rq.sendSeq&rq.sendMask] = 0
+	if wr.Op == rc.OpRead && wr.Flags&OpFlagRDMAReadLocalInvalidate != 0 && len(sgl) > 0 {
+		rq.sendInv[rq.sendSeq&rq.sendMask] = sgl[0].Token
+	}
 	s.Encode(slot)
 	rq.send.Publish()
 	rq.sendSeq++

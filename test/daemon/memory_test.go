@@ -168,7 +168,8 @@ func newFastMR(t *testing.T, pd *ndk.PD, pages int, remote bool) *ndk.MR {
 // the token it returned complete in order and the peer gets the bytes; the
 // invalidated token is refused inline, and a second Invalidate completes
 // STATUS_INVALID_DEVICE_REQUEST. A peer WRITE through the remote token a
-// FastRegister returned lands in the client's memory.
+// FastRegister returned lands in the client's memory. A FastRegister of a
+// registered MR is refused inline; after an Invalidate it is taken.
 func TestFastRegisterThroughDaemon(t *testing.T) {
 	bd := newBed(t)
 	c := dial(t, bd.sock)
@@ -205,6 +206,9 @@ func TestFastRegisterThroughDaemon(t *testing.T) {
 	}
 	expect(t, c.icq, ndk.StatusSuccess, ndk.OpFastRegister, "fr")
 	expect(t, c.icq, ndk.StatusSuccess, ndk.OpSend, "send")
+	if err := c.qp.FastRegister(nil, mr, src, 0); !errors.Is(err, ndk.ErrAccessViolation) {
+		t.Fatalf("FastRegister of a registered MR: %v", err)
+	}
 	if r := expect(t, b.RCQ, ndk.StatusSuccess, ndk.OpReceive, "r"); !bytes.Equal(pr.mem[:r.BytesTransferred], src) {
 		t.Fatalf("peer received %q", pr.mem[:r.BytesTransferred])
 	}
@@ -229,10 +233,18 @@ func TestFastRegisterThroughDaemon(t *testing.T) {
 	if err := c.qp.Send(nil, []ndk.SGE{ss}, 0); !errors.Is(err, ndk.ErrAccessViolation) {
 		t.Fatalf("SEND with an invalidated token: %v", err)
 	}
+	if err := c.qp.FastRegister("again", mr, src[:16], ndk.OpFlagAllowLocalWrite); err != nil {
+		t.Fatalf("FastRegister after Invalidate: %v", err)
+	}
+	expect(t, c.icq, ndk.StatusSuccess, ndk.OpFastRegister, "again")
 	if err := c.qp.Invalidate("inv2", mr, 0); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, c.icq, ndk.StatusInvalidDeviceRequest, ndk.OpInvalidate, "inv2")
+	expect(t, c.icq, ndk.StatusSuccess, ndk.OpInvalidate, "inv2")
+	if err := c.qp.Invalidate("inv3", mr, 0); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, c.icq, ndk.StatusInvalidDeviceRequest, ndk.OpInvalidate, "inv3")
 }
 
 // TestReadLocalInvalidateThroughDaemon: a READ with
@@ -273,6 +285,9 @@ func TestReadLocalInvalidateThroughDaemon(t *testing.T) {
 			expect(t, c.icq, ndk.StatusSuccess, ndk.OpRead, "r")
 			if !bytes.Equal(sink, src) {
 				t.Fatalf("sink %q", sink)
+			}
+			if err := c.qp.Send(nil, []ndk.SGE{ds}, 0); !errors.Is(err, ndk.ErrAccessViolation) {
+				t.Fatalf("SEND from the invalidated sink: %v", err)
 			}
 			if err := c.qp.Invalidate("inv", mr, 0); err != nil {
 				t.Fatal(err)
