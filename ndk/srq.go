@@ -44,7 +44,10 @@ type SRQ struct {
 // runs on a goroutine of the SRQ, never on an engine, and must not call
 // Close or close the SRQ's PD or adapter. ndkxdp's SRQ has no fatal error
 // of its own (a QP that fails leaves the SRQ's receives to the other QPs),
-// so STATUS_INTERNAL_ERROR is never reported.
+// so STATUS_INTERNAL_ERROR is reported only on a daemon-backed adapter,
+// when the daemon could not take a receive from the SRQ's shared ring (a
+// receive whose region was deregistered meanwhile, or a corrupted ring):
+// the SRQ takes no more receives.
 //
 // It fails with STATUS_INVALID_PARAMETER when depth is outside [1,
 // MaxSRQDepth], maxReceiveRequestSGE outside [0, MaxReceiveRequestSGE] or
