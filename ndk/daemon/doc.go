@@ -60,6 +60,31 @@
 // is the one the wire carries. The engine copies payload into and out of
 // frames as it does for any registered memory in process.
 //
+// SRQs, memory windows and fast registration: creating, initializing,
+// modifying and closing are control requests. Bind, FastRegister and
+// Invalidate are records in the QP's send ring (proto.Send says which
+// fields they use), so they complete in order with the QP's other
+// requests; the relay looks every handle up among the session's objects,
+// takes a FastRegister's memory from the session's arenas by arena and
+// offset (never at an address the client names), and lets the daemon's
+// token table check every token against the QP's PD. NDKPI hands out a
+// window's or FRMR's new token when the post returns, before the relay has
+// seen the record: the client draws the new keys itself and the record
+// carries them; the daemon keeps the index, which names the object's slot,
+// and refuses the current keys (ndk/remote_mem.go says why this and not a
+// control call or a wait). A receive posted on an SRQ is a record in the
+// SRQ's ring, served when its hint is set; its completion reaches the
+// receive CQ of the QP that took it, with a request context (reqSlot, kind
+// KindSRQ) that names the receive in the SRQ's context table. A receive
+// may use the token a FastRegister just returned: the relay serves the
+// send rings of a word of the post bitmap before its receive rings, and
+// reads the bitmap again before it serves an SRQ, so the FastRegister is
+// in the daemon's table first. Not covered: a FastRegister posted with
+// DEFER and not yet rung, or one on a QP 64 or more slots away from the
+// receiving QP posted in the same instant; that receive completes (or,
+// on an SRQ, ends the SRQ) with STATUS_ACCESS_VIOLATION. SRQ notifications
+// are messages (they come from the SRQ's goroutine, not the relay).
+//
 // # Control path
 //
 // Requests are JSON objects, one per SOCK_SEQPACKET datagram

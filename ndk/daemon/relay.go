@@ -606,8 +606,30 @@ func (r *relay) pass() int {
 			r.watchArms(i, r.arm[i].Swap(0))
 		}
 	}
-	// After the QPs' send rings: a FastRegister posted before an SRQ
-	// receive that uses its token is in the table by now.
+	n += r.serveSRQs(words)
+	for _, c := range r.cqs {
+		n += r.drain(c)
+		r.fireArm(c)
+	}
+	return n
+}
+
+// serveSRQs moves the SRQs' posted receives. The QPs marked since the
+// pass read the post bitmap are served first: a client marks a QP for a
+// FastRegister before it marks the SRQ for a receive that uses its token,
+// so the bitmap read after the SRQ's mark shows the QP's.
+func (r *relay) serveSRQs(words int) int {
+	n := 0
+	for _, x := range r.srqs {
+		if !x.broken && (x.again || x.post.Load() != 0) {
+			for i := range words {
+				if r.post[i].Load() != 0 {
+					n += r.serve(i, r.post[i].Swap(0)|r.again[i])
+				}
+			}
+			break
+		}
+	}
 	for _, x := range r.srqs {
 		if x.broken || (!x.again && x.post.Load() == 0) {
 			continue
@@ -617,31 +639,39 @@ func (r *relay) pass() int {
 		n += sn
 		x.again = more
 	}
-	for _, c := range r.cqs {
-		n += r.drain(c)
-		r.fireArm(c)
-	}
 	return n
 }
 
 // serve moves the posts of the QPs whose bits are set in word i of the
 // post bitmap, and marks for the next pass those it could not finish.
+// The send rings go first, all of them: a receive may use the token of a
+// FastRegister posted before it on any of these QPs.
 func (r *relay) serve(i int, bits uint64) int {
 	r.again[i] = 0
 	n := 0
-	for bits != 0 {
-		b := bits & -bits
-		bits &^= b
+	for rest := bits; rest != 0; {
+		b := rest & -rest
+		rest &^= b
 		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
 		if q == nil || q.broken {
 			continue
 		}
-		// Send first: a receive may use the token of a FastRegister
-		// posted before it.
-		sn, smore := r.pumpSend(q)
-		rn, rmore := r.pumpRecv(q)
-		n += rn + sn
-		if rmore || smore {
+		sn, more := r.pumpSend(q)
+		n += sn
+		if more {
+			r.again[i] |= b
+		}
+	}
+	for rest := bits; rest != 0; {
+		b := rest & -rest
+		rest &^= b
+		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		if q == nil || q.broken {
+			continue
+		}
+		rn, more := r.pumpRecv(q)
+		n += rn
+		if more {
 			r.again[i] |= b
 		}
 		r.publish(q)
