@@ -550,3 +550,37 @@ func TestSRQDepthBoundsPostsThroughDaemon(t *testing.T) {
 		t.Fatalf("a fifth outstanding receive on depth 4: %v", err)
 	}
 }
+
+// TestSRQReceiveUsesFreshFastRegisterThroughDaemon: an SRQ receive into
+// memory a FastRegister on another QP registered just before takes its
+// token as in process (the relay serves the send rings before the SRQ),
+// and a SEND lands in it.
+func TestSRQReceiveUsesFreshFastRegisterThroughDaemon(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	s := newSRQBed(t, bd, c, 16, 0, 7661)
+	mr := newFastMR(t, c.pd, 1, false)
+	buf := c.mem[57344 : 57344+64]
+	for round := range 20 {
+		if err := s.qps[0].FastRegister(nil, mr, buf, ndk.OpFlagAllowLocalWrite|ndk.OpFlagSilentSuccess); err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := mr.SGE(0, 64)
+		if err := s.srq.Receive(round, []ndk.SGE{rs}); err != nil {
+			t.Fatal(err)
+		}
+		msg := []byte{byte(round), 'f', 'r'}
+		copy(s.peers[1].mem, msg)
+		ps, _ := s.peers[1].mr.SGE(0, len(msg))
+		if err := s.peers[1].qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if r := expect(t, c.rcq, ndk.StatusSuccess, ndk.OpReceive, round); !bytes.Equal(buf[:r.BytesTransferred], msg) {
+			t.Fatalf("round %d: received %q", round, buf[:r.BytesTransferred])
+		}
+		wait(t, bd.b.ICQ, "peer send")
+		if err := s.qps[0].Invalidate(nil, mr, ndk.OpFlagSilentSuccess); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
