@@ -117,8 +117,12 @@ type sQP struct {
 	stalledSend          bool // sr was refused as queue full, or waits on its fence: post it first
 	stalledRecv          bool
 	broken               bool // the client wrote garbage: flushed, no longer read
-	failed               bool // state holds proto.QPFailed
-	removed              bool // out of its slot: seg may be unmapped
+	// drainRecv: the send ring broke in this pass, before the receive
+	// ring was served: the receives published before the garbage still
+	// go in, once, to complete CANCELLED on the flushed QP.
+	drainRecv bool
+	failed    bool // state holds proto.QPFailed
+	removed   bool // out of its slot: seg may be unmapped
 	// responses counts the READs and atomics posted whose completions are
 	// not yet in the client's ring (SILENT_SUCCESS ones aside, which may
 	// never complete). A READ_FENCE request waits for them here: the
@@ -666,10 +670,11 @@ func (r *relay) serve(i int, bits uint64) int {
 		b := rest & -rest
 		rest &^= b
 		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
-		if q == nil || q.broken {
+		if q == nil || (q.broken && !q.drainRecv) {
 			continue
 		}
 		rn, more := r.pumpRecv(q)
+		q.drainRecv = false
 		n += rn
 		if more {
 			r.again[i] |= b
@@ -754,6 +759,7 @@ func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
 			rec := q.recv.Peek()
 			if rec == nil {
 				if q.recv.Err() != nil {
+					q.drainRecv = false
 					r.breakQP(q, "receive ring", q.recv.Err())
 				}
 				break
@@ -769,7 +775,7 @@ func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
 		q.stalledRecv = false
 		q.recvTaken++
 		n++
-		if q.broken {
+		if q.broken && !q.drainRecv {
 			return n, false
 		}
 	}
@@ -784,6 +790,7 @@ func (r *relay) breakQP(q *sQP, what string, err error) {
 		return
 	}
 	q.broken = true
+	q.drainRecv = what == "send ring"
 	q.qp.Flush()
 	r.ss.log.Warn("client broke a work ring; its QP is flushed", "qp", q.h, "ring", what, "err", err)
 }
@@ -936,6 +943,7 @@ func localType(op uint8) uint32 {
 
 func (r *relay) postRecv(q *sQP, v *proto.Recv) ndk.Status {
 	if v.NSGE > proto.MaxSGE {
+		q.drainRecv = false
 		r.breakQP(q, "receive ring", fmt.Errorf("malformed record (%d SGEs)", v.NSGE))
 		return ndk.StatusSuccess
 	}
