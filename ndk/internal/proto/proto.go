@@ -8,7 +8,7 @@ import (
 
 // Version is the protocol version a client and the daemon must share; a
 // hello with another is refused.
-const Version = 2
+const Version = 1
 
 // MaxMessage bounds one control message (a SOCK_SEQPACKET datagram).
 const MaxMessage = 64 << 10
