@@ -83,6 +83,57 @@ func testSRQ(t *testing.T, p *peer) {
 			}
 		})
 	}
+	testSRQLatServer(t, p)
+}
+
+// srqConnector is ndkxdpConnector with SRQs (verbs.SRQMaker), kept for
+// the case to count what went to them.
+type srqConnector struct {
+	ndkxdpConnector
+	srqs []*ndkverbs.SRQ
+}
+
+func (c *srqConnector) CreateSRQ(depth int) (verbs.SRQ, error) {
+	s, err := c.p.dev.CreateSRQ(depth)
+	if err == nil {
+		c.srqs = append(c.srqs, s)
+	}
+	return s, err
+}
+
+// testSRQLatServer: rxe's `ib_send_lat -R --use-srq` server against
+// ndkxdp's client with --use-srq, whose receives (a latency client has
+// an SRQ, perftest's srq_exists) all go to its one SRQ.
+func testSRQLatServer(t *testing.T, p *peer) {
+	c := srqCases[1]
+	prm := c.params(srqSize)
+	prm.MTU = p.dev.Adapter.PathMTU()
+	prm.UseSRQ = true
+	t.Run(fmt.Sprintf("%s_srq/%dB/rxe_server", c.tool, srqSize), func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, c.timeout())
+		conn := &srqConnector{ndkxdpConnector: ndkxdpConnector{p}}
+		var res perftest.Result
+		out := p.guestServer(t, ctx, c.tool+" "+guestArgs(prm)+" --use-srq", perfPort, func() (err error) {
+			res, err = perftest.RunClient(ctx, prm, conn, &ours)
+			return err
+		})
+		theirs = out
+		t.Logf("rxe server (--use-srq):\n%sndkxdp client (--use-srq):\n%s", reportLines(out), reportLines(ours.String()))
+		if !regexpUsingSRQ(out) {
+			t.Fatalf("rxe's perftest does not report \"Using SRQ : ON\":\n%s", out)
+		}
+		requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
+		requireRow(t, "rxe's server", out, out, prm)
+		if len(conn.srqs) != 1 {
+			t.Fatalf("ndkxdp's client made %d SRQs, want 1", len(conn.srqs))
+		}
+		if got, want := conn.srqs[0].Posted(), uint64(res.Params.Iterations); got != want {
+			t.Fatalf("ndkxdp's client posted %d receives to its SRQ, want %d (every receive of the run)", got, want)
+		}
+	})
 }
 
 // regexpUsingSRQ finds perftest's header line "Connection type : RC
