@@ -103,7 +103,8 @@ func (c *srqConnector) CreateSRQ(depth int) (verbs.SRQ, error) {
 
 // testSRQLatServer: rxe's `ib_send_lat -R --use-srq` server against
 // ndkxdp's client with --use-srq, whose receives (a latency client has
-// an SRQ, perftest's srq_exists) all go to its one SRQ.
+// an SRQ, perftest's srq_exists) all go to the SRQ of its data
+// connection.
 func testSRQLatServer(t *testing.T, p *peer) {
 	c := srqCases[1]
 	prm := c.params(srqSize)
@@ -127,12 +128,15 @@ func testSRQLatServer(t *testing.T, p *peer) {
 		}
 		requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
 		requireRow(t, "rxe's server", out, out, prm)
-		if len(conn.srqs) != 1 {
-			t.Fatalf("ndkxdp's client made %d SRQs, want 1", len(conn.srqs))
+		// One SRQ per data connection attempt: rxe's server may not
+		// listen yet when the first REQ comes (REJ reason 8).
+		if len(conn.srqs) == 0 {
+			t.Fatal("ndkxdp's client made no SRQ")
 		}
-		if got, want := conn.srqs[0].Posted(), uint64(res.Params.Iterations); got != want {
-			t.Fatalf("ndkxdp's client posted %d receives to its SRQ, want %d (every receive of the run)", got, want)
+		if got, want := conn.srqs[len(conn.srqs)-1].Posted(), uint64(res.Params.Iterations); got != want {
+			t.Fatalf("ndkxdp's client posted %d receives to the SRQ of its data connection, want %d (every receive of the run)", got, want)
 		}
+		t.Logf("ndkxdp's client: %d data connection attempts, one SRQ each", len(conn.srqs))
 	})
 }
 

@@ -120,3 +120,87 @@ func kindName(p perftest.Params) string {
 	}
 	return "send_bw"
 }
+
+// rejectFirstData is a Connector whose second Connect (perftest's first
+// data connection attempt) does what a REJ does to a real one: the
+// endpoint is made on the SRQ and prepared (its receives posted to the
+// SRQ), then closed, and the attempt fails with REJ reason 8. It records
+// the SRQs it makes.
+type rejectFirstData struct {
+	*Connector
+	n    int
+	srqs []*SRQ
+}
+
+func (r *rejectFirstData) CreateSRQ(depth int) (verbs.SRQ, error) {
+	s, err := r.Dev.CreateSRQ(depth)
+	if err == nil {
+		r.srqs = append(r.srqs, s)
+	}
+	return s, err
+}
+
+func (r *rejectFirstData) Connect(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
+	r.n++
+	if r.n != 2 {
+		return r.Connector.Connect(ctx, port, p)
+	}
+	srq, err := r.Dev.srqOf(p)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := r.Dev.endpoint(r.Depths, srq)
+	if err != nil {
+		return nil, err
+	}
+	defer ep.Close()
+	if err := p.Prepare(ep); err != nil {
+		return nil, err
+	}
+	return nil, &verbs.RejectError{Reason: verbs.RejectInvalidServiceID}
+}
+
+// TestPerftestSRQRetriedConnect: a send_lat --use-srq client whose first
+// data connection attempt is rejected after its endpoint was prepared
+// (its receives posted to the SRQ, its memory registered and then
+// released with the endpoint) retries on a new SRQ: the run completes,
+// and every receive of the run went to the SRQ of the connection that
+// ran. Reusing the first SRQ fails: it is full of the first attempt's
+// receives, into memory that is gone.
+func TestPerftestSRQRetriedConnect(t *testing.T) {
+	a, b := newSides(t, 1500)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var peer netip.Addr
+	if err := b.h.Do(func() error { peer = b.dev.Adapter.LocalAddress(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var l *Listener
+	if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := perftest.Params{Verb: perftest.Send, Kind: perftest.Lat, Size: 64, Iterations: 100, RxDepth: 16, UseSRQ: true,
+		ConnectRetry: perftest.Retry{Attempts: 3, Interval: 10 * time.Millisecond}}
+	conn := &rejectFirstData{Connector: &Connector{Dev: a.dev, Peer: peer}}
+	var sout, cout bytes.Buffer
+	var serr, cerr error
+	var cli perftest.Result
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _, serr = perftest.RunServer(ctx, p, l, &sout) }()
+	_ = a.h.Do(func() error { cli, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
+	wg.Wait()
+	if cerr != nil || serr != nil {
+		t.Fatalf("client: %v\nserver: %v\n%s\n%s", cerr, serr, cout.String(), sout.String())
+	}
+	if len(conn.srqs) != 2 {
+		t.Fatalf("the client made %d SRQs, want 2 (one per data connection attempt)", len(conn.srqs))
+	}
+	if got := conn.srqs[1].Posted(); got != uint64(cli.Params.Iterations) {
+		t.Fatalf("%d receives posted to the SRQ of the connection that ran, want %d", got, cli.Params.Iterations)
+	}
+	if cli.Lat == nil || cli.Lat.Iters != p.Iterations {
+		t.Fatalf("client latency %+v", cli.Lat)
+	}
+}

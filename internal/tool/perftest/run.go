@@ -148,13 +148,15 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 		return Result{Params: p}, err
 	}
 	ctl := &control{client: true}
-	ep, err := connectData(ctx, c, &p, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+	ep, err := connectData(ctx, c, &p, func() (verbs.ConnParams, error) {
+		return verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)}, nil
+	})
 	if err != nil {
 		return Result{Params: p}, fmt.Errorf("perftest: control connection to port %d: %w", p.Port, err)
 	}
 	defer ep.Close()
-	return session(ctx, &p, ctl, out, mk, func(cp verbs.ConnParams) (verbs.Endpoint, error) {
-		return connectData(ctx, c, &p, cp)
+	return session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+		return connectData(ctx, c, &p, params)
 	})
 }
 
@@ -176,15 +178,21 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 		return Result{Params: p}, fmt.Errorf("perftest: accept control connection: %w", err)
 	}
 	defer ep.Close()
-	return session(ctx, &p, ctl, out, mk, func(cp verbs.ConnParams) (verbs.Endpoint, error) {
+	return session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+		cp, err := params()
+		if err != nil {
+			return nil, err
+		}
 		return l.Accept(ctx, cp)
 	})
 }
 
 // session is main() of the test from exchange_versions on (see doc.go for
-// the message sequence). With an SRQ maker the data QP is made on an SRQ
-// of RxDepth receives (create_srq before the QPs, as perftest does).
-func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk verbs.SRQMaker, open func(verbs.ConnParams) (verbs.Endpoint, error)) (Result, error) {
+// the message sequence). open opens the data connection with the
+// parameters its argument gives, once per attempt. With an SRQ maker the
+// data QP is made on an SRQ of RxDepth receives (create_srq before the
+// QPs, as perftest does), a new one for each attempt.
+func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk verbs.SRQMaker, open func(func() (verbs.ConnParams, error)) (verbs.Endpoint, error)) (Result, error) {
 	res := Result{Params: *p}
 	fail := func(what string, err error) (Result, error) {
 		return res, fmt.Errorf("perftest %v %v %s: %s: %w", p.Verb, kindName(p.Kind), role(ctl.client), what, err)
@@ -201,16 +209,30 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 		return fail("sync before the data connection", err)
 	}
 	d := &data{}
-	cp := connParams(p, prepareData(d, p, cycle))
-	if mk != nil {
-		if d.srq, err = mk.CreateSRQ(p.RxDepth); err != nil {
-			return fail("create srq", err)
+	// The SRQ is closed after the data QP made on it (deferred first).
+	defer func() {
+		if d.srq != nil {
+			d.srq.Close()
 		}
-		// Closed after the data QP made on it (deferred first).
-		defer d.srq.Close()
-		cp.SRQ = d.srq
-	}
-	dep, err := open(cp)
+	}()
+	dep, err := open(func() (verbs.ConnParams, error) {
+		cp := connParams(p, prepareData(d, p, cycle))
+		if mk == nil {
+			return cp, nil
+		}
+		// A failed attempt's endpoint is closed, and its memory with it:
+		// the receives it posted to its SRQ go with that SRQ.
+		if d.srq != nil {
+			d.srq.Close()
+		}
+		srq, err := mk.CreateSRQ(p.RxDepth)
+		if err != nil {
+			d.srq = nil
+			return cp, fmt.Errorf("create srq: %w", err)
+		}
+		d.srq, cp.SRQ = srq, srq
+		return cp, nil
+	})
 	if err != nil {
 		return fail("data connection", err)
 	}
