@@ -93,7 +93,11 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if peer.IsValid() {
 		role = "client of " + peer.String()
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(f.polling))
+	srq := ""
+	if p.UseSRQ && (!peer.IsValid() || p.Kind == perftest.Lat) {
+		srq = ", receives through a shared receive queue (--use-srq)"
+	}
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s\n", name, role, p.MTU, pollingText(f.polling), srq)
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	stopProgress := progress(stderr, "perf "+name, d.Adapter)
