@@ -30,7 +30,8 @@ const sendInvPort = 18600
 // WRITE through the window (same connection) and through the MR (a second
 // connection, after a WRITE through a valid MR there succeeds) must get
 // ndkxdp's remote access error NAK, which rxe reports as
-// IBV_WC_REM_ACCESS_ERR.
+// IBV_WC_REM_ACCESS_ERR, and ndkxdp's own NdkInvalidate of the MR (on a
+// third connection) must fail with STATUS_INVALID_DEVICE_REQUEST.
 func testSendInv(t *testing.T, p *peer) {
 	p.capture(t)
 	ctx := ctxFor(t, 3*time.Minute)
@@ -82,6 +83,7 @@ func testSendInv(t *testing.T, p *peer) {
 		"conn1 write through mw after invalidation: remote access error (10)",
 		"conn2 write through a valid mr: success",
 		"conn2 write through mr after invalidation: remote access error (10)",
+		"conn3 goodbye: success, 1 bytes",
 		"PASS: 0 failures",
 	} {
 		if !strings.Contains(out, want) {
@@ -335,6 +337,32 @@ func (s *sendInvServer) run(ctx context.Context) error {
 	}
 	if got := string(frBuf[:8]); got != "mr-write" {
 		return fmt.Errorf("a WRITE through the invalidated MR landed: %q", got)
+	}
+
+	// Connection 3: seed 002's "a later NdkInvalidate of that token
+	// fails", with NdkInvalidate itself. The failure moves the QP to the
+	// error state, so the goodbye goes first.
+	k3, err := s.accept(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("connection 3: %w", err)
+	}
+	defer k3.close()
+	if err := k3.qp.Send("bye", sge(160, 1), 0); err != nil {
+		return fmt.Errorf("connection 3: send goodbye: %w", err)
+	}
+	if err := complete(ctx, k3.scq, ndk.OpSend); err != nil {
+		return fmt.Errorf("connection 3: send goodbye: %w", err)
+	}
+	if err := k3.qp.Invalidate("invalidate", fr, 0); err != nil {
+		return fmt.Errorf("connection 3: post invalidate: %w", err)
+	}
+	r, err := next(ctx, k3.scq)
+	if err != nil {
+		return fmt.Errorf("connection 3: invalidate: %w", err)
+	}
+	s.logf("NdkInvalidate of the MR rxe invalidated: type %v, %v", r.Type, r.Status)
+	if r.Type != ndk.OpInvalidate || r.Status != ndk.StatusInvalidDeviceRequest {
+		return fmt.Errorf("NdkInvalidate of the MR rxe invalidated completed %v with %v, want Invalidate with STATUS_INVALID_DEVICE_REQUEST", r.Type, r.Status)
 	}
 	return nil
 }

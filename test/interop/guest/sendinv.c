@@ -10,6 +10,8 @@
  * connection 2: receives {valid rkey, mr rkey, valid addr, mr addr},
  *   WRITEs through the valid token (must succeed), then through the
  *   invalidated MR's token (must fail with IBV_WC_REM_ACCESS_ERR).
+ * connection 3: waits for the server's 1-byte goodbye and disconnects
+ *   (the server checks there that its own NdkInvalidate of the MR fails).
  *
  * It prints one line per step and exits 0 only if every step went as
  * described. Usage: ndkxdp-sendinv SERVER PORT. Every wait is bounded by
@@ -160,7 +162,7 @@ static void tokens(const unsigned char *b, uint32_t *k1, uint32_t *k2, uint64_t 
 
 int main(int argc, char **argv)
 {
-	struct conn c1, c2;
+	struct conn c1, c2, c3;
 	uint32_t mw_rkey, mr_rkey, ok_rkey, dead_rkey;
 	uint64_t mw_addr, mr_addr, ok_addr, dead_addr;
 	char what[96];
@@ -197,6 +199,11 @@ int main(int argc, char **argv)
 	write_to(&c2, ok_rkey, ok_addr, "ok-write", "conn2 write through a valid mr", IBV_WC_SUCCESS);
 	write_to(&c2, dead_rkey, dead_addr, "mr-again", "conn2 write through mr after invalidation", IBV_WC_REM_ACCESS_ERR);
 	conn_close(&c2);
+
+	memset(&c3, 0, sizeof c3);
+	conn_open(&c3, argv[1], argv[2]);
+	recv_msg(&c3, "conn3 goodbye", 1);
+	conn_close(&c3);
 
 	printf("%s: %d failures\n", failures ? "FAIL" : "PASS", failures);
 	return failures ? 1 : 0;
