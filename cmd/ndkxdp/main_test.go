@@ -77,6 +77,8 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"perf", "write_bw", "-daemon", "/dev/null"}, "not a unix socket"},
 		{[]string{"rping", "-s", "-dev", "lo", "-daemon", "/dev/null"}, "give one of -dev and -daemon"},
 		{[]string{"perf", "send_lat", "-capture", "x.pcap", "-daemon", "/dev/null"}, "-capture needs -dev"},
+		{[]string{"perf", "write_bw", "-use-srq", "-dev", "lo"}, "--use-srq is for send tests"},
+		{[]string{"perf", "send_bw", "--use_srq", "-daemon", "/dev/null"}, "-use-srq needs -dev"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)

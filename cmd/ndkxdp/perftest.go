@@ -18,7 +18,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-use-srq] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -98,7 +98,11 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if peer.IsValid() {
 		role = "client of " + peer.String()
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s\n", name, role, p.MTU, pollingText(f.polling))
+	srq := ""
+	if p.UseSRQ && (!peer.IsValid() || p.Kind == perftest.Lat) {
+		srq = ", receives through a shared receive queue (--use-srq)"
+	}
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s\n", name, role, p.MTU, pollingText(f.polling), srq)
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	stopProgress := progress(stderr, "perf "+name, d.Adapter)
@@ -154,6 +158,8 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
 	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
+	fs.BoolVar(&p.UseSRQ, "use-srq", false, "send tests: receive through a shared receive queue of -r receives (perftest's --use-srq; in process only, not through -daemon)")
+	fs.BoolVar(&p.UseSRQ, "use_srq", false, "the same as -use-srq")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
@@ -171,6 +177,8 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, usagef("-timeout %v: must be positive", f.timeout)
 	case f.polling != "adaptive" && f.polling != "busy":
 		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
+	case p.UseSRQ && f.daemon != "":
+		return f, usagef("-use-srq needs -dev: ndk's SRQs are in process only, not through a daemon")
 	}
 	if f.polling == "busy" {
 		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true

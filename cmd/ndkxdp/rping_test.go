@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +134,19 @@ func TestRpingAndPerfCommands(t *testing.T) {
 			t.Logf("client:\n%s", cout)
 		})
 	}
+	// --use-srq (perftest's spelling, and -use_srq): the server receives
+	// through an SRQ, as it says, and both sides print their rows.
+	t.Run("send_bw_use_srq", func(t *testing.T) {
+		cout, sout := runBoth(t, p,
+			[]string{"perf", "send_bw", "-n", "50", "-s", "4096", "--use-srq", "-dev", p.B.Link},
+			[]string{"perf", "send_bw", "-n", "50", "-s", "4096", "-use_srq", srvAddr, "-dev", p.A.Link})
+		if !strings.Contains(sout, "receives through a shared receive queue") {
+			t.Fatalf("the server does not say it receives through an SRQ:\n%s", sout)
+		}
+		for _, out := range []string{cout, sout} {
+			if !strings.Contains(out, "BW average") || !regexp.MustCompile(`(?m)^\s*4096\s+50\s`).MatchString(out) {
+				t.Fatalf("no 4096 x 50 report row:\n%s", out)
+			}
+		}
+	})
 }

@@ -93,6 +93,13 @@ func dialRaw(t testing.TB, sock string) *raw {
 	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
 		t.Fatal(err)
 	}
+	// A fuzz worker makes thousands of these: each must give back its
+	// descriptors and mappings.
+	t.Cleanup(func() {
+		r.bell.Close()
+		r.seg.Close()
+		r.sess.Close()
+	})
 	return r
 }
 
@@ -175,6 +182,10 @@ func (r *raw) qp(pd uint32) *rawQP {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	r.t.Cleanup(func() {
+		seg.Close()
+		cqSeg.Close()
+	})
 	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l, cq: cm.H}
 }
 

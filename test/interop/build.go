@@ -43,6 +43,9 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 	if err := mmdebstrap(ctx, cfg, sources, rootfs, logPath); err != nil {
 		return nil, err
 	}
+	if err := buildTools(ctx, cfg, sources, tmp, rootfs); err != nil {
+		return nil, err
+	}
 	fmt.Fprintf(cfg.Progress, "interop: root file system ready after %.0fs; packing the initramfs\n", time.Since(start).Seconds())
 	release, keepMods, err := takeKernel(rootfs, tmp)
 	if err != nil {
@@ -151,6 +154,55 @@ func mmdebstrap(ctx context.Context, cfg ImageConfig, sources []string, rootfs, 
 		return fmt.Errorf("mmdebstrap %s: %w (last lines of its log:\n%s)", cfg.Suite, err, tail(logPath, 20))
 	}
 	return nil
+}
+
+// buildTools compiles the guest's tools (ndkxdp-sendinv) in a root of
+// their own, built with mmdebstrap from the same suite and sources plus
+// toolPackages, and installs them into rootfs. The build root is deleted.
+func buildTools(ctx context.Context, cfg ImageConfig, sources []string, tmp, rootfs string) error {
+	broot := filepath.Join(tmp, "toolroot")
+	src := filepath.Join(tmp, "sendinv.c")
+	out := filepath.Join(tmp, "ndkxdp-sendinv")
+	if err := os.WriteFile(src, guestSendInv, 0o644); err != nil {
+		return err
+	}
+	args := []string{
+		"--mode=root",
+		"--variant=essential",
+		"--include=" + strings.Join(toolPackages, ","),
+		"--customize-hook=upload " + src + " /tmp/sendinv.c",
+		"--customize-hook=chroot \"$1\" gcc -O2 -Wall -Werror -o /tmp/ndkxdp-sendinv /tmp/sendinv.c -lrdmacm -libverbs",
+		"--customize-hook=download /tmp/ndkxdp-sendinv " + out,
+	}
+	for _, p := range dpkgExcludes {
+		args = append(args, "--dpkgopt=path-exclude="+p)
+	}
+	args = append(args, cfg.Suite, broot)
+	args = append(args, sources...)
+	logPath := filepath.Join(tmp, "tools.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("build the guest's tools (mmdebstrap %s with %s): %w (last lines of its log:\n%s)", cfg.Suite, strings.Join(toolPackages, ", "), err, tail(logPath, 20))
+	}
+	if err := removeBuildDir(broot); err != nil {
+		return err
+	}
+	dst := filepath.Join(rootfs, filepath.FromSlash(strings.TrimPrefix(SendInvPath, "/")))
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := copyFile(out, dst); err != nil {
+		return err
+	}
+	return os.Chmod(dst, 0o755)
 }
 
 // tail returns the last n lines of a file, for error messages.

@@ -10,7 +10,8 @@
 // ibverbs-utils, rdmacm-utils, perftest, iproute2 and iputils-ping. It is
 // packed as a kernel plus a zstd initramfs holding only the modules the
 // peer loads, and cached in a directory named by the hash of its inputs
-// (package list, suite, guest init, module list, exclusions, apt sources):
+// (package list, suite, guest init, guest tools, module list, exclusions,
+// apt sources):
 // /var/cache/ndkxdp/interop/<hash>/, or under $NDKXDP_INTEROP_CACHE. A
 // change of any input builds a new image; concurrent builders serialize on
 // a lock and publish with an atomic rename.
@@ -51,7 +52,17 @@
 //	out, _, code, err := srv.Wait(ctx)
 //	_ = vm.SetLoss(ctx, 5) // netem on the guest's egress
 //
-// The tests (ndkxdp against rxe: rping, perftest, access errors, loss)
+// The image also holds ndkxdp-sendinv (guest/sendinv.c, SendInvPath), a
+// small librdmacm client that sends IBV_WR_SEND_WITH_INV, which neither
+// perftest nor rping posts. It is compiled at image build in a second
+// mmdebstrap root with gcc and the rdma-core headers (toolPackages), so
+// it links against the image's own libraries and the compiler stays out
+// of the image; that root adds about a minute to a build. Its source and
+// toolPackages are inputs of the image hash.
+//
+// The tests (ndkxdp against rxe: rping, perftest, perftest --use-srq
+// against an SRQ server, SEND with Invalidate of a window and a
+// fast-registered MR, access errors, loss)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
 // test, e.g. TestInteropMTU9000.pcap).
@@ -62,6 +73,7 @@
 // Files: image.go the image's inputs, hash, cache and lock (EnsureImage);
 // build.go building it with mmdebstrap; initramfs.go the module closure
 // and the initramfs (cpio.go its writer); guest/init the guest's PID 1;
+// guest/sendinv.c the SEND with Invalidate client;
 // accel.go KVM or TCG; netns.go the host side (namespace, tap); vm.go
 // booting qemu and the VM's commands; agent.go the command channel;
 // capture.go the capture on the tap.

@@ -26,9 +26,24 @@ import (
 //go:embed guest/init
 var guestInit []byte
 
+// guestSendInv is the source of ndkxdp-sendinv, the guest's SEND with
+// Invalidate client (perftest has no such verb), compiled at image build.
+//
+//go:embed guest/sendinv.c
+var guestSendInv []byte
+
+// SendInvPath is where the image has ndkxdp-sendinv.
+const SendInvPath = "/usr/local/bin/ndkxdp-sendinv"
+
+// toolPackages build the guest's own tools (guestSendInv) in a separate
+// root that the image does not keep: the compiler stays out of the
+// initramfs, and the tool links against the same Debian libraries the
+// image has.
+var toolPackages = []string{"gcc", "libc6-dev", "libibverbs-dev", "librdmacm-dev"}
+
 // imageFormat changes whenever the way an image is assembled changes, so
 // that caches built by older code are not reused.
-const imageFormat = "ndkxdp-interop-image-1"
+const imageFormat = "ndkxdp-interop-image-2"
 
 // DefaultSuite is the Debian release the peer is built from: Debian 12,
 // whose stock kernel (6.1) ships rdma_rxe and sch_netem as modules.
@@ -206,7 +221,8 @@ func namesSuite(text, suite string) bool {
 
 // inputHash names an image by everything that decides its content: the
 // assembly format, suite, packages, the guest init, the module set, the
-// exclusions and the apt sources it is fetched from.
+// exclusions, the guest's tools with their build packages, and the apt
+// sources it is fetched from.
 func inputHash(cfg ImageConfig, sources []string) (string, error) {
 	h := sha256.New()
 	put := func(k string, v []byte) {
@@ -219,6 +235,8 @@ func inputHash(cfg ImageConfig, sources []string) (string, error) {
 	slices.Sort(pkgs)
 	put("packages", []byte(strings.Join(pkgs, "\n")))
 	put("init", guestInit)
+	put("sendinv", guestSendInv)
+	put("tool-packages", []byte(strings.Join(toolPackages, "\n")))
 	put("modules", []byte(strings.Join(guestModules, "\n")))
 	put("dpkg-excludes", []byte(strings.Join(dpkgExcludes, "\n")))
 	put("pack-excludes", []byte(strings.Join(packExcludes, "\n")))

@@ -269,6 +269,18 @@ func TestInputHashFollowsInputs(t *testing.T) {
 	if _, err := inputHash(base, []string{filepath.Join(t.TempDir(), "missing.list")}); err == nil {
 		t.Error("a missing sources file was hashed")
 	}
+	// The guest's tools: their source and the packages that build them.
+	src0, pk0 := guestSendInv, toolPackages
+	defer func() { guestSendInv, toolPackages = src0, pk0 }()
+	guestSendInv = append(append([]byte(nil), src0...), '\n')
+	hTool, _ := inputHash(base, nil)
+	guestSendInv, toolPackages = src0, append(append([]string(nil), pk0...), "make")
+	hToolPkgs, _ := inputHash(base, nil)
+	for name, h := range map[string]string{"sendinv source": hTool, "tool packages": hToolPkgs} {
+		if h == h0 {
+			t.Errorf("changing the %s kept the hash", name)
+		}
+	}
 }
 
 func TestEnsureImageRejectsBadPackage(t *testing.T) {

@@ -46,7 +46,11 @@ func readLimits(p verbs.ConnParams) (in, out int) {
 // p.Prepare (its receives posted), connected with a REQ carrying
 // p.PrivateData. A REJ is returned as a *verbs.RejectError.
 func (c *Connector) Connect(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
-	ep, err := c.Dev.Endpoint(c.Depths)
+	srq, err := c.Dev.srqOf(p)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := c.Dev.endpoint(c.Depths, srq)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +158,13 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 	case <-x.done:
 		return nil, fmt.Errorf("accept: listener closed: %w", verbs.ErrInvalid)
 	}
-	ep, err := x.dev.Endpoint(x.depths)
+	srq, err := x.dev.srqOf(p)
+	if err != nil {
+		_ = conn.Reject(nil)
+		conn.Close()
+		return nil, err
+	}
+	ep, err := x.dev.endpoint(x.depths, srq)
 	if err != nil {
 		_ = conn.Reject(nil)
 		conn.Close()

@@ -25,6 +25,12 @@
 //     whose ID is below 256 (Go boxes those without allocating).
 //   - Peek: ndk's QP.PeerWrites (an acquire on the engine's placements),
 //     then the byte.
+//   - SRQs (verbs.SRQMaker on Connector and Listener): Device.CreateSRQ
+//     is ndk.PD.CreateSRQ with one SGE per receive and no limit
+//     notification; an endpoint opened with verbs.ConnParams.SRQ has its
+//     QP made on it (QPConfig.SRQ), and its receive completions come from
+//     its own receive CQ as before. ndk has SRQs in process only, so
+//     through a daemon CreateSRQ fails.
 //
 // It is not connection management: Device.Endpoint gives a QP that the
 // caller connects (ConnectOOB, or IB CM through ndk's Connector and

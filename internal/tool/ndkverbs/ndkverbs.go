@@ -116,7 +116,19 @@ var (
 
 // Endpoint creates a QP and its CQ, unconnected: receives may be posted,
 // and the caller connects QP() and then calls Connected.
-func (d *Device) Endpoint(q Depths) (*Endpoint, error) {
+func (d *Device) Endpoint(q Depths) (*Endpoint, error) { return d.endpoint(q, nil) }
+
+// EndpointOn is Endpoint with a QP on srq (NdkCreateQpWithSrq): it has
+// no receive queue of its own, and the SEND it receives complete on its
+// receive CQ with the ID of the SRQ's receive each took.
+func (d *Device) EndpointOn(q Depths, srq *SRQ) (*Endpoint, error) {
+	if srq == nil || srq.dev != d {
+		return nil, fmt.Errorf("ndkverbs: endpoint on an SRQ of another device: %w", verbs.ErrInvalid)
+	}
+	return d.endpoint(q, srq)
+}
+
+func (d *Device) endpoint(q Depths, srq *SRQ) (*Endpoint, error) {
 	if q.Send == 0 {
 		q.Send = 1024
 	}
@@ -134,9 +146,13 @@ func (d *Device) Endpoint(q Depths) (*Endpoint, error) {
 		scq.Close()
 		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
 	}
-	qp, err := d.PD.CreateQP(ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
+	cfg := ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
 		ReceiveQueueDepth: q.Receive, InitiatorQueueDepth: q.Send,
-		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
+	if srq != nil {
+		cfg.SRQ, cfg.ReceiveQueueDepth, cfg.MaxReceiveRequestSGE = srq.srq, 0, 0
+	}
+	qp, err := d.PD.CreateQP(cfg)
 	if err != nil {
 		scq.Close()
 		rcq.Close()

@@ -173,7 +173,7 @@ func recvBW(ctx context.Context, p *Params, d *data) (Report, error) {
 			first = clk.now()
 		}
 		for ; posts < p.Iterations && posts < c.recvs+p.RxDepth; posts++ {
-			if err := d.w.ep.Receive(idRecv, d.recv); err != nil {
+			if err := d.postRecv(); err != nil {
 				return Report{}, fmt.Errorf("repost receive: %w", err)
 			}
 		}
@@ -276,7 +276,7 @@ func sendLat(ctx context.Context, p *Params, d *data, posted []uint64, client bo
 			}
 			rcnt++
 			if posts < iters {
-				if err := d.w.ep.Receive(idRecv, d.recv); err != nil {
+				if err := d.postRecv(); err != nil {
 					return fmt.Errorf("repost receive: %w", err)
 				}
 				posts++

@@ -64,6 +64,13 @@
 //     write_lat.c's main() returns after its report and disconnects
 //     without one (live rxe, both roles).
 //
+// --use-srq (Params.UseSRQ, send tests only) changes nothing on the
+// wire: the side that receives (the server of send bw, both sides of
+// send lat: perftest's srq_exists) makes an SRQ of -r receives before the
+// data QP (verbs.SRQMaker), creates the QP on it (verbs.ConnParams.SRQ)
+// and posts and reposts every receive to the SRQ (ibv_post_srq_recv in
+// ctx_set_recv_wqes and run_iter_bw_server). A send bw client has no SRQ.
+//
 // Statistics are perftest's, computed from monotonic nanoseconds:
 // print_report_bw (peak = the best rate over windows ending at a signaled
 // completion, with perftest's integer division; average and Mpps over the

@@ -111,6 +111,12 @@ type Params struct {
 	// reason 8 (perftest -R opens it right after a handshake, and a slow
 	// server may not listen yet). Zero means no retry.
 	ConnectRetry Retry
+	// UseSRQ is --use-srq (send tests only): the side's data QP takes its
+	// receives from a shared receive queue of RxDepth receives, where
+	// perftest has one (srq_exists: the server, and both sides of a
+	// latency test; a bandwidth client receives nothing). The Listener or
+	// Connector must implement verbs.SRQMaker.
+	UseSRQ bool
 	// BusyPoll makes the data path's completion polling spin without
 	// ever blocking (verbs.Backoff.Busy); by default it spins for
 	// verbs.DefaultSpin, then blocks until the endpoint has news.
@@ -143,6 +149,10 @@ func (p *Params) normalize() error {
 	}
 	if p.AllSizes {
 		return fmt.Errorf("perftest: -a (all sizes): %w", ErrUnsupported)
+	}
+	if p.UseSRQ && p.Verb != Send {
+		// perftest_parameters.c: "Using SRQ only avavilible in SEND tests."
+		return bad("--use-srq is for send tests, not %v", p.Verb)
 	}
 	switch {
 	case p.Verb == Atomic:

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"sync"
@@ -557,5 +558,37 @@ func TestClosingHandshakeAckLost(t *testing.T) {
 				t.Fatalf("reports: client %+v, server %+v", cli.BW, srv.BW)
 			}
 		})
+	}
+}
+
+// TestUseSRQRefused: --use-srq is for send tests only, and a side that
+// needs an SRQ (a server; either side of a latency test) refuses to run
+// through a Listener or Connector without verbs.SRQMaker, before it
+// accepts or connects. A bandwidth client has no SRQ, so it runs.
+func TestUseSRQRefused(t *testing.T) {
+	if err := (Params{Verb: Write, Kind: BW, UseSRQ: true}).Check(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("write_bw --use-srq: %v, want ErrInvalid", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n := &verbstest.Network{}
+	l, err := n.Listen(DefaultPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srq := Params{Verb: Send, Kind: BW, UseSRQ: true}
+	if _, err := RunServer(ctx, srq, l, io.Discard); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("send_bw --use-srq server on verbstest: %v, want ErrUnsupported", err)
+	}
+	srq.Kind = Lat
+	if _, err := RunClient(ctx, srq, n, io.Discard); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("send_lat --use-srq client on verbstest: %v, want ErrUnsupported", err)
+	}
+	if n.Connects != 0 {
+		t.Fatalf("%d connects before the refusal", n.Connects)
+	}
+	if !wantsSRQ(&Params{Verb: Send, Kind: BW, UseSRQ: true}, false) || wantsSRQ(&Params{Verb: Send, Kind: BW, UseSRQ: true}, true) {
+		t.Fatal("send_bw --use-srq: the server has an SRQ and the client none, as perftest's srq_exists")
 	}
 }

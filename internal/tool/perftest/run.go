@@ -35,6 +35,7 @@ type Result struct {
 // names (set_up_connection advertises buf + BUFF_SIZE).
 type data struct {
 	w     waiter
+	srq   verbs.SRQ // --use-srq: the receives go here
 	buf   verbs.Region
 	half  int
 	local verbs.Segment // [0, size)
@@ -63,13 +64,43 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 		// no SEND of the peer can find an empty queue.
 		if p.Verb == Send {
 			for i := 0; i < p.RxDepth; i++ {
-				if err := ep.Receive(idRecv, d.recv); err != nil {
+				if err := d.postRecv(); err != nil {
 					return fmt.Errorf("post receive %d: %w", i, err)
 				}
 			}
 		}
 		return nil
 	}
+}
+
+// postRecv posts one receive of the test buffer: to the SRQ with
+// --use-srq (ctx_set_recv_wqes, run_iter_bw_server: ibv_post_srq_recv),
+// else to the QP.
+func (d *data) postRecv() error {
+	if d.srq != nil {
+		return d.srq.Receive(idRecv, d.recv)
+	}
+	return d.w.ep.Receive(idRecv, d.recv)
+}
+
+// wantsSRQ says whether a side of the test has an SRQ (perftest's
+// srq_exists): with --use-srq the server, and both sides of a latency
+// test; a bandwidth client posts no receives.
+func wantsSRQ(p *Params, client bool) bool {
+	return p.UseSRQ && (!client || p.Kind == Lat)
+}
+
+// srqMaker returns the maker of the side's SRQ, or nil when the side has
+// none; ErrUnsupported when it needs one that m cannot make.
+func srqMaker(p *Params, client bool, m any) (verbs.SRQMaker, error) {
+	if !wantsSRQ(p, client) {
+		return nil, nil
+	}
+	mk, ok := m.(verbs.SRQMaker)
+	if !ok {
+		return nil, fmt.Errorf("perftest: --use-srq: %T has no shared receive queues: %w", m, ErrUnsupported)
+	}
+	return mk, nil
 }
 
 // Work request IDs on the data QP.
@@ -112,14 +143,20 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 	if err := p.normalize(); err != nil {
 		return Result{}, err
 	}
+	mk, err := srqMaker(&p, true, c)
+	if err != nil {
+		return Result{Params: p}, err
+	}
 	ctl := &control{client: true}
-	ep, err := connectData(ctx, c, &p, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+	ep, err := connectData(ctx, c, &p, func() (verbs.ConnParams, error) {
+		return verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)}, nil
+	})
 	if err != nil {
 		return Result{Params: p}, fmt.Errorf("perftest: control connection to port %d: %w", p.Port, err)
 	}
 	defer ep.Close()
-	return session(ctx, &p, ctl, out, func(cp verbs.ConnParams) (verbs.Endpoint, error) {
-		return connectData(ctx, c, &p, cp)
+	return session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+		return connectData(ctx, c, &p, params)
 	})
 }
 
@@ -131,20 +168,31 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 	if err := p.normalize(); err != nil {
 		return Result{}, err
 	}
+	mk, err := srqMaker(&p, false, l)
+	if err != nil {
+		return Result{Params: p}, err
+	}
 	ctl := &control{}
 	ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
 	if err != nil {
 		return Result{Params: p}, fmt.Errorf("perftest: accept control connection: %w", err)
 	}
 	defer ep.Close()
-	return session(ctx, &p, ctl, out, func(cp verbs.ConnParams) (verbs.Endpoint, error) {
+	return session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+		cp, err := params()
+		if err != nil {
+			return nil, err
+		}
 		return l.Accept(ctx, cp)
 	})
 }
 
 // session is main() of the test from exchange_versions on (see doc.go for
-// the message sequence).
-func session(ctx context.Context, p *Params, ctl *control, out io.Writer, open func(verbs.ConnParams) (verbs.Endpoint, error)) (Result, error) {
+// the message sequence). open opens the data connection with the
+// parameters its argument gives, once per attempt. With an SRQ maker the
+// data QP is made on an SRQ of RxDepth receives (create_srq before the
+// QPs, as perftest does), a new one for each attempt.
+func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk verbs.SRQMaker, open func(func() (verbs.ConnParams, error)) (verbs.Endpoint, error)) (Result, error) {
 	res := Result{Params: *p}
 	fail := func(what string, err error) (Result, error) {
 		return res, fmt.Errorf("perftest %v %v %s: %s: %w", p.Verb, kindName(p.Kind), role(ctl.client), what, err)
@@ -161,7 +209,30 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, open f
 		return fail("sync before the data connection", err)
 	}
 	d := &data{}
-	dep, err := open(connParams(p, prepareData(d, p, cycle)))
+	// The SRQ is closed after the data QP made on it (deferred first).
+	defer func() {
+		if d.srq != nil {
+			d.srq.Close()
+		}
+	}()
+	dep, err := open(func() (verbs.ConnParams, error) {
+		cp := connParams(p, prepareData(d, p, cycle))
+		if mk == nil {
+			return cp, nil
+		}
+		// A failed attempt's endpoint is closed, and its memory with it:
+		// the receives it posted to its SRQ go with that SRQ.
+		if d.srq != nil {
+			d.srq.Close()
+		}
+		srq, err := mk.CreateSRQ(p.RxDepth)
+		if err != nil {
+			d.srq = nil
+			return cp, fmt.Errorf("create srq: %w", err)
+		}
+		d.srq, cp.SRQ = srq, srq
+		return cp, nil
+	})
 	if err != nil {
 		return fail("data connection", err)
 	}

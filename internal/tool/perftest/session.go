@@ -276,10 +276,16 @@ func (c *control) reports(ctx context.Context, mine Report) (Report, error) {
 	return reportFrom(got), nil
 }
 
-// connectData opens the data connection, retrying on REJ reason 8 as
-// configured.
-func connectData(ctx context.Context, c verbs.Connector, p *Params, cp verbs.ConnParams) (verbs.Endpoint, error) {
+// connectData opens a connection, retrying on REJ reason 8 as
+// configured. params gives each attempt's parameters: an SRQ's receives
+// outlive a failed attempt's endpoint and its memory, so each attempt
+// needs an SRQ of its own.
+func connectData(ctx context.Context, c verbs.Connector, p *Params, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
 	for attempt := 0; ; attempt++ {
+		cp, err := params()
+		if err != nil {
+			return nil, err
+		}
 		ep, err := c.Connect(ctx, p.Port, cp)
 		var rej *verbs.RejectError
 		if err == nil || !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID || attempt >= p.ConnectRetry.Attempts {

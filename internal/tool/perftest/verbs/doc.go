@@ -2,7 +2,11 @@
 // perf) and the RDMA API they run on: a connected reliable-connection
 // endpoint with the few NDK operations they need (NdkRegisterMr, NdkSend,
 // NdkReceive, NdkRead, NdkWrite, NdkGetResultsEx, connect and accept with
-// rdma_cm parameters), and atomics as an optional extension.
+// rdma_cm parameters), and atomics as an optional extension. Shared
+// receive queues (NdkCreateSrq, NdkSrqReceive) are another: a Connector
+// or Listener that implements SRQMaker makes SRQs, and an endpoint opened
+// with ConnParams.SRQ takes its receives from one (perf --use-srq).
+// verbstest's pair has none; the tools refuse the option there.
 //
 // It is not an RDMA implementation. The ndk package provides the real one
 // (the wiring in cmd/ndkxdp adapts ndk.QP, ndk.CQ and ndk.MR to Endpoint);

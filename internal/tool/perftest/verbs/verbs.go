@@ -155,7 +155,37 @@ type ConnParams struct {
 	RetryCount         uint8
 	RNRRetryCount      uint8
 	PrivateData        []byte
-	Prepare            func(Endpoint) error
+	// SRQ, if set, makes the new endpoint take its receives from this
+	// shared receive queue (NdkCreateQpWithSrq): its own Receive fails
+	// with ErrInvalid, and a SEND it receives completes on its Poll with
+	// the ID of the SRQ's receive it consumed. The SRQ must come from the
+	// SRQMaker the connection is opened through.
+	SRQ     SRQ
+	Prepare func(Endpoint) error
+}
+
+// SRQ is a shared receive queue (NdkCreateSrq): receives posted once and
+// taken by whichever endpoint made on it (ConnParams.SRQ) receives a SEND
+// first. The completion comes from that endpoint's Poll. A receive's
+// segment may be in a region registered on any endpoint of the SRQ's
+// maker. Receive never blocks: depth receives outstanding (posted and not
+// yet completed) make it return ErrQueueFull. One goroutine posts.
+type SRQ interface {
+	// Receive posts a receive buffer (NdkSrqReceive).
+	Receive(id uint64, local Segment) error
+	// Close releases the SRQ (NdkCloseSrq) once the endpoints made on it
+	// are closed; receives no endpoint took are dropped. Closing twice is
+	// harmless.
+	Close() error
+}
+
+// SRQMaker is implemented by the Connectors and Listeners whose endpoints
+// can share a receive queue (perftest --use-srq). Others do not implement
+// it; the tools then refuse the option.
+type SRQMaker interface {
+	// CreateSRQ makes an SRQ of depth receives for endpoints connected
+	// through the maker.
+	CreateSRQ(depth int) (SRQ, error)
 }
 
 // Connector opens connections to one peer address (rdma_resolve_addr,
