@@ -169,11 +169,11 @@ func (r *remote) initFastMR(m *MR, pages int, remoteAccess bool) error {
 		return err
 	}
 	r.keyBits.Store(uint32(reply.KeyBits))
+	r.removeMR(m) // the previous initialization's tokens, if any
 	pd.mu.Lock()
 	if m.registered {
 		delete(pd.mrs, m)
 	}
-	r.removeMR(m)
 	m.rh = reply.H
 	m.fast.pages, m.fast.remoteOK = pages, remoteAccess
 	m.tokens.Local, m.tokens.Remote = reply.Local, reply.Remote
