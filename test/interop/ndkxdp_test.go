@@ -802,12 +802,31 @@ func testLoss(t *testing.T, p *peer) {
 	// (rping.ErrLastGoAhead); rxe's own output then says.
 	t.Run("rping_rxe_client", func(t *testing.T) {
 		p.capture(t)
-		ctx := ctxFor(t, 2*time.Minute)
-		var st rping.Stats
-		out, err := p.hostServerErr(ctx, rpingPort, func(ctx context.Context, l verbs.Listener) (err error) {
-			st, err = rping.RunServer(ctx, rping.Config{Size: 4096, Count: 50}, l)
-			return err
-		}, fmt.Sprintf("rping -c -a %v -S 4096 -C 50 -V -v", HostIPv4))
+		var (
+			st  rping.Stats
+			out string
+			err error
+		)
+		// rxe's rping client has been seen (once, TCG, MTU 9000) not
+		// to exit after a complete run our server ended cleanly: all 50
+		// pings served, the last go-ahead acknowledged, our DREQ
+		// answered with rxe's DREP, and rping still running at the
+		// deadline. That run is retried once, with its frames logged;
+		// anything else fails at once.
+		for attempt := 1; ; attempt++ {
+			ctx := ctxFor(t, 90*time.Second)
+			out, err = p.hostServerErr(ctx, rpingPort, func(ctx context.Context, l verbs.Listener) (err error) {
+				st, err = rping.RunServer(ctx, rping.Config{Size: 4096, Count: 50}, l)
+				return err
+			}, fmt.Sprintf("rping -c -a %v -S 4096 -C 50 -V -v", HostIPv4))
+			var hung *runError
+			if attempt == 1 && errors.As(err, &hung) && hung.Server == nil && hung.Guest != nil &&
+				strings.Contains(hung.Guest.Error(), "still running") && st.Pings == 50 {
+				t.Logf("attempt 1: rxe's rping did not exit after a clean, complete run; once more: %v", err)
+				continue
+			}
+			break
+		}
 		n := strings.Count(out, "ping data: rdma-ping-")
 		var re *runError
 		if err != nil && !(errors.As(err, &re) && re.Code == 0 && re.Guest == nil && errors.Is(re.Server, rping.ErrLastGoAhead) && n == 50) {
