@@ -31,11 +31,22 @@ func (e *Engine) failHead(q *QP, code uint32) {
 // QP to the error state.
 func (e *Engine) fail(q *QP, status ndkpi.Status, code uint32) {
 	e.transportFailed(q, code)
+	markError(q)
 	t := &q.t
 	if t.sqHead < q.sq.tail.Load() {
 		e.completeSend(q, q.sq.at(t.sqHead), status, code)
 	}
 	e.enterError(q)
+}
+
+// markError publishes the error state before the completion that reports
+// the failure is pushed: a consumer that sees the error completion finds
+// the QP in error (QP.Connected false), as it would after NdkGetCqResults
+// in a provider that fails the QP first.
+func markError(q *QP) {
+	if s := State(q.state.Load()); s != StateClosed && s != StateError {
+		q.state.Store(uint32(StateError))
+	}
 }
 
 // enterError moves q to the error state: every pending request completes

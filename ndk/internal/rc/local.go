@@ -85,6 +85,7 @@ func (e *Engine) retireLocal(q *QP) bool {
 			if st == ndkpi.StatusCancelled {
 				code = wcWRFlushErr
 			}
+			markError(q)
 			e.completeSend(q, w, st, code)
 			e.enterError(q)
 			return false
