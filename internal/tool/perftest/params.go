@@ -213,6 +213,12 @@ func (p *Params) normalize() error {
 		// The window is min(TxDepth, OutReads); a signaled request must fit in it.
 		p.CQMod = min(p.CQMod, p.OutReads)
 	}
+	return p.normalizeWire(bad)
+}
+
+// normalizeWire is normalize for the connection's parameters: port, MTU,
+// version string and connect retries.
+func (p *Params) normalizeWire(bad func(format string, a ...any) error) error {
 	if p.Port == 0 {
 		p.Port = DefaultPort
 	}
