@@ -81,42 +81,8 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, ss.arena(req, fds)
 	case proto.OpCreateCQ:
 		return ss.createCQ(req)
-	case proto.OpModerateCQ:
-		// The relay raises the client's notifications (fireArm), so it
-		// holds them; the client mapped NDKPI's values to these bounds.
-		c, err := lookup[*sCQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		if req.Timeout < 0 || req.Depth < 0 {
-			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
-		}
-		c.modInterval.Store(req.Timeout)
-		c.modCount.Store(uint64(req.Depth))
-		return nil, nil, nil
-	case proto.OpCloseCQ:
-		c, err := lookup[*sCQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		ss.relay.removeCQ(c)
-		c.cq.Close()
-		ss.drop(req.H)
-		c.closeSegments()
-		return nil, nil, nil
-	case proto.OpResizeCQ:
-		c, err := lookup[*sCQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		if req.Depth < 1 || req.Depth > int(ss.srv.a.Info().MaxCQDepth) {
-			return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, ss.srv.a.Info().MaxCQDepth)
-		}
-		seg, l, err := ss.relay.resize(c, req.Depth)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &proto.Message{Seg: &proto.Segment{Size: seg.Size(), Slots: l.Ring.Slots}}, []int{seg.TakeFD()}, nil
+	case proto.OpModerateCQ, proto.OpCloseCQ, proto.OpResizeCQ:
+		return ss.dispatchCQ(req)
 	case proto.OpCreatePD:
 		pd, err := a.CreatePD()
 		if err != nil {
@@ -522,4 +488,40 @@ func dupFD(fd int) int {
 		return -1
 	}
 	return n
+}
+
+// dispatchCQ carries out the requests on an existing CQ: moderation,
+// close and resize.
+func (ss *session) dispatchCQ(req *proto.Request) (*proto.Message, []int, error) {
+	c, err := lookup[*sCQ](ss, req.H)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch req.Op {
+	case proto.OpModerateCQ:
+		// The relay raises the client's notifications (fireArm), so it
+		// holds them; the client mapped NDKPI's values to these bounds.
+		if req.Timeout < 0 || req.Depth < 0 {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
+		}
+		c.modInterval.Store(req.Timeout)
+		c.modCount.Store(uint64(req.Depth))
+		return nil, nil, nil
+	case proto.OpCloseCQ:
+		ss.relay.removeCQ(c)
+		c.cq.Close()
+		ss.drop(req.H)
+		c.closeSegments()
+		return nil, nil, nil
+	case proto.OpResizeCQ:
+		if req.Depth < 1 || req.Depth > int(ss.srv.a.Info().MaxCQDepth) {
+			return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, ss.srv.a.Info().MaxCQDepth)
+		}
+		seg, l, err := ss.relay.resize(c, req.Depth)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &proto.Message{Seg: &proto.Segment{Size: seg.Size(), Slots: l.Ring.Slots}}, []int{seg.TakeFD()}, nil
+	}
+	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
 }

@@ -1,0 +1,360 @@
+package daemon
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// reqSlot stands for a client request in the daemon's post: its address
+// is the request context, so a completion names the client's sequence
+// number without an allocation.
+type reqSlot struct {
+	seq  uint64
+	kind uint8
+	// fenced: a READ or atomic whose completion a later READ_FENCE
+	// request waits for (sQP.responses).
+	fenced bool
+}
+
+// sQP is a client QP: the daemon adapter's QP, fed from the work rings the
+// client posts into.
+type sQP struct {
+	h      uint32
+	qp     *ndk.QP
+	seg    *shm.Segment
+	layout proto.QPLayout
+	send   *shm.Consumer
+	recv   *shm.Consumer
+	slot   int            // in the session's bitmaps
+	queue  int            // the engine's queue
+	wArm   *atomic.Uint32 // ArmPeerWrites: the client sets it, the relay fires it
+	wAt    *atomic.Uint64 // the count the client armed at
+	state  *atomic.Uint32 // proto.QPFailed once qp is in error
+	// The client's records no longer outstanding, for its depth check.
+	sendDone, recvDone *atomic.Uint64
+	rcq                *sCQ
+	srq                *sSRQ // the SRQ it takes its receives from, or nil
+	scq                *sCQ
+
+	// Relay-owned.
+	sendSlots, recvSlots []reqSlot
+	sendMask, recvMask   uint64
+	sr                   proto.Send
+	rr                   proto.Recv
+	stalledSend          bool // sr was refused as queue full, or waits on its fence: post it first
+	stalledRecv          bool
+	broken               bool // the client wrote garbage: flushed, no longer read
+	// drainRecv: the send ring broke in this pass, before the receive
+	// ring was served: the receives published before the garbage still
+	// go in, once, to complete CANCELLED on the flushed QP.
+	drainRecv bool
+	failed    bool // state holds proto.QPFailed
+	removed   bool // out of its slot: seg may be unmapped
+	// responses counts the READs and atomics posted whose completions are
+	// not yet in the client's ring (SILENT_SUCCESS ones aside, which may
+	// never complete). A READ_FENCE request waits for them here: the
+	// engine fences on its own completions, but the client must see them
+	// before the fenced request leaves, as it does in process.
+	responses int
+	// Records taken from each ring and posted or refused, and the done
+	// counts last published.
+	sendTaken, recvTaken       uint64
+	lastSendDone, lastRecvDone uint64
+	sgl                        [proto.MaxSGE]ndk.SGE
+	inline                     [proto.MaxInline]byte
+}
+
+func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request) (*sQP, error) {
+	q := &sQP{rcq: rcq, scq: scq, srq: srq}
+	// The QP's context in every daemon completion is q.
+	cfg := ndk.QPConfig{
+		ReceiveCQ: rcq.cq, InitiatorCQ: scq.cq, Context: q,
+		ReceiveQueueDepth: req.Depth, InitiatorQueueDepth: req.SendDepth,
+		MaxReceiveRequestSGE: req.RecvSGE, MaxInitiatorRequestSGE: req.SendSGE,
+		InlineDataSize: req.Inline,
+	}
+	if srq != nil {
+		cfg.SRQ = srq.srq
+	}
+	qp, err := p.pd.CreateQP(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// A client's ring holds as many requests as the QP; the daemon's QP
+	// holds as many more, and one may wait refused: contexts for four
+	// depths outlive every request that can be outstanding. A QP on an
+	// SRQ keeps a receive ring of one slot that nothing posts into.
+	ssl, rsl := proto.Slots(req.SendDepth), proto.Slots(max(req.Depth, 1))
+	l := proto.NewQPLayout(ssl, rsl)
+	seg, err := shm.NewSegment("ndkxdp-qp", l.Size)
+	if err != nil {
+		qp.Close()
+		return nil, err
+	}
+	q.qp, q.seg, q.layout, q.queue, q.slot = qp, seg, l, qp.Queue(), -1
+	q.state, q.wArm = seg.Word32(l.Words+8), seg.Word32(l.Words+12)
+	q.sendDone, q.recvDone, q.wAt = seg.Word64(l.Words+16), seg.Word64(l.Words+24), seg.Word64(l.Words+40)
+	q.sendSlots = make([]reqSlot, 4*ssl)
+	q.recvSlots = make([]reqSlot, 4*rsl)
+	q.sendMask, q.recvMask = uint64(4*ssl-1), uint64(4*rsl-1)
+	if q.send, err = shm.NewConsumer(seg, l.Send); err == nil {
+		q.recv, err = shm.NewConsumer(seg, l.Recv)
+	}
+	if err != nil {
+		qp.Close()
+		seg.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// budget bounds the records one pass takes from one ring, so that one
+// busy QP does not starve the others or the completions.
+const budget = 64
+
+// pumpSend moves q's send records; more reports records left for the
+// next pass (the budget ran out, or the daemon's QP is full).
+func (r *relay) pumpSend(q *sQP) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
+		if !q.stalledSend {
+			rec := q.send.Peek()
+			if rec == nil {
+				if q.send.Err() != nil {
+					r.breakQP(q, "send ring", q.send.Err())
+				}
+				break
+			}
+			q.sr.Decode(rec)
+			q.send.Release()
+		}
+		if q.responses > 0 && q.sr.Flags&uint32(ndk.OpFlagReadFence) != 0 {
+			// The fenced request waits in its slot for the completions
+			// of the READs before it to reach the client.
+			q.stalledSend = true
+			return n, true
+		}
+		st := r.postSend(q, &q.sr)
+		if st == ndk.StatusInsufficientResources {
+			q.stalledSend = true
+			return n, true
+		}
+		q.stalledSend = false
+		q.sendTaken++
+		n++
+		if q.broken {
+			return n, false
+		}
+	}
+	return n, false
+}
+
+func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
+	for {
+		if n == budget {
+			return n, true
+		}
+		if !q.stalledRecv {
+			rec := q.recv.Peek()
+			if rec == nil {
+				if q.recv.Err() != nil {
+					q.drainRecv = false
+					r.breakQP(q, "receive ring", q.recv.Err())
+				}
+				break
+			}
+			q.rr.Decode(rec)
+			q.recv.Release()
+		}
+		st := r.postRecv(q, &q.rr)
+		if st == ndk.StatusInsufficientResources {
+			q.stalledRecv = true
+			return n, true
+		}
+		q.stalledRecv = false
+		q.recvTaken++
+		n++
+		if q.broken && !q.drainRecv {
+			return n, false
+		}
+	}
+	return n, false
+}
+
+// breakQP answers a client that broke its own rings: its QP goes to the
+// error state (its requests complete CANCELLED) and the relay reads its
+// rings no more. Nothing else of the client's, or of anyone's, is touched.
+func (r *relay) breakQP(q *sQP, what string, err error) {
+	if q.broken {
+		return
+	}
+	q.broken = true
+	q.drainRecv = what == "send ring"
+	q.qp.Flush()
+	r.ss.log.Warn("client broke a work ring; its QP is flushed", "qp", q.h, "ring", what, "err", err)
+}
+
+// Work record operations: rc.Op's values.
+const (
+	opSend = iota + 1
+	opSendInvalidate
+	opWrite
+	opRead
+	opCompareSwap
+	opFetchAdd
+)
+
+const opFlagInline = ndk.OpFlagInline
+
+// postSend posts one client send record on the daemon's QP. The client
+// already checked what it could; the daemon checks again, since the
+// client is not trusted: a record no correct client writes breaks the QP,
+// and a post the daemon's QP refuses completes with the refusal's status.
+func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
+	if s.Op >= proto.OpFastRegister && s.Op <= proto.OpInvalidate && s.NSGE == 0 && s.InlineLen == 0 {
+		return r.postLocal(q, s)
+	}
+	if s.Op < opSend || s.Op > opFetchAdd || s.NSGE > proto.MaxSGE || s.InlineLen > proto.MaxInline {
+		r.breakQP(q, "send ring", fmt.Errorf("malformed record (op %d, %d SGEs, %d inline bytes)", s.Op, s.NSGE, s.InlineLen))
+		return ndk.StatusSuccess
+	}
+	slot := &q.sendSlots[s.Seq&q.sendMask]
+	slot.seq, slot.kind, slot.fenced = s.Seq, proto.KindSend, false
+	// The client's post has rung already (DEFER decided whether and when
+	// its bit was set): the daemon's QP must not hold the request back
+	// for a doorbell of its own that no later record would ring.
+	flags := ndk.OpFlag(s.Flags) &^ ndk.OpFlagDefer
+	var sgl []ndk.SGE
+	if flags&opFlagInline != 0 && s.Op != opRead && s.Op != opCompareSwap && s.Op != opFetchAdd {
+		// The client copied the bytes into the record; the engine copies
+		// them from ours. The record's SGEs are not used: an inline SGE
+		// may name any address, and only the daemon's own copy is safe.
+		n := copy(q.inline[:], s.Inline[:s.InlineLen])
+		q.sgl[0] = ndk.SGE{Addr: uint64(uintptr(unsafe.Pointer(&q.inline[0]))), Length: uint32(n)}
+		sgl = q.sgl[:1]
+		if n == 0 {
+			sgl = nil
+		}
+	} else {
+		for i := 0; i < int(s.NSGE); i++ {
+			e := &s.SGL[i]
+			q.sgl[i] = ndk.SGE{Addr: e.Addr, Length: e.Length, Token: e.Token}
+		}
+		sgl = q.sgl[:s.NSGE]
+	}
+	var err error
+	switch s.Op {
+	case opSend:
+		err = q.qp.Send(slot, sgl, flags)
+	case opSendInvalidate:
+		err = q.qp.SendAndInvalidate(slot, sgl, flags, s.InvToken)
+	case opWrite:
+		err = q.qp.Write(slot, sgl, s.RemoteAddr, s.RemoteToken, flags)
+	case opRead:
+		err = q.qp.Read(slot, sgl, s.RemoteAddr, s.RemoteToken, flags)
+	case opCompareSwap, opFetchAdd:
+		if len(sgl) != 1 {
+			r.complete(q.scq, q, slot, ndk.StatusInvalidParameter, 0)
+			return ndk.StatusInvalidParameter
+		}
+		if s.Op == opCompareSwap {
+			err = q.qp.CompareAndSwap(slot, sgl[0], s.RemoteAddr, s.RemoteToken, s.Compare, s.SwapAdd, flags)
+		} else {
+			err = q.qp.FetchAndAdd(slot, sgl[0], s.RemoteAddr, s.RemoteToken, s.SwapAdd, flags)
+		}
+	}
+	if err == nil {
+		if s.Op >= opRead && flags&ndk.OpFlagSilentSuccess == 0 {
+			slot.fenced = true
+			q.responses++
+		}
+		return ndk.StatusSuccess
+	}
+	st := ndk.StatusOf(err)
+	if st != ndk.StatusInsufficientResources {
+		// The client posted what its own checks passed but ours refuse
+		// (a region deregistered meanwhile, or a lying client): the
+		// request fails with the refusal, as a completion.
+		r.complete(q.scq, q, slot, st, 0)
+	}
+	return st
+}
+
+func (r *relay) postRecv(q *sQP, v *proto.Recv) ndk.Status {
+	if v.NSGE > proto.MaxSGE {
+		q.drainRecv = false
+		r.breakQP(q, "receive ring", fmt.Errorf("malformed record (%d SGEs)", v.NSGE))
+		return ndk.StatusSuccess
+	}
+	slot := &q.recvSlots[v.Seq&q.recvMask]
+	slot.seq, slot.kind, slot.fenced = v.Seq, proto.KindRecv, false
+	for i := 0; i < int(v.NSGE); i++ {
+		e := &v.SGL[i]
+		q.sgl[i] = ndk.SGE{Addr: e.Addr, Length: e.Length, Token: e.Token}
+	}
+	err := q.qp.Receive(slot, q.sgl[:v.NSGE])
+	if err == nil {
+		return ndk.StatusSuccess
+	}
+	st := ndk.StatusOf(err)
+	if st != ndk.StatusInsufficientResources {
+		r.complete(q.rcq, q, slot, st, 0)
+	}
+	return st
+}
+
+// sweepEvery is how many passes go between two sweeps of every QP's
+// published state: a QP can fail, and a SILENT_SUCCESS request retire,
+// with nothing the relay serves or moves.
+const sweepEvery = 64
+
+// sweep publishes every QP's state and done counts.
+func (r *relay) sweep() {
+	for _, q := range r.slots {
+		if q != nil {
+			r.publish(q)
+		}
+	}
+}
+
+// publish tells the client that q failed, for QP.Connected, and how many
+// of its records are done, for its depth check. It runs for each QP the
+// pass serves, before each completion of the QP is moved (the client sees
+// the error no later than the completions it cancelled, and a completed
+// request's slot free), and in each sweep. A QP the client closed has
+// nothing to publish: its completions may still be on their way, its
+// segment not.
+func (r *relay) publish(q *sQP) {
+	if q.removed {
+		return
+	}
+	if !q.failed && hook.QPFailed(q.qp) {
+		q.failed = true
+		q.state.Store(proto.QPFailed)
+	}
+	s, v := hook.QPQueued(q.qp)
+	if d := q.sendTaken - s; d != q.lastSendDone {
+		q.lastSendDone = d
+		q.sendDone.Store(d)
+	}
+	if d := q.recvTaken - v; d != q.lastRecvDone {
+		q.lastRecvDone = d
+		q.recvDone.Store(d)
+	}
+}
+
+// syncState is publish for the control path, whose reply must find the
+// state the request changed published (a disconnect, a flush).
+func (r *relay) syncState(q *sQP) {
+	r.mu.Lock()
+	r.publish(q)
+	r.mu.Unlock()
+}

@@ -1,0 +1,281 @@
+package ndk
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+	"golang.org/x/sys/unix"
+)
+
+// remoteCQ is a daemon-backed CQ: the ring the daemon's relay fills, the
+// arm word it fires, and the goroutine that runs the notification
+// callback, one at a time.
+type remoteCQ struct {
+	h      uint32
+	seg    *shm.Segment // the first segment: arm and status words
+	ring   *shm.Consumer
+	rseg   *shm.Segment   // the current ring's segment (seg until a resize)
+	sealed *atomic.Uint32 // the current ring's sealed word
+	// Rings resizes brought, oldest first, waiting for the current one
+	// to drain; hasNext says whether there are any, for GetResults to
+	// read without the lock.
+	nextMu  sync.Mutex
+	nexts   []*cqRing
+	hasNext atomic.Bool
+	arm     *atomic.Uint32
+	status  *atomic.Uint32
+	slots   int
+	rec     proto.Completion
+	notify  func(Status)
+
+	mu      sync.Mutex
+	queue   []Status
+	wake    chan struct{}
+	stopped chan struct{}
+	exited  chan struct{}
+	once    sync.Once
+}
+
+func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, error) {
+	const op = "create cq"
+	if depth < 1 || depth > int(a.info.MaxCQDepth) {
+		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
+	}
+	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateCQ, Depth: depth})
+	if err != nil {
+		return nil, err
+	}
+	if len(fds) != 1 || m.Seg == nil {
+		closeFDs(fds)
+		return nil, errorf(StatusInternalError, op, "daemon sent no CQ segment")
+	}
+	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
+	if err != nil {
+		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	unix.Close(seg.TakeFD()) // the mapping is all we need
+	l := proto.NewCQLayout(m.Seg.Slots)
+	ring, err := shm.NewConsumer(seg, l.Ring)
+	if err != nil {
+		seg.Close()
+		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	rq := &remoteCQ{
+		h: m.H, seg: seg, ring: ring, rseg: seg, sealed: seg.Word32(l.Words + 8),
+		arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
+		notify: notify, wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{}),
+	}
+	if notify != nil {
+		go rq.dispatch()
+	} else {
+		close(rq.exited)
+	}
+	c := &CQ{adapter: a, r: rq, done: make(chan struct{})}
+	r.mu.Lock()
+	r.cqs[m.H] = c
+	r.mu.Unlock()
+	return c, nil
+}
+
+func (rq *remoteCQ) notifyQueue(st Status) {
+	rq.mu.Lock()
+	rq.queue = append(rq.queue, st)
+	rq.mu.Unlock()
+	select {
+	case rq.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch runs the callbacks, serialized per CQ as NDKPI requires.
+func (rq *remoteCQ) dispatch() {
+	defer close(rq.exited)
+	for {
+		select {
+		case <-rq.stopped:
+			return
+		case <-rq.wake:
+		}
+		for {
+			rq.mu.Lock()
+			if len(rq.queue) == 0 {
+				rq.mu.Unlock()
+				break
+			}
+			st := rq.queue[0]
+			rq.queue = rq.queue[1:]
+			rq.mu.Unlock()
+			select {
+			case <-rq.stopped:
+				return
+			default:
+			}
+			rq.notify(st)
+		}
+	}
+}
+
+func (rq *remoteCQ) stop() {
+	rq.once.Do(func() { close(rq.stopped) })
+	<-rq.exited
+}
+
+// get is GetResults and GetResultsEx of a daemon-backed CQ.
+func (c *CQ) remoteGet(results []Result, ex []ResultEx) int {
+	rq := c.r
+	r := c.adapter.rem
+	want := len(results)
+	if ex != nil {
+		want = len(ex)
+	}
+	n := 0
+	for n < want {
+		b := rq.ring.Peek()
+		if b == nil {
+			if rq.nextRing() {
+				continue
+			}
+			break
+		}
+		rq.rec.Decode(b)
+		e := &rq.rec
+		var qctx, rctx any
+		r.mu.RLock()
+		q := r.qps[e.QP]
+		r.mu.RUnlock()
+		if q != nil {
+			qctx = q.r.context
+			rctx = q.r.take(e.Kind, e.Seq)
+			if e.Kind == proto.KindSend {
+				if tok := q.r.takeInvalidated(e.Seq); tok != 0 && e.Status == 0 {
+					r.revoke(tok) // a READ_LOCAL_INVALIDATE's sink
+				}
+			}
+		}
+		if e.Type == uint32(OpReceiveAndInvalidate) && e.Status == 0 {
+			r.revoke(uint32(e.TypeSpecific))
+		}
+		res := Result{Status: Status(e.Status), BytesTransferred: e.Bytes, QPContext: qctx, RequestContext: rctx}
+		if ex != nil {
+			ex[n] = ResultEx{Result: res, Type: OperationType(e.Type), ProviderErrorCode: e.ProviderErrorCode, TypeSpecificCompletionOutput: e.TypeSpecific}
+		} else {
+			results[n] = res
+		}
+		n++
+	}
+	rq.ring.Release()
+	return n
+}
+
+// remoteArm sets the arm in the shared word for the daemon's relay to fire.
+func (c *CQ) remoteArm(n CQNotify) error {
+	rq := c.r
+	if rq.notify == nil || c.closed.Load() {
+		if c.closed.Load() {
+			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
+		}
+		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
+	}
+	lvl := map[CQNotify]uint32{CQNotifyErrors: 1, CQNotifySolicited: 2, CQNotifyAny: 3}[n]
+	for {
+		w := rq.arm.Load()
+		if w >= lvl || rq.arm.CompareAndSwap(w, lvl) {
+			break
+		}
+	}
+	c.adapter.rem.ring()
+	return nil
+}
+
+func (c *CQ) remoteClose() {
+	rq := c.r
+	r := c.adapter.rem
+	rq.stop()
+	r.mu.Lock()
+	_, live := r.cqs[rq.h]
+	delete(r.cqs, rq.h)
+	r.mu.Unlock()
+	if live {
+		_, _ = r.do("close cq", &proto.Request{Op: proto.OpCloseCQ, H: rq.h})
+	}
+	rq.nextMu.Lock()
+	for _, nx := range rq.nexts {
+		nx.seg.Close()
+	}
+	rq.nexts = nil
+	rq.nextMu.Unlock()
+	if rq.rseg != rq.seg {
+		rq.rseg.Close()
+	}
+}
+
+// cqRing is a CQ ring a resize brought, waiting for the old one to drain.
+type cqRing struct {
+	seg    *shm.Segment
+	ring   *shm.Consumer
+	sealed *atomic.Uint32
+	slots  int
+}
+
+// nextRing moves the consumer to the ring a resize brought once the
+// current one is sealed and drained. It reports whether there may be more
+// to take: the new ring, or a record the old one got before its seal.
+func (rq *remoteCQ) nextRing() bool {
+	if !rq.hasNext.Load() || rq.sealed.Load() == 0 {
+		return false
+	}
+	// The seal is stored after the last record's publication: a record
+	// that arrived before it shows now.
+	if rq.ring.Len() > 0 {
+		return true
+	}
+	rq.ring.Release()
+	if rq.rseg != rq.seg {
+		rq.rseg.Close()
+	}
+	rq.nextMu.Lock()
+	nx := rq.nexts[0]
+	rq.nexts = rq.nexts[1:]
+	rq.hasNext.Store(len(rq.nexts) > 0)
+	rq.nextMu.Unlock()
+	rq.ring, rq.rseg, rq.sealed = nx.ring, nx.seg, nx.sealed
+	return true
+}
+
+// remoteResize is NdkResizeCq on a daemon-backed CQ: the daemon gives the
+// CQ a new ring, and GetResults takes it once it has drained the old one.
+func (c *CQ) remoteResize(depth int) error {
+	const op = "resize cq"
+	rq := c.r
+	if n := rq.ring.Len(); n > proto.Slots(depth) {
+		return errorf(StatusInvalidParameter, op, "depth %d below the %d completions queued", depth, n)
+	}
+	m, fds, err := c.adapter.rem.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
+	if err != nil {
+		return err
+	}
+	if len(fds) != 1 || m.Seg == nil || m.Seg.Slots < 1 || m.Seg.Slots > proto.MaxSlots {
+		closeFDs(fds)
+		return errorf(StatusInternalError, op, "daemon sent no ring")
+	}
+	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
+	if err != nil {
+		return &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	unix.Close(seg.TakeFD())
+	l := proto.NewCQLayout(m.Seg.Slots)
+	ring, err := shm.NewConsumer(seg, l.Ring)
+	if err != nil {
+		seg.Close()
+		return &Error{Status: StatusInternalError, Op: op, Err: err}
+	}
+	rq.nextMu.Lock()
+	rq.nexts = append(rq.nexts, &cqRing{seg: seg, ring: ring, sealed: seg.Word32(l.Words + 8), slots: l.Ring.Slots})
+	rq.hasNext.Store(true)
+	rq.nextMu.Unlock()
+	rq.slots = l.Ring.Slots
+	return nil
+}
