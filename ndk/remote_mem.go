@@ -395,13 +395,8 @@ func (s *SRQ) remoteReceive(ctx any, sgl []SGE) error {
 	if slot == nil {
 		return postError("receive", StatusInsufficientResources)
 	}
-	v := &rs.rr
-	v.Seq, v.NSGE = rs.seq, uint8(len(sgl))
-	for i := range sgl {
-		v.SGL[i] = proto.SGE(sgl[i])
-	}
 	rs.ctx[rs.seq&rs.mask] = ctx
-	v.Encode(slot)
+	putRecv(&rs.rr, slot, rs.seq, sgl)
 	rs.ring.Publish()
 	rs.seq++
 	if rs.post.Load() == 0 {

@@ -295,13 +295,8 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 		r.ring() // for the relay to publish what retired since
 		return postError("receive", StatusInsufficientResources)
 	}
-	v := &rq.rr
-	v.Seq, v.NSGE = rq.recvSeq, uint8(len(sgl))
-	for i := range sgl {
-		v.SGL[i] = proto.SGE(sgl[i])
-	}
 	rq.recvCtx[rq.recvSeq&rq.recvMask] = ctx
-	v.Encode(slot)
+	putRecv(&rq.rr, slot, rq.recvSeq, sgl)
 	rq.recv.Publish()
 	rq.recvSeq++
 	rq.hint()
@@ -360,4 +355,14 @@ func (rq *remoteQP) peerWrite() {
 		default:
 		}
 	}
+}
+
+// putRecv writes a receive record of seq and sgl into slot, through v, a
+// record the caller owns (no allocation): a QP's or an SRQ's receive.
+func putRecv(v *proto.Recv, slot []byte, seq uint64, sgl []SGE) {
+	v.Seq, v.NSGE = seq, uint8(len(sgl))
+	for i := range sgl {
+		v.SGL[i] = proto.SGE(sgl[i])
+	}
+	v.Encode(slot)
 }
