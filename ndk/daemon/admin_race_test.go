@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,11 +74,11 @@ func TestOperatorRequestsDuringTraffic(t *testing.T) {
 
 	var wg sync.WaitGroup
 	dctx, stopDump := context.WithCancel(ctx)
-	var frames int
+	var captured atomic.Int64
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, err := daemon.Dump(dctx, bd.sock, 0, func(daemon.DumpFrame, daemon.DumpCounts) error { frames++; return nil })
+		_, err := daemon.Dump(dctx, bd.sock, 0, func(daemon.DumpFrame, daemon.DumpCounts) error { captured.Add(1); return nil })
 		if err != nil {
 			t.Errorf("dump: %v", err)
 		}
@@ -89,7 +90,11 @@ func TestOperatorRequestsDuringTraffic(t *testing.T) {
 		defer close(done)
 		s, _ := mr.SGE(0, 4096)
 		var r [1]ndk.ResultEx
-		for i := range n {
+		// The capture starts when the dump's request reaches the
+		// daemon, which may be after the first WRITEs: write on (at most
+		// 10 s) until it has seen as many frames as WRITEs were asked.
+		until := time.Now().Add(10 * time.Second)
+		for i := 0; i < n || (captured.Load() < n && time.Now().Before(until)); i++ {
 			if err := qp.Write(nil, []ndk.SGE{s}, bmr.Addr(), bmr.RemoteToken(), 0); err != nil {
 				t.Errorf("write %d: %v", i, err)
 				return
@@ -166,6 +171,7 @@ func TestOperatorRequestsDuringTraffic(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // the capture streams every 250 ms
 	stopDump()
 	wg.Wait()
+	frames := captured.Load()
 	if frames < n {
 		t.Errorf("the capture saw %d frames of at least %d WRITEs", frames, n)
 	}
