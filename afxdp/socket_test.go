@@ -3,6 +3,7 @@ package afxdp
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -374,6 +375,14 @@ func TestCloseReleasesEverything(t *testing.T) {
 	u, socks := openOn(t, p.A, UMEMConfig{NumFrames: 64},
 		SocketConfig{Queue: 0}, SocketConfig{Queue: 1})
 	base := uintptr(unsafe.Pointer(&u.Bytes()[0]))
+	// A mark the UMEM alone holds: after Close the address may be taken by
+	// any later mapping of the process (another test's UMEM, the heap), so
+	// the check below asks whether the mark is still readable there.
+	mark := make([]byte, 32)
+	if _, err := rand.Read(mark); err != nil {
+		t.Fatal(err)
+	}
+	copy(u.Bytes(), mark)
 	for _, s := range socks {
 		if !isSocketFD(t, s.FD()) {
 			t.Fatalf("socket fd %d is not an open socket", s.FD())
@@ -386,6 +395,9 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 	if !mapped(t, base) {
 		t.Fatal("UMEM not found in /proc/self/maps")
+	}
+	if !holds(t, base, mark) {
+		t.Fatal("the UMEM's mark is not readable through /proc/self/mem: the check after Close would prove nothing")
 	}
 	if got := countMaps(t); got <= mapsBefore {
 		t.Fatalf("%d ring mappings with two sockets open, want more than %d: the check below would prove nothing", got, mapsBefore)
@@ -417,8 +429,8 @@ func TestCloseReleasesEverything(t *testing.T) {
 	if got := countMaps(t); got != mapsBefore {
 		t.Fatalf("%d ring mappings after Close, want %d", got, mapsBefore)
 	}
-	if mapped(t, base) {
-		t.Fatal("UMEM still mapped after Close")
+	if holds(t, base, mark) {
+		t.Fatal("UMEM still mapped after Close: its mark is readable at its address")
 	}
 }
 
@@ -540,6 +552,26 @@ func countMaps(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return bytes.Count(b, []byte(" socket:["))
+}
+
+// holds reports whether the bytes at addr are mark. It reads through
+// /proc/self/mem, which fails with EIO where nothing is mapped instead of
+// faulting.
+func holds(t *testing.T, addr uintptr, mark []byte) bool {
+	t.Helper()
+	f, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, len(mark))
+	if _, err := f.ReadAt(got, int64(addr)); err != nil {
+		if errors.Is(err, unix.EIO) {
+			return false
+		}
+		t.Fatalf("read /proc/self/mem at %#x: %v", addr, err)
+	}
+	return bytes.Equal(got, mark)
 }
 
 // mapped reports whether addr lies in any mapping of the process.
