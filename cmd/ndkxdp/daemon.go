@@ -16,8 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
+	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
@@ -61,20 +60,11 @@ func loadDaemonConfig(path string, c *daemonConfig) error {
 	return nil
 }
 
-// rxQueues counts the interface's receive queues: the daemon binds a
-// socket on each, so that frames RSS puts on any queue are served. It asks
-// netlink, which answers for the calling thread's network namespace
-// (sysfs shows the namespace it was mounted in).
+// rxQueues counts the interface's receive queues in use: the daemon
+// binds a socket on each, so that frames RSS puts on any queue are served.
 func rxQueues(dev string) (int, error) {
-	l, err := netlink.LinkByName(dev)
-	if err != nil {
-		return 0, fmt.Errorf("interface %s: %w", dev, err)
-	}
-	n := l.Attrs().NumRxQueues
-	if n < 1 {
-		n = 1
-	}
-	return min(n, 64), nil
+	n, err := loader.RxQueues(dev)
+	return min(n, 64), err
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {

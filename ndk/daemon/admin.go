@@ -337,7 +337,11 @@ func Describe(ifname string) (*Info, error) {
 			x.XDPMode = "attached"
 		}
 	}
-	for q := range max(a.NumRxQueues, 1) {
+	n, err := loader.RxQueues(a.Name)
+	if err != nil {
+		n = max(a.NumRxQueues, 1)
+	}
+	for q := range n {
 		x.Queues = append(x.Queues, QueueInfo{Queue: q, Bind: "unbound"})
 	}
 	if ifi, err := net.InterfaceByIndex(a.Index); err == nil {
