@@ -60,7 +60,14 @@ func PinRoot(t testing.TB) string {
 // behind a mount namespace of its own.
 func StartDaemon(t testing.TB, h *harness.Host, sock, pinRoot string, extra ...string) *Daemon {
 	t.Helper()
-	args := append([]string{"--net=/var/run/netns/" + h.Name, testenv.Ndkxdp(t), "daemon", "-dev", h.Link, "-socket", sock, "-pin-root", pinRoot}, extra...)
+	return StartDaemonIn(t, h.Name, h.Link, sock, pinRoot, extra...)
+}
+
+// StartDaemonIn is StartDaemon on interface link of the network namespace
+// named ns (under /var/run/netns).
+func StartDaemonIn(t testing.TB, ns, link, sock, pinRoot string, extra ...string) *Daemon {
+	t.Helper()
+	args := append([]string{"--net=/var/run/netns/" + ns, testenv.Ndkxdp(t), "daemon", "-dev", link, "-socket", sock, "-pin-root", pinRoot}, extra...)
 	cmd := exec.Command("nsenter", args...)
 	d := &Daemon{Cmd: cmd, Sock: sock, Logs: &SyncBuffer{}, Done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = d.Logs, d.Logs

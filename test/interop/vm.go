@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -177,6 +178,13 @@ const hangTimeout = 90 * time.Second
 // errNotReady is a boot attempt whose guest never reported rxe0 ready.
 var errNotReady = errors.New("rxe0 not ready")
 
+// errPanicked is a boot attempt whose guest kernel panicked. Under TCG on
+// a loaded machine the 6.1 kernel's early IO-APIC timer check can fail
+// ("IO-APIC + timer doesn't work!", a CI run met one): the command line
+// turns that check off (no_timer_check), and any other early panic gets
+// the same one retry as a hung boot.
+var errPanicked = errors.New("guest kernel panicked")
+
 // bootAttempt is boot; tests replace it to exercise the retry.
 var bootAttempt = boot
 
@@ -184,7 +192,8 @@ func bootRetrying(ctx context.Context, cfg Config, img *Image, accel Accel) (*VM
 	first := cfg
 	first.BootTimeout = min(cfg.BootTimeout, hangTimeout)
 	vm, err := bootAttempt(ctx, first, img, accel)
-	if err == nil || !errors.Is(err, errNotReady) || ctx.Err() != nil || first.BootTimeout == cfg.BootTimeout {
+	retry := errors.Is(err, errPanicked) || errors.Is(err, errNotReady) && first.BootTimeout != cfg.BootTimeout
+	if err == nil || !retry || ctx.Err() != nil {
 		return vm, err
 	}
 	again, err2 := bootAttempt(ctx, cfg, img, accel)
@@ -192,6 +201,9 @@ func bootRetrying(ctx context.Context, cfg Config, img *Image, accel Accel) (*VM
 		return nil, errors.Join(err, err2)
 	}
 	again.BootNote = fmt.Sprintf("a first attempt hung and was cut after %v (%s)", hangTimeout, firstLine(err))
+	if errors.Is(err, errPanicked) {
+		again.BootNote = fmt.Sprintf("a first attempt's kernel panicked (%s)", firstLine(err))
+	}
 	return again, nil
 }
 
@@ -277,9 +289,9 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 	select {
 	case r = <-vm.agent.ready:
 	case <-vm.agent.closed:
-		return vm, vm.bootError(fmt.Errorf("agent channel closed during boot: %w", vm.agent.err))
+		return vm, vm.bootError(vm.panicked(fmt.Errorf("agent channel closed during boot: %w", vm.agent.err)))
 	case <-vm.exited:
-		return vm, vm.bootError(fmt.Errorf("qemu exited during boot: %v", vm.waitErr))
+		return vm, vm.bootError(vm.panicked(fmt.Errorf("qemu exited during boot: %v", vm.waitErr)))
 	case <-bctx.Done():
 		return vm, vm.bootError(fmt.Errorf("%w after %v: %w", errNotReady, time.Since(start).Round(time.Millisecond), context.Cause(bctx)))
 	}
@@ -301,7 +313,7 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 // sock.
 func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock string) []string {
 	appendArgs := []string{
-		"console=ttyS0", "quiet", "panic=-1",
+		"console=ttyS0", "quiet", "panic=-1", "no_timer_check",
 		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
 		"ndkxdp.mtu=" + strconv.Itoa(cfg.MTU),
 		"ndkxdp.port=" + agentPortName,
@@ -364,6 +376,16 @@ func (vm *VM) dialAgent(ctx context.Context, sock string) (net.Conn, error) {
 }
 
 // bootError adds what the guest and qemu printed to a boot failure.
+// panicked marks err as errPanicked when the guest's console shows a
+// kernel panic.
+func (vm *VM) panicked(err error) error {
+	b, _ := os.ReadFile(filepath.Join(vm.dir, "console.log"))
+	if bytes.Contains(b, []byte("Kernel panic")) {
+		return fmt.Errorf("%w: %w", errPanicked, err)
+	}
+	return err
+}
+
 func (vm *VM) bootError(err error) error {
 	qemuSaid := ""
 	if q := strings.TrimSpace(tail(filepath.Join(vm.dir, "qemu.log"), 1)); q != "" {

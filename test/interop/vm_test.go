@@ -377,13 +377,14 @@ func TestBootKVMFallsBack(t *testing.T) {
 
 // TestBootRetriesAHungAttempt: an attempt whose guest never got ready is
 // cut at hangTimeout and the VM booted once more with the whole
-// BootTimeout; any other failure, a second hang, or a caller's timeout no
+// BootTimeout, and so is one whose kernel panicked; any other failure, a second hang, or a caller's timeout no
 // longer than hangTimeout is returned as it is.
 func TestBootRetriesAHungAttempt(t *testing.T) {
 	saved := bootAttempt
 	t.Cleanup(func() { bootAttempt = saved })
 	hung := fmt.Errorf("interop: boot the peer VM (tcg): %w after 1m30s: context deadline exceeded", errNotReady)
 	exited := errors.New("interop: boot the peer VM (tcg): qemu exited during boot")
+	panicked := fmt.Errorf("interop: boot the peer VM (tcg): %w: qemu exited during boot", errPanicked)
 	for _, tc := range []struct {
 		name     string
 		timeout  time.Duration
@@ -396,6 +397,9 @@ func TestBootRetriesAHungAttempt(t *testing.T) {
 		{"qemu exits", 3 * time.Minute, []error{exited}, []time.Duration{hangTimeout}, false},
 		{"two hangs", 3 * time.Minute, []error{hung, hung}, []time.Duration{hangTimeout, 3 * time.Minute}, false},
 		{"short caller timeout", time.Minute, []error{hung}, []time.Duration{time.Minute}, false},
+		{"panic then boot", 3 * time.Minute, []error{panicked, nil}, []time.Duration{hangTimeout, 3 * time.Minute}, true},
+		{"panic, short caller timeout", time.Minute, []error{panicked, nil}, []time.Duration{time.Minute, time.Minute}, true},
+		{"two panics", 3 * time.Minute, []error{panicked, panicked}, []time.Duration{hangTimeout, 3 * time.Minute}, false},
 	} {
 		var got []time.Duration
 		bootAttempt = func(ctx context.Context, cfg Config, img *Image, accel Accel) (*VM, error) {
@@ -410,7 +414,7 @@ func TestBootRetriesAHungAttempt(t *testing.T) {
 			t.Errorf("%s: attempts given %v, error %v; want %v, success %v", tc.name, got, err, tc.timeouts, tc.ok)
 			continue
 		}
-		if tc.ok && (len(got) > 1) != strings.Contains(vm.BootNote, "hung") {
+		if tc.ok && (len(got) > 1) != (strings.Contains(vm.BootNote, "hung") || strings.Contains(vm.BootNote, "panicked")) {
 			t.Errorf("%s: boot note %q after %d attempts", tc.name, vm.BootNote, len(got))
 		}
 	}
