@@ -27,9 +27,12 @@ type remoteCQ struct {
 	hasNext atomic.Bool
 	arm     *atomic.Uint32
 	status  *atomic.Uint32
-	slots   int
-	rec     proto.Completion
-	notify  func(Status)
+	// moved and notified are the relay's counts (proto.CQLayout): equal,
+	// with no error, an arm has nothing to fire on yet.
+	moved, notified *atomic.Uint32
+	slots           int
+	rec             proto.Completion
+	notify          func(Status)
 
 	mu      sync.Mutex
 	queue   []Status
@@ -66,6 +69,7 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 	rq := &remoteCQ{
 		h: m.H, seg: seg, ring: ring, rseg: seg, sealed: seg.Word32(l.Words + 8),
 		arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
+		moved: seg.Word32(l.Words + 12), notified: seg.Word32(l.Words + 16),
 		notify: notify, wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{}),
 	}
 	if notify != nil {
@@ -179,14 +183,26 @@ func (c *CQ) remoteArm(n CQNotify) error {
 		}
 		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
 	}
-	lvl := map[CQNotify]uint32{CQNotifyErrors: 1, CQNotifySolicited: 2, CQNotifyAny: 3}[n]
+	lvl := uint32(1) // CQNotifyErrors
+	switch n {
+	case CQNotifySolicited:
+		lvl = 2
+	case CQNotifyAny:
+		lvl = 3
+	}
 	for {
 		w := rq.arm.Load()
 		if w >= lvl || rq.arm.CompareAndSwap(w, lvl) {
 			break
 		}
 	}
-	c.adapter.rem.ring()
+	// The arm is stored before the counts are read, and the relay stores
+	// its count before it reads the arm: one of the two sees the other.
+	// With nothing to fire on now, the relay fires when it next moves a
+	// completion, and the engine sleeps on.
+	if rq.status.Load() != 0 || rq.moved.Load() != rq.notified.Load() {
+		c.adapter.rem.ring()
+	}
 	return nil
 }
 

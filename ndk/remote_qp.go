@@ -334,17 +334,28 @@ func (q *QP) remoteConnectOOB(remote Endpoint, opts ConnectOptions) error {
 // remoteArmPeerWrites arms the QP's write arm in shared memory at the
 // count the daemon last published; the relay fires it (an event) once the
 // count moves past it, which covers a WRITE placed before the arm but not
-// yet published (a spurious token: the caller checks memory again).
+// yet published (a spurious token: the caller checks memory again). The
+// relay publishes the count before it reads the arm bitmap, and the
+// client sets its bit before it reads the count again: on a QP of queue
+// 0, whose engine runs the relay, a count that has not moved is seen by
+// the relay's pass that moves it, which the WRITE's arrival brings, so
+// the engine is rung only when the count already moved. Another queue's
+// engine places that QP's WRITEs while the relay's may sleep: the relay
+// must see the arm first, to arm that engine's notification before it
+// sleeps, so such an arm always rings.
 func (q *QP) remoteArmPeerWrites(ch chan struct{}) {
 	rq := q.r
 	if p := rq.wCh.Load(); p == nil || *p != ch {
 		box := ch
 		rq.wCh.Store(&box)
 	}
-	rq.wAt.Store(rq.writes.Load())
+	at := rq.writes.Load()
+	rq.wAt.Store(at)
 	rq.wArm.Store(1)
 	rq.arm.Or(rq.bit)
-	q.adapter.rem.ring()
+	if rq.queue != 0 || rq.writes.Load() != at {
+		q.adapter.rem.ring()
+	}
 }
 
 // peerWrite delivers a fired write arm.

@@ -20,7 +20,9 @@ import (
 // engine's own doorbell, whose flags live in shared memory, and the
 // engine's next turn moves the post. Before the engine sleeps, Idle arms
 // the session's daemon CQs, whose notifications ring the engine when a
-// completion arrives from another queue's engine.
+// completion arrives from another queue's engine, and the placed-write
+// notification of each write-armed QP of another queue, which wakes it
+// for a WRITE that engine places.
 type relay struct {
 	ss  *session
 	eng *hook.Engine
@@ -58,6 +60,9 @@ type relay struct {
 	nmu        sync.Mutex
 	notes      []note
 	nwake      chan struct{}
+	// wwake gets a token when another queue's engine places a WRITE for
+	// a write-armed QP while this engine sleeps; the notifier rings it.
+	wwake chan struct{}
 }
 
 type note struct {
@@ -79,7 +84,7 @@ func newRelay(ss *session, efd int) (*relay, error) {
 		closeFDs([]int{efd})
 		return nil, err
 	}
-	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1)}
+	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	if efd >= 0 {
 		if r.clientBell, err = shm.NewDoorbell(seg, proto.EventBell, efd); err == nil {
 			r.events, err = shm.NewProducer(seg, proto.EventRing)
@@ -204,6 +209,29 @@ func (r *relay) Idle() {
 	for _, c := range r.cqs {
 		_ = c.cq.Arm(ndk.CQNotifyAny)
 	}
+	r.armOtherQueues()
+}
+
+// armOtherQueues arms the placed-write notification of every write-armed
+// QP on another queue than the relay's (0), whose WRITEs that engine
+// places while this one sleeps; a count that moved since the last pass
+// keeps the engine from sleeping (the ring makes its wait return).
+func (r *relay) armOtherQueues() {
+	words := (len(r.slots) + 63) / 64
+	for i := range words {
+		for bits := r.arm[i].Load(); bits != 0; {
+			b := bits & -bits
+			bits &^= b
+			q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+			if q == nil || q.queue == 0 || q.wArm.Load() == 0 {
+				continue
+			}
+			q.qp.ArmPeerWrites(r.wwake)
+			if r.eng.PlacedWrites(q.queue) != r.lastWrites[q.queue] {
+				r.eng.Ring()
+			}
+		}
+	}
 }
 
 func (r *relay) notify(h uint32, st ndk.Status) { r.notifyEv(proto.EvCQ, h, st) }
@@ -249,6 +277,9 @@ func (r *relay) notifier() {
 		select {
 		case <-r.ss.ctx.Done():
 			return
+		case <-r.wwake:
+			r.eng.Ring()
+			continue
 		case <-r.nwake:
 		}
 		r.nmu.Lock()

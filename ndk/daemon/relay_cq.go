@@ -30,7 +30,10 @@ type sCQ struct {
 	ring   *shm.Producer
 	rseg   *shm.Segment   // the current ring's segment (seg until a resize)
 	arm    *atomic.Uint32 // client raises, relay clears when it fires
-	status *atomic.Uint32 // the CQ error, once
+	// movedW and notifiedW publish pushed and notified (low 32 bits) for
+	// the client's arm (proto.CQLayout).
+	movedW, notifiedW *atomic.Uint32
+	status            *atomic.Uint32 // the CQ error, once
 	// Interrupt moderation (OpModerateCQ; ndk/internal/cq/moderation.go
 	// for an in-process CQ): a satisfied arm fires once modCount
 	// completions arrived since the last notification or modInterval
@@ -55,7 +58,8 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &sCQ{seg: seg, rseg: seg, layout: l, arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4)}
+	c := &sCQ{seg: seg, rseg: seg, layout: l, arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4),
+		movedW: seg.Word32(l.Words + 12), notifiedW: seg.Word32(l.Words + 16)}
 	if c.ring, err = shm.NewProducer(seg, l.Ring); err != nil {
 		seg.Close()
 		return nil, err
@@ -127,6 +131,11 @@ func (r *relay) drain(c *sCQ) int {
 		r.push(c, e.Solicited)
 		*e = hook.Entry{}
 	}
+	if n > 0 {
+		// Before fireArm reads the arm: a client arming meanwhile either
+		// sees this count and rings, or is seen.
+		c.movedW.Store(uint32(c.pushed))
+	}
 	return n
 }
 
@@ -159,6 +168,7 @@ func (r *relay) fireArm(c *sCQ) {
 		c.errReported = true
 	}
 	c.notified, c.notifiedSol = c.pushed, c.solicited
+	c.notifiedW.Store(uint32(c.notified))
 	r.notify(c.h, st)
 }
 

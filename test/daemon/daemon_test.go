@@ -31,13 +31,17 @@ type bed struct {
 
 func newBed(t *testing.T) *bed { return newBenchBed(t) }
 
-func newBenchBed(t testing.TB) *bed {
+func newBenchBed(t testing.TB) *bed { return newQueuesBed(t, 1) }
+
+// newQueuesBed is a bed whose daemon adapter runs queues engines on a veth
+// pair of as many queues.
+func newQueuesBed(t testing.TB, queues int) *bed {
 	t.Helper()
-	p := harness.New(t, harness.Config{})
+	p := harness.New(t, harness.Config{Queues: queues})
 	var a *ndk.Adapter
 	if err := p.A.Do(func() error {
 		var err error
-		a, err = ndk.Open(p.A.Link, ndk.Options{})
+		a, err = ndk.Open(p.A.Link, ndk.Options{Queues: queues})
 		return err
 	}); err != nil {
 		t.Fatalf("open daemon adapter: %v", err)
@@ -51,7 +55,7 @@ func newBenchBed(t testing.TB) *bed {
 	srv := daemon.New(a, daemon.Config{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	b, err := ndkhost.Open(p.B, ndkhost.Config{})
+	b, err := ndkhost.Open(p.B, ndkhost.Config{Options: ndk.Options{Queues: queues}})
 	if err != nil {
 		t.Fatal(err)
 	}

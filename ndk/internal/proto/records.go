@@ -276,7 +276,12 @@ func NewQPLayout(sendSlots, recvSlots int) QPLayout {
 // CQ a new segment of the same layout for its ring; the arm and status
 // words stay in the first. The sealed word (uint32, daemon-written) at +8
 // of a ring's segment turns 1 once the relay moves no more completions
-// into that ring: the client drains it, then takes the new one.
+// into that ring: the client drains it, then takes the new one. At +12
+// and +16 of the first segment (uint32, daemon-written) the relay counts
+// the completions it moved (stored before it reads the arm) and the count
+// at its last notification: a client whose arm finds them equal and no
+// error has nothing an arm could fire on now, and leaves the engine
+// asleep; the relay sees the arm when it next moves a completion.
 type CQLayout struct {
 	Words int
 	Ring  shm.RingLayout

@@ -1,0 +1,132 @@
+package daemon_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// TestWriteArmOnEveryQueue: the relay runs in queue 0's engine, and a QP
+// of the daemon's may live on another queue, whose engine places its
+// peer's WRITEs. A write arm on such a QP still fires when queue 0's
+// engine sleeps (the relay arms that QP's placed-write notification
+// before it sleeps).
+func TestWriteArmOnEveryQueue(t *testing.T) {
+	bd := newQueuesBed(t, 2)
+	c := dial(t, bd.sock)
+	qps := []*ndk.QP{c.qp}
+	// Both adapters give their QPs to their engines in turn, so among
+	// four connections some have both ends on queue 1: the peer's engine
+	// sends on TX queue 1, which veth delivers to RX queue 1 of the
+	// daemon's side, whose engine 1 places the WRITE while engine 0
+	// sleeps (as RSS would spread flows on a NIC).
+	for range 3 {
+		q, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 8, InitiatorQueueDepth: 8,
+			MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		qps = append(qps, q)
+	}
+	for i, qp := range qps {
+		c.qp = qp
+		pr := bd.connect(t, c, uint16(7701+i))
+		ch := make(chan struct{}, 1)
+		qp.ArmPeerWrites(ch)
+		// Long enough for queue 0's engine to spin out and sleep.
+		time.Sleep(20 * time.Millisecond)
+		ps, _ := pr.mr.SGE(0, 64)
+		copy(pr.mem, "written to a QP of either queue")
+		if err := pr.qp.Write(nil, []ndk.SGE{ps}, c.mr.Addr()+512, c.mr.RemoteToken(), 0); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("QP %d: no token 5 s after the peer's WRITE (memory %q, PeerWrites %d)", i, c.mem[512:512+31], qp.PeerWrites())
+		}
+		if got := string(c.mem[512 : 512+31]); got != "written to a QP of either queue" {
+			t.Fatalf("QP %d: memory after the token: %q", i, got)
+		}
+		wait(t, bd.b.ICQ, "peer write")
+	}
+}
+
+// TestArmsLeaveTheEngineAsleep: arming a CQ with nothing to fire on, and
+// a write arm with no WRITE placed since, wake no engine: the relay sees
+// those arms when a completion or a WRITE next wakes it (proto.CQLayout).
+// A consumer that arms before every blocking wait would otherwise cost
+// the daemon a wake-up and a spin each time.
+func TestArmsLeaveTheEngineAsleep(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	calls := make(chan ndk.Status, 8)
+	ncq, err := c.a.CreateCQ(64, func(s ndk.Status) { calls <- s })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncq.Close()
+	qp, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: ncq, InitiatorCQ: c.icq, ReceiveQueueDepth: 8, InitiatorQueueDepth: 8,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.qp = qp
+	pr := bd.connect(t, c, 7711)
+	rs, _ := c.mr.SGE(0, 64)
+	if err := qp.Receive(nil, []ndk.SGE{rs}); err != nil {
+		t.Fatal(err)
+	}
+	sleeps := func() (n uint64) {
+		for _, s := range bd.a.Stats() {
+			n += s.Sleeps
+		}
+		return n
+	}
+	ch := make(chan struct{}, 1)
+	time.Sleep(20 * time.Millisecond)
+	const arms = 50
+	before := sleeps()
+	for range arms {
+		if err := ncq.Arm(ndk.CQNotifyAny); err != nil {
+			t.Fatal(err)
+		}
+		qp.ArmPeerWrites(ch)
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Timers may wake the engine now and then; one wake per arm is what
+	// ringing on every arm costs.
+	if woke := sleeps() - before; woke > arms/5 {
+		t.Errorf("%d arms with nothing to fire woke the daemon's engine %d times", arms, woke)
+	}
+	select {
+	case s := <-calls:
+		t.Fatalf("callback (%v) with no completion", s)
+	case <-ch:
+		t.Fatal("write token with no WRITE")
+	default:
+	}
+	// The arms still fire when their event comes.
+	ps, _ := pr.mr.SGE(0, 8)
+	if err := pr.qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-calls:
+		if s != ndk.StatusSuccess {
+			t.Fatalf("callback status %v", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no callback 5 s after a receive completed on an armed CQ")
+	}
+	if err := pr.qp.Write(nil, []ndk.SGE{ps}, c.mr.Addr()+1024, c.mr.RemoteToken(), 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no write token 5 s after the peer's WRITE")
+	}
+}
