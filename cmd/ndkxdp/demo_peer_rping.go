@@ -30,7 +30,7 @@ func (p *peerDemo) runRping(ctx context.Context, stdout io.Writer) error {
 	p.served, p.rttLabel = "rping -s", "rping"
 	fmt.Fprintf(stdout, "peer: %v (-peer-kind rping: rping -s there serves rping's exchange, not the demo's phases)\n", p.peer)
 	for _, m := range rpingMapping {
-		fmt.Fprintf(stdout, "  %-9s %s\n", m.phase+":", m.text)
+		fmt.Fprintf(stdout, "  %-10s %s\n", m.phase+":", m.text)
 	}
 	a := p.side.dev.Adapter
 	samples := make([]time.Duration, 0, p.f.pings)

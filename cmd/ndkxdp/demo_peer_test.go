@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/test/daemonproc"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// peerClient is `demo -dev IF -peer ADDR` on h against addr, small.
+func peerClient(h *harness.Host, addr string, extra ...string) []string {
+	return append([]string{"demo", "-dev", h.Link, "-peer", addr, "-messages", "1000", "-send-size", "100",
+		"-rdma-ops", "40", "-rdma-size", "8192", "-pings", "200"}, extra...)
+}
+
+// checkPeerReport fails the test for each line of a full run against demo
+// -serve at addr that the client's or the server's output lacks.
+func checkPeerReport(t *testing.T, cout, sout, addr string) {
+	t.Helper()
+	for _, want := range []string{"peer: " + addr + ":7174 (-peer-kind ndkxdp",
+		"SEND: 1000 messages of 100 bytes to the peer, contents verified there (QP 0x",
+		"WRITE: 40 x 8192 bytes into the peer's memory, contents verified there",
+		"READ: 40 x 8192 bytes from the peer's memory, contents verified",
+		"report (against ndkxdp demo -serve at " + addr + ":7174):",
+		"SEND      1000 x 100", "WRITE       40 x 8192", "READ        40 x 8192",
+		"SEND   RTT p50", "p99.9", "(200 round trips)", "0 bad ICRC", "connections: 4 set up"} {
+		if !strings.Contains(cout, want) {
+			t.Errorf("client output lacks %q:\n%s", want, cout)
+		}
+	}
+	for _, want := range []string{"serving the demo's phases on " + addr + ":7174",
+		"SEND from ", ": 1000 messages of 100 bytes, contents verified",
+		"WRITE from ", ": 40 x 8192 bytes written, contents verified",
+		"READ from ", "ping-pong from ", "demo 1 from ", "served 1 demos"} {
+		if !strings.Contains(sout, want) {
+			t.Errorf("server output lacks %q:\n%s", want, sout)
+		}
+	}
+}
+
+// TestDemoPeerAgainstServe runs `demo -dev vethB -peer A` against `demo
+// -dev vethA -serve -count 1` in the other namespace: in process on both
+// sides, then with both sides through a daemon. Every phase runs, the
+// server verifies SEND and WRITE and says so, the client verifies READ,
+// and the server ends after the one demo.
+func TestDemoPeerAgainstServe(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	addr := p.A.IPv4.String()
+	t.Run("in process", func(t *testing.T) {
+		cout, sout := runIn(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, p.B, peerClient(p.B, addr))
+		checkPeerReport(t, cout, sout, addr)
+	})
+	t.Run("through daemons", func(t *testing.T) {
+		sockA, sockB := serveDaemonOn(t, p.A), serveDaemonOn(t, p.B)
+		cout, sout := runIn(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1", "-daemon", sockA},
+			p.B, peerClient(p.B, addr, "-daemon", sockB))
+		checkPeerReport(t, cout, sout, addr)
+		if !strings.Contains(cout, "this host: "+p.B.Link+" (daemon "+sockB+")") {
+			t.Errorf("client output does not name the daemon:\n%s", cout)
+		}
+	})
+}
+
+// TestDemoPeerRping runs the demo against ndkxdp's own `rping -s`, a
+// stand-in for any rping peer: the demo names the phases rping serves and
+// those it skips, with why, and times rping's round trips.
+func TestDemoPeerRping(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	addr := p.A.IPv4.String()
+	cout, _ := runIn(t, p.A, []string{"rping", "-s", "-a", addr, "-dev", p.A.Link},
+		p.B, []string{"demo", "-dev", p.B.Link, "-peer", addr, "-peer-kind", "rping", "-pings", "50"})
+	for _, want := range []string{"peer: " + addr + ":7174 (-peer-kind rping",
+		"connect:   runs", "SEND:      skipped: rping -s takes only its 16-byte buffer adverts",
+		"WRITE:     skipped: rping -s advertises no memory", "READ:      skipped: rping -s advertises no memory",
+		"ping-pong: runs as rping's round trips", "report (against rping -s at " + addr + ":7174):",
+		"rping      150 x 64       READ by the peer and written back, each compared: 9600 bytes each way",
+		"rping  RTT p50", "(50 round trips of 64 bytes)", "0 bad ICRC"} {
+		if !strings.Contains(cout, want) {
+			t.Errorf("client output lacks %q:\n%s", want, cout)
+		}
+	}
+}
+
+// TestDemoPeerRefused: a client reaching no demo server, or asking for
+// what the server refuses, fails naming the phase, the peer and the REJ's
+// reason; the server goes on serving.
+func TestDemoPeerRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := testHost(t, p.A)
+	served := make(chan error, 1)
+	var sout daemonproc.SyncBuffer
+	go func() { served <- serveDemo(ctx, a, netip.AddrPortFrom(p.A.IPv4, demoPort), 0, &sout) }()
+	time.Sleep(200 * time.Millisecond)
+
+	// Nobody listens on port 7175.
+	var out, errOut strings.Builder
+	err := p.B.Do(func() error {
+		return run(ctx, []string{"demo", "-dev", p.B.Link, "-peer", p.A.IPv4.String() + ":7175", "-messages", "10"}, &out, &errOut)
+	})
+	if err == nil || !strings.Contains(err.Error(), "SEND: nobody listens at "+p.A.IPv4.String()+":7175 (REJ reason 8") {
+		t.Errorf("client to a port nobody listens on: %v, want the phase and REJ reason 8 named", err)
+	}
+
+	// The server refuses a phase it does not know, and says why.
+	b := testHost(t, p.B)
+	_, _, err = connectPeer(ctx, b, netip.AddrPortFrom(p.A.IPv4, demoPort), demoRequest{Op: 9, Size: 64, Count: 1})
+	if err == nil || !strings.Contains(err.Error(), "refused (REJ reason 28") || !strings.Contains(err.Error(), "unknown phase 9") {
+		t.Errorf("unknown phase: %v, want the REJ's reason and the server's sentence", err)
+	}
+	if _, _, err = connectPeer(ctx, b, netip.AddrPortFrom(p.A.IPv4, demoPort), demoRequest{Op: opWrite, Size: 32 << 20, Count: 1}); err == nil ||
+		!strings.Contains(err.Error(), "WRITE of 33554432 bytes: this server serves 1..16777216") {
+		t.Errorf("oversized WRITE: %v, want the server's limit", err)
+	}
+	cancel()
+	<-served
+	if s := sout.String(); !strings.Contains(s, "refused ") || !strings.Contains(s, "unknown phase 9") {
+		t.Errorf("server output does not name the refusals:\n%s", s)
+	}
+}
