@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/daemonproc"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -22,6 +23,7 @@ func peerClient(h *harness.Host, addr string, extra ...string) []string {
 // -serve at addr that the client's or the server's output lacks.
 func checkPeerReport(t *testing.T, cout, sout, addr string) {
 	t.Helper()
+	t.Logf("client:\n%s\nserver:\n%s", cout, sout)
 	for _, want := range []string{"peer: " + addr + ":7174 (-peer-kind ndkxdp",
 		"SEND: 1000 messages of 100 bytes to the peer, contents verified there (QP 0x",
 		"WRITE: 40 x 8192 bytes into the peer's memory, contents verified there",
@@ -121,9 +123,77 @@ func TestDemoPeerRefused(t *testing.T) {
 		!strings.Contains(err.Error(), "WRITE of 33554432 bytes: this server serves 1..16777216") {
 		t.Errorf("oversized WRITE: %v, want the server's limit", err)
 	}
+	t.Run("verdicts", func(t *testing.T) {
+		// A SEND whose sequence number is wrong, and a WRITE phase whose
+		// WRITEs never happened: the server's verdicts say so.
+		cn, _, err := connectPeer(ctx, b, netip.AddrPortFrom(p.A.IPv4, demoPort), demoRequest{Op: opSend, Size: 64, Count: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cn.close()
+		msg, _, verdict, mr, err := noteBuffers(b, cn.qa, 64, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mr.Deregister()
+		fillMessage(msg, 7)
+		sge, _ := mr.SGE(0, 64)
+		if err := cn.qa.Send(nil, []ndk.SGE{sge}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := awaitVerdict(ctx, b, verdict); err == nil || !strings.Contains(err.Error(), "the peer found: message 0 arrived wrong") {
+			t.Errorf("SEND of message 7 first: verdict %v, want message 0 named wrong", err)
+		}
+		if err := cn.disconnect(ctx); err != nil {
+			t.Error(err)
+		}
+		cn, rep, err := connectPeer(ctx, b, netip.AddrPortFrom(p.A.IPv4, demoPort), demoRequest{Op: opWrite, Size: 64, Count: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cn.close()
+		if rep.Addr == 0 || rep.Token == 0 {
+			t.Errorf("WRITE phase's reply %+v gives no memory", rep)
+		}
+		_, done, verdict, mr2, err := noteBuffers(b, cn.qa, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mr2.Deregister()
+		demoNote{Value: 4}.put(done)
+		sge, _ = mr2.SGE(0, demoNoteLen)
+		if err := cn.qa.Send(nil, []ndk.SGE{sge}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := awaitVerdict(ctx, b, verdict); err == nil || !strings.Contains(err.Error(), "the memory does not hold the last of the 4 WRITEs") {
+			t.Errorf("WRITE phase without WRITEs: verdict %v, want the memory named wrong", err)
+		}
+		if err := cn.disconnect(ctx); err != nil {
+			t.Error(err)
+		}
+	})
 	cancel()
 	<-served
-	if s := sout.String(); !strings.Contains(s, "refused ") || !strings.Contains(s, "unknown phase 9") {
-		t.Errorf("server output does not name the refusals:\n%s", s)
+	if s := sout.String(); !strings.Contains(s, "refused ") || !strings.Contains(s, "unknown phase 9") ||
+		!strings.Contains(s, "SEND from "+p.B.IPv4.String()) || !strings.Contains(s, "message 0 arrived wrong") {
+		t.Errorf("server output does not name the refusals and failures:\n%s", s)
 	}
+}
+
+// TestDemoPeerUnreachable: a peer that never answers ARP fails the first
+// phase's connection, naming the phase, the peer and EHOSTUNREACH.
+func TestDemoPeerUnreachable(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500})
+	var out, errOut strings.Builder
+	start := time.Now()
+	err := p.B.Do(func() error {
+		return run(context.Background(), []string{"demo", "-dev", p.B.Link, "-peer", "198.18.0.77", "-messages", "10"}, &out, &errOut)
+	})
+	var msg strings.Builder
+	exitStatus(err, &msg)
+	if err == nil || !strings.Contains(msg.String(), "SEND: connect to 198.18.0.77:7174") || !strings.Contains(msg.String(), "EHOSTUNREACH") {
+		t.Errorf("demo against nobody: %q, want the phase, the peer and EHOSTUNREACH named", msg.String())
+	}
+	t.Logf("%s after %v", strings.TrimSpace(msg.String()), time.Since(start).Round(time.Millisecond))
 }

@@ -35,7 +35,7 @@ const (
 	demoWireVersion = 1
 	demoRequestLen  = 16
 	demoReplyLen    = 20
-	demoNoteLen     = 64
+	demoNoteLen     = 160
 )
 
 // demoOp is a phase on the wire.
