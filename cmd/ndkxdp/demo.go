@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -49,8 +50,9 @@ With -dev, this host's side runs on the interface IF (in this process, or
 through the daemon serving IF at -daemon SOCKET) and every phase runs
 against the peer at -peer ADDR: another host's "ndkxdp demo -dev IF
 -serve" serves every phase; a peer running rping -s (Linux rping, or
-"ndkxdp rping -s") serves rping's round trips alone (-peer-kind rping), and
-the demo says which phases it skips and why.`
+"ndkxdp rping -s") serves rping's round trips alone (-peer-kind rping),
+and perftest's servers (-R) one phase each (-peer-kind perftest); the
+demo says which phases it skips and why.`
 
 // The demo's MTU bounds: the veth pair carries IPv6 (2001:2::/48), which
 // needs 1280 (RFC 8200), and 9000 gives the largest path MTU, 4096.
@@ -77,8 +79,8 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	} else {
 		fs.BoolVar(&f.daemon, "daemon", false, "serve each end through an ndkxdp daemon in its namespace and run each phase in a client process of its own that dials both (with -dev: -daemon SOCKET, the daemon serving IF)")
 	}
-	fs.StringVar(&f.peer, "peer", "", fmt.Sprintf("with -dev: run every phase against the peer at this address or host name, port %d unless given (ADDR:PORT, [IPv6]:PORT)", demoPort))
-	fs.StringVar(&f.peerKind, "peer-kind", peerNdkxdp, "with -peer: what serves there: ndkxdp (`ndkxdp demo -dev IF -serve`, every phase) or rping (rping -s: its round trips only)")
+	fs.StringVar(&f.peer, "peer", "", fmt.Sprintf("with -dev: run every phase against the peer at this address or host name, port %d (perftest: %d) unless given (ADDR:PORT, [IPv6]:PORT)", demoPort, perftest.DefaultPort))
+	fs.StringVar(&f.peerKind, "peer-kind", peerNdkxdp, "with -peer: what serves there: ndkxdp (`ndkxdp demo -dev IF -serve`, every phase, verified), rping (rping -s: its round trips only) or perftest (ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat -R on consecutive ports, contents unchecked)")
 	fs.BoolVar(&f.serve, "serve", false, "with -dev: listen and serve every phase to `ndkxdp demo -peer` clients, one after another, until interrupted or -count demos")
 	fs.IntVar(&f.count, "count", 0, "with -serve: stop after serving this many demos (0: until interrupted)")
 	f.nic.register(fs)

@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
 // What serves the phases at -peer (-peer-kind).
 const (
-	peerNdkxdp = "ndkxdp" // ndkxdp demo -dev IF -serve: every phase
-	peerRping  = "rping"  // rping -s: rping's round trips alone
+	peerNdkxdp   = "ndkxdp"   // ndkxdp demo -dev IF -serve: every phase
+	peerRping    = "rping"    // rping -s: rping's round trips alone
+	peerPerftest = "perftest" // a perftest -R server per phase, contents unchecked
 )
 
 // demoOnDev reports whether args give -dev, which makes -daemon the
@@ -57,8 +59,8 @@ func checkDemoDev(fs *flag.FlagSet, f *demoFlags) error {
 		return usagef("give one of -peer and -serve: -peer runs the phases against ADDR, -serve serves them")
 	case given["mtu"]:
 		return usagef("-mtu sets the embedded veth pair's MTU; with -dev the interface's own MTU applies (ip link set %s mtu N)", f.dev)
-	case f.peerKind != peerNdkxdp && f.peerKind != peerRping:
-		return usagef("-peer-kind %q: want %s or %s", f.peerKind, peerNdkxdp, peerRping)
+	case f.peerKind != peerNdkxdp && f.peerKind != peerRping && f.peerKind != peerPerftest:
+		return usagef("-peer-kind %q: want %s, %s or %s", f.peerKind, peerNdkxdp, peerRping, peerPerftest)
 	case f.serve && given["peer-kind"]:
 		return usagef("-peer-kind names what serves at -peer; -serve serves as ndkxdp")
 	case given["count"] && !f.serve:
@@ -70,6 +72,11 @@ func checkDemoDev(fs *flag.FlagSet, f *demoFlags) error {
 	}
 	if f.peer != "" {
 		if _, _, err := splitPeer(f.peer); err != nil {
+			return err
+		}
+	}
+	if f.peer != "" && f.peerKind == peerPerftest {
+		if err := checkPerftestFlags(*f); err != nil {
 			return err
 		}
 	}
@@ -87,14 +94,14 @@ func checkDemoDev(fs *flag.FlagSet, f *demoFlags) error {
 	return checkDaemonSocket(f.socket)
 }
 
-// splitPeer splits -peer into its host and port (demoPort unless given).
+// splitPeer splits -peer into its host and port, 0 unless given.
 func splitPeer(peer string) (string, uint16, error) {
 	if a, err := netip.ParseAddr(strings.Trim(peer, "[]")); err == nil {
-		return a.String(), demoPort, nil
+		return a.String(), 0, nil
 	}
 	host, port, err := net.SplitHostPort(peer)
 	if err != nil {
-		return peer, demoPort, nil // a host name, looked up at run time
+		return peer, 0, nil // a host name, looked up at run time
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || p == 0 || host == "" {
@@ -158,6 +165,12 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 	var peer netip.AddrPort
 	if f.peer != "" {
 		host, port, _ := splitPeer(f.peer)
+		if port == 0 {
+			port = demoPort // rping's default port too
+			if f.peerKind == peerPerftest {
+				port = perftest.DefaultPort
+			}
+		}
 		enterPhase(ctx, "address lookup of -peer")
 		a, err := lookupAddr(ctx, "-peer", host)
 		if err != nil {
@@ -177,9 +190,12 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 		return serveDemo(ctx, s.host, netip.AddrPortFrom(a.LocalAddress(), demoPort), f.count, stdout)
 	}
 	pd := &peerDemo{f: f, side: s, peer: peer}
-	if f.peerKind == peerRping {
+	switch f.peerKind {
+	case peerRping:
 		err = pd.runRping(ctx, stdout)
-	} else {
+	case peerPerftest:
+		err = pd.runPerftest(ctx, stdout)
+	default:
 		err = pd.run(ctx, stdout)
 	}
 	if err != nil {

@@ -90,6 +90,59 @@ func TestDemoPeerRping(t *testing.T) {
 	}
 }
 
+// TestDemoPeerPerftest runs the demo against perftest servers (ndkxdp's
+// own `perf`, through a daemon, standing in for any perftest -R peer) for
+// WRITE and the ping-pong alone: the demo prints the command for every
+// phase's server, skips SEND and READ, whose servers do not answer, and
+// reports the two that ran from perftest's figures, saying that nothing
+// was checked.
+func TestDemoPeerPerftest(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	sock := serveDaemonOn(t, p.A)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	servers := [][]string{
+		{"perf", "write_bw", "-p", "18516", "-s", "8192", "-n", "40", "-daemon", sock},
+		{"perf", "send_lat", "-p", "18518", "-s", "64", "-n", "50", "-daemon", sock},
+	}
+	done := make(chan error, len(servers))
+	var souts [2]daemonproc.SyncBuffer
+	for i, args := range servers {
+		go func() { done <- run(ctx, args, &souts[i], &souts[i]) }()
+	}
+	time.Sleep(300 * time.Millisecond)
+	var out, errOut strings.Builder
+	err := p.B.Do(func() error {
+		return run(ctx, []string{"demo", "-dev", p.B.Link, "-peer", p.A.IPv4.String(), "-peer-kind", "perftest",
+			"-messages", "100", "-rdma-ops", "40", "-rdma-size", "8192", "-pings", "50"}, &out, &errOut)
+	})
+	if err != nil {
+		cancel()
+	}
+	for range servers {
+		if serr := <-done; serr != nil {
+			t.Errorf("perftest server: %v\n%s\n%s", serr, souts[0].String(), souts[1].String())
+		}
+	}
+	if err != nil {
+		t.Fatalf("demo: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	addr := p.A.IPv4.String()
+	for _, want := range []string{"-peer-kind perftest: one perftest server per phase, ports from 18515",
+		"SEND:      ib_send_bw -R -p 18515 -s 64 -n 100", "WRITE:     ib_write_bw -R -p 18516 -s 8192 -n 40",
+		"READ:      ib_read_bw -R -p 18517 -s 8192 -n 40", "ping-pong: ib_send_lat -R -p 18518 -s 64 -n 50",
+		"SEND: skipped: nobody listens at " + addr + ":18515 (REJ reason 8)", "READ: skipped: nobody listens at " + addr + ":18517",
+		"report (against perftest -R servers at " + addr + ":18515):",
+		"WRITE       40 x 8192", "(ib_write_bw; contents not checked)", "SEND   skipped (no ib_send_bw at port 18515)",
+		"SEND   RTT p50", "(50 round trips, ib_send_lat's one-way figures doubled)", "connections: 2 perftest runs"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out.String())
+		}
+	}
+	t.Logf("%s", out.String())
+}
+
 // TestDemoPeerRefused: a client reaching no demo server, or asking for
 // what the server refuses, fails naming the phase, the peer and the REJ's
 // reason; the server goes on serving.

@@ -131,12 +131,12 @@ func TestSplitPeer(t *testing.T) {
 		host string
 		port uint16
 	}{
-		{"198.18.0.1", "198.18.0.1", demoPort},
+		{"198.18.0.1", "198.18.0.1", 0},
 		{"198.18.0.1:7175", "198.18.0.1", 7175},
-		{"2001:2::1", "2001:2::1", demoPort},
-		{"[2001:2::1]", "2001:2::1", demoPort},
+		{"2001:2::1", "2001:2::1", 0},
+		{"[2001:2::1]", "2001:2::1", 0},
 		{"[2001:2::1]:9", "2001:2::1", 9},
-		{"peer.example", "peer.example", demoPort},
+		{"peer.example", "peer.example", 0},
 		{"peer.example:80", "peer.example", 80},
 	} {
 		if host, port, err := splitPeer(tc.in); err != nil || host != tc.host || port != tc.port {
