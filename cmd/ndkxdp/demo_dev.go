@@ -202,6 +202,9 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 		return err
 	}
 	pd.printReport(stdout)
+	if f.capture != "" {
+		fmt.Fprintf(stdout, "capture: %s (every RoCEv2 frame this host sent or received)\n", f.capture)
+	}
 	fmt.Fprintf(stdout, "done in %v\n", time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/daemonproc"
@@ -55,8 +58,24 @@ func TestDemoPeerAgainstServe(t *testing.T) {
 	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
 	addr := p.A.IPv4.String()
 	t.Run("in process", func(t *testing.T) {
-		cout, sout := runIn(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, p.B, peerClient(p.B, addr))
+		capture := filepath.Join(t.TempDir(), "peer.pcap")
+		cout, sout := runIn(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, p.B, peerClient(p.B, addr, "-capture", capture))
 		checkPeerReport(t, cout, sout, addr)
+		// The capture holds every frame the client's report counts, both
+		// ways.
+		f, err := pcapfile.ReadFile(capture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, in int
+		for _, l := range strings.Split(cout, "\n") {
+			if _, err := fmt.Sscanf(strings.TrimSpace(l), p.B.Link+": %d frames out, %d in,", &out, &in); err == nil {
+				break
+			}
+		}
+		if out == 0 || len(f.Packets) != out+in {
+			t.Errorf("capture holds %d frames; the report counts %d out and %d in", len(f.Packets), out, in)
+		}
 	})
 	t.Run("through daemons", func(t *testing.T) {
 		sockA, sockB := serveDaemonOn(t, p.A), serveDaemonOn(t, p.B)
