@@ -34,7 +34,7 @@ type demoFlags struct {
 }
 
 const demoSynopsis = `usage: ndkxdp demo [-daemon] [flags]
-       ndkxdp demo -dev IF -peer ADDR[:PORT] [-peer-kind ndkxdp|rping] [-daemon SOCKET] [flags]
+       ndkxdp demo -dev IF -peer ADDR[:PORT] [-peer-kind ndkxdp|rping|perftest] [-daemon SOCKET] [flags]
        ndkxdp demo -dev IF -serve [-count N] [-daemon SOCKET] [flags]
 
 Builds two network namespaces joined by a veth pair (198.18.0.1 and

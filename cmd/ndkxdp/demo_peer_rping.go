@@ -63,6 +63,9 @@ func rpingPeerError(p *peerDemo, err error) error {
 			p.peer, rej.Reason, rej.Reason, p.peer.Addr())
 	}
 	if errors.As(err, &rej) {
+		if why, ok := rejectText(rej.PrivateData); ok {
+			return fmt.Errorf("the peer at %v refused (REJ reason %d, %v): %s (is ndkxdp demo -serve there? then leave out -peer-kind)", p.peer, rej.Reason, rej.Reason, why)
+		}
 		return fmt.Errorf("the peer at %v refused (REJ reason %d, %v): %w", p.peer, rej.Reason, rej.Reason, err)
 	}
 	return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -107,6 +108,24 @@ func TestDemoPeerRping(t *testing.T) {
 			t.Errorf("client output lacks %q:\n%s", want, cout)
 		}
 	}
+	// The demo's own client, told nothing, meets rping -s: rping's REP
+	// carries no demo reply, and the client says what to do.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() {
+		served <- p.A.Do(func() error {
+			return run(ctx, []string{"rping", "-s", "-a", addr, "-dev", p.A.Link}, io.Discard, io.Discard)
+		})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	err := p.B.Do(func() error { return run(ctx, peerClient(p.B, addr), io.Discard, io.Discard) })
+	if err == nil || !strings.Contains(err.Error(), "SEND: the peer at "+addr+":7174: it accepted but is not ndkxdp demo -serve") ||
+		!strings.Contains(err.Error(), "give -peer-kind rping") {
+		t.Errorf("demo against rping -s without -peer-kind: %v, want the hint to -peer-kind rping", err)
+	}
+	cancel()
+	<-served
 }
 
 // TestDemoPeerPerftest runs the demo against perftest servers (ndkxdp's
@@ -183,6 +202,16 @@ func TestDemoPeerRefused(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "SEND: nobody listens at "+p.A.IPv4.String()+":7175 (REJ reason 8") {
 		t.Errorf("client to a port nobody listens on: %v, want the phase and REJ reason 8 named", err)
+	}
+
+	// rping's client, told the peer runs rping -s, meets the demo server:
+	// its REJ says what it serves.
+	out.Reset()
+	err = p.B.Do(func() error {
+		return run(ctx, []string{"demo", "-dev", p.B.Link, "-peer", p.A.IPv4.String(), "-peer-kind", "rping", "-pings", "5"}, &out, &errOut)
+	})
+	if err == nil || !strings.Contains(err.Error(), "refused (REJ reason 28") || !strings.Contains(err.Error(), "not a request of ndkxdp demo -peer") {
+		t.Errorf("-peer-kind rping against demo -serve: %v, want the server's REJ sentence", err)
 	}
 
 	// The server refuses a phase it does not know, and says why.
