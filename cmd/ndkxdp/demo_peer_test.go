@@ -298,3 +298,41 @@ func TestDemoPeerUnreachable(t *testing.T) {
 	}
 	t.Logf("%s after %v", strings.TrimSpace(msg.String()), time.Since(start).Round(time.Millisecond))
 }
+
+// TestDemoServeOutlivesAnInterruptedClient: a client interrupted in the
+// middle of its SEND phase ends that phase on the server at once (its
+// DREQ), the server says so and serves the next client's whole demo.
+func TestDemoServeOutlivesAnInterruptedClient(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	addr := p.A.IPv4.String()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sout daemonproc.SyncBuffer
+	served := make(chan error, 1)
+	go func() {
+		served <- p.A.Do(func() error { return run(ctx, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, &sout, &sout) })
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cctx, ccancel := context.WithCancel(ctx)
+	time.AfterFunc(500*time.Millisecond, ccancel)
+	start := time.Now()
+	err := p.B.Do(func() error {
+		return run(cctx, []string{"demo", "-dev", p.B.Link, "-peer", addr, "-messages", "10000000"}, io.Discard, io.Discard)
+	})
+	if err == nil || !strings.Contains(err.Error(), "SEND") {
+		t.Fatalf("interrupted client: %v, want its SEND phase named", err)
+	}
+	var out strings.Builder
+	if err := p.B.Do(func() error { return run(ctx, peerClient(p.B, addr), &out, &out) }); err != nil {
+		t.Fatalf("next client: %v\n%s\nserver:\n%s", err, out.String(), sout.String())
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("server: %v\n%s", err, sout.String())
+	}
+	s := sout.String()
+	if !strings.Contains(s, ": the client disconnected before the phase's end") || !strings.Contains(s, "demo 1 from "+p.B.IPv4.String()) {
+		t.Errorf("server output does not name the interrupted phase and the next demo:\n%s", s)
+	}
+	t.Logf("both clients served in %v:\n%s", time.Since(start).Round(time.Millisecond), s)
+}

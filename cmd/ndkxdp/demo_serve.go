@@ -120,7 +120,25 @@ func (s *demoServer) serveAccepted(ctx context.Context, c *ndk.Connector, req de
 	if err != nil {
 		return "", fmt.Errorf("accept: %w", err)
 	}
-	line, err := ph.body(ctx, disconnected)
+	// A client that leaves mid-phase (interrupted: it still sends its
+	// DREQ) ends the body's waits at once.
+	bctx, bcancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-disconnected:
+			bcancel()
+		case <-bctx.Done():
+		}
+	}()
+	line, err := ph.body(bctx, disconnected)
+	bcancel()
+	if err != nil && ctx.Err() == nil {
+		select {
+		case <-disconnected:
+			err = fmt.Errorf("the client disconnected before the phase's end (%w)", err)
+		default:
+		}
+	}
 	// The client ends every phase with a DREQ; one that went away ends
 	// it by this bound.
 	select {
