@@ -311,7 +311,9 @@ func TestDemoServeOutlivesAnInterruptedClient(t *testing.T) {
 	var sout daemonproc.SyncBuffer
 	served := make(chan error, 1)
 	go func() {
-		served <- p.A.Do(func() error { return run(ctx, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, &sout, &sout) })
+		served <- p.A.Do(func() error {
+			return run(ctx, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, &sout, &sout)
+		})
 	}()
 	time.Sleep(300 * time.Millisecond)
 	cctx, ccancel := context.WithCancel(ctx)
