@@ -183,12 +183,15 @@ func (s *demoServer) prepare(qp *ndk.QP, req demoRequest) (*servedPhase, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &servedPhase{release: e.release, body: func(_ context.Context, disconnected <-chan struct{}) (string, error) {
-		err := e.run(disconnected, phaseBound(req))
+	return &servedPhase{release: e.release, body: func(ctx context.Context, disconnected <-chan struct{}) (string, error) {
+		err := e.run(ctx.Done(), phaseBound(req))
 		select {
 		case <-disconnected:
 			return "echoed until the client disconnected", nil // the flushed receive is the end
 		default:
+		}
+		if err == nil {
+			err = ctx.Err()
 		}
 		return "", err
 	}}, nil
@@ -289,7 +292,8 @@ func (s *demoServer) prepareWrite(qp *ndk.QP, req demoRequest) (*servedPhase, er
 }
 
 // prepareRead fills rdmaSlots slots for the client to READ; the body
-// waits for the client's disconnect.
+// waits for the client's disconnect, the end of a READ phase (the client
+// checks what it read).
 func (s *demoServer) prepareRead(req demoRequest) (*servedPhase, error) {
 	size := int(req.Size)
 	mem, mr, err := s.serverMemory(size*rdmaSlots, ndk.MRFlagAllowRemoteRead)
@@ -301,11 +305,15 @@ func (s *demoServer) prepareRead(req demoRequest) (*servedPhase, error) {
 		body: func(ctx context.Context, disconnected <-chan struct{}) (string, error) {
 			select {
 			case <-disconnected:
-				return fmt.Sprintf("%d x %d bytes to read, served", req.Count, size), nil
 			case <-time.After(time.Until(phaseBound(req))):
 				return "", fmt.Errorf("the client still READs after the phase's bound")
 			case <-ctx.Done():
-				return "", ctx.Err()
+				select {
+				case <-disconnected: // which ended ctx
+				default:
+					return "", ctx.Err()
+				}
 			}
+			return fmt.Sprintf("%d x %d bytes to read, served", req.Count, size), nil
 		}}, nil
 }
