@@ -73,15 +73,15 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	fs.IntVar(&f.rdmaOps, "rdma-ops", 500, "WRITEs and READs to run and verify")
 	fs.IntVar(&f.pings, "pings", 5000, "SEND ping-pong round trips to time")
 	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
-	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy)")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy); with -dev, every frame this host sends or receives")
 	if demoOnDev(args) {
 		fs.StringVar(&f.socket, "daemon", "", "with -dev: run this side through the ndkxdp daemon serving IF at this unix socket")
 	} else {
 		fs.BoolVar(&f.daemon, "daemon", false, "serve each end through an ndkxdp daemon in its namespace and run each phase in a client process of its own that dials both (with -dev: -daemon SOCKET, the daemon serving IF)")
 	}
 	fs.StringVar(&f.peer, "peer", "", fmt.Sprintf("with -dev: run every phase against the peer at this address or host name, port %d (perftest: %d) unless given (ADDR:PORT, [IPv6]:PORT)", demoPort, perftest.DefaultPort))
-	fs.StringVar(&f.peerKind, "peer-kind", peerNdkxdp, "with -peer: what serves there: ndkxdp (`ndkxdp demo -dev IF -serve`, every phase, verified), rping (rping -s: its round trips only) or perftest (ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat -R on consecutive ports, contents unchecked)")
-	fs.BoolVar(&f.serve, "serve", false, "with -dev: listen and serve every phase to `ndkxdp demo -peer` clients, one after another, until interrupted or -count demos")
+	fs.StringVar(&f.peerKind, "peer-kind", peerNdkxdp, "with -peer: what serves there: ndkxdp (ndkxdp demo -dev IF -serve: every phase, verified), rping (rping -s: its round trips only) or perftest (ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat -R on consecutive ports, contents unchecked)")
+	fs.BoolVar(&f.serve, "serve", false, "with -dev: listen and serve every phase to ndkxdp demo -peer clients, one after another, until interrupted or -count demos")
 	fs.IntVar(&f.count, "count", 0, "with -serve: stop after serving this many demos (0: until interrupted)")
 	f.nic.register(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
