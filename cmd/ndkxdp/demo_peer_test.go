@@ -23,6 +23,44 @@ func peerClient(h *harness.Host, addr string, extra ...string) []string {
 		"-rdma-ops", "40", "-rdma-size", "8192", "-pings", "200"}, extra...)
 }
 
+// startServe runs `demo -serve` (args) in h's namespace until ctx ends or
+// it returns, and waits until it listens (at most 20 s).
+func startServe(t *testing.T, ctx context.Context, h *harness.Host, args []string) (*daemonproc.SyncBuffer, <-chan error) {
+	t.Helper()
+	out := &daemonproc.SyncBuffer{}
+	served := make(chan error, 1)
+	go func() { served <- h.Do(func() error { return run(ctx, args, out, out) }) }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "serving the demo's phases on"); time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-served:
+			t.Fatalf("demo -serve ended before listening: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo -serve not listening after 20 s:\n%s", out.String())
+		}
+	}
+	return out, served
+}
+
+// runAgainstServe runs the server and then the client, and returns their
+// outputs once both ended.
+func runAgainstServe(t *testing.T, srv *harness.Host, server []string, cli *harness.Host, client []string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sout, served := startServe(t, ctx, srv, server)
+	var cout strings.Builder
+	cerr := cli.Do(func() error { return run(ctx, client, &cout, &cout) })
+	if cerr != nil {
+		cancel()
+	}
+	if serr := <-served; cerr != nil || serr != nil {
+		t.Fatalf("client: %v\n%s\nserver: %v\n%s", cerr, cout.String(), serr, sout.String())
+	}
+	return cout.String(), sout.String()
+}
+
 // checkPeerReport fails the test for each line of a full run against demo
 // -serve at addr that the client's or the server's output lacks.
 func checkPeerReport(t *testing.T, cout, sout, addr string) {
@@ -60,7 +98,7 @@ func TestDemoPeerAgainstServe(t *testing.T) {
 	addr := p.A.IPv4.String()
 	t.Run("in process", func(t *testing.T) {
 		capture := filepath.Join(t.TempDir(), "peer.pcap")
-		cout, sout := runIn(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, p.B, peerClient(p.B, addr, "-capture", capture))
+		cout, sout := runAgainstServe(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, p.B, peerClient(p.B, addr, "-capture", capture))
 		checkPeerReport(t, cout, sout, addr)
 		// The capture holds every frame the client's report counts, both
 		// ways.
@@ -80,7 +118,7 @@ func TestDemoPeerAgainstServe(t *testing.T) {
 	})
 	t.Run("through daemons", func(t *testing.T) {
 		sockA, sockB := serveDaemonOn(t, p.A), serveDaemonOn(t, p.B)
-		cout, sout := runIn(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1", "-daemon", sockA},
+		cout, sout := runAgainstServe(t, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1", "-daemon", sockA},
 			p.B, peerClient(p.B, addr, "-daemon", sockB))
 		checkPeerReport(t, cout, sout, addr)
 		if !strings.Contains(cout, "this host: "+p.B.Link+" (daemon "+sockB+")") {
@@ -193,7 +231,9 @@ func TestDemoPeerRefused(t *testing.T) {
 	served := make(chan error, 1)
 	var sout daemonproc.SyncBuffer
 	go func() { served <- serveDemo(ctx, a, netip.AddrPortFrom(p.A.IPv4, demoPort), 0, &sout) }()
-	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(sout.String(), "serving the demo's phases on") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// Nobody listens on port 7175.
 	var out, errOut strings.Builder
@@ -308,19 +348,23 @@ func TestDemoServeOutlivesAnInterruptedClient(t *testing.T) {
 	addr := p.A.IPv4.String()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var sout daemonproc.SyncBuffer
-	served := make(chan error, 1)
-	go func() {
-		served <- p.A.Do(func() error {
-			return run(ctx, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"}, &sout, &sout)
-		})
-	}()
-	time.Sleep(300 * time.Millisecond)
+	sout, served := startServe(t, ctx, p.A, []string{"demo", "-dev", p.A.Link, "-serve", "-count", "1"})
+	// The first client is interrupted 100 ms into its SEND phase, once
+	// its line says it is connected (at most 20 s).
 	cctx, ccancel := context.WithCancel(ctx)
-	time.AfterFunc(500*time.Millisecond, ccancel)
+	var cout daemonproc.SyncBuffer
+	go func() {
+		defer ccancel()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if strings.Contains(cout.String(), "connected through the IB CM") {
+				time.Sleep(100 * time.Millisecond)
+				return
+			}
+		}
+	}()
 	start := time.Now()
 	err := p.B.Do(func() error {
-		return run(cctx, []string{"demo", "-dev", p.B.Link, "-peer", addr, "-messages", "10000000"}, io.Discard, io.Discard)
+		return run(cctx, []string{"demo", "-dev", p.B.Link, "-peer", addr, "-messages", "10000000"}, &cout, io.Discard)
 	})
 	if err == nil || !strings.Contains(err.Error(), "SEND") {
 		t.Fatalf("interrupted client: %v, want its SEND phase named", err)
