@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -21,14 +22,20 @@ type demoFlags struct {
 	rdmaSize   int
 	rdmaOps    int
 	pings      int
-	mode       string
 	polling    string
 	capture    string
 	captureMax int
 	daemon     bool
+	// With -dev: -peer or -serve, and -daemon SOCKET (socket).
+	peer, peerKind, socket string
+	serve                  bool
+	count                  int
+	nic                    nicFlags
 }
 
-const demoSynopsis = `usage: ndkxdp demo [flags]
+const demoSynopsis = `usage: ndkxdp demo [-daemon] [flags]
+       ndkxdp demo -dev IF -peer ADDR[:PORT] [-peer-kind ndkxdp|rping|perftest] [-daemon SOCKET] [flags]
+       ndkxdp demo -dev IF -serve [-count N] [-daemon SOCKET] [flags]
 
 Builds two network namespaces joined by a veth pair (198.18.0.1 and
 198.18.0.2, no default route), opens ndkxdp on both ends, and runs SEND,
@@ -37,7 +44,15 @@ with the IB CM; then reports rates, round-trip percentiles and the
 transport's counters, and deletes the namespaces. With -daemon, an
 ndkxdp daemon serves each end and every phase runs in a client process of
 its own that dials both (ndk.Dial). Needs CAP_SYS_ADMIN for the
-namespaces besides what every tool needs.`
+namespaces besides what every tool needs.
+
+With -dev, this host's side runs on the interface IF (in this process, or
+through the daemon serving IF at -daemon SOCKET) and every phase runs
+against the peer at -peer ADDR: another host's "ndkxdp demo -dev IF
+-serve" serves every phase; a peer running rping -s (Linux rping, or
+"ndkxdp rping -s") serves rping's round trips alone (-peer-kind rping),
+and perftest's servers (-R) one phase each (-peer-kind perftest); the
+demo says which phases it skips and why.`
 
 // The demo's MTU bounds: the veth pair carries IPv6 (2001:2::/48), which
 // needs 1280 (RFC 8200), and 9000 gives the largest path MTU, 4096.
@@ -50,22 +65,27 @@ const (
 func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options, error) {
 	fs := newFlagSet("demo", demoSynopsis, stderr)
 	var f demoFlags
-	fs.StringVar(&f.dev, "dev", "", "run on this real NIC instead of the embedded veth pair (not supported yet)")
+	fs.StringVar(&f.dev, "dev", "", "run this host's side on this network interface against -peer, or serve with -serve, instead of the embedded veth pair")
 	fs.IntVar(&f.mtu, "mtu", 1500, fmt.Sprintf("MTU of the embedded veth pair, %d..%d (1500 gives path MTU 1024, 9000 gives 4096)", demoMinMTU, demoMaxMTU))
 	fs.IntVar(&f.messages, "messages", 20000, "SEND messages to exchange and verify")
 	fs.IntVar(&f.sendSize, "send-size", 64, "bytes per SEND")
 	fs.IntVar(&f.rdmaSize, "rdma-size", 64<<10, "bytes per WRITE and READ")
 	fs.IntVar(&f.rdmaOps, "rdma-ops", 500, "WRITEs and READs to run and verify")
 	fs.IntVar(&f.pings, "pings", 5000, "SEND ping-pong round trips to time")
-	fs.StringVar(&f.mode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
 	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
-	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy)")
-	fs.BoolVar(&f.daemon, "daemon", false, "serve each end through an ndkxdp daemon in its namespace and run each phase in a client process of its own that dials both")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy); with -dev, every frame this host sends or receives")
+	if demoOnDev(args) {
+		fs.StringVar(&f.socket, "daemon", "", "with -dev: run this side through the ndkxdp daemon serving IF at this unix socket")
+	} else {
+		fs.BoolVar(&f.daemon, "daemon", false, "serve each end through an ndkxdp daemon in its namespace and run each phase in a client process of its own that dials both (with -dev: -daemon SOCKET, the daemon serving IF)")
+	}
+	fs.StringVar(&f.peer, "peer", "", fmt.Sprintf("with -dev: run every phase against the peer at this address or host name, port %d (perftest: %d) unless given (ADDR:PORT, [IPv6]:PORT)", demoPort, perftest.DefaultPort))
+	fs.StringVar(&f.peerKind, "peer-kind", peerNdkxdp, "with -peer: what serves there: ndkxdp (ndkxdp demo -dev IF -serve: every phase, verified), rping (rping -s: its round trips only) or perftest (ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat -R on consecutive ports, contents unchecked)")
+	fs.BoolVar(&f.serve, "serve", false, "with -dev: listen and serve every phase to ndkxdp demo -peer clients, one after another, until interrupted or -count demos")
+	fs.IntVar(&f.count, "count", 0, "with -serve: stop after serving this many demos (0: until interrupted)")
+	f.nic.register(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return f, ndk.Options{}, err
-	}
-	if f.dev != "" {
-		return f, ndk.Options{}, usagef("-dev %s: running on a real NIC needs a remote peer and is not supported yet; omit -dev to use the embedded veth pair", f.dev)
 	}
 	switch {
 	case f.mtu < demoMinMTU || f.mtu > demoMaxMTU:
@@ -82,8 +102,14 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	case f.pings < 1 || f.pings > 1_000_000:
 		return f, ndk.Options{}, usagef("-pings %d: must be in [1, 1000000]", f.pings)
 	}
-	opts, err := adapterOptions(f.mode, f.polling)
-	return f, opts, err
+	opts, err := adapterOptions(f.nic.xdpMode, f.polling)
+	if err != nil {
+		return f, opts, err
+	}
+	if err := checkDemoDev(fs, &f); err != nil {
+		return f, opts, err
+	}
+	return f, opts, nil
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -91,7 +117,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if f.dev != "" {
+		return runDemoOnDev(ctx, f, opts, stdout)
+	}
 	if err := requireCaps(pairCaps); err != nil {
+		return err
+	}
+	if err := f.nic.apply(&opts, ""); err != nil {
 		return err
 	}
 	start := time.Now()

@@ -67,10 +67,6 @@ type cmConnection struct {
 // the IB CM: A's Connector sends REQ to B's listener, which accepts (REP),
 // and A completes (RTU).
 func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnection, error) {
-	cfg := func(x *demoHost) ndk.QPConfig {
-		return ndk.QPConfig{ReceiveCQ: x.RCQ, InitiatorCQ: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
-			InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
-	}
 	for _, x := range []*demoHost{a, b} {
 		if err := x.NewCQs(); err != nil {
 			return nil, err
@@ -78,10 +74,10 @@ func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnectio
 	}
 	cn := &cmConnection{}
 	var err error
-	if cn.qa, err = a.PD.CreateQP(cfg(a)); err != nil {
+	if cn.qa, err = a.PD.CreateQP(demoQPConfig(a)); err != nil {
 		return nil, err
 	}
-	if cn.qb, err = b.PD.CreateQP(cfg(b)); err != nil {
+	if cn.qb, err = b.PD.CreateQP(demoQPConfig(b)); err != nil {
 		cn.qa.Close()
 		return nil, err
 	}
@@ -116,6 +112,12 @@ func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnectio
 		return nil, fmt.Errorf("accept: %w", cctx.Err())
 	}
 	return cn, nil
+}
+
+// demoQPConfig is a phase's QP on x, on x's current CQs.
+func demoQPConfig(x *demoHost) ndk.QPConfig {
+	return ndk.QPConfig{ReceiveCQ: x.RCQ, InitiatorCQ: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
+		InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
 }
 
 // disconnect ends the connection from A (DREQ, answered by DREP) and

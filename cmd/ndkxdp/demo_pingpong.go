@@ -30,76 +30,122 @@ func waitOne(ctx context.Context, cq *ndk.CQ, r *ndk.Result, deadline time.Time)
 	return nil
 }
 
+// pingSize is the size of the ping-pong's SENDs.
+const pingSize = 64
+
+// pingWarmup is how many round trips the ping-pong runs before it times
+// any: the first ones pay for cold caches and the engines waking.
+const pingWarmup = 100
+
+// pingBuffer registers pingSize bytes of x's memory with flags.
+func pingBuffer(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
+	mem, err := x.Adapter.Memory(pingSize)
+	if err != nil {
+		return ndk.SGE{}, nil, err
+	}
+	mr, err := x.PD.RegisterMR(mem, flags)
+	if err != nil {
+		return ndk.SGE{}, nil, err
+	}
+	sge, err := mr.SGE(0, pingSize)
+	return sge, func() { mr.Deregister() }, err
+}
+
 // demoPingPong bounces a 64-byte SEND between a and b.
 func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
-	const size = 64
-	buf := func(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
-		mem, err := x.Adapter.Memory(size)
-		if err != nil {
-			return ndk.SGE{}, nil, err
-		}
-		mr, err := x.PD.RegisterMR(mem, flags)
-		if err != nil {
-			return ndk.SGE{}, nil, err
-		}
-		sge, err := mr.SGE(0, size)
-		return sge, func() { mr.Deregister() }, err
+	e, err := newEchoer(b, qb)
+	if err != nil {
+		return baseline.Latency{}, err
 	}
-	sa, da, err := buf(a, ndk.MRFlagAllowLocalRead)
+	defer e.release()
+	stop := make(chan struct{})
+	echo := make(chan error, 1)
+	go func() { echo <- e.run(stop, time.Time{}) }()
+	rtt, err := pingPeer(ctx, a, qa, n)
+	close(stop)
+	if e := <-echo; err == nil {
+		err = e
+	}
+	return rtt, err
+}
+
+// echoer is the ping-pong's far side: it answers every SEND with one.
+type echoer struct {
+	b       *demoHost
+	qb      *ndk.QP
+	sb, rb  ndk.SGE
+	release func()
+}
+
+// newEchoer registers b's buffers and posts its first receive.
+func newEchoer(b *demoHost, qb *ndk.QP) (*echoer, error) {
+	e := &echoer{b: b, qb: qb}
+	sb, db, err := pingBuffer(b, ndk.MRFlagAllowLocalRead)
+	if err != nil {
+		return nil, err
+	}
+	rb, drb, err := pingBuffer(b, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		db()
+		return nil, err
+	}
+	e.sb, e.rb, e.release = sb, rb, func() { drb(); db() }
+	if err := qb.Receive(nil, []ndk.SGE{rb}); err != nil {
+		e.release()
+		return nil, err
+	}
+	return e, nil
+}
+
+// run echoes until stop closes, a receive completes in error (its QP
+// flushed: the peer disconnected) or, if set, the deadline passes.
+func (e *echoer) run(stop <-chan struct{}, deadline time.Time) error {
+	var r [1]ndk.Result
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if e.b.RCQ.GetResults(r[:]) == 0 {
+			if !deadline.IsZero() && time.Now().After(deadline) {
+				return errors.New("echo: the ping-pong outlasted its bound")
+			}
+			runtime.Gosched()
+			continue
+		}
+		if r[0].Status != ndk.StatusSuccess {
+			return fmt.Errorf("echo: receive completion %v", r[0].Status)
+		}
+		if err := e.qb.Receive(nil, []ndk.SGE{e.rb}); err != nil {
+			return err
+		}
+		if err := e.qb.Send(nil, []ndk.SGE{e.sb}, ndk.OpFlagSilentSuccess); err != nil {
+			return err
+		}
+	}
+}
+
+// pingPeer times n SEND round trips from a on qa, after pingWarmup
+// untimed ones, against a peer that answers every SEND with one.
+func pingPeer(ctx context.Context, a *demoHost, qa *ndk.QP, n int) (baseline.Latency, error) {
+	sa, da, err := pingBuffer(a, ndk.MRFlagAllowLocalRead)
 	if err != nil {
 		return baseline.Latency{}, err
 	}
 	defer da()
-	ra, dra, err := buf(a, ndk.MRFlagAllowLocalWrite)
+	ra, dra, err := pingBuffer(a, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return baseline.Latency{}, err
 	}
 	defer dra()
-	sb, db, err := buf(b, ndk.MRFlagAllowLocalRead)
-	if err != nil {
-		return baseline.Latency{}, err
-	}
-	defer db()
-	rb, drb, err := buf(b, ndk.MRFlagAllowLocalWrite)
-	if err != nil {
-		return baseline.Latency{}, err
-	}
-	defer drb()
 	if err := qa.Receive(nil, []ndk.SGE{ra}); err != nil {
 		return baseline.Latency{}, err
 	}
-	if err := qb.Receive(nil, []ndk.SGE{rb}); err != nil {
-		return baseline.Latency{}, err
-	}
-	stop := make(chan struct{})
-	echo := make(chan error, 1)
-	go func() {
-		var r [1]ndk.Result
-		for {
-			select {
-			case <-stop:
-				echo <- nil
-				return
-			default:
-			}
-			if b.RCQ.GetResults(r[:]) == 0 {
-				runtime.Gosched()
-				continue
-			}
-			if err := qb.Receive(nil, []ndk.SGE{rb}); err != nil {
-				echo <- err
-				return
-			}
-			if err := qb.Send(nil, []ndk.SGE{sb}, ndk.OpFlagSilentSuccess); err != nil {
-				echo <- err
-				return
-			}
-		}
-	}()
 	samples := make([]time.Duration, 0, n)
 	deadline := time.Now().Add(30 * time.Second)
 	var r ndk.Result
-	for i := 0; i < n+100; i++ {
+	for i := 0; i < n+pingWarmup; i++ {
 		t0 := time.Now()
 		if err = qa.Send(nil, []ndk.SGE{sa}, ndk.OpFlagSilentSuccess); err != nil {
 			break
@@ -111,13 +157,9 @@ func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (b
 		if err = qa.Receive(nil, []ndk.SGE{ra}); err != nil {
 			break
 		}
-		if i >= 100 {
+		if i >= pingWarmup {
 			samples = append(samples, rtt)
 		}
-	}
-	close(stop)
-	if e := <-echo; err == nil {
-		err = e
 	}
 	return baseline.Summarize(samples), err
 }

@@ -29,25 +29,47 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 		return phase{}, err
 	}
 	defer release()
+	p, err := writeSlots(ctx, a.ICQ, qa, smr, src, n, size, dmr.Addr(), dmr.RemoteToken())
+	if err != nil {
+		return phase{}, err
+	}
+	b.Adapter.Stats() // orders this goroutine after B's engine (in process or the daemon's) placed the bytes
+	if !bytes.Equal(dst, src) {
+		return phase{}, errors.New("B's memory does not hold the last WRITE of every slot")
+	}
+	return p, nil
+}
+
+// writeSlots WRITEs n messages of size bytes from src (registered as smr)
+// to the memory at addr with token, op i from and into slot i mod
+// rdmaSlots with pattern i, keeping rdmaSlots in flight, and returns once
+// all completed.
+func writeSlots(ctx context.Context, cq *ndk.CQ, qa *ndk.QP, smr *ndk.MR, src []byte, n, size int, addr uint64, token uint32) (phase, error) {
 	t0 := time.Now()
-	err = pipeline(ctx, a.ICQ, n, func(i int) error {
+	err := pipeline(ctx, cq, n, func(i int) error {
 		slot := i % rdmaSlots
 		fillMessage(src[slot*size:(slot+1)*size], uint64(i))
 		sge, err := smr.SGE(slot*size, size)
 		if err != nil {
 			return err
 		}
-		return qa.Write(nil, []ndk.SGE{sge}, dmr.Addr()+uint64(slot*size), dmr.RemoteToken(), 0)
+		return qa.Write(nil, []ndk.SGE{sge}, addr+uint64(slot*size), token, 0)
 	}, nil)
 	if err != nil {
 		return phase{}, err
 	}
-	elapsed := time.Since(t0)
-	b.Adapter.Stats() // orders this goroutine after B's engine (in process or the daemon's) placed the bytes
-	if !bytes.Equal(dst, src) {
-		return phase{}, errors.New("B's memory does not hold the last WRITE of every slot")
+	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: time.Since(t0)}, nil
+}
+
+// writtenSlots is what writeSlots leaves in the target memory of
+// rdmaSlots slots: each slot's last message, zero where none went.
+func writtenSlots(n, size int) []byte {
+	want := make([]byte, size*rdmaSlots)
+	for slot := range min(n, rdmaSlots) {
+		last := slot + (n-1-slot)/rdmaSlots*rdmaSlots
+		fillMessage(want[slot*size:(slot+1)*size], uint64(last))
 	}
-	return phase{ops: n, bytes: uint64(n) * uint64(size), elapsed: elapsed}, nil
+	return want
 }
 
 // memoryPair gives n bytes of x's memory and n of y's, from
@@ -83,27 +105,40 @@ func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (pha
 	if err != nil {
 		return phase{}, err
 	}
-	for slot := range rdmaSlots {
-		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
-	}
+	readFill(src, size)
 	smr, dmr, release, err := registerPair(b.PD, src, ndk.MRFlagAllowRemoteRead, a.PD, dst, ndk.MRFlagAllowLocalWrite)
 	if err != nil {
 		return phase{}, err
 	}
 	defer release()
+	return readSlots(ctx, a.ICQ, qa, dmr, dst, src, n, size, smr.Addr(), smr.RemoteToken())
+}
+
+// readFill fills the rdmaSlots slots of a READ phase's source.
+func readFill(src []byte, size int) {
+	for slot := range rdmaSlots {
+		fillMessage(src[slot*size:(slot+1)*size], uint64(slot)+0xabc)
+	}
+}
+
+// readSlots READs n messages of size bytes from the memory at addr with
+// token into dst (registered as dmr), op i from slot i mod rdmaSlots into
+// the same slot, and checks each one against that slot of want as it
+// completes.
+func readSlots(ctx context.Context, cq *ndk.CQ, qa *ndk.QP, dmr *ndk.MR, dst, want []byte, n, size int, addr uint64, token uint32) (phase, error) {
 	t0 := time.Now()
-	err = pipeline(ctx, a.ICQ, n, func(i int) error {
+	err := pipeline(ctx, cq, n, func(i int) error {
 		slot := i % rdmaSlots
 		clear(dst[slot*size : (slot+1)*size])
 		sge, err := dmr.SGE(slot*size, size)
 		if err != nil {
 			return err
 		}
-		return qa.Read(slot, []ndk.SGE{sge}, smr.Addr()+uint64(slot*size), smr.RemoteToken(), 0)
+		return qa.Read(slot, []ndk.SGE{sge}, addr+uint64(slot*size), token, 0)
 	}, func(r ndk.Result) error {
 		slot := r.RequestContext.(int)
-		if !bytes.Equal(dst[slot*size:(slot+1)*size], src[slot*size:(slot+1)*size]) {
-			return fmt.Errorf("READ into slot %d returned other bytes than B's memory holds", slot)
+		if !bytes.Equal(dst[slot*size:(slot+1)*size], want[slot*size:(slot+1)*size]) {
+			return fmt.Errorf("READ into slot %d returned other bytes than the peer's memory holds", slot)
 		}
 		return nil
 	})

@@ -28,9 +28,12 @@ type transportCounts struct {
 	sleeps, slowYields uint64
 }
 
-func (d *demo) counts() transportCounts {
+func (d *demo) counts() transportCounts { return adapterCounts(d.served[:]...) }
+
+// adapterCounts sums the recoveries and waits of the adapters' engines.
+func adapterCounts(as ...*ndk.Adapter) transportCounts {
 	var c transportCounts
-	for _, a := range d.served {
+	for _, a := range as {
 		var st ndk.EngineStats
 		for _, s := range a.Stats() {
 			st.Add(s)

@@ -137,13 +137,15 @@ func (s *sendStream) receive(ctx context.Context) error {
 
 // send is A: it keeps up to sendWindow SENDs unacknowledged, each into a
 // receive B has posted, and returns once all are acknowledged, or on the
-// first failure, ctx's end, or the receiver's.
+// first failure, ctx's end, or the receiver's. Without B in this process
+// (qb nil: a remote peer) it relies on the peer's receive queue, twice
+// the window deep, and on RNR retries if the peer falls behind.
 func (s *sendStream) send(ctx context.Context) error {
 	var rs [64]ndk.Result
 	inflight := 0
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; i < s.n || inflight > 0; {
-		if i < s.n && inflight < sendWindow && int64(i) < s.posted.Load() {
+		if i < s.n && inflight < sendWindow && (s.qb == nil || int64(i) < s.posted.Load()) {
 			slot := i % demoQueueDepth
 			fillMessage(s.src[slot*s.size:(slot+1)*s.size], uint64(i))
 			sge, err := s.smr.SGE(slot*s.size, s.size)

@@ -1,6 +1,7 @@
 // Command ndkxdp runs and inspects the ndkxdp software RDMA stack.
 //
 //	ndkxdp demo [-daemon] [flags]  two RDMA hosts on an embedded veth pair
+//	ndkxdp demo -dev IF -peer ADDR|-serve  the same phases between two real hosts
 //	ndkxdp perf baseline [flags]   raw AF_XDP, Go UDP and Go TCP on a veth pair
 //	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev or -daemon
 //	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev or -daemon
@@ -17,7 +18,8 @@
 // Privileges: rping and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
 // CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them), and with -daemon
 // SOCKET none but access to the socket (the daemon has them); demo and
-// perf baseline also CAP_SYS_ADMIN, for their namespaces; counters CAP_BPF.
+// perf baseline also CAP_SYS_ADMIN, for their namespaces (demo -dev needs
+// what rping needs, as it builds none); counters CAP_BPF.
 // The operator's commands need only the daemon's socket (dump: as root or
 // the daemon's user).
 // Each command checks them first and names any missing.
@@ -41,7 +43,8 @@ import (
 const usage = `usage: ndkxdp <command> [flags]
 
 commands:
-  demo            run two RDMA hosts on an embedded veth pair and report
+  demo            run two RDMA hosts on an embedded veth pair and report,
+                  or (-dev IF -peer ADDR, -serve) the same between two hosts
   perf baseline   measure raw AF_XDP, Go UDP and Go TCP on a veth pair
   perf TEST       perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,
                   write_lat or read_lat over rdma_cm against any RoCE peer

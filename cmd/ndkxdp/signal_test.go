@@ -145,6 +145,8 @@ func TestSignalsEndTools(t *testing.T) {
 		{inB, []string{"rping", "-s", "-dev", p.B.Link}, 300 * time.Millisecond, syscall.SIGINT, "rping accept"},
 		{inB, []string{"perf", "send_bw", "-dev", p.B.Link}, 300 * time.Millisecond, syscall.SIGTERM, "perf send_bw as server"},
 		{inA, []string{"rping", "-c", "-a", "198.18.0.99", "-dev", p.A.Link}, 500 * time.Millisecond, syscall.SIGINT, "rping connect"},
+		{inA, []string{"demo", "-dev", p.A.Link, "-serve"}, 300 * time.Millisecond, syscall.SIGINT, "waiting for a client"},
+		{inA, []string{"demo", "-dev", p.A.Link, "-peer", "198.18.0.99"}, 500 * time.Millisecond, syscall.SIGTERM, "connection set-up for SEND"},
 		{nil, []string{"perf", "baseline", "-duration", "10s"}, time.Second, syscall.SIGTERM, "measuring"},
 	} {
 		exe, err := os.Executable()

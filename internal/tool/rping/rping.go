@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
@@ -120,6 +121,10 @@ type Config struct {
 	// "accept", "pings"), for a command that reports where it was
 	// interrupted or timed out.
 	Phase func(string)
+	// Timed, if set, is told each of the client's pings as it ends, with
+	// its round time: from its first SEND to the server's second go-ahead
+	// (and, with Validate, its comparison).
+	Timed func(ping int, rtt time.Duration)
 }
 
 // Check reports what RunClient and RunServer would refuse in c, without
@@ -290,6 +295,7 @@ func RunClient(ctx context.Context, cfg Config, c verbs.Connector, port uint16) 
 	cfg.phase("pings")
 	start := byte(65)
 	for ping := 0; cfg.Count == 0 || ping < cfg.Count; ping++ {
+		t0 := time.Now()
 		start = FillPing(s.start.Buf, ping, start)
 		if err := s.sendInfo(Info{Addr: s.start.Addr, RKey: s.start.RKey, Size: uint32(cfg.Size)}); err != nil {
 			return st, err
@@ -305,6 +311,9 @@ func RunClient(ctx context.Context, cfg Config, c verbs.Connector, port uint16) 
 		}
 		if cfg.Validate && !bytes.Equal(s.start.Buf, s.rdma.Buf) {
 			return st, fmt.Errorf("ping %d: %w", ping, ErrMismatch)
+		}
+		if cfg.Timed != nil {
+			cfg.Timed(ping, time.Since(t0))
 		}
 		if cfg.Verbose != nil {
 			fmt.Fprintf(cfg.Verbose, "ping data: %s\n", cString(s.rdma.Buf))

@@ -159,6 +159,37 @@ func TestClientServer(t *testing.T) {
 	}
 }
 
+// TestTimedPerPing: the client's Timed hook hears of every ping, in
+// order, once it was echoed and compared, with a positive round time; a
+// ping that fails the comparison is not reported.
+func TestTimedPerPing(t *testing.T) {
+	var pings []int
+	var rtts []time.Duration
+	timed := func(ping int, rtt time.Duration) {
+		pings = append(pings, ping)
+		rtts = append(rtts, rtt)
+	}
+	_, cerr, _, serr := run(t, Config{Count: 7, Validate: true, Timed: timed}, Config{}, nil)
+	if cerr != nil || serr != nil {
+		t.Fatalf("client %v, server %v", cerr, serr)
+	}
+	if len(pings) != 7 {
+		t.Fatalf("Timed heard of pings %v, want 0..6", pings)
+	}
+	for i := range pings {
+		if pings[i] != i || rtts[i] <= 0 {
+			t.Errorf("Timed call %d: ping %d, round time %v; want ping %d and a positive time", i, pings[i], rtts[i], i)
+		}
+	}
+	pings = nil
+	corrupt := func(l verbs.Listener) verbs.Listener {
+		return wrapping{l, func(ep verbs.Endpoint) verbs.Endpoint { return corrupting{ep} }}
+	}
+	if _, cerr, _, _ := run(t, Config{Count: 3, Validate: true, Timed: timed}, Config{}, corrupt); !errors.Is(cerr, ErrMismatch) || len(pings) != 0 {
+		t.Errorf("corrupted pong: %v, Timed heard of %v; want ErrMismatch and no ping timed", cerr, pings)
+	}
+}
+
 func TestServerLargerBufferAccepted(t *testing.T) {
 	// rping's server READs the client's size into its own -S buffer; a
 	// larger server buffer is fine, a smaller one is an error.
