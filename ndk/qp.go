@@ -180,7 +180,7 @@ func (q *QP) forCM() cm.QP { return q.adapter.prov.ConnectionQP(q.rc, q.psn) }
 // Connected reports whether the QP is connected and not in error.
 func (q *QP) Connected() bool {
 	if q.r != nil {
-		return q.r.connected.Load() && q.r.state.Load() != proto.QPFailed && !q.closed.Load()
+		return !q.closed.Load() && q.r.connected.Load() && q.r.state.Load() != proto.QPFailed
 	}
 	return q.rc.State() == rc.StateConnected
 }

@@ -226,6 +226,7 @@ func (c *CQ) remoteClose() {
 	if rq.rseg != rq.seg {
 		rq.rseg.Close()
 	}
+	rq.seg.Close()
 }
 
 // cqRing is a CQ ring a resize brought, waiting for the old one to drain.

@@ -450,6 +450,9 @@ func (s *SRQ) remoteClosed() {
 		close(s.done)
 	}
 	s.mu.Unlock()
+	// No receive is posted after Close (remoteReceive checks closed, and
+	// NDKPI's consumer does not post during it): the ring is done with.
+	s.r.seg.Close()
 }
 
 // notifyEvent queues an event for the callback; a callback that falls

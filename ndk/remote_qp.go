@@ -304,12 +304,18 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	return nil
 }
 
+// remoteClose closes the daemon's QP, then unmaps the QP's segment: its
+// rings and words are the client's only until the close (NDKPI: the
+// consumer's other calls on the QP have returned), and a client that
+// makes and closes QPs all day must not keep a mapping, and the memfd's
+// pages behind it, for each.
 func (q *QP) remoteClose() error {
 	r := q.adapter.rem
 	_, err := r.do("close qp", &proto.Request{Op: proto.OpCloseQP, H: q.r.h})
 	r.mu.Lock()
 	delete(r.qps, q.r.h)
 	r.mu.Unlock()
+	q.r.seg.Close()
 	return err
 }
 

@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"bytes"
+	"os"
 	"testing"
 	"time"
 
@@ -128,5 +130,53 @@ func TestArmsLeaveTheEngineAsleep(t *testing.T) {
 	case <-ch:
 	case <-time.After(5 * time.Second):
 		t.Fatal("no write token 5 s after the peer's WRITE")
+	}
+}
+
+// memfdMappings counts this process's mappings of the daemon's segments.
+func memfdMappings(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte("/memfd:ndkxdp-"))
+}
+
+// TestClosedObjectsLeaveNoMapping: a client that makes and closes QPs,
+// CQs and SRQs keeps no mapping of their segments (and so no memfd pages)
+// once each close has returned.
+func TestClosedObjectsLeaveNoMapping(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	before := memfdMappings(t)
+	for i := range 50 {
+		cq, err := c.a.CreateCQ(16, func(ndk.Status) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srq, err := c.pd.CreateSRQ(8, 1, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq, ReceiveQueueDepth: 8, InitiatorQueueDepth: 8,
+			MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if got := memfdMappings(t); got < before+3 {
+				t.Fatalf("%d segment mappings with a CQ, an SRQ and a QP open, %d before: the count below would prove nothing", got, before)
+			}
+		}
+		if err := qp.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-qp.Closed()
+		srq.Close()
+		cq.Close()
+	}
+	if got := memfdMappings(t); got != before {
+		t.Fatalf("%d segment mappings after 50 CQs, SRQs and QPs were made and closed, %d before", got, before)
 	}
 }
