@@ -36,14 +36,14 @@ func startPhases(p *Params) phases {
 	return phases{clk: clock{time.Now()}, from: m, to: uint64(p.Duration) - m, end: uint64(p.Duration)}
 }
 
-func (ph *phases) deadline() time.Time  { return ph.clk.base.Add(time.Duration(ph.end)) }
+func (ph *phases) deadline() time.Time    { return ph.clk.base.Add(time.Duration(ph.end)) }
 func (ph *phases) sampling(t uint64) bool { return t >= ph.from && t < ph.to }
-func (ph *phases) over() bool            { return ph.clk.now() >= ph.end }
+func (ph *phases) over() bool             { return ph.clk.now() >= ph.end }
 
 // window is the sample window's length in nanoseconds.
 func (ph *phases) window() uint64 { return ph.to - ph.from }
 
-// stop says whether err, from a wait under the phases' deadline, ends
+// stop says whether err, from a post or a wait under the phases' deadline, ends
 // the run as perftest's END_STATE does (nil) or fails it. The deadline
 // ends it; so does the peer's disconnect once the window has opened: a
 // peer whose timer started a little earlier ends first, and write_lat
@@ -140,7 +140,7 @@ func bwLoopFor(ctx, dctx context.Context, p *Params, d *data, at verbs.Atomics, 
 				break // wait for completions
 			}
 			if err != nil {
-				return 0, fmt.Errorf("post %v %d: %w", p.Verb, scnt, err)
+				return n, ph.stop(ctx, fmt.Errorf("post %v %d: %w", p.Verb, scnt, err))
 			}
 			scnt++
 		}
@@ -231,7 +231,7 @@ func readLatFor(ctx, dctx context.Context, d *data, peer *Dest, ph *phases) (uin
 	var c counts
 	for i := 1; !ph.over(); i++ {
 		if err := d.w.ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
-			return 0, fmt.Errorf("post read %d: %w", i, err)
+			return n, ph.stop(ctx, fmt.Errorf("post read %d: %w", i, err))
 		}
 		for c.rdma < i {
 			if _, err := d.poll(dctx, &c); err != nil {
@@ -261,7 +261,7 @@ func writeLatFor(ctx, dctx context.Context, p *Params, d *data, peer *Dest, ph *
 		scnt++
 		d.buf.Buf[postAt] = byte(scnt)
 		if err := d.w.ep.Write(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
-			return 0, fmt.Errorf("post write %d: %w", scnt, err)
+			return n, ph.stop(ctx, fmt.Errorf("post write %d: %w", scnt, err))
 		}
 		for c.rdma < scnt {
 			if _, err := d.poll(dctx, &c); err != nil {
