@@ -75,6 +75,7 @@ func TestPerfAllSizesAndDuration(t *testing.T) {
 			cout, sout := runBoth(t, p,
 				[]string{"perf", test, "-a", "-n", "5", "-dev", p.B.Link},
 				[]string{"perf", test, "-a", "-n", "5", srv, "-dev", p.A.Link})
+			t.Logf("client:\n%s", cout)
 			for _, out := range []string{cout, sout} {
 				var got []string
 				for _, r := range perfRows(out) {
@@ -94,6 +95,7 @@ func TestPerfAllSizesAndDuration(t *testing.T) {
 		cout, sout := runBoth(t, p,
 			[]string{"perf", "write_bw", "-D", "2", "-s", "4096", "-dev", p.B.Link},
 			[]string{"perf", "write_bw", "-D", "2", "-s", "4096", srv, "-dev", p.A.Link})
+		t.Logf("client:\n%s", cout)
 		if el := time.Since(start); el < 2*time.Second {
 			t.Errorf("-D 2 took %v", el)
 		}
@@ -109,6 +111,7 @@ func TestPerfAllSizesAndDuration(t *testing.T) {
 		cout, sout := runBoth(t, p,
 			[]string{"perf", "send_lat", "-D", "2", "-dev", p.B.Link},
 			[]string{"perf", "send_lat", "-D", "2", srv, "-dev", p.A.Link})
+		t.Logf("client:\n%s\nserver:\n%s", cout, sout)
 		for _, out := range []string{cout, sout} {
 			rows := perfRows(out)
 			if !strings.Contains(out, "t_avg[usec]    tps average") || len(rows) != 1 || len(rows[0]) != 4 {
