@@ -18,7 +18,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size] [-n iters] [-t txdepth] [-p port] [-use-srq] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-p port] [-use-srq] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -105,7 +105,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s\n", name, role, p.MTU, pollingText(f.polling), srq)
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
-	stopProgress := progress(stderr, "perf "+name, d.Adapter)
+	stopProgress := progress(stderr, progressLabel(name, p), d.Adapter)
 	defer stopProgress()
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
@@ -149,6 +149,10 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	*p = perftest.Params{Verb: test.verb, Kind: test.kind}
 	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
 	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: perftest's)")
+	fs.BoolVar(&p.AllSizes, "a", false, "run every size from 2 to 2^23 bytes, a row each (perftest's -a; both sides)")
+	fs.BoolVar(&p.AllSizes, "all", false, "the same as -a")
+	secs := fs.Int("D", 0, "duration mode: run this many seconds instead of -n iterations, counting the window between margins of a quarter each (perftest's -D)")
+	fs.IntVar(secs, "duration", 0, "the same as -D")
 	fs.IntVar(&p.TxDepth, "t", 0, "TX depth (default: perftest's)")
 	fs.IntVar(&p.RxDepth, "r", 0, "RX depth of send tests (default: perftest's)")
 	fs.IntVar(&p.CQMod, "Q", 0, "signal every Q-th request (bw)")
@@ -179,6 +183,13 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
 	case p.UseSRQ && f.daemon != "":
 		return f, usagef("-use-srq needs -dev: ndk's SRQs are in process only, not through a daemon")
+	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
+		return f, usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
+	}
+	p.Duration = time.Duration(*secs) * time.Second
+	if !flagSet(fs, "timeout") {
+		// The default bounds the setup and the report, not -D's run.
+		f.timeout += p.Duration
 	}
 	if f.polling == "busy" {
 		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true
@@ -197,6 +208,22 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, err
 	}
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, perfTestUsage)
+}
+
+// progressLabel names the run on the progress line; a duration-mode run
+// says how long it lasts, as the line counts the time so far.
+func progressLabel(name string, p perftest.Params) string {
+	if p.Duration > 0 {
+		return fmt.Sprintf("perf %s -D %v", name, p.Duration)
+	}
+	return "perf " + name
+}
+
+// flagSet says whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // parseWithAddr parses flags with one optional ADDR before, between or

@@ -60,8 +60,8 @@
 // of the image; that root adds about a minute to a build. Its source and
 // toolPackages are inputs of the image hash.
 //
-// The tests (ndkxdp against rxe: rping, perftest, perftest --use-srq
-// against an SRQ server, SEND with Invalidate of a window and a
+// The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
+// perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
 // fast-registered MR, access errors, loss)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU

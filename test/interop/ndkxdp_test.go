@@ -256,6 +256,7 @@ func runInterop(t *testing.T, vm *VM) {
 	t.Logf("ndkxdp on %s (path MTU %d) <-> rxe0 at %v (IB MTU from netdev MTU %d)", vm.Host.Tap, p.dev.Adapter.PathMTU(), vm.Guest.IPv4, vm.Host.MTU)
 	t.Run("rping", func(t *testing.T) { testRping(t, p) })
 	t.Run("perftest", func(t *testing.T) { testPerftest(t, p) })
+	t.Run("perftest_modes", func(t *testing.T) { testPerftestModes(t, p) })
 	t.Run("srq", func(t *testing.T) { testSRQ(t, p) })
 	t.Run("send_with_invalidate", func(t *testing.T) { testSendInv(t, p) })
 	t.Run("access_errors", func(t *testing.T) { testAccessErrors(t, p) })

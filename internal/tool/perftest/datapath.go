@@ -97,7 +97,10 @@ func warmUp(ctx context.Context, p *Params, d *data, peer Dest) error {
 	if err != nil {
 		return err
 	}
-	n := min(window(p), p.Iterations)
+	n := window(p)
+	if p.Duration == 0 {
+		n = min(n, p.Iterations)
+	}
 	for i := range n {
 		if err := d.post(p, at, &peer, i == n-1); err != nil {
 			return err

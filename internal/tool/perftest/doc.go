@@ -80,11 +80,27 @@
 // largest dropped; typical = median; stdev with perftest's truncation to
 // int; 99% and 99.9% at ceil(n x 0.99) and ceil(n x 0.999)).
 //
+// All sizes (-a, Params.AllSizes; allsizes.go) runs each size from 2 to
+// 2^23 bytes in a buffer of the largest, one row each, with perftest's
+// handshakes between sizes: send bw one before each size after the first
+// (after the server posted that size's receives) and one after each; send
+// lat one before each size after the first; write, read bw and the
+// latency tests none, and a write or read bw server prints only the last
+// size's row, which the client sends. atomic_bw refuses -a, as perftest
+// does.
+//
+// Duration mode (-D, Params.Duration; duration.go) replaces -n: each side
+// runs on its own timer, counts only the sample window between two margins
+// of a quarter of -D in whole seconds, and reports with no peak; latency
+// tests print t_avg and tps instead of their distribution. Nothing on the
+// wire ends the run: after it the sides meet at the handshakes of
+// iterations mode. -D with -a is refused.
+//
 // What it is not: the test banner of ctx_print_test_info, bidirectional
-// mode (-b), several QPs (-q), duration mode (-D) and all sizes (-a)
-// (Params rejects the last two with ErrUnsupported), UD/UC/XRC/DC, and
-// perftest's Ethernet-socket exchange (without -R). The send bw server's
-// row spans its first to its last receive, without a peak.
+// mode (-b), several QPs (-q), -f (the margin is always perftest's
+// default), UD/UC/XRC/DC, and perftest's Ethernet-socket exchange
+// (without -R). The send bw server's row spans its first to its last
+// receive, without a peak.
 //
 // Example:
 //

@@ -3,6 +3,7 @@ package perftest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
@@ -102,8 +103,13 @@ type Params struct {
 	GIDIndex int32
 	// MTU is the path MTU in bytes (check_mtu exchanges it); 0 means 1024.
 	MTU int
-	// Duration (-D) and AllSizes (-a) are parsed by the CLI but not run yet.
+	// Duration is -D: run for this long instead of Iterations (which it
+	// ignores, as perftest does), counting only what completes in the
+	// sample window between the margins (duration.go). 0 means
+	// iterations mode.
 	Duration time.Duration
+	// AllSizes is -a: one run of Iterations per size, 2 to 2^23 bytes
+	// (allsizes.go); Size is then MaxSize, the buffer's.
 	AllSizes bool
 	// Version is what we announce; "" means DefaultVersion.
 	Version string
@@ -144,11 +150,8 @@ func (p *Params) normalize() error {
 	if p.Verb == Atomic && p.Kind == Lat {
 		return fmt.Errorf("perftest: ib_atomic_lat: %w", ErrUnsupported)
 	}
-	if p.Duration != 0 {
-		return fmt.Errorf("perftest: -D (duration mode): %w", ErrUnsupported)
-	}
-	if p.AllSizes {
-		return fmt.Errorf("perftest: -a (all sizes): %w", ErrUnsupported)
+	if err := p.normalizeMode(bad); err != nil {
+		return err
 	}
 	if p.UseSRQ && p.Verb != Send {
 		// perftest_parameters.c: "Using SRQ only avavilible in SEND tests."
@@ -177,6 +180,10 @@ func (p *Params) normalize() error {
 	if p.Iterations < MinIters || p.Iterations > MaxIters {
 		return bad("iterations %d outside %d..%d", p.Iterations, MinIters, MaxIters)
 	}
+	if p.Duration > 0 {
+		// force_dependencies: iters = 0, a counter of the sample window.
+		p.Iterations, p.NoPeak = 0, true
+	}
 	if p.TxDepth == 0 {
 		p.TxDepth = DefaultTxBW
 		if p.Kind == Lat {
@@ -192,7 +199,9 @@ func (p *Params) normalize() error {
 	if p.RxDepth < 1 || p.RxDepth > MaxTx {
 		return bad("rx depth %d outside 1..%d", p.RxDepth, MaxTx)
 	}
-	p.RxDepth = min(p.RxDepth, p.Iterations)
+	if p.Duration == 0 {
+		p.RxDepth = min(p.RxDepth, p.Iterations)
+	}
 	if p.CQMod == 0 {
 		p.CQMod = DefaultCQMod
 	}
@@ -241,6 +250,36 @@ func (p *Params) normalizeWire(bad func(format string, a ...any) error) error {
 		return bad("connect retry %+v out of bounds (at most 1000 attempts, 10 s apart)", p.ConnectRetry)
 	}
 	return nil
+}
+
+// MaxDuration bounds -D: perftest reads it into an int of seconds.
+const MaxDuration = math.MaxInt32 * time.Second
+
+// normalizeMode checks -D and -a, which exclude each other, and sets Size
+// to the buffer -a needs.
+func (p *Params) normalizeMode(bad func(format string, a ...any) error) error {
+	if p.Duration < 0 || p.Duration > MaxDuration {
+		return bad("duration %v outside (0, %v]", p.Duration, MaxDuration)
+	}
+	if !p.AllSizes {
+		return nil
+	}
+	if p.Duration > 0 {
+		// force_dependencies refuses the pair.
+		return bad("-D with -a: duration mode does not run all sizes")
+	}
+	if p.Verb == Atomic {
+		// -a sets the size to MAX_SIZE, which atomics refuse.
+		return bad("-a with atomics: their message size cannot be changed")
+	}
+	p.Size = MaxSize
+	return nil
+}
+
+// margin is -f's default, a quarter of Duration in whole seconds
+// (force_dependencies: margin = duration / 4 in int seconds).
+func (p *Params) margin() time.Duration {
+	return p.Duration / time.Second / 4 * time.Second
 }
 
 // preRunHandshakes is how many 56-byte handshakes the test's main() does

@@ -46,3 +46,19 @@ func PrintLat(w io.Writer, s LatStats) {
 
 // PrintFooter closes a table.
 func PrintFooter(w io.Writer) { fmt.Fprint(w, resultLine) }
+
+// The latency table of duration mode (RESULT_FMT_LAT_DUR,
+// REPORT_FMT_LAT_DUR).
+const (
+	resultFmtLatDur = " #bytes        #iterations       t_avg[usec]    tps average\n"
+	reportFmtLatDur = " %-7d       %d            %-7.2f        %-7.2f\n"
+)
+
+// PrintLatDurationHeader prints the rule and column titles of a latency
+// test's table in duration mode.
+func PrintLatDurationHeader(w io.Writer) { fmt.Fprint(w, resultLine+resultFmtLatDur) }
+
+// PrintLatDuration prints one row as print_report_lat_duration does.
+func PrintLatDuration(w io.Writer, r LatDuration) {
+	fmt.Fprintf(w, reportFmtLatDur, r.Size, r.Iters, r.Avg, r.TPS)
+}

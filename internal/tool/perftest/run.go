@@ -23,6 +23,11 @@ type Result struct {
 	// Lat is the latency row the side printed (clients; both sides of
 	// send and write latency).
 	Lat *LatStats
+	// LatDur is Lat's row in duration mode (-D).
+	LatDur *LatDuration
+	// AllBW and AllLat are -a's rows, one a size; BW and Lat are the last.
+	AllBW  []Report
+	AllLat []LatStats
 	// Hist is the distribution of Lat's samples (nil where Lat is).
 	Hist *Histogram
 	// Waits is how often the data path's polling blocked (verbs.Backoff):
@@ -58,8 +63,7 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 		if d.buf, err = ep.Register(buf, access); err != nil {
 			return fmt.Errorf("register test buffer: %w", err)
 		}
-		d.local, _ = d.buf.Seg(0, p.Size)
-		d.recv, _ = d.buf.Seg(d.half, p.Size)
+		d.setSize(p.sizes()[0])
 		// Send tests post their receives before the connection exists, so
 		// no SEND of the peer can find an empty queue.
 		if p.Verb == Send {
@@ -71,6 +75,14 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 		}
 		return nil
 	}
+}
+
+// setSize points the request and receive segments at the first size
+// bytes of each half: -a measures one size after another in the buffer
+// of the largest.
+func (d *data) setSize(size int) {
+	d.local, _ = d.buf.Seg(0, size)
+	d.recv, _ = d.buf.Seg(d.half, size)
 }
 
 // postRecv posts one receive of the test buffer: to the SRQ with
@@ -278,32 +290,20 @@ func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result
 		// between the pingpong_dest handshakes and the run: live rxe
 		// answers 5 handshakes after the data connection, not 6. Our
 		// receives were posted when the connection was prepared.
-		rep, err := recvBW(ctx, p, d)
-		if err != nil {
+		PrintBWHeader(out, p.ReportGbits)
+		if err := serverSendBW(ctx, p, ctl, d, &res, out); err != nil {
 			return fail("receiving", err)
 		}
-		res.BW = &rep
-		PrintBWHeader(out, p.ReportGbits)
-		PrintBW(out, rep, p.ReportGbits)
 	default:
-		if p.Verb != Send {
-			if err := warmUp(ctx, p, d, res.Peer); err != nil {
-				return fail("warm-up", err)
-			}
-		}
-		posted, completed := make([]uint64, p.Iterations), make([]uint64, p.Iterations)
-		if err := postBW(ctx, p, d, res.Peer, posted, completed); err != nil {
+		PrintBWHeader(out, p.ReportGbits)
+		if err := clientBW(ctx, p, ctl, d, &res, out); err != nil {
 			return fail("test", err)
 		}
-		rep := bwReport(p, posted, completed)
-		res.BW = &rep
-		PrintBWHeader(out, p.ReportGbits)
-		PrintBW(out, rep, p.ReportGbits)
 		if p.Verb != Send {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fail("sync after the test", err)
 			}
-			if _, err := ctl.reports(ctx, rep); err != nil {
+			if _, err := ctl.reports(ctx, *res.BW); err != nil {
 				return fail("reports", err)
 			}
 		}
@@ -326,29 +326,22 @@ func latSession(ctx context.Context, p *Params, ctl *control, d *data, res Resul
 	// send_lat.c: the receives were posted when the connection was
 	// prepared; like send_bw, Debian 12's perftest has no sync before the
 	// run (live rxe).
-	posted := make([]uint64, p.Iterations)
-	var err error
-	switch p.Verb {
-	case Read:
-		err = readLat(ctx, p, d, res.Peer, posted)
-	case Write:
-		err = writeLat(ctx, p, d, res.Peer, posted, ctl.client)
-	case Send:
-		err = sendLat(ctx, p, d, posted, ctl.client)
+	if p.Duration > 0 {
+		PrintLatDurationHeader(out)
+	} else {
+		PrintLatHeader(out)
 	}
-	if err != nil {
+	if err := latRuns(ctx, p, ctl, d, &res, out); err != nil {
 		return fail("test", err)
 	}
-	st := latReport(p, posted)
-	res.Lat, res.Hist = &st, latHistogram(p, posted)
-	PrintLatHeader(out)
-	PrintLat(out, st)
 	PrintFooter(out)
 	if p.Verb == Write {
 		// write_lat.c's main() returns right after the report: no closing
 		// handshake (live rxe disconnects, as server and as client, without
-		// one). Each side has its last WRITE acknowledged and the peer's
-		// last WRITE in place, so nothing is left in flight.
+		// one). In iterations mode each side has its last WRITE
+		// acknowledged and the peer's last WRITE in place, so nothing is
+		// left in flight; in duration mode a peer still running sees the
+		// disconnect as the end of its run (phases.stop).
 		return res, nil
 	}
 	if err := ctl.closingHandshake(ctx, &res.Local); err != nil {

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// perfRows are the report rows of a perf run's output: #bytes, #iterations
+// and the figures after them.
+func perfRows(out string) [][]string {
+	var rows [][]string
+	for _, l := range regexp.MustCompile(`(?m)^ \d+ +\d+ .*$`).FindAllString(out, -1) {
+		rows = append(rows, strings.Fields(l))
+	}
+	return rows
+}
+
+// TestPerfModeFlags: -a and -D (and perftest's long names) reach the
+// test's parameters; -D lengthens the default -timeout by the run, not a
+// -timeout given; the progress line of a -D run says how long it lasts.
+func TestPerfModeFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		all     bool
+		dur     time.Duration
+		timeout time.Duration
+	}{
+		{[]string{"-a"}, true, 0, 10 * time.Minute},
+		{[]string{"--all"}, true, 0, 10 * time.Minute},
+		{[]string{"-D", "3"}, false, 3 * time.Second, 10*time.Minute + 3*time.Second},
+		{[]string{"--duration", "600", "-n", "50"}, false, 10 * time.Minute, 20 * time.Minute},
+		{[]string{"-D", "30", "-timeout", "1m"}, false, 30 * time.Second, time.Minute},
+	} {
+		f, err := parsePerfTest("write_bw", append(tc.args, "-dev", "lo"), io.Discard, io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if f.params.AllSizes != tc.all || f.params.Duration != tc.dur || f.timeout != tc.timeout {
+			t.Errorf("%q: -a %v, -D %v, timeout %v; want %v, %v, %v", tc.args, f.params.AllSizes, f.params.Duration, f.timeout, tc.all, tc.dur, tc.timeout)
+		}
+	}
+	p := perftest.Params{Verb: perftest.Write, Kind: perftest.BW}
+	if got := progressLabel("write_bw", p); got != "perf write_bw" {
+		t.Errorf("label %q", got)
+	}
+	p.Duration = 5 * time.Second
+	if got := progressLabel("write_bw", p); got != "perf write_bw -D 5s" {
+		t.Errorf("label of a -D run %q", got)
+	}
+}
+
+// TestPerfAllSizesAndDuration runs `ndkxdp perf` on both ends of a veth
+// pair with -a (send_bw, write_lat: a row for each size from 2 to 2^23 on
+// both sides) and -D 2 (write_bw: the client's row without peak, which
+// the server prints too; send_lat: the duration table on both sides).
+func TestPerfAllSizesAndDuration(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srv := p.B.IPv4.String()
+	var sizes []string
+	for size := 2; size <= 1<<23; size *= 2 {
+		sizes = append(sizes, strconv.Itoa(size))
+	}
+	for _, test := range []string{"send_bw", "write_lat"} {
+		t.Run(test+"_a", func(t *testing.T) {
+			cout, sout := runBoth(t, p,
+				[]string{"perf", test, "-a", "-n", "5", "-dev", p.B.Link},
+				[]string{"perf", test, "-a", "-n", "5", srv, "-dev", p.A.Link})
+			t.Logf("client:\n%s", cout)
+			for _, out := range []string{cout, sout} {
+				var got []string
+				for _, r := range perfRows(out) {
+					if r[1] != "5" {
+						t.Errorf("row %q, want 5 iterations", r)
+					}
+					got = append(got, r[0])
+				}
+				if strings.Join(got, " ") != strings.Join(sizes, " ") {
+					t.Fatalf("rows of sizes %v, want 2 to 2^23:\n%s", got, out)
+				}
+			}
+		})
+	}
+	t.Run("write_bw_D", func(t *testing.T) {
+		start := time.Now()
+		cout, sout := runBoth(t, p,
+			[]string{"perf", "write_bw", "-D", "2", "-s", "4096", "-dev", p.B.Link},
+			[]string{"perf", "write_bw", "-D", "2", "-s", "4096", srv, "-dev", p.A.Link})
+		t.Logf("client:\n%s", cout)
+		if el := time.Since(start); el < 2*time.Second {
+			t.Errorf("-D 2 took %v", el)
+		}
+		c, s := perfRows(cout), perfRows(sout)
+		if len(c) != 1 || len(s) != 1 || strings.Join(c[0], " ") != strings.Join(s[0], " ") {
+			t.Fatalf("the server should print the client's one row:\n%s\nserver:\n%s", cout, sout)
+		}
+		if n, err := strconv.Atoi(c[0][1]); err != nil || n <= 0 || c[0][0] != "4096" || c[0][2] != "0.00" {
+			t.Errorf("row %q, want 4096 bytes, some iterations, no peak", c[0])
+		}
+	})
+	t.Run("send_lat_D", func(t *testing.T) {
+		cout, sout := runBoth(t, p,
+			[]string{"perf", "send_lat", "-D", "2", "-dev", p.B.Link},
+			[]string{"perf", "send_lat", "-D", "2", srv, "-dev", p.A.Link})
+		t.Logf("client:\n%s\nserver:\n%s", cout, sout)
+		for _, out := range []string{cout, sout} {
+			rows := perfRows(out)
+			if !strings.Contains(out, "t_avg[usec]    tps average") || len(rows) != 1 || len(rows[0]) != 4 {
+				t.Fatalf("no duration table of one row:\n%s", out)
+			}
+			if avg, err := strconv.ParseFloat(rows[0][2], 64); err != nil || avg <= 0 {
+				t.Errorf("t_avg %q, want a positive time", rows[0][2])
+			}
+		}
+	})
+}
