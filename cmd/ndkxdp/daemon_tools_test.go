@@ -129,6 +129,19 @@ func TestToolsThroughDaemon(t *testing.T) {
 			}
 		}
 	})
+	t.Run("send_bw_use_srq", func(t *testing.T) {
+		// The server receives through an SRQ of the daemon's.
+		cout, sout := runIn(t, p.A, []string{"perf", "send_bw", "-n", "100", "-s", "4096", "--use-srq", "-daemon", sock},
+			p.B, []string{"perf", "send_bw", "-n", "100", "-s", "4096", p.A.IPv4.String(), "-dev", p.B.Link})
+		if !strings.Contains(sout, "receives through a shared receive queue") {
+			t.Fatalf("the server does not say it receives through an SRQ:\n%s", sout)
+		}
+		for _, out := range []string{cout, sout} {
+			if row := resultRow(t, out, "BW average["); len(row) != 5 || row[0] != "4096" || row[1] != "100" {
+				t.Fatalf("send_bw row %q, want 4096 bytes, 100 iterations:\n%s", row, out)
+			}
+		}
+	})
 	t.Run("send_lat", func(t *testing.T) {
 		cout, _ := runIn(t, p.B, []string{"perf", "send_lat", "-n", "200", "-s", "64", "-dev", p.B.Link},
 			p.A, []string{"perf", "send_lat", "-n", "200", "-s", "64", srvB, "-daemon", sock})

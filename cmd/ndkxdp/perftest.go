@@ -162,7 +162,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
 	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
-	fs.BoolVar(&p.UseSRQ, "use-srq", false, "send tests: receive through a shared receive queue of -r receives (perftest's --use-srq; in process only, not through -daemon)")
+	fs.BoolVar(&p.UseSRQ, "use-srq", false, "send tests: receive through a shared receive queue of -r receives (perftest's --use-srq)")
 	fs.BoolVar(&p.UseSRQ, "use_srq", false, "the same as -use-srq")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
@@ -181,8 +181,6 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, usagef("-timeout %v: must be positive", f.timeout)
 	case f.polling != "adaptive" && f.polling != "busy":
 		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
-	case p.UseSRQ && f.daemon != "":
-		return f, usagef("-use-srq needs -dev: ndk's SRQs are in process only, not through a daemon")
 	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
 		return f, usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
 	}
