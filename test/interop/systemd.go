@@ -26,7 +26,8 @@ const SystemdSuite = "trixie"
 
 // SystemdPackages are the daemon host image's packages: the kernel,
 // systemd and udev (the unit binds to eth0's device unit, which only udev
-// makes), kmod, iproute2 and ethtool (the NIC's channels). The daemon is
+// makes), kmod, iproute2, ethtool (the NIC's channels) and passwd (the
+// operator's groupadd of the socket's group). The daemon is
 // a static binary that needs no library; it comes in at boot
 // (Config.Files), so that a change to it does not rebuild the image.
 var SystemdPackages = []string{
@@ -37,6 +38,7 @@ var SystemdPackages = []string{
 	"iproute2",
 	"ethtool",
 	"mount",
+	"passwd",
 }
 
 // systemdModules are the modules the daemon host image keeps: the NIC and
