@@ -113,7 +113,7 @@ func writeInitrd(dst, imageInitrd string, files []File) error {
 	cw := newCPIOWriter(out, 0)
 	var dirs []string
 	for _, f := range files {
-		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path {
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
 			return fmt.Errorf("guest file %q: want an absolute clean path", f.Path)
 		}
 		for d := path.Dir(f.Path); d != "/"; d = path.Dir(d) {
@@ -123,7 +123,7 @@ func writeInitrd(dst, imageInitrd string, files []File) error {
 		}
 	}
 	// Parents before children.
-	slices.SortFunc(dirs, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	slices.SortStableFunc(dirs, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
 	for _, d := range dirs {
 		if err := cw.Add(cpioEntry{Name: d[1:], Mode: unix.S_IFDIR | 0o755}, nil); err != nil {
 			return err
