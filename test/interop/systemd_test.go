@@ -31,7 +31,7 @@ const (
 )
 
 // operatorInstall is the README's "run it from systemd" list, from the
-// staged copies, plus the group the example config's socket_group names.
+// staged copies.
 var operatorInstall = strings.Join([]string{
 	"install -m 0755 " + stageDir + "/ndkxdp /usr/local/bin/",
 	"install -m 0644 " + stageDir + "/packaging/ndkxdp@.service /etc/systemd/system/",
