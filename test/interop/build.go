@@ -33,8 +33,12 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 			err = errors.Join(err, rerr)
 		}
 	}()
-	fmt.Fprintf(cfg.Progress, "interop: building the Soft-RoCE peer image %s (Debian %s, %d packages) in %s; this takes a minute or two\n",
-		hash, cfg.Suite, len(cfg.Packages), cfg.CacheDir)
+	what := "Soft-RoCE peer"
+	if cfg.Systemd {
+		what = "daemon host"
+	}
+	fmt.Fprintf(cfg.Progress, "interop: building the %s image %s (Debian %s, %d packages) in %s; this takes a minute or two\n",
+		what, hash, cfg.Suite, len(cfg.Packages), cfg.CacheDir)
 	stop := progressTicker(cfg.Progress, start, "building the peer image")
 	defer stop()
 

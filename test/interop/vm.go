@@ -75,7 +75,7 @@ type Guest struct {
 	IPv4     netip.Addr
 	IPv6     netip.Addr // zero unless Config.IPv6
 	MAC      net.HardwareAddr
-	Device   string     // "rxe0"
+	Device   string     // "rxe0"; empty in the daemon host image (no rxe)
 	GID      rocev2.GID // RoCE v2 GID of IPv4 (IPv4-mapped)
 	GIDIndex int        // its index in the GID table
 }
@@ -108,7 +108,8 @@ type VM struct {
 
 // Boot builds (or reuses) the peer image, creates the host namespace and
 // tap, starts qemu and waits until the guest agent reports rxe0 ACTIVE with
-// the RoCE v2 GID of its IPv4 address. The caller must Close the VM.
+// the RoCE v2 GID of its IPv4 address (in the daemon host image, which has
+// no rxe, until the agent is up). The caller must Close the VM.
 func Boot(ctx context.Context, cfg Config) (*VM, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
