@@ -106,7 +106,15 @@ func TestDaemonUnderSystemdOnVirtio(t *testing.T) {
 	start := time.Now()
 	guestRping(t, vm, dev, 50)
 	guestWriteBW(t, vm, dev, 4096, 2000)
-	checkQueuesServed(t, vm)
+	// Queue 0 carries the CM's datagrams both ways, and the daemon's QPs,
+	// one per server, go to its engines in turn; but the host's QPs do
+	// too, and a REQ refused before the guest's server listened cost one:
+	// both connections may have ended up on one host queue. Another
+	// connection then goes to the next.
+	for round := 1; !queuesServed(t, vm, round == 4); round++ {
+		t.Logf("round %d: a queue has not received or sent yet; another rping", round)
+		guestRping(t, vm, dev, 10)
+	}
 	t.Logf("traffic through the daemon took %v", time.Since(start).Round(time.Millisecond))
 
 	stopWithConnection(t, vm, dev)
@@ -235,24 +243,30 @@ func guestWriteBW(t *testing.T, vm *VM, dev *ndkverbs.Device, size, iters int) {
 	t.Logf("write_bw %d x %d B: host client:\n%sguest server:\n%s", iters, size, reportLines(ours.String()), reportLines(out))
 }
 
-// checkQueuesServed checks, in the daemon's own counters, that the
-// engine of every queue received and sent frames.
-func checkQueuesServed(t *testing.T, vm *VM) {
+// queuesServed reports whether, in the daemon's own counters, the engine
+// of every queue received and sent frames; last makes a queue that did
+// not a failure.
+func queuesServed(t *testing.T, vm *VM, last bool) bool {
 	t.Helper()
 	var stats daemon.Stats
 	guestJSON(t, vm, "ndkxdp stats -j -dev eth0", &stats)
 	if len(stats.Engines) != vm.Host.Queues {
 		t.Fatalf("stats: %d engines, want %d", len(stats.Engines), vm.Host.Queues)
 	}
+	served := true
 	for _, e := range stats.Engines {
 		c := e.Engine
 		t.Logf("queue %d: frames in %d out %d, forwarded in %d out %d; socket rx_dropped %d rx_ring_full %d fill_ring_empty %d tx_invalid %d",
 			e.Queue, c["frames_in"], c["frames_out"], c["forwarded_in"], c["forwarded_out"],
 			e.Socket.RxDropped, e.Socket.RxRingFull, e.Socket.FillRingEmpty, e.Socket.TxInvalid)
 		if c["frames_in"] == 0 || c["frames_out"] == 0 {
-			t.Errorf("queue %d: frames in %d, out %d: want both served", e.Queue, c["frames_in"], c["frames_out"])
+			served = false
+			if last {
+				t.Fatalf("queue %d: frames in %d, out %d: want both served", e.Queue, c["frames_in"], c["frames_out"])
+			}
 		}
 	}
+	return served
 }
 
 // stopWithConnection stops the unit while the host's rping client is
