@@ -87,7 +87,8 @@
 //   - AF_XDP binds in copy mode: 6.12's virtio_net refuses a bind with
 //     XDP_ZEROCOPY with EOPNOTSUPP (ndkxdp's -zero-copy required says
 //     "operation not supported (ENOTSUP)"), with or without
-//     iommu_platform=on.
+//     iommu_platform=on; so does Debian 12's 6.1 (the peer image's kernel,
+//     tried by hand), which says the same of XDP's TX queues.
 //   - The daemon did not start under the unit until it asked netlink for
 //     NETLINK_ROUTE only: its route handle also opened NETLINK_XFRM and
 //     NETLINK_NETFILTER, and this kernel, which has neither xfrm_user nor
