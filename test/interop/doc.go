@@ -81,9 +81,12 @@
 // DREQ, the exit status and the journal. What the kernel said there:
 //
 //   - XDP in the driver works with two queue pairs on two vCPUs, but
-//     virtio_net wants a TX queue per CPU more than it has: "XDP request 4
-//     queues but max is 2. XDP_TX and XDP_REDIRECT will operate in a
-//     slower locked tx mode." (dmesg).
+//     virtio_net wants an XDP TX queue per CPU on top of the two queue
+//     pairs in use, and the NIC has no more: "XDP request 4 queues but max
+//     is 2. XDP_TX and XDP_REDIRECT will operate in a slower locked tx
+//     mode." (dmesg). The daemon's program redirects into AF_XDP
+//     sockets and its engines send through them, so no XDP TX queue is
+//     used.
 //   - AF_XDP binds in copy mode: 6.12's virtio_net refuses a bind with
 //     XDP_ZEROCOPY with EOPNOTSUPP (ndkxdp's -zero-copy required says
 //     "operation not supported (ENOTSUP)"), with or without
