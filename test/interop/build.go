@@ -33,8 +33,12 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 			err = errors.Join(err, rerr)
 		}
 	}()
-	fmt.Fprintf(cfg.Progress, "interop: building the Soft-RoCE peer image %s (Debian %s, %d packages) in %s; this takes a minute or two\n",
-		hash, cfg.Suite, len(cfg.Packages), cfg.CacheDir)
+	what := "Soft-RoCE peer"
+	if cfg.Systemd {
+		what = "daemon host"
+	}
+	fmt.Fprintf(cfg.Progress, "interop: building the %s image %s (Debian %s, %d packages) in %s; this takes a minute or two\n",
+		what, hash, cfg.Suite, len(cfg.Packages), cfg.CacheDir)
 	stop := progressTicker(cfg.Progress, start, "building the peer image")
 	defer stop()
 
@@ -43,11 +47,19 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 	if err := mmdebstrap(ctx, cfg, sources, rootfs, logPath); err != nil {
 		return nil, err
 	}
-	if err := buildTools(ctx, cfg, sources, tmp, rootfs); err != nil {
-		return nil, err
+	initScript := guestInit
+	if !cfg.Systemd {
+		if err := buildTools(ctx, cfg, sources, tmp, rootfs); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := installAgentService(rootfs); err != nil {
+			return nil, err
+		}
+		initScript = systemdInit
 	}
 	fmt.Fprintf(cfg.Progress, "interop: root file system ready after %.0fs; packing the initramfs\n", time.Since(start).Seconds())
-	release, keepMods, err := takeKernel(rootfs, tmp)
+	release, keepMods, err := takeKernel(rootfs, tmp, modulesOf(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +67,7 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 	if err != nil {
 		return nil, fmt.Errorf("list installed packages: %w", err)
 	}
-	unpacked, err := packInitramfs(ctx, rootfs, keepMods, filepath.Join(tmp, "initrd.zst"))
+	unpacked, err := packInitramfs(ctx, rootfs, keepMods, initScript, filepath.Join(tmp, "initrd.zst"))
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +84,7 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 		Format:        imageFormat,
 		Suite:         cfg.Suite,
 		Packages:      cfg.Packages,
+		Systemd:       cfg.Systemd,
 		KernelRelease: release,
 		Modules:       mods,
 		InitrdBytes:   st.Size(),
@@ -236,9 +249,8 @@ func copyFile(src, dst string) error {
 }
 
 // takeKernel copies the one kernel in rootfs's /boot to dir/vmlinuz and
-// returns its release and the modules the peer loads, with those they
-// depend on.
-func takeKernel(rootfs, dir string) (release string, keepMods map[string]bool, err error) {
+// returns its release and the modules roots, with those they depend on.
+func takeKernel(rootfs, dir string, roots []string) (release string, keepMods map[string]bool, err error) {
 	kernels, _ := filepath.Glob(filepath.Join(rootfs, "boot", "vmlinuz-*"))
 	if len(kernels) != 1 {
 		return "", nil, fmt.Errorf("expected one kernel in the image's /boot, found %d", len(kernels))
@@ -255,9 +267,23 @@ func takeKernel(rootfs, dir string) (release string, keepMods map[string]bool, e
 	if err != nil {
 		return "", nil, fmt.Errorf("read modules.dep of %s: %w", release, err)
 	}
-	keepMods, err = moduleClosure(depFile, guestModules)
+	// A module the kernel has built in needs no file (trixie builds
+	// virtio_console in).
+	builtin, _ := os.ReadFile(filepath.Join(rootfs, "usr", modDir, "modules.builtin"))
+	roots = slices.DeleteFunc(slices.Clone(roots), func(m string) bool { return isBuiltin(builtin, m) })
+	keepMods, err = moduleClosure(depFile, roots)
 	if err != nil {
 		return "", nil, fmt.Errorf("kernel %s: %w", release, err)
 	}
 	return release, keepMods, nil
+}
+
+// isBuiltin reports whether a modules.builtin file lists module.
+func isBuiltin(modulesBuiltin []byte, module string) bool {
+	for line := range strings.Lines(string(modulesBuiltin)) {
+		if moduleName(strings.TrimSpace(line)) == strings.ReplaceAll(module, "-", "_") {
+			return true
+		}
+	}
+	return false
 }

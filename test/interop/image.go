@@ -112,6 +112,11 @@ type ImageConfig struct {
 	Progress io.Writer
 	// BuildTimeout bounds a build; 0 means 15 minutes.
 	BuildTimeout time.Duration
+	// Systemd builds the daemon host image instead of the Soft-RoCE peer:
+	// systemd is PID 1 and the agent one of its services (systemd.go).
+	// Its Suite defaults to SystemdSuite and its Packages to
+	// SystemdPackages.
+	Systemd bool
 }
 
 // DefaultCacheDir is where images are kept unless NDKXDP_INTEROP_CACHE or
@@ -138,6 +143,7 @@ type Manifest struct {
 	Packages      []string `json:"packages"`
 	KernelRelease string   `json:"kernel_release"`
 	Modules       []string `json:"modules"`
+	Systemd       bool     `json:"systemd,omitempty"`
 	InitrdBytes   int64    `json:"initrd_bytes"`
 	UnpackedBytes int64    `json:"unpacked_bytes"`
 	BuildSeconds  float64  `json:"build_seconds"`
@@ -149,9 +155,15 @@ func (c *ImageConfig) withDefaults() ImageConfig {
 	out := *c
 	if out.Suite == "" {
 		out.Suite = DefaultSuite
+		if out.Systemd {
+			out.Suite = SystemdSuite
+		}
 	}
 	if out.Packages == nil {
 		out.Packages = DefaultPackages
+		if out.Systemd {
+			out.Packages = SystemdPackages
+		}
 	}
 	if out.CacheDir == "" {
 		out.CacheDir = os.Getenv("NDKXDP_INTEROP_CACHE")
@@ -237,7 +249,11 @@ func inputHash(cfg ImageConfig, sources []string) (string, error) {
 	put("init", guestInit)
 	put("sendinv", guestSendInv)
 	put("tool-packages", []byte(strings.Join(toolPackages, "\n")))
-	put("modules", []byte(strings.Join(guestModules, "\n")))
+	put("modules", []byte(strings.Join(modulesOf(cfg), "\n")))
+	if cfg.Systemd {
+		put("systemd-init", systemdInit)
+		put("agent-unit", agentUnit)
+	}
 	put("dpkg-excludes", []byte(strings.Join(dpkgExcludes, "\n")))
 	put("pack-excludes", []byte(strings.Join(packExcludes, "\n")))
 	for _, f := range sources {

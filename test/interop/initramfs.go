@@ -63,9 +63,10 @@ func moduleName(path string) string {
 }
 
 // packInitramfs writes the initramfs: rootfs minus packExcludes and minus
-// every kernel module not in keepMods, plus /init and /dev/console, as a
-// zstd-compressed newc archive. It returns the uncompressed size.
-func packInitramfs(ctx context.Context, rootfs string, keepMods map[string]bool, out string) (int64, error) {
+// every kernel module not in keepMods, plus /init (initScript) and
+// /dev/console, as a zstd-compressed newc archive. It returns the
+// uncompressed size.
+func packInitramfs(ctx context.Context, rootfs string, keepMods map[string]bool, initScript []byte, out string) (int64, error) {
 	f, err := os.Create(out)
 	if err != nil {
 		return 0, err
@@ -101,7 +102,7 @@ func packInitramfs(ctx context.Context, rootfs string, keepMods map[string]bool,
 	}
 	werr := cw.AddTree(rootfs, keep)
 	if werr == nil {
-		werr = cw.Add(cpioEntry{Name: "init", Mode: unix.S_IFREG | 0o755, Size: int64(len(guestInit))}, strings.NewReader(string(guestInit)))
+		werr = cw.Add(cpioEntry{Name: "init", Mode: unix.S_IFREG | 0o755, Size: int64(len(initScript))}, strings.NewReader(string(initScript)))
 	}
 	if werr == nil {
 		// The kernel opens /dev/console for PID 1 before init can mount

@@ -28,6 +28,7 @@ type Host struct {
 	IPv4    netip.Addr
 	IPv6    netip.Addr // zero unless Config.IPv6
 	MTU     int
+	Queues  int // the tap's queues, one per queue pair of the VM's NIC
 
 	ns netns.NsHandle
 }
@@ -40,11 +41,12 @@ var nsSeq atomic.Uint32
 func newHost(cfg *Config) (*Host, error) {
 	vethpair.RemoveStale()
 	h := &Host{
-		NS:   fmt.Sprintf("%s%d-vm%d", vethpair.NamePrefix, os.Getpid(), nsSeq.Add(1)),
-		Tap:  "ndkvm0",
-		IPv4: HostIPv4,
-		MTU:  cfg.MTU,
-		ns:   -1,
+		NS:     fmt.Sprintf("%s%d-vm%d", vethpair.NamePrefix, os.Getpid(), nsSeq.Add(1)),
+		Tap:    "ndkvm0",
+		IPv4:   HostIPv4,
+		MTU:    cfg.MTU,
+		Queues: cfg.Queues,
+		ns:     -1,
 	}
 	if cfg.IPv6 {
 		h.IPv6 = HostIPv6
@@ -75,6 +77,11 @@ func (h *Host) configure() error {
 		LinkAttrs: netlink.LinkAttrs{Name: h.Tap, MTU: h.MTU},
 		Mode:      netlink.TUNTAP_MODE_TAP,
 		Flags:     netlink.TUNTAP_NO_PI | netlink.TUNTAP_VNET_HDR,
+	}
+	if h.Queues > 1 {
+		// qemu attaches one file per queue pair (-netdev tap,queues=N).
+		tap.Flags |= netlink.TUNTAP_MULTI_QUEUE
+		tap.Queues = h.Queues
 	}
 	err = netlink.LinkAdd(tap)
 	for _, f := range tap.Fds {

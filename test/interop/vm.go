@@ -62,6 +62,13 @@ type Config struct {
 	// BootTimeout bounds the boot up to rxe0's GID; 0 means 3 minutes
 	// (a TCG boot takes 10-15 s on an idle machine).
 	BootTimeout time.Duration
+	// Queues of the VM's NIC (queue pairs of a multi-queue virtio-net
+	// and of the tap); 0 means 1.
+	Queues int
+	// Files are added to the guest's root file system at boot, over the
+	// image's (an archive of their own in front of the image's
+	// initramfs), so that what changes often stays out of the image.
+	Files []File
 }
 
 // Guest describes the VM's end of the link and its RDMA device.
@@ -69,7 +76,7 @@ type Guest struct {
 	IPv4     netip.Addr
 	IPv6     netip.Addr // zero unless Config.IPv6
 	MAC      net.HardwareAddr
-	Device   string     // "rxe0"
+	Device   string     // "rxe0"; empty in the daemon host image (no rxe)
 	GID      rocev2.GID // RoCE v2 GID of IPv4 (IPv4-mapped)
 	GIDIndex int        // its index in the GID table
 }
@@ -102,7 +109,8 @@ type VM struct {
 
 // Boot builds (or reuses) the peer image, creates the host namespace and
 // tap, starts qemu and waits until the guest agent reports rxe0 ACTIVE with
-// the RoCE v2 GID of its IPv4 address. The caller must Close the VM.
+// the RoCE v2 GID of its IPv4 address (in the daemon host image, which has
+// no rxe, until the agent is up). The caller must Close the VM.
 func Boot(ctx context.Context, cfg Config) (*VM, error) {
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
@@ -118,6 +126,12 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	if cfg.MemoryMB < 256 || cfg.CPUs < 1 || cfg.CPUs > 64 {
 		return nil, fmt.Errorf("interop: %d MB and %d CPUs: need at least 256 MB and 1..64 CPUs", cfg.MemoryMB, cfg.CPUs)
+	}
+	if cfg.Queues == 0 {
+		cfg.Queues = 1
+	}
+	if cfg.Queues < 1 || cfg.Queues > 16 {
+		return nil, fmt.Errorf("interop: %d NIC queues: want 1..16", cfg.Queues)
 	}
 	if cfg.BootTimeout == 0 {
 		cfg.BootTimeout = 3 * time.Minute
@@ -258,7 +272,14 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 		return vm, fmt.Errorf("interop: %w", err)
 	}
 	sock := filepath.Join(vm.dir, "agent.sock")
-	args := qemuArgs(cfg, img, accel, vm.Host, vm.dir, sock)
+	initrd := img.Initrd
+	if len(cfg.Files) > 0 {
+		initrd = filepath.Join(vm.dir, "initrd")
+		if err := writeInitrd(initrd, img.Initrd, cfg.Files); err != nil {
+			return vm, fmt.Errorf("interop: %w", err)
+		}
+	}
+	args := qemuArgs(cfg, img, accel, vm.Host, vm.dir, sock, initrd)
 	qlog, err := os.Create(filepath.Join(vm.dir, "qemu.log"))
 	if err != nil {
 		return vm, fmt.Errorf("interop: %w", err)
@@ -297,6 +318,11 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 	}
 	vm.BootTime = time.Since(start)
 	vm.GuestUptime = time.Duration(r.uptime * float64(time.Second))
+	if img.Systemd {
+		// No rxe: the agent reports "none".
+		vm.Guest.Device = ""
+		return vm, nil
+	}
 	gid, err := parseSysfsGID(r.gid)
 	if err != nil {
 		return vm, vm.bootError(err)
@@ -309,9 +335,9 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 }
 
 // qemuArgs is the command line, after "ip", that runs the peer's qemu in
-// host's namespace with its console log in dir and its agent socket at
-// sock.
-func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock string) []string {
+// host's namespace with its console log in dir, its agent socket at sock
+// and initrd as its initramfs.
+func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd string) []string {
 	appendArgs := []string{
 		"console=ttyS0", "quiet", "panic=-1", "no_timer_check",
 		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
@@ -328,6 +354,19 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock string)
 	if cfg.IPv6 {
 		appendArgs = append(appendArgs, "ndkxdp.ip6="+GuestIPv6.String()+"/"+strconv.Itoa(PrefixLen6))
 	}
+	if img.Systemd {
+		// eth0 keeps its kernel name (the unit's instance and the
+		// agent name it), and carries no rxe.
+		appendArgs = append(appendArgs, "net.ifnames=0", "ndkxdp.rxe=0")
+	}
+	netdev := "tap,id=net0,ifname=" + host.Tap + ",script=no,downscript=no"
+	nic := fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", GuestMAC, cfg.MTU)
+	if cfg.Queues > 1 {
+		// A vector per queue of each direction, one for the config
+		// and one for the control queue.
+		netdev += ",queues=" + strconv.Itoa(cfg.Queues)
+		nic += fmt.Sprintf(",mq=on,vectors=%d", 2*cfg.Queues+2)
+	}
 	cpu := "max"
 	if accel == AccelKVM {
 		cpu = "host"
@@ -342,12 +381,12 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock string)
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-serial", "file:" + filepath.Join(dir, "console.log"),
 		"-kernel", img.Kernel,
-		"-initrd", img.Initrd,
+		"-initrd", initrd,
 		"-append", strings.Join(appendArgs, " "),
-		"-netdev", "tap,id=net0,ifname=" + host.Tap + ",script=no,downscript=no",
+		"-netdev", netdev,
 		// No checksum or segmentation offload: every frame on the tap is
 		// a complete frame as a NIC would put it on the wire.
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", GuestMAC, cfg.MTU),
+		"-device", nic,
 		// The command channel: virtio-serial, not the test network.
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-device", "virtio-serial-pci",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
@@ -25,15 +26,19 @@ func (g *management) openNamespace() error {
 	// Entering a namespace needs CAP_SYS_ADMIN, even the one a thread is
 	// in; in the calling thread's own namespace the handle is made where
 	// it stands, so a tool needs no CAP_SYS_ADMIN for its own namespace.
+	// Routes, neighbours and addresses are all it asks: without a family
+	// the handle also opens NETLINK_XFRM and NETLINK_NETFILTER, which a
+	// kernel without the xfrm_user or nfnetlink module refuses with
+	// EPROTONOSUPPORT (test/interop's daemon host VM has neither).
 	var nl *netlink.Handle
 	if here, herr := netns.Get(); herr == nil && here.Equal(ns) {
 		here.Close()
-		nl, err = netlink.NewHandle()
+		nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	} else {
 		if herr == nil {
 			here.Close()
 		}
-		nl, err = netlink.NewHandleAt(ns)
+		nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	}
 	if err != nil {
 		ns.Close()

@@ -1,0 +1,359 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// The daemon's files are staged here in the guest; the test installs them
+// as the README tells operators to.
+const (
+	stageDir     = "/root/ndkxdp-install"
+	daemonSocket = "/run/ndkxdp/eth0.sock"
+	daemonUnit   = "ndkxdp@eth0"
+)
+
+// operatorInstall is the README's "run it from systemd" list, from the
+// staged copies.
+var operatorInstall = strings.Join([]string{
+	"install -m 0755 " + stageDir + "/ndkxdp /usr/local/bin/",
+	"install -m 0644 " + stageDir + "/packaging/ndkxdp@.service /etc/systemd/system/",
+	"install -D -m 0644 " + stageDir + "/packaging/ndkxdp.json.example /etc/ndkxdp/eth0.json",
+	"groupadd --system rdma",
+	"systemctl enable --now " + daemonUnit,
+}, " && ")
+
+// daemonFiles builds ndkxdp as a static binary and stages it with the
+// unit and the example config.
+func daemonFiles(t *testing.T) []File {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "ndkxdp")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/ndkxdp/ndkxdp/cmd/ndkxdp")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build ./cmd/ndkxdp: %v\n%s", err, out)
+	}
+	read := func(p string) []byte {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return []File{
+		{Path: stageDir + "/ndkxdp", Mode: 0o755, Data: read(bin)},
+		{Path: stageDir + "/packaging/ndkxdp@.service", Mode: 0o644, Data: read("../../packaging/ndkxdp@.service")},
+		{Path: stageDir + "/packaging/ndkxdp.json.example", Mode: 0o644, Data: read("../../packaging/ndkxdp.json.example")},
+	}
+}
+
+// TestDaemonUnderSystemdOnVirtio runs the daemon as operators do, under
+// systemd on a multi-queue virtio_net NIC in the daemon host VM: the
+// README's install steps, `systemctl enable --now`, the operator's
+// listings, verified RDMA traffic from an ndkxdp adapter on the host side
+// of the tap to clients of the daemon, served on both queues, and a
+// `systemctl stop` that disconnects a live connection (a DREQ reaches the
+// host) and exits 0 under the unit's sandbox.
+func TestDaemonUnderSystemdOnVirtio(t *testing.T) {
+	requireVMTools(t)
+	img, err := EnsureImage(ctxFor(t, 20*time.Minute), ImageConfig{Systemd: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := daemonFiles(t)
+	vm := bootVM(t, 4*time.Minute, Config{Image: img, Queues: 2, CPUs: 2, MemoryMB: 1024, Files: files})
+	t.Logf("daemon host: Debian %s, kernel %s, image built in %.0fs (built by this run: %v)", img.Suite, img.KernelRelease, img.BuildSeconds, img.Built)
+
+	mustRun(t, vm, operatorInstall)
+	waitDaemon(t, vm)
+
+	var info daemon.Info
+	guestJSON(t, vm, "ndkxdp info -j -dev eth0", &info)
+	checkInfo(t, vm, &info)
+	var st daemon.Status
+	guestJSON(t, vm, "ndkxdp status -j -dev eth0", &st)
+	if pid := strings.TrimSpace(mustRun(t, vm, "systemctl show -p MainPID --value "+daemonUnit)); st.Interface != "eth0" || fmt.Sprint(st.PID) != pid {
+		t.Fatalf("status says interface %q pid %d; systemd's main PID is %s", st.Interface, st.PID, pid)
+	}
+	t.Logf("kernel's words on XDP (dmesg):\n%s", mustRun(t, vm, "dmesg | grep -i -E 'xdp|xsk' || true"))
+
+	var dev *ndkverbs.Device
+	if err := vm.Host.Do(func() (err error) {
+		dev, err = ndkverbs.Open(vm.Host.Tap, ndk.Options{Queues: vm.Host.Queues})
+		return err
+	}); err != nil {
+		t.Fatalf("attach ndkxdp to %s: %v", vm.Host.Tap, err)
+	}
+	t.Cleanup(func() { dev.Close() })
+
+	start := time.Now()
+	guestRping(t, vm, dev, 50)
+	guestWriteBW(t, vm, dev, 4096, 2000)
+	// Queue 0 carries the CM's datagrams both ways, and the daemon's QPs,
+	// one per server, go to its engines in turn; but the host's QPs do
+	// too, and a REQ refused before the guest's server listened cost one:
+	// both connections may have ended up on one host queue. Another
+	// connection then goes to the next.
+	for round := 1; !queuesServed(t, vm, round == 4); round++ {
+		t.Logf("round %d: a queue has not received or sent yet; another rping", round)
+		guestRping(t, vm, dev, 10)
+	}
+	t.Logf("traffic through the daemon took %v", time.Since(start).Round(time.Millisecond))
+
+	stopWithConnection(t, vm, dev)
+	if info.Queues[0].Bind == "copy" {
+		probeZeroCopy(t, vm)
+	}
+}
+
+// waitDaemon waits until the unit is active and its daemon answers on
+// its socket.
+func waitDaemon(t *testing.T, vm *VM) {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	cmd := "systemctl is-active " + daemonUnit + " && ndkxdp status -dev eth0 >/dev/null"
+	for {
+		out, errOut, code, err := vm.Run(ctx, cmd)
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		if code == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			j, _, _, _ := vm.Run(ctxFor(t, 30*time.Second), "journalctl -u "+daemonUnit+" --no-pager -o cat")
+			t.Fatalf("%s never answered (last: %s %s); journal:\n%s", daemonUnit, out, errOut, j)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// guestJSON runs cmd in the guest and decodes its JSON output into v.
+func guestJSON(t *testing.T, vm *VM, cmd string, v any) {
+	t.Helper()
+	out := mustRun(t, vm, cmd)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+}
+
+// checkInfo checks what `ndkxdp info` says of the NIC: virtio_net, XDP in
+// the driver, an AF_XDP socket on each of the NIC's queues. Whether a
+// queue binds zero-copy is the kernel's to say; the test records it.
+func checkInfo(t *testing.T, vm *VM, info *daemon.Info) {
+	t.Helper()
+	if info.Driver != "virtio_net" || info.XDPMode != "driver" {
+		t.Errorf("info: driver %q, XDP mode %q; want virtio_net, driver", info.Driver, info.XDPMode)
+	}
+	if len(info.Queues) != vm.Host.Queues {
+		t.Fatalf("info: %d queues bound, want %d: %+v", len(info.Queues), vm.Host.Queues, info.Queues)
+	}
+	var binds []string
+	for _, q := range info.Queues {
+		if q.Bind != "zero-copy" && q.Bind != "copy" {
+			t.Errorf("queue %d: bind %q, want zero-copy or copy", q.Queue, q.Bind)
+		}
+		binds = append(binds, fmt.Sprintf("queue %d %s", q.Queue, q.Bind))
+	}
+	if !info.Served {
+		t.Error("info: not served")
+	}
+	t.Logf("info: driver %s %s, XDP mode %s, AF_XDP %s, MTU %d (path MTU %d), kernel %s",
+		info.Driver, info.DriverVersion, info.XDPMode, strings.Join(binds, ", "), info.MTU, info.ActivePathMTU, info.Versions.Kernel)
+}
+
+// guestRping runs `ndkxdp rping -s` on the daemon in the guest and the
+// host's rping client with every pong verified.
+func guestRping(t *testing.T, vm *VM, dev *ndkverbs.Device, count int) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	srv, err := vm.Start(ctx, fmt.Sprintf("ndkxdp rping -s -daemon %s -p %d -C %d -timeout 90s", daemonSocket, rpingPort, count))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Kill()
+	cfg := rping.Config{Count: count, Validate: true}
+	var st rping.Stats
+	err = retryRejected(ctx, func() (err error) {
+		st, err = rping.RunClient(ctx, cfg, &ndkverbs.Connector{Dev: dev, Peer: GuestIPv4}, rpingPort)
+		return err
+	})
+	out, errOut, code, werr := srv.Wait(ctx)
+	if err != nil || st.Pings != count || werr != nil || code != 0 {
+		t.Fatalf("rping: host client %d verified pings of %d (%v); guest server exit %d (%v):\n%s%s", st.Pings, count, err, code, werr, out, errOut)
+	}
+	t.Logf("rping: %d pings, each pong verified, host client <-> guest daemon's client", st.Pings)
+}
+
+// retryRejected runs connect until it is not refused for want of a
+// listener (REJ reason 8: the guest's server is not listening yet), at
+// most 100 times.
+func retryRejected(ctx context.Context, connect func() error) error {
+	for range 100 {
+		err := connect()
+		var rej *verbs.RejectError
+		if !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("rejected 100 times: nobody listens")
+}
+
+// guestWriteBW runs `ndkxdp perf write_bw` as the server in the guest and
+// the host's perftest client.
+func guestWriteBW(t *testing.T, vm *VM, dev *ndkverbs.Device, size, iters int) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	srv, err := vm.Start(ctx, fmt.Sprintf("ndkxdp perf write_bw -daemon %s -p %d -s %d -n %d -timeout 90s", daemonSocket, perfPort, size, iters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Kill()
+	prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: size, Iterations: iters, Port: perfPort,
+		ConnectRetry: perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}}
+	var ours bytes.Buffer
+	_, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: dev, Peer: GuestIPv4}, &ours)
+	out, errOut, code, werr := srv.Wait(ctx)
+	if err != nil || werr != nil || code != 0 {
+		t.Fatalf("write_bw: host client: %v\n%s\nguest server exit %d (%v):\n%s%s", err, ours.String(), code, werr, out, errOut)
+	}
+	t.Logf("write_bw %d x %d B: host client:\n%sguest server:\n%s", iters, size, reportLines(ours.String()), reportLines(out))
+}
+
+// queuesServed reports whether, in the daemon's own counters, the engine
+// of every queue received and sent frames; last makes a queue that did
+// not a failure.
+func queuesServed(t *testing.T, vm *VM, last bool) bool {
+	t.Helper()
+	var stats daemon.Stats
+	guestJSON(t, vm, "ndkxdp stats -j -dev eth0", &stats)
+	if len(stats.Engines) != vm.Host.Queues {
+		t.Fatalf("stats: %d engines, want %d", len(stats.Engines), vm.Host.Queues)
+	}
+	served := true
+	for _, e := range stats.Engines {
+		c := e.Engine
+		t.Logf("queue %d: frames in %d out %d, forwarded in %d out %d; socket rx_dropped %d rx_ring_full %d fill_ring_empty %d tx_invalid %d",
+			e.Queue, c["frames_in"], c["frames_out"], c["forwarded_in"], c["forwarded_out"],
+			e.Socket.RxDropped, e.Socket.RxRingFull, e.Socket.FillRingEmpty, e.Socket.TxInvalid)
+		if c["frames_in"] == 0 || c["frames_out"] == 0 {
+			served = false
+			if last {
+				t.Fatalf("queue %d: frames in %d, out %d: want both served", e.Queue, c["frames_in"], c["frames_out"])
+			}
+		}
+	}
+	return served
+}
+
+// stopWithConnection stops the unit while the host's rping client is
+// connected to a client of the daemon: the daemon disconnects it (the
+// host receives a DREQ), exits 0, detaches and unpins, and logged nothing
+// the sandbox refused.
+func stopWithConnection(t *testing.T, vm *VM, dev *ndkverbs.Device) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	srv, err := vm.Start(ctx, fmt.Sprintf("ndkxdp rping -s -daemon %s -p %d -timeout 90s", daemonSocket, rpingPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Kill()
+	dreqs := dev.Adapter.CMStats().Received[rocev2.AttrDREQ]
+	var pings rping.Stats
+	done := make(chan error, 1)
+	go func() {
+		done <- retryRejected(ctx, func() (err error) {
+			pings, err = rping.RunClient(ctx, rping.Config{Validate: true}, &ndkverbs.Connector{Dev: dev, Peer: GuestIPv4}, rpingPort)
+			return err
+		})
+	}()
+	for {
+		var st daemon.Status
+		guestJSON(t, vm, "ndkxdp status -j -dev eth0", &st)
+		if st.Connections > 0 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("rping client ended before the stop: %v", err)
+		case <-ctx.Done():
+			t.Fatal("no connection at the daemon")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	start := time.Now()
+	mustRun(t, vm, "systemctl stop "+daemonUnit)
+	stopped := time.Since(start)
+	var cerr error
+	select {
+	case cerr = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host's rping client still runs 30 s after the daemon stopped")
+	}
+	if got := dev.Adapter.CMStats().Received[rocev2.AttrDREQ]; got <= dreqs {
+		t.Errorf("host received %d DREQs during the stop, want at least 1 (client ended: %v)", got-dreqs, cerr)
+	}
+	show := mustRun(t, vm, "systemctl show -p ActiveState -p Result -p ExecMainCode -p ExecMainStatus "+daemonUnit)
+	for _, want := range []string{"ActiveState=inactive", "Result=success", "ExecMainStatus=0"} {
+		if !strings.Contains(show, want+"\n") {
+			t.Errorf("after systemctl stop: want %s in\n%s", want, show)
+		}
+	}
+	journal := mustRun(t, vm, "journalctl -u "+daemonUnit+" --no-pager -o cat")
+	for _, want := range []string{`"msg":"stopping: disconnecting every client's connections","clients":1`, `"msg":"stopped: detached and unpinned"`} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("journal lacks %s:\n%s", want, journal)
+		}
+	}
+	for _, refused := range []string{"EPERM", "EACCES", "not permitted", "permission denied", "ERROR", "WARN"} {
+		if strings.Contains(journal, refused) {
+			t.Errorf("journal has %q: something was refused under the unit's sandbox:\n%s", refused, journal)
+		}
+	}
+	if out := mustRun(t, vm, "ip link show eth0; ls /sys/fs/bpf/ndkxdp 2>&1 || true"); strings.Contains(out, "xdp") || strings.Contains(out, "eth0\n") {
+		t.Errorf("after the stop eth0 still has XDP or a pin:\n%s", out)
+	}
+	t.Logf("systemctl stop took %v with 1 connection; the host's client ended after %d pings: %v; unit: %s",
+		stopped.Round(time.Millisecond), pings.Pings, cerr, strings.ReplaceAll(strings.TrimSpace(show), "\n", " "))
+}
+
+// probeZeroCopy asks for a zero-copy bind the daemon did not get and
+// records the kernel's refusal.
+func probeZeroCopy(t *testing.T, vm *VM) {
+	t.Helper()
+	out, errOut, code, err := vm.Run(ctxFor(t, time.Minute), "timeout 20 ndkxdp daemon -dev eth0 -zero-copy required -socket /run/ndkxdp-zc.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code == 0 || code == 124 {
+		t.Fatalf("the daemon bound copy mode, but -zero-copy required was not refused (exit %d):\n%s%s", code, out, errOut)
+	}
+	_, refusal, ok := strings.Cut(strings.TrimSpace(errOut), "bind (zero-copy mode requested): ")
+	if !ok {
+		t.Fatalf("-zero-copy required: exit %d without the bind's error:\n%s", code, errOut)
+	}
+	t.Logf("zero-copy: the kernel refuses an XDP_ZEROCOPY bind on virtio_net: %s", refusal)
+}
