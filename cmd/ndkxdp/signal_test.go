@@ -54,6 +54,7 @@ func TestDemoEndsWhenInterrupted(t *testing.T) {
 		if i%2 == 1 {
 			sig, want = syscall.SIGTERM, 143
 		}
+	again:
 		cmd := command(t, "demo", "-messages", "2000000")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -76,6 +77,11 @@ func TestDemoEndsWhenInterrupted(t *testing.T) {
 			t.Fatalf("demo still running 20s after %v at %v:\n%s%s", sig, after, stdout.String(), stderr.String())
 		}
 		took := time.Since(sent)
+		if early(err, sig) && after < 4*time.Second {
+			t.Logf("%v at %v came before the process handled signals (a slow start); again %v later", sig, after, after)
+			after *= 2
+			goto again
+		}
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != want {
 			t.Errorf("%v at %v: %v, want exit status %d\n%s", sig, after, err, want, stderr.String())
@@ -126,6 +132,20 @@ func TestCapabilitiesNamed(t *testing.T) {
 	}
 }
 
+// early reports whether the process died of sig itself: the signal came
+// before main installed its handler, which on a loaded machine can take
+// longer than the test's delay (the runtime's default then ends the
+// process). The case is run again with a longer delay; the behaviour under
+// test is what the running command does.
+func early(err error, sig syscall.Signal) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
+}
+
 // TestSignalsEndTools signals rping and perf, as servers waiting for a
 // client and as a client resolving a peer nobody answers, and the
 // baseline amid its measurements: each exits promptly with 130 or 143,
@@ -153,6 +173,7 @@ func TestSignalsEndTools(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	again:
 		argv := append(append(tc.netns, exe), tc.args...)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), "NDKXDP_TEST_MAIN=1")
@@ -180,6 +201,11 @@ func TestSignalsEndTools(t *testing.T) {
 			t.Fatalf("%v still running 20s after %v:\n%s", tc.args, tc.sig, stderr.String())
 		}
 		took := time.Since(sent)
+		if early(err, tc.sig) && tc.after < 4*time.Second {
+			t.Logf("%v: %v at %v came before the process handled signals (a slow start); again %v later", tc.args, tc.sig, tc.after, tc.after)
+			tc.after *= 2
+			goto again
+		}
 		want := 128 + int(tc.sig)
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != want || !strings.Contains(stderr.String(), "interrupted during "+tc.phase) || took > 5*time.Second {
