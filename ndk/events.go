@@ -1,6 +1,7 @@
 package ndk
 
 import (
+	"os"
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
@@ -13,6 +14,7 @@ import (
 // with no message on the socket between.
 type remoteEvents struct {
 	bell    *shm.Doorbell
+	file    *os.File // the bell's eventfd, in the runtime's netpoller
 	ring    *shm.Consumer
 	stopped atomic.Bool
 	done    chan struct{}
@@ -23,11 +25,16 @@ func (r *remote) startEvents(efd int) error {
 	if err != nil {
 		return err
 	}
+	// On failure the caller closes efd, which the bell would otherwise.
 	ring, err := shm.NewConsumer(r.sess, proto.EventRing)
 	if err != nil {
 		return err
 	}
-	r.ev = &remoteEvents{bell: bell, ring: ring, done: make(chan struct{})}
+	f, err := bell.File()
+	if err != nil {
+		return err
+	}
+	r.ev = &remoteEvents{bell: bell, file: f, ring: ring, done: make(chan struct{})}
 	go r.readEvents()
 	return nil
 }
@@ -45,9 +52,11 @@ func (r *remote) readEvents() {
 		if ev.stopped.Load() || ev.ring.Err() != nil {
 			return
 		}
-		// Wait returns at once for a ring since the last wait; the
+		// WaitFile returns at once for a ring since the last wait; the
 		// drain above then sees its event.
-		_ = ev.bell.Wait(-1)
+		if ev.bell.WaitFile(ev.file) != nil {
+			return
+		}
 	}
 }
 
@@ -77,5 +86,6 @@ func (r *remote) stopEvents() {
 	ev.stopped.Store(true)
 	ev.bell.Ring()
 	<-ev.done
+	ev.file.Close()
 	ev.bell.Close()
 }

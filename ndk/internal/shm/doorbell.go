@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -156,6 +157,41 @@ func (d *Doorbell) Wait(timeout time.Duration) error {
 		return fmt.Errorf("shm: doorbell wait: eventfd revents %#x", d.pfds[0].Revents)
 	}
 	return nil
+}
+
+// WaitFile is Wait without a timeout or watched descriptors for a sleeper
+// that is an ordinary goroutine: it reads the eventfd through f, a
+// pollable os.File on a dup of it (NewFile of the non-blocking eventfd),
+// so the goroutine parks in the Go runtime's netpoller instead of holding
+// a thread in ppoll(2). The thread that finds it ready in epoll runs it
+// at once, and the goroutines it wakes in turn (a callback's dispatcher,
+// the consumer blocked on a notification) run on that thread after it:
+// one kernel wake-up for the chain where a blocking ppoll cost a thread
+// hand-off at each step. It allocates nothing.
+func (d *Doorbell) WaitFile(f *os.File) error {
+	d.sleeping.Store(1)
+	if d.pending.Swap(0) != 0 {
+		d.sleeping.Store(0)
+		return nil
+	}
+	d.sleeps.Add(1)
+	_, err := f.Read(d.drained[:]) // resets the counter
+	d.sleeping.Store(0)
+	d.pending.Store(0)
+	if err != nil {
+		return fmt.Errorf("shm: doorbell wait: read eventfd: %w", err)
+	}
+	return nil
+}
+
+// File returns a pollable os.File on a dup of the doorbell's eventfd, for
+// WaitFile; the caller closes it.
+func (d *Doorbell) File() (*os.File, error) {
+	fd, err := unix.FcntlInt(uintptr(d.efd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shm: doorbell: dup eventfd: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "ndkxdp-doorbell"), nil
 }
 
 // Stats returns how many Rings wrote the eventfd and how many Waits

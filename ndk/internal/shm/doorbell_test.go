@@ -165,3 +165,55 @@ func TestDoorbellAllocs(t *testing.T) {
 		t.Errorf("Ring+Wait through the eventfd: %v allocations, want 0", n)
 	}
 }
+
+// TestDoorbellWaitFile: the netpoller wait returns at once for a ring that
+// came first, sleeps until a ring that comes later (which then writes the
+// eventfd), leaves the counter reset, and allocates nothing.
+func TestDoorbellWaitFile(t *testing.T) {
+	sleeper, ringer := newTestBells(t, newTestSegment(t, 4096), 0)
+	f, err := sleeper.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ringer.Ring()
+	if err := sleeper.WaitFile(f); err != nil {
+		t.Fatal(err)
+	}
+	if _, s := sleeper.Stats(); s != 0 {
+		t.Fatalf("WaitFile after a ring slept %d times", s)
+	}
+	for round := range 3 {
+		done := make(chan error, 1)
+		go func() { done <- sleeper.WaitFile(f) }()
+		for deadline := time.Now().Add(10 * time.Second); sleeper.sleeping.Load() == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("the sleeper did not announce its sleep")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		select {
+		case <-done:
+			t.Fatalf("round %d: WaitFile returned without a ring", round)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if !ringer.Ring() {
+			t.Fatalf("round %d: Ring did not write the eventfd for a sleeper", round)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the sleeper did not wake", round)
+		}
+	}
+	ringer.Ring()
+	if n := testing.AllocsPerRun(100, func() {
+		ringer.Ring()
+		_ = sleeper.WaitFile(f)
+	}); n != 0 {
+		t.Fatalf("Ring+WaitFile allocates %v times", n)
+	}
+}
