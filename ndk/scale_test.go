@@ -87,10 +87,16 @@ func scalePipe(t testing.TB) (x, y *Adapter) {
 
 func connectOOB(t testing.TB, qx, qy *QP) {
 	t.Helper()
-	if err := qx.ConnectOOB(qy.LocalEndpoint(), ConnectOptions{}); err != nil {
+	// The scale tests post on thousands of QPs at once; under the race
+	// detector on a loaded machine an engine can fall behind longer than
+	// the default ACK timeout's eight rounds (about 0.5 s), which would
+	// end a SEND with STATUS_IO_TIMEOUT, a verdict on the machine, not on
+	// scale.
+	o := ConnectOptions{AckTimeout: time.Second}
+	if err := qx.ConnectOOB(qy.LocalEndpoint(), o); err != nil {
 		t.Fatal(err)
 	}
-	if err := qy.ConnectOOB(qx.LocalEndpoint(), ConnectOptions{}); err != nil {
+	if err := qy.ConnectOOB(qx.LocalEndpoint(), o); err != nil {
 		t.Fatal(err)
 	}
 }
