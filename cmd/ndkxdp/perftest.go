@@ -197,8 +197,10 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		p.AtomicType = perftest.CompareAndSwap
 	}
 	// perftest -R clients retry the data connection 10 times, 100 ms
-	// apart, when the server does not listen yet (REJ reason 8).
-	p.ConnectRetry = perftest.Retry{Attempts: 50, Interval: 100 * time.Millisecond}
+	// apart, when the server does not listen yet (REJ reason 8). Ours
+	// waits up to 10 s: rxe's server in a loaded VM once took more than
+	// 5 s to listen for it.
+	p.ConnectRetry = perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}
 	if err := p.Check(); err != nil {
 		return f, usagef("%v", err)
 	}
