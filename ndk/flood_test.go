@@ -68,7 +68,7 @@ type floodBed struct {
 
 // newFloodBed builds V (over a floodPort, with opts and CM params) and P,
 // and the stream from P to V.
-func newFloodBed(t *testing.T, params cm.Params, opts Options) *floodBed {
+func newFloodBed(t testing.TB, params cm.Params, opts Options) *floodBed {
 	t.Helper()
 	pipe, err := porttest.NewPipe(porttest.PipeConfig{Depth: 4096, Filter: func(dir porttest.Direction, f []byte) porttest.Verdict {
 		if dir == porttest.AtoB && rocev2.MAC(f[0:6]) == floodMAC {
@@ -92,7 +92,7 @@ func newFloodBed(t *testing.T, params cm.Params, opts Options) *floodBed {
 // ratio runs the stream for rounds of n messages, alternately without and
 // with load (start and stop bracket each loaded round), and returns the
 // loaded message rate over the unloaded one.
-func (b *floodBed) ratio(t *testing.T, rounds, n int, start, stop func()) (float64, time.Duration, time.Duration) {
+func (b *floodBed) ratio(t testing.TB, rounds, n int, start, stop func()) (float64, time.Duration, time.Duration) {
 	t.Helper()
 	var base, loaded time.Duration
 	for range rounds {
@@ -105,7 +105,7 @@ func (b *floodBed) ratio(t *testing.T, rounds, n int, start, stop func()) (float
 	return float64(base) / float64(loaded), per(base), per(loaded)
 }
 
-func (b *floodBed) floodFrame(t *testing.T, h rocev2.Headers, payload []byte) []byte {
+func (b *floodBed) floodFrame(t testing.TB, h rocev2.Headers, payload []byte) []byte {
 	t.Helper()
 	h.Eth = rocev2.EthernetFields{Dst: rocev2.MAC{2, 0, 0, 0, 0, 1}, Src: floodMAC}
 	h.IP = rocev2.NewIPFields(floodIP, pipeIPA)
@@ -127,22 +127,7 @@ func (b *floodBed) floodFrame(t *testing.T, h rocev2.Headers, payload []byte) []
 // budget (64 frames a loop) keeps V's engine serving the stream.
 func TestFloodOfReads(t *testing.T) {
 	b := newFloodBed(t, cm.Params{}, Options{})
-	region := make([]byte, 64<<10)
-	mr, err := b.v.pd.RegisterMR(region, MRFlagAllowRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fq := b.v.createQP(t)
-	const fPSN = 0x100
-	if err := fq.ConnectOOB(Endpoint{IP: floodIP, MAC: floodMAC[:], QPN: 0x7777, PSN: fPSN}, ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for k := range 16 {
-		b.fp.frames = append(b.fp.frames, b.floodFrame(t, rocev2.Headers{
-			BTH:  rocev2.BTHFields{Opcode: rocev2.RCReadRequest, PSN: rocev2.PSN(fPSN + 64*k), PKey: rocev2.DefaultPKey, DestQP: fq.QPN(), AckReq: true},
-			RETH: rocev2.RETHFields{VA: mr.Addr(), RKey: mr.RemoteToken(), DMALen: 64 << 10},
-		}, nil))
-	}
+	fq := b.readFlood(t)
 	h0 := heapInUse()
 	before := b.v.a.Stats()[0]
 	r, base, loaded := b.ratio(t, 3, 2000, func() { b.fp.on.Store(true) }, func() { b.fp.on.Store(false) })
@@ -164,9 +149,44 @@ func TestFloodOfReads(t *testing.T) {
 	}
 }
 
+// readFlood connects a QP of V's to F and sets the flood's frames: 16
+// READs of 64 KiB, all of the QP's responder resources, cycled.
+func (b *floodBed) readFlood(t testing.TB) *QP {
+	t.Helper()
+	region := make([]byte, 64<<10)
+	mr, err := b.v.pd.RegisterMR(region, MRFlagAllowRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fq := b.v.createQP(t)
+	const fPSN = 0x100
+	if err := fq.ConnectOOB(Endpoint{IP: floodIP, MAC: floodMAC[:], QPN: 0x7777, PSN: fPSN}, ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 16 {
+		b.fp.frames = append(b.fp.frames, b.floodFrame(t, rocev2.Headers{
+			BTH:  rocev2.BTHFields{Opcode: rocev2.RCReadRequest, PSN: rocev2.PSN(fPSN + 64*k), PKey: rocev2.DefaultPKey, DestQP: fq.QPN(), AckReq: true},
+			RETH: rocev2.RETHFields{VA: mr.Addr(), RKey: mr.RemoteToken(), DMALen: 64 << 10},
+		}, nil))
+	}
+	return fq
+}
+
+// reqFlood serves an accept-all listener on V at addr and sets the
+// flood's frames: 4,096 distinct REQs for it, cycled. stop closes what
+// the listener made.
+func (b *floodBed) reqFlood(t testing.TB, addr netip.AddrPort) (stop func()) {
+	t.Helper()
+	_, _, stop = acceptAll(t, b.v, addr)
+	for i := range 4096 {
+		b.fp.frames = append(b.fp.frames, b.floodREQ(t, uint32(0x1000_0000+i), addr))
+	}
+	return stop
+}
+
 // floodREQ is a GSI frame from F carrying a REQ for dst with
 // communication ID id (rdma_cm's header, Linux's layout).
-func (b *floodBed) floodREQ(t *testing.T, id uint32, dst netip.AddrPort) []byte {
+func (b *floodBed) floodREQ(t testing.TB, id uint32, dst netip.AddrPort) []byte {
 	t.Helper()
 	src := netip.AddrPortFrom(floodIP, 40000)
 	req := &rocev2.CMReq{
@@ -199,7 +219,7 @@ func (b *floodBed) floodREQ(t *testing.T, id uint32, dst netip.AddrPort) []byte 
 // request, accepted; a request that gets no QP (V full) is rejected. It
 // returns how many connections are up and a stop function that closes
 // everything it made.
-func acceptAll(t *testing.T, v *scaleSide, addr netip.AddrPort) (up *atomic.Int64, refused *atomic.Int64, stop func()) {
+func acceptAll(t testing.TB, v *scaleSide, addr netip.AddrPort) (up *atomic.Int64, refused *atomic.Int64, stop func()) {
 	t.Helper()
 	up, refused = new(atomic.Int64), new(atomic.Int64)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -261,11 +281,7 @@ func acceptAll(t *testing.T, v *scaleSide, addr netip.AddrPort) (up *atomic.Int6
 // half-open ones: TestSYNFloodHoldsAtMostTheBacklog in package cm.)
 func TestFloodOfConnectRequests(t *testing.T) {
 	b := newFloodBed(t, cm.Params{}, Options{})
-	addr := netip.AddrPortFrom(pipeIPA, 7800)
-	_, _, stop := acceptAll(t, b.v, addr)
-	for i := range 4096 {
-		b.fp.frames = append(b.fp.frames, b.floodREQ(t, uint32(0x1000_0000+i), addr))
-	}
+	stop := b.reqFlood(t, netip.AddrPortFrom(pipeIPA, 7800))
 	h0 := heapInUse()
 	maxHalfOpen, maxConns := 0, 0
 	watch := make(chan struct{})
