@@ -272,8 +272,9 @@ func acceptAll(t testing.TB, v *scaleSide, addr netip.AddrPort) (up *atomic.Int6
 // dropped, it sends no RTU); V's listener accepts every request it is
 // handed. V holds at most the listen backlog (128) half-open connections,
 // each a Connector and a QP, every other REQ gets a stateless REJ, and
-// the CM's receive queue (1,024 MADs) drops what it cannot take. The
-// bound is the backlog's connections, each with its QP (about 8.5 KiB)
+// F's REQs beyond its share (a burst of 409, then 10,000 a second:
+// package inproc's reqRate) are dropped before they reach the CM. The
+// bound is the backlog's connections, each with its QP (about 4.7 KiB)
 // and its CM state: the heap stays within 3 MiB of where it started. (A
 // REP gives up after 16 tries of 4.3 s, the REQ's longer timeouts
 // capped; the time-wait that follows is at most 16 s, so no more than
@@ -309,6 +310,11 @@ func TestFloodOfConnectRequests(t *testing.T) {
 	if r < 0.05 { // the floor of TestFloodOfReads; before the fixes, 0.00
 		t.Errorf("stream ratio %.3f under the REQ flood", r)
 	}
+	// The share refills while the flood is off: a burst each round.
+	floodTime := loaded * time.Duration(3*2000)
+	if most := uint64(3*409 + floodTime.Seconds()*10_000 + 64); s.Received[rocev2.AttrREQ] > most {
+		t.Errorf("%d REQs reached the CM in %v of flood, want at most %d (F's share)", s.Received[rocev2.AttrREQ], floodTime, most)
+	}
 	if maxHalfOpen > 128 {
 		t.Errorf("%d half-open connections, backlog 128", maxHalfOpen)
 	}
@@ -324,7 +330,7 @@ func TestFloodOfConnectRequests(t *testing.T) {
 // TestFloodOfConnections: P opens connections to V's accept-all listener
 // as fast as it can, completing each, until V refuses: V was opened with
 // MaxQPs 1,000, so it holds at most 1,000 QPs (the stream's among them),
-// about 8.5 KiB each, and the CM state of as many connections; further
+// about 4.7 KiB each, and the CM state of as many connections; further
 // requests are rejected. The stream keeps its rate meanwhile.
 func TestFloodOfConnections(t *testing.T) {
 	const maxQPs = 1000
