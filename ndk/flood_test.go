@@ -137,7 +137,7 @@ func TestFloodOfReads(t *testing.T) {
 		b.fp.injected.Load(), after.FramesOut-before.FramesOut, after.Duplicates-before.Duplicates, base, loaded, r, h0>>10, h1>>10)
 	// The goal is 0.5 (reported above, noisy on a shared machine); this
 	// floor, far below it, catches the starvation that a busy engine
-	// without its 50µs yield caused: 0.0016.
+	// without its yields caused: 0.0016.
 	if r < 0.05 {
 		t.Errorf("stream ratio %.3f under the READ flood", r)
 	}
