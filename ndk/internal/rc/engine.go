@@ -303,12 +303,11 @@ func (e *Engine) run() {
 			// CQ's notifier, a consumer blocked in a wait) waits on this
 			// P's run queue until the engine yields, and one that polls
 			// (a consumer, an engine of the peer) waits in the global
-			// queue for a P. A flooded engine is busy every turn: never
-			// yielding, it held its P for the runtime's 10 ms preemption
-			// (a well-behaved QP's peer at 1/600th of its rate), and
-			// yielding every 50µs, ten turns of a READ flood, still left
-			// the stream beside it at 0.03-0.1 of its rate where a yield
-			// a turn gives 0.2-0.25 (ndk BenchmarkFloodRatio).
+			// queue for a P. A flooded engine is busy every turn, and
+			// each turn it keeps its P delays every step of the
+			// well-behaved QPs beside it: yielding every 50µs (ten turns
+			// of a READ flood) measured 0.03-0.1 of their unloaded rate,
+			// a yield a turn 0.2-0.25 (ndk BenchmarkFloodRatio).
 			runtime.Gosched()
 			continue
 		}

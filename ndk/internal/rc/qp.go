@@ -28,8 +28,9 @@ type sendWQE struct {
 	ctx         any
 	// seg holds the SGEs resolved at post time (inline: seg[0] aliases
 	// inline). Both are the slot's share of arrays sized by the QP's
-	// limits (newSendRing): a WQE of fixed arrays for 16 SGEs and 256
-	// inline bytes made a depth-4 QP's two rings 5 KiB of its 8.5.
+	// limits (newSendRing), so that a small QP costs little: fixed
+	// arrays for MaxSGE SGEs and MaxInline bytes would be 5 KiB of a
+	// depth-4 QP's two rings (ndk TestTenThousandQPs).
 	seg    [][]byte
 	inline []byte
 
