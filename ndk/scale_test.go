@@ -338,7 +338,7 @@ func (s *sendStream) check(b testing.TB, c *CQ) int {
 	k := c.GetResults(s.results[:])
 	for _, r := range s.results[:k] {
 		if r.Status != StatusSuccess {
-			b.Fatalf("stream completion %+v", r)
+			b.Fatalf("stream completion %+v; sender %+v, receiver %+v", r, s.x.a.Stats(), s.y.a.Stats())
 		}
 	}
 	return k
