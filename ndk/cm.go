@@ -76,7 +76,7 @@ type CMStats struct {
 	Duplicates     uint64 // received MADs answered from state
 	Unmatched      uint64 // MADs for no known connection
 	Malformed      uint64
-	QueueDrops     uint64 // received MADs dropped: the CM's queue was full, or their source was over its share (100,000 a second)
+	QueueDrops     uint64 // received MADs dropped: the CM's queue was full, or their source was over its share (100,000 a second, REQs 10,000)
 	SendDrops      uint64 // MADs dropped because the engine's queue was full
 	// Connections the CM holds state for now (up to the end of
 	// time-wait); HalfOpen of them passive and not yet established, at

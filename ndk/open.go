@@ -109,8 +109,8 @@ type Options struct {
 	// MaxQPs bounds the QPs each queue's engine holds (default 65,536,
 	// what the steering program can steer). A host whose peers are not
 	// trusted sets what they may make it hold: each QP costs its rings
-	// and transport state, about 8.5 KiB at depth 4 (ndk
-	// TestTenThousandQPs), so 65,536 QPs are about 560 MiB. CreateQP beyond
+	// and transport state, about 4.7 KiB at depth 4 (ndk
+	// TestTenThousandQPs), so 65,536 QPs are about 300 MiB. CreateQP beyond
 	// it fails with STATUS_INSUFFICIENT_RESOURCES.
 	MaxQPs int
 	// InjectLoss makes each engine drop this fraction (0 to 1) of the

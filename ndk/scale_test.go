@@ -295,11 +295,14 @@ func streamBetween(b testing.TB, x, y *scaleSide) *sendStream {
 
 // run sends n messages, at most streamWindow outstanding (the QPs are 4
 // deep: each receive is posted just before its SEND and the receive queue
-// is refilled as receives complete), and returns the time taken.
+// is refilled as receives complete), and returns the time taken. A
+// completion that did not succeed, or a minute without one, fails b: a
+// stream whose QP failed under a flood would otherwise wait forever.
 func (s *sendStream) run(b testing.TB, n int) time.Duration {
 	start := time.Now()
 	posted, recvd := 0, 0
 	recvOut := 0
+	progress := start
 	for recvd < n {
 		for posted < n && s.inFlight < 4 && recvOut < 4 {
 			if err := s.qy.Receive(nil, s.rsgl); err != nil {
@@ -312,19 +315,39 @@ func (s *sendStream) run(b testing.TB, n int) time.Duration {
 			s.inFlight++
 			recvOut++
 		}
-		k := s.y.rcq.GetResults(s.results[:])
+		k := s.check(b, s.y.rcq)
 		recvd += k
 		recvOut -= k
-		s.inFlight -= s.x.icq.GetResults(s.results[:])
+		s.inFlight -= s.check(b, s.x.icq)
 		if k == 0 {
+			if time.Since(progress) > time.Minute {
+				b.Fatalf("stream: %d of %d messages received, none for a minute; sender %+v, receiver %+v",
+					recvd, n, s.x.a.Stats(), s.y.a.Stats())
+			}
 			runtime.Gosched()
+		} else {
+			progress = time.Now()
 		}
 	}
 	for s.inFlight > 0 {
-		s.inFlight -= s.x.icq.GetResults(s.results[:])
+		s.inFlight -= s.check(b, s.x.icq)
+		if time.Since(progress) > time.Minute {
+			b.Fatalf("stream: %d SENDs not completed for a minute", s.inFlight)
+		}
 		runtime.Gosched()
 	}
 	return time.Since(start)
+}
+
+// check takes c's completions and fails b on one that did not succeed.
+func (s *sendStream) check(b testing.TB, c *CQ) int {
+	k := c.GetResults(s.results[:])
+	for _, r := range s.results[:k] {
+		if r.Status != StatusSuccess {
+			b.Fatalf("stream completion %+v; sender %+v, receiver %+v", r, s.x.a.Stats(), s.y.a.Stats())
+		}
+	}
+	return k
 }
 
 // BenchmarkSend64BesideIdleQPs measures the per-message cost of a stream

@@ -28,7 +28,8 @@
 //	cmqp.go      the CM's handle on an RC QP (cm.QP): RTR, RTS, error, and
 //	             the wait for the engine's drain signal (rc.QP.Drained)
 //	madrate.go   each source's share of the CM: MADs beyond 100,000 a
-//	             second from one address are dropped before the queue
+//	             second (REQs beyond 10,000) from one address are
+//	             dropped before the queue
 //	loss.go      Config.InjectLoss: a port that drops a share of what it
 //	             receives, for soak runs and fault tests
 //

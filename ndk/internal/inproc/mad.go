@@ -1,6 +1,7 @@
 package inproc
 
 import (
+	"encoding/binary"
 	"errors"
 	"net/netip"
 	"sync"
@@ -118,7 +119,11 @@ func (g *management) onGSI(p *rocev2.Packet) {
 	if err != nil {
 		return
 	}
-	if !g.rate.allow(reply.RemoteIP) {
+	cost := madCost
+	if rocev2.AttributeID(binary.BigEndian.Uint16(mad[16:18])) == rocev2.AttrREQ {
+		cost = reqCost // the MAD header's AttributeID (IBTA 13.4.2)
+	}
+	if !g.rate.allow(reply.RemoteIP, cost) {
 		g.queueDrops.Add(1)
 		return
 	}

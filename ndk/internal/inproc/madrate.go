@@ -15,13 +15,22 @@ import (
 // connection: at 10,000 connections a second a peer sends 50,000); MADs
 // beyond it are dropped before they are queued, and counted with the
 // queue's drops. The sender's CM retransmits a dropped REQ, REP or DREQ.
-// The table holds madSources sources; a new source takes the entry
-// least recently refilled. The engine goroutine owns it.
+// A REQ costs reqCost, ten MADs: it is the one MAD that makes the CM
+// work (find a listener, then refuse it with a REJ or hold a connection
+// and a QP) without the peer holding anything, so a SYN flood's REQs cost
+// the CM at most reqRate a second of it, a tenth of what other MADs may,
+// where each MAD it answered and refused took CPU from the adapter's
+// connections (ndk BenchmarkFloodRatio/connect-requests). A legitimate
+// peer sends one REQ a connection. The table holds madSources sources;
+// a new source takes the entry least recently refilled. The engine
+// goroutine owns it.
 const (
 	madSources = 64
 	madBurst   = 4096
 	madRate    = 100_000
 	madCost    = int64(time.Second / madRate) // refill time of one MAD, ns
+	reqRate    = 10_000
+	reqCost    = int64(time.Second / reqRate)
 )
 
 type madSource struct {
@@ -36,8 +45,9 @@ type madRateTable struct {
 	n       int
 }
 
-// allow reports whether a MAD from src may be queued, and charges it.
-func (t *madRateTable) allow(src netip.Addr) bool {
+// allow reports whether a MAD from src that costs cost (madCost or
+// reqCost) may be queued, and charges it.
+func (t *madRateTable) allow(src netip.Addr, cost int64) bool {
 	if t.epoch.IsZero() {
 		t.epoch = time.Now()
 	}
@@ -65,9 +75,9 @@ func (t *madRateTable) allow(src netip.Addr) bool {
 	}
 	s.credit = min(s.credit+now-s.last, madBurst*madCost)
 	s.last = now
-	if s.credit < madCost {
+	if s.credit < cost {
 		return false
 	}
-	s.credit -= madCost
+	s.credit -= cost
 	return true
 }

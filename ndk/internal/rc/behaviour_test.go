@@ -97,7 +97,11 @@ func TestRNR_SendWaitsForReceive(t *testing.T) {
 }
 
 func TestRNR_RetryExhaustedTimesOut(t *testing.T) {
-	a, b := newPair(t, pairOptions{params: func(p *ConnParams) { p.RNRRetry = 2 }})
+	// The ACK timeout is far beyond the test: with the helpers' 25 ms, a
+	// stall of the loaded machine between a resend and its RNR NAK
+	// (about 1 run in 400 under -race) timed the SEND out and resent it,
+	// a fourth SEND that drew a fourth RNR NAK.
+	a, b := newPair(t, pairOptions{params: func(p *ConnParams) { p.RNRRetry = 2; p.AckTimeout = time.Minute }})
 	src := a.buffer(10, 0, false)
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 1, SGL: []SGE{src.sge(0, 10)}}))
 	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpSend, Context: 2, SGL: []SGE{src.sge(0, 10)}}))
@@ -108,7 +112,7 @@ func TestRNR_RetryExhaustedTimesOut(t *testing.T) {
 	}
 	checkEntry(t, es[1], ndkpi.StatusCancelled, ndkpi.OpSend, 2)
 	if got := b.eng.Stats().RNRSent; got != 3 {
-		t.Fatalf("responder sent %d RNR NAKs, want 3 (first try + 2 retries)", got)
+		t.Fatalf("responder sent %d RNR NAKs, want 3 (first try + 2 retries); requester %d timeouts", got, a.eng.Stats().Timeouts)
 	}
 	if a.qps[0].State() != StateError {
 		t.Fatalf("state %v after retry exhaustion", a.qps[0].State())

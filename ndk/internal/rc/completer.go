@@ -167,7 +167,7 @@ func (e *Engine) readResponse(q *QP, psn rocev2.PSN) {
 	data := e.pkt.Payload
 	last := k+1 == w.npkts
 	if (last && off+uint32(len(data)) != w.length) || (!last && uint32(len(data)) != t.pmtu) ||
-		!scatter(&w.seg, w.nseg, off, data) {
+		!scatter(w.seg, w.nseg, off, data) {
 		// The responder answered with the wrong length: a protocol
 		// violation, as rxe treats it (COMPST_ERROR, IB_WC_LOC_LEN_ERR).
 		e.fail(q, ndkpi.StatusDataOverrun, wcLocLenErr)
@@ -204,7 +204,7 @@ func (e *Engine) atomicAck(q *QP, psn rocev2.PSN) {
 	// The 8 bytes land in host order, as verbs delivers the original value
 	// (rxe_comp.c do_atomic).
 	binary.NativeEndian.PutUint64(e.tbuf[:], e.pkt.AtomicAckETH.OrigData)
-	if !scatter(&w.seg, w.nseg, 0, e.tbuf[:8]) {
+	if !scatter(w.seg, w.nseg, 0, e.tbuf[:8]) {
 		e.fail(q, ndkpi.StatusDataOverrun, wcLocLenErr)
 		return
 	}

@@ -98,7 +98,10 @@
 // MADs, then each active QP's responses before its requests (at most 64
 // of each per QP per loop); fire timers; flush the port. Timers are
 // per-QP deadlines on a clock read once per loop and checked when the
-// earliest one is due, not one timer per packet.
+// earliest one is due, not one timer per packet. After every loop, busy or
+// idle, the engine yields its P, so that a flooded engine, busy every
+// loop, does not hold it from the goroutines its other QPs' traffic needs
+// (ndk BenchmarkFloodRatio).
 //
 // # Polling
 //

@@ -105,8 +105,6 @@ const (
 	// for transmit room: TX completions do not wake Port.Wait.
 	blockedWait = 50 * time.Microsecond
 	noDeadline  = math.MaxInt64
-	// busyYield is how long the engine works before it yields its P.
-	busyYield = int64(50 * time.Microsecond)
 	// ackHoldTime is how long an ACK for a completed receive waits for
 	// the consumer's answer to travel with (ackHold). It is far below
 	// any ACK timeout, and only SEND completions wait.
@@ -277,7 +275,6 @@ func (e *Engine) run() {
 	defer close(e.done)
 
 	var idleSince int64 // e.now when the engine last had work
-	var lastYield int64
 	for !e.stop.Load() {
 		e.now = e.clock()
 		// Pollers first: receives a daemon client posted reach their QPs
@@ -301,16 +298,17 @@ func (e *Engine) run() {
 		}
 		if work > 0 {
 			idleSince = e.now
-			if e.now-lastYield > busyYield {
-				// A goroutine the engine wakes (a peer engine's doorbell,
-				// a CQ's notifier, a consumer blocked in a wait) goes to
-				// this P's run queue, where it waits until the engine
-				// yields: busy without a pause, that was the runtime's 10
-				// ms preemption, and a READ flood starved a well-behaved
-				// QP's peer to 1/600th of its rate (ndk TestFloodOfReads).
-				runtime.Gosched()
-				lastYield = e.now
-			}
+			// Yield after every busy turn, as after every idle one. A
+			// goroutine the engine wakes (a peer engine's doorbell, a
+			// CQ's notifier, a consumer blocked in a wait) waits on this
+			// P's run queue until the engine yields, and one that polls
+			// (a consumer, an engine of the peer) waits in the global
+			// queue for a P. A flooded engine is busy every turn, and
+			// each turn it keeps its P delays every step of the
+			// well-behaved QPs beside it: yielding every 50µs (ten turns
+			// of a READ flood) measured 0.03-0.1 of their unloaded rate,
+			// a yield a turn 0.2-0.25 (ndk BenchmarkFloodRatio).
+			runtime.Gosched()
 			continue
 		}
 		if e.poll == PollBusy || e.now-idleSince < e.spin {

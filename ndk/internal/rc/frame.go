@@ -60,7 +60,7 @@ func (e *Engine) emit(q *QP, payload []byte) error {
 
 // span returns n bytes at offset off of the concatenated segments: in
 // place when they lie in one segment, else gathered into scratch.
-func (e *Engine) span(seg *[MaxSGE][]byte, nseg uint8, off, n uint32) []byte {
+func (e *Engine) span(seg [][]byte, nseg uint8, off, n uint32) []byte {
 	if n == 0 {
 		return nil
 	}
@@ -85,7 +85,7 @@ func (e *Engine) span(seg *[MaxSGE][]byte, nseg uint8, off, n uint32) []byte {
 
 // scatter copies data into the concatenated segments at offset off and
 // reports false, copying nothing, if it does not fit.
-func scatter(seg *[MaxSGE][]byte, nseg uint8, off uint32, data []byte) bool {
+func scatter(seg [][]byte, nseg uint8, off uint32, data []byte) bool {
 	var total uint64
 	for i := uint8(0); i < nseg; i++ {
 		total += uint64(len(seg[i]))

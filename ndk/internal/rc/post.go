@@ -118,9 +118,7 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 		}
 		w.nseg = 1
 		w.seg[0] = w.inline[:off]
-		for i := 1; i < MaxSGE; i++ {
-			w.seg[i] = nil
-		}
+		clear(w.seg[1:])
 	} else {
 		for i := range wr.SGL {
 			s := &wr.SGL[i]

@@ -26,8 +26,13 @@ type sendWQE struct {
 	compare     uint64       // CMP_SWAP's compare value
 	swapAdd     uint64       // CMP_SWAP's swap value, FETCH_ADD's addend
 	ctx         any
-	seg         [MaxSGE][]byte // resolved at post time (inline: seg[0] aliases inline)
-	inline      [MaxInline]byte
+	// seg holds the SGEs resolved at post time (inline: seg[0] aliases
+	// inline). Both are the slot's share of arrays sized by the QP's
+	// limits (newSendRing), so that a small QP costs little: fixed
+	// arrays for MaxSGE SGEs and MaxInline bytes would be 5 KiB of a
+	// depth-4 QP's two rings (ndk TestTenThousandQPs).
+	seg    [][]byte
+	inline []byte
 
 	// Engine-owned.
 	firstPSN rocev2.PSN
@@ -40,7 +45,35 @@ type recvWQE struct {
 	ctx    any
 	nseg   uint8
 	length uint32
-	seg    [MaxSGE][]byte
+	seg    [][]byte // the slot's share of the ring's SGE array (segSlots)
+}
+
+// newSendRing makes q's send ring with room in each slot for as many
+// SGEs as a request may carry (a READ's own limit included; one for
+// inline data) and for cfg.InlineSize inline bytes.
+func newSendRing(cfg *QPConfig) *workRing[sendWQE] {
+	r := newWorkRing[sendWQE](cfg.SendDepth)
+	k := max(1, cfg.MaxSendSGE, cfg.MaxReadSGE)
+	segs := make([][]byte, len(r.slots)*k)
+	var inline []byte
+	if cfg.InlineSize > 0 {
+		inline = make([]byte, len(r.slots)*cfg.InlineSize)
+	}
+	for i := range r.slots {
+		r.slots[i].seg = segs[i*k : (i+1)*k : (i+1)*k]
+		n := cfg.InlineSize
+		r.slots[i].inline = inline[i*n : (i+1)*n : (i+1)*n]
+	}
+	return r
+}
+
+// segSlots gives each receive WQE of slots room for k SGEs, from one
+// array.
+func segSlots(slots []recvWQE, k int) {
+	segs := make([][]byte, len(slots)*k)
+	for i := range slots {
+		slots[i].seg = segs[i*k : (i+1)*k : (i+1)*k]
+	}
 }
 
 // QPConfig describes a QP to create.
@@ -141,11 +174,12 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 		eng:     e,
 		regions: e.regions,
 		cfg:     cfg,
-		sq:      newWorkRing[sendWQE](cfg.SendDepth),
+		sq:      newSendRing(&cfg),
 		drained: make(chan struct{}),
 	}
 	if cfg.SRQ == nil {
 		q.rq = newWorkRing[recvWQE](cfg.RecvDepth)
+		segSlots(q.rq.slots, cfg.MaxRecvSGE)
 	}
 	var err error
 	if derr := e.do(func() {

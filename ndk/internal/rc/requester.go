@@ -116,7 +116,7 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 		off := k * t.pmtu
 		n := min(t.pmtu, w.length-off)
 		first, last := k == 0, k+1 >= w.npkts
-		payload = e.span(&w.seg, w.nseg, off, n)
+		payload = e.span(w.seg, w.nseg, off, n)
 		h.BTH.Opcode = requestOpcode(w.op, first, last)
 		if w.op == OpWrite && first {
 			h.RETH = rocev2.RETHFields{VA: w.remoteAddr, RKey: w.remoteToken, DMALen: w.length}

@@ -117,7 +117,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		t.recvOff = 0
 	}
 	w := e.recvHead(q)
-	if !scatter(&w.seg, w.nseg, t.recvOff, p.Payload) {
+	if !scatter(w.seg, w.nseg, t.recvOff, p.Payload) {
 		// The message does not fit the receive buffer: the receive
 		// fails (IB_WC_LOC_LEN_ERR) and the requester gets an invalid
 		// request NAK (rxe RESPST_ERR_LENGTH).

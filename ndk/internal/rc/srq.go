@@ -91,6 +91,7 @@ func NewSRQ(cfg SRQConfig) (*SRQ, error) {
 	}
 	s := &SRQ{regions: cfg.Regions, pd: cfg.PD, maxSGE: cfg.MaxSGE, maxTransfer: cfg.MaxTransfer,
 		slab: make([]recvWQE, ring.Cap()), ring: ring, free: free, shelf: shelf, events: make(chan struct{}, 1)}
+	segSlots(s.slab, cfg.MaxSGE)
 	s.depth.Store(int64(cfg.Depth))
 	if cfg.NotifyThreshold > 0 {
 		// Armed, but not checked now: a new SRQ is empty, below any

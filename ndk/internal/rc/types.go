@@ -16,8 +16,9 @@ type SGE struct {
 	Token  uint32
 }
 
-// MaxSGE is the most SGEs one work request carries; the WQE holds them in a
-// fixed array so that posting copies and never allocates.
+// MaxSGE is the most SGEs one work request carries. A WQE holds its
+// QP's limit of them in room made when the QP is created, so that
+// posting copies and never allocates.
 const MaxSGE = 16
 
 // MaxInline is the most bytes a request carries inline (copied into its
