@@ -63,6 +63,35 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 	if err != nil {
 		return nil, err
 	}
+	m, err := packImage(ctx, cfg, rootfs, tmp, release, keepMods, initScript, start)
+	if err != nil {
+		return nil, err
+	}
+	if err := removeBuildDir(rootfs); err != nil {
+		return nil, err
+	}
+	_ = os.Remove(logPath)
+	// MkdirTemp made it private; the finished image is for everyone.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(cfg.CacheDir, hash)
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, fmt.Errorf("move the finished image into place: %w", err)
+	}
+	fmt.Fprintf(cfg.Progress, "interop: peer image %s built in %.0fs (kernel %s, initramfs %.1f MB, %.1f MB unpacked)\n",
+		hash, m.BuildSeconds, release, float64(m.InitrdBytes)/1e6, float64(m.UnpackedBytes)/1e6)
+	img, err = loadImage(dir, hash)
+	if err != nil {
+		return nil, err
+	}
+	img.Built = true
+	return img, nil
+}
+
+// packImage packs rootfs's initramfs into tmp and writes the image's
+// manifest beside it.
+func packImage(ctx context.Context, cfg ImageConfig, rootfs, tmp, release string, keepMods map[string]bool, initScript []byte, start time.Time) (*Manifest, error) {
 	versions, err := exec.CommandContext(ctx, "chroot", rootfs, "dpkg-query", "-W", "-f", "${Package} ${Version}\n").Output()
 	if err != nil {
 		return nil, fmt.Errorf("list installed packages: %w", err)
@@ -99,26 +128,7 @@ func build(ctx context.Context, cfg ImageConfig, sources []string, hash string) 
 	if err := os.WriteFile(filepath.Join(tmp, "manifest.json"), append(mj, '\n'), 0o644); err != nil {
 		return nil, err
 	}
-	if err := removeBuildDir(rootfs); err != nil {
-		return nil, err
-	}
-	_ = os.Remove(logPath)
-	// MkdirTemp made it private; the finished image is for everyone.
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return nil, err
-	}
-	dir := filepath.Join(cfg.CacheDir, hash)
-	if err := os.Rename(tmp, dir); err != nil {
-		return nil, fmt.Errorf("move the finished image into place: %w", err)
-	}
-	fmt.Fprintf(cfg.Progress, "interop: peer image %s built in %.0fs (kernel %s, initramfs %.1f MB, %.1f MB unpacked)\n",
-		hash, m.BuildSeconds, release, float64(m.InitrdBytes)/1e6, float64(unpacked)/1e6)
-	img, err = loadImage(dir, hash)
-	if err != nil {
-		return nil, err
-	}
-	img.Built = true
-	return img, nil
+	return &m, nil
 }
 
 // progressTicker prints how long a step has been running every 15 s, so
