@@ -138,7 +138,7 @@ func TestFloodOfReads(t *testing.T) {
 	// The goal is 0.5 (reported above, noisy on a shared machine); this
 	// floor, far below it, catches the starvation that a busy engine
 	// without its yields caused: 0.0016.
-	if r < 0.05 {
+	if r < 0.05 && !raceDetector {
 		t.Errorf("stream ratio %.3f under the READ flood", r)
 	}
 	if h1 > h0+256<<10 {
@@ -307,7 +307,7 @@ func TestFloodOfConnectRequests(t *testing.T) {
 	s := b.v.a.CMStats()
 	t.Logf("REQ flood: %d REQs injected, %d reached the CM (%d dropped at its queue), %d REJs; at most %d half-open, %d connections; stream %v/msg unloaded, %v/msg flooded: ratio %.2f (goal >= 0.5); heap %d -> %d KiB",
 		b.fp.injected.Load(), s.Received[rocev2.AttrREQ], s.QueueDrops, s.Sent[rocev2.AttrREJ], maxHalfOpen, maxConns, base, loaded, r, h0>>10, h1>>10)
-	if r < 0.05 { // the floor of TestFloodOfReads; before the fixes, 0.00
+	if r < 0.05 && !raceDetector { // the floor of TestFloodOfReads; before the fixes, 0.00
 		t.Errorf("stream ratio %.3f under the REQ flood", r)
 	}
 	// The share refills while the flood is off: a burst each round.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ndk
+
+const raceDetector = false
