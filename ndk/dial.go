@@ -14,6 +14,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/client"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // remote is a daemon-backed adapter's link to the daemon: the control
@@ -174,7 +175,14 @@ func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ..
 				return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
 			}
 		}
-		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: errors.New(m.Msg)}
+		var cause error = errors.New(m.Msg)
+		if m.RejReason != 0 {
+			// The daemon's CM was refused: the same RejectError as in
+			// process, so callers can tell reason 8 (nobody listens yet)
+			// from a refusal.
+			cause = &rejected{err: cause, rej: &RejectError{Reason: rocev2.RejectReason(m.RejReason), PrivateData: m.RejData}}
+		}
+		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: cause}
 	}
 	return m, rfds, nil
 }

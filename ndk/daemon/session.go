@@ -236,6 +236,9 @@ func setErr(m *proto.Message, err error) {
 	if err == nil {
 		return
 	}
+	if rej := (*ndk.RejectError)(nil); errors.As(err, &rej) {
+		m.RejReason, m.RejData = uint16(rej.Reason), rej.PrivateData
+	}
 	var se *statusError
 	if errors.As(err, &se) {
 		m.Status, m.Msg = uint32(se.st), se.msg

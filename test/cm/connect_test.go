@@ -144,8 +144,9 @@ func TestRejectWithPrivateData(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl, err := tryDial(t, a, netip.AddrPort{}, netip.AddrPortFrom(p.B.IPv4, 7000), []byte("may I?"))
-		if !errors.Is(err, ndk.ErrConnectionRefused) {
-			t.Fatalf("connect: %v, want CONNECTION_REFUSED", err)
+		var re *ndk.RejectError
+		if !errors.Is(err, ndk.ErrConnectionRefused) || !errors.As(err, &re) || re.Reason != rocev2.RejConsumerDefined || !bytes.HasPrefix(re.PrivateData, []byte("no room at the inn\x00")) {
+			t.Fatalf("connect: %v, want CONNECTION_REFUSED with a RejectError of reason 28 and the listener's private data", err)
 		}
 		// Reject's return may follow the REJ's arrival (through a daemon,
 		// its reply is a message of its own): wait for it before the
@@ -187,6 +188,12 @@ func TestRefusedAndUnreachable(t *testing.T) {
 				_, err := tryDial(t, a, netip.AddrPort{}, tc.dst, nil)
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("connect to %v: %v, want %v", tc.dst, err, tc.want)
+				}
+				// Nobody listening is REJ reason 8, which a client that
+				// waits for a server retries on (perftest -R).
+				var re *ndk.RejectError
+				if tc.want == ndk.ErrConnectionRefused && (!errors.As(err, &re) || re.Reason != rocev2.RejInvalidServiceID) {
+					t.Fatalf("connect to %v: %v, want a RejectError of reason 8", tc.dst, err)
 				}
 			})
 		}

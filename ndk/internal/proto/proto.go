@@ -154,6 +154,11 @@ type Message struct {
 	// FastRegisters give (records.go, Send), and keeps the index.
 	KeyBits int `json:",omitempty"`
 	Depth   int `json:",omitempty"`
+	// RejReason and RejData are a failed connect's or accept's CM REJ (the
+	// reason, IBTA table 108, and its private data), so that the client's
+	// error carries an ndk.RejectError as in process.
+	RejReason uint16 `json:",omitempty"`
+	RejData   []byte `json:",omitempty"`
 }
 
 // Segment is the layout of a shared segment: its size and, by kind, the
