@@ -159,10 +159,20 @@ func mmdebstrap(ctx context.Context, cfg ImageConfig, sources []string, rootfs, 
 		// never uses: skip generating it (it takes most of a minute).
 		"--essential-hook=chroot \"$1\" dpkg-divert --quiet --local --rename --add /usr/sbin/update-initramfs && ln -s /bin/true \"$1/usr/sbin/update-initramfs\"",
 	}
+	if err := runMmdebstrap(ctx, args, cfg.Suite, rootfs, sources, logPath); err != nil {
+		return fmt.Errorf("mmdebstrap %s: %w", cfg.Suite, err)
+	}
+	return nil
+}
+
+// runMmdebstrap runs mmdebstrap with args, the dpkg exclusions, suite,
+// target and sources, its output in logPath; a failure carries the log's
+// last lines.
+func runMmdebstrap(ctx context.Context, args []string, suite, target string, sources []string, logPath string) error {
 	for _, p := range dpkgExcludes {
 		args = append(args, "--dpkgopt=path-exclude="+p)
 	}
-	args = append(args, cfg.Suite, rootfs)
+	args = append(args, suite, target)
 	args = append(args, sources...)
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -174,7 +184,7 @@ func mmdebstrap(ctx context.Context, cfg ImageConfig, sources []string, rootfs, 
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("mmdebstrap %s: %w (last lines of its log:\n%s)", cfg.Suite, err, tail(logPath, 20))
+		return fmt.Errorf("%w (last lines of its log:\n%s)", err, tail(logPath, 20))
 	}
 	return nil
 }
@@ -197,23 +207,8 @@ func buildTools(ctx context.Context, cfg ImageConfig, sources []string, tmp, roo
 		"--customize-hook=chroot \"$1\" gcc -O2 -Wall -Werror -o /tmp/ndkxdp-sendinv /tmp/sendinv.c -lrdmacm -libverbs",
 		"--customize-hook=download /tmp/ndkxdp-sendinv " + out,
 	}
-	for _, p := range dpkgExcludes {
-		args = append(args, "--dpkgopt=path-exclude="+p)
-	}
-	args = append(args, cfg.Suite, broot)
-	args = append(args, sources...)
-	logPath := filepath.Join(tmp, "tools.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "mmdebstrap", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("build the guest's tools (mmdebstrap %s with %s): %w (last lines of its log:\n%s)", cfg.Suite, strings.Join(toolPackages, ", "), err, tail(logPath, 20))
+	if err := runMmdebstrap(ctx, args, cfg.Suite, broot, sources, filepath.Join(tmp, "tools.log")); err != nil {
+		return fmt.Errorf("build the guest's tools (mmdebstrap %s with %s): %w", cfg.Suite, strings.Join(toolPackages, ", "), err)
 	}
 	if err := removeBuildDir(broot); err != nil {
 		return err
