@@ -138,15 +138,7 @@ func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
 	rq.sendCtx[rq.sendSeq&rq.sendMask] = ctx
 	rq.sendInv[rq.sendSeq&rq.sendMask] = 0
 	rq.sr.Encode(slot)
-	rq.send.Publish()
-	rq.sendSeq++
-	if flags&OpFlagDefer != 0 {
-		rq.deferred = true
-	} else {
-		rq.deferred = false
-		rq.hint()
-		r.ring()
-	}
+	rq.publishSend(r, flags)
 	return nil
 }
 

@@ -227,16 +227,20 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 		rq.sendInv[rq.sendSeq&rq.sendMask] = sgl[0].Token
 	}
 	s.Encode(slot)
+	rq.publishSend(r, wr.Flags)
+	return nil
+}
+
+// publishSend publishes the send record just encoded and, unless it is
+// deferred, marks the QP for the relay and rings the engine.
+func (rq *remoteQP) publishSend(r *remote, flags OpFlag) {
 	rq.send.Publish()
 	rq.sendSeq++
-	if wr.Flags&OpFlagDefer != 0 {
-		rq.deferred = true
-	} else {
-		rq.deferred = false
+	rq.deferred = flags&OpFlagDefer != 0
+	if !rq.deferred {
 		rq.hint()
 		r.ring()
 	}
-	return nil
 }
 
 // hint marks the QP in the session's post bitmap: the relay serves only
