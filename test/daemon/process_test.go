@@ -47,17 +47,20 @@ type fataler interface {
 	Fatal(args ...any)
 }
 
-func clientOf(t fataler, a *ndk.Adapter) *client {
+func clientOf(t fataler, a *ndk.Adapter) *client { return clientNotified(t, a, nil) }
+
+// clientNotified is clientOf whose CQs call notify when armed.
+func clientNotified(t fataler, a *ndk.Adapter, notify func(ndk.Status)) *client {
 	t.Helper()
 	c := &client{a: a}
 	var err error
 	if c.pd, err = a.CreatePD(); err != nil {
 		t.Fatal(err)
 	}
-	if c.rcq, err = a.CreateCQ(256, nil); err != nil {
+	if c.rcq, err = a.CreateCQ(256, notify); err != nil {
 		t.Fatal(err)
 	}
-	if c.icq, err = a.CreateCQ(256, nil); err != nil {
+	if c.icq, err = a.CreateCQ(256, notify); err != nil {
 		t.Fatal(err)
 	}
 	if c.qp, err = c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
