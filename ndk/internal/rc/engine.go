@@ -308,7 +308,7 @@ func (e *Engine) run() {
 			// well-behaved QPs beside it: yielding every 50µs (ten turns
 			// of a READ flood) measured 0.03-0.1 of their unloaded rate,
 			// a yield a turn 0.2-0.25 (ndk BenchmarkFloodRatio).
-			runtime.Gosched()
+			e.yield.YieldP()
 			continue
 		}
 		if e.poll == PollBusy || e.now-idleSince < e.spin {
