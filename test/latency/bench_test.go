@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -66,25 +67,48 @@ func measure(b *testing.B, p *harness.Pair, test string) Lat {
 // processes in one run on one veth pair, the two ways an application
 // reaches ndkxdp: each process with its adapter in process (-dev), then
 // each through a daemon serving its end (-daemon; the daemons are
-// processes of their own). It reports each way's median, p99 and p99.9
-// and the daemon/in-process ratios (issue goals: p50 at most 1.2x;
-// p99/p50 at most 3).
+// processes of their own). A single -n 1000 run of either way lands in
+// one of two modes on a shared 2-core machine (the consumers' 20µs spin
+// catches the answer, or it misses and every round trip blocks), so each
+// way runs rounds times, alternating, and the medians of its runs are
+// reported: p50, p99 and p99.9, and the daemon/in-process ratio of the
+// p50s (issue goals: p50 at most 1.2x; p99/p50 at most 3).
 //
 //	go test -run '^$' -bench DaemonLatency -benchtime 1x ./test/latency
 func BenchmarkDaemonLatency(b *testing.B) {
+	const rounds = 3
 	p := harness.New(b, harness.Config{})
 	for range b.N {
 		for _, test := range []string{"send_lat", "write_lat", "read_lat"} {
-			in := measure(b, p, test)
-			d := measureDaemon(b, p, test)
-			b.ReportMetric(in.Typical, test+"-inproc-p50-us")
-			b.ReportMetric(d.Typical, test+"-daemon-p50-us")
-			b.ReportMetric(d.P99, test+"-daemon-p99-us")
-			b.ReportMetric(d.P999, test+"-daemon-p99.9-us")
-			b.ReportMetric(d.Typical/in.Typical, test+"-p50-daemon/inproc")
-			b.ReportMetric(d.P99/d.Typical, test+"-daemon-p99/p50")
+			var in, d [rounds]Lat
+			for i := range rounds {
+				in[i] = measure(b, p, test)
+				d[i] = measureDaemon(b, p, test)
+			}
+			inP50 := median(in[:], func(l Lat) float64 { return l.Typical })
+			dP50 := median(d[:], func(l Lat) float64 { return l.Typical })
+			dP99 := median(d[:], func(l Lat) float64 { return l.P99 })
+			b.ReportMetric(inP50, test+"-inproc-p50-us")
+			b.ReportMetric(dP50, test+"-daemon-p50-us")
+			b.ReportMetric(dP99, test+"-daemon-p99-us")
+			b.ReportMetric(median(d[:], func(l Lat) float64 { return l.P999 }), test+"-daemon-p99.9-us")
+			b.ReportMetric(dP50/inP50, test+"-p50-daemon/inproc")
+			b.ReportMetric(dP99/dP50, test+"-daemon-p99/p50")
 		}
 	}
+}
+
+// median is the median of f over ls.
+func median(ls []Lat, f func(Lat) float64) float64 {
+	v := make([]float64, len(ls))
+	for i, l := range ls {
+		v[i] = f(l)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 // measureDaemon is measure through a daemon on each end.
