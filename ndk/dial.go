@@ -175,14 +175,20 @@ func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ..
 				return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
 			}
 		}
-		var cause error = errors.New(m.Msg)
+		var cause error
+		if m.Msg != "" {
+			cause = errors.New(m.Msg)
+		}
 		if m.RejReason != 0 {
+			if cause == nil {
+				cause = errors.New(rocev2.RejectReason(m.RejReason).String())
+			}
 			// The daemon's CM was refused: the same RejectError as in
 			// process, so callers can tell reason 8 (nobody listens yet)
 			// from a refusal.
 			cause = &rejected{err: cause, rej: &RejectError{Reason: rocev2.RejectReason(m.RejReason), PrivateData: m.RejData}}
 		}
-		return nil, nil, &Error{Status: Status(m.Status), Op: op, Err: cause}
+		return nil, nil, &Error{Status: Status(m.Status), Op: op, Detail: m.Detail, Err: cause}
 	}
 	return m, rfds, nil
 }

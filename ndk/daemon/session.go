@@ -246,6 +246,15 @@ func setErr(m *proto.Message, err error) {
 	}
 	st := ndk.StatusOf(err)
 	m.Status, m.Msg = uint32(st), err.Error()
+	// An ndk error goes as its detail and cause: the client's error adds
+	// the operation and the status, which would otherwise read twice
+	// ("ndk: connect: (STATUS_...): ndk: connect: ... (STATUS_...").
+	if ne, ok := err.(*ndk.Error); ok {
+		m.Detail, m.Msg = ne.Detail, ""
+		if ne.Err != nil {
+			m.Msg = ne.Err.Error()
+		}
+	}
 }
 
 // add records obj under a new handle.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,6 +171,8 @@ func TestRejectWithPrivateData(t *testing.T) {
 // TestRefusedAndUnreachable: nobody listens on the port; the address has
 // no route; nobody answers ARP for it.
 func TestRefusedAndUnreachable(t *testing.T) {
+	// Each case's error reads the same in both modes.
+	texts := map[string]string{}
 	forEachMode(t, func(t *testing.T, m mode) {
 		p, a, _ := pair(t, m, harness.Config{}, ndk.Options{}, ndk.Options{})
 		for _, tc := range []struct {
@@ -189,6 +192,16 @@ func TestRefusedAndUnreachable(t *testing.T) {
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("connect to %v: %v, want %v", tc.dst, err, tc.want)
 				}
+				// The text names the operation and the status once, and
+				// reads the same in both modes (the daemon's reply carries
+				// the detail and the cause apart).
+				if n := strings.Count(err.Error(), "(STATUS_"); n != 1 {
+					t.Errorf("connect to %v: %q names a status %d times", tc.dst, err, n)
+				}
+				if prev, ok := texts[tc.name]; ok && prev != err.Error() {
+					t.Errorf("connect to %v: %q, in the other mode %q", tc.dst, err, prev)
+				}
+				texts[tc.name] = err.Error()
 				// Nobody listening is REJ reason 8, which a client that
 				// waits for a server retries on (perftest -R).
 				var re *ndk.RejectError

@@ -129,6 +129,9 @@ type Message struct {
 	Ev     string `json:"ev,omitempty"`
 	Status uint32 `json:"status,omitempty"` // NTSTATUS; 0 is success
 	Msg    string `json:"msg,omitempty"`
+	// Detail is an ndk error's detail, apart from Msg (its cause), so
+	// that the client's error reads as the in-process one.
+	Detail string `json:"detail,omitempty"`
 
 	H, H2 uint32 `json:",omitempty"`
 
