@@ -304,7 +304,20 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	rq.recv.Publish()
 	rq.recvSeq++
 	rq.hint()
-	r.ring()
+	// A receive waits for a SEND, and the frame that brings one wakes the
+	// engine, whose relay moves marked receives into their QPs before it
+	// handles the frames of its turn: the receive needs no wake-up of its
+	// own, as an in-process PostReceive rings none. Ringing here woke a
+	// sleeping daemon engine (an eventfd write and a thread on a CPU) for
+	// each receive a ping-pong reposts. It rings when the engine must act
+	// on the receive itself: the QP failed (the receive is cancelled), or
+	// another queue's engine takes the QP's SENDs (only queue 0's runs
+	// the relay). The hint is stored before the state is read, and the
+	// relay publishes the state before it reads the hints to sleep, so a
+	// QP that fails before the engine sleeps is seen by one of the two.
+	if rq.queue != 0 || rq.state.Load() == proto.QPFailed {
+		r.ring()
+	}
 	return nil
 }
 

@@ -199,15 +199,48 @@ func (r *relay) Poll() int {
 	return r.pass()
 }
 
-// Idle arms every daemon CQ of the session before the engine sleeps: a
-// completion then rings the engine (an arm that finds completions rings
-// at once). It publishes every QP's state first (sweep).
+// Idle arms the session's daemon CQs before the engine sleeps, so that a
+// completion the sleeping engine did not make rings it: one from another
+// queue's engine, or one the last pass left behind for want of room in
+// the client's ring (an arm that finds completions rings at once). A CQ
+// that only this engine's QPs complete into gets an arm for errors only:
+// its completions come from this engine's own loop, which moves them on
+// its next pass, and an arm for any would run the CQ's notifier (a
+// goroutine, and on an idle P a thread woken on another CPU) after every
+// sleep for nothing. It publishes every QP's state first (sweep).
 func (r *relay) Idle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sweep()
+	other := false
+	for q := 1; q < len(r.queues); q++ {
+		other = other || r.queues[q] > 0
+	}
+	moved := 0
 	for _, c := range r.cqs {
-		_ = c.cq.Arm(ndk.CQNotifyAny)
+		// This turn's timers may have completed a request after the
+		// pass (a retry spent): it reaches the client before the sleep.
+		if n := r.drain(c); n > 0 {
+			moved += n
+			r.fireArm(c)
+		}
+		if other || c.left {
+			_ = c.cq.Arm(ndk.CQNotifyAny)
+		} else {
+			_ = c.cq.Arm(ndk.CQNotifyErrors)
+		}
+	}
+	// A receive is posted without a ring (ndk's remoteReceive): one marked
+	// since the last pass is served before the sleep. The sweep above
+	// published every QP's state before these loads, so a client marking
+	// later reads a failed QP's state and rings.
+	for i := range (len(r.slots) + 63) / 64 {
+		if r.post[i].Load() != 0 {
+			moved++
+		}
+	}
+	if moved > 0 {
+		r.eng.Ring() // the engine's next turn, not a sleep, follows
 	}
 	r.armOtherQueues()
 }

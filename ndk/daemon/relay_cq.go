@@ -48,6 +48,7 @@ type sCQ struct {
 	pushed, solicited     uint64 // completions moved, and how many satisfy SOLICITED
 	notified, notifiedSol uint64 // the two counts at the last notification
 	errReported           bool
+	left                  bool // the last drain may have left completions in the daemon CQ
 	entries               [64]hook.Entry
 	rec                   proto.Completion
 }
@@ -64,11 +65,12 @@ func newSCQ(ss *session, depth int) (*sCQ, error) {
 		seg.Close()
 		return nil, err
 	}
-	ring := ss.relay.eng.Ring
+	ring, srv := ss.relay.eng.Ring, ss.srv
 	c.cq, err = ss.srv.a.CreateCQ(depth, func(st ndk.Status) {
 		if st != ndk.StatusSuccess {
 			c.status.CompareAndSwap(0, uint32(st))
 		}
+		srv.cqRings.Add(1)
 		ring()
 	})
 	if err != nil {
@@ -103,11 +105,13 @@ func (r *relay) push(c *sCQ, solicited bool) bool {
 // drain moves c's daemon completions into the client's ring, as many as
 // the ring has room for.
 func (r *relay) drain(c *sCQ) int {
-	room := c.ring.Free()
+	room := min(c.ring.Free(), len(c.entries))
+	c.left = true
 	if room == 0 {
 		return 0
 	}
-	n := hook.PopCQ(c.cq, c.entries[:min(room, len(c.entries))])
+	n := hook.PopCQ(c.cq, c.entries[:room])
+	c.left = n == room
 	for i := 0; i < n; i++ {
 		e := &c.entries[i]
 		slot, _ := e.RequestContext.(*reqSlot)

@@ -47,7 +47,16 @@ type Server struct {
 	started  time.Time
 	served   uint64
 	admins   atomic.Uint64 // sessions that made only operator requests (admin.go)
+	cqRings  atomic.Uint64 // RelayRings
 }
+
+// RelayRings counts the notifications of the daemon's own CQs that rang
+// a relay: completions another queue's engine made while queue 0's slept,
+// or an error. A one-queue daemon makes every completion in the relay's
+// own loop and arms its CQs for errors only before it sleeps, so this
+// stays zero there; each ring costs a goroutine, and on an idle P a
+// thread woken on another CPU.
+func (s *Server) RelayRings() uint64 { return s.cqRings.Load() }
 
 // New returns a server for a, which it does not close.
 func New(a *ndk.Adapter, cfg Config) *Server {

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -178,5 +179,88 @@ func TestClosedObjectsLeaveNoMapping(t *testing.T) {
 	}
 	if got := memfdMappings(t); got != before {
 		t.Fatalf("%d segment mappings after 50 CQs, SRQs and QPs were made and closed, %d before", got, before)
+	}
+}
+
+// TestRelayLeavesTheEngineAsleep: on a one-queue daemon every completion
+// of a client's QP is made in the loop that runs the relay, so nothing
+// but a frame, a post that needs the engine, or a timer wakes it.
+//   - Before it sleeps the relay arms its CQs for errors only: their
+//     notifier never runs (Server.RelayRings), where an arm for any
+//     completion ran it after every sleep.
+//   - A receive posted while the engine sleeps does not wake it, as an
+//     in-process PostReceive rings no engine: the SEND's frame does, and
+//     the relay moves the receive into its QP before it handles the frame
+//     (no RNR NAK).
+//   - A receive posted on a QP in error does wake it: the engine cancels
+//     the receive (STATUS_CANCELLED) at once.
+func TestRelayLeavesTheEngineAsleep(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	pr := bd.connect(t, c, 7721)
+	sleeps := func() (n uint64) {
+		for _, s := range bd.a.Stats() {
+			n += s.Sleeps
+		}
+		return n
+	}
+	rnr := func() (n uint64) {
+		for _, s := range bd.a.Stats() {
+			n += s.RNRSent
+		}
+		return n
+	}
+	rs, _ := c.mr.SGE(0, 64)
+	ps, _ := pr.mr.SGE(0, 64)
+	rings0, rnr0 := bd.srv.RelayRings(), rnr()
+	const rounds = 20
+	// Long enough for the engine to spin out and sleep. Reading the
+	// counters wakes it once (a control call runs in its loop).
+	time.Sleep(5 * time.Millisecond)
+	before := sleeps()
+	for range rounds {
+		time.Sleep(2 * time.Millisecond)
+		if err := c.qp.Receive(nil, []ndk.SGE{rs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A timer may wake the engine now and then; one wake a receive is what
+	// ringing on every receive costs.
+	if woke := sleeps() - before; woke > rounds/5 {
+		t.Errorf("%d receives posted to a sleeping engine woke it %d times", rounds, woke)
+	}
+	for i := range rounds {
+		if i%5 == 0 {
+			time.Sleep(5 * time.Millisecond) // the SEND's frame finds the engine asleep
+		}
+		copy(pr.mem, fmt.Sprintf("send %02d", i))
+		if err := pr.qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if r := wait(t, c.rcq, "receive"); r.Status != ndk.StatusSuccess || r.BytesTransferred != 64 {
+			t.Fatalf("send %d: receive %v, %d bytes", i, r.Status, r.BytesTransferred)
+		}
+		if got := string(c.mem[:7]); got != fmt.Sprintf("send %02d", i) {
+			t.Fatalf("send %d: received %q", i, got)
+		}
+		wait(t, bd.b.ICQ, "peer's send")
+	}
+	if n := rnr() - rnr0; n != 0 {
+		t.Errorf("%d RNR NAKs: a receive posted without a ring was not in place for its SEND", n)
+	}
+	if n := bd.srv.RelayRings() - rings0; n != 0 {
+		t.Errorf("the daemon CQs' notifier rang the relay %d times on a one-queue daemon", n)
+	}
+
+	c.qp.Flush()
+	for c.qp.Connected() {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := c.qp.Receive(nil, []ndk.SGE{rs}); err != nil {
+		t.Fatal(err)
+	}
+	if r := wait(t, c.rcq, "receive on a flushed QP"); r.Status != ndk.StatusCancelled {
+		t.Fatalf("receive posted on a flushed QP: %v, want %v", r.Status, ndk.StatusCancelled)
 	}
 }
