@@ -41,7 +41,10 @@
 //
 // A post writes one record into the QP's ring and rings the engine's
 // doorbell: two atomic operations while the engine is awake, no system
-// call. The request's context stays in the client, in a table indexed by
+// call. A receive rings only when the engine must act on it (its QP
+// failed, or lives on another queue): otherwise the SEND's frame wakes
+// the engine, whose relay moves marked receives before the frames of its
+// turn, as an in-process PostReceive rings no engine. The request's context stays in the client, in a table indexed by
 // the request's sequence number, which the completion carries back. Each
 // session has a relay that runs in every turn of the queue-0 engine's loop
 // (rc.Poller): it takes records from the client's rings and posts them on
@@ -50,7 +53,9 @@
 // leaves on a goroutine of the session, so the engine never waits on a
 // socket). No goroutine stands between a client and the engine. Before
 // the engine sleeps, the relay arms its daemon CQs, so that a completion
-// from another queue's engine rings it awake. A hostile client can only
+// from another queue's engine rings it awake; with no QP of the session
+// on another queue the arm is for errors only, since every completion is
+// then made in the relay's own loop (Server.RelayRings). A hostile client can only
 // keep the engine from sleeping (a pending flag it keeps set) or make
 // every ring write the eventfd (a sleeping flag it keeps set): CPU, as a
 // client posting in a loop would cost.
