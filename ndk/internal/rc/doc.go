@@ -88,20 +88,22 @@
 // inline failure rings for earlier deferred posts first (NDKPI.md §8).
 // Posting and completing allocate nothing (TestPostAndCompleteAllocateNothing).
 //
-// The loop: receive a batch (rocev2.Parse; bad frames, unknown QPs and
-// other transports are dropped and counted), dispatch requests to the
-// responder and ACKs, NAKs, READ responses and atomic acknowledgements to
-// the completer; handle the frames other engines of the adapter forwarded
-// (forward.go: a frame for another engine's QP, or QP1's datagram on an
-// engine without the GSI hook, is copied into a preallocated buffer and
-// handed over); take the ready QPs; run control calls; send the queued
-// MADs, then each active QP's responses before its requests (at most 64
-// of each per QP per loop); fire timers; flush the port. Timers are
-// per-QP deadlines on a clock read once per loop and checked when the
-// earliest one is due, not one timer per packet. After every loop, busy or
-// idle, the engine yields its P when a goroutine waits for one, so that a flooded engine, busy every
-// loop, does not hold it from the goroutines its other QPs' traffic needs
-// (ndk BenchmarkFloodRatio).
+// The loop: receive a batch of at most 16 frames, so that a flood in the
+// receive ring holds back the loop's answers by no more than that
+// (rocev2.Parse; bad frames, unknown QPs and other transports are dropped
+// and counted), dispatch requests to the responder and ACKs, NAKs, READ
+// responses and atomic acknowledgements to the completer; handle the
+// frames other engines of the adapter forwarded (forward.go: a frame for
+// another engine's QP, or QP1's datagram on an engine without the GSI
+// hook, is copied into a preallocated buffer and handed over); take the
+// ready QPs; run control calls; send the queued MADs, then each active
+// QP's responses before its requests (at most 64 of each per QP per loop);
+// fire timers; flush the port. Timers are per-QP deadlines on a clock read
+// once per loop and checked when the earliest one is due, not one timer
+// per packet. After every loop, busy or idle, the engine yields its P when
+// a goroutine waits for one, so that a flooded engine, busy every loop,
+// does not hold it from the goroutines its other QPs' traffic needs (ndk
+// BenchmarkFloodRatio).
 //
 // # Polling
 //
