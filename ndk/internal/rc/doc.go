@@ -145,6 +145,23 @@
 // against 9.6-10.4µs (three runs each of perf send_lat -n 5000 between
 // two namespaces).
 //
+// What a wake-up costs sets the tail. On the 2-vCPU VM these figures come
+// from, an idle vCPU halts (cpuidle haltpoll, guest_halt_poll_ns=0 on the
+// kernel's command line), and a thread woken onto it waits for the
+// hypervisor: a round trip of two blocking eventfds between two processes
+// takes 34-42µs at p50 when they sit on different CPUs and 4.6-5.3µs on
+// one (internal/wake BenchmarkWakeAcrossCPUs: go test -run '^$' -bench
+// WakeAcrossCPUs -benchtime 1x ./internal/wake). A round trip whose spin
+// runs out before its answer arrives pays one or two such wake-ups (the
+// sleeping engine's, the blocked consumer's), which is the p99 of 40-70µs
+// beside a p50 of 10-12µs in process. Through the daemon each end has one
+// more process to wake (engine, then client), and a round trip that
+// misses its spin pays up to two more. perf sched record over a send_lat
+// through daemons (perf script's sched_waking and sched_switch, by waker
+// and wakee) shows where the wake-ups come from; the relay's arms and
+// receives that woke the daemon's engine for nothing are gone (ndk/daemon's
+// doc), and what is left is one wake-up per process the answer crosses.
+//
 // # Transport (ROCEV2.md §2, rxe semantics)
 //
 //   - Segmentation by path MTU; FIRST/MIDDLE carry exactly one PMTU. PSNs
