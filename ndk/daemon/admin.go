@@ -249,7 +249,9 @@ func (s *Server) status() *Status {
 	s.mu.Lock()
 	st.Served = s.served - s.admins.Load()
 	for ss := range s.sessions {
-		if ss.adminOnly.Load() {
+		// A session is a client once it said hello: one accepted but not
+		// yet read (an operator's, say) is not counted yet.
+		if !ss.client.Load() {
 			continue
 		}
 		st.Clients++

@@ -177,3 +177,33 @@ func TestOperatorRequestsDuringTraffic(t *testing.T) {
 	}
 	t.Logf("%d rounds of every request during %d WRITEs; %d frames captured", rounds, n, frames)
 }
+
+// TestStatusCountsSessionsThatSaidHello: a connection the daemon accepted
+// but whose first request it has not read (an operator's query on its
+// way, say) is not a client; one that said hello is.
+func TestStatusCountsSessionsThatSaidHello(t *testing.T) {
+	bd := newBed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	silent, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: bd.sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	clients := func() int {
+		var st daemon.Status
+		if err := daemon.Query(ctx, bd.sock, daemon.OpAdminStatus, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Clients
+	}
+	// The daemon accepts in order and lists a session before it accepts
+	// the next: the silent one is listed when the query is answered.
+	if n := clients(); n != 0 {
+		t.Fatalf("status counts %d clients with one silent connection and no hello", n)
+	}
+	dialRaw(t, bd.sock)
+	if n := clients(); n != 1 {
+		t.Fatalf("status counts %d clients after one hello", n)
+	}
+}

@@ -175,6 +175,7 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 		return nil, nil, err
 	}
 	ss.relay = r
+	ss.client.Store(true)
 	a := ss.srv.a
 	info, err := json.Marshal(a.Info())
 	if err != nil {

@@ -51,6 +51,7 @@ type session struct {
 
 	start     time.Time
 	adminOnly atomic.Bool // only operator requests so far: not a client (admin.go)
+	client    atomic.Bool // said hello: a client (status counts it)
 }
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
