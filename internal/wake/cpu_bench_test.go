@@ -40,11 +40,11 @@ func partner(cpu string) int {
 	var v [8]byte
 	v[0] = 1
 	for range partnerRounds {
-		if EventfdRead(3, &v) != 0 {
+		if _, err := unix.Read(3, v[:]); err != nil {
 			return 1
 		}
 		v = [8]byte{1}
-		if EventfdWrite(4, &v) != 0 {
+		if _, err := unix.Write(4, v[:]); err != nil {
 			return 1
 		}
 	}
@@ -124,7 +124,10 @@ func wakeRoundTrips(b *testing.B, a, cpu int) []time.Duration {
 		for range partnerRounds {
 			start := time.Now()
 			v = [8]byte{1}
-			if EventfdWrite(ping, &v) != 0 || EventfdRead(pong, &v) != 0 {
+			if _, err := unix.Write(ping, v[:]); err != nil {
+				break
+			}
+			if _, err := unix.Read(pong, v[:]); err != nil {
 				break
 			}
 			rtt = append(rtt, time.Since(start))

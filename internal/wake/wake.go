@@ -21,14 +21,23 @@ func Poll(fds []unix.PollFd, timeout *unix.Timespec) (int, unix.Errno) {
 	}
 }
 
-// EventfdWrite adds v to an eventfd counter (eventfd(2)).
+// EventfdWrite adds v to the counter of a non-blocking eventfd
+// (eventfd(2)); EAGAIN if it would overflow.
+//
+// The eventfds of the doorbells are non-blocking, so their reads and
+// writes are raw system calls, which do not tell the runtime that the
+// thread may block: that notice (entersyscall) wakes the runtime's
+// monitor thread whenever it sleeps for an idle process, one more thread
+// woken on another CPU for each ring of an engine or a client that
+// sleeps between round trips.
 func EventfdWrite(fd int, v *[8]byte) unix.Errno {
-	_, _, errno := unix.Syscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+	_, _, errno := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
 	return errno
 }
 
-// EventfdRead reads and resets an eventfd counter (eventfd(2)).
+// EventfdRead reads and resets the counter of a non-blocking eventfd
+// (eventfd(2)); EAGAIN if it is zero. A raw system call, as EventfdWrite.
 func EventfdRead(fd int, v *[8]byte) unix.Errno {
-	_, _, errno := unix.Syscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+	_, _, errno := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
 	return errno
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,12 @@ type Doorbell struct {
 	drained  [8]byte // where Wait reads the eventfd counter
 	writes   atomic.Uint64
 	sleeps   atomic.Uint64
+	// WaitFile's: the file it reads through, its raw connection, and the
+	// read the runtime's poller retries (a method value made once).
+	waitFile  *os.File
+	waitConn  syscall.RawConn
+	drainFn   func(fd uintptr) bool
+	drainErrs unix.Errno
 }
 
 // NewEventfd returns a non-blocking, close-on-exec eventfd for a sleeper's
@@ -175,13 +182,41 @@ func (d *Doorbell) WaitFile(f *os.File) error {
 		return nil
 	}
 	d.sleeps.Add(1)
-	_, err := f.Read(d.drained[:]) // resets the counter
+	if d.waitFile != f {
+		c, err := f.SyscallConn()
+		if err != nil {
+			d.sleeping.Store(0)
+			return fmt.Errorf("shm: doorbell wait: %w", err)
+		}
+		d.waitFile, d.waitConn = f, c
+		d.drainFn = d.drain
+	}
+	// The poller parks the goroutine until the eventfd is readable and
+	// calls drain again; drain reads with a raw system call (wake's doc
+	// says why), so a wait costs no system call but the read that finds
+	// the ring.
+	d.drainErrs = 0
+	err := d.waitConn.Read(d.drainFn)
 	d.sleeping.Store(0)
 	d.pending.Store(0)
+	if err == nil && d.drainErrs != 0 {
+		err = d.drainErrs
+	}
 	if err != nil {
 		return fmt.Errorf("shm: doorbell wait: read eventfd: %w", err)
 	}
 	return nil
+}
+
+// drain reads (and so resets) the eventfd for WaitFile; false asks the
+// poller to wait for it to be readable.
+func (d *Doorbell) drain(fd uintptr) bool {
+	errno := wake.EventfdRead(int(fd), &d.drained)
+	if errno == unix.EAGAIN {
+		return false
+	}
+	d.drainErrs = errno
+	return true
 }
 
 // File returns a pollable os.File on a dup of the doorbell's eventfd, for
