@@ -179,9 +179,6 @@ type QP struct {
 
 // admin answers an operator request.
 func (ss *session) admin(req *proto.Request) *proto.Message {
-	if ss.relay == nil && !ss.adminOnly.Swap(true) {
-		ss.srv.admins.Add(1)
-	}
 	var v any
 	var err error
 	switch req.Op {
@@ -247,7 +244,7 @@ func (s *Server) status() *Status {
 	owner := s.owners()
 	per := make(map[*session]int) // index in st.Sessions
 	s.mu.Lock()
-	st.Served = s.served - s.admins.Load()
+	st.Served = s.clientsServed.Load()
 	for ss := range s.sessions {
 		// A session is a client once it said hello: one accepted but not
 		// yet read (an operator's, say) is not counted yet.

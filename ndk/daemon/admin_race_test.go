@@ -180,7 +180,8 @@ func TestOperatorRequestsDuringTraffic(t *testing.T) {
 
 // TestStatusCountsSessionsThatSaidHello: a connection the daemon accepted
 // but whose first request it has not read (an operator's query on its
-// way, say) is not a client; one that said hello is.
+// way, say) is not a client, nor counted as served; one that said hello
+// is both.
 func TestStatusCountsSessionsThatSaidHello(t *testing.T) {
 	bd := newBed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -194,6 +195,9 @@ func TestStatusCountsSessionsThatSaidHello(t *testing.T) {
 		var st daemon.Status
 		if err := daemon.Query(ctx, bd.sock, daemon.OpAdminStatus, &st); err != nil {
 			t.Fatal(err)
+		}
+		if st.Served != uint64(st.Clients) {
+			t.Errorf("status: %d clients served, %d now: the operator's sessions count as served", st.Served, st.Clients)
 		}
 		return st.Clients
 	}

@@ -176,6 +176,7 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 	}
 	ss.relay = r
 	ss.client.Store(true)
+	ss.srv.clientsServed.Add(1)
 	a := ss.srv.a
 	info, err := json.Marshal(a.Info())
 	if err != nil {

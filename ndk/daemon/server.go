@@ -45,9 +45,10 @@ type Server struct {
 	lns      []*net.UnixListener
 	wg       sync.WaitGroup
 	started  time.Time
-	served   uint64
-	admins   atomic.Uint64 // sessions that made only operator requests (admin.go)
-	cqRings  atomic.Uint64 // RelayRings
+	// clientsServed counts the sessions that said hello; an operator's
+	// (admin.go) says none.
+	clientsServed atomic.Uint64
+	cqRings       atomic.Uint64 // RelayRings
 }
 
 // RelayRings counts the notifications of the daemon's own CQs that rang
@@ -150,7 +151,6 @@ func (s *Server) start(c *net.UnixConn) {
 		return
 	}
 	s.sessions[ss] = struct{}{}
-	s.served++
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.log.Info("client connected", "pid", cred.Pid, "uid", cred.Uid)

@@ -49,9 +49,8 @@ type session struct {
 
 	relay *relay
 
-	start     time.Time
-	adminOnly atomic.Bool // only operator requests so far: not a client (admin.go)
-	client    atomic.Bool // said hello: a client (status counts it)
+	start  time.Time
+	client atomic.Bool // said hello: a client, not an operator (status counts it)
 }
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
