@@ -42,28 +42,28 @@
 // A post writes one record into the QP's ring and rings the engine's
 // doorbell: two atomic operations while the engine is awake, no system
 // call. A receive rings only when the engine must act on it (its QP
-// failed, or lives on another queue): otherwise the SEND's frame wakes
-// the engine, whose relay moves marked receives before the frames of its
-// turn, as an in-process PostReceive rings no engine. The request's context stays in the client, in a table indexed by
-// the request's sequence number, which the completion carries back. Each
-// session has a relay that runs in every turn of the queue-0 engine's loop
-// (rc.Poller): it takes records from the client's rings and posts them on
-// the daemon's QPs, and moves the daemon CQs' completions into the
-// client's rings, then fires the client's arms (the notification itself
-// leaves on a goroutine of the session, so the engine never waits on a
-// socket). No goroutine stands between a client and the engine. Before
-// the engine sleeps, the relay arms its daemon CQs, so that a completion
-// from another queue's engine rings it awake; with no QP of the session
-// on another queue the arm is for errors only, since every completion is
-// then made in the relay's own loop (Server.RelayRings). A hostile client can only
-// keep the engine from sleeping (a pending flag it keeps set) or make
-// every ring write the eventfd (a sleeping flag it keeps set): CPU, as a
-// client posting in a loop would cost.
-// Memory is not copied between the processes: a region's bytes are the
-// arena's pages, mapped in both, registered in the daemon under the
-// client's address so that the address an application hands its peer
-// is the one the wire carries. The engine copies payload into and out of
-// frames as it does for any registered memory in process.
+// failed, or lives on another queue): otherwise the SEND's frame wakes the
+// engine, whose relay moves marked receives before the frames of its turn,
+// as an in-process PostReceive rings no engine. The request's context
+// stays in the client, in a table indexed by the request's sequence
+// number, which the completion carries back. Each session has a relay that
+// runs in every turn of the queue-0 engine's loop (rc.Poller): it takes
+// records from the client's rings and posts them on the daemon's QPs, and
+// moves the daemon CQs' completions into the client's rings, then fires
+// the client's arms (the notification itself leaves on a goroutine of the
+// session, so the engine never waits on a socket). No goroutine stands
+// between a client and the engine. Before the engine sleeps, the relay
+// arms its daemon CQs, so that a completion from another queue's engine
+// rings it awake; with no QP of the session on another queue the arm is
+// for errors only, since every completion is then made in the relay's own
+// loop (Server.RelayRings). A hostile client can only keep the engine from
+// sleeping (a pending flag it keeps set) or make every ring write the
+// eventfd (a sleeping flag it keeps set): CPU, as a client posting in a
+// loop would cost. Memory is not copied between the processes: a region's
+// bytes are the arena's pages, mapped in both, registered in the daemon
+// under the client's address so that the address an application hands its
+// peer is the one the wire carries. The engine copies payload into and out
+// of frames as it does for any registered memory in process.
 //
 // SRQs, memory windows and fast registration: creating, initializing,
 // modifying and closing are control requests. Bind, FastRegister and

@@ -216,12 +216,12 @@ func (r *relay) Idle() {
 	for q := 1; q < len(r.queues); q++ {
 		other = other || r.queues[q] > 0
 	}
-	moved := 0
+	again := false // work found here: the engine turns once more instead of sleeping
 	for _, c := range r.cqs {
 		// This turn's timers may have completed a request after the
 		// pass (a retry spent): it reaches the client before the sleep.
-		if n := r.drain(c); n > 0 {
-			moved += n
+		if r.drain(c) > 0 {
+			again = true
 			r.fireArm(c)
 		}
 		if other || c.left {
@@ -235,12 +235,10 @@ func (r *relay) Idle() {
 	// published every QP's state before these loads, so a client marking
 	// later reads a failed QP's state and rings.
 	for i := range (len(r.slots) + 63) / 64 {
-		if r.post[i].Load() != 0 {
-			moved++
-		}
+		again = again || r.post[i].Load() != 0
 	}
-	if moved > 0 {
-		r.eng.Ring() // the engine's next turn, not a sleep, follows
+	if again {
+		r.eng.Ring()
 	}
 	r.armOtherQueues()
 }
