@@ -61,10 +61,10 @@ type Doorbell struct {
 	sleeps   atomic.Uint64
 	// WaitFile's: the file it reads through, its raw connection, and the
 	// read the runtime's poller retries (a method value made once).
-	waitFile  *os.File
-	waitConn  syscall.RawConn
-	drainFn   func(fd uintptr) bool
-	drainErrs unix.Errno
+	waitFile *os.File
+	waitConn syscall.RawConn
+	drainFn  func(fd uintptr) bool
+	drainErr unix.Errno
 }
 
 // NewEventfd returns a non-blocking, close-on-exec eventfd for a sleeper's
@@ -195,12 +195,12 @@ func (d *Doorbell) WaitFile(f *os.File) error {
 	// calls drain again; drain reads with a raw system call (wake's doc
 	// says why), so a wait costs no system call but the read that finds
 	// the ring.
-	d.drainErrs = 0
+	d.drainErr = 0
 	err := d.waitConn.Read(d.drainFn)
 	d.sleeping.Store(0)
 	d.pending.Store(0)
-	if err == nil && d.drainErrs != 0 {
-		err = d.drainErrs
+	if err == nil && d.drainErr != 0 {
+		err = d.drainErr
 	}
 	if err != nil {
 		return fmt.Errorf("shm: doorbell wait: read eventfd: %w", err)
@@ -215,7 +215,7 @@ func (d *Doorbell) drain(fd uintptr) bool {
 	if errno == unix.EAGAIN {
 		return false
 	}
-	d.drainErrs = errno
+	d.drainErr = errno
 	return true
 }
 
