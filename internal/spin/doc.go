@@ -4,11 +4,9 @@
 // (runtime.Gosched) keeps its OS thread, so when the polling threads of
 // several processes outnumber the cores, one with work waits for the
 // kernel to end another's time slice: milliseconds (ndk/internal/rc's
-// doc, "Polling"). Yielder also yields the thread (sched_yield(2)), which
-// hands the core to the other polling threads at once, as long as they
-// yield back. A thread that does not (a process computing, a spinner
-// elsewhere) keeps the core for its whole slice after such a yield; a
-// Yielder that sees one stops yielding the thread for a while, and the
-// caller's bounded spin ends in a blocking wait, from which the kernel
-// wakes it ahead of that thread.
+// doc, "Polling"). Yielder also yields the thread (sched_yield(2)),
+// which hands the core to the other polling threads at once. It does so
+// on every yield: the spin is bounded by its caller, which then blocks,
+// and a spinner that kept its thread instead would hold the core for a
+// whole slice.
 package spin

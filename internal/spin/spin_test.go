@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestYieldPRunsAWaitingGoroutine: on one P, a goroutine made runnable
@@ -28,5 +29,34 @@ func TestYieldAllocatesNothing(t *testing.T) {
 	y.Yield()
 	if n := testing.AllocsPerRun(1000, func() { y.YieldP(); y.Yield() }); n != 0 {
 		t.Fatalf("%v allocations per yield", n)
+	}
+}
+
+// TestYieldAlwaysYieldsTheThread: a slow yield is reported, and the next
+// Yield still gives the thread up. A spinner that kept its thread after a
+// slow yield would hold the core for a whole slice against the other
+// polling threads.
+func TestYieldAlwaysYieldsTheThread(t *testing.T) {
+	var calls int
+	slow := true
+	defer func(f func()) { schedYield = f }(schedYield)
+	schedYield = func() {
+		calls++
+		if slow {
+			time.Sleep(2 * SlowYield)
+		}
+	}
+	var y Yielder
+	if !y.Yield() {
+		t.Fatal("a yield that came back after 2 x SlowYield was not reported slow")
+	}
+	slow = false
+	for i := range 10 {
+		if y.Yield() {
+			t.Errorf("yield %d reported slow", i+2)
+		}
+	}
+	if calls != 11 {
+		t.Fatalf("11 yields yielded the thread %d times", calls)
 	}
 }

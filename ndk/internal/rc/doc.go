@@ -110,9 +110,9 @@
 // Idle, a PollAdaptive engine spins for SpinTime (20µs) and then sleeps in
 // Port.Wait, ppoll(2) on the XSK socket and the doorbell's eventfd (the
 // port's doorbell protocol loses no wake-up). While it spins it yields
-// its P and, through internal/spin, its thread (sched_yield), unless a
-// yield lately came back a whole time slice later, which shows a thread
-// on this core that does not yield back. PollBusy never sleeps and only
+// its P and, through internal/spin, its thread (sched_yield), every time:
+// a spinner that keeps its thread holds the core for a whole slice
+// against the others (internal/spin's Yield). PollBusy never sleeps and only
 // yields its P: a core per engine. Consumers do the same on their side
 // (the tools' verbs.Backoff: spin 20µs, then block on the CQ's
 // notification and QP.ArmPeerWrites).
