@@ -30,6 +30,7 @@ type daemonConfig struct {
 	Queues      string `json:"queues"`       // "all" (every RX queue) or a count
 	XDPMode     string `json:"xdp_mode"`     // auto, driver or generic
 	Polling     string `json:"polling"`      // adaptive or busy
+	Spin        string `json:"spin"`         // adaptive: how long an idle engine spins before it sleeps; default 20us
 	LogFormat   string `json:"log_format"`   // text or json
 	LogLevel    string `json:"log_level"`    // debug, info, warn or error
 	PinRoot     string `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
@@ -70,7 +71,7 @@ func rxQueues(dev string) (int, error) {
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
@@ -78,6 +79,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.Queues, "queues", "", `receive queues to bind: "all" (default) or a count`)
 	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
 	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
+	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps (default 20µs)")
 	fs.StringVar(&set.LogFormat, "log-format", "", "log format: text (default) or json")
 	fs.StringVar(&set.LogLevel, "log-level", "", "log level: debug, info (default), warn or error")
 	fs.StringVar(&set.PinRoot, "pin-root", "", "bpffs directory for the pinned attachment (default /sys/fs/bpf/ndkxdp)")
@@ -126,6 +128,7 @@ func overlay(c *daemonConfig, set daemonConfig) {
 	}{
 		{&c.Interface, set.Interface}, {&c.Socket, set.Socket}, {&c.SocketGroup, set.SocketGroup},
 		{&c.Queues, set.Queues}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
+		{&c.Spin, set.Spin},
 		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
 		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
 		{&c.Metrics, set.Metrics},
@@ -153,6 +156,16 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		return opts, 0, nil, err
 	}
 	opts = o
+	if c.Spin != "" {
+		d, err := time.ParseDuration(c.Spin)
+		switch {
+		case err != nil || d <= 0 || d > time.Second:
+			return opts, 0, nil, fmt.Errorf("daemon: spin %q: want a duration above 0 and at most 1s", c.Spin)
+		case opts.Polling == ndk.PollBusy:
+			return opts, 0, nil, errors.New("daemon: spin is for adaptive polling; busy polling never sleeps")
+		}
+		opts.SpinTime = d
+	}
 	opts.Pin, opts.PinRoot = true, c.PinRoot
 	if opts.ZeroCopy, err = zeroCopyMode(c.ZeroCopy); err != nil {
 		return opts, 0, nil, err

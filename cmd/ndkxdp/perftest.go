@@ -115,7 +115,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.UseSRQ && (!peer.IsValid() || p.Kind == perftest.Lat) {
 		srq = ", receives through a shared receive queue (--use-srq)"
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling), procs, srq)
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin), procs, srq)
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	stopProgress := progress(stderr, progressLabel(name, p), d.Adapter)
@@ -144,7 +144,7 @@ type perfTestFlags struct {
 	opts                        ndk.Options
 	addr, dev, polling, capture string
 	daemon                      string
-	timeout                     time.Duration
+	timeout, spin               time.Duration
 	histogram                   bool
 	nic                         nicFlags
 }
@@ -181,6 +181,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
+	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the engines and the test spin before they sleep (through -daemon, the test's only)")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.nic.register(fs)
 	var err error
@@ -194,6 +195,10 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, usagef("-timeout %v: must be positive", f.timeout)
 	case f.polling != "adaptive" && f.polling != "busy":
 		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
+	case f.spin <= 0 || f.spin > time.Second:
+		return f, usagef("-spin %v: want a duration above 0 and at most 1s", f.spin)
+	case f.polling == "busy" && flagSet(fs, "spin"):
+		return f, usagef("-spin is for adaptive polling; busy polling never sleeps")
 	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
 		return f, usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
 	}
@@ -205,6 +210,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	if f.polling == "busy" {
 		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true
 	}
+	f.opts.SpinTime, p.Spin = f.spin, f.spin
 	p.Port = uint16(*port)
 	if *cas {
 		p.AtomicType = perftest.CompareAndSwap
@@ -274,11 +280,11 @@ func printRunStats(w io.Writer, engines []ndk.EngineStats, waits uint64) {
 }
 
 // pollingText says how the run waits, as the tools print it.
-func pollingText(mode string) string {
+func pollingText(mode string, spin time.Duration) string {
 	if mode == "busy" {
 		return "busy polling"
 	}
-	return fmt.Sprintf("adaptive polling (spin %v, then sleep)", verbs.DefaultSpin)
+	return fmt.Sprintf("adaptive polling (spin %v, then sleep)", spin)
 }
 
 // latencyProcs gives a latency test one P per engine the process runs (at

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"regexp"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -122,4 +124,35 @@ func TestPerfAllSizesAndDuration(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPerfSpinFlag: -spin sets how long both the engines and the test's
+// own polling spin before they sleep, and the header says so; without it
+// both spin for the default.
+func TestPerfSpinFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, verbs.DefaultSpin},
+		{[]string{"-spin", "75us"}, 75 * time.Microsecond},
+		{[]string{"-spin", "1ms", "-polling", "adaptive"}, time.Millisecond},
+	} {
+		f, err := parsePerfTest("send_lat", append(tc.args, "-dev", "lo"), io.Discard, io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if f.opts.SpinTime != tc.want || f.params.Spin != tc.want {
+			t.Errorf("%q: engines spin %v, the test %v; want %v", tc.args, f.opts.SpinTime, f.params.Spin, tc.want)
+		}
+		want := fmt.Sprintf("adaptive polling (spin %v, then sleep)", tc.want)
+		if got := pollingText(f.polling, f.spin); got != want {
+			t.Errorf("%q: header says %q, want %q", tc.args, got, want)
+		}
+	}
+	f, err := parsePerfTest("send_lat", []string{"-polling", "busy", "-dev", "lo"}, io.Discard, io.Discard)
+	if err != nil || !f.params.BusyPoll || pollingText(f.polling, f.spin) != "busy polling" {
+		t.Errorf("-polling busy: %v, busy %v, header %q", err, f.params.BusyPoll, pollingText(f.polling, f.spin))
+	}
 }

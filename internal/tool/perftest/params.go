@@ -127,6 +127,9 @@ type Params struct {
 	// ever blocking (verbs.Backoff.Busy); by default it spins for
 	// verbs.DefaultSpin, then blocks until the endpoint has news.
 	BusyPoll bool
+	// Spin is how long the adaptive polling spins before it blocks
+	// (verbs.Backoff.Spin); zero means verbs.DefaultSpin.
+	Spin time.Duration
 }
 
 // ErrUnsupported is an option ndkxdp does not run (yet).

@@ -50,7 +50,7 @@ type data struct {
 func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 	return func(ep verbs.Endpoint) error {
 		d.w.ep = ep
-		d.w.idle.Busy = p.BusyPoll
+		d.w.idle.Busy, d.w.idle.Spin = p.BusyPoll, p.Spin
 		d.half = max(p.Size, cycle) // BUFF_SIZE(size, cycle_buffer)
 		access := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 		if p.Verb == Atomic {

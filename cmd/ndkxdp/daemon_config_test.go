@@ -1,0 +1,53 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// TestDaemonSpin: the daemon's engines spin as long as -spin (or the
+// config's spin) says before they sleep, 20µs by default; a spin that is
+// not a positive duration up to 1s, or one given with busy polling, is
+// refused before anything touches the system.
+func TestDaemonSpin(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "ndkxdp.json")
+	if err := os.WriteFile(cfg, []byte(`{"interface": "lo", "spin": "75us"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := defaultDaemonConfig()
+	if err := loadDaemonConfig(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	opts, _, _, err := c.resolve(io.Discard)
+	if err != nil || opts.SpinTime != 75*time.Microsecond {
+		t.Fatalf("config spin 75us: spin time %v, %v", opts.SpinTime, err)
+	}
+	overlay(&c, daemonConfig{Spin: "1ms"})
+	if opts, _, _, err = c.resolve(io.Discard); err != nil || opts.SpinTime != time.Millisecond {
+		t.Fatalf("-spin 1ms over the config: spin time %v, %v", opts.SpinTime, err)
+	}
+	c = defaultDaemonConfig()
+	c.Interface = "lo"
+	if opts, _, _, err = c.resolve(io.Discard); err != nil || opts.SpinTime != 0 || opts.Polling != ndk.PollAdaptive {
+		t.Fatalf("default: spin time %v (want 0, the engine's default), polling %v, %v", opts.SpinTime, opts.Polling, err)
+	}
+	for _, tc := range []struct{ polling, spin, want string }{
+		{"adaptive", "0s", `spin "0s"`},
+		{"adaptive", "-5us", `spin "-5us"`},
+		{"adaptive", "2s", "at most 1s"},
+		{"adaptive", "fast", `spin "fast"`},
+		{"busy", "50us", "spin is for adaptive polling"},
+	} {
+		c := defaultDaemonConfig()
+		c.Interface, c.Polling, c.Spin = "lo", tc.polling, tc.spin
+		if _, _, _, err := c.resolve(io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("polling %s, spin %s: %v, want an error naming %q", tc.polling, tc.spin, err, tc.want)
+		}
+	}
+}
