@@ -3,9 +3,12 @@ package latency
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,12 +18,15 @@ import (
 )
 
 // BenchmarkLatency reports, per latency test and for kernel TCP, the
-// median, p99 and p99.9 of one -n 1000 run between two processes, and
-// the ratios the polling model is held to: p99/p50 (goal: at most 3
-// idle, 10 with a spinning process beside) and p99 against TCP's p99
-// measured in the same run (goal: at most 1). read_lat reports whole
-// round trips, the others half round trips, so READ is held against
-// twice TCP's figure.
+// median, p99 and p99.9 of one run of iterations round trips between two
+// processes, and the ratios the polling model is held to: p99/p50 (goal:
+// at most 3 idle, 10 with a spinning process beside) and p99 against
+// TCP's p99 measured in the same run (goal: at most 1). read_lat reports
+// whole round trips, the others half round trips, so READ is held against
+// twice TCP's figure. Idle, beside each test it runs the floor
+// (floor_test.go) at that test's median and reports the floor's p99/p50,
+// what the machine alone allows, and the test's p99 against the floor's.
+// Beside a spinning process the floor, which never yields, says nothing.
 func BenchmarkLatency(b *testing.B) {
 	for _, load := range []string{"idle", "contended"} {
 		b.Run(load, func(b *testing.B) {
@@ -43,16 +49,46 @@ func BenchmarkLatency(b *testing.B) {
 					b.ReportMetric(l.P999, test+"-p99.9-us")
 					b.ReportMetric(l.P99/l.Typical, test+"-p99/p50")
 					b.ReportMetric(l.P99/base, test+"-p99/tcp-p99")
+					if load == "idle" {
+						f := floorBeside(b, test, l)
+						b.ReportMetric(f.P99/f.Typical, test+"-floor-p99/p50")
+						b.ReportMetric(l.P99/f.P99, test+"-p99/floor-p99")
+					}
 				}
 			}
 		})
 	}
 }
 
+// iterations is the round trips of each run: p99 is then the 50th worst,
+// a figure one stray sample does not move.
+const iterations = 5000
+
+// perfArgs are more arguments for the benchmarks' runs of perf's latency
+// tests, to compare settings (go test ... -args -perf-args "-spin 50us").
+var perfArgs = flag.String("perf-args", "", "more arguments for the benchmarks' ndkxdp perf *_lat runs")
+
+func extraArgs(test string) []string {
+	if test == "tcp_lat" {
+		return nil
+	}
+	return strings.Fields(*perfArgs)
+}
+
+// floorBeside is the floor at the median of l, a run of test, in the
+// units test reports (read_lat's whole round trips, others' halves).
+func floorBeside(b *testing.B, test string, l Lat) Lat {
+	if test != "read_lat" {
+		return measureFloor(b, l.Typical, iterations)
+	}
+	f := measureFloor(b, l.Typical/2, iterations)
+	return Lat{Typical: 2 * f.Typical, P99: 2 * f.P99, P999: 2 * f.P999, Max: 2 * f.Max}
+}
+
 func measure(b *testing.B, p *harness.Pair, test string) Lat {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r := perf(ctx, b, p, test, "-n", "1000")
+	r := perf(ctx, b, p, test, append([]string{"-n", strconv.Itoa(iterations)}, extraArgs(test)...)...)
 	if r.srvErr != nil || r.cliErr != nil {
 		b.Fatalf("%s: server %v, client %v\nserver:\n%s\nclient:\n%s", test, r.srvErr, r.cliErr, r.srv, r.cli)
 	}
@@ -67,7 +103,7 @@ func measure(b *testing.B, p *harness.Pair, test string) Lat {
 // processes in one run on one veth pair, the two ways an application
 // reaches ndkxdp: each process with its adapter in process (-dev), then
 // each through a daemon serving its end (-daemon; the daemons are
-// processes of their own). A single -n 1000 run of either way lands in
+// processes of their own). A single run of either way lands in
 // one of two modes on a shared 2-core machine (the consumers' 20µs spin
 // catches the answer, or it misses and every round trip blocks), so each
 // way runs rounds times, alternating, and the medians of its runs are
@@ -94,6 +130,9 @@ func BenchmarkDaemonLatency(b *testing.B) {
 			b.ReportMetric(median(d[:], func(l Lat) float64 { return l.P999 }), test+"-daemon-p99.9-us")
 			b.ReportMetric(dP50/inP50, test+"-p50-daemon/inproc")
 			b.ReportMetric(dP99/dP50, test+"-daemon-p99/p50")
+			f := floorBeside(b, test, Lat{Typical: dP50})
+			b.ReportMetric(f.P99/f.Typical, test+"-daemon-floor-p99/p50")
+			b.ReportMetric(dP99/f.P99, test+"-daemon-p99/floor-p99")
 		}
 	}
 }
@@ -128,7 +167,7 @@ func measureDaemon(b *testing.B, p *harness.Pair, test string) Lat {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := ndkxdp(b)
-	common := []string{"perf", test, "-n", "1000", "-timeout", "2m"}
+	common := append([]string{"perf", test, "-n", strconv.Itoa(iterations), "-timeout", "2m"}, extraArgs(test)...)
 	srv := exec.CommandContext(ctx, bin, append(common, "-daemon", da.Sock)...)
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut

@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 		hog(cpu)
 		return
 	}
+	if arg := os.Getenv(floorEnv); arg != "" {
+		floorServe(arg)
+		return
+	}
 	os.Exit(m.Run())
 }
 

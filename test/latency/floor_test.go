@@ -1,0 +1,217 @@
+package latency
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The floor is what the machine itself allows a ping-pong: two processes
+// that spin on a shared cache line and compute for a fixed time per
+// message, with no system call, no network and no sleep. Its median is
+// set to the median of the latency test it stands beside, so its tail is
+// what interruptions the processes cannot see (timer ticks, the
+// hypervisor taking the vCPU) add to a round trip of that length. On a
+// VM whose every tick costs tens of microseconds, a p99 of 3x the median
+// can be beyond reach before any transport runs; the benchmarks report
+// the floor's ratios in the same run so that a reader can tell the
+// machine's share of a tail from ours.
+
+// floorEnv makes the test binary the floor's answering side (TestMain):
+// "PATH ITERATIONS N", the shared file, the work per message in
+// iterations of floorWork, and the messages to answer.
+const (
+	floorEnv   = "NDKXDP_LATENCY_FLOOR"
+	floorLimit = time.Minute
+)
+
+// The shared file's words, a cache line apart: the client's message
+// number, the answer, and a flag the answering side sets once mapped.
+const (
+	floorPing  = 0
+	floorPong  = 64
+	floorReady = 128
+	floorSize  = 4096
+)
+
+// floorSink keeps floorWork's result observable, so the loop is kept.
+var floorSink atomic.Uint64
+
+// floorWork computes for a time proportional to n and does nothing else:
+// a dependent chain of multiplications, which neither the compiler nor
+// the CPU can shorten.
+func floorWork(n int) {
+	x := floorSink.Load()
+	for range n {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	floorSink.Store(x)
+}
+
+// floorRate is floorWork's iterations per nanosecond, the best of several
+// timings (a slower one was interrupted).
+func floorRate() float64 {
+	const n = 100_000
+	best := time.Hour
+	for range 20 {
+		t := time.Now()
+		floorWork(n)
+		best = min(best, time.Since(t))
+	}
+	return n / float64(max(best.Nanoseconds(), 1))
+}
+
+// floorMap maps the shared file.
+func floorMap(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Truncate(floorSize); err != nil {
+		return nil, err
+	}
+	return unix.Mmap(int(f.Fd()), 0, floorSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+}
+
+func word(m []byte, off int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&m[off]))
+}
+
+// floorServe is the answering side: for each message, wait for it, work,
+// answer. It gives up after floorLimit, so that a client that died does
+// not leave it spinning.
+func floorServe(arg string) {
+	f := strings.Fields(arg)
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, "floor:", err)
+		os.Exit(2)
+	}
+	if len(f) != 3 {
+		fail(fmt.Errorf("want PATH ITERATIONS N, got %q", arg))
+	}
+	iters, err1 := strconv.Atoi(f[1])
+	n, err2 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		fail(fmt.Errorf("bad arguments %q", arg))
+	}
+	runtime.GOMAXPROCS(1)
+	runtime.LockOSThread()
+	m, err := floorMap(f[0])
+	if err != nil {
+		fail(err)
+	}
+	ping, pong := word(m, floorPing), word(m, floorPong)
+	word(m, floorReady).Store(1)
+	end := time.Now().Add(floorLimit)
+	for i := uint64(1); i <= n; i++ {
+		for spins := 0; ping.Load() != i; spins++ {
+			if spins&0xFFFF == 0 && time.Now().After(end) {
+				fail(fmt.Errorf("no message %d within %v", i, floorLimit))
+			}
+		}
+		floorWork(iters)
+		pong.Store(i)
+	}
+}
+
+// measureFloor runs n round trips of the floor whose every half round
+// trip works for half µs, and returns their half round trips in µs as
+// perftest's columns report them. The answering side is a process of its
+// own; this side runs on a locked thread of the test process.
+func measureFloor(tb testing.TB, half float64, n int) Lat {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "floor")
+	m, err := floorMap(path)
+	if err != nil {
+		tb.Fatalf("floor: %v", err)
+	}
+	defer unix.Munmap(m)
+	iters := int(floorRate() * half * 1000)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d", floorEnv, path, iters, n))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("floor: start the answering side: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-done
+	}()
+
+	samples := make([]float64, n)
+	res := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		ping, pong, ready := word(m, floorPing), word(m, floorPong), word(m, floorReady)
+		end := time.Now().Add(floorLimit)
+		for spins := 0; ready.Load() == 0; spins++ {
+			if spins&0xFFFF == 0 && time.Now().After(end) {
+				res <- fmt.Errorf("the answering side did not start")
+				return
+			}
+		}
+		for i := uint64(1); i <= uint64(n); i++ {
+			t := time.Now()
+			floorWork(iters)
+			ping.Store(i)
+			for spins := 0; pong.Load() != i; spins++ {
+				if spins&0xFFFF == 0 && time.Now().After(end) {
+					res <- fmt.Errorf("no answer %d within %v", i, floorLimit)
+					return
+				}
+			}
+			samples[i-1] = float64(time.Since(t).Nanoseconds()) / 2000
+		}
+		res <- nil
+	}()
+	select {
+	case err = <-res:
+	case err = <-done:
+		err = fmt.Errorf("the answering side exited: %v", err)
+	}
+	if err != nil {
+		tb.Fatalf("floor: %v", err)
+	}
+	return latOf(samples)
+}
+
+// latOf is perftest's row of samples (µs): the median, and the 99th and
+// 99.9th percentiles at ceil(n x 0.99) and ceil(n x 0.999), as perftest
+// takes them.
+func latOf(s []float64) Lat {
+	slices.Sort(s)
+	n := len(s)
+	at := func(p float64) float64 { return s[min(int(math.Ceil(float64(n)*p)), n-1)] }
+	return Lat{Typical: s[n/2], P99: at(0.99), P999: at(0.999), Max: s[n-1]}
+}
+
+// TestFloor: the floor's median follows the work asked for, and its
+// answering side ends once it has answered.
+func TestFloor(t *testing.T) {
+	for _, half := range []float64{5, 20} {
+		l := measureFloor(t, half, 2000)
+		t.Logf("work %vµs per half round trip: p50 %.2f p99 %.2f p99.9 %.2f max %.1f µs", half, l.Typical, l.P99, l.P999, l.Max)
+		if l.Typical < 0.9*half || l.Typical > 2*half+5 {
+			t.Errorf("work %vµs per half round trip: median %.2fµs", half, l.Typical)
+		}
+		if l.P99 < l.Typical || l.P999 < l.P99 || l.Max < l.P999 {
+			t.Errorf("percentiles out of order: %+v", l)
+		}
+	}
+}
