@@ -98,7 +98,9 @@ type Options struct {
 	// matter; without them it only adds the busy-poll loop.
 	BusyPoll time.Duration
 	// SpinTime is how long an adaptive engine keeps polling after its
-	// last work before it sleeps (default 20µs). Longer saves a
+	// last work before it sleeps (default 20µs), at least: the engine
+	// doubles its spin, up to 200µs, while work comes within 200µs of
+	// each sleep, and halves it back when it does not. Longer saves a
 	// request/response exchange a wake-up per message when the other
 	// side answers later than that, but only where the engine has a core
 	// to itself: on a machine with more polling threads than cores it

@@ -79,7 +79,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.Queues, "queues", "", `receive queues to bind: "all" (default) or a count`)
 	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
 	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
-	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps (default 20µs)")
+	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps, at least (default 20µs; it spins up to 200µs while work keeps coming)")
 	fs.StringVar(&set.LogFormat, "log-format", "", "log format: text (default) or json")
 	fs.StringVar(&set.LogLevel, "log-level", "", "log level: debug, info (default), warn or error")
 	fs.StringVar(&set.PinRoot, "pin-root", "", "bpffs directory for the pinned attachment (default /sys/fs/bpf/ndkxdp)")

@@ -181,7 +181,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
-	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the engines and the test spin before they sleep (through -daemon, the test's only)")
+	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the test spins before it sleeps, and the engines at least (they spin up to 200µs while work keeps coming); through -daemon, the test's only")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.nic.register(fs)
 	var err error

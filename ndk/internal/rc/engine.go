@@ -31,7 +31,9 @@ type Config struct {
 	Regions *memreg.Table
 	Poll    PollMode
 	// SpinTime is how long an adaptive engine keeps polling after its
-	// last work before it sleeps in Port.Wait (default 20µs). It bounds
+	// last work before it sleeps in Port.Wait (default 20µs), at least:
+	// the spin grows up to 200µs while work keeps coming soon after each
+	// sleep (adaptSpin), and comes back to SpinTime when it does not. It bounds
 	// how long the engine holds a core that another thread, of this
 	// process or another, is waiting for: a thread that only yields its
 	// P (runtime.Gosched) keeps the OS thread, so engines and consumers
@@ -112,7 +114,10 @@ const (
 	// blockedWait is how long an adaptive engine sleeps while frames wait
 	// for transmit room: TX completions do not wake Port.Wait.
 	blockedWait = 50 * time.Microsecond
-	noDeadline  = math.MaxInt64
+	// spinMax bounds the adaptive spin (adaptSpin): haltpoll's default
+	// window, guest_halt_poll_ns.
+	spinMax    = int64(200 * time.Microsecond)
+	noDeadline = math.MaxInt64
 	// ackHoldTime is how long an ACK for a completed receive waits for
 	// the consumer's answer to travel with (ackHold). It is far below
 	// any ACK timeout, and only SEND completions wait.
@@ -126,7 +131,8 @@ type Engine struct {
 	port    port.Port
 	regions *memreg.Table
 	poll    PollMode
-	spin    int64 // SpinTime in ns
+	spin    int64 // how long the idle loop spins now, in ns: spinMin to spinMax
+	spinMin int64 // SpinTime in ns
 	window  uint32
 	maxQPs  int
 
@@ -214,6 +220,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		regions:     cfg.Regions,
 		poll:        cfg.Poll,
 		spin:        int64(cfg.SpinTime),
+		spinMin:     int64(cfg.SpinTime),
 		window:      uint32(cfg.Window),
 		maxQPs:      cfg.MaxQPs,
 		lockThread:  cfg.LockThread,
@@ -336,14 +343,34 @@ func (e *Engine) run() {
 		for _, p := range e.pollers {
 			p.Idle()
 		}
-		e.sleep()
+		slept := e.sleep()
 		idleSince = e.clock()
+		e.adaptSpin(slept)
 	}
 	e.shutdown()
 }
 
-// sleep waits for a frame, a doorbell or the next deadline.
-func (e *Engine) sleep() {
+// adaptSpin sets the next spin from how long the last sleep lasted, as
+// cpuidle's haltpoll governor sets its poll window: a sleep that work
+// ended within spinMax means the spin stopped just short of it, so the
+// spin doubles (up to spinMax); a longer sleep halves it (down to
+// SpinTime). A ping-pong whose answer takes longer than SpinTime, such as
+// a READ responder waiting a whole round trip, then spins through it
+// instead of paying a wake-up each time, and an engine with nothing to
+// do spins SpinTime. slept < 0: it did not sleep.
+func (e *Engine) adaptSpin(slept int64) {
+	switch {
+	case slept < 0:
+	case slept < spinMax:
+		e.spin = min(max(2*e.spin, e.spinMin), max(spinMax, e.spinMin))
+	default:
+		e.spin = max(e.spin/2, e.spinMin)
+	}
+}
+
+// sleep waits for a frame, a doorbell or the next deadline, and returns
+// how long it slept in ns (-1: the deadline had passed).
+func (e *Engine) sleep() int64 {
 	timeout := time.Duration(-1)
 	if len(e.active) > 0 {
 		timeout = blockedWait
@@ -351,12 +378,14 @@ func (e *Engine) sleep() {
 		timeout = max(time.Duration(e.nextTimer-e.clock()), 0)
 	}
 	if timeout == 0 {
-		return
+		return -1
 	}
 	e.c.sleeps.Add(1)
+	start := e.clock()
 	if err := e.port.Wait(timeout); err != nil {
 		e.c.rxErrors.Add(1)
 	}
+	return e.clock() - start
 }
 
 // shutdown cancels what is left and refuses further control calls.
