@@ -19,6 +19,9 @@ type demoHost struct {
 	PD      *ndk.PD
 	RCQ     *ndk.CQ // receive CQ
 	ICQ     *ndk.CQ // initiator CQ
+	// RWait and IWait wait for RCQ and ICQ (spin, then block on the
+	// CQ's notification).
+	RWait, IWait *cqWait
 }
 
 // openAdapterOn opens ndkxdp on h's veth end from inside h's namespace.
@@ -57,13 +60,14 @@ func (x *demoHost) NewCQs() error {
 			c.Close()
 		}
 	}
-	x.RCQ, x.ICQ = nil, nil
+	x.RCQ, x.ICQ, x.RWait, x.IWait = nil, nil, nil, nil
 	var err error
-	if x.RCQ, err = x.Adapter.CreateCQ(demoCQDepth, nil); err != nil {
+	if x.RWait, err = newCQWait(x.Adapter, demoCQDepth); err != nil {
 		return fmt.Errorf("%s: create receive CQ: %w", x.Name, err)
 	}
-	if x.ICQ, err = x.Adapter.CreateCQ(demoCQDepth, nil); err != nil {
+	if x.IWait, err = newCQWait(x.Adapter, demoCQDepth); err != nil {
 		return fmt.Errorf("%s: create initiator CQ: %w", x.Name, err)
 	}
+	x.RCQ, x.ICQ = x.RWait.cq, x.IWait.cq
 	return nil
 }

@@ -4,25 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-// waitOne polls cq until it yields one result or the deadline passes.
-func waitOne(ctx context.Context, cq *ndk.CQ, r *ndk.Result, deadline time.Time) error {
+// waitOne waits for w's CQ until it yields one result or the deadline
+// passes.
+func waitOne(ctx context.Context, w *cqWait, r *ndk.Result, deadline time.Time) error {
 	var rs [1]ndk.Result
-	for cq.GetResults(rs[:]) == 0 {
-		if err := ctx.Err(); err != nil {
+	start := time.Now()
+	for w.cq.GetResults(rs[:]) == 0 {
+		if err := w.idle(ctx, nil, deadline); errors.Is(err, errWaitDeadline) {
+			return fmt.Errorf("no completion within %v", deadline.Sub(start).Round(time.Second))
+		} else if err != nil {
 			return err
 		}
-		if time.Now().After(deadline) {
-			return errors.New("no completion within 10s")
-		}
-		runtime.Gosched()
 	}
+	w.reset()
 	*r = rs[0]
 	if r.Status != ndk.StatusSuccess {
 		return fmt.Errorf("completion status %v", r.Status)
@@ -108,12 +108,14 @@ func (e *echoer) run(stop <-chan struct{}, deadline time.Time) error {
 		default:
 		}
 		if e.b.RCQ.GetResults(r[:]) == 0 {
-			if !deadline.IsZero() && time.Now().After(deadline) {
+			if err := e.b.RWait.idle(context.Background(), stop, deadline); errors.Is(err, errWaitDeadline) {
 				return errors.New("echo: the ping-pong outlasted its bound")
+			} else if err != nil {
+				return fmt.Errorf("echo: %w", err)
 			}
-			runtime.Gosched()
 			continue
 		}
+		e.b.RWait.reset()
 		if r[0].Status != ndk.StatusSuccess {
 			return fmt.Errorf("echo: receive completion %v", r[0].Status)
 		}
@@ -150,7 +152,7 @@ func pingPeer(ctx context.Context, a *demoHost, qa *ndk.QP, n int) (baseline.Lat
 		if err = qa.Send(nil, []ndk.SGE{sa}, ndk.OpFlagSilentSuccess); err != nil {
 			break
 		}
-		if err = waitOne(ctx, a.RCQ, &r, deadline); err != nil {
+		if err = waitOne(ctx, a.RWait, &r, deadline); err != nil {
 			break
 		}
 		rtt := time.Since(t0)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -29,7 +28,7 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 		return phase{}, err
 	}
 	defer release()
-	p, err := writeSlots(ctx, a.ICQ, qa, smr, src, n, size, dmr.Addr(), dmr.RemoteToken())
+	p, err := writeSlots(ctx, a.IWait, qa, smr, src, n, size, dmr.Addr(), dmr.RemoteToken())
 	if err != nil {
 		return phase{}, err
 	}
@@ -44,7 +43,7 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 // to the memory at addr with token, op i from and into slot i mod
 // rdmaSlots with pattern i, keeping rdmaSlots in flight, and returns once
 // all completed.
-func writeSlots(ctx context.Context, cq *ndk.CQ, qa *ndk.QP, smr *ndk.MR, src []byte, n, size int, addr uint64, token uint32) (phase, error) {
+func writeSlots(ctx context.Context, cq *cqWait, qa *ndk.QP, smr *ndk.MR, src []byte, n, size int, addr uint64, token uint32) (phase, error) {
 	t0 := time.Now()
 	err := pipeline(ctx, cq, n, func(i int) error {
 		slot := i % rdmaSlots
@@ -111,7 +110,7 @@ func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (pha
 		return phase{}, err
 	}
 	defer release()
-	return readSlots(ctx, a.ICQ, qa, dmr, dst, src, n, size, smr.Addr(), smr.RemoteToken())
+	return readSlots(ctx, a.IWait, qa, dmr, dst, src, n, size, smr.Addr(), smr.RemoteToken())
 }
 
 // readFill fills the rdmaSlots slots of a READ phase's source.
@@ -125,7 +124,7 @@ func readFill(src []byte, size int) {
 // token into dst (registered as dmr), op i from slot i mod rdmaSlots into
 // the same slot, and checks each one against that slot of want as it
 // completes.
-func readSlots(ctx context.Context, cq *ndk.CQ, qa *ndk.QP, dmr *ndk.MR, dst, want []byte, n, size int, addr uint64, token uint32) (phase, error) {
+func readSlots(ctx context.Context, cq *cqWait, qa *ndk.QP, dmr *ndk.MR, dst, want []byte, n, size int, addr uint64, token uint32) (phase, error) {
 	t0 := time.Now()
 	err := pipeline(ctx, cq, n, func(i int) error {
 		slot := i % rdmaSlots
@@ -152,7 +151,7 @@ func readSlots(ctx context.Context, cq *ndk.CQ, qa *ndk.QP, dmr *ndk.MR, dst, wa
 // flight, and hands each completion to done. Completions of one QP arrive
 // in posting order, so request i's slot is free again once i-rdmaSlots has
 // completed.
-func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, done func(ndk.Result) error) error {
+func pipeline(ctx context.Context, w *cqWait, n int, post func(i int) error, done func(ndk.Result) error) error {
 	var rs [rdmaSlots]ndk.Result
 	completed := 0
 	deadline := time.Now().Add(30 * time.Second)
@@ -163,7 +162,7 @@ func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, do
 			}
 			posted++
 		}
-		k := cq.GetResults(rs[:])
+		k := w.cq.GetResults(rs[:])
 		for _, r := range rs[:k] {
 			if r.Status != ndk.StatusSuccess {
 				return fmt.Errorf("completion status %v", r.Status)
@@ -176,13 +175,13 @@ func pipeline(ctx context.Context, cq *ndk.CQ, n int, post func(i int) error, do
 		}
 		completed += k
 		if k == 0 {
-			if err := ctx.Err(); err != nil {
+			if err := w.idle(ctx, nil, deadline); errors.Is(err, errWaitDeadline) {
+				return fmt.Errorf("%d of %d requests completed within 30s", completed, n)
+			} else if err != nil {
 				return err
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%d of %d requests completed within 30s", completed, n)
-			}
-			runtime.Gosched()
+		} else {
+			w.reset()
 		}
 	}
 	return nil

@@ -107,15 +107,14 @@ func (s *sendStream) receive(ctx context.Context) error {
 	for got := 0; got < s.n; {
 		k := s.b.RCQ.GetResults(rs[:])
 		if k == 0 {
-			if err := ctx.Err(); err != nil {
+			if err := s.b.RWait.idle(ctx, nil, deadline); errors.Is(err, errWaitDeadline) {
+				return fmt.Errorf("receiver: %d of %d messages, then none for 10s", got, s.n)
+			} else if err != nil {
 				return err
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("receiver: %d of %d messages, then none for 10s", got, s.n)
-			}
-			runtime.Gosched()
 			continue
 		}
+		s.b.RWait.reset()
 		deadline = time.Now().Add(10 * time.Second)
 		if s.pause > 0 && got%64 == 0 {
 			time.Sleep(s.pause)
