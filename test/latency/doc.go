@@ -7,8 +7,11 @@
 // with a busy process pinned to the cores beside it, and a side whose
 // peer leaves ends at once instead of waiting out -timeout. The
 // benchmarks report ratios measured in one run (p99/p50, and p99 against
-// TCP's p99), idle and with one spinning process; they time nothing
-// against fixed limits, since this machine is shared:
+// TCP's p99), idle and with one spinning process, and beside each idle
+// test the floor (floor_test.go): a ping-pong of the same median between
+// two processes that runs no network code, whose p99/p50 is what the
+// machine alone allows. They time nothing against fixed limits, since
+// this machine is shared:
 //
 //	go test -run x -bench . -benchtime 1x ./test/latency/
 //

@@ -109,23 +109,25 @@
 //
 // Idle, a PollAdaptive engine spins and then sleeps in Port.Wait, ppoll(2)
 // on the XSK socket and the doorbell's eventfd (the port's doorbell
-// protocol loses no wake-up). The spin adapts as cpuidle's haltpoll
-// window does (Engine.adaptSpin): it doubles, up to 200µs, after a sleep
-// that work ended within 200µs, and halves, down to SpinTime (20µs),
-// after a longer one. A READ responder waits a whole round trip between
-// requests, longer than 20µs, and slept before nearly every one; with
-// the adaptive spin, perf read_lat -n 5000 through a daemon on each end
-// (two runs each) went from p50 25.7 and 17.6µs, p99 104 and 126µs, to
-// p50 16.3 and 13.4µs, p99 103 and 73µs, the daemons' engines sleeping
-// 20 times instead of about 1,000. Beside a process spinning on one core
-// it made no difference, and eight client processes through one daemon
-// move as many messages as before (test/daemon BenchmarkClientProcesses). While it spins it yields
-// its P and, through internal/spin, its thread (sched_yield), every time:
-// a spinner that keeps its thread holds the core for a whole slice
-// against the others (internal/spin's Yield). PollBusy never sleeps and only
-// yields its P: a core per engine. Consumers do the same on their side
-// (the tools' verbs.Backoff: spin 20µs, then block on the CQ's
+// protocol loses no wake-up). While it spins it yields its P and, through
+// internal/spin, its thread (sched_yield), every time: a spinner that
+// keeps its thread holds the core for a whole slice against the others
+// (internal/spin's Yield). PollBusy never sleeps and only yields its P: a
+// core per engine. Consumers do the same on their side (the tools'
+// verbs.Backoff and the demo's cqWait: spin 20µs, then block on the CQ's
 // notification and QP.ArmPeerWrites).
+//
+// The spin adapts as cpuidle's haltpoll window does (Engine.adaptSpin):
+// it doubles, up to 200µs, after a sleep that work ended within 200µs,
+// and halves, down to SpinTime (20µs), after a longer one. A READ
+// responder waits a whole round trip between requests, longer than 20µs,
+// and slept before nearly every one; with the adaptive spin, perf
+// read_lat -n 5000 through a daemon on each end (two runs each) went from
+// p50 25.7 and 17.6µs, p99 104 and 126µs, to p50 16.3 and 13.4µs, p99 103
+// and 73µs, the daemons' engines sleeping 20 times instead of about
+// 1,000. Beside a process spinning on one core it made no difference, and
+// eight client processes through one daemon move as many messages as
+// before (test/daemon BenchmarkClientProcesses).
 //
 // Why: with engines and consumers of two processes polling on two cores,
 // each thread with work waits for another's kernel time slice, because a
@@ -171,6 +173,19 @@
 // and wakee) shows where the wake-ups come from; the relay's arms and
 // receives that woke the daemon's engine for nothing are gone (ndk/daemon's
 // doc), and what is left is one wake-up per process the answer crosses.
+//
+// Below the wake-ups is the machine's own floor. A thread that spins on
+// one CPU reading the clock, and nothing else, loses about 3% of its time
+// on this VM to interruptions it cannot see: per CPU and second, about
+// 570 gaps of 20-80µs (timer ticks, 250 Hz, and exits to the hypervisor,
+// which a nested guest pays dearly for). A round trip of 20µs across both
+// CPUs meets one every few dozen round trips. test/latency's floor
+// measures it in the same run as the latency tests: two processes
+// ping-pong over a shared cache line, computing per message so that the
+// median matches the test's, with no system call, network or sleep. Its
+// p99/p50 at a 9µs median was 2.2-4.8 (go test -run '^$' -bench Latency
+// -benchtime 1x ./test/latency reports it as *-floor-p99/p50, and the
+// test's p99 against it as *-p99/floor-p99, 0.6-1.7 in process).
 //
 // A process that ping-pongs does best on one P per engine. With a P to
 // spare, the consumer is a second polling thread, and each goroutine the
