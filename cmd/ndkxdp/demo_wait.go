@@ -67,7 +67,7 @@ func (w *cqWait) idle(ctx context.Context, stop <-chan struct{}, deadline time.T
 	if !deadline.IsZero() && now.After(deadline) {
 		return errWaitDeadline
 	}
-	if now.Sub(w.since) < verbs.DefaultSpin {
+	if now.Sub(w.since) < verbs.DefaultSpin && !w.y.Quiet() {
 		w.y.Yield()
 		return nil
 	}

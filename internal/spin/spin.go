@@ -8,16 +8,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// SlowYield is a sched_yield that returned this late: another thread
-// kept the core for a time slice. Engines count them (the stats' slow
-// yields), a sign of more polling threads than cores.
-const SlowYield = 250 * time.Microsecond
+const (
+	// SlowYield is a sched_yield that returned this late: another thread
+	// kept the core for a time slice.
+	SlowYield = time.Millisecond
+	// SlowRun is how close together two slow yields show a thread that
+	// keeps the core: a process computing beside the spinner hands it
+	// back a slice (2-4ms) at a time, so its slow yields come one after
+	// another, while among spinners that all yield one comes in thousands
+	// (bpftrace over sched_yield: 18% of a flood test's yields took 1-8ms
+	// beside two computing processes, 38 of 420,000 took over 256µs
+	// through two daemons on two vCPUs).
+	SlowRun = 10 * time.Millisecond
+	// Quiet is how long a Yielder reports Quiet after the second slow
+	// yield of a SlowRun.
+	Quiet = 50 * time.Millisecond
+)
 
 // Yielder yields a spinning goroutine's P and its thread. The zero value
 // is ready. It belongs to one goroutine.
 type Yielder struct {
-	epoch    time.Time
-	runnable []metrics.Sample
+	epoch      time.Time
+	lastSlow   time.Duration // since epoch; 0: none yet
+	quietUntil time.Duration // since epoch
+	runnable   []metrics.Sample
 }
 
 // runnableMetric counts the goroutines waiting for a P.
@@ -45,16 +59,18 @@ func (y *Yielder) YieldP() {
 // Yield yields the P (YieldP), then the thread, and reports whether the
 // thread's yield was slow (SlowYield).
 //
-// It yields the thread every time, slow or not. A spinner that stops
-// yielding its thread after a slow yield becomes the thread that keeps
-// the core for a whole slice: the other polling threads' yields come back
-// slow in turn and they stop too, and through two daemons on two vCPUs
-// threads with work then waited 3-4ms for the core (perf sched timehist:
-// a client's consumer ran 3.65ms while four threads waited). Measured
-// through a daemon on each end, perf send_lat -n 5000, eight runs each:
-// p99 103-207µs with that back-off, 53-141µs without; beside a process
-// spinning on one core, in process, it made no difference (p99 28-79µs
-// against 35-56µs).
+// Slow yields in a run (two within SlowRun) mean a thread on this core
+// that does not yield back, a process computing, and each further yield
+// hands it a whole slice. The caller should then stop spinning and block
+// (Quiet): the kernel wakes a blocked thread when its work comes. A
+// spinner that instead kept spinning without yielding its thread became
+// the thread that keeps the core: the other polling threads' yields came
+// back slow in turn, and through two daemons on two vCPUs threads with
+// work waited 3-4ms for the core (perf sched timehist: a client's
+// consumer ran 3.65ms while four threads waited). A lone slow yield,
+// which spinners that all yield see now and then, changes nothing:
+// blocking after each made perf send_lat through daemons slower (p50
+// 18-23 against 14-17µs).
 func (y *Yielder) Yield() (slow bool) {
 	y.YieldP()
 	if y.epoch.IsZero() {
@@ -62,7 +78,21 @@ func (y *Yielder) Yield() (slow bool) {
 	}
 	start := time.Since(y.epoch)
 	schedYield()
-	return time.Since(y.epoch)-start > SlowYield
+	end := time.Since(y.epoch)
+	if end-start <= SlowYield {
+		return false
+	}
+	if y.lastSlow != 0 && end-y.lastSlow < SlowRun {
+		y.quietUntil = end + Quiet
+	}
+	y.lastSlow = end
+	return true
+}
+
+// Quiet reports whether a run of slow yields ended within the last Quiet:
+// the caller's spin should end in a blocking wait now.
+func (y *Yielder) Quiet() bool {
+	return !y.epoch.IsZero() && time.Since(y.epoch) < y.quietUntil
 }
 
 // schedYield yields the thread; a variable so that a test can see it.

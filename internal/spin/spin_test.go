@@ -32,31 +32,57 @@ func TestYieldAllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestYieldAlwaysYieldsTheThread: a slow yield is reported, and the next
-// Yield still gives the thread up. A spinner that kept its thread after a
-// slow yield would hold the core for a whole slice against the other
-// polling threads.
-func TestYieldAlwaysYieldsTheThread(t *testing.T) {
+// TestSlowYields: every Yield yields the thread, slow or not, and reports
+// a slow one; a lone slow yield leaves the Yielder spinning, while a
+// second within SlowRun makes it Quiet (its caller blocks instead of
+// spinning) for Quiet.
+func TestSlowYields(t *testing.T) {
 	var calls int
-	slow := true
+	slow := false
 	defer func(f func()) { schedYield = f }(schedYield)
 	schedYield = func() {
 		calls++
 		if slow {
-			time.Sleep(2 * SlowYield)
+			time.Sleep(SlowYield + time.Millisecond)
 		}
 	}
 	var y Yielder
+	if y.Yield() || y.Quiet() {
+		t.Fatal("a fast yield was reported slow, or made the Yielder quiet")
+	}
+	slow = true
 	if !y.Yield() {
-		t.Fatal("a yield that came back after 2 x SlowYield was not reported slow")
+		t.Fatal("a yield that came back after more than SlowYield was not reported slow")
+	}
+	if y.Quiet() {
+		t.Fatal("one slow yield made the Yielder quiet")
+	}
+	if !y.Yield() {
+		t.Fatal("the second slow yield was not reported slow")
+	}
+	if !y.Quiet() {
+		t.Fatal("two slow yields within SlowRun did not make the Yielder quiet")
 	}
 	slow = false
 	for i := range 10 {
 		if y.Yield() {
-			t.Errorf("yield %d reported slow", i+2)
+			t.Errorf("fast yield %d reported slow", i)
 		}
 	}
-	if calls != 11 {
-		t.Fatalf("11 yields yielded the thread %d times", calls)
+	if calls != 13 {
+		t.Fatalf("13 yields yielded the thread %d times", calls)
+	}
+	time.Sleep(Quiet + time.Millisecond)
+	if y.Quiet() {
+		t.Fatalf("still quiet %v after the slow yields", Quiet)
+	}
+	// Slow yields further apart than SlowRun are lone ones.
+	slow = true
+	var z Yielder
+	z.Yield()
+	time.Sleep(SlowRun)
+	z.Yield()
+	if z.Quiet() {
+		t.Fatal("two slow yields more than SlowRun apart made the Yielder quiet")
 	}
 }

@@ -112,8 +112,10 @@
 // protocol loses no wake-up). While it spins it yields its P and, through
 // internal/spin, its thread (sched_yield), every time: a spinner that
 // keeps its thread holds the core for a whole slice against the others
-// (internal/spin's Yield). PollBusy never sleeps and only yields its P: a
-// core per engine. Consumers do the same on their side (the tools'
+// (internal/spin's Yield). Beside a thread that keeps the core (yields
+// that come back a slice later, one after another: spin.Yielder.Quiet)
+// it sleeps at once instead of spinning. PollBusy never sleeps and only
+// yields its P: a core per engine. Consumers do the same on their side (the tools'
 // verbs.Backoff and the demo's cqWait: spin 20µs, then block on the CQ's
 // notification and QP.ArmPeerWrites).
 //

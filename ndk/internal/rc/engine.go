@@ -326,7 +326,7 @@ func (e *Engine) run() {
 			e.yield.YieldP()
 			continue
 		}
-		if e.poll == PollBusy || e.now-idleSince < e.spin {
+		if e.poll == PollBusy || (e.now-idleSince < e.spin && !e.yield.Quiet()) {
 			// Hand the P over on every idle loop: with as many polling
 			// goroutines as GOMAXPROCS (engines and consumers), a
 			// goroutine with work would otherwise wait for our next
