@@ -53,7 +53,7 @@ func (b *Backoff) Idle(ctx context.Context, ep Endpoint) error {
 	if spin <= 0 {
 		spin = DefaultSpin
 	}
-	if b.Busy || time.Since(b.since) < spin {
+	if b.Busy || (time.Since(b.since) < spin && !b.yield.Quiet()) {
 		b.yield.Yield()
 		return nil
 	}
