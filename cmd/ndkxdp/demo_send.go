@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -169,6 +168,7 @@ func (s *sendStream) send(ctx context.Context) error {
 		}
 		inflight -= k
 		if k > 0 {
+			s.a.IWait.reset()
 			deadline = time.Now().Add(10 * time.Second)
 			continue
 		}
@@ -188,7 +188,14 @@ func (s *sendStream) send(ctx context.Context) error {
 			}
 		default:
 		}
-		runtime.Gosched()
+		if inflight == 0 {
+			// Waiting for B to post receives, which no CQ announces.
+			s.a.IWait.y.Yield()
+			continue
+		}
+		if err := s.a.IWait.idle(ctx, s.recvDone, deadline); err != nil && !errors.Is(err, errWaitDeadline) {
+			return err
+		}
 	}
 	return nil
 }
