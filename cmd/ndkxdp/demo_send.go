@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -190,7 +191,7 @@ func (s *sendStream) send(ctx context.Context) error {
 		}
 		if inflight == 0 {
 			// Waiting for B to post receives, which no CQ announces.
-			s.a.IWait.y.Yield()
+			runtime.Gosched()
 			continue
 		}
 		if err := s.a.IWait.idle(ctx, s.recvDone, deadline); err != nil && !errors.Is(err, errWaitDeadline) {

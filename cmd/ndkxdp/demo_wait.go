@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/spin"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -17,12 +16,14 @@ import (
 // client process's two such loops held both cores of a 2-core machine,
 // and the daemons' engines waited for time slices (ping-pong p99 4-6ms).
 type cqWait struct {
-	cq    *ndk.CQ
-	wake  chan struct{} // the CQ's notification puts a token here
-	y     spin.Yielder
-	since time.Time
-	n     int
-	timer *time.Timer
+	cq   *ndk.CQ
+	wake chan struct{} // the CQ's notification puts a token here
+	b    verbs.Backoff
+
+	// The bounds of the wait in progress (idle).
+	stop     <-chan struct{}
+	deadline time.Time
+	timer    *time.Timer
 }
 
 // newCQWait creates a CQ of depth on a whose notifications wake the
@@ -46,41 +47,32 @@ func newCQWait(a *ndk.Adapter, depth int) (*cqWait, error) {
 var errWaitDeadline = errors.New("deadline passed")
 
 // reset starts the next spin: call it when a poll found a completion.
-func (w *cqWait) reset() { w.n = 0 }
+func (w *cqWait) reset() { w.b.Reset() }
 
 // idle is called after an empty poll. It returns nil to poll again,
 // ctx's error, errWaitDeadline once deadline (if not zero) passes, and
 // nil at once when stop closes.
 func (w *cqWait) idle(ctx context.Context, stop <-chan struct{}, deadline time.Time) error {
-	if w.n == 0 {
-		w.since = time.Now()
-	}
-	w.n++
-	if w.n&15 != 0 {
-		w.y.Yield()
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	now := time.Now()
-	if !deadline.IsZero() && now.After(deadline) {
+	if !deadline.IsZero() && time.Now().After(deadline) {
 		return errWaitDeadline
 	}
-	if now.Sub(w.since) < verbs.DefaultSpin && !w.y.Quiet() {
-		w.y.Yield()
-		return nil
-	}
-	w.n = 0
+	w.stop, w.deadline = stop, deadline
+	return w.b.Idle(ctx, w)
+}
+
+// Wait implements verbs.Waiter: it arms the CQ (an arm fires at once for
+// a completion queued since the last notification) and blocks until its
+// notification, the deadline, stop or ctx's end.
+func (w *cqWait) Wait(ctx context.Context) error {
 	if err := w.cq.Arm(ndk.CQNotifyAny); err != nil {
 		return err
 	}
 	var expired <-chan time.Time
-	if !deadline.IsZero() {
+	if !w.deadline.IsZero() {
 		if w.timer == nil {
-			w.timer = time.NewTimer(time.Until(deadline))
+			w.timer = time.NewTimer(time.Until(w.deadline))
 		} else {
-			w.timer.Reset(time.Until(deadline))
+			w.timer.Reset(time.Until(w.deadline))
 		}
 		defer w.timer.Stop()
 		expired = w.timer.C
@@ -88,7 +80,7 @@ func (w *cqWait) idle(ctx context.Context, stop <-chan struct{}, deadline time.T
 	select {
 	case <-w.wake:
 	case <-expired:
-	case <-stop:
+	case <-w.stop:
 	case <-ctx.Done():
 		return ctx.Err()
 	}

