@@ -116,7 +116,7 @@ func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnectio
 
 // demoQPConfig is a phase's QP on x, on x's current CQs.
 func demoQPConfig(x *demoHost) ndk.QPConfig {
-	return ndk.QPConfig{ReceiveCQ: x.RCQ, InitiatorCQ: x.ICQ, ReceiveQueueDepth: demoQueueDepth,
+	return ndk.QPConfig{ReceiveCQ: x.RCQ.cq, InitiatorCQ: x.ICQ.cq, ReceiveQueueDepth: demoQueueDepth,
 		InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
 }
 

@@ -17,11 +17,8 @@ type demoHost struct {
 	Name    string // the namespace, for messages
 	Adapter *ndk.Adapter
 	PD      *ndk.PD
-	RCQ     *ndk.CQ // receive CQ
-	ICQ     *ndk.CQ // initiator CQ
-	// RWait and IWait wait for RCQ and ICQ (spin, then block on the
-	// CQ's notification).
-	RWait, IWait *cqWait
+	// The receive and initiator CQs, and the demo's waits for them.
+	RCQ, ICQ *cqWait
 }
 
 // openAdapterOn opens ndkxdp on h's veth end from inside h's namespace.
@@ -55,19 +52,18 @@ func newDemoHost(name string, a *ndk.Adapter) (*demoHost, error) {
 // ones, whose QPs the caller has closed by then, so that no phase sees
 // another's completions, such as the cancelled receives of a closed QP.
 func (x *demoHost) NewCQs() error {
-	for _, c := range []*ndk.CQ{x.RCQ, x.ICQ} {
+	for _, c := range []*cqWait{x.RCQ, x.ICQ} {
 		if c != nil {
-			c.Close()
+			c.cq.Close()
 		}
 	}
-	x.RCQ, x.ICQ, x.RWait, x.IWait = nil, nil, nil, nil
+	x.RCQ, x.ICQ = nil, nil
 	var err error
-	if x.RWait, err = newCQWait(x.Adapter, demoCQDepth); err != nil {
+	if x.RCQ, err = newCQWait(x.Adapter, demoCQDepth); err != nil {
 		return fmt.Errorf("%s: create receive CQ: %w", x.Name, err)
 	}
-	if x.IWait, err = newCQWait(x.Adapter, demoCQDepth); err != nil {
+	if x.ICQ, err = newCQWait(x.Adapter, demoCQDepth); err != nil {
 		return fmt.Errorf("%s: create initiator CQ: %w", x.Name, err)
 	}
-	x.RCQ, x.ICQ = x.RWait.cq, x.IWait.cq
 	return nil
 }

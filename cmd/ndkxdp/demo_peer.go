@@ -182,7 +182,7 @@ const verdictBound = 10 * time.Second
 // receive CQ, and returns what it found wrong.
 func awaitVerdict(ctx context.Context, a *demoHost, buf []byte) error {
 	var r ndk.Result
-	if err := waitOne(ctx, a.RWait, &r, time.Now().Add(verdictBound)); err != nil {
+	if err := waitOne(ctx, a.RCQ, &r, time.Now().Add(verdictBound)); err != nil {
 		return fmt.Errorf("the peer's verdict: %w", err)
 	}
 	v, err := decodeDemoNote(buf[:min(int(r.BytesTransferred), len(buf))])
@@ -245,7 +245,7 @@ func peerWrite(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int, rep de
 		return phase{}, err
 	}
 	defer mr.Deregister()
-	p, err := writeSlots(ctx, a.IWait, qa, mr, src, n, size, rep.Addr, rep.Token)
+	p, err := writeSlots(ctx, a.ICQ, qa, mr, src, n, size, rep.Addr, rep.Token)
 	if err != nil {
 		return phase{}, err
 	}
@@ -277,7 +277,7 @@ func peerRead(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int, rep dem
 	defer mr.Deregister()
 	want := make([]byte, len(dst))
 	readFill(want, size)
-	return readSlots(ctx, a.IWait, qa, mr, dst, want, n, size, rep.Addr, rep.Token)
+	return readSlots(ctx, a.ICQ, qa, mr, dst, want, n, size, rep.Addr, rep.Token)
 }
 
 // printReport prints the report in the shape of the embedded demo's, for

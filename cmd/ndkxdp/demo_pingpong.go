@@ -107,15 +107,15 @@ func (e *echoer) run(stop <-chan struct{}, deadline time.Time) error {
 			return nil
 		default:
 		}
-		if e.b.RCQ.GetResults(r[:]) == 0 {
-			if err := e.b.RWait.idle(context.Background(), stop, deadline); errors.Is(err, errWaitDeadline) {
+		if e.b.RCQ.cq.GetResults(r[:]) == 0 {
+			if err := e.b.RCQ.idle(context.Background(), stop, deadline); errors.Is(err, errWaitDeadline) {
 				return errors.New("echo: the ping-pong outlasted its bound")
 			} else if err != nil {
 				return fmt.Errorf("echo: %w", err)
 			}
 			continue
 		}
-		e.b.RWait.reset()
+		e.b.RCQ.reset()
 		if r[0].Status != ndk.StatusSuccess {
 			return fmt.Errorf("echo: receive completion %v", r[0].Status)
 		}
@@ -152,7 +152,7 @@ func pingPeer(ctx context.Context, a *demoHost, qa *ndk.QP, n int) (baseline.Lat
 		if err = qa.Send(nil, []ndk.SGE{sa}, ndk.OpFlagSilentSuccess); err != nil {
 			break
 		}
-		if err = waitOne(ctx, a.RWait, &r, deadline); err != nil {
+		if err = waitOne(ctx, a.RCQ, &r, deadline); err != nil {
 			break
 		}
 		rtt := time.Since(t0)

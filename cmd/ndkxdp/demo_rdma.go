@@ -28,7 +28,7 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 		return phase{}, err
 	}
 	defer release()
-	p, err := writeSlots(ctx, a.IWait, qa, smr, src, n, size, dmr.Addr(), dmr.RemoteToken())
+	p, err := writeSlots(ctx, a.ICQ, qa, smr, src, n, size, dmr.Addr(), dmr.RemoteToken())
 	if err != nil {
 		return phase{}, err
 	}
@@ -110,7 +110,7 @@ func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (pha
 		return phase{}, err
 	}
 	defer release()
-	return readSlots(ctx, a.IWait, qa, dmr, dst, src, n, size, smr.Addr(), smr.RemoteToken())
+	return readSlots(ctx, a.ICQ, qa, dmr, dst, src, n, size, smr.Addr(), smr.RemoteToken())
 }
 
 // readFill fills the rdmaSlots slots of a READ phase's source.

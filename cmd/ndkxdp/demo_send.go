@@ -105,16 +105,16 @@ func (s *sendStream) receive(ctx context.Context) error {
 	var rs [64]ndk.Result
 	deadline := time.Now().Add(10 * time.Second)
 	for got := 0; got < s.n; {
-		k := s.b.RCQ.GetResults(rs[:])
+		k := s.b.RCQ.cq.GetResults(rs[:])
 		if k == 0 {
-			if err := s.b.RWait.idle(ctx, nil, deadline); errors.Is(err, errWaitDeadline) {
+			if err := s.b.RCQ.idle(ctx, nil, deadline); errors.Is(err, errWaitDeadline) {
 				return fmt.Errorf("receiver: %d of %d messages, then none for 10s", got, s.n)
 			} else if err != nil {
 				return err
 			}
 			continue
 		}
-		s.b.RWait.reset()
+		s.b.RCQ.reset()
 		deadline = time.Now().Add(10 * time.Second)
 		if s.pause > 0 && got%64 == 0 {
 			time.Sleep(s.pause)
@@ -161,7 +161,7 @@ func (s *sendStream) send(ctx context.Context) error {
 				return err
 			}
 		}
-		k := s.a.ICQ.GetResults(rs[:])
+		k := s.a.ICQ.cq.GetResults(rs[:])
 		for _, r := range rs[:k] {
 			if r.Status != ndk.StatusSuccess {
 				return fmt.Errorf("send completion %v", r.Status)
@@ -169,7 +169,7 @@ func (s *sendStream) send(ctx context.Context) error {
 		}
 		inflight -= k
 		if k > 0 {
-			s.a.IWait.reset()
+			s.a.ICQ.reset()
 			deadline = time.Now().Add(10 * time.Second)
 			continue
 		}
@@ -194,7 +194,7 @@ func (s *sendStream) send(ctx context.Context) error {
 			runtime.Gosched()
 			continue
 		}
-		if err := s.a.IWait.idle(ctx, s.recvDone, deadline); err != nil && !errors.Is(err, errWaitDeadline) {
+		if err := s.a.ICQ.idle(ctx, s.recvDone, deadline); err != nil && !errors.Is(err, errWaitDeadline) {
 			return err
 		}
 	}

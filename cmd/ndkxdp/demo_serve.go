@@ -270,7 +270,7 @@ func (s *demoServer) prepareWrite(qp *ndk.QP, req demoRequest) (*servedPhase, er
 	return &servedPhase{reply: demoReply{Addr: mr.Addr(), Token: mr.RemoteToken()}, release: func() { mr.Deregister() },
 		body: func(ctx context.Context, _ <-chan struct{}) (string, error) {
 			var r ndk.Result
-			if err := waitOne(ctx, s.host.RWait, &r, phaseBound(req)); err != nil {
+			if err := waitOne(ctx, s.host.RCQ, &r, phaseBound(req)); err != nil {
 				return "", fmt.Errorf("waiting for the client's count of WRITEs: %w", err)
 			}
 			note, err := decodeDemoNote(done[:min(int(r.BytesTransferred), len(done))])

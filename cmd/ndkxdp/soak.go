@@ -238,10 +238,10 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	if err := qa.Send(nil, []ndk.SGE{ss}, 0); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	if err := soakWait(ctx, s.a.ICQ, "SEND", 0); err != nil {
+	if err := soakWait(ctx, s.a.ICQ.cq, "SEND", 0); err != nil {
 		return err
 	}
-	if err := soakWait(ctx, s.b.RCQ, "receive", n); err != nil {
+	if err := soakWait(ctx, s.b.RCQ.cq, "receive", n); err != nil {
 		return err
 	}
 	if !bytes.Equal(s.recv[:n], s.src[:n]) {
@@ -256,7 +256,7 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	if err := qa.Write(nil, []ndk.SGE{ss}, s.memMR.Addr()+uint64(off), s.memMR.RemoteToken(), 0); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	if err := soakWait(ctx, s.a.ICQ, "WRITE", 0); err != nil {
+	if err := soakWait(ctx, s.a.ICQ.cq, "WRITE", 0); err != nil {
 		return err
 	}
 	clear(s.back[:n])
@@ -264,7 +264,7 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	if err := qa.Read(nil, []ndk.SGE{bs}, s.memMR.Addr()+uint64(off), s.memMR.RemoteToken(), 0); err != nil {
 		return fmt.Errorf("read: %w", err)
 	}
-	if err := soakWait(ctx, s.a.ICQ, "READ", 0); err != nil {
+	if err := soakWait(ctx, s.a.ICQ.cq, "READ", 0); err != nil {
 		return err
 	}
 	if !bytes.Equal(s.back[:n], s.src[:n]) {
