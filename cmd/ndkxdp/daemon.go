@@ -158,11 +158,11 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 	opts = o
 	if c.Spin != "" {
 		d, err := time.ParseDuration(c.Spin)
-		switch {
-		case err != nil || d <= 0 || d > time.Second:
-			return opts, 0, nil, fmt.Errorf("daemon: spin %q: want a duration above 0 and at most 1s", c.Spin)
-		case opts.Polling == ndk.PollBusy:
-			return opts, 0, nil, errors.New("daemon: spin is for adaptive polling; busy polling never sleeps")
+		if err == nil {
+			err = checkSpin(d, opts.Polling == ndk.PollBusy)
+		}
+		if err != nil {
+			return opts, 0, nil, fmt.Errorf("daemon: spin %q: %v", c.Spin, err)
 		}
 		opts.SpinTime = d
 	}

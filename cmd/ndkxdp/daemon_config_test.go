@@ -42,7 +42,7 @@ func TestDaemonSpin(t *testing.T) {
 		{"adaptive", "-5us", `spin "-5us"`},
 		{"adaptive", "2s", "at most 1s"},
 		{"adaptive", "fast", `spin "fast"`},
-		{"busy", "50us", "spin is for adaptive polling"},
+		{"busy", "50us", `spin "50us": is for adaptive polling`},
 	} {
 		c := defaultDaemonConfig()
 		c.Interface, c.Polling, c.Spin = "lo", tc.polling, tc.spin

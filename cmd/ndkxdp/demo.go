@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -378,6 +379,18 @@ func (d *demo) printReport(w io.Writer) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// checkSpin says what is wrong with an adaptive polling spin of d, given
+// where busy polling was asked for too (perf -spin, the daemon's spin).
+func checkSpin(d time.Duration, busy bool) error {
+	switch {
+	case d <= 0 || d > time.Second:
+		return errors.New("want a duration above 0 and at most 1s")
+	case busy:
+		return errors.New("is for adaptive polling; busy polling never sleeps")
+	}
+	return nil
+}
 
 func adapterOptions(mode, polling string) (ndk.Options, error) {
 	var o ndk.Options

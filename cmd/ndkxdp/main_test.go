@@ -104,7 +104,7 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"perf", "atomic_bw", "-a", "-dev", "lo"}, "-a with atomics"},
 		{[]string{"perf", "send_lat", "-spin", "0s", "-dev", "lo"}, "-spin 0s"},
 		{[]string{"perf", "send_lat", "-spin", "2s", "-dev", "lo"}, "-spin 2s: want a duration above 0 and at most 1s"},
-		{[]string{"perf", "send_lat", "-spin", "50us", "-polling", "busy", "-dev", "lo"}, "-spin is for adaptive polling"},
+		{[]string{"perf", "send_lat", "-spin", "50us", "-polling", "busy", "-dev", "lo"}, "-spin 50µs: is for adaptive polling"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)

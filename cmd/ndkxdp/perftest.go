@@ -195,12 +195,11 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, usagef("-timeout %v: must be positive", f.timeout)
 	case f.polling != "adaptive" && f.polling != "busy":
 		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
-	case f.spin <= 0 || f.spin > time.Second:
-		return f, usagef("-spin %v: want a duration above 0 and at most 1s", f.spin)
-	case f.polling == "busy" && flagSet(fs, "spin"):
-		return f, usagef("-spin is for adaptive polling; busy polling never sleeps")
 	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
 		return f, usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
+	}
+	if err := checkSpin(f.spin, f.polling == "busy" && flagSet(fs, "spin")); err != nil {
+		return f, usagef("-spin %v: %v", f.spin, err)
 	}
 	p.Duration = time.Duration(*secs) * time.Second
 	if !flagSet(fs, "timeout") {
