@@ -100,13 +100,12 @@ type Options struct {
 	// SpinTime is how long an adaptive engine keeps polling after its
 	// last work before it sleeps (default 20µs), at least: the engine
 	// doubles its spin, up to 200µs, while work comes within 200µs of
-	// each sleep, and halves it back when it does not. Longer saves a
-	// request/response exchange a wake-up per message when the other
-	// side answers later than that, but only where the engine has a core
-	// to itself: on a machine with more polling threads than cores it
-	// takes the core from the thread that would answer (ndkxdp demo
-	// -daemon on 2 busy cores: p50 150µs at 20µs, 1.2-1.8ms at
-	// 100-500µs).
+	// each sleep, and halves it back when it does not, so a
+	// request/response exchange whose answer comes later than SpinTime
+	// does not pay a wake-up per message. A longer SpinTime holds a core
+	// for longer after the last message; fixed spins of 50 and 100µs
+	// measured no better than 20µs in perf's latency tests, idle or
+	// beside a computing process (ndk/internal/rc's doc, "Polling").
 	SpinTime time.Duration
 	// MaxQPs bounds the QPs each queue's engine holds (default 65,536,
 	// what the steering program can steer). A host whose peers are not

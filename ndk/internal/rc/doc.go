@@ -115,9 +115,9 @@
 // (internal/spin's Yield). Beside a thread that keeps the core (yields
 // that come back a slice later, one after another: spin.Yielder.Quiet)
 // it sleeps at once instead of spinning. PollBusy never sleeps and only
-// yields its P: a core per engine. Consumers do the same on their side (the tools'
-// verbs.Backoff and the demo's cqWait: spin 20µs, then block on the CQ's
-// notification and QP.ArmPeerWrites).
+// yields its P: a core per engine. Consumers do the same on their side
+// (the tools' verbs.Backoff and the demo's cqWait: spin 20µs, then block
+// on the CQ's notification and QP.ArmPeerWrites).
 //
 // The spin adapts as cpuidle's haltpoll window does (Engine.adaptSpin):
 // it doubles, up to 200µs, after a sleep that work ended within 200µs,
@@ -129,7 +129,11 @@
 // and 73µs, the daemons' engines sleeping 20 times instead of about
 // 1,000. Beside a process spinning on one core it made no difference, and
 // eight client processes through one daemon move as many messages as
-// before (test/daemon BenchmarkClientProcesses).
+// before (test/daemon BenchmarkClientProcesses). Fixed longer spins
+// measured no better than 20µs: perf -spin 50µs and 100µs (engines and
+// the test) gave idle p99/p50 of 2.9-5.7 and 3.3-5.2 against 2.3-5.3,
+// and 3.0-4.5 and 3.1-5.1 against 1.9-4.6 beside a computing process
+// (BenchmarkLatency -perf-args "-spin D", two runs each).
 //
 // Why: with engines and consumers of two processes polling on two cores,
 // each thread with work waits for another's kernel time slice, because a
