@@ -91,6 +91,16 @@ func word(m []byte, off int) *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&m[off]))
 }
 
+// await spins until w holds v, and reports false if end passes first.
+func await(w *atomic.Uint64, v uint64, end time.Time) bool {
+	for spins := 0; w.Load() != v; spins++ {
+		if spins&0xFFFF == 0 && time.Now().After(end) {
+			return false
+		}
+	}
+	return true
+}
+
 // floorServe is the answering side: for each message, wait for it, work,
 // answer. It gives up after floorLimit, so that a client that died does
 // not leave it spinning.
@@ -118,10 +128,8 @@ func floorServe(arg string) {
 	word(m, floorReady).Store(1)
 	end := time.Now().Add(floorLimit)
 	for i := uint64(1); i <= n; i++ {
-		for spins := 0; ping.Load() != i; spins++ {
-			if spins&0xFFFF == 0 && time.Now().After(end) {
-				fail(fmt.Errorf("no message %d within %v", i, floorLimit))
-			}
+		if !await(ping, i, end) {
+			fail(fmt.Errorf("no message %d within %v", i, floorLimit))
 		}
 		floorWork(iters)
 		pong.Store(i)
@@ -161,21 +169,17 @@ func measureFloor(tb testing.TB, half float64, n int) Lat {
 		defer runtime.UnlockOSThread()
 		ping, pong, ready := word(m, floorPing), word(m, floorPong), word(m, floorReady)
 		end := time.Now().Add(floorLimit)
-		for spins := 0; ready.Load() == 0; spins++ {
-			if spins&0xFFFF == 0 && time.Now().After(end) {
-				res <- fmt.Errorf("the answering side did not start")
-				return
-			}
+		if !await(ready, 1, end) {
+			res <- fmt.Errorf("the answering side did not start")
+			return
 		}
 		for i := uint64(1); i <= uint64(n); i++ {
 			t := time.Now()
 			floorWork(iters)
 			ping.Store(i)
-			for spins := 0; pong.Load() != i; spins++ {
-				if spins&0xFFFF == 0 && time.Now().After(end) {
-					res <- fmt.Errorf("no answer %d within %v", i, floorLimit)
-					return
-				}
+			if !await(pong, i, end) {
+				res <- fmt.Errorf("no answer %d within %v", i, floorLimit)
+				return
 			}
 			samples[i-1] = float64(time.Since(t).Nanoseconds()) / 2000
 		}
