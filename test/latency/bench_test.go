@@ -40,10 +40,7 @@ func BenchmarkLatency(b *testing.B) {
 				b.ReportMetric(tcp.P99, "tcp-p99-us")
 				for _, test := range []string{"send_lat", "write_lat", "read_lat"} {
 					l := measure(b, p, test)
-					base := tcp.P99
-					if test == "read_lat" {
-						base *= 2
-					}
+					base := tcpBase(test, tcp.P99)
 					b.ReportMetric(l.Typical, test+"-p50-us")
 					b.ReportMetric(l.P99, test+"-p99-us")
 					b.ReportMetric(l.P999, test+"-p99.9-us")
@@ -73,6 +70,15 @@ func extraArgs(test string) []string {
 		return nil
 	}
 	return strings.Fields(*perfArgs)
+}
+
+// tcpBase is TCP's figure f in test's units: read_lat reports whole round
+// trips, the others and tcp_lat half round trips.
+func tcpBase(test string, f float64) float64 {
+	if test == "read_lat" {
+		return 2 * f
+	}
+	return f
 }
 
 // floorBeside is the floor at the median of l, a run of test, in the
@@ -125,10 +131,7 @@ func BenchmarkDaemonLatency(b *testing.B) {
 				d[i] = measureDaemon(b, p, test)
 				tcp[i] = measure(b, p, "tcp_lat")
 			}
-			tcpP99 := median(tcp[:], func(l Lat) float64 { return l.P99 })
-			if test == "read_lat" {
-				tcpP99 *= 2
-			}
+			tcpP99 := tcpBase(test, median(tcp[:], func(l Lat) float64 { return l.P99 }))
 			inP50 := median(in[:], func(l Lat) float64 { return l.Typical })
 			dP50 := median(d[:], func(l Lat) float64 { return l.Typical })
 			dP99 := median(d[:], func(l Lat) float64 { return l.P99 })
