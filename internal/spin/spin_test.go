@@ -86,3 +86,26 @@ func TestSlowYields(t *testing.T) {
 		t.Fatal("two slow yields more than SlowRun apart made the Yielder quiet")
 	}
 }
+
+// A spinner that never finds a goroutine waiting still passes through the
+// scheduler every SchedEvery, so the runtime's sysmon never takes its P
+// (SchedEvery's doc), and no more often than that.
+func TestYieldPSchedulesEverySchedEvery(t *testing.T) {
+	defer func(f func()) { gosched = f }(gosched)
+	var calls int
+	gosched = func() { calls++ }
+	var y Yielder
+	start := time.Now()
+	for time.Since(start) < 5*SchedEvery {
+		y.YieldP()
+	}
+	elapsed := time.Since(start)
+	// The runnable metric may count a goroutine of the test runner now
+	// and then, which adds a yield; it never removes one.
+	if min := int(elapsed/SchedEvery) - 1; calls < min {
+		t.Fatalf("%d scheduler passes in %v of spinning with nothing runnable; want at least %d", calls, elapsed, min)
+	}
+	if calls > 1000 {
+		t.Fatalf("%d scheduler passes in %v with nothing runnable: YieldP yields every call", calls, elapsed)
+	}
+}
