@@ -99,16 +99,21 @@ func umemBase(mem []byte) uint64 {
 
 // sendtoWakeup is sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0), the TX wakeup
 // of Documentation/networking/af_xdp.rst. A raw syscall keeps it free of
-// allocation.
+// allocation, and, since with MSG_DONTWAIT it never blocks (copy mode
+// sends a bounded batch and returns), the Go runtime need not know of it:
+// a spinning engine the runtime sees in system calls draws its sysmon
+// thread's attention (internal/spin's schedYield says what that costs).
 func sendtoWakeup(fd int) unix.Errno {
-	_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return errno
 }
 
 // recvfromWakeup is recvfrom(fd, NULL, 0, MSG_DONTWAIT, NULL, NULL), the
-// fill ring wakeup (and busy-poll driver) of af_xdp.rst.
+// fill ring wakeup (and busy-poll driver) of af_xdp.rst; raw, as
+// sendtoWakeup, since it returns at once or after the socket's bounded
+// busy poll.
 func recvfromWakeup(fd int) unix.Errno {
-	_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return errno
 }
 

@@ -31,25 +31,8 @@ type Yielder struct {
 	epoch      time.Time
 	lastSlow   time.Duration // since epoch; 0: none yet
 	quietUntil time.Duration // since epoch
-	lastSched  time.Duration // since epoch: the last runtime.Gosched
 	runnable   []metrics.Sample
 }
-
-// SchedEvery bounds how long YieldP goes without passing through the Go
-// scheduler, even with no goroutine waiting for the P. The runtime's
-// sysmon preempts a goroutine that ran 10ms without a scheduling (its
-// P's schedtick unchanged: forcePreemptNS in runtime/proc.go), and a
-// spinner is in a system call (sched_yield, sendto) nearly every time it
-// looks, so it takes the P instead and hands it to another thread
-// (retake, handoffp). Each retake makes sysmon sleep only 20µs (about
-// 100µs with the timer slack) for its next 50 rounds, and its wake-ups
-// then interrupt the spinning threads about 10,000 times a second, each
-// costing a round trip in progress 20-30µs. A lone READ responder,
-// which never finds a goroutine waiting, was retaken every 10ms and kept
-// its sysmon waking the whole test (perf read_lat: 426 sysmon sleeps in
-// 87ms against 27 with this bound; p99/p50 4.2 -> 2.2, medians of six
-// runs).
-const SchedEvery = 2 * time.Millisecond
 
 // runnableMetric counts the goroutines waiting for a P.
 const runnableMetric = "/sched/goroutines/runnable:goroutines"
@@ -61,20 +44,15 @@ const runnableMetric = "/sched/goroutines/runnable:goroutines"
 // the daemon 2-3x slower at GOMAXPROCS 2 than at 1 (ndk/internal/rc's doc,
 // "Polling"). A goroutine readied while Ps are idle runs on one of them
 // (the runtime wakes a thread for it then), so only one that waits for a
-// P needs this one, and SchedEvery bounds the time between two yields
-// anyway. Reading the count takes about 50ns and allocates nothing.
+// P needs this one. Reading the count takes about 50ns and allocates
+// nothing.
 func (y *Yielder) YieldP() {
 	if y.runnable == nil {
 		y.runnable = []metrics.Sample{{Name: runnableMetric}}
 	}
-	if y.epoch.IsZero() {
-		y.epoch = time.Now()
-	}
-	now := time.Since(y.epoch)
 	metrics.Read(y.runnable)
-	if v := y.runnable[0].Value; v.Kind() != metrics.KindUint64 || v.Uint64() > 0 || now-y.lastSched >= SchedEvery {
-		y.lastSched = now
-		gosched()
+	if v := y.runnable[0].Value; v.Kind() != metrics.KindUint64 || v.Uint64() > 0 {
+		runtime.Gosched()
 	}
 }
 
@@ -94,7 +72,10 @@ func (y *Yielder) YieldP() {
 // blocking after each made perf send_lat through daemons slower (p50
 // 18-23 against 14-17µs).
 func (y *Yielder) Yield() (slow bool) {
-	y.YieldP() // sets epoch
+	y.YieldP()
+	if y.epoch.IsZero() {
+		y.epoch = time.Now()
+	}
 	start := time.Since(y.epoch)
 	schedYield()
 	end := time.Since(y.epoch)
@@ -114,8 +95,16 @@ func (y *Yielder) Quiet() bool {
 	return !y.epoch.IsZero() && time.Since(y.epoch) < y.quietUntil
 }
 
-// gosched passes through the scheduler and schedYield yields the thread;
-// variables so that a test can see them.
-var gosched = runtime.Gosched
-
-var schedYield = func() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+// schedYield yields the thread; a variable so that a test can see it.
+//
+// sched_yield never blocks, so it is a raw system call, as the runtime's
+// own osyield: the runtime never sees a spinner in a system call. One it
+// sees there is a goroutine its sysmon thread may take the P from
+// (retake, when a scheduling has not happened for 10ms or the call spans
+// two of its rounds), and whose next call wakes sysmon from its deep
+// sleep; either sets sysmon back to rounds of 20µs (about 100µs with the
+// timer slack) for the next 50, from its 10ms. A spinner through
+// unix.Syscall is in one most of the time, and a READ responder alone on
+// its P, which never finds a goroutine to yield to, kept its sysmon
+// waking about 10,000 times a second (ndk/internal/rc's doc, "Polling").
+var schedYield = func() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

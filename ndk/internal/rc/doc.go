@@ -195,28 +195,30 @@
 //
 // The Go runtime's sysmon thread is a third source of interruptions. It
 // sleeps 20µs between rounds (about 100µs with the kernel's timer slack)
-// for 50 rounds after it last took a P from a thread in a system call,
-// then backs off to 10ms. A spinner is in a system call nearly every time
-// sysmon looks, and one that never passes through the scheduler for 10ms
-// is preempted, which for a goroutine in a system call means its P is
-// taken (retake in runtime/proc.go). A READ responder alone on its P
-// never finds a goroutine to yield to, so it was retaken every 10ms and
-// its sysmon woke about 10,000 times a second, each wake-up costing the
-// round trip it interrupted 20-30µs: 12% of read_lat's round trips met
-// one (p50 41µs against 15µs for the others, under perf record). The
-// engine and the consumers now pass through the scheduler at least every
-// 2ms (spin.SchedEvery); sysmon then slept 27 times in 87ms of read_lat
-// instead of 426, and read_lat's p99/p50 fell from 4.2 to 2.2 in process
-// (medians of six alternating runs of perf read_lat -n 5000) and from 3.8
-// to 3.0 through a daemon on each end (four runs each). Record it with:
+// for 50 rounds after it last took a P from a goroutine in a system call
+// or was woken by one entering a call, and backs off to 10ms after. A
+// spinner whose sched_yield and TX kicks went through unix.Syscall was in
+// a system call nearly every time sysmon looked. A READ responder alone
+// on its P never finds a goroutine to yield to, so after 10ms without a
+// scheduling sysmon took its P (retake in runtime/proc.go), every 10ms,
+// and its wake-ups, about 10,000 a second, cost each round trip they
+// interrupted 20-30µs: 12% of read_lat's round trips met one (p50 41µs
+// against 15µs for the others, under perf record). Those calls never
+// block, and are raw system calls now, which the runtime does not see
+// (internal/spin TestYieldIsNoSystemCallToTheRuntime); sysmon then slept
+// 28 times in 74ms of read_lat instead of 426 in 87ms, and read_lat's
+// p99/p50 fell from 4.6 to 2.9 in process (medians of eight alternating
+// runs of perf read_lat -n 5000); through a daemon on each end send_lat
+// and write_lat went from 4.8 and 4.0 to 3.0 and 3.0, read_lat from 4.7
+// to 4.0 (four runs each, a noisy hour). Record it with:
 //
 //	perf record -a -e syscalls:sys_enter_sendto,syscalls:sys_enter_nanosleep,sched:sched_switch,sched:sched_wakeup,irq_vectors:local_timer_entry
 //
 // during a run: sysmon is the thread of each process that a local timer
-// interrupt wakes and that sleeps again in nanosleep. An engine's sleep
-// in ppoll still lets sysmon take its P when the process has no idle P,
-// which sets sysmon back to 20µs; an engine sleeps rarely during a
-// ping-pong, whose adaptive spin covers the round trip.
+// interrupt wakes and that sleeps again in nanosleep. An engine's sleep in
+// ppoll is a real system call (it blocks, and its P must be free for
+// others), which sets sysmon back; a ping-pong's engine sleeps rarely, its
+// adaptive spin covering the round trip.
 //
 // AF_XDP preferred busy polling (-busy-poll 50us: SO_BUSY_POLL with
 // SO_PREFER_BUSY_POLL and a budget of 64 on each socket) changed nothing
