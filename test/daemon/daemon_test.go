@@ -121,6 +121,12 @@ type peer struct {
 	qp  *ndk.QP
 	mem []byte
 	mr  *ndk.MR
+	// settle orders the test's reads of mem with B's engine placing
+	// WRITEs: the client's completion proves a placement, and the next
+	// WRITE is posted after the reads, but both orders cross the wire,
+	// which the race detector does not see; Adapter.Stats synchronizes
+	// with B's engines.
+	settle func()
 }
 
 // connect connects c (through the daemon) to a fresh QP on B over the IB
@@ -128,7 +134,7 @@ type peer struct {
 func (bd *bed) connect(t testing.TB, c *client, port uint16) *peer {
 	t.Helper()
 	b := bd.b
-	pr := &peer{mem: make([]byte, 1<<16)}
+	pr := &peer{mem: make([]byte, 1<<16), settle: func() { b.Adapter.Stats() }}
 	var err error
 	if pr.qp, err = b.PD.CreateQP(ndk.QPConfig{ReceiveCQ: b.RCQ, InitiatorCQ: b.ICQ, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
 		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, Context: port}); err != nil {
@@ -209,6 +215,7 @@ func TestSendWriteReadThroughDaemon(t *testing.T) {
 	if r := wait(t, c.icq, "write"); r.Status != ndk.StatusSuccess || r.RequestContext != "w" || r.Type != ndk.OpWrite {
 		t.Fatalf("write completion %+v", r)
 	}
+	pr.settle()
 	if !bytes.Equal(pr.mem[100:100+4096], c.mem[4096:8192]) {
 		t.Fatal("written bytes differ at the peer")
 	}
@@ -300,6 +307,7 @@ func TestTwoClientsAtOnce(t *testing.T) {
 				done <- errors.New("bad completion")
 				return
 			}
+			p.settle()
 			if !bytes.Equal(p.mem[off:off+4096], c.mem[off:off+4096]) {
 				done <- errors.New("peer memory differs")
 				return

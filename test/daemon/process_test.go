@@ -79,6 +79,7 @@ func clientNotified(t fataler, a *ndk.Adapter, notify func(ndk.Status)) *client 
 // writeOnce WRITEs 4 KiB of pattern to the peer and checks it landed.
 func writeOnce(t *testing.T, c *client, pr *peer, seed byte) {
 	t.Helper()
+	pr.settle() // the last check's reads, before B's engine writes again
 	for j := range 4096 {
 		c.mem[j] = seed + byte(j)
 	}
@@ -89,6 +90,7 @@ func writeOnce(t *testing.T, c *client, pr *peer, seed byte) {
 	if r := wait(t, c.icq, "write"); r.Status != ndk.StatusSuccess {
 		t.Fatalf("write: %v", r.Status)
 	}
+	pr.settle()
 	if !bytes.Equal(pr.mem[:4096], c.mem[:4096]) {
 		t.Fatal("peer memory differs after the WRITE")
 	}
