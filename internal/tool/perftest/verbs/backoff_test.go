@@ -21,12 +21,17 @@ func (w *waitCounter) Wait(ctx context.Context) error {
 }
 
 // TestBackoffSpinsThenWaits: Idle returns without waiting while the spin
-// lasts, then blocks in Wait; Reset starts a new spin; Busy never waits;
-// an ended context is returned.
+// lasts, then blocks in Wait; Reset starts a new spin; a quiet Yielder
+// (slow yields beside a computing process) ends the spin at once; Busy
+// never waits; an ended context is returned.
 func TestBackoffSpinsThenWaits(t *testing.T) {
+	ctx := context.Background()
+	// The spin's timing, apart from the machine's load: on a loaded
+	// machine the Yielder may turn quiet, which the last part tests.
+	restore := verbs.SetQuiet(false)
+	defer restore()
 	ep := &waitCounter{}
 	b := verbs.Backoff{Spin: 5 * time.Millisecond}
-	ctx := context.Background()
 	start := time.Now()
 	for time.Since(start) < 2*time.Millisecond {
 		if err := b.Idle(ctx, ep); err != nil {
@@ -47,22 +52,52 @@ func TestBackoffSpinsThenWaits(t *testing.T) {
 	if b.Waits != 1 {
 		t.Fatalf("Waits %d, want 1", b.Waits)
 	}
+
+	// A spin that began before a pause has run out; Reset begins another,
+	// which 16 calls (one look at the clock) do not outlast.
+	b.Spin = 200 * time.Millisecond
+	for range 5 {
+		b.Idle(ctx, ep)
+	}
+	time.Sleep(250 * time.Millisecond)
 	b.Reset()
-	for range 64 {
+	for range 16 {
 		b.Idle(ctx, ep)
 	}
 	if ep.waits != 1 {
-		t.Fatalf("%d waits right after Reset", ep.waits)
+		t.Fatalf("%d waits right after Reset", ep.waits-1)
+	}
+	// Without Reset the same calls find the spin over.
+	for range 5 {
+		b.Idle(ctx, ep)
+	}
+	time.Sleep(250 * time.Millisecond)
+	for range 16 {
+		b.Idle(ctx, ep)
+	}
+	if ep.waits != 2 {
+		t.Fatalf("%d waits after a pause without Reset, want 1", ep.waits-1)
 	}
 
+	// Quiet: the first look at the clock waits, however long the spin.
+	verbs.SetQuiet(true)
+	q := verbs.Backoff{Spin: time.Hour}
+	for range 16 {
+		q.Idle(ctx, ep)
+	}
+	if ep.waits != 3 {
+		t.Fatalf("a quiet Yielder: %d waits in 16 calls of an hour's spin, want 1", ep.waits-2)
+	}
+
+	ep = &waitCounter{}
 	busy := verbs.Backoff{Spin: time.Nanosecond, Busy: true}
 	for range 1000 {
 		if err := busy.Idle(ctx, ep); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if ep.waits != 1 {
-		t.Fatalf("busy polling waited")
+	if ep.waits != 0 {
+		t.Fatalf("busy polling waited %d times", ep.waits)
 	}
 
 	done, cancel := context.WithCancel(ctx)
