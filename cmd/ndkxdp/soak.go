@@ -238,10 +238,10 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	if err := qa.Send(nil, []ndk.SGE{ss}, 0); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	if err := soakWait(ctx, s.a.ICQ.cq, "SEND", 0); err != nil {
+	if err := soakWait(ctx, s.a.ICQ, "SEND", 0); err != nil {
 		return err
 	}
-	if err := soakWait(ctx, s.b.RCQ.cq, "receive", n); err != nil {
+	if err := soakWait(ctx, s.b.RCQ, "receive", n); err != nil {
 		return err
 	}
 	if !bytes.Equal(s.recv[:n], s.src[:n]) {
@@ -256,7 +256,7 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	if err := qa.Write(nil, []ndk.SGE{ss}, s.memMR.Addr()+uint64(off), s.memMR.RemoteToken(), 0); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	if err := soakWait(ctx, s.a.ICQ.cq, "WRITE", 0); err != nil {
+	if err := soakWait(ctx, s.a.ICQ, "WRITE", 0); err != nil {
 		return err
 	}
 	clear(s.back[:n])
@@ -264,7 +264,7 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	if err := qa.Read(nil, []ndk.SGE{bs}, s.memMR.Addr()+uint64(off), s.memMR.RemoteToken(), 0); err != nil {
 		return fmt.Errorf("read: %w", err)
 	}
-	if err := soakWait(ctx, s.a.ICQ.cq, "READ", 0); err != nil {
+	if err := soakWait(ctx, s.a.ICQ, "READ", 0); err != nil {
 		return err
 	}
 	if !bytes.Equal(s.back[:n], s.src[:n]) {
@@ -274,30 +274,16 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 	return nil
 }
 
-// soakWait waits for one successful completion on c (of want bytes, for a
-// receive; want 0 checks nothing), for at most a minute: under loss a
-// request may wait out several ACK timeouts.
-func soakWait(ctx context.Context, c *ndk.CQ, what string, want int) error {
-	var r [1]ndk.Result
-	deadline := time.Now().Add(time.Minute)
-	for spins := 0; c.GetResults(r[:]) == 0; spins++ {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: no completion within a minute", what)
-		}
-		if spins < 1000 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(50 * time.Microsecond)
-		}
+// soakWait waits for one successful completion on w (of want bytes, for
+// a receive; want 0 checks nothing), as the demo's phases wait, for at
+// most a minute: under loss a request may wait out several ACK timeouts.
+func soakWait(ctx context.Context, w *cqWait, what string, want int) error {
+	var r ndk.Result
+	if err := waitOne(ctx, w, &r, time.Now().Add(time.Minute)); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if r[0].Status != ndk.StatusSuccess {
-		return fmt.Errorf("%s completed with %v", what, r[0].Status)
-	}
-	if want > 0 && int(r[0].BytesTransferred) != want {
-		return fmt.Errorf("%s of %d bytes reported %d", what, want, r[0].BytesTransferred)
+	if want > 0 && int(r.BytesTransferred) != want {
+		return fmt.Errorf("%s of %d bytes reported %d", what, want, r.BytesTransferred)
 	}
 	return nil
 }
