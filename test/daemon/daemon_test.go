@@ -121,20 +121,21 @@ type peer struct {
 	qp  *ndk.QP
 	mem []byte
 	mr  *ndk.MR
-	// settle orders the test's reads of mem with B's engine placing
-	// WRITEs: the client's completion proves a placement, and the next
-	// WRITE is posted after the reads, but both orders cross the wire,
-	// which the race detector does not see; Adapter.Stats synchronizes
-	// with B's engines.
-	settle func()
+	b   *ndk.Adapter // B's, which holds mem
 }
+
+// settle orders the test's reads of p.mem with B's engine placing WRITEs:
+// the client's completion proves a placement, and the next WRITE is
+// posted after the reads, but both orders cross the wire, which the race
+// detector does not see; Adapter.Stats synchronizes with B's engines.
+func (p *peer) settle() { p.b.Stats() }
 
 // connect connects c (through the daemon) to a fresh QP on B over the IB
 // CM, B listening on port.
 func (bd *bed) connect(t testing.TB, c *client, port uint16) *peer {
 	t.Helper()
 	b := bd.b
-	pr := &peer{mem: make([]byte, 1<<16), settle: func() { b.Adapter.Stats() }}
+	pr := &peer{mem: make([]byte, 1<<16), b: b.Adapter}
 	var err error
 	if pr.qp, err = b.PD.CreateQP(ndk.QPConfig{ReceiveCQ: b.RCQ, InitiatorCQ: b.ICQ, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
 		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, Context: port}); err != nil {
