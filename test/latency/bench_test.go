@@ -84,11 +84,10 @@ func tcpBase(test string, f float64) float64 {
 // floorBeside is the floor at the median of l, a run of test, in the
 // units test reports (read_lat's whole round trips, others' halves).
 func floorBeside(b *testing.B, test string, l Lat) Lat {
-	if test != "read_lat" {
-		return measureFloor(b, l.Typical, iterations)
+	if test == "read_lat" {
+		return measureFloor(b, l.Typical/2, iterations, true)
 	}
-	f := measureFloor(b, l.Typical/2, iterations)
-	return Lat{Typical: 2 * f.Typical, P99: 2 * f.P99, P999: 2 * f.P999, Max: 2 * f.Max}
+	return measureFloor(b, l.Typical, iterations, false)
 }
 
 func measure(b *testing.B, p *harness.Pair, test string) Lat {

@@ -2,12 +2,10 @@ package latency
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 )
 
 // The floor is what the machine itself allows a ping-pong: two processes
@@ -137,10 +137,11 @@ func floorServe(arg string) {
 }
 
 // measureFloor runs n round trips of the floor whose every half round
-// trip works for half µs, and returns their half round trips in µs as
-// perftest's columns report them. The answering side is a process of its
+// trip works for half µs, and returns perftest's row of them, with
+// perftest's rules (perftest.LatOf): half round trips, or whole ones if
+// whole (as read_lat reports). The answering side is a process of its
 // own; this side runs on a locked thread of the test process.
-func measureFloor(tb testing.TB, half float64, n int) Lat {
+func measureFloor(tb testing.TB, half float64, n int, whole bool) Lat {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "floor")
 	m, err := floorMap(path)
@@ -162,7 +163,9 @@ func measureFloor(tb testing.TB, half float64, n int) Lat {
 		<-done
 	}()
 
-	samples := make([]float64, n)
+	// posted[i] is when message i+1 was started, as perftest stamps a
+	// post; the last is when the last answer came.
+	posted := make([]uint64, n+1)
 	res := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -173,16 +176,17 @@ func measureFloor(tb testing.TB, half float64, n int) Lat {
 			res <- fmt.Errorf("the answering side did not start")
 			return
 		}
+		base := time.Now()
 		for i := uint64(1); i <= uint64(n); i++ {
-			t := time.Now()
+			posted[i-1] = uint64(time.Since(base))
 			floorWork(iters)
 			ping.Store(i)
 			if !await(pong, i, end) {
 				res <- fmt.Errorf("no answer %d within %v", i, floorLimit)
 				return
 			}
-			samples[i-1] = float64(time.Since(t).Nanoseconds()) / 2000
 		}
+		posted[n] = uint64(time.Since(base))
 		res <- nil
 	}()
 	select {
@@ -193,24 +197,15 @@ func measureFloor(tb testing.TB, half float64, n int) Lat {
 	if err != nil {
 		tb.Fatalf("floor: %v", err)
 	}
-	return latOf(samples)
-}
-
-// latOf is perftest's row of samples (µs): the median, and the 99th and
-// 99.9th percentiles at ceil(n x 0.99) and ceil(n x 0.999), as perftest
-// takes them.
-func latOf(s []float64) Lat {
-	slices.Sort(s)
-	n := len(s)
-	at := func(p float64) float64 { return s[min(int(math.Ceil(float64(n)*p)), n-1)] }
-	return Lat{Typical: s[n/2], P99: at(0.99), P999: at(0.999), Max: s[n-1]}
+	st := perftest.LatOf(posted, !whole)
+	return Lat{Typical: st.Typical, P99: st.Percentile99, P999: st.Percentile999, Max: st.Max}
 }
 
 // TestFloor: the floor's median follows the work asked for, and its
 // answering side ends once it has answered.
 func TestFloor(t *testing.T) {
 	for _, half := range []float64{5, 20} {
-		l := measureFloor(t, half, 2000)
+		l := measureFloor(t, half, 2000, false)
 		t.Logf("work %vµs per half round trip: p50 %.2f p99 %.2f p99.9 %.2f max %.1f µs", half, l.Typical, l.P99, l.P999, l.Max)
 		if l.Typical < 0.8*half || l.Typical > 2*half+5 {
 			t.Errorf("work %vµs per half round trip: median %.2fµs", half, l.Typical)

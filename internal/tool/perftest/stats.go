@@ -79,19 +79,29 @@ type LatStats struct {
 // latTail is LAT_MEASURE_TAIL: the two largest samples are dropped.
 const latTail = 2
 
-// latReport is print_report_lat for tst == LAT: the deltas between
-// consecutive posts, halved for round-trip tests (send, write), sorted, the
-// tail dropped; typical is the median. The standard deviation truncates
-// each difference to int before squaring, as perftest does.
+// latReport is print_report_lat for tst == LAT: LatOf the test's posting
+// times, whose deltas are halved for round-trip tests (send, write).
 func latReport(p *Params, posted []uint64) LatStats {
+	st := LatOf(posted, p.Verb != Read && p.Verb != Atomic)
+	st.Size, st.Iters = p.Size, p.Iterations
+	return st
+}
+
+// LatOf is print_report_lat's row of a latency test from the times (ns)
+// its iterations were posted, each right after the last one's answer: the
+// deltas between consecutive posts, halved when halve is set (a round
+// trip of two half trips), sorted, the tail dropped; typical is the
+// median. The standard deviation truncates each difference to int before
+// squaring, as perftest does. Size and Iters are left zero.
+func LatOf(posted []uint64, halve bool) LatStats {
 	n := len(posted) - 1
 	delta := make([]uint64, n)
 	for i := range delta {
 		delta[i] = posted[i+1] - posted[i]
 	}
-	rtt := 2.0
-	if p.Verb == Read || p.Verb == Atomic {
-		rtt = 1
+	rtt := 1.0
+	if halve {
+		rtt = 2
 	}
 	q := nsPerUsec * rtt
 	slices.Sort(delta)
@@ -115,7 +125,6 @@ func latReport(p *Params, posted []uint64) LatStats {
 	i99 := int(math.Ceil(float64(cnt) * 0.99))
 	i999 := int(math.Ceil(float64(cnt) * 0.999))
 	return LatStats{
-		Size: p.Size, Iters: p.Iterations,
 		Min: float64(delta[0]) / q, Max: float64(delta[cnt]) / q,
 		Typical: float64(median) / q, Avg: avg, Stdev: math.Sqrt(stdevSum / float64(cnt)),
 		Percentile99: float64(delta[i99]) / q, Percentile999: float64(delta[i999]) / q,
