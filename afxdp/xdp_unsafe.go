@@ -98,11 +98,11 @@ func umemBase(mem []byte) uint64 {
 }
 
 // sendtoWakeup is sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0), the TX wakeup
-// of Documentation/networking/af_xdp.rst. A raw syscall keeps it free of
-// allocation, and, since with MSG_DONTWAIT it never blocks (copy mode
-// sends a bounded batch and returns), the Go runtime need not know of it:
-// a spinning engine the runtime sees in system calls draws its sysmon
-// thread's attention (internal/spin's schedYield says what that costs).
+// of Documentation/networking/af_xdp.rst. With MSG_DONTWAIT it never
+// blocks (copy mode sends a bounded batch and returns), so it is a raw
+// system call: free of allocation, and unseen by the runtime, which keeps
+// a spinning engine from waking its sysmon thread (internal/spin's
+// schedYield).
 func sendtoWakeup(fd int) unix.Errno {
 	_, _, errno := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return errno

@@ -96,15 +96,8 @@ func (y *Yielder) Quiet() bool {
 }
 
 // schedYield yields the thread; a variable so that a test can see it.
-//
 // sched_yield never blocks, so it is a raw system call, as the runtime's
-// own osyield: the runtime never sees a spinner in a system call. One it
-// sees there is a goroutine its sysmon thread may take the P from
-// (retake, when a scheduling has not happened for 10ms or the call spans
-// two of its rounds), and whose next call wakes sysmon from its deep
-// sleep; either sets sysmon back to rounds of 20µs (about 100µs with the
-// timer slack) for the next 50, from its 10ms. A spinner through
-// unix.Syscall is in one most of the time, and a READ responder alone on
-// its P, which never finds a goroutine to yield to, kept its sysmon
-// waking about 10,000 times a second (ndk/internal/rc's doc, "Polling").
+// own osyield: a spinner the runtime sees in system calls keeps its
+// sysmon thread waking every 20µs instead of every 10ms
+// (ndk/internal/rc's doc, "Polling", has the mechanism and the figures).
 var schedYield = func() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
