@@ -52,6 +52,9 @@ type Status struct {
 	// hello); Served every one since the start.
 	Clients int    `json:"clients"`
 	Served  uint64 `json:"clients_served"`
+	// Ended counts the sessions the daemon ended for what their client
+	// did, by reason: protocol, ring, panic, notifications.
+	Ended map[string]uint64 `json:"sessions_ended"`
 	// QPs is the daemon's QPs, Connections those of them connected.
 	QPs         int             `json:"qps"`
 	Connections int             `json:"connections"`
@@ -245,6 +248,7 @@ func (s *Server) status() *Status {
 	per := make(map[*session]int) // index in st.Sessions
 	s.mu.Lock()
 	st.Served = s.clientsServed.Load()
+	st.Ended = s.ended.snapshot()
 	for ss := range s.sessions {
 		// A session is a client once it said hello: one accepted but not
 		// yet read (an operator's, say) is not counted yet.

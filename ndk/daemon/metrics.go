@@ -98,6 +98,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge("ndkxdp_qps", "QPs of the daemon.", float64(st.QPs))
 	gauge("ndkxdp_connections", "Connected QPs.", float64(st.Connections))
 	counter("ndkxdp_clients_served_total", "Client processes served since the start.", []string{"interface"}, st.Served, ifn)
+	for _, r := range reasons {
+		counter("ndkxdp_sessions_ended_total", "Client sessions the daemon ended for what the client did, by reason.",
+			[]string{"interface", "reason"}, st.Ended[r], ifn, r)
+	}
 
 	p, err := s.provider()
 	if err != nil {

@@ -110,6 +110,29 @@ func newRelay(ss *session, efd int) (*relay, error) {
 	return r, nil
 }
 
+// slotAt returns the QP of the slot that bit b of word i of a bitmap
+// names, nil where the slot is free. A bit beyond every slot ever given
+// out is one no correct client sets: it ends the session (ok false).
+func (r *relay) slotAt(i int, b uint64, what string) (q *sQP, ok bool) {
+	s := i*64 + mathbits.TrailingZeros64(b)
+	if s >= len(r.slots) {
+		r.fail(reasonRing, fmt.Errorf("%s bitmap names QP slot %d; the session was given %d", what, s, len(r.slots)))
+		return nil, false
+	}
+	return r.slots[s], true
+}
+
+// fail ends the session for what its client wrote: the relay serves it
+// no more from this pass on, and the session closes as if the client had
+// died. The engine's loop goes on for everyone else.
+func (r *relay) fail(reason string, err error) {
+	if r.stopped {
+		return
+	}
+	r.stopped = true
+	r.ss.end(reason, err)
+}
+
 // addQP gives q a slot in the session's bitmaps.
 func (r *relay) addQP(q *sQP) error {
 	r.mu.Lock()
@@ -188,7 +211,7 @@ func (r *relay) close() {
 // Poll is one pass, in the engine's loop. While control changes the lists
 // the pass is skipped, and counted as work so that the engine comes back
 // for it at once.
-func (r *relay) Poll() int {
+func (r *relay) Poll() (n int) {
 	if !r.mu.TryLock() {
 		return 1
 	}
@@ -196,7 +219,18 @@ func (r *relay) Poll() int {
 	if r.stopped {
 		return 0
 	}
+	defer r.contain()
 	return r.pass()
+}
+
+// contain ends the session whose pass or sleep preparation panicked: the
+// panic came from what one client wrote, and costs that client alone,
+// never the engine's loop that every session and QP of queue 0 runs in.
+// It runs deferred, with r.mu held.
+func (r *relay) contain() {
+	if p := recover(); p != nil {
+		r.fail(reasonPanic, fmt.Errorf("relay: %v\n%s", p, stack()))
+	}
 }
 
 // Idle arms the session's daemon CQs before the engine sleeps, so that a
@@ -211,6 +245,10 @@ func (r *relay) Poll() int {
 func (r *relay) Idle() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	defer r.contain()
 	r.sweep()
 	other := false
 	for q := 1; q < len(r.queues); q++ {
@@ -253,7 +291,10 @@ func (r *relay) armOtherQueues() {
 		for bits := r.arm[i].Load(); bits != 0; {
 			b := bits & -bits
 			bits &^= b
-			q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+			q, ok := r.slotAt(i, b, "arm")
+			if !ok {
+				return
+			}
 			if q == nil || q.queue == 0 || q.wArm.Load() == 0 {
 				continue
 			}
@@ -291,8 +332,7 @@ func (r *relay) notifyEv(ev string, h uint32, st ndk.Status) {
 	r.nmu.Lock()
 	if len(r.notes) >= maxNotes {
 		r.nmu.Unlock()
-		r.ss.log.Warn("client does not read its notifications; dropping it", "pending", maxNotes)
-		go r.ss.kill()
+		r.ss.end(reasonNotifications, fmt.Errorf("%d notifications unread", maxNotes))
 		return
 	}
 	r.notes = append(r.notes, note{ev, h, st})
@@ -347,8 +387,14 @@ func (r *relay) pass() int {
 		if r.arm[i].Load() != 0 {
 			r.watchArms(i, r.arm[i].Swap(0))
 		}
+		if r.stopped {
+			return n
+		}
 	}
 	n += r.serveSRQs(words)
+	if r.stopped {
+		return n
+	}
 	for _, c := range r.cqs {
 		n += r.drain(c)
 		r.fireArm(c)
@@ -366,7 +412,10 @@ func (r *relay) serve(i int, bits uint64) int {
 	for rest := bits; rest != 0; {
 		b := rest & -rest
 		rest &^= b
-		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		q, ok := r.slotAt(i, b, "post")
+		if !ok {
+			return n
+		}
 		if q == nil || q.broken {
 			continue
 		}
@@ -379,7 +428,7 @@ func (r *relay) serve(i int, bits uint64) int {
 	for rest := bits; rest != 0; {
 		b := rest & -rest
 		rest &^= b
-		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		q := r.slots[i*64+mathbits.TrailingZeros64(b)] // checked in the loop above
 		if q == nil || (q.broken && !q.drainRecv) {
 			continue
 		}
@@ -402,7 +451,10 @@ func (r *relay) watchArms(i int, bits uint64) {
 	for bits != 0 {
 		b := bits & -bits
 		bits &^= b
-		q := r.slots[i*64+mathbits.TrailingZeros64(b)]
+		q, ok := r.slotAt(i, b, "arm")
+		if !ok {
+			return
+		}
 		if q == nil || q.wArm.Load() == 0 {
 			continue
 		}

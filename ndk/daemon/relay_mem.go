@@ -180,6 +180,9 @@ func (r *relay) serveSRQs(words int) int {
 				if r.post[i].Load() != 0 {
 					n += r.serve(i, r.post[i].Swap(0)|r.again[i])
 				}
+				if r.stopped {
+					return n
+				}
 			}
 			break
 		}

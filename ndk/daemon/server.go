@@ -49,6 +49,7 @@ type Server struct {
 	// (admin.go) says none.
 	clientsServed atomic.Uint64
 	cqRings       atomic.Uint64 // RelayRings
+	ended         endCounts     // sessions the daemon ended, by reason
 }
 
 // RelayRings counts the notifications of the daemon's own CQs that rang

@@ -51,6 +51,7 @@ type session struct {
 
 	start  time.Time
 	client atomic.Bool // said hello: a client, not an operator (status counts it)
+	ended  atomic.Bool // the daemon ended it (end): logged and counted once
 }
 
 func newSession(s *Server, c *net.UnixConn, cred *unix.Ucred) *session {
@@ -77,6 +78,7 @@ func (ss *session) kill() {
 // client had.
 func (ss *session) serve() {
 	defer ss.teardown()
+	defer ss.recovered("control")
 	buf := make([]byte, proto.MaxMessage)
 	for {
 		n, fds, err := shm.RecvFDs(ss.conn, buf, shm.MaxFDs)
@@ -87,7 +89,7 @@ func (ss *session) serve() {
 		req, err := proto.Decode(buf[:n])
 		if err != nil {
 			closeFDs(fds)
-			ss.log.Warn("bad control message; dropping the client", "err", err)
+			ss.end(reasonProtocol, fmt.Errorf("bad control message: %w", err))
 			return
 		}
 		if req.Op == proto.OpCancel {
@@ -122,6 +124,7 @@ func (ss *session) serve() {
 				defer ss.reqs.Done()
 				defer func() { <-ss.sem }()
 				defer ss.forget(req.ID, cancel)
+				defer ss.recovered(req.Op)
 				m := ss.handle(ctx, req, fds)
 				ss.send(m)
 			}()
@@ -297,6 +300,7 @@ func (ss *session) drop(h uint32) {
 // connections (a DREQ to each peer), listeners, QPs (flushed), MRs, PDs,
 // CQs, then the memory.
 func (ss *session) teardown() {
+	defer ss.recovered("teardown")
 	ss.cancel()
 	ss.conn.Close()
 	ss.reqs.Wait()
