@@ -23,9 +23,8 @@ import (
 type remote struct {
 	a    *Adapter
 	conn *client.Conn
-	seg  *shm.Segment // the engine's doorbell flags
-	bell *shm.Doorbell
-	sess *shm.Segment // the session's published counts, hint bitmaps and event ring
+	bell *shm.Doorbell // the session's relay's, in sess
+	sess *shm.Segment  // the session's published counts, hint bitmaps, event ring and doorbell
 	ev   *remoteEvents
 	addr netip.Addr
 	mac  net.HardwareAddr
@@ -125,7 +124,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 }
 
 func (r *remote) hello(m *proto.Message, fds []int) error {
-	if len(fds) != 3 || m.Seg == nil || m.Seg.Session < proto.SessionSize {
+	if len(fds) != 2 || m.Seg == nil || m.Seg.Size < proto.SessionSize {
 		closeFDs(fds)
 		return errors.New("daemon sent no session segment")
 	}
@@ -141,15 +140,14 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 	}
 	r.mac, _ = net.ParseMAC(m.MAC)
 	r.pmtu = m.PathMTU
-	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
-		closeFDs(fds[1:])
+	if r.sess, err = shm.MapSegment(fds[1], proto.SessionSize); err != nil {
+		unix_close(fds[0])
 		return err
 	}
-	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
-		unix_close(fds[1])
-		return err
-	}
-	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
+	if r.bell, err = shm.NewDoorbell(r.sess, proto.RelayBell, fds[0]); err != nil {
+		unix_close(fds[0])
+		r.sess.Close()
+		r.sess = nil
 		return err
 	}
 	r.a.info = info

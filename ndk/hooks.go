@@ -75,10 +75,6 @@ func init() {
 		if !ok {
 			return nil, errors.New("adapter has no AF_XDP engine")
 		}
-		seg, efd, err := p.EngineBell(0)
-		if err != nil {
-			return nil, err
-		}
 		// The engines and ports stay as they are while the adapter is open:
 		// take them now, so that what the engine itself calls here (the
 		// relay's pass) never waits for the provider's lock, which a
@@ -89,7 +85,6 @@ func init() {
 		}
 		e, bell := engines[0], ports[0]
 		return &hook.Engine{
-			BellFD: seg.FD(), EventFD: efd, BellSize: seg.Size(),
 			Add:    func(x hook.Poller) error { return e.AddPoller(x) },
 			Remove: func(x hook.Poller) error { return e.RemovePoller(x) },
 			Ring:   bell.Doorbell,

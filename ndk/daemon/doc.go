@@ -13,11 +13,14 @@
 // another session, or of another type, is refused like one never given
 // out, so an application reaches only its own objects.
 //
-//	engine doorbell   the adapter creates for its queue-0 engine: the
-//	                  flags of the engine's own doorbell (port.Bell) in a
-//	                  memfd, and its eventfd; every client maps the one
-//	                  and rings the other (shm.Doorbell) after a post or
-//	                  an arm
+//	session segment   daemon creates per session: the post and arm
+//	                  bitmaps, the published WRITE counts, the event
+//	                  ring, and the relay's doorbell (proto.RelayBell),
+//	                  whose eventfd the daemon makes and the engine
+//	                  sleeps on; the client rings it (shm.Doorbell) after
+//	                  a post or an arm. Nothing in it is read for any
+//	                  other session, and no page or descriptor that wakes
+//	                  the engine is shared between two sessions
 //	QP segment        daemon creates per QP: a send ring and a receive
 //	                  ring (client produces, relay consumes), the count of
 //	                  peer WRITE packets placed and the QP's state
@@ -57,9 +60,9 @@
 // rings it awake; with no QP of the session on another queue the arm is
 // for errors only, since every completion is then made in the relay's own
 // loop (Server.RelayRings). A hostile client can only keep the engine from
-// sleeping (a pending flag it keeps set) or make every ring write the
-// eventfd (a sleeping flag it keeps set): CPU, as a client posting in a
-// loop would cost. Memory is not copied between the processes: a region's
+// sleeping (a pending flag it keeps set, or its eventfd written in a
+// loop): CPU, as a client posting in a loop would cost. What it writes
+// into its own doorbell withholds wake-ups from its own session at most. Memory is not copied between the processes: a region's
 // bytes are the arena's pages, mapped in both, registered in the daemon
 // under the client's address so that the address an application hands its
 // peer is the one the wire carries. The engine copies payload into and out
@@ -102,7 +105,13 @@
 //
 // # Failure handling
 //
-// A client is untrusted. The daemon checks every handle, size and offset
+// A client is untrusted. A value that no correct client writes and that
+// the daemon cannot answer within the client's own objects (a bitmap bit
+// beyond its QP slots, a malformed control message) ends the session:
+// logged with the reason and counted (Status.Ended, metric
+// ndkxdp_sessions_ended_total). A panic while serving a session, on its
+// control goroutines or in its relay's pass in the engine's loop, is
+// recovered and ends that session alone. The daemon checks every handle, size and offset
 // of a request, refuses a memfd that is not sealed or is smaller than
 // claimed, and re-checks every record: an index no correct producer
 // stores, or a malformed record, flushes that QP and stops the relay from

@@ -1,10 +1,15 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
@@ -78,5 +83,115 @@ func TestHostileBitmapSlot(t *testing.T) {
 				t.Fatalf("sessions ended for ring input: %d, want %d", n, before+1)
 			}
 		})
+	}
+}
+
+// TestNoPageSharedBetweenSessions: a session's hello hands out its
+// relay's eventfd and its own session segment, nothing another session
+// maps: two sessions' segments are distinct memfds.
+func TestNoPageSharedBetweenSessions(t *testing.T) {
+	bd := newBed(t)
+	inode := func(r *raw) uint64 {
+		var st unix.Stat_t
+		if err := unix.Fstat(r.sess.FD(), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	a, b := dialRaw(t, bd.sock), dialRaw(t, bd.sock)
+	if inode(a) == inode(b) {
+		t.Fatal("two sessions were handed the same segment")
+	}
+}
+
+// TestHostileBellCannotStallOthers: a client that writes its doorbell's
+// flags to say "the engine is awake, a ring is on its way" (sleeping 0,
+// pending 1), over and over, withholds wake-ups from its own session at
+// most. Another client's READs, each posted while the engine may sleep,
+// complete as always.
+func TestHostileBellCannotStallOthers(t *testing.T) {
+	bd := newBed(t)
+	h := dialRaw(t, bd.sock)
+	pending, sleeping := h.sess.Word32(proto.RelayBell), h.sess.Word32(proto.RelayBell+4)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			sleeping.Store(0)
+			pending.Store(1)
+			runtime.Gosched()
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := ndk.Dial(ctx, bd.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	pd, err := a.CreatePD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := a.Memory(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegisterMR(mem, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := a.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bpd, _ := bd.b.CreatePD()
+	bcq, _ := bd.b.CreateCQ(16, nil)
+	bq, err := bpd.CreateQP(ndk.QPConfig{ReceiveCQ: bcq, InitiatorCQ: bcq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := bytes.Repeat([]byte{0x5A}, 4096)
+	bmr, err := bpd.RegisterMR(src, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bq.ConnectOOB(qp.LocalEndpoint(), ndk.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.ConnectOOB(bq.LocalEndpoint(), ndk.ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sge, _ := mr.SGE(0, 64)
+	res := make([]ndk.Result, 1)
+	for i := range 50 {
+		// Long enough for the engine to finish spinning and sleep.
+		time.Sleep(2 * time.Millisecond)
+		clear(mem[:64])
+		if err := qp.Read(i, []ndk.SGE{sge}, bmr.Addr()+uint64(i), bmr.RemoteToken(), 0); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for cq.GetResults(res) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("READ %d: no completion in 2 s beside a client that forges its doorbell", i)
+			}
+			runtime.Gosched()
+		}
+		if res[0].Status != ndk.StatusSuccess || !bytes.Equal(mem[:64], src[i:i+64]) {
+			t.Fatalf("READ %d: status %v, bytes %x", i, res[0].Status, mem[:8])
+		}
 	}
 }

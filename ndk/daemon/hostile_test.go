@@ -67,7 +67,6 @@ type raw struct {
 	t    testing.TB
 	c    *net.UnixConn
 	next uint64
-	seg  *shm.Segment
 	bell *shm.Doorbell
 	sess *shm.Segment
 }
@@ -81,23 +80,19 @@ func dialRaw(t testing.TB, sock string) *raw {
 	r := &raw{t: t, c: c}
 	t.Cleanup(func() { c.Close() })
 	m, fds := r.call(&proto.Request{Op: proto.OpHello, Version: proto.Version})
-	if m.Status != 0 || len(fds) != 3 {
+	if m.Status != 0 || len(fds) != 2 {
 		t.Fatalf("hello: %+v, %d descriptors", m, len(fds))
 	}
-	if r.seg, err = shm.MapSegment(fds[0], m.Seg.Size); err != nil {
+	if r.sess, err = shm.MapSegment(fds[1], proto.SessionSize); err != nil {
 		t.Fatal(err)
 	}
-	if r.bell, err = shm.NewDoorbell(r.seg, 0, fds[1]); err != nil {
-		t.Fatal(err)
-	}
-	if r.sess, err = shm.MapSegment(fds[2], proto.SessionSize); err != nil {
+	if r.bell, err = shm.NewDoorbell(r.sess, proto.RelayBell, fds[0]); err != nil {
 		t.Fatal(err)
 	}
 	// A fuzz worker makes thousands of these: each must give back its
 	// descriptors and mappings.
 	t.Cleanup(func() {
 		r.bell.Close()
-		r.seg.Close()
 		r.sess.Close()
 	})
 	return r

@@ -188,9 +188,9 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 		MAC:     a.MAC().String(),
 		PathMTU: a.PathMTU(),
 		Raw:     info,
-		Seg:     &proto.Segment{Size: r.eng.BellSize, Session: r.seg.Size()},
+		Seg:     &proto.Segment{Size: r.seg.Size()},
 	}
-	return m, []int{dupFD(r.eng.BellFD), dupFD(r.eng.EventFD), dupFD(r.seg.FD())}, nil
+	return m, []int{dupFD(r.bell.FD()), dupFD(r.seg.FD())}, nil
 }
 
 func (ss *session) arena(req *proto.Request, fds []int) error {

@@ -27,6 +27,12 @@ type relay struct {
 	ss  *session
 	eng *hook.Engine
 	seg *shm.Segment // the session segment (proto.SessionSize)
+	// bell is the session's own doorbell (proto.RelayBell, and an eventfd
+	// of the daemon's that the client gets a copy of): the engine sleeps
+	// on it (WakeFD). asleep: Idle announced a sleep that the next Poll
+	// ends (engine-owned).
+	bell   *shm.Doorbell
+	asleep bool
 
 	// Shared words of the session segment.
 	writes [proto.MaxQueues]*atomic.Uint64
@@ -85,12 +91,25 @@ func newRelay(ss *session, efd int) (*relay, error) {
 		return nil, err
 	}
 	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
+	bfd, err := shm.NewEventfd()
+	if err == nil {
+		r.bell, err = shm.NewDoorbell(seg, proto.RelayBell, bfd)
+		if err != nil {
+			closeFDs([]int{bfd})
+		}
+	}
+	if err != nil {
+		closeFDs([]int{efd})
+		seg.Close()
+		return nil, err
+	}
 	if efd >= 0 {
 		if r.clientBell, err = shm.NewDoorbell(seg, proto.EventBell, efd); err == nil {
 			r.events, err = shm.NewProducer(seg, proto.EventRing)
 		}
 		if err != nil {
 			closeFDs([]int{efd})
+			r.bell.Close()
 			seg.Close()
 			return nil, err
 		}
@@ -103,7 +122,7 @@ func newRelay(ss *session, efd int) (*relay, error) {
 		r.arm[i] = seg.Word64(proto.ArmBitmap + 8*i)
 	}
 	if err := eng.Add(r); err != nil {
-		seg.Close()
+		r.close()
 		return nil, err
 	}
 	go r.notifier()
@@ -205,13 +224,22 @@ func (r *relay) close() {
 	if r.clientBell != nil {
 		r.clientBell.Close()
 	}
+	r.bell.Close()
 	r.seg.Close()
 }
+
+// WakeFD is the eventfd of the session's doorbell, which the engine
+// watches while it sleeps (rc.Waker).
+func (r *relay) WakeFD() int { return r.bell.FD() }
 
 // Poll is one pass, in the engine's loop. While control changes the lists
 // the pass is skipped, and counted as work so that the engine comes back
 // for it at once.
 func (r *relay) Poll() (n int) {
+	if r.asleep {
+		r.asleep = false
+		r.bell.Resume()
+	}
 	if !r.mu.TryLock() {
 		return 1
 	}
@@ -279,6 +307,13 @@ func (r *relay) Idle() {
 		r.eng.Ring()
 	}
 	r.armOtherQueues()
+	// Last: a post whose ring comes after this either finds the sleep
+	// announced and writes the eventfd, or was seen here.
+	if r.bell.Announce() {
+		r.asleep = true
+	} else {
+		r.eng.Ring()
+	}
 }
 
 // armOtherQueues arms the placed-write notification of every write-armed

@@ -67,13 +67,10 @@ type Poller interface {
 
 // Engine is the daemon's hold on the engine its relays run in.
 type Engine struct {
-	// BellFD (a memfd) holds the engine's doorbell flags at offset 0,
-	// BellSize bytes; EventFD is the doorbell's eventfd. A client maps
-	// the one and rings the other with shm.Doorbell. Both belong to the
-	// adapter: dup them to hand them out.
-	BellFD, EventFD, BellSize int
 	// Add and Remove put a poller in the engine's loop and take it out;
-	// after Remove the poller is not running and never runs again.
+	// after Remove the poller is not running and never runs again. A
+	// poller with a WakeFD() int method (an eventfd) also wakes the
+	// engine's sleep through it; after Remove it is no longer watched.
 	Add    func(Poller) error
 	Remove func(Poller) error
 	// Ring wakes the engine.

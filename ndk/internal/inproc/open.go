@@ -11,7 +11,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -143,15 +142,7 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
-		// The doorbell's flags live in a segment another process can
-		// map: the daemon's clients ring the engine themselves.
-		bell, err := shm.NewSegment(fmt.Sprintf("ndkxdp-engine-%d", q), shm.DoorbellSize)
-		if err != nil {
-			sock.Close()
-			return fmt.Errorf("queue %d: %w", q, err)
-		}
-		p.bells = append(p.bells, bell)
-		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}, BellMem: bell.Bytes()[:shm.DoorbellSize]})
+		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}})
 		if err != nil {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)

@@ -19,7 +19,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -82,8 +81,7 @@ type Config struct {
 // AF_XDP sockets, and connection management on QP1.
 type Provider struct {
 	link    Link
-	xdp     *loader.XDP    // nil over an in-memory port
-	bells   []*shm.Segment // each XSK's doorbell flags, by queue
+	xdp     *loader.XDP // nil over an in-memory port
 	umem    *afxdp.UMEM
 	ports   []port.Port
 	engines []*rc.Engine
@@ -342,10 +340,6 @@ func (p *Provider) close() {
 		pt.Close()
 	}
 	p.ports = nil
-	for _, s := range p.bells {
-		s.Close()
-	}
-	p.bells = nil
 	p.mu.Lock()
 	x := p.xdp
 	p.xdp = nil
@@ -360,22 +354,6 @@ func (p *Provider) close() {
 		p.umem.Close()
 		p.umem = nil
 	}
-}
-
-// EngineBell is what another process needs to ring queue q's engine: the
-// segment holding its doorbell's flags (at offset 0) and the doorbell's
-// eventfd. It fails over an in-memory port.
-func (p *Provider) EngineBell(q int) (seg *shm.Segment, efd int, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if q < 0 || q >= len(p.bells) || q >= len(p.ports) {
-		return nil, -1, fmt.Errorf("no shared doorbell for queue %d", q)
-	}
-	x, ok := port.Inner(p.ports[q]).(*port.XSK)
-	if !ok {
-		return nil, -1, fmt.Errorf("queue %d is not an AF_XDP port", q)
-	}
-	return p.bells[q], x.BellFD(), nil
 }
 
 // Engines returns the engines, by queue; the slice is the caller's.

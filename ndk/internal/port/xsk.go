@@ -39,12 +39,6 @@ const MinTxReference = 1024
 
 // XSKConfig tunes an XSK. The zero value suits a 1500-byte-MTU device.
 type XSKConfig struct {
-	// BellMem, if set, holds the doorbell's two flags (Bell's layout:
-	// pending, then sleeping, 4 bytes each; 8 bytes, 4-aligned), so that
-	// another process that maps this memory and has BellFD's eventfd can
-	// ring the engine with shm.Doorbell, the same protocol. Default: the
-	// XSK's own memory.
-	BellMem []byte
 	// MTU is the device's MTU (default 1500). MaxFrame is MTU plus an
 	// Ethernet header with one VLAN tag, capped by what the UMEM carries:
 	// one chunk less the receive headroom, or a chain of chunks on a
@@ -143,9 +137,11 @@ type XSK struct {
 	}
 	deferred error // a data-path failure reported by the next Flush or Wait
 
-	bell    *Bell
-	efd     int
-	pfds    [2]unix.PollFd // the socket (RX) and the eventfd (doorbell)
+	bell *Bell
+	efd  int
+	// pfds: the socket (RX), the eventfd (doorbell), then the watched
+	// eventfds (Watch).
+	pfds    []unix.PollFd
 	ts      unix.Timespec
 	one     [8]byte // the eventfd increment, never written after NewXSK
 	drained [8]byte
@@ -186,18 +182,13 @@ func NewXSK(sock *afxdp.Socket, frames *afxdp.FrameAllocator, cfg XSKConfig) (*X
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	x.bell = new(Bell)
-	if cfg.BellMem != nil {
-		if x.bell = bellAt(cfg.BellMem); x.bell == nil {
-			return nil, fmt.Errorf("%s: BellMem of %d bytes is not 8 bytes 4-aligned", where, len(cfg.BellMem))
-		}
-	}
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("%s: doorbell eventfd: %w", where, err)
 	}
 	x.efd = efd
 	binary.NativeEndian.PutUint64(x.one[:], 1)
-	x.pfds = [2]unix.PollFd{
+	x.pfds = []unix.PollFd{
 		{Fd: int32(sock.FD()), Events: unix.POLLIN},
 		{Fd: int32(efd), Events: unix.POLLIN},
 	}
@@ -327,13 +318,21 @@ func (x *XSK) Wait(timeout time.Duration) error {
 		x.ts = unix.NsecToTimespec(int64(timeout))
 		ts = &x.ts
 	}
-	x.pfds[0].Revents, x.pfds[1].Revents = 0, 0
-	n, errno := wake.Poll(x.pfds[:], ts) // sleeps through the runtime's signals
+	for i := range x.pfds {
+		x.pfds[i].Revents = 0
+	}
+	n, errno := wake.Poll(x.pfds, ts) // sleeps through the runtime's signals
 	x.bell.Awake()
 	x.stats.waitPolled.Add(1)
 	if n > 0 && x.pfds[1].Revents&unix.POLLIN != 0 {
 		x.stats.waitWakes.Add(1)
 		wake.EventfdRead(x.efd, &x.drained) // resets the counter; EAGAIN if a racing Wait read it
+	}
+	for i := 2; n > 0 && i < len(x.pfds); i++ {
+		if x.pfds[i].Revents&unix.POLLIN != 0 {
+			x.stats.waitWakes.Add(1)
+			wake.EventfdRead(int(x.pfds[i].Fd), &x.drained)
+		}
 	}
 	switch {
 	case errno != 0:
@@ -346,9 +345,25 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	return err
 }
 
-// BellFD is the doorbell's eventfd: with the memory of XSKConfig.BellMem,
-// what another process needs to ring this port's engine.
-func (x *XSK) BellFD() int { return x.efd }
+// Watch makes Wait return also when efd, an eventfd of another ringer's
+// (a daemon client's own doorbell), becomes readable, and reset its
+// counter then. Each such ringer has its own eventfd and its own flags,
+// so what one writes or reads never withholds another's wake-up. Watch
+// and Unwatch run on the goroutine that calls Wait; Unwatch efd before
+// closing it.
+func (x *XSK) Watch(efd int) {
+	x.pfds = append(x.pfds, unix.PollFd{Fd: int32(efd), Events: unix.POLLIN})
+}
+
+// Unwatch stops watching efd.
+func (x *XSK) Unwatch(efd int) {
+	for i := 2; i < len(x.pfds); i++ {
+		if x.pfds[i].Fd == int32(efd) {
+			x.pfds = append(x.pfds[:i], x.pfds[i+1:]...)
+			return
+		}
+	}
+}
 
 // Doorbell implements Port. While the engine is awake it costs two atomic
 // operations; it writes the eventfd only for a sleeping engine.

@@ -21,16 +21,3 @@ func umemOffset(mem, b []byte) (uint64, bool) {
 	}
 	return uint64(p - base), true
 }
-
-// bellAt views mem as a Bell (pending, then sleeping), or returns nil when
-// mem is too short or not 4-aligned.
-func bellAt(mem []byte) *Bell {
-	if len(mem) < 8 || uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%4 != 0 {
-		return nil
-	}
-	return (*Bell)(unsafe.Pointer(unsafe.SliceData(mem)))
-}
-
-// shm.Doorbell rings a Bell in shared memory: its layout is pending at 0
-// and sleeping at 4.
-var _ = [1]struct{}{}[unsafe.Offsetof(Bell{}.sleeping)-4]

@@ -8,7 +8,7 @@ import (
 
 // Version is the protocol version a client and the daemon must share; a
 // hello with another is refused.
-const Version = 1
+const Version = 2
 
 // MaxMessage bounds one control message (a SOCK_SEQPACKET datagram).
 const MaxMessage = 64 << 10
@@ -16,7 +16,7 @@ const MaxMessage = 64 << 10
 // Operations a client asks of the daemon. Each names the NDK call it
 // carries out on the daemon's adapter.
 const (
-	OpHello           = "hello"            // first message: version, AdapterInfo, wire
+	OpHello           = "hello"            // first message: version, AdapterInfo, wire; reply FDs: the relay's eventfd, the session segment (Seg.Size)
 	OpArena           = "arena"            // a memfd of client memory (FDs: the memfd)
 	OpCreateCQ        = "create_cq"        // Depth; reply: H, segment (FDs)
 	OpCloseCQ         = "close_cq"         // H
@@ -171,7 +171,6 @@ type Segment struct {
 	SendSlots int `json:"send,omitempty"` // QP: send ring slots
 	RecvSlots int `json:"recv,omitempty"` // QP: receive ring slots
 	Slots     int `json:"slots,omitempty"`
-	Session   int `json:"session,omitempty"` // hello: the session segment's size (third descriptor)
 }
 
 // Decode parses one client message, refusing what is not a request.

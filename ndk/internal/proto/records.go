@@ -311,6 +311,11 @@ func NewCQLayout(slots int) CQLayout {
 //	+Events       a ring of Event records (relay produces, the client's
 //	              reader consumes): CQ notifications and fired write arms,
 //	              which reach the client with no message on the socket
+//	+RelayBell    the doorbell of the session's relay: the client rings
+//	              it after a post or an arm, with the eventfd of the
+//	              hello's reply; the engine sleeps on it. It is the
+//	              session's own, as is every word here: nothing a client
+//	              writes is read on behalf of another session
 const (
 	MaxQueues   = 64
 	MaxQPSlots  = 1 << 16
@@ -319,7 +324,8 @@ const (
 	EventBell   = ArmBitmap + MaxQPSlots/8
 	Events      = EventBell + shm.DoorbellSize
 	EventSlots  = 4096
-	SessionSize = Events + shm.RingHeaderSize + EventSlots*EventSize
+	RelayBell   = (Events + shm.RingHeaderSize + EventSlots*EventSize + shm.CacheLine - 1) &^ (shm.CacheLine - 1)
+	SessionSize = RelayBell + shm.DoorbellSize
 	bitmapWords = MaxQPSlots / 64
 )
 

@@ -115,6 +115,28 @@ func (d *Doorbell) Ring() bool {
 	return true
 }
 
+// Announce is Wait's first half, for a sleeper whose poll is someone
+// else's (the engine's, which watches this doorbell's eventfd and resets
+// it): it announces the sleep and reports whether the sleeper may sleep,
+// false when a ring came first. After true the sleeper sleeps on the
+// eventfd, and calls Resume when it wakes, whatever woke it.
+func (d *Doorbell) Announce() bool {
+	d.sleeping.Store(1)
+	if d.pending.Swap(0) != 0 {
+		d.sleeping.Store(0)
+		return false
+	}
+	d.sleeps.Add(1)
+	return true
+}
+
+// Resume ends a sleep that Announce began. Rings that came meanwhile are
+// consumed: the sleeper's work check after it covers their posts.
+func (d *Doorbell) Resume() {
+	d.sleeping.Store(0)
+	d.pending.Store(0)
+}
+
 // Watch adds fd to the descriptors Wait polls for input besides the
 // eventfd, and returns its index for Ready.
 func (d *Doorbell) Watch(fd int) int {
