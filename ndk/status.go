@@ -48,10 +48,14 @@ const (
 // only a Go API has: StatusInvalidHandle for a call on an object that was
 // closed (NDK leaves that undefined; Go must not crash), and
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
-// status.
+// status; StatusQuotaExceeded for a daemon-backed adapter that reached
+// one of the daemon's quotas (the error names which), StatusAccessDenied
+// for one the daemon's allow list does not admit.
 const (
 	StatusInvalidHandle Status = ndkpi.StatusInvalidHandle
 	StatusUnsuccessful  Status = ndkpi.StatusUnsuccessful
+	StatusQuotaExceeded Status = ndkpi.StatusQuotaExceeded
+	StatusAccessDenied  Status = ndkpi.StatusAccessDenied
 )
 
 // Error is a failed NDK call: the NTSTATUS code a Windows provider would
@@ -91,6 +95,8 @@ var (
 	ErrInvalidDeviceRequest  = ndkpi.ErrInvalidDeviceRequest
 	ErrInvalidHandle         = ndkpi.ErrInvalidHandle
 	ErrUnsuccessful          = ndkpi.ErrUnsuccessful
+	ErrQuotaExceeded         = ndkpi.ErrQuotaExceeded
+	ErrAccessDenied          = ndkpi.ErrAccessDenied
 )
 
 // StatusOf returns the NTSTATUS carried by err: StatusSuccess for nil, the

@@ -48,6 +48,8 @@ var statusTable = []struct {
 	{StatusInvalidDeviceRequest, 0xC0000010, "STATUS_INVALID_DEVICE_REQUEST", ErrInvalidDeviceRequest, true},
 	{StatusInvalidHandle, 0xC0000008, "STATUS_INVALID_HANDLE", ErrInvalidHandle, true},
 	{StatusUnsuccessful, 0xC0000001, "STATUS_UNSUCCESSFUL", ErrUnsuccessful, true},
+	{StatusQuotaExceeded, 0xC0000044, "STATUS_QUOTA_EXCEEDED", ErrQuotaExceeded, true},
+	{StatusAccessDenied, 0xC0000022, "STATUS_ACCESS_DENIED", ErrAccessDenied, true},
 }
 
 func TestStatusValuesAndNames(t *testing.T) {

@@ -40,6 +40,14 @@ type daemonConfig struct {
 	// MetricsQPs bounds the QPs with series of their own (default 64); the
 	// rest are summed under qpn="other".
 	MetricsQPs int `json:"metrics_qp_series"`
+	// AllowUsers and AllowGroups, names or numeric ids, admit only those
+	// users' processes and those of members of those groups, beyond the
+	// socket's mode (root is always admitted).
+	AllowUsers  []string `json:"allow_users"`
+	AllowGroups []string `json:"allow_groups"`
+	// Quotas bounds what clients take, per session and per user
+	// (daemon.Quotas; a key left out keeps its default).
+	Quotas daemon.Quotas `json:"quotas"`
 }
 
 func defaultDaemonConfig() daemonConfig {
@@ -71,7 +79,7 @@ func rxQueues(dev string) (int, error) {
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series, allow_users, allow_groups, quotas); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
@@ -206,6 +214,10 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 }
 
 func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int, log *slog.Logger) error {
+	allow, err := c.allowList()
+	if err != nil {
+		return err
+	}
 	a, err := ndk.Open(c.Interface, opts)
 	if err != nil {
 		return fmt.Errorf("daemon: %w", err)
@@ -223,7 +235,7 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 			return fmt.Errorf("daemon: metrics: %w", err)
 		}
 	}
-	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: version}
+	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: version, Allow: allow, Quotas: c.Quotas}
 	if mln != nil {
 		dcfg.MetricsAddr = mln.Addr().String
 	}
@@ -285,4 +297,34 @@ func busyPoll(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("-busy-poll %q: want a duration from 1us to 1s, or off", s)
 	}
 	return d, nil
+}
+
+// allowList resolves allow_users and allow_groups to ids.
+func (c *daemonConfig) allowList() (daemon.Allow, error) {
+	var a daemon.Allow
+	for _, name := range c.AllowUsers {
+		id := name
+		if _, err := strconv.ParseUint(name, 10, 32); err != nil {
+			u, err := user.Lookup(name)
+			if err != nil {
+				return a, fmt.Errorf("daemon: allow_users: %w", err)
+			}
+			id = u.Uid
+		}
+		n, _ := strconv.ParseUint(id, 10, 32)
+		a.UIDs = append(a.UIDs, uint32(n))
+	}
+	for _, name := range c.AllowGroups {
+		id := name
+		if _, err := strconv.ParseUint(name, 10, 32); err != nil {
+			g, err := user.LookupGroup(name)
+			if err != nil {
+				return a, fmt.Errorf("daemon: allow_groups: %w", err)
+			}
+			id = g.Gid
+		}
+		n, _ := strconv.ParseUint(id, 10, 32)
+		a.GIDs = append(a.GIDs, uint32(n))
+	}
+	return a, nil
 }

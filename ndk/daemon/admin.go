@@ -55,6 +55,11 @@ type Status struct {
 	// Ended counts the sessions the daemon ended for what their client
 	// did, by reason: protocol, ring, panic, notifications.
 	Ended map[string]uint64 `json:"sessions_ended"`
+	// QuotaExceeded counts the requests and connections refused over a
+	// quota, by quota (quota.go); Refused the peers the allow list
+	// refused.
+	QuotaExceeded map[string]uint64 `json:"quota_exceeded"`
+	Refused       uint64            `json:"refused"`
 	// QPs is the daemon's QPs, Connections those of them connected.
 	QPs         int             `json:"qps"`
 	Connections int             `json:"connections"`
@@ -249,6 +254,8 @@ func (s *Server) status() *Status {
 	s.mu.Lock()
 	st.Served = s.clientsServed.Load()
 	st.Ended = s.ended.snapshot()
+	st.QuotaExceeded = s.book.exceededCounts()
+	st.Refused = s.refused.Load()
 	for ss := range s.sessions {
 		// A session is a client once it said hello: one accepted but not
 		// yet read (an operator's, say) is not counted yet.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,10 @@ type bed struct {
 	a, b *ndk.Adapter
 }
 
-func newBed(t testing.TB) *bed {
+func newBed(t testing.TB) *bed { return newBedWith(t, daemon.Config{}, 0o600) }
+
+// newBedWith is newBed with the daemon's config and its socket's mode.
+func newBedWith(t testing.TB, cfg daemon.Config, perm os.FileMode) *bed {
 	t.Helper()
 	p := harness.New(t, harness.Config{})
 	bd := &bed{pair: p, sock: filepath.Join(t.TempDir(), "d.sock")}
@@ -46,11 +50,11 @@ func newBed(t testing.TB) *bed {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := daemon.Listen(bd.sock, 0o600, -1)
+	ln, err := daemon.Listen(bd.sock, perm, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bd.srv = daemon.New(bd.a, daemon.Config{})
+	bd.srv = daemon.New(bd.a, cfg)
 	served := make(chan error, 1)
 	go func() { served <- bd.srv.Serve(ln) }()
 	t.Cleanup(func() {

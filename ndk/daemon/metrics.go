@@ -102,6 +102,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter("ndkxdp_sessions_ended_total", "Client sessions the daemon ended for what the client did, by reason.",
 			[]string{"interface", "reason"}, st.Ended[r], ifn, r)
 	}
+	for _, q := range sortedKeys(st.QuotaExceeded) {
+		counter("ndkxdp_quota_exceeded_total", "Client requests and connections refused over a daemon quota, by quota.",
+			[]string{"interface", "quota"}, st.QuotaExceeded[q], ifn, q)
+	}
+	counter("ndkxdp_clients_refused_total", "Client connections the daemon's allow list refused.", []string{"interface"}, st.Refused, ifn)
 
 	p, err := s.provider()
 	if err != nil {
@@ -195,4 +200,13 @@ func (c *collector) collectQPs(ch chan<- prometheus.Metric, p *inproc.Provider, 
 	if len(qps) > c.qpSeries {
 		emit(&other, "other")
 	}
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

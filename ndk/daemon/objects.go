@@ -113,7 +113,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		if err := ss.relay.hold(m.mr.Deregister); err != nil {
 			return nil, nil, err
 		}
-		ss.drop(req.H)
+		ss.drop(req.H, resMRs, resTokens)
 		return nil, nil, nil
 	case proto.OpCreateQP:
 		return ss.createQP(req)
@@ -126,7 +126,7 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		}
 		ss.relay.removeQP(q)
 		err = q.qp.Close()
-		ss.drop(req.H)
+		ss.drop(req.H, resQPs, resMappings)
 		q.seg.Close()
 		return nil, nil, err
 	case proto.OpFlushQP:
@@ -170,8 +170,13 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 	if len(fds) == 1 {
 		efd = fds[0]
 	}
+	if err := ss.take(resMappings); err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
 	r, err := newRelay(ss, efd)
 	if err != nil {
+		ss.give(resMappings)
 		return nil, nil, err
 	}
 	ss.relay = r
@@ -203,15 +208,25 @@ func (ss *session) arena(req *proto.Request, fds []int) error {
 		return statusErr(ndk.StatusInvalidParameter, "arena of %d bytes (1 to %d)", req.Size, uint64(maxArenaSize))
 	}
 	ss.mu.Lock()
-	n := len(ss.arenas)
 	_, dup := ss.arenas[req.Arena]
 	ss.mu.Unlock()
-	if n >= maxArenas || dup || req.Arena == 0 {
+	if dup || req.Arena == 0 {
 		closeFDs(fds)
-		return statusErr(ndk.StatusInvalidParameter, "arena %d refused (duplicate, zero, or over %d)", req.Arena, maxArenas)
+		return statusErr(ndk.StatusInvalidParameter, "arena %d refused (duplicate or zero)", req.Arena)
+	}
+	if err := ss.take(resArenas, resMappings); err != nil {
+		closeFDs(fds)
+		return err
+	}
+	if err := ss.srv.book.charge(ss.cred.Uid, &ss.held, int64(req.Size), resArenaBytes); err != nil {
+		ss.give(resArenas, resMappings)
+		closeFDs(fds)
+		return err
 	}
 	seg, err := shm.MapSegment(fds[0], int(req.Size))
 	if err != nil {
+		ss.give(resArenas, resMappings)
+		ss.srv.book.release(ss.cred.Uid, &ss.held, int64(req.Size), resArenaBytes)
 		return statusErr(ndk.StatusInvalidParameter, "%v", err)
 	}
 	unix.Close(seg.TakeFD())
@@ -236,14 +251,19 @@ func (ss *session) register(req *proto.Request) (*proto.Message, []int, error) {
 		return nil, nil, statusErr(ndk.StatusInvalidParameter, "bytes %d+%d outside arena %d (%d bytes)", req.Off, req.Len, req.Arena, seg.Size())
 	}
 	buf := seg.Bytes()[req.Off : req.Off+req.Len : req.Off+req.Len]
+	if err := ss.take(resMRs, resTokens); err != nil {
+		return nil, nil, err
+	}
 	o, err := hook.RegisterAt(p.pd, req.VA, buf, req.Flags, req.Invalidatable)
 	if err != nil {
+		ss.give(resMRs, resTokens)
 		return nil, nil, err
 	}
 	mr := o.(*ndk.MR)
 	x := &sMR{mr: mr}
 	if x.h, err = ss.add(x); err != nil {
 		_ = mr.Deregister()
+		ss.give(resMRs, resTokens)
 		return nil, nil, err
 	}
 	return &proto.Message{H: x.h, Local: mr.LocalToken(), Remote: mr.RemoteToken()}, nil, nil
@@ -275,7 +295,8 @@ func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, er
 		if ss.relay.removeSRQ(x) {
 			x.srq.Close()
 			x.seg.Close()
-			ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed)
+			ss.give(resMappings)
+			ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed, resSRQs)
 		}
 		return nil, nil, nil
 	case proto.OpCreateMW:
@@ -283,13 +304,18 @@ func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, er
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := ss.take(resMWs, resTokens); err != nil {
+			return nil, nil, err
+		}
 		mw, err := p.pd.CreateMW()
 		if err != nil {
+			ss.give(resMWs, resTokens)
 			return nil, nil, err
 		}
 		x := &sMW{mw: mw}
 		if x.h, err = ss.add(x); err != nil {
 			mw.Close()
+			ss.give(resMWs, resTokens)
 			return nil, nil, err
 		}
 		return &proto.Message{H: x.h, Local: hook.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
@@ -299,7 +325,7 @@ func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, er
 			return nil, nil, err
 		}
 		x.mw.Close()
-		ss.drop(req.H)
+		ss.drop(req.H, resMWs, resTokens)
 		return nil, nil, nil
 	case proto.OpInitFastMR:
 		return ss.initFastMR(req)
@@ -321,8 +347,12 @@ func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error)
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := ss.take(resMRs, resTokens); err != nil {
+			return nil, nil, err
+		}
 		mr, err := p.pd.CreateMR(true)
 		if err != nil {
+			ss.give(resMRs, resTokens)
 			return nil, nil, err
 		}
 		x = &sMR{mr: mr}
@@ -338,12 +368,17 @@ func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error)
 		return nil
 	})
 	if err != nil {
+		if x.h == 0 {
+			_ = x.mr.Deregister()
+			ss.give(resMRs, resTokens)
+		}
 		return nil, nil, err
 	}
 	if x.h == 0 {
 		var err error
 		if x.h, err = ss.add(x); err != nil {
 			_ = x.mr.Deregister()
+			ss.give(resMRs, resTokens)
 			return nil, nil, err
 		}
 	}
@@ -360,21 +395,27 @@ func (ss *session) createSRQ(req *proto.Request) (*proto.Message, []int, error) 
 	if req.Depth < 1 || req.Depth > proto.MaxSlots {
 		return nil, nil, statusErr(ndk.StatusInvalidParameter, "SRQ depth %d outside [1, %d]", req.Depth, proto.MaxSlots)
 	}
+	if err := ss.take(resSRQs, resMappings); err != nil {
+		return nil, nil, err
+	}
 	x := &sSRQ{}
 	relay := ss.relay
 	srq, err := p.pd.CreateSRQ(req.Depth, req.RecvSGE, req.Threshold, func(st ndk.Status) {
 		relay.notifyEv(proto.EvSRQ, x.hv.Load(), st)
 	})
 	if err != nil {
+		ss.give(resSRQs, resMappings)
 		return nil, nil, err
 	}
 	if err := x.init(srq, req.Depth); err != nil {
 		srq.Close()
+		ss.give(resSRQs, resMappings)
 		return nil, nil, err
 	}
 	if x.h, err = ss.add(x); err != nil {
 		srq.Close()
 		x.seg.Close()
+		ss.give(resSRQs, resMappings)
 		return nil, nil, err
 	}
 	x.hv.Store(x.h)
@@ -422,13 +463,18 @@ func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
 	if req.Depth < 1 || req.Depth > int(a.Info().MaxCQDepth) {
 		return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, a.Info().MaxCQDepth)
 	}
+	if err := ss.take(resCQs, resMappings); err != nil {
+		return nil, nil, err
+	}
 	c, err := newSCQ(ss, req.Depth)
 	if err != nil {
+		ss.give(resCQs, resMappings)
 		return nil, nil, err
 	}
 	if c.h, err = ss.add(c); err != nil {
 		c.cq.Close()
 		c.closeSegments()
+		ss.give(resCQs, resMappings)
 		return nil, nil, err
 	}
 	ss.relay.addCQ(c)
@@ -462,17 +508,22 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 	if req.Depth < 0 || req.SendDepth < 1 || req.Depth > proto.MaxSlots || req.SendDepth > proto.MaxSlots {
 		return nil, nil, statusErr(ndk.StatusInvalidParameter, "queue depths %d/%d", req.Depth, req.SendDepth)
 	}
+	if err := ss.take(resQPs, resMappings); err != nil {
+		return nil, nil, err
+	}
 	q, err := newSQP(ss, p, rcq, scq, srq, req)
 	if err != nil {
+		ss.give(resQPs, resMappings)
 		return nil, nil, err
 	}
 	if q.h, err = ss.add(q); err != nil {
 		q.qp.Close()
 		q.seg.Close()
+		ss.give(resQPs, resMappings)
 		return nil, nil, err
 	}
 	if err := ss.relay.addQP(q); err != nil {
-		ss.drop(q.h)
+		ss.drop(q.h, resQPs, resMappings)
 		q.qp.Close()
 		q.seg.Close()
 		return nil, nil, err
@@ -512,15 +563,30 @@ func (ss *session) dispatchCQ(req *proto.Request) (*proto.Message, []int, error)
 	case proto.OpCloseCQ:
 		ss.relay.removeCQ(c)
 		c.cq.Close()
-		ss.drop(req.H)
+		if c.rseg != c.seg {
+			ss.give(resMappings) // the resized ring's
+		}
+		ss.drop(req.H, resCQs, resMappings)
 		c.closeSegments()
 		return nil, nil, nil
 	case proto.OpResizeCQ:
 		if req.Depth < 1 || req.Depth > int(ss.srv.a.Info().MaxCQDepth) {
 			return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, ss.srv.a.Info().MaxCQDepth)
 		}
+		// The first resize keeps the first segment (its arm and status
+		// words) mapped beside the new ring: one mapping more; a later
+		// one replaces the ring's.
+		first := c.rseg == c.seg
+		if first {
+			if err := ss.take(resMappings); err != nil {
+				return nil, nil, err
+			}
+		}
 		seg, l, err := ss.relay.resize(c, req.Depth)
 		if err != nil {
+			if first {
+				ss.give(resMappings)
+			}
 			return nil, nil, err
 		}
 		return &proto.Message{Seg: &proto.Segment{Size: seg.Size(), Slots: l.Ring.Slots}}, []int{seg.TakeFD()}, nil

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,22 +16,27 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
 
 // Config configures a Server.
 type Config struct {
 	// Logger receives the daemon's log; nil discards it.
 	Logger *slog.Logger
-	// AllowUID decides whether a peer process (SO_PEERCRED) may use the
-	// daemon, beyond the socket file's permissions; nil allows every peer
-	// that can open the socket.
-	AllowUID func(uid, gid uint32) bool
+	// Allow, if it names any user or group, admits only the peers it
+	// names, beyond the socket file's permissions; root and the daemon's
+	// own user are always admitted.
+	Allow Allow
 	// Interface, Version and MetricsAddr are what the operator requests
 	// report (admin.go): the interface served, the daemon's version and
 	// where /metrics is served ("" or nil: not served).
 	Interface   string
 	Version     string
 	MetricsAddr func() string
+	// Quotas bound what clients take (quota.go); the zero value is
+	// DefaultQuotas.
+	Quotas Quotas
 }
 
 // Server serves one adapter to client processes.
@@ -50,6 +56,8 @@ type Server struct {
 	clientsServed atomic.Uint64
 	cqRings       atomic.Uint64 // RelayRings
 	ended         endCounts     // sessions the daemon ended, by reason
+	book          *book         // the quotas' accounts
+	refused       atomic.Uint64 // peers the allow list refused
 }
 
 // RelayRings counts the notifications of the daemon's own CQs that rang
@@ -65,7 +73,7 @@ func New(a *ndk.Adapter, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{a: a, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), started: time.Now()}
+	return &Server{a: a, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), started: time.Now(), book: newBook(cfg.Quotas)}
 }
 
 // Listen creates the daemon's socket at path, a SOCK_SEQPACKET unix socket
@@ -139,15 +147,23 @@ func (s *Server) start(c *net.UnixConn) {
 		c.Close()
 		return
 	}
-	if s.cfg.AllowUID != nil && !s.cfg.AllowUID(cred.Uid, cred.Gid) {
-		s.log.Warn("client refused", "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
-		c.Close()
+	if !s.cfg.Allow.admits(cred, c) {
+		err := statusErr(ndk.StatusAccessDenied, "uid %d (gid %d) is not on the daemon's allow list: ask its operator to add the user or one of its groups (config allow_users, allow_groups)", cred.Uid, cred.Gid)
+		s.log.Warn("client refused: not on the allow list", "pid", cred.Pid, "uid", cred.Uid, "gid", cred.Gid)
+		s.refused.Add(1)
+		go refuse(c, err)
+		return
+	}
+	if err := s.book.openSession(cred.Uid); err != nil {
+		s.log.Warn("client refused", "pid", cred.Pid, "uid", cred.Uid, "err", err)
+		go refuse(c, err)
 		return
 	}
 	ss := newSession(s, c, cred)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.book.closeSession(cred.Uid, &ss.held)
 		c.Close()
 		return
 	}
@@ -163,6 +179,27 @@ func (s *Server) start(c *net.UnixConn) {
 		s.mu.Unlock()
 		s.log.Info("client gone", "pid", cred.Pid)
 	}()
+}
+
+// refuse answers the first request of a connection the daemon will not
+// serve with err, so that the client reads why, and closes it.
+func refuse(c *net.UnixConn, err error) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, proto.MaxMessage)
+	n, fds, rerr := shm.RecvFDs(c, buf, shm.MaxFDs)
+	closeFDs(fds)
+	if rerr != nil || n == 0 {
+		return
+	}
+	m := &proto.Message{}
+	if req, derr := proto.Decode(buf[:n]); derr == nil {
+		m.ID = req.ID
+	}
+	setErr(m, err)
+	if b, merr := json.Marshal(m); merr == nil {
+		_ = shm.SendFDs(c, b)
+	}
 }
 
 func peerCred(c *net.UnixConn) (*unix.Ucred, error) {

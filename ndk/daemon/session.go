@@ -18,10 +18,8 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
 
-// Limits on one client, so that a client can exhaust only its own share.
+// Limits on one client beyond the quotas (quota.go).
 const (
-	maxObjects   = 1 << 16
-	maxArenas    = 256
 	maxArenaSize = 1 << 32
 	maxInflight  = 64 // control requests running at once
 )
@@ -48,6 +46,8 @@ type session struct {
 	reqs    sync.WaitGroup
 
 	relay *relay
+
+	held usage // what the quotas count of this session's (under srv.book.mu)
 
 	start  time.Time
 	client atomic.Bool // said hello: a client, not an operator (status counts it)
@@ -200,11 +200,11 @@ func (ss *session) send(m *proto.Message, fds ...int) {
 // whenClosed drops object h and tells the client with ev once done is
 // closed (an NDK close that completes later: a PD's MRs, a connector's
 // disconnect), unless the session ends first.
-func (ss *session) whenClosed(done <-chan struct{}, h uint32, ev string) {
+func (ss *session) whenClosed(done <-chan struct{}, h uint32, ev string, took ...resource) {
 	go func() {
 		select {
 		case <-done:
-			ss.drop(h)
+			ss.drop(h, took...)
 			ss.event(ev, h, ndk.StatusSuccess)
 		case <-ss.ctx.Done():
 		}
@@ -260,13 +260,13 @@ func setErr(m *proto.Message, err error) {
 	}
 }
 
-// add records obj under a new handle.
+// add records obj under a new handle, charging the objects quota.
 func (ss *session) add(obj any) (uint32, error) {
+	if err := ss.take(resObjects); err != nil {
+		return 0, err
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if len(ss.objs) >= maxObjects {
-		return 0, statusErr(ndk.StatusInsufficientResources, "client holds its maximum of %d objects", maxObjects)
-	}
 	for {
 		ss.next++
 		if ss.next != 0 && ss.objs[ss.next] == nil {
@@ -290,16 +290,23 @@ func lookup[T any](ss *session, h uint32) (T, error) {
 	return o, nil
 }
 
-func (ss *session) drop(h uint32) {
+// drop forgets handle h and gives back what the quotas count of it:
+// the handle, and what its object took (took, charged when it was made).
+func (ss *session) drop(h uint32, took ...resource) {
 	ss.mu.Lock()
+	_, ok := ss.objs[h]
 	delete(ss.objs, h)
 	ss.mu.Unlock()
+	if ok {
+		ss.give(append(took, resObjects)...)
+	}
 }
 
 // teardown frees what the client left, in the order NDKPI closes objects:
 // connections (a DREQ to each peer), listeners, QPs (flushed), MRs, PDs,
 // CQs, then the memory.
 func (ss *session) teardown() {
+	defer ss.srv.book.closeSession(ss.cred.Uid, &ss.held)
 	defer ss.recovered("teardown")
 	ss.cancel()
 	ss.conn.Close()

@@ -76,6 +76,8 @@ var (
 	ErrInvalidDeviceRequest  = &Error{Status: StatusInvalidDeviceRequest}
 	ErrInvalidHandle         = &Error{Status: StatusInvalidHandle}
 	ErrUnsuccessful          = &Error{Status: StatusUnsuccessful}
+	ErrQuotaExceeded         = &Error{Status: StatusQuotaExceeded}
+	ErrAccessDenied          = &Error{Status: StatusAccessDenied}
 )
 
 // StatusOf returns the NTSTATUS carried by err: StatusSuccess for nil, the

@@ -48,10 +48,14 @@ const (
 // only a Go API has: StatusInvalidHandle for a call on an object that was
 // closed (NDK leaves that undefined; Go must not crash), and
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
-// status.
+// status; StatusQuotaExceeded for a daemon's client that reached one of
+// the daemon's quotas (the error names which), StatusAccessDenied for one
+// the daemon's allow list does not admit.
 const (
 	StatusInvalidHandle Status = 0xC0000008
 	StatusUnsuccessful  Status = 0xC0000001
+	StatusQuotaExceeded Status = 0xC0000044
+	StatusAccessDenied  Status = 0xC0000022
 )
 
 // StatusNames is the header name of every status above; tests hold it to
@@ -86,6 +90,8 @@ var StatusNames = map[Status]string{
 	StatusInvalidDeviceRequest:  "STATUS_INVALID_DEVICE_REQUEST",
 	StatusInvalidHandle:         "STATUS_INVALID_HANDLE",
 	StatusUnsuccessful:          "STATUS_UNSUCCESSFUL",
+	StatusQuotaExceeded:         "STATUS_QUOTA_EXCEEDED",
+	StatusAccessDenied:          "STATUS_ACCESS_DENIED",
 }
 
 // String returns the header name, e.g. "STATUS_CONNECTION_INVALID", or the
