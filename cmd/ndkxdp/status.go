@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/loader"
@@ -36,6 +38,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if s.Metrics != "" {
 		fmt.Fprintf(stdout, "  metrics http://%s/metrics\n", s.Metrics)
 	}
+	// What the daemon refused or ended, where anything was.
+	if q, e := nonzero(s.QuotaExceeded), nonzero(s.Ended); q != "" || e != "" || s.Refused != 0 {
+		fmt.Fprintf(stdout, "  refused by the allow list %d; over quota: %s; sessions ended: %s\n", s.Refused, or(q, "none"), or(e, "none"))
+	}
 	for _, c := range s.Sessions {
 		fmt.Fprintf(stdout, "  client pid %d (%s) uid %d since %s: qps %d, connections %d\n",
 			c.PID, c.Command, c.UID, c.Since.Format(time.RFC3339), c.QPs, c.Connections)
@@ -46,4 +52,23 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// nonzero lists a map's nonzero counts as "name n, ..." in name order.
+func nonzero(m map[string]uint64) string {
+	var out []string
+	for k, v := range m {
+		if v != 0 {
+			out = append(out, fmt.Sprintf("%s %d", k, v))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+func or(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
 }

@@ -29,7 +29,7 @@ import (
 // `dump` ask a running daemon. They need no hello and create nothing; a
 // session that sends only these is not counted as a client. Anyone who
 // can open the socket may ask (the socket's permissions and
-// Config.AllowUID decide that): the answers name the clients' processes
+// Config.Allow decide that): the answers name the clients' processes
 // and connections, never their memory.
 const (
 	OpAdminStatus = "admin_status" // reply Raw: Status

@@ -3,7 +3,9 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
 
 // The classes of client input that end the client's own session and
@@ -194,4 +197,91 @@ func TestHostileBellCannotStallOthers(t *testing.T) {
 			t.Fatalf("READ %d: status %v, bytes %x", i, res[0].Status, mem[:8])
 		}
 	}
+}
+
+// FuzzSharedWords writes each input into the words a client shares with
+// the daemon outside its work records: the session segment (published
+// WRITE counts, post and arm bitmaps, both doorbells, the event ring's
+// indices), its QP segment's words and ring indices, and its CQ segment's
+// arm and status words and ring indices, then rings the relay. Whatever
+// the words say, the daemon goes on serving, no handling of them panics
+// (a contained panic still counts as a finding), and another client's
+// memory is untouched. Each input is a list of 11-byte writes: a target
+// byte, a little-endian uint16 word index and a uint64 value.
+func FuzzSharedWords(f *testing.F) {
+	put := func(target byte, idx uint16, v uint64) []byte {
+		b := []byte{target, byte(idx), byte(idx >> 8)}
+		return binary.LittleEndian.AppendUint64(b, v)
+	}
+	f.Add(put(1, 0, 1<<63))                                        // post bit of slot 63
+	f.Add(put(2, 1, ^uint64(0)))                                   // arm bits of slots 64-127
+	f.Add(append(put(4, 0, 1), put(4, 0, 0)...))                   // the relay's doorbell flags
+	f.Add(put(6, 1, 1<<40))                                        // a CQ ring consumer index far ahead
+	f.Add(append(put(5, 0, 0xffffffff), put(7, 0, 0xffffffff)...)) // QP state, CQ arm word
+	bd := newBed(f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	va, err := ndk.Dial(ctx, bd.sock)
+	cancel()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(va.Close)
+	vpd, _ := va.CreatePD()
+	vmem, _ := va.Memory(4096)
+	for i := range vmem {
+		vmem[i] = 0xA5
+	}
+	if _, err := vpd.RegisterMR(vmem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteRead|ndk.MRFlagAllowRemoteWrite); err != nil {
+		f.Fatal(err)
+	}
+	var runs atomic.Uint64
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := dialRaw(t, bd.sock)
+		pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+		q := r.qp(pd.H)
+		bd.peerQP(t, r, q)
+		cl := proto.NewCQLayout(q.cqRing.Slots())
+		regions := []struct {
+			seg   *shm.Segment
+			base  int
+			words int
+		}{
+			{r.sess, 0, proto.MaxQueues},
+			{r.sess, proto.PostBitmap, 64},
+			{r.sess, proto.ArmBitmap, 64},
+			{r.sess, proto.EventBell, shm.DoorbellSize / 8},
+			{r.sess, proto.RelayBell, shm.DoorbellSize / 8},
+			{q.seg, q.layout.Words, shm.CacheLine / 8},
+			{q.cqSeg, cl.Ring.Offset, shm.RingHeaderSize / 8},
+			{q.cqSeg, cl.Words, shm.CacheLine / 8},
+			{r.sess, proto.Events, shm.RingHeaderSize / 8},
+			{q.seg, q.layout.Send.Offset, shm.RingHeaderSize / 8},
+		}
+		for ; len(in) >= 11; in = in[11:] {
+			g := regions[int(in[0])%len(regions)]
+			idx := int(binary.LittleEndian.Uint16(in[1:])) % g.words
+			g.seg.Word64(g.base + 8*idx).Store(binary.LittleEndian.Uint64(in[3:]))
+		}
+		r.bell.Ring()
+		time.Sleep(2 * time.Millisecond)
+		r.c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for bd.srv.Clients() != 1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the fuzzed session was not dropped")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if n := bd.endedFor(t, "panic"); n != 0 {
+			t.Fatalf("a session's handling panicked (%d contained): a missing check", n)
+		}
+		for i, b := range vmem {
+			if b != 0xA5 {
+				t.Fatalf("victim byte %d changed to %#x", i, b)
+			}
+		}
+		if runs.Add(1)%32 == 0 {
+			bd.healthy(t)
+		}
+	})
 }
