@@ -60,6 +60,9 @@ type Status struct {
 	// refused.
 	QuotaExceeded map[string]uint64 `json:"quota_exceeded"`
 	Refused       uint64            `json:"refused"`
+	// BrokenRings counts the client QPs flushed and SRQs failed because
+	// the client wrote into their rings what no correct client writes.
+	BrokenRings uint64 `json:"broken_rings"`
 	// QPs is the daemon's QPs, Connections those of them connected.
 	QPs         int             `json:"qps"`
 	Connections int             `json:"connections"`
@@ -256,6 +259,7 @@ func (s *Server) status() *Status {
 	st.Ended = s.ended.snapshot()
 	st.QuotaExceeded = s.book.exceededCounts()
 	st.Refused = s.refused.Load()
+	st.BrokenRings = s.brokenRings.Load()
 	for ss := range s.sessions {
 		// A session is a client once it said hello: one accepted but not
 		// yet read (an operator's, say) is not counted yet.

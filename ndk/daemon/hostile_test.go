@@ -291,6 +291,9 @@ func TestHostileRingIndexBreaksOnlyThatQP(t *testing.T) {
 	bd.healthy(t)
 	// The hostile session itself still answers its control requests.
 	r.ok(&proto.Request{Op: proto.OpCreatePD})
+	if st := bd.status(t); st.BrokenRings != 1 {
+		t.Fatalf("broken rings counted: %d, want 1", st.BrokenRings)
+	}
 }
 
 // TestHostileRecords: malformed records (too many SGEs, unknown op) break

@@ -107,6 +107,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			[]string{"interface", "quota"}, st.QuotaExceeded[q], ifn, q)
 	}
 	counter("ndkxdp_clients_refused_total", "Client connections the daemon's allow list refused.", []string{"interface"}, st.Refused, ifn)
+	counter("ndkxdp_client_rings_broken_total", "Client QP and SRQ rings read no more because the client wrote into them what no correct client writes.", []string{"interface"}, st.BrokenRings, ifn)
 
 	p, err := s.provider()
 	if err != nil {

@@ -164,6 +164,7 @@ func (r *relay) breakSRQ(x *sSRQ, err error) {
 		return
 	}
 	x.broken = true
+	r.ss.srv.brokenRings.Add(1)
 	r.notifyEv(proto.EvSRQ, x.h, ndk.StatusInternalError)
 	r.ss.log.Warn("client's SRQ record refused; its SRQ ring is read no more", "srq", x.h, "err", err)
 }

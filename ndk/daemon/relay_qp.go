@@ -199,6 +199,7 @@ func (r *relay) breakQP(q *sQP, what string, err error) {
 	q.broken = true
 	q.drainRecv = what == "send ring"
 	q.qp.Flush()
+	r.ss.srv.brokenRings.Add(1)
 	r.ss.log.Warn("client broke a work ring; its QP is flushed", "qp", q.h, "ring", what, "err", err)
 }
 

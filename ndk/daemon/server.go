@@ -58,6 +58,7 @@ type Server struct {
 	ended         endCounts     // sessions the daemon ended, by reason
 	book          *book         // the quotas' accounts
 	refused       atomic.Uint64 // peers the allow list refused
+	brokenRings   atomic.Uint64 // client QP and SRQ rings read no more for what the client wrote
 }
 
 // RelayRings counts the notifications of the daemon's own CQs that rang
