@@ -297,7 +297,11 @@
 // Status mapping (ndk's doc lists it for users): remote access NAK ->
 // STATUS_ACCESS_VIOLATION (STATUS_REMOTE_RESOURCES for a READ, as NdkRead
 // documents); invalid request / operational NAK -> STATUS_REMOTE_RESOURCES;
-// retries exhausted -> STATUS_IO_TIMEOUT; receive too small ->
+// an answer whose AETH syndrome IBTA reserves for its opcode (type 2 or bit
+// 7 on an ACK, anything but an ACK on a READ response or
+// ATOMIC_ACKNOWLEDGE) -> STATUS_REMOTE_RESOURCES with IB_WC_BAD_RESP_ERR,
+// at once, as rxe check_ack; retries exhausted -> STATUS_IO_TIMEOUT;
+// receive too small ->
 // STATUS_BUFFER_OVERFLOW; flushed -> STATUS_CANCELLED. ProviderErrorCode
 // carries the ib_wc_status number.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,15 @@ type Config struct {
 	// address, which they do not. Set it only where a peer's frames
 	// legitimately arrive from several addresses.
 	AnySource bool
+	// Addrs and MAC are the adapter's own addresses. A QP1 datagram whose
+	// destination IP is none of Addrs, or whose destination MAC is not
+	// MAC, is dropped and counted (Stats.WrongDestination): the kernel
+	// would not have taken it, and the CM must not answer it. An RC frame
+	// must be addressed to its QP's own Local endpoint, which the
+	// connection set from these. Unset (no Addrs, a zero MAC): not
+	// checked, for ports that carry no real addresses.
+	Addrs []netip.Addr
+	MAC   rocev2.MAC
 	// Owner, when set, names the engine that owns a QPN (nil if none) for
 	// the engines of one adapter: frames for QPs of another engine, and
 	// QP1's datagrams on an engine without the GSI hook, are forwarded to
@@ -138,6 +148,8 @@ type Engine struct {
 
 	lockThread bool
 	anySource  bool
+	addrs      []netip.Addr // Config.Addrs, unmapped
+	mac        rocev2.MAC
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
@@ -225,6 +237,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		maxQPs:      cfg.MaxQPs,
 		lockThread:  cfg.LockThread,
 		anySource:   cfg.AnySource,
+		mac:         cfg.MAC,
 		ready:       ready,
 		done:        make(chan struct{}),
 		qps:         make(map[uint32]*QP),
@@ -233,6 +246,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+	}
+	for _, a := range cfg.Addrs {
+		e.addrs = append(e.addrs, a.Unmap())
 	}
 	if cfg.Owner != nil {
 		if err := e.initForwarding(); err != nil {
@@ -454,6 +470,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
 		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
 		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP {
+			if !e.toAdapter() {
+				e.c.wrongDestination.Add(1)
+				return
+			}
 			if e.gsi != nil {
 				e.gsi(&e.pkt)
 				return
@@ -486,6 +506,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.c.notConnected.Add(1)
 		return
 	}
+	if !q.t.toLocal(&e.pkt) {
+		e.c.wrongDestination.Add(1)
+		return
+	}
 	if !e.anySource && e.pkt.IP.Src.Unmap() != q.t.peerIP {
 		e.c.wrongSource.Add(1)
 		return
@@ -507,6 +531,24 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		return
 	}
 	e.responder(q)
+}
+
+// toAdapter reports whether e.pkt is addressed to the adapter
+// (Config.Addrs and MAC).
+func (e *Engine) toAdapter() bool {
+	if e.mac != (rocev2.MAC{}) && e.pkt.Eth.Dst != e.mac {
+		return false
+	}
+	if len(e.addrs) == 0 {
+		return true
+	}
+	dst := e.pkt.IP.Dst.Unmap()
+	for _, a := range e.addrs {
+		if a == dst {
+			return true
+		}
+	}
+	return false
 }
 
 // drainReady takes the QPs that posted since the last loop.

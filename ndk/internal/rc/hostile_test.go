@@ -78,7 +78,14 @@ package rc
 //	forged/read-response-for-write READ_RESPONSE_ONLY at a WRITE's PSN     dropped, sink untouched
 //	forged/atomic-ack-never-sent   ATOMIC_ACKNOWLEDGE for S+2              dropped
 //	forged/read-response-too-long  RESPONSE_ONLY, 100 bytes for a 64 READ  READ fails DATA_OVERRUN (LOC_LEN_ERR), sink untouched
-//	aeth/reserved-type             ACK with syndrome type 0b10             dropped, Stale, no error
+//	aeth/reserved-type             ACK with syndrome type 0b10             REMOTE_RESOURCES, BAD_RESP_ERR at once, error (rxe check_ack)
+//	aeth/reserved-type-zero        ACK with syndrome 0x40                  the same
+//	aeth/bit-7                     ACK with syndrome bit 7 set             the same (bit 7 is reserved)
+//	aeth/read-response-nak         READ_RESPONSE_ONLY with a NAK syndrome  the same: a READ response's AETH is an ACK
+//	aeth/read-response-rnr         READ_RESPONSE_ONLY with an RNR syndrome the same
+//	aeth/read-response-reserved    READ_RESPONSE_ONLY with syndrome 0x5F   the same
+//	aeth/ack-with-credits          ACK with credit code 5 (control)        the request completes successfully
+//	aeth/read-response-with-credits READ_RESPONSE_ONLY, credit code 3      the READ completes, its data placed
 //	aeth/reserved-nak-code         NAK code 7 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error (rxe "unexpected nak")
 //	aeth/remote-operational        NAK code 3 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error
 //	malformed/pad-beyond-payload   WRITE_ONLY, no payload, PadCnt 3        dropped, Malformed

@@ -178,6 +178,14 @@ func fatalAnswer(read bool, status ndkpi.Status, code uint32, f func(h *hostile,
 	}
 }
 
+// badAnswer injects an answer whose AETH syndrome IBTA reserves for its
+// opcode: the outstanding request fails at once with a bad response.
+func badAnswer(read bool, f func(h *hostile, o *outstanding) []byte) func(h *hostile) []answer {
+	return fatalAnswer(read, ndkpi.StatusRemoteResources, wcBadRespErr, f)
+}
+
+func badSyn(s Stats) uint64 { return s.BadSyndromes }
+
 func forgedCases() []hostileCase {
 	ack := func(op rocev2.Opcode, dpsn uint32, syn rocev2.Syndrome, n int) func(h *hostile, o *outstanding) []byte {
 		return func(h *hostile, o *outstanding) []byte {
@@ -202,7 +210,36 @@ func forgedCases() []hostileCase {
 			return h.frame(hd, nil)
 		})},
 		{name: "forged/read-response-too-long", fails: true, run: fatalAnswer(true, ndkpi.StatusDataOverrun, wcLocLenErr, ack(rocev2.RCReadResponseOnly, 0, okSyn, 100))},
-		{name: "aeth/reserved-type", counter: stale, run: forged(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40|0x1F), 0))},
+		{name: "aeth/reserved-type", fails: true, counter: badSyn, run: badAnswer(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40|0x1F), 0))},
+		{name: "aeth/reserved-type-zero", fails: true, counter: badSyn, run: badAnswer(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40), 0))},
+		{name: "aeth/bit-7", fails: true, counter: badSyn, run: badAnswer(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x80)|okSyn, 0))},
+		{name: "aeth/read-response-nak", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.NAKSyndrome(nakRA), 64))},
+		{name: "aeth/read-response-rnr", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.RNRNAKSyndrome(1), 64))},
+		{name: "aeth/read-response-reserved", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.Syndrome(0x5F), 64))},
+		{name: "aeth/ack-with-credits", run: func(h *hostile) []answer {
+			// The control of the reserved cases: the same ACK with a
+			// defined syndrome (a credit count) retires the request.
+			o := h.outstanding(false)
+			h.inj.inject(h.answerFrame(rocev2.RCAck, o.psn, rocev2.ACKSyndrome(5), nil))
+			e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+			h.rec.hold.Store(false)
+			if e.Status != ndkpi.StatusSuccess {
+				h.t.Fatalf("completion %+v after an ACK with credit code 5", e)
+			}
+			return nil
+		}},
+		{name: "aeth/read-response-with-credits", run: func(h *hostile) []answer {
+			o := h.outstanding(true)
+			h.inj.inject(h.answerFrame(rocev2.RCReadResponseOnly, o.psn, rocev2.ACKSyndrome(3), o.data))
+			e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+			h.rec.hold.Store(false)
+			if e.Status != ndkpi.StatusSuccess {
+				h.t.Fatalf("completion %+v after a READ response with credit code 3", e)
+			}
+			h.b.eng.Stats()
+			h.expect(o.sink, 0, o.data)
+			return nil
+		}},
 		{name: "aeth/reserved-nak-code", fails: true, run: fatalAnswer(false, ndkpi.StatusRemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(7), 0))},
 		{name: "aeth/remote-operational", fails: true, run: fatalAnswer(false, ndkpi.StatusRemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(rocev2.NAKRemoteOperationalError), 0))},
 	}

@@ -18,6 +18,7 @@ type qpTransport struct {
 	timed     bool // on the engine's timed list
 	params    ConnParams
 	peerIP    netip.Addr     // Remote.IP, unmapped: frames from elsewhere are dropped
+	localIP   netip.Addr     // Local.IP, unmapped: frames to another address are dropped
 	hdr       rocev2.Headers // template: addresses, ports, DestQP
 	l3        int
 	pmtu      uint32
@@ -117,6 +118,7 @@ const (
 func (t *qpTransport) setup(p ConnParams) {
 	t.params = p
 	t.peerIP = p.Remote.IP.Unmap()
+	t.localIP = p.Local.IP.Unmap()
 	t.pmtu = uint32(p.PathMTU.Bytes())
 	t.hdr = rocev2.Headers{
 		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC},
@@ -132,6 +134,17 @@ func (t *qpTransport) setup(p ConnParams) {
 	t.retryLeft = p.RetryCount
 	t.rnrLeft = p.RNRRetry
 	t.res = make([]readResource, max(1, p.InboundReadLimit))
+}
+
+// toLocal reports whether p is addressed to this QP's Local endpoint:
+// its MAC (unless zero) and its IP. A frame the NIC delivered for another
+// address (promiscuous mode, a bridge, a forged header) is not the peer
+// talking to this QP, whatever its QPN and PSN say.
+func (t *qpTransport) toLocal(p *rocev2.Packet) bool {
+	if m := t.params.Local.MAC; m != (rocev2.MAC{}) && p.Eth.Dst != m {
+		return false
+	}
+	return !t.localIP.IsValid() || p.IP.Dst.Unmap() == t.localIP
 }
 
 // npkts is how many PSNs a message of n bytes takes: at least one.
