@@ -76,6 +76,7 @@ func hostileCases() []hostileCase {
 	cs = append(cs, psnCases()...)
 	cs = append(cs, forgedCases()...)
 	cs = append(cs, malformedCases()...)
+	cs = append(cs, destinationCases()...)
 	return cs
 }
 

@@ -88,6 +88,9 @@ package rc
 //	aeth/read-response-with-credits READ_RESPONSE_ONLY, credit code 3      the READ completes, its data placed
 //	aeth/reserved-nak-code         NAK code 7 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error (rxe "unexpected nak")
 //	aeth/remote-operational        NAK code 3 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error
+//	dest/write-*, dest/read-*      WRITE or READ to another IP (v4, v6,    dropped before it runs, WrongDestination, MR untouched, live
+//	                               broadcast, multicast) or MAC
+//	dest/*-to-b-ipv4, -ipv6        the same frames addressed to B (control) executed: ACK, or the READ answered
 //	malformed/pad-beyond-payload   WRITE_ONLY, no payload, PadCnt 3        dropped, Malformed
 //	malformed/pad-disagrees        RETH 16, 16 bytes on the wire, PadCnt 2 NAK invalid request (14 bytes != 16), MR untouched
 //	malformed/pad-on-ack           ACKNOWLEDGE with PadCnt 1               dropped, Malformed
@@ -233,7 +236,8 @@ type fence struct {
 }
 
 type hostileOptions struct {
-	inboundReads int // B's responder resources (default 16)
+	inboundReads int  // B's responder resources (default 16)
+	ipv6         bool // A and B talk over IPv6 (2001:2::1, 2001:2::2)
 }
 
 const (
@@ -254,8 +258,12 @@ func newHostile(t *testing.T, o hostileOptions) *hostile {
 	po := &pairOptions{}
 	inj := &injectPort{Port: pipe.B()}
 	h := &hostile{t: t, inj: inj, rec: rec}
-	h.a = newHost(t, pipe.A(), "198.18.0.1", 1, po)
-	h.b = newHost(t, inj, "198.18.0.2", 2, po)
+	ipA, ipB := "198.18.0.1", "198.18.0.2"
+	if o.ipv6 {
+		ipA, ipB = "2001:2::1", "2001:2::2"
+	}
+	h.a = newHost(t, pipe.A(), ipA, 1, po)
+	h.b = newHost(t, inj, ipB, 2, po)
 	h.qa, h.qb = h.a.createQP(0x100, 64), h.b.createQP(0x100, 64)
 	pA := defaultParams(hostileMTU)
 	pA.Local = Endpoint{IP: h.a.ip, MAC: h.a.mac, QPN: 0x100, PSN: aPSN}
