@@ -245,7 +245,10 @@
 //     unacknowledged PSNs per QP.
 //   - Responder: execute at ePSN; re-ACK duplicates of SEND/WRITE (never
 //     re-execute); answer a duplicate READ again from its responder
-//     resource; one PSN-sequence NAK per gap; ACKs coalesced (one per QP
+//     resource; a duplicate READ, atomic or WRITE_FIRST/ONLY is
+//     re-validated first (its R_Key must be the original's and allow its
+//     range and right in the token table as it is now, else a remote
+//     access NAK); one PSN-sequence NAK per gap; ACKs coalesced (one per QP
 //     per receive batch, on AckReq) and never ahead of READ responses they
 //     would cover; an ACK after a completed receive waits up to 20 us to
 //     leave with the consumer's answer. MSN counts completed messages.

@@ -69,6 +69,16 @@ package rc
 //	psn/duplicate-read-invalidated READ, SEND_INV of its token, READ again NAK remote access, no data (rxe rechecks the MR)
 //	psn/duplicate-read-deregistered READ, deregister, READ again           NAK remote access, no data
 //	psn/duplicate-atomic           FETCH_ADD +5 at E, again with +100      the saved original again, executed once
+//	dup/read-same-key              READ 64 at E, the same again (control)  answered twice
+//	dup/read-wrong-key             READ at E, again with a wrong R_Key     NAK remote access, no data (re-validated, not the saved key)
+//	dup/read-other-regions-key     READ at E, again with another MR's key  NAK remote access: not the key the READ was granted
+//	dup/read-second-packet-deregistered READ 512, deregister, READ E+1     NAK remote access at E+1
+//	dup/atomic-wrong-key           FETCH_ADD at E, again with a wrong key  NAK remote access, executed once
+//	dup/atomic-deregistered        FETCH_ADD, deregister, FETCH_ADD again  NAK remote access, executed once
+//	dup/atomic-other-address       FETCH_ADD at E, again at MR+8           dropped, Stale, executed once, live
+//	dup/write-wrong-key            WRITE_ONLY at E-1 with a wrong key      NAK remote access (not re-ACKed), MR untouched
+//	dup/write-no-write-right       WRITE_FIRST at E-1 to a read-only MR    NAK remote access
+//	dup/write-zero-length-any-key  WRITE_ONLY at E-1, 0 bytes, R_Key 0     ACK E-1 (C9-88), live
 //	forged/ack-never-sent          ACK for S+10                            dropped, Stale; the request completes later
 //	forged/ack-nothing-outstanding ACK with nothing outstanding            dropped, Stale
 //	forged/nak-never-sent          remote access NAK for S+5               dropped, no error

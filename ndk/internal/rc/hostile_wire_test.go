@@ -86,6 +86,82 @@ func psnCases() []hostileCase {
 			})(h)
 			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), nakAt(e0, nakRA)}
 		}},
+		{name: "dup/read-same-key", live: true, counter: duplicates, run: func(h *hostile) []answer {
+			readTwice(mr, 64, 64, nil)(h)
+			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), readResp(rocev2.RCReadResponseOnly, e0, 64)}
+		}},
+		{name: "dup/read-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			h.inj.inject(h.read(e0, h.mr.addr(0), mrKey(h), 64))
+			h.settle()
+			h.inj.inject(h.read(e0, h.mr.addr(0), mrKey(h)^0x55, 64))
+			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), nakAt(e0, nakRA)}
+		}},
+		{name: "dup/read-other-regions-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			// A valid key, but not the one the READ was granted with.
+			other := h.region(64, allRemote, testPD, false)
+			h.inj.inject(h.read(e0, h.mr.addr(0), mrKey(h), 64))
+			h.settle()
+			h.inj.inject(h.read(e0, h.mr.addr(0), other.tokens.Remote, 64))
+			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), nakAt(e0, nakRA)}
+		}},
+		{name: "dup/read-second-packet-deregistered", fails: true, run: func(h *hostile) []answer {
+			reg := h.region(2*pmtu, allRemote, testPD, false)
+			h.inj.inject(h.read(e0, reg.addr(0), reg.tokens.Remote, 2*pmtu))
+			h.settle()
+			if err := h.b.regions.Deregister(reg.tokens.Local); err != nil {
+				h.t.Fatal(err)
+			}
+			h.inj.inject(h.read(e0.Next(), reg.addr(pmtu), reg.tokens.Remote, pmtu))
+			return []answer{readResp(rocev2.RCReadResponseFirst, e0, pmtu), readResp(rocev2.RCReadResponseLast, e0.Next(), pmtu), nakAt(e0.Next(), nakRA)}
+		}},
+		{name: "dup/atomic-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			orig := u64(h.mr.b[:8])
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h), 0, 5))
+			h.settle()
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h)^0x55, 0, 5))
+			var want [8]byte
+			putU64(want[:], orig+5)
+			h.expect(h.mr, 0, want[:])
+			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}, nakAt(e0, nakRA)}
+		}},
+		{name: "dup/atomic-deregistered", fails: true, run: func(h *hostile) []answer {
+			reg := h.region(8, allRemote, testPD, false)
+			orig := u64(reg.b[:8])
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, reg.addr(0), reg.tokens.Remote, 0, 5))
+			h.settle()
+			if err := h.b.regions.Deregister(reg.tokens.Local); err != nil {
+				h.t.Fatal(err)
+			}
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, reg.addr(0), reg.tokens.Remote, 0, 5))
+			var want [8]byte
+			putU64(want[:], orig+5)
+			h.expect(reg, 0, want[:])
+			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}, nakAt(e0, nakRA)}
+		}},
+		{name: "dup/atomic-other-address", live: true, counter: stale, run: func(h *hostile) []answer {
+			orig := u64(h.mr.b[:8])
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h), 0, 5))
+			h.settle()
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(8), mrKey(h), 0, 5))
+			var want [8]byte
+			putU64(want[:], orig+5)
+			h.expect(h.mr, 0, want[:])
+			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}}
+		}},
+		{name: "dup/write-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			h.inj.inject(h.write(rocev2.RCWriteOnly, e0.Add(rocev2.PSNMask), h.mr.addr(0), mrKey(h)^0x55, 16, payloadOf(16, 9)))
+			return []answer{nakAt(e0.Add(rocev2.PSNMask), nakRA)}
+		}},
+		{name: "dup/write-no-write-right", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			ro := h.region(64, memreg.AccessRemoteRead, testPD, false)
+			h.inj.inject(h.write(rocev2.RCWriteFirst, e0.Add(rocev2.PSNMask), ro.addr(0), ro.tokens.Remote, 2*pmtu, payloadOf(pmtu, 9)))
+			return []answer{nakAt(e0.Add(rocev2.PSNMask), nakRA)}
+		}},
+		{name: "dup/write-zero-length-any-key", live: true, counter: duplicates, run: func(h *hostile) []answer {
+			// C9-88: a zero-length WRITE names no memory, so no key.
+			h.inj.inject(h.write(rocev2.RCWriteOnly, e0.Add(rocev2.PSNMask), 1, 0, 0, nil))
+			return []answer{ackAt(e0.Add(rocev2.PSNMask))}
+		}},
 		{name: "psn/duplicate-atomic", live: true, counter: func(s Stats) uint64 { return s.AtomicReplays }, run: func(h *hostile) []answer {
 			orig := u64(h.mr.b[:8])
 			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h), 0, 5))

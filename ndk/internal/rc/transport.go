@@ -79,10 +79,14 @@ type readResource struct {
 	again  bool
 	va     uint64
 	length uint32
+	// buf holds the bytes from offset bufOff of the READ on: all of them
+	// for a first run, the re-checked range of a duplicate's.
 	buf    []byte
-	// rkey is the R_Key the READ was checked with: a duplicate is
-	// answered only while it still allows the read (rxe rxe_recheck_mr),
-	// so invalidating or deregistering the region ends the replays.
+	bufOff uint32
+	// rkey is the R_Key the READ or atomic was checked with: a duplicate
+	// is answered only if it carries the same one and that key still
+	// allows it (responder.go, rxe rxe_recheck_mr), so invalidating or
+	// deregistering the region ends the replays.
 	rkey uint32
 	// stop and end bound the current run: the packet after its last, and
 	// the byte offset from va where it ends. A duplicate may ask for less
