@@ -108,15 +108,20 @@ const (
 	// qpBudget bounds the frames one QP sends per loop, so that one bulk
 	// transfer cannot starve the others or the receive side.
 	qpBudget = 64
-	// replayBudget bounds the frames per loop of a QP whose next READ
-	// response belongs to a run a duplicate READ restarted. The peer
-	// decides how much a responder replays: a flood of duplicate READs
-	// restarts runs at no cost to itself, and each loop spent its whole
-	// qpBudget on them before the other QPs' frames were received again
-	// (ndk TestFloodOfReads: the well-behaved QP's rate under the flood
-	// went from 0.1-0.3x to 0.4-0.5x of its rate without). First runs keep
-	// qpBudget: a quarter of it cut a bulk READ's rate by a third.
-	replayBudget = 16
+	// replayBudget bounds the answers to duplicate requests (READ
+	// responses of a run a duplicate READ restarted, ATOMIC_ACKNOWLEDGEs
+	// sent again) that one loop sends, all QPs together. The peer decides
+	// how much a responder replays: a flood of duplicates restarts runs
+	// at no cost to itself, and each replayed frame delays every other
+	// QP's answer in the same loop. 16 per QP a loop kept a neighbouring
+	// QP's READ round trip at 2.3-2.5x its unloaded median under a flood
+	// of duplicate READs; 4 for the engine, 1.x (ndk BenchmarkFloodRTT).
+	// A QP over it waits for the next loop (Stats.ReplaysDeferred); the
+	// loop is short when the engine has nothing else to do, so a genuine
+	// retransmission still runs at several frames a microsecond. First
+	// runs keep qpBudget: a quarter of it cut a bulk READ's rate by a
+	// third.
+	replayBudget = 4
 	// ackEvery sets AckReq on every ackEvery-th packet of a long message
 	// besides its last (rxe asks after 64 unacknowledged packets; a
 	// shorter stride retires WQEs sooner with a 512-PSN window).
@@ -172,6 +177,7 @@ type Engine struct {
 	done       chan struct{}
 
 	c          counters
+	replayLeft int            // replayBudget left this loop; engine goroutine only
 	violations violationTable // engine goroutine only
 	yield      spin.Yielder   // engine goroutine only
 
@@ -308,6 +314,7 @@ func (e *Engine) run() {
 	var idleSince int64 // e.now when the engine last had work
 	for !e.stop.Load() {
 		e.now = e.clock()
+		e.replayLeft = replayBudget
 		// Pollers first: receives a daemon client posted reach their QPs
 		// before the frames this turn brings, which would otherwise find
 		// them missing and draw an RNR NAK.

@@ -428,8 +428,16 @@ func (e *Engine) respond(q *QP) (int, bool) {
 	for i := 0; i < n; i++ {
 		r := &t.res[(t.resNext+i)%n]
 		for r.sending() {
-			if sent >= qpBudget || (r.again && sent >= replayBudget) {
+			if sent >= qpBudget {
 				return sent, true
+			}
+			if r.again {
+				if e.replayLeft == 0 {
+					// Another turn: the other QPs' answers go first.
+					e.c.replaysDeferred.Add(1)
+					return sent, true
+				}
+				e.replayLeft--
 			}
 			var err error
 			if r.atomic {
