@@ -115,7 +115,9 @@ const (
 	// at no cost to itself, and each replayed frame delays every other
 	// QP's answer in the same loop. 16 per QP a loop kept a neighbouring
 	// QP's READ round trip at 2.3-2.5x its unloaded median under a flood
-	// of duplicate READs; 4 for the engine, 1.x (ndk BenchmarkFloodRTT).
+	// of duplicate READs; 4 for the engine, 1.69-1.75x (a flood of
+	// duplicate atomics, one frame each, costs 1.5-1.64x: the floor of
+	// receiving the flood; ndk BenchmarkFloodRTT).
 	// A QP over it waits for the next loop (Stats.ReplaysDeferred); the
 	// loop is short when the engine has nothing else to do, so a genuine
 	// retransmission still runs at several frames a microsecond. First
