@@ -50,7 +50,9 @@ func BenchmarkFloodRatio(b *testing.B) {
 // run. rtt-ratio is the flooded median over the unloaded median (issue
 // 25's goal: <= 2). "duplicate-reads" is TestFloodOfReads' flood: 16 READs
 // of 64 KiB cycled, every one after the first round a duplicate that V
-// answers again; "duplicate-atomics" cycles one FETCH_ADD's duplicate.
+// answers again; "duplicate-atomics" cycles one FETCH_ADD's duplicate;
+// "unknown-qp" floods frames V drops as soon as they are parsed, the
+// floor: what receiving a flood costs before any duplicate is answered.
 func BenchmarkFloodRTT(b *testing.B) {
 	for _, c := range []struct {
 		name  string
@@ -58,6 +60,11 @@ func BenchmarkFloodRTT(b *testing.B) {
 	}{
 		{"duplicate-reads", func(b *testing.B, bed *floodBed) { bed.readFlood(b) }},
 		{"duplicate-atomics", func(b *testing.B, bed *floodBed) { bed.atomicFlood(b) }},
+		{"unknown-qp", func(b *testing.B, bed *floodBed) {
+			bed.fp.frames = append(bed.fp.frames, bed.floodFrame(b, rocev2.Headers{
+				BTH: rocev2.BTHFields{Opcode: rocev2.RCFetchAdd, PSN: 1, PKey: rocev2.DefaultPKey, DestQP: 0x7FFF},
+			}, nil))
+		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			bed := newFloodBed(b, cm.Params{}, Options{})
