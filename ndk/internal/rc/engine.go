@@ -114,10 +114,11 @@ const (
 	// how much a responder replays: a flood of duplicates restarts runs
 	// at no cost to itself, and each replayed frame delays every other
 	// QP's answer in the same loop. 16 per QP a loop kept a neighbouring
-	// QP's READ round trip at 2.3-2.5x its unloaded median under a flood
-	// of duplicate READs; 4 for the engine, 1.69-1.75x (a flood of
-	// duplicate atomics, one frame each, costs 1.5-1.64x: the floor of
-	// receiving the flood; ndk BenchmarkFloodRTT).
+	// QP's READ round trip at 4.6x its unloaded median (2 µs) under a
+	// flood of duplicate READs, 4 for the engine at 2.2-3.1x, where a
+	// flood V drops unanswered costs 2.4x (on a less busy machine, an
+	// unloaded median of 6-7 µs: 2.3-2.5x, 1.6-1.75x and 1.4x; ndk
+	// BenchmarkFloodRTT).
 	// A QP over it waits for the next loop (Stats.ReplaysDeferred); the
 	// loop is short when the engine has nothing else to do, so a genuine
 	// retransmission still runs at several frames a microsecond. First
