@@ -84,6 +84,7 @@ func TestSteerDestination(t *testing.T) {
 		{"ipv6 to another host", withIP(v6, v6Dst, otherV6...), xdpDrop, wrongIP},
 		{"ipv6 all-nodes multicast", withIP(v6, v6Dst, 0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1), xdpDrop, wrongIP},
 		{"ipv6 to a mapped ipv4 of another host", withIP(v6, v6Dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 198, 18, 0, 3), xdpDrop, wrongIP},
+		{"ipv6 to the adapter's ipv4, mapped", withIP(v6, v6Dst, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 198, 18, 0, 2), xdpDrop, wrongIP},
 		{"802.1ad ipv6 to another host", withIP(vv6, vlanV6, otherV6...), xdpDrop, wrongIP},
 		{"ipv4 to another mac", withMAC(v4, 0x02, 0, 0, 0, 0, 0x09), xdpDrop, wrongMAC},
 		{"ipv4 to the broadcast mac", withMAC(v4, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF), xdpDrop, wrongMAC},

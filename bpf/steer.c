@@ -144,6 +144,13 @@ static __always_inline __u16 be16_at(const __u8 *p)
 	return ((__u16)p[0] << 8) | p[1];
 }
 
+// is_v4_mapped reports whether a is ::ffff:a.b.c.d.
+static __always_inline int is_v4_mapped(const __u8 *a)
+{
+	return (a[0] | a[1] | a[2] | a[3] | a[4] | a[5] | a[6] | a[7] | a[8] | a[9]) == 0 &&
+	       a[10] == 0xFF && a[11] == 0xFF;
+}
+
 // mac_equal compares two MACs byte by byte: BPF has no memcmp to call.
 static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
 {
@@ -207,6 +214,11 @@ int steer(struct xdp_md *ctx)
 		if (h[6] != IPPROTO_UDP)
 			return count(REASON_PASS_NOT_UDP, XDP_PASS);
 		__builtin_memcpy(dst.addr, h + 24, 16);
+		// An IPv4-mapped destination in an IPv6 header (RFC 4291
+		// 2.5.5.2) would match the key of an IPv4 address: such a
+		// packet is never sent to a host, so make it match nothing.
+		if (is_v4_mapped(dst.addr))
+			dst.addr[0] = 0xFF;
 		off += IPV6_HLEN;
 	} else {
 		return count(REASON_PASS_NOT_IP, XDP_PASS);

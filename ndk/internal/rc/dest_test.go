@@ -29,7 +29,7 @@ func TestGSIWrongDestinationDropped(t *testing.T) {
 	}{
 		{name: "ipv4-to-adapter", src: "198.18.0.1", dst: "198.18.0.2", mac: own, delivered: true},
 		{name: "ipv6-to-adapter", src: "2001:2::1", dst: "2001:2::2", mac: own, delivered: true},
-		{name: "ipv4-mapped-to-adapter", src: "::ffff:198.18.0.1", dst: "::ffff:198.18.0.2", mac: own, delivered: true},
+		{name: "ipv6-mapped-ipv4-of-adapter", src: "2001:2::1", dst: "::ffff:198.18.0.2", mac: own},
 		{name: "ipv4-other-host", src: "198.18.0.1", dst: "198.18.0.9", mac: own},
 		{name: "ipv6-other-host", src: "2001:2::1", dst: "2001:2::9", mac: own},
 		{name: "ipv6-all-nodes", src: "2001:2::1", dst: "ff02::1", mac: own},

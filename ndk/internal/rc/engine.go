@@ -552,7 +552,10 @@ func (e *Engine) toAdapter() bool {
 	if len(e.addrs) == 0 {
 		return true
 	}
-	dst := e.pkt.IP.Dst.Unmap()
+	if e.pkt.IP.Dst.Is4In6() { // as qpTransport.toLocal
+		return false
+	}
+	dst := e.pkt.IP.Dst
 	for _, a := range e.addrs {
 		if a == dst {
 			return true

@@ -53,6 +53,9 @@ func destinationCases() []hostileCase {
 		{"ipv6-other-host", v6, toIP("2001:2::9")},
 		{"ipv6-link-local", v6, toIP("fe80::2")},
 		{"ipv6-multicast", v6, toIP("ff02::1")},
+		{"ipv6-header-mapped-ipv4-of-b", hostileOptions{}, func(h *hostile, hd *rocev2.Headers) {
+			hd.IP = rocev2.NewIPFields(netip.MustParseAddr("2001:2::1"), netip.AddrFrom16(h.b.ip.As16()))
+		}},
 		{"mac-other-host", hostileOptions{}, toMAC(rocev2.MAC{2, 0, 0, 0, 0, 9})},
 		{"mac-broadcast", hostileOptions{}, toMAC(rocev2.MAC{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})},
 		{"mac-multicast-ipv6", v6, toMAC(rocev2.MAC{0x33, 0x33, 0, 0, 0, 2})},

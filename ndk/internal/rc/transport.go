@@ -148,7 +148,10 @@ func (t *qpTransport) toLocal(p *rocev2.Packet) bool {
 	if m := t.params.Local.MAC; m != (rocev2.MAC{}) && p.Eth.Dst != m {
 		return false
 	}
-	return !t.localIP.IsValid() || p.IP.Dst.Unmap() == t.localIP
+	// An IPv4-mapped destination comes only in an IPv6 header, where no
+	// host is addressed so (RFC 4291 2.5.5.2): it is not the IPv4 address
+	// it maps.
+	return !t.localIP.IsValid() || (p.IP.Dst.Unmap() == t.localIP && !p.IP.Dst.Is4In6())
 }
 
 // npkts is how many PSNs a message of n bytes takes: at least one.
