@@ -94,6 +94,9 @@ package rc
 //	aeth/read-response-nak         READ_RESPONSE_ONLY with a NAK syndrome  the same: a READ response's AETH is an ACK
 //	aeth/read-response-rnr         READ_RESPONSE_ONLY with an RNR syndrome the same
 //	aeth/read-response-reserved    READ_RESPONSE_ONLY with syndrome 0x5F   the same
+//	aeth/atomic-ack-nak            ATOMIC_ACKNOWLEDGE with a NAK syndrome  REMOTE_RESOURCES, BAD_RESP_ERR at once, error
+//	aeth/atomic-ack-reserved       ATOMIC_ACKNOWLEDGE with syndrome 0x41   the same
+//	aeth/atomic-ack-with-credits   ATOMIC_ACKNOWLEDGE, credit code 7       the atomic completes successfully
 //	aeth/ack-with-credits          ACK with credit code 5 (control)        the request completes successfully
 //	aeth/read-response-with-credits READ_RESPONSE_ONLY, credit code 3      the READ completes, its data placed
 //	aeth/reserved-nak-code         NAK code 7 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error (rxe "unexpected nak")

@@ -254,6 +254,31 @@ func fatalAnswer(read bool, status ndkpi.Status, code uint32, f func(h *hostile,
 	}
 }
 
+// outstandingAtomic has B post a FETCH_ADD to A while B's requests are
+// lost, and returns its PSN and the sink its original value lands in.
+func (h *hostile) outstandingAtomic() (rocev2.PSN, *buffer) {
+	h.t.Helper()
+	psn := h.nextPSN()
+	h.rec.hold.Store(true)
+	word := h.a.buffer(8, memreg.AccessRemoteAtomic|memreg.AccessLocalWrite, false)
+	sink := h.region(8, memreg.AccessLocalWrite, testPD, false)
+	mustPost(h.t, h.qb.PostSend(&SendWR{Op: OpFetchAdd, Context: "out", SGL: []SGE{sink.sge(0, 8)},
+		RemoteAddr: word.addr(0), RemoteToken: word.tokens.Remote, SwapAdd: 1}))
+	h.settle()
+	return psn, sink
+}
+
+// wantBadResponse waits for B's outstanding request to fail with a bad
+// response.
+func (h *hostile) wantBadResponse() []answer {
+	h.t.Helper()
+	e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+	if e.Status != ndkpi.StatusRemoteResources || e.ProviderErrorCode != wcBadRespErr {
+		h.t.Fatalf("completion %+v, want status %#x code %d", e, ndkpi.StatusRemoteResources, wcBadRespErr)
+	}
+	return nil
+}
+
 // badAnswer injects an answer whose AETH syndrome IBTA reserves for its
 // opcode: the outstanding request fails at once with a bad response.
 func badAnswer(read bool, f func(h *hostile, o *outstanding) []byte) func(h *hostile) []answer {
@@ -292,6 +317,28 @@ func forgedCases() []hostileCase {
 		{name: "aeth/read-response-nak", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.NAKSyndrome(nakRA), 64))},
 		{name: "aeth/read-response-rnr", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.RNRNAKSyndrome(1), 64))},
 		{name: "aeth/read-response-reserved", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.Syndrome(0x5F), 64))},
+		{name: "aeth/atomic-ack-nak", fails: true, counter: badSyn, run: func(h *hostile) []answer {
+			psn, _ := h.outstandingAtomic()
+			h.inj.inject(h.answerFrame(rocev2.RCAtomicAck, psn, rocev2.NAKSyndrome(nakRA), nil))
+			return h.wantBadResponse()
+		}},
+		{name: "aeth/atomic-ack-reserved", fails: true, counter: badSyn, run: func(h *hostile) []answer {
+			psn, _ := h.outstandingAtomic()
+			h.inj.inject(h.answerFrame(rocev2.RCAtomicAck, psn, rocev2.Syndrome(0x41), nil))
+			return h.wantBadResponse()
+		}},
+		{name: "aeth/atomic-ack-with-credits", run: func(h *hostile) []answer {
+			psn, sink := h.outstandingAtomic()
+			h.inj.inject(h.answerFrame(rocev2.RCAtomicAck, psn, rocev2.ACKSyndrome(7), nil))
+			e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+			h.rec.hold.Store(false)
+			if e.Status != ndkpi.StatusSuccess {
+				h.t.Fatalf("completion %+v after an ATOMIC_ACKNOWLEDGE with credit code 7", e)
+			}
+			h.b.eng.Stats()
+			h.expect(sink, 0, make([]byte, 8)) // the forged original value, 0
+			return nil
+		}},
 		{name: "aeth/ack-with-credits", run: func(h *hostile) []answer {
 			// The control of the reserved cases: the same ACK with a
 			// defined syndrome (a credit count) retires the request.
