@@ -11,6 +11,13 @@
 //     destination port 4791 and the 12-byte BTH. Headers are read from the
 //     linear part, or with bpf_xdp_load_bytes when a driver split them across
 //     fragments.
+//   - Drops a RoCEv2 frame addressed to another host: a destination MAC
+//     other than local_cfg's, or a destination IP not in local_addrs
+//     (REASON_DROP_WRONG_DST_MAC, REASON_DROP_WRONG_DST_IP), before any
+//     other RoCE check. A NIC in promiscuous mode, a bridge or a forged
+//     header hands the host such frames; the kernel would not take them,
+//     and the engine must not execute them. Until the loader sets
+//     local_cfg.check, nothing is checked.
 //   - Looks up the BTH DestQP in qp_owner. A RoCEv2 frame for an unknown QP,
 //     a truncated BTH or a BTH with TVer != 0 is dropped: handing it to the
 //     kernel would only draw an ICMP port unreachable.
@@ -28,7 +35,10 @@
 // Maps: xsks (XSKMAP, RX queue index -> AF_XDP socket fd), qp_owner (HASH,
 // 24-bit QPN -> owning queue index; QPN 1, the GSI QP used by IB CM, maps to
 // the management queue), counters (PERCPU_ARRAY of u64, indexed by
-// SteerReason). The global reason_unused exists only to put enum reason into
+// SteerReason), local_cfg (ARRAY of one SteerLocalCfg: the adapter's MAC
+// and the check switch) and local_addrs (HASH, SteerLocalAddr -> u8: the
+// adapter's IP addresses, IPv4 as IPv4-mapped IPv6, so one lookup serves
+// both families). The global reason_unused exists only to put enum reason into
 // BTF so bpf2go generates SteerReason; the program never reads it, so loaders
 // can leave its .rodata map out.
 //

@@ -48,6 +48,10 @@ enum reason {
 	// Redirected to xsks[rx_queue_index].
 	REASON_REDIRECT,               // the owning queue is the arrival queue
 	REASON_REDIRECT_FOREIGN_QUEUE, // owned by another queue (RSS misplacement); the engine forwards it
+	// Dropped: RoCEv2 frames addressed to another host, which a NIC in
+	// promiscuous mode, a bridge or a forged header hands us.
+	REASON_DROP_WRONG_DST_MAC, // destination MAC is not the adapter's (local_cfg)
+	REASON_DROP_WRONG_DST_IP,  // destination IP is none of the adapter's (local_addrs)
 	REASON_MAX,
 };
 
@@ -69,6 +73,34 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } qp_owner SEC(".maps");
+
+// The adapter's own unicast MAC. While check is 0 (a loader that set no
+// addresses) no destination is checked.
+struct local_cfg {
+	__u8 mac[6];
+	__u8 check;
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct local_cfg);
+} local_cfg SEC(".maps");
+
+// The adapter's IP addresses, IPv6 as they are, IPv4 as IPv4-mapped IPv6
+// (::ffff:a.b.c.d), so one lookup serves both.
+struct local_addr {
+	__u8 addr[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct local_addr);
+	__type(value, __u8);
+} local_addrs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -112,19 +144,36 @@ static __always_inline __u16 be16_at(const __u8 *p)
 	return ((__u16)p[0] << 8) | p[1];
 }
 
+// is_v4_mapped reports whether a is ::ffff:a.b.c.d.
+static __always_inline int is_v4_mapped(const __u8 *a)
+{
+	return (a[0] | a[1] | a[2] | a[3] | a[4] | a[5] | a[6] | a[7] | a[8] | a[9]) == 0 &&
+	       a[10] == 0xFF && a[11] == 0xFF;
+}
+
+// mac_equal compares two MACs byte by byte: BPF has no memcmp to call.
+static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
+{
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) |
+		(a[3] ^ b[3]) | (a[4] ^ b[4]) | (a[5] ^ b[5])) == 0;
+}
+
 SEC("xdp.frags")
 int steer(struct xdp_md *ctx)
 {
 	// Big enough for the largest fixed header read at once (IPv6); __u64
 	// keeps it 8-byte aligned, as the verifier requires for stack reads.
 	__u64 scratch[IPV6_HLEN / 8];
+	struct local_addr dst = {};
+	__u8 dmac[6];
 	const __u8 *h;
-	__u32 off, rxq;
+	__u32 off, rxq, zero = 0;
 	__u16 proto;
 
 	h = header(ctx, 0, ETH_HLEN, scratch);
 	if (!h)
 		return count(REASON_PASS_TRUNCATED_L2, XDP_PASS);
+	__builtin_memcpy(dmac, h, 6);
 	proto = be16_at(h + 12);
 	off = ETH_HLEN;
 
@@ -152,6 +201,9 @@ int steer(struct xdp_md *ctx)
 		// set DF, so fragments are not ours to steer.
 		if (be16_at(h + 6) & IP_OFFSET_MASK)
 			return count(REASON_PASS_IP_FRAGMENT, XDP_PASS);
+		dst.addr[10] = 0xFF;
+		dst.addr[11] = 0xFF;
+		__builtin_memcpy(&dst.addr[12], h + 16, 4);
 		off += ihl * 4;
 	} else if (proto == ETH_P_IPV6) {
 		h = header(ctx, off, IPV6_HLEN, scratch);
@@ -161,6 +213,12 @@ int steer(struct xdp_md *ctx)
 		// ../shared/testdata/pcaps) put UDP right after the fixed header.
 		if (h[6] != IPPROTO_UDP)
 			return count(REASON_PASS_NOT_UDP, XDP_PASS);
+		__builtin_memcpy(dst.addr, h + 24, 16);
+		// An IPv4-mapped destination in an IPv6 header (RFC 4291
+		// 2.5.5.2) would match the key of an IPv4 address: such a
+		// packet is never sent to a host, so make it match nothing.
+		if (is_v4_mapped(dst.addr))
+			dst.addr[0] = 0xFF;
 		off += IPV6_HLEN;
 	} else {
 		return count(REASON_PASS_NOT_IP, XDP_PASS);
@@ -174,6 +232,14 @@ int steer(struct xdp_md *ctx)
 	off += UDP_HLEN;
 
 	// From here on the frame is RoCEv2: never XDP_PASS.
+	struct local_cfg *cfg = bpf_map_lookup_elem(&local_cfg, &zero);
+	if (cfg && cfg->check) {
+		if (!mac_equal(dmac, cfg->mac))
+			return count(REASON_DROP_WRONG_DST_MAC, XDP_DROP);
+		if (!bpf_map_lookup_elem(&local_addrs, &dst))
+			return count(REASON_DROP_WRONG_DST_IP, XDP_DROP);
+	}
+
 	h = header(ctx, off, BTH_LEN, scratch);
 	if (!h)
 		return count(REASON_DROP_TRUNCATED_BTH, XDP_DROP);

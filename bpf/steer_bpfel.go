@@ -8,9 +8,22 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type SteerLocalAddr struct {
+	_    structs.HostLayout
+	Addr [16]uint8
+}
+
+type SteerLocalCfg struct {
+	_     structs.HostLayout
+	Mac   [6]uint8
+	Check uint8
+	Pad   uint8
+}
 
 type SteerReason uint32
 
@@ -28,7 +41,9 @@ const (
 	SteerReasonREASON_DROP_NO_SOCKET         SteerReason = 10
 	SteerReasonREASON_REDIRECT               SteerReason = 11
 	SteerReasonREASON_REDIRECT_FOREIGN_QUEUE SteerReason = 12
-	SteerReasonREASON_MAX                    SteerReason = 13
+	SteerReasonREASON_DROP_WRONG_DST_MAC     SteerReason = 13
+	SteerReasonREASON_DROP_WRONG_DST_IP      SteerReason = 14
+	SteerReasonREASON_MAX                    SteerReason = 15
 )
 
 // Names of all BPF objects in the ELF.
@@ -36,6 +51,8 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	SteerMapCounters     = "counters"
+	SteerMapLocalAddrs   = "local_addrs"
+	SteerMapLocalCfg     = "local_cfg"
 	SteerMapQpOwner      = "qp_owner"
 	SteerMapXsks         = "xsks"
 	SteerProgSteer       = "steer"
@@ -91,9 +108,11 @@ type SteerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SteerMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	QpOwner  *ebpf.MapSpec `ebpf:"qp_owner"`
-	Xsks     *ebpf.MapSpec `ebpf:"xsks"`
+	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	LocalAddrs *ebpf.MapSpec `ebpf:"local_addrs"`
+	LocalCfg   *ebpf.MapSpec `ebpf:"local_cfg"`
+	QpOwner    *ebpf.MapSpec `ebpf:"qp_owner"`
+	Xsks       *ebpf.MapSpec `ebpf:"xsks"`
 }
 
 // SteerVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,14 +142,18 @@ func (o *SteerObjects) Close() error {
 //
 // It can be passed to LoadSteerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SteerMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	QpOwner  *ebpf.Map `ebpf:"qp_owner"`
-	Xsks     *ebpf.Map `ebpf:"xsks"`
+	Counters   *ebpf.Map `ebpf:"counters"`
+	LocalAddrs *ebpf.Map `ebpf:"local_addrs"`
+	LocalCfg   *ebpf.Map `ebpf:"local_cfg"`
+	QpOwner    *ebpf.Map `ebpf:"qp_owner"`
+	Xsks       *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *SteerMaps) Close() error {
 	return _SteerClose(
 		m.Counters,
+		m.LocalAddrs,
+		m.LocalCfg,
 		m.QpOwner,
 		m.Xsks,
 	)

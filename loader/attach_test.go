@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -163,13 +164,17 @@ func TestPinHandOver(t *testing.T) {
 	if _, err := old.prog.Run(&ebpf.RunOptions{Data: rocev2Frame(4791, 0x00ABCD)}); err != nil {
 		t.Fatal(err)
 	}
+	localMAC := [6]byte(pair.A.MAC)
+	if err := old.SetLocal(localMAC, pair.A.IPv4); err != nil {
+		t.Fatal(err)
+	}
 	if err := old.Pin(); err != nil {
 		t.Fatal(err)
 	}
 	if !old.Pinned() {
 		t.Error("Pinned() false after Pin")
 	}
-	for _, f := range []string{"link", "prog", "xsks", "qp_owner", "counters"} {
+	for _, f := range []string{"link", "prog", "xsks", "qp_owner", "counters", "local_cfg", "local_addrs"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("pin %s: %v", f, err)
 		}
@@ -195,6 +200,9 @@ func TestPinHandOver(t *testing.T) {
 	}
 	if len(qps) != 2 || qps[GSIQPN] != 0 || qps[0x00ABCD] != 0 {
 		t.Errorf("QPs after hand-over = %v, want the predecessor's {1:0 0xabcd:0}", qps)
+	}
+	if mac, addrs, on, err := x.Local(); err != nil || !on || mac != localMAC || len(addrs) != 1 || addrs[0] != pair.A.IPv4 {
+		t.Errorf("Local after hand-over = %x %v %v %v, want the predecessor's %x [%v]", mac, addrs, on, err, localMAC, pair.A.IPv4)
 	}
 	c, err := x.Counters()
 	if err != nil {
@@ -391,5 +399,66 @@ func steerLive(t *testing.T, mode AttachMode) {
 	}
 	if !refused(2 * time.Second) {
 		t.Error("without XDP, B got no ICMP port unreachable: the no-ICMP check proves nothing")
+	}
+}
+
+// TestSteerLiveWrongDestination: A's program knows only A's IPv4 address,
+// so a RoCEv2 datagram B sends to A's IPv6 address, which A's kernel
+// would take, is dropped and counted, reaches neither the socket nor the
+// kernel (no ICMP); the same datagram to A's IPv4 address is delivered.
+func TestSteerLiveWrongDestination(t *testing.T) {
+	pair := harness.New(t, harness.Config{MTU: 1500, Queues: 1, StaticNeighbours: true})
+	x := attachIn(t, pair.A, testOptions(t, AttachGeneric))
+	defer x.Close()
+	var xsk *testXSK
+	if err := pair.A.Do(func() (err error) { xsk, err = newTestXSK(pair.A.Ifindex, 0); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer xsk.Close()
+	if err := x.RegisterSocket(0, xsk.fd); err != nil {
+		t.Fatal(err)
+	}
+	const qpn = 0x000042
+	if err := x.AddQP(qpn, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.SetLocal([6]byte(pair.A.MAC), pair.A.IPv4); err != nil {
+		t.Fatal(err)
+	}
+	bth := []byte{0x04, 0, 0xFF, 0xFF, 0, 0, 0, qpn, 0x80, 0, 0, 7, 'p', 'a', 'y', 0, 0, 0, 0}
+	dial := func(network string, ip netip.Addr) *net.UDPConn {
+		var conn *net.UDPConn
+		if err := pair.B.Do(func() (err error) {
+			conn, err = net.DialUDP(network, nil, &net.UDPAddr{IP: ip.AsSlice(), Port: 4791})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	to6 := dial("udp6", pair.A.IPv6)
+	if _, err := to6.Write(bth); err != nil {
+		t.Fatal(err)
+	}
+	to6.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := to6.Read(make([]byte, 64)); errors.Is(err, unix.ECONNREFUSED) {
+		t.Error("a datagram to an address the program does not know reached the kernel: B got ICMP port unreachable")
+	}
+	if f, err := xsk.receive(100 * time.Millisecond); err == nil {
+		t.Errorf("a datagram to an address the program does not know was delivered: % x", f)
+	}
+	if _, err := dial("udp4", pair.A.IPv4).Write(bth); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xsk.receive(2 * time.Second); err != nil {
+		t.Errorf("control, the same datagram to A's IPv4 address: %v", err)
+	}
+	c, err := x.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[ReasonDropWrongDstIP] != 1 || c[ReasonRedirect] != 1 || c.Verdict(VerdictDrop) != 1 {
+		t.Errorf("counters:\n%s\nwant DROP_WRONG_DST_IP 1, REDIRECT 1, no other drop", c.String())
 	}
 }

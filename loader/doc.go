@@ -9,6 +9,9 @@
 //   - RegisterSocket and UnregisterSocket fill the socket map (RX queue ->
 //     AF_XDP socket fd); AddQP and RemoveQP fill the steering map
 //     (destination QPN -> owning queue; GSIQPN goes to the management queue).
+//   - SetLocal names the adapter's unicast MAC and IP addresses: RoCEv2
+//     frames addressed elsewhere are then dropped (ReasonDropWrongDstMAC,
+//     ReasonDropWrongDstIP). Until it is called nothing is checked.
 //   - Counters reads the per-CPU verdict counters, summed, by Reason.
 //   - Pin puts link, program and maps under /sys/fs/bpf/ndkxdp/<ifname>
 //     (mounting bpffs if needed), so the attachment outlives the process;
@@ -37,6 +40,7 @@
 //	x.RegisterSocket(0, xskFD)          // socket bound to eth1 queue 0
 //	x.AddQP(loader.GSIQPN, 0)           // IB CM on the management queue
 //	x.AddQP(0x000012, 0)                // a connected RC QP
+//	x.SetLocal(mac, addr)               // drop RoCEv2 frames for other hosts
 //	c, _ := x.Counters()
 //	fmt.Print(c.String())
 //	x.Pin()                             // keep steering across a restart

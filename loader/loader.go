@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 
@@ -69,11 +70,13 @@ func (o *Options) withDefaults() Options {
 // an interface. Its methods are safe for concurrent use: each is one or a few
 // bpf(2) calls on kernel maps.
 type Program struct {
-	prog     *ebpf.Program
-	xsks     *ebpf.Map
-	qpOwner  *ebpf.Map
-	counters *ebpf.Map
-	opts     Options
+	prog       *ebpf.Program
+	xsks       *ebpf.Map
+	qpOwner    *ebpf.Map
+	counters   *ebpf.Map
+	localCfg   *ebpf.Map
+	localAddrs *ebpf.Map
+	opts       Options
 }
 
 // Load loads the program and creates its maps, without attaching anything.
@@ -101,11 +104,13 @@ func Load(opts Options) (*Program, error) {
 		return nil, fmt.Errorf("loader: load: %w", err)
 	}
 	return &Program{
-		prog:     objs.Steer,
-		xsks:     objs.Xsks,
-		qpOwner:  objs.QpOwner,
-		counters: objs.Counters,
-		opts:     o,
+		prog:       objs.Steer,
+		xsks:       objs.Xsks,
+		qpOwner:    objs.QpOwner,
+		counters:   objs.Counters,
+		localCfg:   objs.LocalCfg,
+		localAddrs: objs.LocalAddrs,
+		opts:       o,
 	}, nil
 }
 
@@ -184,6 +189,78 @@ func (p *Program) QPs() (map[uint32]uint32, error) {
 	return qps, nil
 }
 
+// maxLocalAddrs is the capacity of the program's local_addrs map.
+const maxLocalAddrs = 64
+
+// SetLocal tells the program the adapter's own unicast MAC and IP
+// addresses: from then on a RoCEv2 frame addressed to another MAC, or to
+// an IP not among addrs, is dropped (ReasonDropWrongDstMAC,
+// ReasonDropWrongDstIP). It replaces what an earlier call set. Until the
+// first call nothing is checked, so a program loaded only to steer (a
+// benchmark, a test endpoint) needs none.
+func (p *Program) SetLocal(mac [6]byte, addrs ...netip.Addr) error {
+	if mac == [6]byte{} || mac[0]&1 != 0 {
+		return fmt.Errorf("loader: set local addresses: %x is not a unicast MAC", mac)
+	}
+	if len(addrs) == 0 || len(addrs) > maxLocalAddrs {
+		return fmt.Errorf("loader: set local addresses: %d addresses, want 1..%d", len(addrs), maxLocalAddrs)
+	}
+	want := make(map[bpf.SteerLocalAddr]bool, len(addrs))
+	for _, a := range addrs {
+		if !a.IsValid() {
+			return fmt.Errorf("loader: set local addresses: invalid address")
+		}
+		want[bpf.SteerLocalAddr{Addr: a.Unmap().As16()}] = true
+	}
+	// Add the new addresses before dropping the old ones, and switch the
+	// check on last: frames for an address being kept are never dropped.
+	for k := range want {
+		if err := p.localAddrs.Put(k, uint8(1)); err != nil {
+			return fmt.Errorf("loader: set local address %v: %w", netip.AddrFrom16(k.Addr).Unmap(), err)
+		}
+	}
+	var stale []bpf.SteerLocalAddr
+	var k bpf.SteerLocalAddr
+	var v uint8
+	it := p.localAddrs.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("loader: list local addresses: %w", err)
+	}
+	for _, k := range stale {
+		if err := p.localAddrs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("loader: remove local address %v: %w", netip.AddrFrom16(k.Addr).Unmap(), err)
+		}
+	}
+	if err := p.localCfg.Put(uint32(0), bpf.SteerLocalCfg{Mac: mac, Check: 1}); err != nil {
+		return fmt.Errorf("loader: set local MAC: %w", err)
+	}
+	return nil
+}
+
+// Local returns what SetLocal set: the MAC and addresses the program
+// accepts RoCEv2 frames for; ok is false while nothing is checked.
+func (p *Program) Local() (mac [6]byte, addrs []netip.Addr, ok bool, err error) {
+	var cfg bpf.SteerLocalCfg
+	if err := p.localCfg.Lookup(uint32(0), &cfg); err != nil {
+		return mac, nil, false, fmt.Errorf("loader: read local MAC: %w", err)
+	}
+	var k bpf.SteerLocalAddr
+	var v uint8
+	it := p.localAddrs.Iterate()
+	for it.Next(&k, &v) {
+		addrs = append(addrs, netip.AddrFrom16(k.Addr).Unmap())
+	}
+	if err := it.Err(); err != nil {
+		return mac, nil, false, fmt.Errorf("loader: list local addresses: %w", err)
+	}
+	return cfg.Mac, addrs, cfg.Check != 0, nil
+}
+
 // Counters reads the per-CPU counters and sums them by reason.
 func (p *Program) Counters() (Counters, error) {
 	var c Counters
@@ -202,5 +279,5 @@ func (p *Program) Counters() (Counters, error) {
 // Close releases the program and maps. Anything attached or pinned keeps
 // its own reference.
 func (p *Program) Close() error {
-	return errors.Join(p.prog.Close(), p.xsks.Close(), p.qpOwner.Close(), p.counters.Close())
+	return errors.Join(p.prog.Close(), p.xsks.Close(), p.qpOwner.Close(), p.counters.Close(), p.localCfg.Close(), p.localAddrs.Close())
 }

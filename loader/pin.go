@@ -15,7 +15,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/bpf"
 )
 
-// DefaultPinRoot is where Pin puts <ifname>/{link,prog,xsks,qp_owner,counters}.
+// DefaultPinRoot is where Pin puts <ifname>/{link,prog,xsks,qp_owner,counters,local_cfg,local_addrs}.
 const DefaultPinRoot = "/sys/fs/bpf/ndkxdp"
 
 // bpffsMount is the conventional bpffs mount point; Pin mounts it if needed.
@@ -27,9 +27,11 @@ const (
 )
 
 // pinnedMaps are the map names as pinned; they match bpf/steer.c.
-var pinnedMaps = []string{bpf.SteerMapXsks, bpf.SteerMapQpOwner, bpf.SteerMapCounters}
+var pinnedMaps = []string{bpf.SteerMapXsks, bpf.SteerMapQpOwner, bpf.SteerMapCounters, bpf.SteerMapLocalCfg, bpf.SteerMapLocalAddrs}
 
-func (p *Program) maps() []*ebpf.Map { return []*ebpf.Map{p.xsks, p.qpOwner, p.counters} }
+func (p *Program) maps() []*ebpf.Map {
+	return []*ebpf.Map{p.xsks, p.qpOwner, p.counters, p.localCfg, p.localAddrs}
+}
 
 // PinDir returns the directory Pin uses for ifname under opts.PinRoot.
 func PinDir(ifname string, opts Options) string {
@@ -192,7 +194,7 @@ func OpenPinned(ifname string, opts Options) (*XDP, error) {
 	o.Mode = mode
 	ok = true
 	return &XDP{
-		Program: &Program{prog: prog, xsks: maps[0], qpOwner: maps[1], counters: maps[2], opts: o},
+		Program: &Program{prog: prog, xsks: maps[0], qpOwner: maps[1], counters: maps[2], localCfg: maps[3], localAddrs: maps[4], opts: o},
 		ifname:  ifname,
 		ifindex: ifindex,
 		mode:    mode,

@@ -26,6 +26,8 @@ const (
 	ReasonDropNoSocket         = Reason(bpf.SteerReasonREASON_DROP_NO_SOCKET)
 	ReasonRedirect             = Reason(bpf.SteerReasonREASON_REDIRECT)
 	ReasonRedirectForeignQueue = Reason(bpf.SteerReasonREASON_REDIRECT_FOREIGN_QUEUE)
+	ReasonDropWrongDstMAC      = Reason(bpf.SteerReasonREASON_DROP_WRONG_DST_MAC)
+	ReasonDropWrongDstIP       = Reason(bpf.SteerReasonREASON_DROP_WRONG_DST_IP)
 	NumReasons                 = int(bpf.SteerReasonREASON_MAX)
 )
 
@@ -48,6 +50,8 @@ var reasons = [NumReasons]struct {
 	ReasonDropNoSocket:         {"DROP_NO_SOCKET", VerdictDrop},
 	ReasonRedirect:             {"REDIRECT", VerdictRedirect},
 	ReasonRedirectForeignQueue: {"REDIRECT_FOREIGN_QUEUE", VerdictRedirect},
+	ReasonDropWrongDstMAC:      {"DROP_WRONG_DST_MAC", VerdictDrop},
+	ReasonDropWrongDstIP:       {"DROP_WRONG_DST_IP", VerdictDrop},
 }
 
 // String returns the name used in bpf/steer.c without its REASON_ prefix.

@@ -80,8 +80,13 @@ type CMStats struct {
 	SendDrops      uint64 // MADs dropped because the engine's queue was full
 	// Connections the CM holds state for now (up to the end of
 	// time-wait); HalfOpen of them passive and not yet established, at
-	// most 128 per listener (the CM's listen backlog).
-	Connections, HalfOpen int
+	// most 128 per listener (the CM's listen backlog); TimeWait of them
+	// in time-wait, at most 4,096 for the adapter.
+	Connections, HalfOpen, TimeWait int
+	// TimeWaitEvictions counts connections whose time-wait ended early
+	// to keep TimeWait within its bound: a peer ending connections as
+	// fast as it may start them.
+	TimeWaitEvictions uint64
 }
 
 // CMStats returns the connection-management counters.
@@ -98,7 +103,7 @@ func (a *Adapter) CMStats() CMStats {
 	queue, send := a.prov.MADDrops()
 	return CMStats{Sent: s.Sent, Received: s.Received, Retransmits: s.Retransmits, Duplicates: s.Duplicates,
 		Unmatched: s.Unmatched, Malformed: s.Malformed, QueueDrops: queue, SendDrops: send,
-		Connections: s.Connections, HalfOpen: s.HalfOpen}
+		Connections: s.Connections, HalfOpen: s.HalfOpen, TimeWait: s.TimeWait, TimeWaitEvictions: s.TimeWaitEvictions}
 }
 
 // manager returns the adapter's IB CM, or nil without one.

@@ -72,6 +72,17 @@ type EngineStats struct {
 	// SequenceErrors counts the PSN sequence error NAKs among
 	// NAKsReceived: the peer saw a gap (rxe rcvd_seq_err).
 	SequenceErrors uint64
+	// BadSyndromes counts answers whose AETH syndrome IBTA reserves: each
+	// failed the request it answered (ProviderErrorCode 7,
+	// IB_WC_BAD_RESP_ERR).
+	BadSyndromes uint64
+	// WrongDestination counts frames addressed to another MAC or IP
+	// address than the adapter's (the QP's), dropped unexamined.
+	WrongDestination uint64
+	// ReplaysDeferred counts the times a QP's answers to duplicate
+	// requests waited for the engine's next turn, their budget spent, so
+	// that the other QPs went first.
+	ReplaysDeferred uint64
 }
 
 // Add adds o's counters to s, to total an adapter's engines.

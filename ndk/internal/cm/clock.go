@@ -31,8 +31,10 @@ func (SystemClock) Now() time.Time { return time.Now() }
 func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // timerEntry is one connection's pending deadline. A connection owns at
-// most one entry at a time (retransmission or time-wait); rearming bumps
-// gen so that a stale entry left in the heap is skipped when it surfaces.
+// most one entry (retransmission or time-wait), which rearming moves and
+// cancelling removes (Connector.timerAt), so the heap holds no connection
+// longer than its timer: a time-wait ended early frees its connection at
+// once. gen still guards against an entry outliving its arming.
 type timerEntry struct {
 	at   time.Time
 	conn *Connector
@@ -57,18 +59,42 @@ func (d *deadlines) Less(i, j int) bool {
 func (d *deadlines) Swap(i, j int) {
 	d.items[i], d.items[j] = d.items[j], d.items[i]
 	d.seq[i], d.seq[j] = d.seq[j], d.seq[i]
+	d.items[i].conn.timerAt, d.items[j].conn.timerAt = i+1, j+1
 }
 func (d *deadlines) Push(x any) {
-	d.items = append(d.items, x.(timerEntry))
+	e := x.(timerEntry)
+	d.items = append(d.items, e)
 	d.seq = append(d.seq, d.next)
 	d.next++
+	e.conn.timerAt = len(d.items)
 }
 func (d *deadlines) Pop() any {
 	n := len(d.items) - 1
 	e := d.items[n]
 	d.items[n] = timerEntry{}
 	d.items, d.seq = d.items[:n], d.seq[:n]
+	e.conn.timerAt = 0
 	return e
+}
+
+// set arms c's one entry for at: the entry moves if c has one.
+func (d *deadlines) set(c *Connector, at time.Time) {
+	if c.timerAt == 0 {
+		heap.Push(d, timerEntry{at: at, conn: c, gen: c.timerGen})
+		return
+	}
+	i := c.timerAt - 1
+	d.items[i].at, d.items[i].gen = at, c.timerGen
+	d.seq[i] = d.next // equal deadlines fire in the order they were set
+	d.next++
+	heap.Fix(d, i)
+}
+
+// remove drops c's entry, if it has one.
+func (d *deadlines) remove(c *Connector) {
+	if c.timerAt != 0 {
+		heap.Remove(d, c.timerAt-1)
+	}
 }
 
 func (d *deadlines) push(e timerEntry) { heap.Push(d, e) }

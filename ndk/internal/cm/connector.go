@@ -147,6 +147,11 @@ type Connector struct {
 	retriesLeft uint8
 	timerGen    uint64
 	timerSet    bool
+	timerAt     int // 1 + the index of its entry in Manager.timers; 0: none
+	// twPrev and twNext link the connections in time-wait, oldest first
+	// (Manager.twOldest), so the oldest is evicted when a new one would
+	// exceed Params.MaxTimeWait.
+	twPrev, twNext *Connector
 
 	// QP transitions run outside the lock; a ToError wanted meanwhile waits.
 	transition  bool
@@ -352,6 +357,7 @@ func (c *Connector) flushQPError(m *Manager) {
 func (c *Connector) cancelTimer() {
 	c.timerGen++
 	c.timerSet = false
+	c.m.timers.remove(c)
 }
 
 func (c *Connector) onTimeout(m *Manager) {
@@ -365,8 +371,7 @@ func (c *Connector) onTimeout(m *Manager) {
 			return
 		}
 	case stTimeWait:
-		c.state = stDone
-		m.unregister(c)
+		m.leaveTimeWait(c)
 		return
 	default:
 		return

@@ -98,8 +98,45 @@ func (c *Connector) enterTimeWait(m *Manager) {
 		return
 	}
 	c.leaveBacklog()
+	if m.timeWaits >= m.p.MaxTimeWait {
+		// A peer that makes connections end (a REJ for every REP, say)
+		// would otherwise hold rate × time-wait of them. The oldest has
+		// answered its duplicates longest; ending it early costs at most
+		// a late duplicate taken for a new request, which the peer's
+		// retries then sort out.
+		old := m.twOldest
+		old.cancelTimer()
+		m.leaveTimeWait(old)
+		m.stats.TimeWaitEvictions++
+	}
 	c.state = stTimeWait
+	c.twPrev = m.twNewest
+	if m.twNewest != nil {
+		m.twNewest.twNext = c
+	} else {
+		m.twOldest = c
+	}
+	m.twNewest = c
+	m.timeWaits++
 	m.arm(c, m.timeWait(c))
+}
+
+// leaveTimeWait ends c's time-wait: its IDs are forgotten (locked).
+func (m *Manager) leaveTimeWait(c *Connector) {
+	if p := c.twPrev; p != nil {
+		p.twNext = c.twNext
+	} else {
+		m.twOldest = c.twNext
+	}
+	if n := c.twNext; n != nil {
+		n.twPrev = c.twPrev
+	} else {
+		m.twNewest = c.twPrev
+	}
+	c.twPrev, c.twNext = nil, nil
+	m.timeWaits--
+	c.state = stDone
+	m.unregister(c)
 }
 
 // disconnectEvent calls the consumer's disconnect callback with reason,

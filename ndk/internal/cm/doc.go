@@ -143,6 +143,15 @@
 //     parameters (the time-wait at 16 times our path's ACK timeout), where
 //     Linux waits as long as the REQ says, up to hours
 //     (TestSYNFloodHoldsAtMostTheBacklog).
+//   - Against peers that end every connection they start (a REJ for every
+//     REP, a DREQ after every RTU): the connections in time-wait, which
+//     the backlog no longer holds, are bounded by Params.MaxTimeWait
+//     (4,096) for the whole manager; one more evicts the oldest, counted
+//     in Stats.TimeWaitEvictions. Linux's ib_cm keeps them all. So every
+//     state that holds memory has a bound: half-open by the backlog,
+//     established and those being set up by the consumer's QPs, time-wait
+//     by MaxTimeWait; the timer heap holds one entry per connection with a
+//     timer armed (TestREJForEveryREPBoundsTimeWait).
 //
 // Everything else a peer sees (the choice of REJ 8 for a port nobody listens
 // on or a paused listener, REJ 28 for an address no listener is bound to,

@@ -62,7 +62,18 @@ type Params struct {
 	// duplicates (DREQ with DREP, REQ with a stale-connection REJ). 0 means
 	// Linux's: the ACK timeout of the path, converted as cm.c does.
 	TimeWait time.Duration
+	// MaxTimeWait bounds the connections in time-wait, of every listener
+	// and connector together (0 means 4,096). A connection ending beyond
+	// it evicts the oldest one in time-wait (Stats.TimeWaitEvictions):
+	// a peer answering every REP with a REJ ends connections at the rate
+	// it may send REQs, 10,000 a second, each held for the time-wait (up
+	// to 16 s), outside the listen backlog's bound.
+	MaxTimeWait int
 }
+
+// defaultMaxTimeWait is MaxTimeWait's default: a server ending 256
+// connections a second keeps each for a 16 s time-wait; about 1 KiB each.
+const defaultMaxTimeWait = 4096
 
 // DefaultParams returns the values Linux's rdma_cm uses over RoCE.
 func DefaultParams() Params {
@@ -90,6 +101,8 @@ func (p *Params) validate() error {
 		return fmt.Errorf("ListenBacklog %d must be positive", p.ListenBacklog)
 	case p.TimeWait < 0:
 		return fmt.Errorf("negative TimeWait %v", p.TimeWait)
+	case p.MaxTimeWait < 0:
+		return fmt.Errorf("negative MaxTimeWait %d", p.MaxTimeWait)
 	}
 	return nil
 }
@@ -128,8 +141,12 @@ type Stats struct {
 	// Connections is how many connections the manager holds state for
 	// now, in any state up to the end of time-wait; HalfOpen how many of
 	// them are passive and not yet established (the REQs a listener's
-	// backlog bounds).
-	Connections, HalfOpen int
+	// backlog bounds); TimeWait how many are in time-wait
+	// (Params.MaxTimeWait bounds them).
+	Connections, HalfOpen, TimeWait int
+	// TimeWaitEvictions counts connections whose time-wait ended early
+	// because a newer one would have exceeded Params.MaxTimeWait.
+	TimeWaitEvictions uint64
 }
 
 // Manager is the InfiniBand Communication Manager of one adapter: it runs
@@ -159,6 +176,9 @@ type Manager struct {
 	armedAt   time.Time
 	stats     Stats
 	effects   []effect
+	// Connections in time-wait, oldest first (Connector.twPrev, twNext).
+	twOldest, twNewest *Connector
+	timeWaits          int
 }
 
 type remoteKey struct {
@@ -180,6 +200,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if err := p.validate(); err != nil {
 		return nil, ndkpi.Errorf(ndkpi.StatusInvalidParameter, "new manager", err, "bad Params")
+	}
+	if p.MaxTimeWait == 0 {
+		p.MaxTimeWait = defaultMaxTimeWait
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -223,7 +246,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
-	s.Connections = len(m.conns)
+	s.Connections, s.TimeWait = len(m.conns), m.timeWaits
 	for _, ls := range m.listeners {
 		for _, l := range ls {
 			s.HalfOpen += l.pending
@@ -392,8 +415,7 @@ func (m *Manager) tidFor(localID uint32) uint64 {
 func (m *Manager) arm(c *Connector, d time.Duration) {
 	c.timerGen++
 	c.timerSet = true
-	at := m.clock.Now().Add(d)
-	m.timers.push(timerEntry{at: at, conn: c, gen: c.timerGen})
+	m.timers.set(c, m.clock.Now().Add(d))
 	m.schedule()
 }
 

@@ -64,6 +64,11 @@ func (p *Provider) open(ifname string, cfg Config) error {
 	if err := p.openXDP(ifname, cfg); err != nil {
 		return err
 	}
+	// Frames for other hosts stop in the program; the engines check again
+	// (rc.Config.Addrs).
+	if err := p.xdp.SetLocal(p.link.MAC, p.link.Addr); err != nil {
+		return err
+	}
 	// QP1's datagrams go to the management queue, whose engine hands them
 	// to the CM (loader.GSIQPN); the other engines forward those that
 	// arrive on their queues to it.

@@ -166,7 +166,10 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	p.ports = append(p.ports, pt)
 	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource,
-		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs}
+		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs, MAC: p.link.MAC}
+	if p.link.Addr.IsValid() {
+		rcfg.Addrs = []netip.Addr{p.link.Addr}
+	}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
 	}

@@ -29,6 +29,14 @@ func (e *Engine) completer(q *QP) {
 		e.c.stale.Add(1)
 		return
 	}
+	if !validSyndrome(p.BTH.Opcode, p.AETH.Syndrome) {
+		// A syndrome IBTA reserves (9.7.5.1): nothing in the packet can be
+		// trusted, and waiting would only let the request time out, so it
+		// fails at once (rxe check_ack: COMPST_ERROR).
+		e.c.badSyndromes.Add(1)
+		e.fail(q, ndkpi.StatusRemoteResources, wcBadRespErr)
+		return
+	}
 	switch p.BTH.Opcode {
 	case rocev2.RCAck:
 		syn := p.AETH.Syndrome
@@ -61,8 +69,6 @@ func (e *Engine) completer(q *QP) {
 			default: // remote operational error, and reserved codes as rxe
 				e.failHead(q, wcRemOpErr)
 			}
-		default:
-			e.c.stale.Add(1)
 		}
 	case rocev2.RCReadResponseFirst, rocev2.RCReadResponseMiddle, rocev2.RCReadResponseLast, rocev2.RCReadResponseOnly:
 		e.readResponse(q, psn)
@@ -71,6 +77,24 @@ func (e *Engine) completer(q *QP) {
 	default:
 		e.c.stale.Add(1)
 	}
+}
+
+// validSyndrome reports whether syn is a syndrome IBTA defines for a
+// response with opcode op (9.7.5.1, table 44): bit 7 clear, and on a READ
+// response or ATOMIC_ACKNOWLEDGE an ACK (rxe check_ack), on an
+// ACKNOWLEDGE any type but the reserved one (type 2). Reserved NAK codes
+// are left to the NAK handling, which fails the request as rxe does.
+func validSyndrome(op rocev2.Opcode, syn rocev2.Syndrome) bool {
+	if op.Info().Headers&rocev2.HasAETH == 0 {
+		return true
+	}
+	if syn&0x80 != 0 {
+		return false
+	}
+	if op == rocev2.RCAck {
+		return syn.Type() != rocev2.AckTypeReserved
+	}
+	return syn.Type() == rocev2.AckTypeACK
 }
 
 // ackThrough retires every WQE whose packets all lie at or before psn.

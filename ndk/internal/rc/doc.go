@@ -245,7 +245,10 @@
 //     unacknowledged PSNs per QP.
 //   - Responder: execute at ePSN; re-ACK duplicates of SEND/WRITE (never
 //     re-execute); answer a duplicate READ again from its responder
-//     resource; one PSN-sequence NAK per gap; ACKs coalesced (one per QP
+//     resource; a duplicate READ, atomic or WRITE_FIRST/ONLY is
+//     re-validated first (its R_Key must be the original's and allow its
+//     range and right in the token table as it is now, else a remote
+//     access NAK); one PSN-sequence NAK per gap; ACKs coalesced (one per QP
 //     per receive batch, on AckReq) and never ahead of READ responses they
 //     would cover; an ACK after a completed receive waits up to 20 us to
 //     leave with the consumer's answer. MSN counts completed messages.
@@ -297,7 +300,11 @@
 // Status mapping (ndk's doc lists it for users): remote access NAK ->
 // STATUS_ACCESS_VIOLATION (STATUS_REMOTE_RESOURCES for a READ, as NdkRead
 // documents); invalid request / operational NAK -> STATUS_REMOTE_RESOURCES;
-// retries exhausted -> STATUS_IO_TIMEOUT; receive too small ->
+// an answer whose AETH syndrome IBTA reserves for its opcode (type 2 or bit
+// 7 on an ACK, anything but an ACK on a READ response or
+// ATOMIC_ACKNOWLEDGE) -> STATUS_REMOTE_RESOURCES with IB_WC_BAD_RESP_ERR,
+// at once, as rxe check_ack; retries exhausted -> STATUS_IO_TIMEOUT;
+// receive too small ->
 // STATUS_BUFFER_OVERFLOW; flushed -> STATUS_CANCELLED. ProviderErrorCode
 // carries the ib_wc_status number.
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,15 @@ type Config struct {
 	// address, which they do not. Set it only where a peer's frames
 	// legitimately arrive from several addresses.
 	AnySource bool
+	// Addrs and MAC are the adapter's own addresses. A QP1 datagram whose
+	// destination IP is none of Addrs, or whose destination MAC is not
+	// MAC, is dropped and counted (Stats.WrongDestination): the kernel
+	// would not have taken it, and the CM must not answer it. An RC frame
+	// must be addressed to its QP's own Local endpoint, which the
+	// connection set from these. Unset (no Addrs, a zero MAC): not
+	// checked, for ports that carry no real addresses.
+	Addrs []netip.Addr
+	MAC   rocev2.MAC
 	// Owner, when set, names the engine that owns a QPN (nil if none) for
 	// the engines of one adapter: frames for QPs of another engine, and
 	// QP1's datagrams on an engine without the GSI hook, are forwarded to
@@ -98,15 +108,23 @@ const (
 	// qpBudget bounds the frames one QP sends per loop, so that one bulk
 	// transfer cannot starve the others or the receive side.
 	qpBudget = 64
-	// replayBudget bounds the frames per loop of a QP whose next READ
-	// response belongs to a run a duplicate READ restarted. The peer
-	// decides how much a responder replays: a flood of duplicate READs
-	// restarts runs at no cost to itself, and each loop spent its whole
-	// qpBudget on them before the other QPs' frames were received again
-	// (ndk TestFloodOfReads: the well-behaved QP's rate under the flood
-	// went from 0.1-0.3x to 0.4-0.5x of its rate without). First runs keep
-	// qpBudget: a quarter of it cut a bulk READ's rate by a third.
-	replayBudget = 16
+	// replayBudget bounds the answers to duplicate requests (READ
+	// responses of a run a duplicate READ restarted, ATOMIC_ACKNOWLEDGEs
+	// sent again) that one loop sends, all QPs together. The peer decides
+	// how much a responder replays: a flood of duplicates restarts runs
+	// at no cost to itself, and each replayed frame delays every other
+	// QP's answer in the same loop. 16 per QP a loop kept a neighbouring
+	// QP's READ round trip at 4.6x its unloaded median (2 µs) under a
+	// flood of duplicate READs, 4 for the engine at 2.2-3.1x, where a
+	// flood V drops unanswered costs 2.4x (on a less busy machine, an
+	// unloaded median of 6-7 µs: 2.3-2.5x, 1.6-1.75x and 1.4x; ndk
+	// BenchmarkFloodRTT).
+	// A QP over it waits for the next loop (Stats.ReplaysDeferred); the
+	// loop is short when the engine has nothing else to do, so a genuine
+	// retransmission still runs at several frames a microsecond. First
+	// runs keep qpBudget: a quarter of it cut a bulk READ's rate by a
+	// third.
+	replayBudget = 4
 	// ackEvery sets AckReq on every ackEvery-th packet of a long message
 	// besides its last (rxe asks after 64 unacknowledged packets; a
 	// shorter stride retires WQEs sooner with a 512-PSN window).
@@ -138,6 +156,8 @@ type Engine struct {
 
 	lockThread bool
 	anySource  bool
+	addrs      []netip.Addr // Config.Addrs, unmapped
+	mac        rocev2.MAC
 
 	gsi         func(p *rocev2.Packet)
 	firstPacket func(qpn uint32)
@@ -160,6 +180,7 @@ type Engine struct {
 	done       chan struct{}
 
 	c          counters
+	replayLeft int            // replayBudget left this loop; engine goroutine only
 	violations violationTable // engine goroutine only
 	yield      spin.Yielder   // engine goroutine only
 
@@ -225,6 +246,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		maxQPs:      cfg.MaxQPs,
 		lockThread:  cfg.LockThread,
 		anySource:   cfg.AnySource,
+		mac:         cfg.MAC,
 		ready:       ready,
 		done:        make(chan struct{}),
 		qps:         make(map[uint32]*QP),
@@ -233,6 +255,9 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+	}
+	for _, a := range cfg.Addrs {
+		e.addrs = append(e.addrs, a.Unmap())
 	}
 	if cfg.Owner != nil {
 		if err := e.initForwarding(); err != nil {
@@ -292,6 +317,7 @@ func (e *Engine) run() {
 	var idleSince int64 // e.now when the engine last had work
 	for !e.stop.Load() {
 		e.now = e.clock()
+		e.replayLeft = replayBudget
 		// Pollers first: receives a daemon client posted reach their QPs
 		// before the frames this turn brings, which would otherwise find
 		// them missing and draw an RNR NAK.
@@ -454,6 +480,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
 		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
 		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP {
+			if !e.toAdapter() {
+				e.c.wrongDestination.Add(1)
+				return
+			}
 			if e.gsi != nil {
 				e.gsi(&e.pkt)
 				return
@@ -486,6 +516,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.c.notConnected.Add(1)
 		return
 	}
+	if !q.t.toLocal(&e.pkt) {
+		e.c.wrongDestination.Add(1)
+		return
+	}
 	if !e.anySource && e.pkt.IP.Src.Unmap() != q.t.peerIP {
 		e.c.wrongSource.Add(1)
 		return
@@ -507,6 +541,27 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		return
 	}
 	e.responder(q)
+}
+
+// toAdapter reports whether e.pkt is addressed to the adapter
+// (Config.Addrs and MAC).
+func (e *Engine) toAdapter() bool {
+	if e.mac != (rocev2.MAC{}) && e.pkt.Eth.Dst != e.mac {
+		return false
+	}
+	if len(e.addrs) == 0 {
+		return true
+	}
+	if e.pkt.IP.Dst.Is4In6() { // as qpTransport.toLocal
+		return false
+	}
+	dst := e.pkt.IP.Dst
+	for _, a := range e.addrs {
+		if a == dst {
+			return true
+		}
+	}
+	return false
 }
 
 // drainReady takes the QPs that posted since the last loop.

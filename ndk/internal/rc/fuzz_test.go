@@ -19,6 +19,9 @@ import (
 func FuzzEngineFrames(f *testing.F) {
 	f.Add([]byte{0x04, 0, 0, 0x0a, 1, 0, 0, 0, 0, 0, 0x10, 0x0c, 0, 0x11, 0x60})
 	f.Add([]byte{0x06, 0, 1, 0x07, 1, 0x08, 2, 0x0c, 3, 0x0d, 0, 0x11, 0x20})
+	// An ACK with a reserved syndrome (0x40, then bit 7), a WRITE and a
+	// READ to another host's address (bit 7 of the PSN byte), duplicates.
+	f.Add([]byte{0x11, 0, 0x40, 0x11, 0, 0xC1, 0x0a, 0x80, 8, 0x0c, 0x81, 9, 0x0a, 0, 8, 0x0a, 0, 8})
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		pipe, err := porttest.NewPipe(porttest.PipeConfig{Depth: 1024})
 		if err != nil {
@@ -64,7 +67,11 @@ func FuzzEngineFrames(f *testing.F) {
 			if arg&4 != 0 {
 				hdr.RETH.RKey ^= 0xff
 			}
-			hdr.AETH = rocev2.AETHFields{Syndrome: rocev2.Syndrome(arg & 0x7f), MSN: 1}
+			hdr.AETH = rocev2.AETHFields{Syndrome: rocev2.Syndrome(arg), MSN: 1}
+			hdr.IP.Dst = h.ip
+			if dpsn&0x80 != 0 {
+				hdr.IP.Dst = netip.MustParseAddr("198.18.0.9") // another host's
+			}
 			hdr.IETH = wr.tokens.Remote
 			n := 0
 			if info.Payload {

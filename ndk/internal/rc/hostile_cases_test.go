@@ -19,9 +19,10 @@ const (
 	e0     = rocev2.PSN(0xFFFFFF) // B's expected PSN when a case starts
 )
 
-func malformed(s Stats) uint64  { return s.Malformed }
-func stale(s Stats) uint64      { return s.Stale }
-func duplicates(s Stats) uint64 { return s.Duplicates }
+func malformed(s Stats) uint64        { return s.Malformed }
+func stale(s Stats) uint64            { return s.Stale }
+func duplicates(s Stats) uint64       { return s.Duplicates }
+func accessViolations(s Stats) uint64 { return s.LocalAccessErrors }
 
 func readResp(op rocev2.Opcode, psn rocev2.PSN, n int) answer {
 	a := answer{op: op, psn: psn, n: n}
@@ -76,6 +77,7 @@ func hostileCases() []hostileCase {
 	cs = append(cs, psnCases()...)
 	cs = append(cs, forgedCases()...)
 	cs = append(cs, malformedCases()...)
+	cs = append(cs, destinationCases()...)
 	return cs
 }
 

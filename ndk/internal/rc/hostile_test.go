@@ -69,6 +69,16 @@ package rc
 //	psn/duplicate-read-invalidated READ, SEND_INV of its token, READ again NAK remote access, no data (rxe rechecks the MR)
 //	psn/duplicate-read-deregistered READ, deregister, READ again           NAK remote access, no data
 //	psn/duplicate-atomic           FETCH_ADD +5 at E, again with +100      the saved original again, executed once
+//	dup/read-same-key              READ 64 at E, the same again (control)  answered twice
+//	dup/read-wrong-key             READ at E, again with a wrong R_Key     NAK remote access, no data (re-validated, not the saved key)
+//	dup/read-other-regions-key     READ at E, again with another MR's key  NAK remote access: not the key the READ was granted
+//	dup/read-second-packet-deregistered READ 512, deregister, READ E+1     NAK remote access at E+1
+//	dup/atomic-wrong-key           FETCH_ADD at E, again with a wrong key  NAK remote access, executed once
+//	dup/atomic-deregistered        FETCH_ADD, deregister, FETCH_ADD again  NAK remote access, executed once
+//	dup/atomic-other-address       FETCH_ADD at E, again at MR+8           dropped, Stale, executed once, live
+//	dup/write-wrong-key            WRITE_ONLY at E-1 with a wrong key      NAK remote access (not re-ACKed), MR untouched
+//	dup/write-no-write-right       WRITE_FIRST at E-1 to a read-only MR    NAK remote access
+//	dup/write-zero-length-any-key  WRITE_ONLY at E-1, 0 bytes, R_Key 0     ACK E-1 (C9-88), live
 //	forged/ack-never-sent          ACK for S+10                            dropped, Stale; the request completes later
 //	forged/ack-nothing-outstanding ACK with nothing outstanding            dropped, Stale
 //	forged/nak-never-sent          remote access NAK for S+5               dropped, no error
@@ -78,9 +88,22 @@ package rc
 //	forged/read-response-for-write READ_RESPONSE_ONLY at a WRITE's PSN     dropped, sink untouched
 //	forged/atomic-ack-never-sent   ATOMIC_ACKNOWLEDGE for S+2              dropped
 //	forged/read-response-too-long  RESPONSE_ONLY, 100 bytes for a 64 READ  READ fails DATA_OVERRUN (LOC_LEN_ERR), sink untouched
-//	aeth/reserved-type             ACK with syndrome type 0b10             dropped, Stale, no error
+//	aeth/reserved-type             ACK with syndrome type 0b10             REMOTE_RESOURCES, BAD_RESP_ERR at once, error (rxe check_ack)
+//	aeth/reserved-type-zero        ACK with syndrome 0x40                  the same
+//	aeth/bit-7                     ACK with syndrome bit 7 set             the same (bit 7 is reserved)
+//	aeth/read-response-nak         READ_RESPONSE_ONLY with a NAK syndrome  the same: a READ response's AETH is an ACK
+//	aeth/read-response-rnr         READ_RESPONSE_ONLY with an RNR syndrome the same
+//	aeth/read-response-reserved    READ_RESPONSE_ONLY with syndrome 0x5F   the same
+//	aeth/atomic-ack-nak            ATOMIC_ACKNOWLEDGE with a NAK syndrome  REMOTE_RESOURCES, BAD_RESP_ERR at once, error
+//	aeth/atomic-ack-reserved       ATOMIC_ACKNOWLEDGE with syndrome 0x41   the same
+//	aeth/atomic-ack-with-credits   ATOMIC_ACKNOWLEDGE, credit code 7       the atomic completes successfully
+//	aeth/ack-with-credits          ACK with credit code 5 (control)        the request completes successfully
+//	aeth/read-response-with-credits READ_RESPONSE_ONLY, credit code 3      the READ completes, its data placed
 //	aeth/reserved-nak-code         NAK code 7 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error (rxe "unexpected nak")
 //	aeth/remote-operational        NAK code 3 at the WRITE's PSN           REMOTE_RESOURCES, REM_OP_ERR, error
+//	dest/write-*, dest/read-*      WRITE or READ to another IP (v4, v6,    dropped before it runs, WrongDestination, MR untouched, live
+//	                               broadcast, multicast) or MAC
+//	dest/*-to-b-ipv4, -ipv6        the same frames addressed to B (control) executed: ACK, or the READ answered
 //	malformed/pad-beyond-payload   WRITE_ONLY, no payload, PadCnt 3        dropped, Malformed
 //	malformed/pad-disagrees        RETH 16, 16 bytes on the wire, PadCnt 2 NAK invalid request (14 bytes != 16), MR untouched
 //	malformed/pad-on-ack           ACKNOWLEDGE with PadCnt 1               dropped, Malformed
@@ -226,7 +249,8 @@ type fence struct {
 }
 
 type hostileOptions struct {
-	inboundReads int // B's responder resources (default 16)
+	inboundReads int  // B's responder resources (default 16)
+	ipv6         bool // A and B talk over IPv6 (2001:2::1, 2001:2::2)
 }
 
 const (
@@ -247,8 +271,12 @@ func newHostile(t *testing.T, o hostileOptions) *hostile {
 	po := &pairOptions{}
 	inj := &injectPort{Port: pipe.B()}
 	h := &hostile{t: t, inj: inj, rec: rec}
-	h.a = newHost(t, pipe.A(), "198.18.0.1", 1, po)
-	h.b = newHost(t, inj, "198.18.0.2", 2, po)
+	ipA, ipB := "198.18.0.1", "198.18.0.2"
+	if o.ipv6 {
+		ipA, ipB = "2001:2::1", "2001:2::2"
+	}
+	h.a = newHost(t, pipe.A(), ipA, 1, po)
+	h.b = newHost(t, inj, ipB, 2, po)
 	h.qa, h.qb = h.a.createQP(0x100, 64), h.b.createQP(0x100, 64)
 	pA := defaultParams(hostileMTU)
 	pA.Local = Endpoint{IP: h.a.ip, MAC: h.a.mac, QPN: 0x100, PSN: aPSN}

@@ -86,6 +86,82 @@ func psnCases() []hostileCase {
 			})(h)
 			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), nakAt(e0, nakRA)}
 		}},
+		{name: "dup/read-same-key", live: true, counter: duplicates, run: func(h *hostile) []answer {
+			readTwice(mr, 64, 64, nil)(h)
+			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), readResp(rocev2.RCReadResponseOnly, e0, 64)}
+		}},
+		{name: "dup/read-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			h.inj.inject(h.read(e0, h.mr.addr(0), mrKey(h), 64))
+			h.settle()
+			h.inj.inject(h.read(e0, h.mr.addr(0), mrKey(h)^0x55, 64))
+			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), nakAt(e0, nakRA)}
+		}},
+		{name: "dup/read-other-regions-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			// A valid key, but not the one the READ was granted with.
+			other := h.region(64, allRemote, testPD, false)
+			h.inj.inject(h.read(e0, h.mr.addr(0), mrKey(h), 64))
+			h.settle()
+			h.inj.inject(h.read(e0, h.mr.addr(0), other.tokens.Remote, 64))
+			return []answer{readResp(rocev2.RCReadResponseOnly, e0, 64), nakAt(e0, nakRA)}
+		}},
+		{name: "dup/read-second-packet-deregistered", fails: true, run: func(h *hostile) []answer {
+			reg := h.region(2*pmtu, allRemote, testPD, false)
+			h.inj.inject(h.read(e0, reg.addr(0), reg.tokens.Remote, 2*pmtu))
+			h.settle()
+			if err := h.b.regions.Deregister(reg.tokens.Local); err != nil {
+				h.t.Fatal(err)
+			}
+			h.inj.inject(h.read(e0.Next(), reg.addr(pmtu), reg.tokens.Remote, pmtu))
+			return []answer{readResp(rocev2.RCReadResponseFirst, e0, pmtu), readResp(rocev2.RCReadResponseLast, e0.Next(), pmtu), nakAt(e0.Next(), nakRA)}
+		}},
+		{name: "dup/atomic-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			orig := u64(h.mr.b[:8])
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h), 0, 5))
+			h.settle()
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h)^0x55, 0, 5))
+			var want [8]byte
+			putU64(want[:], orig+5)
+			h.expect(h.mr, 0, want[:])
+			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}, nakAt(e0, nakRA)}
+		}},
+		{name: "dup/atomic-deregistered", fails: true, run: func(h *hostile) []answer {
+			reg := h.region(8, allRemote, testPD, false)
+			orig := u64(reg.b[:8])
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, reg.addr(0), reg.tokens.Remote, 0, 5))
+			h.settle()
+			if err := h.b.regions.Deregister(reg.tokens.Local); err != nil {
+				h.t.Fatal(err)
+			}
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, reg.addr(0), reg.tokens.Remote, 0, 5))
+			var want [8]byte
+			putU64(want[:], orig+5)
+			h.expect(reg, 0, want[:])
+			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}, nakAt(e0, nakRA)}
+		}},
+		{name: "dup/atomic-other-address", live: true, counter: stale, run: func(h *hostile) []answer {
+			orig := u64(h.mr.b[:8])
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h), 0, 5))
+			h.settle()
+			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(8), mrKey(h), 0, 5))
+			var want [8]byte
+			putU64(want[:], orig+5)
+			h.expect(h.mr, 0, want[:])
+			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}}
+		}},
+		{name: "dup/write-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			h.inj.inject(h.write(rocev2.RCWriteOnly, e0.Add(rocev2.PSNMask), h.mr.addr(0), mrKey(h)^0x55, 16, payloadOf(16, 9)))
+			return []answer{nakAt(e0.Add(rocev2.PSNMask), nakRA)}
+		}},
+		{name: "dup/write-no-write-right", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+			ro := h.region(64, memreg.AccessRemoteRead, testPD, false)
+			h.inj.inject(h.write(rocev2.RCWriteFirst, e0.Add(rocev2.PSNMask), ro.addr(0), ro.tokens.Remote, 2*pmtu, payloadOf(pmtu, 9)))
+			return []answer{nakAt(e0.Add(rocev2.PSNMask), nakRA)}
+		}},
+		{name: "dup/write-zero-length-any-key", live: true, counter: duplicates, run: func(h *hostile) []answer {
+			// C9-88: a zero-length WRITE names no memory, so no key.
+			h.inj.inject(h.write(rocev2.RCWriteOnly, e0.Add(rocev2.PSNMask), 1, 0, 0, nil))
+			return []answer{ackAt(e0.Add(rocev2.PSNMask))}
+		}},
 		{name: "psn/duplicate-atomic", live: true, counter: func(s Stats) uint64 { return s.AtomicReplays }, run: func(h *hostile) []answer {
 			orig := u64(h.mr.b[:8])
 			h.inj.inject(h.atomicOp(rocev2.RCFetchAdd, e0, h.mr.addr(0), mrKey(h), 0, 5))
@@ -178,6 +254,39 @@ func fatalAnswer(read bool, status ndkpi.Status, code uint32, f func(h *hostile,
 	}
 }
 
+// outstandingAtomic has B post a FETCH_ADD to A while B's requests are
+// lost, and returns its PSN and the sink its original value lands in.
+func (h *hostile) outstandingAtomic() (rocev2.PSN, *buffer) {
+	h.t.Helper()
+	psn := h.nextPSN()
+	h.rec.hold.Store(true)
+	word := h.a.buffer(8, memreg.AccessRemoteAtomic|memreg.AccessLocalWrite, false)
+	sink := h.region(8, memreg.AccessLocalWrite, testPD, false)
+	mustPost(h.t, h.qb.PostSend(&SendWR{Op: OpFetchAdd, Context: "out", SGL: []SGE{sink.sge(0, 8)},
+		RemoteAddr: word.addr(0), RemoteToken: word.tokens.Remote, SwapAdd: 1}))
+	h.settle()
+	return psn, sink
+}
+
+// wantBadResponse waits for B's outstanding request to fail with a bad
+// response.
+func (h *hostile) wantBadResponse() []answer {
+	h.t.Helper()
+	e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+	if e.Status != ndkpi.StatusRemoteResources || e.ProviderErrorCode != wcBadRespErr {
+		h.t.Fatalf("completion %+v, want status %#x code %d", e, ndkpi.StatusRemoteResources, wcBadRespErr)
+	}
+	return nil
+}
+
+// badAnswer injects an answer whose AETH syndrome IBTA reserves for its
+// opcode: the outstanding request fails at once with a bad response.
+func badAnswer(read bool, f func(h *hostile, o *outstanding) []byte) func(h *hostile) []answer {
+	return fatalAnswer(read, ndkpi.StatusRemoteResources, wcBadRespErr, f)
+}
+
+func badSyn(s Stats) uint64 { return s.BadSyndromes }
+
 func forgedCases() []hostileCase {
 	ack := func(op rocev2.Opcode, dpsn uint32, syn rocev2.Syndrome, n int) func(h *hostile, o *outstanding) []byte {
 		return func(h *hostile, o *outstanding) []byte {
@@ -202,7 +311,58 @@ func forgedCases() []hostileCase {
 			return h.frame(hd, nil)
 		})},
 		{name: "forged/read-response-too-long", fails: true, run: fatalAnswer(true, ndkpi.StatusDataOverrun, wcLocLenErr, ack(rocev2.RCReadResponseOnly, 0, okSyn, 100))},
-		{name: "aeth/reserved-type", counter: stale, run: forged(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40|0x1F), 0))},
+		{name: "aeth/reserved-type", fails: true, counter: badSyn, run: badAnswer(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40|0x1F), 0))},
+		{name: "aeth/reserved-type-zero", fails: true, counter: badSyn, run: badAnswer(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x40), 0))},
+		{name: "aeth/bit-7", fails: true, counter: badSyn, run: badAnswer(false, ack(rocev2.RCAck, 0, rocev2.Syndrome(0x80)|okSyn, 0))},
+		{name: "aeth/read-response-nak", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.NAKSyndrome(nakRA), 64))},
+		{name: "aeth/read-response-rnr", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.RNRNAKSyndrome(1), 64))},
+		{name: "aeth/read-response-reserved", fails: true, counter: badSyn, run: badAnswer(true, ack(rocev2.RCReadResponseOnly, 0, rocev2.Syndrome(0x5F), 64))},
+		{name: "aeth/atomic-ack-nak", fails: true, counter: badSyn, run: func(h *hostile) []answer {
+			psn, _ := h.outstandingAtomic()
+			h.inj.inject(h.answerFrame(rocev2.RCAtomicAck, psn, rocev2.NAKSyndrome(nakRA), nil))
+			return h.wantBadResponse()
+		}},
+		{name: "aeth/atomic-ack-reserved", fails: true, counter: badSyn, run: func(h *hostile) []answer {
+			psn, _ := h.outstandingAtomic()
+			h.inj.inject(h.answerFrame(rocev2.RCAtomicAck, psn, rocev2.Syndrome(0x41), nil))
+			return h.wantBadResponse()
+		}},
+		{name: "aeth/atomic-ack-with-credits", run: func(h *hostile) []answer {
+			psn, sink := h.outstandingAtomic()
+			h.inj.inject(h.answerFrame(rocev2.RCAtomicAck, psn, rocev2.ACKSyndrome(7), nil))
+			e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+			h.rec.hold.Store(false)
+			if e.Status != ndkpi.StatusSuccess {
+				h.t.Fatalf("completion %+v after an ATOMIC_ACKNOWLEDGE with credit code 7", e)
+			}
+			h.b.eng.Stats()
+			h.expect(sink, 0, make([]byte, 8)) // the forged original value, 0
+			return nil
+		}},
+		{name: "aeth/ack-with-credits", run: func(h *hostile) []answer {
+			// The control of the reserved cases: the same ACK with a
+			// defined syndrome (a credit count) retires the request.
+			o := h.outstanding(false)
+			h.inj.inject(h.answerFrame(rocev2.RCAck, o.psn, rocev2.ACKSyndrome(5), nil))
+			e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+			h.rec.hold.Store(false)
+			if e.Status != ndkpi.StatusSuccess {
+				h.t.Fatalf("completion %+v after an ACK with credit code 5", e)
+			}
+			return nil
+		}},
+		{name: "aeth/read-response-with-credits", run: func(h *hostile) []answer {
+			o := h.outstanding(true)
+			h.inj.inject(h.answerFrame(rocev2.RCReadResponseOnly, o.psn, rocev2.ACKSyndrome(3), o.data))
+			e := waitCQ(h.t, h.b.scq, 1, 5*time.Second)[0]
+			h.rec.hold.Store(false)
+			if e.Status != ndkpi.StatusSuccess {
+				h.t.Fatalf("completion %+v after a READ response with credit code 3", e)
+			}
+			h.b.eng.Stats()
+			h.expect(o.sink, 0, o.data)
+			return nil
+		}},
 		{name: "aeth/reserved-nak-code", fails: true, run: fatalAnswer(false, ndkpi.StatusRemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(7), 0))},
 		{name: "aeth/remote-operational", fails: true, run: fatalAnswer(false, ndkpi.StatusRemoteResources, wcRemOpErr, ack(rocev2.RCAck, 0, rocev2.NAKSyndrome(rocev2.NAKRemoteOperationalError), 0))},
 	}

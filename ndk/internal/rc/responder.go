@@ -44,6 +44,10 @@ func (e *Engine) responder(q *QP) {
 			e.duplicateAtomic(q, psn)
 			return
 		}
+		if (op == rocev2.RCWriteFirst || op == rocev2.RCWriteOnly) && !e.recheckWrite(q) {
+			e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+			return
+		}
 		// C9-105: never execute twice; acknowledge again with ePSN-1.
 		e.setCtl(q, ctlAck, 0, 0)
 		return
@@ -283,7 +287,7 @@ func (e *Engine) recvAtomic(q *QP, op rocev2.Opcode) {
 		orig = atomic.AddUint64(word, a.SwapAdd) - a.SwapAdd
 	}
 	e.c.atomics.Add(1)
-	*slot = readResource{first: psn, npkts: 1, va: a.VA, length: 8, atomic: true, orig: orig, stop: 1}
+	*slot = readResource{first: psn, npkts: 1, va: a.VA, length: 8, rkey: a.RKey, atomic: true, orig: orig, stop: 1}
 	t.resNext = (t.resNext + 1) % len(t.res)
 	t.ePSN = t.ePSN.Next()
 	t.msn = (t.msn + 1) & rocev2.PSNMask
@@ -301,11 +305,31 @@ func compareAndSwap(w *uint64, compare, swap uint64) uint64 {
 	}
 }
 
+// A duplicate is answered only as the request would be if it came now: its
+// own R_Key must be the one the original was granted with and must still
+// allow its range and right in the token table as it is now (rxe
+// rxe_recheck_mr), else a remote access NAK, as a fresh request would get.
+// A saved request proves only that the memory was readable then: a
+// duplicate carrying another key, or arriving after the region or window
+// was invalidated, deregistered or rebound, reads nothing.
+
+// recheckWrite re-validates a duplicate WRITE_FIRST or WRITE_ONLY, which is
+// acknowledged again but never executed: the acknowledgement would tell a
+// peer its key still works.
+func (e *Engine) recheckWrite(q *QP) bool {
+	r := &e.pkt.RETH
+	if r.DMALen == 0 { // a zero-length WRITE checks no key (IBTA 9.4.3)
+		return true
+	}
+	_, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
+	return f == memreg.OK
+}
+
 // duplicateRead answers a repeated READ again from the responder resource
 // whose PSN range covers it, starting at the repeated PSN, with the length
-// the duplicate asks for, if its R_Key still allows it (else a remote
-// access NAK, as rxe); one that matches none, or asks for more than the
-// original, is dropped (ROCEV2.md 2, "Duplicates").
+// the duplicate asks for, once re-validated (above); one that matches
+// none, or asks for more than the original, is dropped (ROCEV2.md 2,
+// "Duplicates").
 func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 	t := &q.t
 	r := &e.pkt.RETH
@@ -322,12 +346,18 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		if r.VA != s.va+uint64(off) || r.DMALen > s.length-off {
 			break
 		}
+		var b []byte
 		if r.DMALen > 0 {
-			if _, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, s.rkey, r.VA, r.DMALen, memreg.AccessRemoteRead); f != memreg.OK {
+			var f memreg.Fault
+			b, f = e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteRead)
+			if f != memreg.OK || r.RKey != s.rkey {
 				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 				return
 			}
 		}
+		// The run reads the memory the re-check returned, not the
+		// original's: the table may map the key elsewhere now.
+		s.buf, s.bufOff = b, off
 		s.start, s.next, s.again = k, k, true
 		s.stop, s.end = k+t.npkts(r.DMALen), off+r.DMALen
 		e.schedule(q)
@@ -337,13 +367,23 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 }
 
 // duplicateAtomic answers a repeated atomic from the resource that saved
-// its result; one whose resource was reused is dropped (rxe: no resource,
-// no reply), and the requester's retry count decides.
+// its result, once re-validated (above: the saved value is the word's
+// content, which its key must still allow to be read); one whose resource
+// was reused, or that names another address, is dropped (rxe: no
+// resource, no reply), and the requester's retry count decides.
 func (e *Engine) duplicateAtomic(q *QP, psn rocev2.PSN) {
 	t := &q.t
+	a := &e.pkt.AtomicETH
 	for i := range t.res {
 		s := &t.res[i]
 		if s.atomic && s.first == psn {
+			if a.VA != s.va {
+				break
+			}
+			if _, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, a.RKey, a.VA, 8, memreg.AccessRemoteAtomic); f != memreg.OK || a.RKey != s.rkey {
+				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+				return
+			}
 			s.start, s.next, s.again = 0, 0, true
 			e.c.atomicReplays.Add(1)
 			e.schedule(q)
@@ -388,8 +428,16 @@ func (e *Engine) respond(q *QP) (int, bool) {
 	for i := 0; i < n; i++ {
 		r := &t.res[(t.resNext+i)%n]
 		for r.sending() {
-			if sent >= qpBudget || (r.again && sent >= replayBudget) {
+			if sent >= qpBudget {
 				return sent, true
+			}
+			if r.again {
+				if e.replayLeft == 0 {
+					// Another turn: the other QPs' answers go first.
+					e.c.replaysDeferred.Add(1)
+					return sent, true
+				}
+				e.replayLeft--
 			}
 			var err error
 			if r.atomic {
@@ -437,7 +485,7 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 	h.AETH = rocev2.AETHFields{Syndrome: rocev2.ACKSyndrome(rocev2.CreditInvalid), MSN: t.msn}
 	var payload []byte
 	if n > 0 {
-		payload = r.buf[off : off+n]
+		payload = r.buf[off-r.bufOff : off-r.bufOff+n]
 	}
 	if err := e.emit(q, payload); err != nil {
 		return err

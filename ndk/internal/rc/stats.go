@@ -33,6 +33,8 @@ type counters struct {
 	cnps, retryExceeded, rnrRetryExceeded atomic.Uint64
 	localAccessErrors, remoteAccessErrors atomic.Uint64
 	seqNAKsReceived                       atomic.Uint64
+	badSyndromes, wrongDestination        atomic.Uint64
+	replaysDeferred                       atomic.Uint64
 }
 
 // PlacedWrites returns how many RDMA WRITE packets the QP's engine has
@@ -118,6 +120,18 @@ type Stats struct {
 	// SequenceErrors counts the PSN sequence error NAKs among
 	// NAKsReceived: a peer saw a gap (rxe rcvd_seq_err).
 	SequenceErrors uint64
+	// BadSyndromes counts ACKs, READ responses and ATOMIC_ACKNOWLEDGEs
+	// whose AETH syndrome IBTA reserves for that opcode; each failed the
+	// request it answered (IB_WC_BAD_RESP_ERR).
+	BadSyndromes uint64
+	// WrongDestination counts frames addressed to a MAC or IP address
+	// that is not the one their QP (or, for QP1, the adapter) was set up
+	// with, dropped before anything in them ran.
+	WrongDestination uint64
+	// ReplaysDeferred counts the times a QP's answers to duplicate
+	// requests waited for the next loop because it had spent its replay
+	// budget (engine.go, replayBudget).
+	ReplaysDeferred uint64
 }
 
 // Add adds o's counters to s, to total the engines of an adapter. Every
@@ -166,7 +180,8 @@ func (e *Engine) snapshot() Stats {
 		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
 		CNPs: c.cnps.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
 		LocalAccessErrors: c.localAccessErrors.Load(), RemoteAccessErrors: c.remoteAccessErrors.Load(),
-		SequenceErrors: c.seqNAKsReceived.Load(),
+		SequenceErrors: c.seqNAKsReceived.Load(), BadSyndromes: c.badSyndromes.Load(),
+		WrongDestination: c.wrongDestination.Load(), ReplaysDeferred: c.replaysDeferred.Load(),
 	}
 }
 

@@ -18,6 +18,7 @@ type qpTransport struct {
 	timed     bool // on the engine's timed list
 	params    ConnParams
 	peerIP    netip.Addr     // Remote.IP, unmapped: frames from elsewhere are dropped
+	localIP   netip.Addr     // Local.IP, unmapped: frames to another address are dropped
 	hdr       rocev2.Headers // template: addresses, ports, DestQP
 	l3        int
 	pmtu      uint32
@@ -78,10 +79,14 @@ type readResource struct {
 	again  bool
 	va     uint64
 	length uint32
+	// buf holds the bytes from offset bufOff of the READ on: all of them
+	// for a first run, the re-checked range of a duplicate's.
 	buf    []byte
-	// rkey is the R_Key the READ was checked with: a duplicate is
-	// answered only while it still allows the read (rxe rxe_recheck_mr),
-	// so invalidating or deregistering the region ends the replays.
+	bufOff uint32
+	// rkey is the R_Key the READ or atomic was checked with: a duplicate
+	// is answered only if it carries the same one and that key still
+	// allows it (responder.go, rxe rxe_recheck_mr), so invalidating or
+	// deregistering the region ends the replays.
 	rkey uint32
 	// stop and end bound the current run: the packet after its last, and
 	// the byte offset from va where it ends. A duplicate may ask for less
@@ -117,6 +122,7 @@ const (
 func (t *qpTransport) setup(p ConnParams) {
 	t.params = p
 	t.peerIP = p.Remote.IP.Unmap()
+	t.localIP = p.Local.IP.Unmap()
 	t.pmtu = uint32(p.PathMTU.Bytes())
 	t.hdr = rocev2.Headers{
 		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC},
@@ -132,6 +138,20 @@ func (t *qpTransport) setup(p ConnParams) {
 	t.retryLeft = p.RetryCount
 	t.rnrLeft = p.RNRRetry
 	t.res = make([]readResource, max(1, p.InboundReadLimit))
+}
+
+// toLocal reports whether p is addressed to this QP's Local endpoint:
+// its MAC (unless zero) and its IP. A frame the NIC delivered for another
+// address (promiscuous mode, a bridge, a forged header) is not the peer
+// talking to this QP, whatever its QPN and PSN say.
+func (t *qpTransport) toLocal(p *rocev2.Packet) bool {
+	if m := t.params.Local.MAC; m != (rocev2.MAC{}) && p.Eth.Dst != m {
+		return false
+	}
+	// An IPv4-mapped destination comes only in an IPv6 header, where no
+	// host is addressed so (RFC 4291 2.5.5.2): it is not the IPv4 address
+	// it maps.
+	return !t.localIP.IsValid() || (p.IP.Dst.Unmap() == t.localIP && !p.IP.Dst.Is4In6())
 }
 
 // npkts is how many PSNs a message of n bytes takes: at least one.

@@ -65,6 +65,7 @@ const (
 	wcLocQPOpErr     = 2
 	wcLocProtErr     = 4
 	wcWRFlushErr     = 5
+	wcBadRespErr     = 7
 	wcRemInvReqErr   = 9
 	wcRemAccessErr   = 10
 	wcRemOpErr       = 11
