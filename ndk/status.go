@@ -48,10 +48,12 @@ const (
 // only a Go API has: StatusInvalidHandle for a call on an object that was
 // closed (NDK leaves that undefined; Go must not crash), and
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
-// status.
+// status, and StatusConnectionReset for every call of a daemon-backed
+// adapter (Dial) whose daemon went away.
 const (
-	StatusInvalidHandle Status = ndkpi.StatusInvalidHandle
-	StatusUnsuccessful  Status = ndkpi.StatusUnsuccessful
+	StatusInvalidHandle   Status = ndkpi.StatusInvalidHandle
+	StatusUnsuccessful    Status = ndkpi.StatusUnsuccessful
+	StatusConnectionReset Status = ndkpi.StatusConnectionReset
 )
 
 // Error is a failed NDK call: the NTSTATUS code a Windows provider would
@@ -91,6 +93,7 @@ var (
 	ErrInvalidDeviceRequest  = ndkpi.ErrInvalidDeviceRequest
 	ErrInvalidHandle         = ndkpi.ErrInvalidHandle
 	ErrUnsuccessful          = ndkpi.ErrUnsuccessful
+	ErrConnectionReset       = ndkpi.ErrConnectionReset
 )
 
 // StatusOf returns the NTSTATUS carried by err: StatusSuccess for nil, the

@@ -48,6 +48,7 @@ var statusTable = []struct {
 	{StatusInvalidDeviceRequest, 0xC0000010, "STATUS_INVALID_DEVICE_REQUEST", ErrInvalidDeviceRequest, true},
 	{StatusInvalidHandle, 0xC0000008, "STATUS_INVALID_HANDLE", ErrInvalidHandle, true},
 	{StatusUnsuccessful, 0xC0000001, "STATUS_UNSUCCESSFUL", ErrUnsuccessful, true},
+	{StatusConnectionReset, 0xC000020D, "STATUS_CONNECTION_RESET", ErrConnectionReset, true},
 }
 
 func TestStatusValuesAndNames(t *testing.T) {

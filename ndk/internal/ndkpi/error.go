@@ -76,6 +76,7 @@ var (
 	ErrInvalidDeviceRequest  = &Error{Status: StatusInvalidDeviceRequest}
 	ErrInvalidHandle         = &Error{Status: StatusInvalidHandle}
 	ErrUnsuccessful          = &Error{Status: StatusUnsuccessful}
+	ErrConnectionReset       = &Error{Status: StatusConnectionReset}
 )
 
 // StatusOf returns the NTSTATUS carried by err: StatusSuccess for nil, the

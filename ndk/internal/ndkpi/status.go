@@ -48,10 +48,14 @@ const (
 // only a Go API has: StatusInvalidHandle for a call on an object that was
 // closed (NDK leaves that undefined; Go must not crash), and
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
-// status.
+// status, and StatusConnectionReset for a daemon-backed adapter whose
+// daemon is gone.
 const (
 	StatusInvalidHandle Status = 0xC0000008
 	StatusUnsuccessful  Status = 0xC0000001
+	// StatusConnectionReset: a daemon-backed adapter's daemon went away
+	// (its socket hung up), as ECONNRESET is a socket's peer going away.
+	StatusConnectionReset Status = 0xC000020D
 )
 
 // StatusNames is the header name of every status above; tests hold it to
@@ -86,6 +90,7 @@ var StatusNames = map[Status]string{
 	StatusInvalidDeviceRequest:  "STATUS_INVALID_DEVICE_REQUEST",
 	StatusInvalidHandle:         "STATUS_INVALID_HANDLE",
 	StatusUnsuccessful:          "STATUS_UNSUCCESSFUL",
+	StatusConnectionReset:       "STATUS_CONNECTION_RESET",
 }
 
 // String returns the header name, e.g. "STATUS_CONNECTION_INVALID", or the
