@@ -51,8 +51,9 @@ type remote struct {
 	keyBits atomic.Uint32
 	srqs    map[uint32]*SRQ
 	// gone is set when the daemon went away (watch): every call fails
-	// with StatusConnectionReset from then on.
-	gone atomic.Bool
+	// with StatusConnectionReset from then on; goneCh is closed after.
+	gone   atomic.Bool
+	goneCh chan struct{}
 }
 
 // arena is client memory the daemon maps: a sealed memfd.
@@ -93,6 +94,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 	r := &remote{
 		a: a, qps: make(map[uint32]*QP), cqs: make(map[uint32]*CQ), pds: make(map[uint32]*PD),
 		connectors: make(map[uint32]*Connector), listeners: make(map[uint32]*Listener),
+		goneCh: make(chan struct{}),
 	}
 	r.mrs.Store(&map[uint32]*MR{})
 	r.fast.Store(&map[uint32]*MR{})
@@ -167,6 +169,18 @@ func (r *remote) watch() {
 	for _, x := range conns {
 		x.r.disconnected(uint32(DisconnectReasonNone))
 	}
+	close(r.goneCh)
+}
+
+// Gone returns a channel closed when the daemon of an adapter from Dial
+// went away (Err says why): a caller waiting for something only the
+// daemon brings, such as a connection request, selects on it. It is nil,
+// never ready, for an adapter from Open.
+func (a *Adapter) Gone() <-chan struct{} {
+	if a.rem == nil {
+		return nil
+	}
+	return a.rem.goneCh
 }
 
 // Err returns nil while the adapter can work. For an adapter from Dial
@@ -176,7 +190,7 @@ func (a *Adapter) Err() error {
 	if a.rem == nil || !a.rem.gone.Load() {
 		return nil
 	}
-	return a.rem.goneErr("adapter")
+	return &Error{Status: StatusConnectionReset, Detail: a.rem.conn.Err().Error()}
 }
 
 // goneErr is the failure of op on an adapter whose daemon went away.

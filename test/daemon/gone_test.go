@@ -65,6 +65,11 @@ func TestClientLearnsDaemonGone(t *testing.T) {
 				t.Fatal("the connector's disconnect did not fire within 1 s of the daemon's exit")
 			}
 			t.Logf("learnt in %v", time.Since(gone))
+			select {
+			case <-a.Gone():
+			default:
+				t.Error("Gone not closed after the disconnects fired")
+			}
 			err = a.Err()
 			if !errors.Is(err, ndk.ErrConnectionReset) || !strings.Contains(err.Error(), "daemon "+sock+" went away") {
 				t.Fatalf("Err = %v, want STATUS_CONNECTION_RESET naming %s", err, sock)

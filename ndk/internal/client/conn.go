@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ func (c *Conn) read() {
 		var n int
 		var fds []int
 		n, fds, err = shm.RecvFDs(c.c, buf, shm.MaxFDs)
-		if err == nil && n == 0 {
+		if (err == nil && n == 0) || errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
 			err = errHangup
 		}
 		if err != nil {
