@@ -57,6 +57,7 @@ type XDP struct {
 	*Program
 	ifname  string
 	ifindex int
+	netns   string // NetnsDir of the interface's namespace, for PinDir
 	mode    AttachMode
 	link    link.Link
 
@@ -96,7 +97,7 @@ func (p *Program) Attach(ifname string, mode AttachMode) (*XDP, error) {
 	for _, m := range try {
 		l, err := link.AttachXDP(link.XDPOptions{Program: p.prog, Interface: ifindex, Flags: m.flags()})
 		if err == nil {
-			return &XDP{Program: p, ifname: ifname, ifindex: ifindex, mode: m, link: l}, nil
+			return &XDP{Program: p, ifname: ifname, ifindex: ifindex, netns: NetnsDir(), mode: m, link: l}, nil
 		}
 		err = fmt.Errorf("loader: attach xdp to %s (%s mode): %w%s", ifname, m, err, attachHint(err, ifindex))
 		if mode == AttachAuto && m == AttachDriver {

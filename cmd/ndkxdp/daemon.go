@@ -206,13 +206,32 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 }
 
 func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int, log *slog.Logger) error {
-	a, err := ndk.Open(c.Interface, opts)
+	// Everything that could find another daemon's things, or the
+	// operator's, is checked before anything is changed: the interface's
+	// claim, where the pins go, the socket's path.
+	claim, err := claimInterface(c.Interface, c.Socket)
 	if err != nil {
-		return fmt.Errorf("daemon: %w", err)
+		return err
+	}
+	defer claim.Close()
+	lo := loader.Options{PinRoot: c.PinRoot}
+	if err := loader.CheckPinRoot(loader.PinDir(c.Interface, lo)); err != nil {
+		return fmt.Errorf("daemon: pins for %s: %w", c.Interface, err)
 	}
 	ln, err := daemon.Listen(c.Socket, 0o660, gid)
 	if err != nil {
-		a.Close()
+		return fmt.Errorf("daemon: %w", err)
+	}
+	cleared, err := loader.ClearStale(lo)
+	for _, dir := range cleared {
+		log.Warn("cleared the pins of an interface that no longer exists (a daemon killed before its interface or namespace was deleted)", "pins", dir)
+	}
+	if err != nil {
+		log.Warn("stale pins not cleared", "err", err)
+	}
+	a, err := ndk.Open(c.Interface, opts)
+	if err != nil {
+		ln.Close()
 		return fmt.Errorf("daemon: %w", err)
 	}
 	var mln net.Listener
@@ -242,7 +261,7 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 			log.Error("metrics stopped", "err", err)
 		}
 	}()
-	log.Info("serving", "interface", c.Interface, "socket", c.Socket, "queues", opts.Queues,
+	log.Info("serving", "interface", c.Interface, "socket", c.Socket, "pins", loader.PinDir(c.Interface, lo), "queues", opts.Queues,
 		"address", a.LocalAddress(), "path_mtu", a.PathMTU(), "polling", c.Polling, "pid", os.Getpid())
 	select {
 	case <-ctx.Done():

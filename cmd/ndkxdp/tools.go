@@ -78,6 +78,9 @@ func openDevice(ctx context.Context, dev, socket string, opts ndk.Options) (*ndk
 	if socket != "" {
 		return ndkverbs.Dial(ctx, socket)
 	}
+	if err := servedByDaemon(dev); err != nil {
+		return nil, err
+	}
 	return ndkverbs.Open(dev, opts)
 }
 
