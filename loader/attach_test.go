@@ -284,9 +284,11 @@ func TestMountBPFFS(t *testing.T) {
 			dir := filepath.Join(bpffsMount, "ndkxdp", "veth-test")
 			// A mount namespace of its own, as `ip netns exec` makes: a
 			// bpffs mounted here would end with the process. Where PID
-			// 1's namespace can be read, the check must see it differs.
-			var init unix.Stat_t
-			if unix.Stat("/proc/1/ns/mnt", &init) == nil && realHostMountNS() {
+			// 1's or the parent's namespace can be read, the check must
+			// see it differs.
+			var init, parent unix.Stat_t
+			readable := unix.Stat("/proc/1/ns/mnt", &init) == nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid()), &parent) == nil
+			if readable && realHostMountNS() {
 				return fmt.Errorf("hostMountNS true in a mount namespace of its own")
 			}
 			defer func() { hostMountNS = realHostMountNS }()

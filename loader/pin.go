@@ -354,15 +354,23 @@ func CheckPinRoot(dir string) error {
 		bpffsMount, ErrPinsWouldVanish)
 }
 
-// hostMountNS reports whether the calling thread shares PID 1's mount
-// namespace; where that cannot be read, it assumes so. A variable for the
+// hostMountNS reports whether the calling thread shares the host's mount
+// namespace: PID 1's, or where that cannot be read (a sandbox), the
+// parent process's, which `ip netns exec` leaves for a namespace of its
+// own; where neither can be read, it assumes so. A variable for the
 // tests.
 var hostMountNS = func() bool {
-	var self, init unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/mnt", &self) != nil || unix.Stat("/proc/1/ns/mnt", &init) != nil {
+	var self unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/mnt", &self) != nil {
 		return true
 	}
-	return self.Ino == init.Ino && self.Dev == init.Dev
+	for _, p := range []string{"/proc/1/ns/mnt", fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid())} {
+		var o unix.Stat_t
+		if unix.Stat(p, &o) == nil {
+			return o.Ino == self.Ino && o.Dev == self.Dev
+		}
+	}
+	return true
 }
 
 // mountBPFFS mounts bpffs at dir unless one is already there.

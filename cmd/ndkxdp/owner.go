@@ -34,7 +34,7 @@ func claimInterface(ifname, socket string) (*net.UnixListener, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ownerName(ifname), Net: "unix"})
 	if errors.Is(err, unix.EADDRINUSE) {
 		if o, ok := servingDaemon(ifname); ok {
-			return nil, fmt.Errorf("daemon: %s is already served by ndkxdp daemon pid %d at %s (EBUSY); nothing of it was changed. Use it (-daemon %s), or stop it first (kill %d, or systemctl stop ndkxdp@%s)",
+			return nil, fmt.Errorf("daemon: %s is already served by ndkxdp daemon pid %d at %s (EBUSY), left as it was: use it (-daemon %s), or stop it first (kill %d, or systemctl stop ndkxdp@%s)",
 				ifname, o.PID, o.Socket, o.Socket, o.PID, ifname)
 		}
 		return nil, fmt.Errorf("daemon: %s is already served by another ndkxdp daemon in this network namespace (EBUSY)", ifname)
