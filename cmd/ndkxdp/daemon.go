@@ -116,6 +116,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if opts.Queues, err = rxQueues(c.Interface); err != nil {
 			return err
 		}
+	} else if err := checkQueues(c.Interface, opts.Queues); err != nil {
+		return err
 	}
 	return serveDaemon(ctx, c, opts, gid, logger)
 }

@@ -249,6 +249,9 @@ func TestDaemonRefusesTakenInterface(t *testing.T) {
 	if !strings.Contains(out, "already has an XDP program") || !strings.Contains(out, "name ") {
 		t.Fatalf("refusal does not name the attached program:\n%s", out)
 	}
+	if !strings.Contains(out, "-daemon SOCKET") || strings.Contains(out, "OpenPinned") {
+		t.Errorf("refusal does not point an operator at -daemon (or names a Go API):\n%s", out)
+	}
 }
 
 // TestClientKilledMidWrite: a client process killed with SIGKILL in the
