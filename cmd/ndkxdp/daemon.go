@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,7 +26,7 @@ type daemonConfig struct {
 	Interface   string `json:"interface"`
 	Socket      string `json:"socket"`       // default /run/ndkxdp/<interface>.sock
 	SocketGroup string `json:"socket_group"` // group owning the socket (mode 0660); default root's
-	Queues      string `json:"queues"`       // "all" (every RX queue) or a count
+	Queues      queueCount `json:"queues"`   // "all" (every RX queue) or a count, 2 or "2"
 	XDPMode     string `json:"xdp_mode"`     // auto, driver or generic
 	Polling     string `json:"polling"`      // adaptive or busy
 	Spin        string `json:"spin"`         // adaptive: how long an idle engine spins before it sleeps; default 20us
@@ -46,6 +45,35 @@ func defaultDaemonConfig() daemonConfig {
 	return daemonConfig{Queues: "all", XDPMode: "auto", Polling: "adaptive", LogFormat: "text", LogLevel: "info", ZeroCopy: "preferred"}
 }
 
+// jsonKind names a Go kind as JSON does.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean (true or false)"
+	}
+	return "number"
+}
+
+// queueCount is the config's queues: "all", or a count written as a
+// number or a string.
+type queueCount string
+
+func (q *queueCount) UnmarshalJSON(b []byte) error {
+	var n int
+	if err := json.Unmarshal(b, &n); err == nil {
+		*q = queueCount(strconv.Itoa(n))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf(`queues: want "all" or a count, got %s`, b)
+	}
+	*q = queueCount(s)
+	return nil
+}
+
 // loadDaemonConfig reads path over c; unknown keys are an error, so that a
 // misspelt key is not silently ignored.
 func loadDaemonConfig(path string, c *daemonConfig) error {
@@ -56,7 +84,11 @@ func loadDaemonConfig(path string, c *daemonConfig) error {
 	d := json.NewDecoder(strings.NewReader(string(b)))
 	d.DisallowUnknownFields()
 	if err := d.Decode(c); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return usagef("config %s: key %s: want a %s, got a %s", path, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return usagef("config %s: %v", path, err)
 	}
 	return nil
 }
@@ -69,14 +101,15 @@ func rxQueues(dev string) (int, error) {
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("daemon", "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
+		"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n"+
+		"In a network namespace, start it with `nsenter --net=/var/run/netns/NS`, not `ip netns exec`.", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
 	fs.StringVar(&set.SocketGroup, "group", "", "group that owns the socket (mode 0660)")
-	fs.StringVar(&set.Queues, "queues", "", `receive queues to bind: "all" (default) or a count`)
+	fs.StringVar((*string)(&set.Queues), "queues", "", `receive queues to bind: "all" (default) or a count`)
 	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
 	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
 	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps, at least (default 20µs; it spins up to 200µs while work keeps coming)")
@@ -87,16 +120,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
 	fs.StringVar(&set.Metrics, "metrics", "", `serve Prometheus /metrics on this address (off by default; ":9464" is loopback port 9464)`)
 	fs.IntVar(&set.MetricsQPs, "metrics-qps", 0, `QPs with metric series of their own (default 64); the rest are summed under qpn="other"`)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
-			"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("daemon: unexpected arguments %q", fs.Args())
 	}
 	c := defaultDaemonConfig()
 	if *cfgPath != "" {
@@ -107,7 +132,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	overlay(&c, set)
 	opts, gid, logger, err := c.resolve(stderr)
 	if err != nil {
-		return err
+		return badUsage(err)
 	}
 	if err := requireCaps(toolCaps); err != nil {
 		return err
@@ -129,7 +154,7 @@ func overlay(c *daemonConfig, set daemonConfig) {
 		v   string
 	}{
 		{&c.Interface, set.Interface}, {&c.Socket, set.Socket}, {&c.SocketGroup, set.SocketGroup},
-		{&c.Queues, set.Queues}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
+		{(*string)(&c.Queues), string(set.Queues)}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
 		{&c.Spin, set.Spin},
 		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
 		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
@@ -176,7 +201,7 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		return opts, 0, nil, err
 	}
 	if c.Queues != "all" {
-		n, err := strconv.Atoi(c.Queues)
+		n, err := strconv.Atoi(string(c.Queues))
 		if err != nil || n < 1 || n > 64 {
 			return opts, 0, nil, fmt.Errorf("daemon: queues %q: want all or 1-64", c.Queues)
 		}
@@ -244,7 +269,7 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 			return fmt.Errorf("daemon: metrics: %w", err)
 		}
 	}
-	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: version}
+	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: versionString()}
 	if mln != nil {
 		dcfg.MetricsAddr = mln.Addr().String
 	}

@@ -188,8 +188,12 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the test spins before it sleeps, and the engines at least (they spin up to 200µs while work keeps coming); through -daemon, the test's only")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.nic.register(fs)
+	pt := registerPerftestFlags(fs, p, secs, port, cas)
 	var err error
 	if f.addr, err = parseWithAddr(fs, args, stdout); err != nil {
+		return f, err
+	}
+	if err := pt.apply(fs, p, &f.dev, f.daemon); err != nil {
 		return f, err
 	}
 	switch {
