@@ -23,19 +23,19 @@ import (
 // daemonConfig is the daemon's configuration: the -config file (JSON, the
 // keys below) and the flags, which override it.
 type daemonConfig struct {
-	Interface   string `json:"interface"`
-	Socket      string `json:"socket"`       // default /run/ndkxdp/<interface>.sock
-	SocketGroup string `json:"socket_group"` // group owning the socket (mode 0660); default root's
-	Queues      queueCount `json:"queues"`   // "all" (every RX queue) or a count, 2 or "2"
-	XDPMode     string `json:"xdp_mode"`     // auto, driver or generic
-	Polling     string `json:"polling"`      // adaptive or busy
-	Spin        string `json:"spin"`         // adaptive: how long an idle engine spins before it sleeps; default 20us
-	LogFormat   string `json:"log_format"`   // text or json
-	LogLevel    string `json:"log_level"`    // debug, info, warn or error
-	PinRoot     string `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
-	ZeroCopy    string `json:"zero_copy"`    // preferred, required or off
-	BusyPoll    string `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
-	Metrics     string `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
+	Interface   string     `json:"interface"`
+	Socket      string     `json:"socket"`       // default /run/ndkxdp/<interface>.sock
+	SocketGroup string     `json:"socket_group"` // group owning the socket (mode 0660); default root's
+	Queues      queueCount `json:"queues"`       // "all" (every RX queue) or a count, 2 or "2"
+	XDPMode     string     `json:"xdp_mode"`     // auto, driver or generic
+	Polling     string     `json:"polling"`      // adaptive or busy
+	Spin        string     `json:"spin"`         // adaptive: how long an idle engine spins before it sleeps; default 20us
+	LogFormat   string     `json:"log_format"`   // text or json
+	LogLevel    string     `json:"log_level"`    // debug, info, warn or error
+	PinRoot     string     `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
+	ZeroCopy    string     `json:"zero_copy"`    // preferred, required or off
+	BusyPoll    string     `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
+	Metrics     string     `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
 	// MetricsQPs bounds the QPs with series of their own (default 64); the
 	// rest are summed under qpn="other".
 	MetricsQPs int `json:"metrics_qp_series"`
