@@ -76,7 +76,11 @@ type arena struct {
 // and fast registration follow the in-process rules (remote_mem.go).
 //
 // It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
-// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol.
+// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol. When
+// the daemon goes away later, however it ends, the adapter learns at once
+// from the socket's hangup: armed CQs notify, connectors get their
+// disconnect, Gone is closed, and every call fails with
+// STATUS_CONNECTION_RESET (Err).
 func Dial(ctx context.Context, target string) (*Adapter, error) {
 	const op = "dial daemon"
 	path, err := client.ParseTarget(target)
