@@ -88,6 +88,23 @@ func TestToolsEndWhenTheirDaemonGoes(t *testing.T) {
 			t.Errorf("stderr does not say the daemon went away:\n%s", cli.stderr)
 		}
 	})
+	t.Run("perf client, SIGKILL", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "d.sock")
+		d := daemonproc.StartDaemon(t, p.A, sock, daemonproc.PinRoot(t))
+		d.Dial(t).Close()
+		startTool(t, p.B.Name, "perf", "send_bw", "-D", "30", "-p", "7403", "-dev", p.B.Link)
+		time.Sleep(300 * time.Millisecond) // listening
+		cli := startTool(t, "", "perf", "send_bw", "-D", "30", "-p", "7403", "-daemon", sock, srvB)
+		time.Sleep(2 * time.Second) // mid-run
+		_ = d.Cmd.Process.Signal(syscall.SIGKILL)
+		<-d.Done
+		if code := cli.exited(t, 3*time.Second, "perf client after its daemon's SIGKILL"); code != 1 {
+			t.Errorf("exit status %d, want 1\n%s", code, cli.stderr)
+		}
+		if !strings.Contains(cli.stderr.String(), "daemon "+sock+" went away") {
+			t.Errorf("stderr does not say the daemon went away:\n%s", cli.stderr)
+		}
+	})
 	t.Run("server, SIGTERM", func(t *testing.T) {
 		sock := filepath.Join(t.TempDir(), "d.sock")
 		d := daemonproc.StartDaemon(t, p.A, sock, daemonproc.PinRoot(t))
