@@ -122,3 +122,22 @@ func TestToolsEndWhenTheirDaemonGoes(t *testing.T) {
 		}
 	})
 }
+
+// TestCountersFindTheDaemonsPins: `ndkxdp counters` in the daemon's
+// network namespace finds its pins (under that namespace's directory),
+// and after a second daemon was refused they are still there.
+func TestCountersFindTheDaemonsPins(t *testing.T) {
+	p := harness.New(t, harness.Config{})
+	root := daemonproc.PinRoot(t)
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	d := daemonproc.StartDaemon(t, p.A, sock, root)
+	d.Dial(t).Close()
+	second := daemonproc.StartDaemon(t, p.A, filepath.Join(t.TempDir(), "d2.sock"), root)
+	if err := <-second.Done; err == nil {
+		t.Fatalf("a second daemon on %s started:\n%s", p.A.Link, second.Logs)
+	}
+	out, err := exec.Command("nsenter", "--net=/var/run/netns/"+p.A.Name, binary(t), "counters", "-dev", p.A.Link, "-pin-root", root).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), p.A.Link+" (") {
+		t.Fatalf("counters beside a daemon: %v\n%s", err, out)
+	}
+}
