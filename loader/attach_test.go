@@ -476,3 +476,43 @@ func TestClearStale(t *testing.T) {
 		t.Errorf("a directory without a link pin was touched: %v", err)
 	}
 }
+
+// TestAdoptLegacyPins: pins an earlier ndkxdp left at <PinRoot>/<ifname>
+// move to the namespace's place when their link is attached to that
+// interface here, and OpenPinned takes them over; from a namespace where
+// the interface runs another program (or none) they stay.
+func TestAdoptLegacyPins(t *testing.T) {
+	pair := harness.New(t, harness.Config{MTU: 1500, Queues: 1})
+	opts := testOptions(t, AttachGeneric)
+	old := attachIn(t, pair.A, opts)
+	if err := old.Pin(); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(opts.PinRoot, pair.A.Link)
+	if err := os.Rename(old.dir(), legacy); err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // a SIGKILL: the pins hold the link
+	// B's namespace has no interface of that name, or another program.
+	var moved bool
+	var err error
+	pair.B.Do(func() error { moved, err = AdoptLegacyPins(pair.A.Link, opts); return nil })
+	if moved || err != nil {
+		t.Fatalf("adopted from another namespace: %v, %v", moved, err)
+	}
+	pair.A.Do(func() error { moved, err = AdoptLegacyPins(pair.A.Link, opts); return nil })
+	if !moved || err != nil {
+		t.Fatalf("AdoptLegacyPins = %v, %v; want moved", moved, err)
+	}
+	var x *XDP
+	if err := pair.A.Do(func() (err error) { x, err = OpenPinned(pair.A.Link, opts); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	if _, err := os.Stat(legacy); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("legacy pins still at %s: %v", legacy, err)
+	}
+}

@@ -162,6 +162,39 @@ func ClearStale(opts Options) ([]string, error) {
 	return cleared, errors.Join(errs...)
 }
 
+// AdoptLegacyPins moves the pins an earlier ndkxdp made at
+// <PinRoot>/<ifname>, before pins were per network namespace, to PinDir,
+// where the link they hold is attached to ifname in the calling thread's
+// namespace: the daemon then takes the attachment over as it would its
+// own. Interface indexes repeat across namespaces, so the link is
+// matched by the program the interface runs (program IDs are global). It
+// reports whether it moved them.
+func AdoptLegacyPins(ifname string, opts Options) (bool, error) {
+	o := opts.withDefaults()
+	legacy := filepath.Join(o.PinRoot, ifname)
+	l, err := link.LoadPinnedLink(filepath.Join(legacy, pinLink), nil)
+	if err != nil {
+		return false, nil // none, or not a link: nothing of ours to adopt
+	}
+	info, err := l.Info()
+	l.Close()
+	if err != nil || info.XDP() == nil {
+		return false, nil
+	}
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil || nl.Attrs().Xdp == nil || ebpf.ProgramID(nl.Attrs().Xdp.ProgId) != info.Program {
+		return false, nil // another namespace's interface of that name
+	}
+	dir := PinDir(ifname, o)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return false, fmt.Errorf("loader: adopt pins at %s: %w", legacy, err)
+	}
+	if err := os.Rename(legacy, dir); err != nil {
+		return false, fmt.Errorf("loader: adopt pins at %s: %w", legacy, err)
+	}
+	return true, nil
+}
+
 // removePins removes the pins in dir, dir, and its parent once empty.
 func removePins(dir string) error {
 	names := append([]string{pinLink, pinProg}, pinnedMaps...)

@@ -256,6 +256,11 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 	if err != nil {
 		log.Warn("stale pins not cleared", "err", err)
 	}
+	if moved, err := loader.AdoptLegacyPins(c.Interface, lo); moved {
+		log.Info("took over the pins of an earlier ndkxdp at their per-namespace place", "pins", loader.PinDir(c.Interface, lo))
+	} else if err != nil {
+		log.Warn("earlier pins not taken over", "err", err)
+	}
 	a, err := ndk.Open(c.Interface, opts)
 	if err != nil {
 		ln.Close()
