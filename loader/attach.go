@@ -113,7 +113,7 @@ func (p *Program) Attach(ifname string, mode AttachMode) (*XDP, error) {
 func attachHint(err error, ifindex int) string {
 	switch {
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):
-		return fmt.Sprintf(" (the interface already has an XDP program, %s: if an ndkxdp daemon serves the interface, run through it with -daemon SOCKET (default /run/ndkxdp/IF.sock); otherwise detach it: ip link set dev IF xdp off)", attachedProgram(ifindex))
+		return fmt.Sprintf(" (the interface already has an XDP program, %s: if an ndkxdp daemon serves the interface, run through it with -daemon SOCKET (default /run/ndkxdp/IF.sock); otherwise detach it: ip link set dev IF xdp off, or for a pinned bpf_link remove its pin)", attachedProgram(ifindex))
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return " (the driver does not support this XDP mode)"
 	case errors.Is(err, unix.EPERM):
