@@ -57,6 +57,7 @@ type XDP struct {
 	*Program
 	ifname  string
 	ifindex int
+	netns   string // NetnsDir of the interface's namespace, for PinDir
 	mode    AttachMode
 	link    link.Link
 
@@ -96,7 +97,7 @@ func (p *Program) Attach(ifname string, mode AttachMode) (*XDP, error) {
 	for _, m := range try {
 		l, err := link.AttachXDP(link.XDPOptions{Program: p.prog, Interface: ifindex, Flags: m.flags()})
 		if err == nil {
-			return &XDP{Program: p, ifname: ifname, ifindex: ifindex, mode: m, link: l}, nil
+			return &XDP{Program: p, ifname: ifname, ifindex: ifindex, netns: NetnsDir(), mode: m, link: l}, nil
 		}
 		err = fmt.Errorf("loader: attach xdp to %s (%s mode): %w%s", ifname, m, err, attachHint(err, ifindex))
 		if mode == AttachAuto && m == AttachDriver {
@@ -112,7 +113,7 @@ func (p *Program) Attach(ifname string, mode AttachMode) (*XDP, error) {
 func attachHint(err error, ifindex int) string {
 	switch {
 	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EEXIST):
-		return fmt.Sprintf(" (the interface already has an XDP program, %s: detach it, or take over a pinned ndkxdp attachment with OpenPinned)", attachedProgram(ifindex))
+		return fmt.Sprintf(" (the interface already has an XDP program, %s: if an ndkxdp daemon serves the interface, run through it with -daemon SOCKET (default /run/ndkxdp/IF.sock); otherwise detach it: ip link set dev IF xdp off, or for a pinned bpf_link remove its pin)", attachedProgram(ifindex))
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return " (the driver does not support this XDP mode)"
 	case errors.Is(err, unix.EPERM):

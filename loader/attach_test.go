@@ -146,7 +146,11 @@ func TestAttachMissingInterface(t *testing.T) {
 func TestPinHandOver(t *testing.T) {
 	pair := harness.New(t, harness.Config{MTU: 1500, Queues: 1})
 	opts := testOptions(t, AttachGeneric)
-	dir := PinDir(pair.A.Link, opts)
+	var dir string
+	pair.A.Do(func() error { dir = PinDir(pair.A.Link, opts); return nil })
+	if want := filepath.Join(opts.PinRoot, "netns-"); !strings.HasPrefix(dir, want) || filepath.Base(dir) != pair.A.Link {
+		t.Errorf("PinDir = %s, want %s<inode>/%s", dir, want, pair.A.Link)
+	}
 
 	var err error
 	pair.A.Do(func() error { _, err = OpenPinned(pair.A.Link, opts); return nil })
@@ -263,6 +267,8 @@ func TestOpenPinnedStale(t *testing.T) {
 	}
 }
 
+var realHostMountNS = hostMountNS
+
 // TestMountBPFFS unmounts bpffs in a private mount namespace and checks that
 // pinning mounts it again. The thread that entered the namespace is never
 // unlocked, so it dies with its goroutine and nothing else runs there.
@@ -284,6 +290,23 @@ func TestMountBPFFS(t *testing.T) {
 				return fmt.Errorf("cover %s: %w", bpffsMount, err)
 			}
 			dir := filepath.Join(bpffsMount, "ndkxdp", "veth-test")
+			// A mount namespace of its own, as `ip netns exec` makes: a
+			// bpffs mounted here would end with the process. Where PID
+			// 1's or the parent's namespace can be read, the check must
+			// see it differs.
+			var init, parent unix.Stat_t
+			readable := unix.Stat("/proc/1/ns/mnt", &init) == nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid()), &parent) == nil
+			if readable && realHostMountNS() {
+				return fmt.Errorf("hostMountNS true in a mount namespace of its own")
+			}
+			defer func() { hostMountNS = realHostMountNS }()
+			hostMountNS = func() bool { return false }
+			if err := preparePinDir(dir); !errors.Is(err, ErrPinsWouldVanish) || !strings.Contains(err.Error(), "nsenter --net=") {
+				return fmt.Errorf("preparePinDir in a private mount namespace = %v, want the refusal naming nsenter", err)
+			}
+			// The host's mount namespace, where bpffs is missing (a
+			// fresh machine): Pin mounts it.
+			hostMountNS = func() bool { return true }
 			if err := preparePinDir(dir); err != nil {
 				return fmt.Errorf("preparePinDir: %w", err)
 			}
@@ -460,5 +483,105 @@ func TestSteerLiveWrongDestination(t *testing.T) {
 	}
 	if c[ReasonDropWrongDstIP] != 1 || c[ReasonRedirect] != 1 || c.Verdict(VerdictDrop) != 1 {
 		t.Errorf("counters:\n%s\nwant DROP_WRONG_DST_IP 1, REDIRECT 1, no other drop", c.String())
+	}
+}
+
+// TestClearStale: pins whose interface is gone (the kernel detached the
+// link: ifindex 0) are cleared, with their namespace's directory; pins of
+// a live attachment and a directory still being pinned (no link) stay.
+func TestClearStale(t *testing.T) {
+	pair := harness.New(t, harness.Config{MTU: 1500, Queues: 1})
+	opts := testOptions(t, AttachGeneric)
+	live := attachIn(t, pair.A, opts)
+	defer func() { live.Unpin(); live.Close() }()
+	if err := live.Pin(); err != nil {
+		t.Fatal(err)
+	}
+	// A daemon killed on an interface that is then deleted: a veth pair
+	// of its own in B's namespace (deleting B's end would take A's too).
+	var gone *XDP
+	var goneDir string
+	if err := pair.B.Do(func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "ndkxg0"}, PeerName: "ndkxg1"}); err != nil {
+			return err
+		}
+		var err error
+		if gone, err = Attach("ndkxg0", opts); err != nil {
+			return err
+		}
+		goneDir = PinDir("ndkxg0", opts)
+		return gone.Pin()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	gone.Close() // a SIGKILL: the pins hold the link
+	if err := pair.B.Do(func() error {
+		l, err := netlink.LinkByName("ndkxg0")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pinning := filepath.Join(opts.PinRoot, "netns-1", "eth9")
+	if err := os.MkdirAll(pinning, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cleared, err := ClearStale(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cleared) != 1 || cleared[0] != goneDir {
+		t.Errorf("cleared %q, want [%s]", cleared, goneDir)
+	}
+	if _, err := os.Stat(filepath.Dir(goneDir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the gone namespace's directory: %v, want removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(live.dir(), "link")); err != nil {
+		t.Errorf("a live attachment's pins were touched: %v", err)
+	}
+	if _, err := os.Stat(pinning); err != nil {
+		t.Errorf("a directory without a link pin was touched: %v", err)
+	}
+}
+
+// TestAdoptLegacyPins: pins an earlier ndkxdp left at <PinRoot>/<ifname>
+// move to the namespace's place when their link is attached to that
+// interface here, and OpenPinned takes them over; from a namespace where
+// the interface runs another program (or none) they stay.
+func TestAdoptLegacyPins(t *testing.T) {
+	pair := harness.New(t, harness.Config{MTU: 1500, Queues: 1})
+	opts := testOptions(t, AttachGeneric)
+	old := attachIn(t, pair.A, opts)
+	if err := old.Pin(); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(opts.PinRoot, pair.A.Link)
+	if err := os.Rename(old.dir(), legacy); err != nil {
+		t.Fatal(err)
+	}
+	old.Close() // a SIGKILL: the pins hold the link
+	// B's namespace has no interface of that name, or another program.
+	var moved bool
+	var err error
+	pair.B.Do(func() error { moved, err = AdoptLegacyPins(pair.A.Link, opts); return nil })
+	if moved || err != nil {
+		t.Fatalf("adopted from another namespace: %v, %v", moved, err)
+	}
+	pair.A.Do(func() error { moved, err = AdoptLegacyPins(pair.A.Link, opts); return nil })
+	if !moved || err != nil {
+		t.Fatalf("AdoptLegacyPins = %v, %v; want moved", moved, err)
+	}
+	var x *XDP
+	if err := pair.A.Do(func() (err error) { x, err = OpenPinned(pair.A.Link, opts); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	if _, err := os.Stat(legacy); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("legacy pins still at %s: %v", legacy, err)
 	}
 }

@@ -13,10 +13,14 @@
 //     frames addressed elsewhere are then dropped (ReasonDropWrongDstMAC,
 //     ReasonDropWrongDstIP). Until it is called nothing is checked.
 //   - Counters reads the per-CPU verdict counters, summed, by Reason.
-//   - Pin puts link, program and maps under /sys/fs/bpf/ndkxdp/<ifname>
-//     (mounting bpffs if needed), so the attachment outlives the process;
-//     OpenPinned takes it over in the next daemon, Unpin releases it. Close
-//     detaches unless pinned.
+//   - Pin puts link, program and maps under
+//     /sys/fs/bpf/ndkxdp/netns-<inode>/<ifname> (PinDir: the interface's
+//     network namespace is in the path, so every container's eth0 pins
+//     apart; bpffs is mounted if needed, and refused where the mount would
+//     end with the process, as under `ip netns exec`: CheckPinRoot), so
+//     the attachment outlives the process; OpenPinned takes it over in the
+//     next daemon, Unpin releases it, ClearStale removes pins whose
+//     interface is gone. Close detaches unless pinned.
 //
 // What it is not: it creates no sockets (it takes fds from package afxdp or
 // anyone else), knows nothing of the RoCE transport, and does not choose

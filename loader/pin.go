@@ -15,7 +15,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/bpf"
 )
 
-// DefaultPinRoot is where Pin puts <ifname>/{link,prog,xsks,qp_owner,counters,local_cfg,local_addrs}.
+// DefaultPinRoot is where Pin puts <netns>/<ifname>/{link,prog,xsks,qp_owner,counters,local_cfg,local_addrs}.
 const DefaultPinRoot = "/sys/fs/bpf/ndkxdp"
 
 // bpffsMount is the conventional bpffs mount point; Pin mounts it if needed.
@@ -33,10 +33,25 @@ func (p *Program) maps() []*ebpf.Map {
 	return []*ebpf.Map{p.xsks, p.qpOwner, p.counters, p.localCfg, p.localAddrs}
 }
 
-// PinDir returns the directory Pin uses for ifname under opts.PinRoot.
+// PinDir returns the directory Pin uses for ifname under opts.PinRoot:
+// <PinRoot>/<netns>/<ifname>, where <netns> names the calling thread's
+// network namespace (NetnsDir). Every container has an eth0, and one
+// bpffs may serve them all: the namespace in the path keeps two
+// namespaces' interfaces of one name from ever meeting.
 func PinDir(ifname string, opts Options) string {
 	o := opts.withDefaults()
-	return filepath.Join(o.PinRoot, ifname)
+	return filepath.Join(o.PinRoot, NetnsDir(), ifname)
+}
+
+// NetnsDir names the calling thread's network namespace as PinDir does:
+// "netns-" and the namespace's inode number, as `ls -iL
+// /proc/self/ns/net` shows it ("netns-unknown" where it cannot be read).
+func NetnsDir() string {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "netns-unknown"
+	}
+	return fmt.Sprintf("netns-%d", st.Ino)
 }
 
 // Pin pins the link, program and maps under <PinRoot>/<ifname>, mounting
@@ -48,7 +63,7 @@ func (x *XDP) Pin() error {
 	if x.pinDir != "" {
 		return nil
 	}
-	dir := PinDir(x.ifname, x.opts)
+	dir := x.dir()
 	if err := preparePinDir(dir); err != nil {
 		return fmt.Errorf("loader: pin xdp for %s: %w", x.ifname, err)
 	}
@@ -72,7 +87,13 @@ func (x *XDP) Pin() error {
 // unpinAfter undoes a partial Pin and returns err with anything that went
 // wrong undoing it.
 func (x *XDP) unpinAfter(err error) error {
-	return errors.Join(err, x.unpin(PinDir(x.ifname, x.opts)))
+	return errors.Join(err, x.unpin(x.dir()))
+}
+
+// dir is PinDir of the interface's network namespace, whichever thread
+// asks.
+func (x *XDP) dir() string {
+	return filepath.Join(x.opts.withDefaults().PinRoot, x.netns, x.ifname)
 }
 
 // Unpin removes the pins. The program stays attached until the last handle
@@ -99,7 +120,96 @@ func (x *XDP) unpin(dir string) error {
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
 	}
+	_ = os.Remove(filepath.Dir(dir)) // the namespace's, once it holds no interface's
 	return errors.Join(errs...)
+}
+
+// ClearStale removes, under opts.PinRoot, every pinned attachment whose
+// interface no longer exists (the kernel detached its link: ifindex 0),
+// in any network namespace: a daemon killed with SIGKILL whose
+// interface or namespace was then deleted leaves such pins, and they
+// would block the next daemon for that name. It returns the directories
+// it removed. A directory without a link pin is left alone: a daemon may
+// be pinning into it now (the link is pinned last).
+func ClearStale(opts Options) ([]string, error) {
+	o := opts.withDefaults()
+	var dirs []string
+	for _, pattern := range []string{"*/*", "*"} {
+		m, err := filepath.Glob(filepath.Join(o.PinRoot, pattern, pinLink))
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range m {
+			dirs = append(dirs, filepath.Dir(l))
+		}
+	}
+	var cleared []string
+	var errs []error
+	for _, dir := range dirs {
+		l, err := link.LoadPinnedLink(filepath.Join(dir, pinLink), nil)
+		if err != nil {
+			continue // removed meanwhile, or not a link: not ours to judge
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil || info.XDP() == nil || info.XDP().Ifindex != 0 {
+			continue
+		}
+		if err := removePins(dir); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cleared = append(cleared, dir)
+	}
+	return cleared, errors.Join(errs...)
+}
+
+// AdoptLegacyPins moves the pins an earlier ndkxdp made at
+// <PinRoot>/<ifname>, before pins were per network namespace, to PinDir,
+// where the link they hold is attached to ifname in the calling thread's
+// namespace: the daemon then takes the attachment over as it would its
+// own. Interface indexes repeat across namespaces, so the link is
+// matched by the program the interface runs (program IDs are global). It
+// reports whether it moved them.
+func AdoptLegacyPins(ifname string, opts Options) (bool, error) {
+	o := opts.withDefaults()
+	legacy := filepath.Join(o.PinRoot, ifname)
+	l, err := link.LoadPinnedLink(filepath.Join(legacy, pinLink), nil)
+	if err != nil {
+		return false, nil // none, or not a link: nothing of ours to adopt
+	}
+	info, err := l.Info()
+	l.Close()
+	if err != nil || info.XDP() == nil {
+		return false, nil
+	}
+	nl, err := netlink.LinkByName(ifname)
+	if err != nil || nl.Attrs().Xdp == nil || ebpf.ProgramID(nl.Attrs().Xdp.ProgId) != info.Program {
+		return false, nil // another namespace's interface of that name
+	}
+	dir := PinDir(ifname, o)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return false, fmt.Errorf("loader: adopt pins at %s: %w", legacy, err)
+	}
+	if err := os.Rename(legacy, dir); err != nil {
+		return false, fmt.Errorf("loader: adopt pins at %s: %w", legacy, err)
+	}
+	return true, nil
+}
+
+// removePins removes the pins in dir, dir, and its parent once empty.
+func removePins(dir string) error {
+	names := append([]string{pinLink, pinProg}, pinnedMaps...)
+	for _, n := range names {
+		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("loader: clear stale pins: %w", err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("loader: clear stale pins: %w", err)
+	}
+	_ = os.Remove(filepath.Dir(dir))
+	return nil
 }
 
 // Pinned reports whether the attachment is pinned (by Pin, or because it was
@@ -197,6 +307,7 @@ func OpenPinned(ifname string, opts Options) (*XDP, error) {
 		Program: &Program{prog: prog, xsks: maps[0], qpOwner: maps[1], counters: maps[2], localCfg: maps[3], localAddrs: maps[4], opts: o},
 		ifname:  ifname,
 		ifindex: ifindex,
+		netns:   NetnsDir(),
 		mode:    mode,
 		link:    l,
 		pinDir:  dir,
@@ -231,6 +342,9 @@ const (
 // preparePinDir makes sure dir can hold pins: bpffs mounted at /sys/fs/bpf
 // when dir is below it, and dir itself created.
 func preparePinDir(dir string) error {
+	if err := CheckPinRoot(dir); err != nil {
+		return err
+	}
 	if dir == bpffsMount || strings.HasPrefix(dir, bpffsMount+"/") {
 		if err := mountBPFFS(bpffsMount); err != nil {
 			return err
@@ -247,6 +361,51 @@ func preparePinDir(dir string) error {
 		return fmt.Errorf("pin directory %s is not on a bpf filesystem", dir)
 	}
 	return nil
+}
+
+// ErrPinsWouldVanish is CheckPinRoot's refusal: pins made here would end
+// with the process.
+var ErrPinsWouldVanish = errors.New("pins made here would end with this process")
+
+// CheckPinRoot refuses a pin directory below /sys/fs/bpf where no bpffs
+// is mounted there and the calling thread's mount namespace is not the
+// host's (PID 1's): `ip netns exec` gives its command a mount namespace
+// with a /sys of its own, and a bpffs mounted in it would end with the
+// process, taking the pins that are to outlive a SIGKILL with it, out of
+// sight of the next daemon and of `ndkxdp counters`.
+func CheckPinRoot(dir string) error {
+	if dir != bpffsMount && !strings.HasPrefix(dir, bpffsMount+"/") {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(bpffsMount, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if hostMountNS() {
+		return nil // Pin mounts bpffs, as the host would at boot
+	}
+	return fmt.Errorf("%s is not mounted in this mount namespace, which is not the host's (`ip netns exec` gives its command a /sys of its own): %w. "+
+		"Enter only the network namespace (`nsenter --net=/var/run/netns/NS ndkxdp daemon ...`), or give -pin-root a directory on a bpffs that outlives the daemon",
+		bpffsMount, ErrPinsWouldVanish)
+}
+
+// hostMountNS reports whether the calling thread shares the host's mount
+// namespace: PID 1's, or where that cannot be read (a sandbox), the
+// parent process's, which `ip netns exec` leaves for a namespace of its
+// own; where neither can be read, it assumes so. A variable for the
+// tests.
+var hostMountNS = func() bool {
+	var self unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/mnt", &self) != nil {
+		return true
+	}
+	for _, p := range []string{"/proc/1/ns/mnt", fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid())} {
+		var o unix.Stat_t
+		if unix.Stat(p, &o) == nil {
+			return o.Ino == self.Ino && o.Dev == self.Dev
+		}
+	}
+	return true
 }
 
 // mountBPFFS mounts bpffs at dir unless one is already there.

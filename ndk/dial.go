@@ -49,6 +49,10 @@ type remote struct {
 	fast    atomic.Pointer[map[uint32]*MR]
 	keyBits atomic.Uint32
 	srqs    map[uint32]*SRQ
+	// gone is set when the daemon went away (watch): every call fails
+	// with StatusConnectionReset from then on; goneCh is closed after.
+	gone   atomic.Bool
+	goneCh chan struct{}
 }
 
 // arena is client memory the daemon maps: a sealed memfd.
@@ -71,7 +75,11 @@ type arena struct {
 // and fast registration follow the in-process rules (remote_mem.go).
 //
 // It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
-// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol.
+// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol. When
+// the daemon goes away later, however it ends, the adapter learns at once
+// from the socket's hangup: armed CQs notify, connectors get their
+// disconnect, Gone is closed, and every call fails with
+// STATUS_CONNECTION_RESET (Err).
 func Dial(ctx context.Context, target string) (*Adapter, error) {
 	const op = "dial daemon"
 	path, err := client.ParseTarget(target)
@@ -89,6 +97,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 	r := &remote{
 		a: a, qps: make(map[uint32]*QP), cqs: make(map[uint32]*CQ), pds: make(map[uint32]*PD),
 		connectors: make(map[uint32]*Connector), listeners: make(map[uint32]*Listener),
+		goneCh: make(chan struct{}),
 	}
 	r.mrs.Store(&map[uint32]*MR{})
 	r.fast.Store(&map[uint32]*MR{})
@@ -120,7 +129,76 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
 	a.rem = r
+	go r.watch()
 	return a, nil
+}
+
+// watch fails the adapter when its daemon goes away. The kernel hangs up
+// the daemon's end of the socket when the daemon exits, however it
+// exits, which ends the connection's reader at once; without this, an
+// armed CQ or a connection would wait for a daemon that will never
+// answer, until the caller's own timeout.
+func (r *remote) watch() {
+	<-r.conn.Done()
+	var gone *client.GoneError
+	if !errors.As(r.conn.Err(), &gone) {
+		return // the adapter closed
+	}
+	r.gone.Store(true)
+	r.mu.RLock()
+	cqs := make([]*CQ, 0, len(r.cqs))
+	for _, c := range r.cqs {
+		cqs = append(cqs, c)
+	}
+	srqs := make([]*SRQ, 0, len(r.srqs))
+	for _, s := range r.srqs {
+		srqs = append(srqs, s)
+	}
+	conns := make([]*Connector, 0, len(r.connectors))
+	for _, x := range r.connectors {
+		conns = append(conns, x)
+	}
+	r.mu.RUnlock()
+	// Waiters wake first, so that what they do next (Arm, a post) fails
+	// with the reason rather than a disconnect that names none.
+	for _, c := range cqs {
+		if c.r.notify != nil {
+			c.r.notifyQueue(StatusConnectionReset)
+		}
+	}
+	for _, s := range srqs {
+		s.r.notifyEvent(StatusConnectionReset)
+	}
+	for _, x := range conns {
+		x.r.disconnected(uint32(DisconnectReasonNone))
+	}
+	close(r.goneCh)
+}
+
+// Gone returns a channel closed when the daemon of an adapter from Dial
+// went away (Err says why): a caller waiting for something only the
+// daemon brings, such as a connection request, selects on it. It is nil,
+// never ready, for an adapter from Open.
+func (a *Adapter) Gone() <-chan struct{} {
+	if a.rem == nil {
+		return nil
+	}
+	return a.rem.goneCh
+}
+
+// Err returns nil while the adapter can work. For an adapter from Dial
+// whose daemon went away it returns the error every call fails with from
+// then on: StatusConnectionReset, "daemon SOCKET went away".
+func (a *Adapter) Err() error {
+	if a.rem == nil || !a.rem.gone.Load() {
+		return nil
+	}
+	return &Error{Status: StatusConnectionReset, Detail: a.rem.conn.Err().Error()}
+}
+
+// goneErr is the failure of op on an adapter whose daemon went away.
+func (r *remote) goneErr(op string) error {
+	return &Error{Status: StatusConnectionReset, Op: op, Err: r.conn.Err()}
 }
 
 func (r *remote) hello(m *proto.Message, fds []int) error {
@@ -157,6 +235,10 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 // call sends a request and turns a failure status into the NDK error.
 func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
 	m, rfds, err := r.conn.Call(ctx, req, fds...)
+	var gone *client.GoneError
+	if errors.As(err, &gone) {
+		return nil, nil, &Error{Status: StatusConnectionReset, Op: op, Err: err}
+	}
 	if err != nil {
 		return nil, nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "daemon", Err: err}
 	}

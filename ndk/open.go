@@ -79,7 +79,8 @@ type Options struct {
 	// several addresses.
 	AcceptAnySource bool
 	// Pin pins the steering program's attachment under
-	// PinRoot/<interface> (default /sys/fs/bpf/ndkxdp), where operators'
+	// PinRoot/netns-<inode>/<interface> (loader.PinDir; PinRoot default
+	// /sys/fs/bpf/ndkxdp), where operators'
 	// tools find its maps, and takes over one pinned there already: what
 	// the daemon does, so that a daemon killed with SIGKILL leaves a
 	// working attachment for the next. Close unpins and detaches.

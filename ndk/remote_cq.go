@@ -183,6 +183,9 @@ func (c *CQ) remoteArm(n CQNotify) error {
 		}
 		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
 	}
+	if r := c.adapter.rem; r.gone.Load() {
+		return r.goneErr("arm cq")
+	}
 	lvl := uint32(1) // CQNotifyErrors
 	switch n {
 	case CQNotifySolicited:

@@ -149,6 +149,8 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 	switch {
 	case q.closed.Load():
 		return postError(op, StatusInvalidHandle)
+	case r.gone.Load():
+		return r.goneErr(op)
 	case !rq.connected.Load():
 		return postError(op, StatusConnectionInvalid)
 	}
@@ -272,6 +274,9 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	r := q.adapter.rem
 	if q.closed.Load() {
 		return postError("receive", StatusInvalidHandle)
+	}
+	if r.gone.Load() {
+		return r.goneErr("receive")
 	}
 	if rq.srq != nil {
 		return postError("receive", StatusInvalidDeviceRequest)

@@ -50,12 +50,15 @@ const (
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
 // status; StatusQuotaExceeded for a daemon-backed adapter that reached
 // one of the daemon's quotas (the error names which), StatusAccessDenied
-// for one the daemon's allow list does not admit.
+// for one the daemon's allow list does not admit, and
+// StatusConnectionReset for every call of a daemon-backed adapter (Dial)
+// whose daemon went away.
 const (
-	StatusInvalidHandle Status = ndkpi.StatusInvalidHandle
-	StatusUnsuccessful  Status = ndkpi.StatusUnsuccessful
-	StatusQuotaExceeded Status = ndkpi.StatusQuotaExceeded
-	StatusAccessDenied  Status = ndkpi.StatusAccessDenied
+	StatusInvalidHandle   Status = ndkpi.StatusInvalidHandle
+	StatusUnsuccessful    Status = ndkpi.StatusUnsuccessful
+	StatusQuotaExceeded   Status = ndkpi.StatusQuotaExceeded
+	StatusAccessDenied    Status = ndkpi.StatusAccessDenied
+	StatusConnectionReset Status = ndkpi.StatusConnectionReset
 )
 
 // Error is a failed NDK call: the NTSTATUS code a Windows provider would
@@ -97,6 +100,7 @@ var (
 	ErrUnsuccessful          = ndkpi.ErrUnsuccessful
 	ErrQuotaExceeded         = ndkpi.ErrQuotaExceeded
 	ErrAccessDenied          = ndkpi.ErrAccessDenied
+	ErrConnectionReset       = ndkpi.ErrConnectionReset
 )
 
 // StatusOf returns the NTSTATUS carried by err: StatusSuccess for nil, the

@@ -50,6 +50,7 @@ var statusTable = []struct {
 	{StatusUnsuccessful, 0xC0000001, "STATUS_UNSUCCESSFUL", ErrUnsuccessful, true},
 	{StatusQuotaExceeded, 0xC0000044, "STATUS_QUOTA_EXCEEDED", ErrQuotaExceeded, true},
 	{StatusAccessDenied, 0xC0000022, "STATUS_ACCESS_DENIED", ErrAccessDenied, true},
+	{StatusConnectionReset, 0xC000020D, "STATUS_CONNECTION_RESET", ErrConnectionReset, true},
 }
 
 func TestStatusValuesAndNames(t *testing.T) {

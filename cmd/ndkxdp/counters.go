@@ -11,7 +11,8 @@ const countersSynopsis = "usage: ndkxdp counters -dev IFNAME\n\nPrints the steer
 
 func runCounters(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("counters", countersSynopsis, stderr)
-	dev := fs.String("dev", "", "interface whose pinned attachment to read (required)")
+	dev := fs.String("dev", "", "interface whose pinned attachment to read (required; in this network namespace)")
+	root := fs.String("pin-root", "", "the daemon's -pin-root (default /sys/fs/bpf/ndkxdp)")
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
@@ -24,7 +25,7 @@ func runCounters(args []string, stdout, stderr io.Writer) error {
 	if err := requireCaps([]capability{capBPF}); err != nil {
 		return err
 	}
-	x, err := loader.OpenPinned(*dev, loader.Options{})
+	x, err := loader.OpenPinned(*dev, loader.Options{PinRoot: *root})
 	if err != nil {
 		return fmt.Errorf("%w (is an ndkxdp daemon attached and pinned on %s?)", err, *dev)
 	}

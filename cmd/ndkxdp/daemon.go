@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,19 +23,19 @@ import (
 // daemonConfig is the daemon's configuration: the -config file (JSON, the
 // keys below) and the flags, which override it.
 type daemonConfig struct {
-	Interface   string `json:"interface"`
-	Socket      string `json:"socket"`       // default /run/ndkxdp/<interface>.sock
-	SocketGroup string `json:"socket_group"` // group owning the socket (mode 0660); default root's
-	Queues      string `json:"queues"`       // "all" (every RX queue) or a count
-	XDPMode     string `json:"xdp_mode"`     // auto, driver or generic
-	Polling     string `json:"polling"`      // adaptive or busy
-	Spin        string `json:"spin"`         // adaptive: how long an idle engine spins before it sleeps; default 20us
-	LogFormat   string `json:"log_format"`   // text or json
-	LogLevel    string `json:"log_level"`    // debug, info, warn or error
-	PinRoot     string `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
-	ZeroCopy    string `json:"zero_copy"`    // preferred, required or off
-	BusyPoll    string `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
-	Metrics     string `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
+	Interface   string     `json:"interface"`
+	Socket      string     `json:"socket"`       // default /run/ndkxdp/<interface>.sock
+	SocketGroup string     `json:"socket_group"` // group owning the socket (mode 0660); default root's
+	Queues      queueCount `json:"queues"`       // "all" (every RX queue) or a count, 2 or "2"
+	XDPMode     string     `json:"xdp_mode"`     // auto, driver or generic
+	Polling     string     `json:"polling"`      // adaptive or busy
+	Spin        string     `json:"spin"`         // adaptive: how long an idle engine spins before it sleeps; default 20us
+	LogFormat   string     `json:"log_format"`   // text or json
+	LogLevel    string     `json:"log_level"`    // debug, info, warn or error
+	PinRoot     string     `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
+	ZeroCopy    string     `json:"zero_copy"`    // preferred, required or off
+	BusyPoll    string     `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
+	Metrics     string     `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
 	// MetricsQPs bounds the QPs with series of their own (default 64); the
 	// rest are summed under qpn="other".
 	MetricsQPs int `json:"metrics_qp_series"`
@@ -54,6 +53,35 @@ func defaultDaemonConfig() daemonConfig {
 	return daemonConfig{Queues: "all", XDPMode: "auto", Polling: "adaptive", LogFormat: "text", LogLevel: "info", ZeroCopy: "preferred"}
 }
 
+// jsonKind names a Go kind as JSON does.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean (true or false)"
+	}
+	return "number"
+}
+
+// queueCount is the config's queues: "all", or a count written as a
+// number or a string.
+type queueCount string
+
+func (q *queueCount) UnmarshalJSON(b []byte) error {
+	var n int
+	if err := json.Unmarshal(b, &n); err == nil {
+		*q = queueCount(strconv.Itoa(n))
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf(`queues: want "all" or a count, got %s`, b)
+	}
+	*q = queueCount(s)
+	return nil
+}
+
 // loadDaemonConfig reads path over c; unknown keys are an error, so that a
 // misspelt key is not silently ignored.
 func loadDaemonConfig(path string, c *daemonConfig) error {
@@ -64,7 +92,11 @@ func loadDaemonConfig(path string, c *daemonConfig) error {
 	d := json.NewDecoder(strings.NewReader(string(b)))
 	d.DisallowUnknownFields()
 	if err := d.Decode(c); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return usagef("config %s: key %s: want a %s, got a %s", path, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return usagef("config %s: %v", path, err)
 	}
 	return nil
 }
@@ -77,14 +109,15 @@ func rxQueues(dev string) (int, error) {
 }
 
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("daemon", "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
+		"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n"+
+		"In a network namespace, start it with `nsenter --net=/var/run/netns/NS`, not `ip netns exec`.", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series, allow_users, allow_groups, quotas); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
 	fs.StringVar(&set.SocketGroup, "group", "", "group that owns the socket (mode 0660)")
-	fs.StringVar(&set.Queues, "queues", "", `receive queues to bind: "all" (default) or a count`)
+	fs.StringVar((*string)(&set.Queues), "queues", "", `receive queues to bind: "all" (default) or a count`)
 	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
 	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
 	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps, at least (default 20µs; it spins up to 200µs while work keeps coming)")
@@ -95,16 +128,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
 	fs.StringVar(&set.Metrics, "metrics", "", `serve Prometheus /metrics on this address (off by default; ":9464" is loopback port 9464)`)
 	fs.IntVar(&set.MetricsQPs, "metrics-qps", 0, `QPs with metric series of their own (default 64); the rest are summed under qpn="other"`)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
-			"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("daemon: unexpected arguments %q", fs.Args())
 	}
 	c := defaultDaemonConfig()
 	if *cfgPath != "" {
@@ -115,7 +140,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	overlay(&c, set)
 	opts, gid, logger, err := c.resolve(stderr)
 	if err != nil {
-		return err
+		return badUsage(err)
 	}
 	if err := requireCaps(toolCaps); err != nil {
 		return err
@@ -124,6 +149,8 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if opts.Queues, err = rxQueues(c.Interface); err != nil {
 			return err
 		}
+	} else if err := checkQueues(c.Interface, opts.Queues); err != nil {
+		return err
 	}
 	return serveDaemon(ctx, c, opts, gid, logger)
 }
@@ -135,7 +162,7 @@ func overlay(c *daemonConfig, set daemonConfig) {
 		v   string
 	}{
 		{&c.Interface, set.Interface}, {&c.Socket, set.Socket}, {&c.SocketGroup, set.SocketGroup},
-		{&c.Queues, set.Queues}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
+		{(*string)(&c.Queues), string(set.Queues)}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
 		{&c.Spin, set.Spin},
 		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
 		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
@@ -182,7 +209,7 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		return opts, 0, nil, err
 	}
 	if c.Queues != "all" {
-		n, err := strconv.Atoi(c.Queues)
+		n, err := strconv.Atoi(string(c.Queues))
 		if err != nil || n < 1 || n > 64 {
 			return opts, 0, nil, fmt.Errorf("daemon: queues %q: want all or 1-64", c.Queues)
 		}
@@ -218,13 +245,37 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 	if err != nil {
 		return err
 	}
-	a, err := ndk.Open(c.Interface, opts)
+	// Everything that could find another daemon's things, or the
+	// operator's, is checked before anything is changed: the interface's
+	// claim, where the pins go, the socket's path.
+	claim, err := claimInterface(c.Interface, c.Socket)
 	if err != nil {
-		return fmt.Errorf("daemon: %w", err)
+		return err
+	}
+	defer claim.Close()
+	lo := loader.Options{PinRoot: c.PinRoot}
+	if err := loader.CheckPinRoot(loader.PinDir(c.Interface, lo)); err != nil {
+		return fmt.Errorf("daemon: pins for %s: %w", c.Interface, err)
 	}
 	ln, err := daemon.Listen(c.Socket, 0o660, gid)
 	if err != nil {
-		a.Close()
+		return fmt.Errorf("daemon: %w", err)
+	}
+	cleared, err := loader.ClearStale(lo)
+	for _, dir := range cleared {
+		log.Warn("cleared the pins of an interface that no longer exists (a daemon killed before its interface or namespace was deleted)", "pins", dir)
+	}
+	if err != nil {
+		log.Warn("stale pins not cleared", "err", err)
+	}
+	if moved, err := loader.AdoptLegacyPins(c.Interface, lo); moved {
+		log.Info("took over the pins of an earlier ndkxdp at their per-namespace place", "pins", loader.PinDir(c.Interface, lo))
+	} else if err != nil {
+		log.Warn("earlier pins not taken over", "err", err)
+	}
+	a, err := ndk.Open(c.Interface, opts)
+	if err != nil {
+		ln.Close()
 		return fmt.Errorf("daemon: %w", err)
 	}
 	var mln net.Listener
@@ -235,7 +286,7 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 			return fmt.Errorf("daemon: metrics: %w", err)
 		}
 	}
-	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: version, Allow: allow, Quotas: c.Quotas}
+	dcfg := daemon.Config{Logger: log, Interface: c.Interface, Version: versionString(), Allow: allow, Quotas: c.Quotas}
 	if mln != nil {
 		dcfg.MetricsAddr = mln.Addr().String
 	}
@@ -254,7 +305,7 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 			log.Error("metrics stopped", "err", err)
 		}
 	}()
-	log.Info("serving", "interface", c.Interface, "socket", c.Socket, "queues", opts.Queues,
+	log.Info("serving", "interface", c.Interface, "socket", c.Socket, "pins", loader.PinDir(c.Interface, lo), "queues", opts.Queues,
 		"address", a.LocalAddress(), "path_mtu", a.PathMTU(), "polling", c.Polling, "pid", os.Getpid())
 	select {
 	case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,40 @@ func TestDaemonSpin(t *testing.T) {
 		c.Interface, c.Polling, c.Spin = "lo", tc.polling, tc.spin
 		if _, _, _, err := c.resolve(io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("polling %s, spin %s: %v, want an error naming %q", tc.polling, tc.spin, err, tc.want)
+		}
+	}
+}
+
+// TestDaemonConfigQueues: the config's queues is "all", or a count
+// written as a number or a string; a value of another type is named with
+// the key and the type it wants, not as a Go unmarshal error.
+func TestDaemonConfigQueues(t *testing.T) {
+	for _, tc := range []struct{ json, want, err string }{
+		{`{"interface": "lo", "queues": 2}`, "2", ""},
+		{`{"interface": "lo", "queues": "3"}`, "3", ""},
+		{`{"interface": "lo", "queues": "all"}`, "all", ""},
+		{`{"interface": "lo", "queues": true}`, "", `queues: want "all" or a count`},
+		{`{"interface": "lo", "xdp_mode": 2}`, "", "key xdp_mode: want a string, got a number"},
+	} {
+		cfg := filepath.Join(t.TempDir(), "ndkxdp.json")
+		if err := os.WriteFile(cfg, []byte(tc.json), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := defaultDaemonConfig()
+		err := loadDaemonConfig(cfg, &c)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || strings.Contains(err.Error(), "Go struct") {
+				t.Errorf("%s: %v, want %q", tc.json, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(c.Queues) != tc.want {
+			t.Errorf("%s: queues %q, %v; want %q", tc.json, c.Queues, err, tc.want)
+			continue
+		}
+		opts, _, _, err := c.resolve(io.Discard)
+		if n, _ := strconv.Atoi(tc.want); err != nil || opts.Queues != n {
+			t.Errorf("%s: resolved to %d queues, %v", tc.json, opts.Queues, err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,8 +191,20 @@ func checkGone(t *testing.T, pids []int) {
 func TestDemoThroughDaemons(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out, errOut bytes.Buffer
+	// A demo killed with SIGKILL left its socket directory; this one
+	// removes it. -capture works through the daemons too.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-1", demoDirPrefix, dead.Process.Pid))
+	if err := os.MkdirAll(stale, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(stale)
+	pcap := filepath.Join(t.TempDir(), "demo.pcap")
 	err := run(context.Background(), []string{"demo", "-daemon", "-messages", "2000", "-rdma-ops", "50",
-		"-pings", "200"}, &out, &errOut)
+		"-pings", "200", "-capture", pcap}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("demo -daemon: %v\n%s%s", err, out.String(), errOut.String())
 	}
@@ -215,6 +228,42 @@ func TestDemoThroughDaemons(t *testing.T) {
 	checkGone(t, pids)
 	if framesOut(t, out.String()) == 0 {
 		t.Errorf("the daemons sent no frames:\n%s", out.String())
+	}
+	if fi, err := os.Stat(pcap); err != nil || fi.Size() <= 24 || !strings.Contains(out.String(), "capture: "+pcap) {
+		t.Errorf("demo -daemon -capture wrote no frames (%v):\n%s", err, out.String())
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a killed demo's socket directory %s is still there: %v", stale, err)
+	}
+}
+
+// TestDemoDaemonOfAnotherInterface: demo -dev A -daemon SOCK whose daemon
+// serves another interface is a bad command line naming both.
+func TestDemoDaemonOfAnotherInterface(t *testing.T) {
+	p := harness.New(t, harness.Config{})
+	var a *ndk.Adapter
+	if err := p.A.Do(func() (err error) { a, err = ndk.Open(p.A.Link, ndk.Options{}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := daemon.Listen(sock, 0o600, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := daemon.New(a, daemon.Config{Interface: p.A.Link})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() { srv.Close(); <-served }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := daemonServes(ctx, sock, p.A.Link); err != nil {
+		t.Errorf("the daemon's own interface: %v", err)
+	}
+	var ue *usageError
+	err = daemonServes(ctx, sock, "eth7")
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "that daemon serves "+p.A.Link) {
+		t.Errorf("-dev eth7 with %s's daemon: %v", p.A.Link, err)
 	}
 }
 

@@ -13,9 +13,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -43,10 +46,31 @@ type demoDaemon struct {
 	served    chan error
 }
 
+// demoDirPrefix starts the name of each demo daemon's socket directory;
+// the demo's PID follows, so that the next demo can tell the directories
+// of a demo that was killed (removeDeadDemoDirs).
+const demoDirPrefix = "ndkxdp-demo-"
+
+// removeDeadDemoDirs removes the socket directories of demos whose
+// process is gone: a demo killed with SIGKILL runs no cleanup.
+func removeDeadDemoDirs() {
+	m, _ := filepath.Glob(filepath.Join(os.TempDir(), demoDirPrefix+"*"))
+	for _, dir := range m {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(dir), demoDirPrefix), "-", 2)[0])
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			os.RemoveAll(dir)
+		}
+	}
+}
+
 // startDaemons serves each end's adapter on a socket of its own.
 func (d *demo) startDaemons(stdout io.Writer) error {
+	removeDeadDemoDirs()
 	for i, name := range []string{d.pair.A.Name, d.pair.B.Name} {
-		dir, err := os.MkdirTemp("", "ndkxdp-demo-")
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", demoDirPrefix, os.Getpid()))
 		if err != nil {
 			return fmt.Errorf("daemon socket directory: %w", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
 // What serves the phases at -peer (-peer-kind).
@@ -142,6 +143,15 @@ func openDemoSide(ctx context.Context, f demoFlags, opts ndk.Options) (*demoSide
 		}
 		return nil, nil, err
 	}
+	if f.socket != "" {
+		if err := daemonServes(dctx, f.socket, f.dev); err != nil {
+			d.Close()
+			if capture != nil {
+				capture.Close()
+			}
+			return nil, nil, err
+		}
+	}
 	s := &demoSide{dev: d, name: f.dev}
 	if f.socket != "" {
 		s.name = f.dev + " (daemon " + f.socket + ")"
@@ -206,5 +216,20 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 		fmt.Fprintf(stdout, "capture: %s (every RoCEv2 frame this host sent or received)\n", f.capture)
 	}
 	fmt.Fprintf(stdout, "done in %v\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// daemonServes refuses a -daemon socket whose daemon serves another
+// interface than -dev: the demo would run on an interface it does not
+// name.
+func daemonServes(ctx context.Context, socket, dev string) error {
+	var st daemon.Status
+	if err := daemon.Query(ctx, strings.TrimPrefix(socket, "unix://"), daemon.OpAdminStatus, &st); err != nil {
+		return fmt.Errorf("ask the daemon at %s which interface it serves: %w", socket, socketError(socket, err))
+	}
+	if st.Interface != "" && st.Interface != dev {
+		return usagef("-dev %s -daemon %s: that daemon serves %s; give the socket of %s's daemon (by default %s), or -dev %s",
+			dev, socket, st.Interface, dev, daemon.SocketPath(dev), st.Interface)
+	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -91,6 +92,11 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	})
 	if ferr := out.Flush(); err == nil || errors.Is(err, errDumpDone) {
 		err = ferr
+	}
+	if ndk.StatusOf(err) == ndk.StatusAccessViolation {
+		// The daemon refused this user a capture: no frame was taken, and
+		// the NTSTATUS's usual reading (a peer refusing memory) is not it.
+		return fmt.Errorf("dump: refused: %s (EACCES); run it as root or as the daemon's user", ntText.ReplaceAllString(err.Error(), ""))
 	}
 	err = socketError(sock, err)
 	fmt.Fprintf(stderr, "%d frames captured, %d dropped by the daemon (of %d it moved while capturing)\n", n, counts.Dropped, counts.Seen)

@@ -38,6 +38,7 @@ var linuxTerms = map[ndk.Status]linuxTerm{
 	ndk.StatusAccessViolation:       {"EACCES", "the peer refused the memory access (token, bounds or rights)"},
 	ndk.StatusRemoteResources:       {"EREMOTEIO", "the peer could not carry out the request"},
 	ndk.StatusBufferOverflow:        {"EMSGSIZE", "a message was larger than the receive buffer"},
+	ndk.StatusConnectionReset:       {"ECONNRESET", "the daemon stopped or died: its log (journalctl -u ndkxdp@IF) says why; start it again and rerun"},
 }
 
 // ntText matches the NTSTATUS annotations ndk's errors carry for

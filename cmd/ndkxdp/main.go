@@ -129,7 +129,9 @@ func exitStatus(err error, stderr io.Writer) int {
 		return 0
 	case errors.As(err, &ue):
 		if ue.err != nil && !errors.Is(ue.err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "ndkxdp: %s\n", describe(ue.err))
+			// A usage error's text is the command's own, usage lines
+			// included: printed whole, as describe would shorten a log.
+			fmt.Fprintf(stderr, "ndkxdp: %s\n", ue.err)
 		}
 		return 2
 	}
@@ -189,6 +191,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version":
 		return runVersion(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
+			// `help CMD` is `CMD -h`.
+			return run(ctx, []string{args[1], "-h"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:

@@ -105,6 +105,15 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"perf", "send_lat", "-spin", "0s", "-dev", "lo"}, "-spin 0s"},
 		{[]string{"perf", "send_lat", "-spin", "2s", "-dev", "lo"}, "-spin 2s: want a duration above 0 and at most 1s"},
 		{[]string{"perf", "send_lat", "-spin", "50us", "-polling", "busy", "-dev", "lo"}, "-spin 50µs: is for adaptive polling"},
+		{[]string{"daemon", "-bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"daemon", "-dev", "lo", "extra"}, "unexpected arguments"},
+		{[]string{"daemon", "-dev", "lo", "-queues", "x"}, `queues "x": want all or 1-64`},
+		{[]string{"daemon", "-dev", "lo", "-xdp-mode", "fast"}, "fast"},
+		{[]string{"soak", "extra"}, "unexpected arguments"},
+		{[]string{"soak", "-loss", "2"}, "-loss must be in [0, 0.5]"},
+		// rping's usage after its error is whole, not shortened as a log.
+		{[]string{"rping", "-c", "-dev", "lo"}, "a client needs -a ADDR\nusage: ndkxdp rping -s|-c -a ADDR [-p PORT]"},
+		{[]string{"rping", "-s", "-a", "198.18.0.1"}, "-dev or -daemon is required\nusage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-capture FILE] -dev IFNAME\n       ndkxdp rping"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
@@ -134,6 +143,10 @@ func TestHelpExitsZero(t *testing.T) {
 		{[]string{"rping", "-h"}, "-capture"},
 		{[]string{"counters", "-h"}, "-dev"},
 		{[]string{"version", "-h"}, "VCS revision"},
+		{[]string{"help", "demo"}, "-peer-kind"},
+		{[]string{"help", "rping"}, "-capture"},
+		{[]string{"soak", "-h"}, "RSS, heap and"},
+		{[]string{"daemon", "-h"}, "nsenter --net="},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)

@@ -62,6 +62,20 @@ func (n *nicFlags) apply(o *ndk.Options, dev string) error {
 		}
 	case n.queues != "all":
 		o.Queues, _ = strconv.Atoi(n.queues)
+		if dev != "" {
+			return checkQueues(dev, o.Queues)
+		}
 	}
 	return nil
+}
+
+// checkQueues refuses more queues than dev has in use, before a bind
+// past them fails with a bare EINVAL.
+func checkQueues(dev string, want int) error {
+	have, err := rxQueues(dev)
+	if err != nil || want <= have {
+		return nil // the bind will say what is wrong
+	}
+	return usagef("-queues %d: %s has %d receive queue(s) in use (EINVAL); give at most %d, or all (`ethtool -l %s` shows its channels, `ethtool -L %s combined N` sets them; a veth has as many as `ip link add ... numrxqueues N` gave it)",
+		want, dev, have, have, dev, dev)
 }

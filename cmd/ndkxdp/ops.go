@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os/user"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -59,10 +61,25 @@ func (o *opsFlags) query(ctx context.Context, op string, out any) error {
 // socketError says what a refused socket means: its permissions, not a
 // missing capability (which describe would suggest for EACCES).
 func socketError(path string, err error) error {
-	if errors.Is(err, unix.EACCES) {
-		return fmt.Errorf("%s: permission denied: the daemon's socket admits root and the members of its socket_group", path)
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("%s: permission denied (EACCES): %s", path, socketAccessHint(path))
 	}
 	return err
+}
+
+// socketAccessHint names who may use the daemon's socket at path, and how
+// this user becomes one of them.
+func socketAccessHint(path string) string {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return "the daemon's socket admits root and the members of its socket group (the daemon's -group, socket_group); join that group, or run as root"
+	}
+	group := strconv.FormatUint(uint64(st.Gid), 10)
+	if g, err := user.LookupGroupId(group); err == nil {
+		group = g.Name
+	}
+	return fmt.Sprintf("the daemon's socket (mode %04o) admits its owner and the members of group %s (the daemon's -group, socket_group): add this user to it (usermod -aG %s USER, then log in again), or run as root",
+		st.Mode&0o777, group, group)
 }
 
 func printJSON(w io.Writer, v any) error {

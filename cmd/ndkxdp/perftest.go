@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime"
 	"sync"
 	"time"
@@ -118,6 +119,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin), procs, srq)
 	enterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
+	// Through a daemon the engines' counters are the daemon's since it
+	// started: the run reports what changed during it.
+	base := sumStats(d.Adapter.Stats())
 	stopProgress := progress(stderr, progressLabel(name, p), d.Adapter)
 	defer stopProgress()
 	if peer.IsValid() {
@@ -134,7 +138,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if f.histogram {
 		perftest.PrintHistogram(stdout, res.Hist)
 	}
-	printRunStats(stderr, d.Adapter.Stats(), res.Waits)
+	printRunStats(stderr, statsSince(sumStats(d.Adapter.Stats()), base), res.Waits, f.daemon != "")
 	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
 }
 
@@ -184,8 +188,12 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the test spins before it sleeps, and the engines at least (they spin up to 200µs while work keeps coming); through -daemon, the test's only")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.nic.register(fs)
+	pt := registerPerftestFlags(fs, p, secs, port, cas)
 	var err error
 	if f.addr, err = parseWithAddr(fs, args, stdout); err != nil {
+		return f, err
+	}
+	if err := pt.apply(fs, p, &f.dev, f.daemon); err != nil {
 		return f, err
 	}
 	switch {
@@ -268,14 +276,37 @@ func parseWithAddr(fs *flag.FlagSet, args []string, stdout io.Writer) (string, e
 
 // printRunStats names, on stderr (stdout keeps perftest's text), what
 // explains a tail: the sleeps of the engines and of the test's polling,
-// and the transport's recoveries.
-func printRunStats(w io.Writer, engines []ndk.EngineStats, waits uint64) {
+// and the transport's recoveries, during this run (s: statsSince).
+// Through a daemon the engines are shared: other clients' work at the
+// same time counts too, and the line says so.
+func printRunStats(w io.Writer, s ndk.EngineStats, waits uint64, daemon bool) {
+	whose := "this run"
+	if daemon {
+		whose = "during this run, the daemon's engines (other clients' work included)"
+	}
+	fmt.Fprintf(w, "ndkxdp: %s: engine sleeps %d, slow yields %d, test's blocking waits %d; retransmission rounds %d, ACK timeouts %d, RNR NAKs sent %d received %d, duplicate requests %d, out-of-sequence %d\n",
+		whose, s.Sleeps, s.SlowYields, waits, s.Retransmits, s.Timeouts, s.RNRSent, s.RNRReceived, s.Duplicates, s.OutOfSeq)
+}
+
+// sumStats adds up the engines' counters.
+func sumStats(engines []ndk.EngineStats) ndk.EngineStats {
 	var s ndk.EngineStats
 	for _, e := range engines {
 		s.Add(e)
 	}
-	fmt.Fprintf(w, "ndkxdp: engine sleeps %d, slow yields %d, test's blocking waits %d; retransmission rounds %d, ACK timeouts %d, RNR NAKs sent %d received %d, duplicate requests %d, out-of-sequence %d\n",
-		s.Sleeps, s.SlowYields, waits, s.Retransmits, s.Timeouts, s.RNRSent, s.RNRReceived, s.Duplicates, s.OutOfSeq)
+	return s
+}
+
+// statsSince is what each counter of now gained since base.
+func statsSince(now, base ndk.EngineStats) ndk.EngineStats {
+	d := now
+	dv, bv := reflect.ValueOf(&d).Elem(), reflect.ValueOf(base)
+	for i := range dv.NumField() {
+		if f := dv.Field(i); f.Kind() == reflect.Uint64 {
+			f.SetUint(f.Uint() - bv.Field(i).Uint())
+		}
+	}
+	return d
 }
 
 // pollingText says how the run waits, as the tools print it.

@@ -25,6 +25,7 @@ func progress(w io.Writer, label string, a *ndk.Adapter) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	start := time.Now()
+	base := sumStats(a.Stats()) // a daemon's engines count since it started
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(500 * time.Millisecond)
@@ -35,10 +36,8 @@ func progress(w io.Writer, label string, a *ndk.Adapter) (stop func()) {
 				fmt.Fprint(f, "\r\033[K")
 				return
 			case <-t.C:
-				var in, out uint64
-				for _, e := range a.Stats() {
-					in, out = in+e.FramesIn, out+e.FramesOut
-				}
+				s := statsSince(sumStats(a.Stats()), base)
+				in, out := s.FramesIn, s.FramesOut
 				fmt.Fprintf(f, "\r\033[K%s: %s, %d frames sent, %d received", label, time.Since(start).Round(100*time.Millisecond), out, in)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const rpingSynopsis = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-capture FILE] -dev IFNAME
-       ndkxdp rping -s|-c -a ADDR [flags] -daemon SOCKET
+const rpingUsage = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-capture FILE] -dev IFNAME
+       ndkxdp rping -s|-c -a ADDR [flags] -daemon SOCKET`
+
+const rpingSynopsis = rpingUsage + `
 
 librdmacm's rping over ndkxdp on IFNAME, or through the ndkxdp daemon
 serving at SOCKET: -s serves (on -a, an address of the interface, or on
@@ -28,6 +31,9 @@ type rpingFlags struct {
 	cfg                rping.Config
 	timeout            time.Duration
 	nic                nicFlags
+	// persistent (-P) serves one client after another; debug (-d) prints
+	// each step.
+	persistent, debug bool
 }
 
 func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
@@ -45,18 +51,25 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	fs.BoolVar(&f.persistent, "P", false, "server: persistent, serve one client after another until interrupted (rping's -P)")
+	fs.BoolVar(&f.debug, "d", false, "print each step on stderr (rping's debug output)")
 	f.nic.register(fs)
 	if err := parseFlags(fs, args, stdout); err != nil {
 		return f, err
+	}
+	if f.persistent && !flagSet(fs, "timeout") {
+		f.timeout = math.MaxInt64 // a persistent server runs until interrupted
 	}
 	if *verbose {
 		f.cfg.Verbose = stdout
 	}
 	switch {
+	case f.persistent && f.client:
+		return f, usagef("-P is a server's (keep serving clients); a client runs -C pings\n%s", rpingUsage)
 	case f.server == f.client:
-		return f, usagef("give exactly one of -s and -c\n%s", rpingSynopsis)
+		return f, usagef("give exactly one of -s and -c\n%s", rpingUsage)
 	case f.client && f.addr == "":
-		return f, usagef("a client needs -a ADDR\n%s", rpingSynopsis)
+		return f, usagef("a client needs -a ADDR\n%s", rpingUsage)
 	case f.port == 0 || f.port > 0xFFFF:
 		return f, usagef("-p %d: not a port", f.port)
 	case f.timeout <= 0:
@@ -68,7 +81,7 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	if err := f.nic.check(f.daemon); err != nil {
 		return f, err
 	}
-	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, rpingSynopsis)
+	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, rpingUsage)
 }
 
 // runRping is librdmacm's rping (client -c or server -s) on an ndkxdp
@@ -85,6 +98,9 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.cfg.Phase = func(s string) {
 		step = s
 		enterPhase(ctx, "rping "+s)
+		if f.debug {
+			fmt.Fprintf(stderr, "rping: %s\n", s)
+		}
 	}
 	f.cfg.Phase(step)
 	listen := netip.IPv4Unspecified()
@@ -139,7 +155,17 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer l.Close()
-		st, err = rping.RunServer(ctx, f.cfg, l)
+		for {
+			st, err = rping.RunServer(ctx, f.cfg, l)
+			if !f.persistent || ctx.Err() != nil || d.Adapter.Err() != nil {
+				break
+			}
+			// -P: one client's end, however it ended, is not the server's.
+			if err != nil {
+				fmt.Fprintf(stderr, "rping: client ended: %s\n", describe(err))
+			}
+			fmt.Fprintf(stderr, "rping: %d pings\n", st.Pings)
+		}
 	}
 	fmt.Fprintf(stderr, "rping: %d pings\n", st.Pings)
 	return stepTimedOut(ctx, err, f.timeout, step)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -149,4 +150,42 @@ func TestRpingAndPerfCommands(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRpingPersistentServerAndDebug: rping's -P keeps the server serving
+// one client after another, and -d prints each step; -P on a client is a
+// bad command line.
+func TestRpingPersistentServerAndDebug(t *testing.T) {
+	if _, err := parseRping([]string{"-c", "-P", "-a", "198.18.0.1", "-dev", "lo"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "-P is a server's") {
+		t.Errorf("-P on a client: %v", err)
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srv := p.B.IPv4.String()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var sout, serr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- p.B.Do(func() error {
+			return run(ctx, []string{"rping", "-s", "-P", "-d", "-a", srv, "-p", "7191", "-dev", p.B.Link}, &sout, &serr)
+		})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for i := range 2 {
+		var cout, cerr bytes.Buffer
+		if err := p.A.Do(func() error {
+			return run(ctx, []string{"rping", "-c", "-a", srv, "-p", "7191", "-C", "3", "-dev", p.A.Link}, &cout, &cerr)
+		}); err != nil {
+			t.Fatalf("client %d: %v\n%s", i, err, cerr.String())
+		}
+	}
+	cancel()
+	<-done
+	if n := strings.Count(serr.String(), "rping: 3 pings"); n != 2 {
+		t.Errorf("the -P server reported %d clients of 3 pings, want 2:\n%s", n, serr.String())
+	}
+	if !strings.Contains(serr.String(), "rping: ") || !strings.Contains(serr.String(), "\nrping: ") {
+		t.Errorf("-d printed no steps:\n%s", serr.String())
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -42,9 +40,16 @@ type soakFlags struct {
 	seed                        uint64
 }
 
+const soakSynopsis = `usage: ndkxdp soak [-duration D] [-report D] [-loss F] [flags]
+
+Two ndkxdp hosts on an embedded veth pair, each dropping -loss of the
+frames it receives, run SEND, WRITE and READ of random sizes for
+-duration, every byte checked, over connections made anew through the IB
+CM every -reconnect; every -report it prints the process's RSS, heap and
+goroutines, so that a long run shows whether they stay flat.`
+
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("soak", soakSynopsis, stderr)
 	var f soakFlags
 	fs.DurationVar(&f.duration, "duration", time.Minute, "how long to run")
 	fs.DurationVar(&f.report, "report", 10*time.Second, "interval between RSS and goroutine reports")
@@ -54,16 +59,16 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&f.maxSize, "max-size", 64<<10, "largest message, WRITE and READ in bytes")
 	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the message sizes and contents")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	switch {
 	case f.duration <= 0 || f.report <= 0 || f.reconnect <= 0:
-		return errors.New("-duration, -report and -reconnect must be positive")
+		return usagef("-duration, -report and -reconnect must be positive")
 	case !(f.loss >= 0 && f.loss <= 0.5):
-		return errors.New("-loss must be in [0, 0.5]")
+		return usagef("-loss must be in [0, 0.5]")
 	case f.maxSize < 1 || f.maxSize > 16<<20:
-		return errors.New("-max-size must be in [1, 16777216]")
+		return usagef("-max-size must be in [1, 16777216]")
 	}
 	opts, err := adapterOptions("auto", f.polling)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -76,7 +78,16 @@ func toolNeedsCaps(socket string) error {
 // interface.
 func openDevice(ctx context.Context, dev, socket string, opts ndk.Options) (*ndkverbs.Device, error) {
 	if socket != "" {
-		return ndkverbs.Dial(ctx, socket)
+		d, err := ndkverbs.Dial(ctx, socket)
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			// The socket's permissions refused this user: the fix is the
+			// socket's group, not the capabilities describe would name.
+			return nil, socketError(strings.TrimPrefix(socket, "unix://"), err)
+		}
+		return d, err
+	}
+	if err := servedByDaemon(dev); err != nil {
+		return nil, err
 	}
 	return ndkverbs.Open(dev, opts)
 }

@@ -30,6 +30,31 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// versionString is this binary's version as the daemon reports it to
+// `status` and `info`: the link-time version, or the module's, and the
+// VCS revision it was built from.
+func versionString() string {
+	bi, ok := debug.ReadBuildInfo()
+	v := version
+	if v == "" && ok {
+		v = bi.Main.Version
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	if ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " " + s.Value[:12]
+			}
+			if s.Key == "vcs.modified" && s.Value == "true" {
+				v += "+modified"
+			}
+		}
+	}
+	return v
+}
+
 // buildText is the version, revision and Go toolchain of this binary.
 func buildText(bi *debug.BuildInfo, ok bool) string {
 	v, rev, modified, built := version, "unknown", "", ""

@@ -1,7 +1,7 @@
 // Package daemon serves one ndk adapter to client processes: the library
 // behind `ndkxdp daemon`. The daemon owns what the kernel lets one owner
 // have (the attached steering program, pinned under
-// /sys/fs/bpf/ndkxdp/IF; an AF_XDP socket on every receive queue; the
+// /sys/fs/bpf/ndkxdp/netns-N/IF; an AF_XDP socket on every receive queue; the
 // engines); applications reach it with ndk.Dial and use the ndk API as on
 // an adapter of their own.
 //

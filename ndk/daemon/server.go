@@ -78,17 +78,18 @@ func New(a *ndk.Adapter, cfg Config) *Server {
 }
 
 // Listen creates the daemon's socket at path, a SOCK_SEQPACKET unix socket
-// with mode perm and, if gid >= 0, that owning group. A socket file left by
-// a daemon that died is replaced; one a live daemon answers on is not.
+// with mode perm and, if gid >= 0, that owning group. Only a stale socket
+// is replaced: a SOCK_SEQPACKET socket file nobody listens on, as a daemon
+// that died leaves. Anything else at path (a file, a directory, a socket
+// someone listens on) is refused: the daemon runs as root, and path is
+// the operator's to give.
 func Listen(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
 	}
-	if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("%s: a daemon already listens there", path)
+	if err := removeStale(path); err != nil {
+		return nil, err
 	}
-	_ = os.Remove(path)
 	// The socket is created with the final mode: no window in which
 	// others could connect.
 	old := unix.Umask(0o777 &^ int(perm))
@@ -109,6 +110,52 @@ func Listen(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("socket mode: %w", err)
 	}
 	return ln, nil
+}
+
+// removeStale removes the socket a dead daemon left at path, and refuses
+// anything else there.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("socket %s: a %s is there, not a daemon's socket (EEXIST): left as it is; remove it or give another -socket", path, typeName(fi.Mode()))
+	}
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	switch {
+	case err == nil:
+		c.Close()
+		return fmt.Errorf("socket %s: a daemon already listens there (EADDRINUSE)", path)
+	case errors.Is(err, unix.EPROTOTYPE):
+		return fmt.Errorf("socket %s: another program's socket (not SOCK_SEQPACKET) listens there (EADDRINUSE): left as it is; give another -socket", path)
+	case !errors.Is(err, unix.ECONNREFUSED):
+		return fmt.Errorf("socket %s: cannot tell whether it is stale: %w; left as it is", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("socket %s: remove the stale socket: %w", path, err)
+	}
+	return nil
+}
+
+// typeName names a file's type for an operator.
+func typeName(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m.IsRegular():
+		return "regular file"
+	case m&os.ModeSymlink != 0:
+		return "symbolic link"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeDevice != 0:
+		return "device"
+	}
+	return "file of type " + m.Type().String()
 }
 
 // Serve accepts clients on ln until Close (it returns nil then) or an

@@ -134,6 +134,12 @@ func (p *peer) settle() { p.b.Stats() }
 // CM, B listening on port.
 func (bd *bed) connect(t testing.TB, c *client, port uint16) *peer {
 	t.Helper()
+	return bd.connectNotified(t, c, port, nil)
+}
+
+// connectNotified is connect whose client connector calls onDisconnect.
+func (bd *bed) connectNotified(t testing.TB, c *client, port uint16, onDisconnect func()) *peer {
+	t.Helper()
 	b := bd.b
 	pr := &peer{mem: make([]byte, 1<<16), b: b.Adapter}
 	var err error
@@ -169,7 +175,7 @@ func (bd *bed) connect(t testing.TB, c *client, port uint16) *peer {
 	if err := x.Connect(ctx, c.qp, netip.AddrPort{}, dst, 4, 4, []byte("hello")); err != nil {
 		t.Fatalf("connect through the daemon: %v", err)
 	}
-	if err := x.CompleteConnect(nil); err != nil {
+	if err := x.CompleteConnect(onDisconnect); err != nil {
 		t.Fatalf("complete connect: %v", err)
 	}
 	if err := <-accepted; err != nil {

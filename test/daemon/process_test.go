@@ -39,6 +39,17 @@ func dialWhenUp(t *testing.T, d *daemonproc.Daemon, _ string) *ndk.Adapter { ret
 
 func pinRoot(t *testing.T) string { return daemonproc.PinRoot(t) }
 
+// pinDir is where a daemon on h's interface pins under root: the path
+// names h's network namespace.
+func pinDir(t *testing.T, h *harness.Host, root string) string {
+	t.Helper()
+	var dir string
+	if err := h.Do(func() error { dir = loader.PinDir(h.Link, loader.Options{PinRoot: root}); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // clientOf builds a client's objects on an adapter from Dial.
 // fataler is what clientOf needs of a testing.T, so that a child process
 // can use it too.
@@ -132,7 +143,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	c := clientOf(t, a)
 	pr := bd.connect(t, c, 7101)
 	writeOnce(t, c, pr, 1)
-	if _, err := os.Stat(filepath.Join(root, p.A.Link, "link")); err != nil {
+	if _, err := os.Stat(filepath.Join(pinDir(t, p.A, root), "link")); err != nil {
 		t.Fatalf("daemon did not pin its attachment: %v", err)
 	}
 	a.Close()
@@ -202,7 +213,7 @@ func TestDaemonLifecycle(t *testing.T) {
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left after SIGTERM: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(root, p.A.Link)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(pinDir(t, p.A, root)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pins left after SIGTERM: %v", err)
 	}
 	if xdpAttached(t, p.A) {
@@ -237,6 +248,9 @@ func TestDaemonRefusesTakenInterface(t *testing.T) {
 	out := d.Logs.String()
 	if !strings.Contains(out, "already has an XDP program") || !strings.Contains(out, "name ") {
 		t.Fatalf("refusal does not name the attached program:\n%s", out)
+	}
+	if !strings.Contains(out, "-daemon SOCKET") || strings.Contains(out, "OpenPinned") {
+		t.Errorf("refusal does not point an operator at -daemon (or names a Go API):\n%s", out)
 	}
 }
 

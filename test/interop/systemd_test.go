@@ -333,7 +333,7 @@ func stopWithConnection(t *testing.T, vm *VM, dev *ndkverbs.Device) {
 			t.Errorf("journal has %q: something was refused under the unit's sandbox:\n%s", refused, journal)
 		}
 	}
-	if out := mustRun(t, vm, "ip link show eth0; ls /sys/fs/bpf/ndkxdp 2>&1 || true"); strings.Contains(out, "xdp") || strings.Contains(out, "eth0\n") {
+	if out := mustRun(t, vm, "ip link show eth0; ls -R /sys/fs/bpf/ndkxdp 2>&1 || true"); strings.Contains(out, "xdp") || strings.Contains(out, "eth0\n") {
 		t.Errorf("after the stop eth0 still has XDP or a pin:\n%s", out)
 	}
 	t.Logf("systemctl stop took %v with 1 connection; the host's client ended after %d pings: %v; unit: %s",

@@ -32,8 +32,11 @@ func TestStatus(t *testing.T) {
 	if s.Metrics != "" {
 		t.Errorf("metrics served at %q without -metrics", s.Metrics)
 	}
+	if s.Version == "" {
+		t.Error("status gives no version")
+	}
 	out := string(run(t, "status", "-daemon", bd.sock))
-	for _, want := range []string{"daemon on " + bd.pair.A.Link + ": running", "clients 1 (served 1), qps 1, connections 1", "client pid " + itoa(os.Getpid())} {
+	for _, want := range []string{"daemon on " + bd.pair.A.Link + ": running", "version " + s.Version + "\n", "clients 1 (served 1), qps 1, connections 1", "client pid " + itoa(os.Getpid())} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -105,7 +108,7 @@ func TestInfo(t *testing.T) {
 	if !reflect.DeepEqual(l, c) {
 		t.Errorf("limits %+v; the client's adapter has %+v", l, c)
 	}
-	if x.Versions.Protocol != 1 || x.Versions.NDK != "2.1" || x.Versions.Kernel == "" {
+	if x.Versions.Protocol != 1 || x.Versions.NDK != "2.1" || x.Versions.Kernel == "" || x.Versions.Daemon == "" {
 		t.Errorf("versions %+v", x.Versions)
 	}
 	text := string(run(t, "info", "-daemon", bd.sock))

@@ -157,6 +157,8 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 		return nil, fmt.Errorf("accept: %w", ctx.Err())
 	case <-x.done:
 		return nil, fmt.Errorf("accept: listener closed: %w", verbs.ErrInvalid)
+	case <-x.dev.Adapter.Gone():
+		return nil, fmt.Errorf("accept: %w", x.dev.Adapter.Err())
 	}
 	srq, err := x.dev.srqOf(p)
 	if err != nil {

@@ -342,6 +342,9 @@ func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 		}
 	}
 	if n == 0 && gone {
+		if err := e.dev.Adapter.Err(); err != nil {
+			return 0, err // the daemon went away, not the peer
+		}
 		return 0, verbs.ErrDisconnected
 	}
 	return n, nil
@@ -389,6 +392,8 @@ func (e *Endpoint) Wait(ctx context.Context) error {
 	select {
 	case <-e.wake:
 		return nil
+	case <-e.dev.Adapter.Gone():
+		return e.dev.Adapter.Err()
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strings"
@@ -287,5 +288,41 @@ func TestDurationLoopAllocatesNothing(t *testing.T) {
 	})
 	if allocs != 0 || n == 0 {
 		t.Fatalf("bwLoopFor allocates %v times per run (%d completions counted)", allocs, n)
+	}
+}
+
+// TestDurationBoundsASilentPeer: a -D server whose client connected and
+// then went silent (no DREQ: its host or daemon died) ends at -D plus the
+// slack, saying so, rather than waiting for the report at the handshake.
+func TestDurationBoundsASilentPeer(t *testing.T) {
+	old := durationSlack
+	durationSlack = 200 * time.Millisecond
+	defer func() { durationSlack = old }()
+	n := &verbstest.Network{}
+	l, err := n.Listen(DefaultPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := Params{Verb: Write, Kind: BW, Size: 1024, Duration: 300 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		_, err := RunServer(context.Background(), p, l, io.Discard)
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ep, err := n.Connect(ctx, DefaultPort, verbs.ConnParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "did not end within its duration") {
+			t.Fatalf("server: %v, want the -D bound named", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a -D 0.3s server still waits for its silent client after 5 s")
 	}
 }

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -167,9 +168,12 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 		return Result{Params: p}, fmt.Errorf("perftest: control connection to port %d: %w", p.Port, err)
 	}
 	defer ep.Close()
-	return session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+	ctx, cancel := durationBound(ctx, &p)
+	defer cancel()
+	res, err := session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
 		return connectData(ctx, c, &p, params)
 	})
+	return res, boundErr(ctx, err)
 }
 
 // RunServer runs one perftest test as the server (`ib_<verb>_<bw|lat> -R`)
@@ -190,13 +194,44 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 		return Result{Params: p}, fmt.Errorf("perftest: accept control connection: %w", err)
 	}
 	defer ep.Close()
-	return session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+	ctx, cancel := durationBound(ctx, &p)
+	defer cancel()
+	res, err := session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
 		cp, err := params()
 		if err != nil {
 			return nil, err
 		}
 		return l.Accept(ctx, cp)
 	})
+	return res, boundErr(ctx, err)
+}
+
+// durationSlack is what a -D run may take beyond its duration, from the
+// control connection on: the data connection (a client retries it for up
+// to 10 s), the handshakes and the report. A variable for the tests.
+var durationSlack = 30 * time.Second
+
+// errDurationOver is the cause of a -D run's end at its bound.
+var errDurationOver = errors.New("duration bound")
+
+// durationBound bounds a -D run, on either side, to its duration and
+// durationSlack from the control connection on. Each side times only its
+// own run (duration.go), and the side that waits for the other's report
+// (the write, read and atomic bw server) would otherwise wait for a peer
+// that went silent, without a DREQ, until the caller's own timeout.
+func durationBound(ctx context.Context, p *Params) (context.Context, context.CancelFunc) {
+	if p.Duration <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, p.Duration+durationSlack, errDurationOver)
+}
+
+// boundErr names the bound when it ended the run.
+func boundErr(ctx context.Context, err error) error {
+	if err != nil && errors.Is(context.Cause(ctx), errDurationOver) {
+		return fmt.Errorf("the -D run did not end within its duration and %v (the peer went silent; ETIMEDOUT): %w", durationSlack, err)
+	}
+	return err
 }
 
 // session is main() of the test from exchange_versions on (see doc.go for

@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,10 +26,32 @@ import (
 // ErrClosed is returned by calls on a connection that ended.
 var ErrClosed = errors.New("connection to the ndkxdp daemon closed")
 
+// GoneError is why a connection the client did not close ended: the
+// daemon went away (it stopped or died, and the kernel hung its socket
+// up), or sent what the client cannot read. errors.Is(err, ErrClosed)
+// holds for it.
+type GoneError struct {
+	Socket string
+	Cause  error
+}
+
+func (e *GoneError) Error() string {
+	return fmt.Sprintf("daemon %s went away (%v)", e.Socket, e.Cause)
+}
+
+func (e *GoneError) Unwrap() error { return e.Cause }
+
+func (e *GoneError) Is(target error) bool { return target == ErrClosed }
+
+// errHangup is the cause of a GoneError when the socket read its end.
+var errHangup = errors.New("its socket hung up")
+
 // Conn is a control connection to the daemon.
 type Conn struct {
-	c   *net.UnixConn
-	wmu sync.Mutex
+	c       *net.UnixConn
+	path    string
+	closing atomic.Bool // Close was called: the end is the client's
+	wmu     sync.Mutex
 
 	mu      sync.Mutex
 	next    uint64
@@ -65,7 +89,7 @@ func Dial(ctx context.Context, path string, onEvent func(*proto.Message)) (*Conn
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{c: nc.(*net.UnixConn), pending: make(map[uint64]chan reply), done: make(chan struct{}), onEvent: onEvent}
+	c := &Conn{c: nc.(*net.UnixConn), path: path, pending: make(map[uint64]chan reply), done: make(chan struct{}), onEvent: onEvent}
 	go c.read()
 	return c, nil
 }
@@ -77,8 +101,8 @@ func (c *Conn) read() {
 		var n int
 		var fds []int
 		n, fds, err = shm.RecvFDs(c.c, buf, shm.MaxFDs)
-		if err == nil && n == 0 {
-			err = ErrClosed
+		if (err == nil && n == 0) || errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) {
+			err = errHangup
 		}
 		if err != nil {
 			break
@@ -106,7 +130,11 @@ func (c *Conn) read() {
 	}
 	c.mu.Lock()
 	if c.err == nil {
-		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+		if c.closing.Load() {
+			c.err = ErrClosed
+		} else {
+			c.err = &GoneError{Socket: c.path, Cause: err}
+		}
 	}
 	for id, ch := range c.pending {
 		close(ch)
@@ -181,13 +209,17 @@ func (c *Conn) send(req *proto.Request, fds ...int) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := shm.SendFDs(c.c, b, fds...); err != nil {
-		return fmt.Errorf("%w: %v", ErrClosed, err)
+		if cerr := c.Err(); cerr != nil {
+			return cerr
+		}
+		return &GoneError{Socket: c.path, Cause: err}
 	}
 	return nil
 }
 
 // Close ends the connection; the daemon frees everything the client had.
 func (c *Conn) Close() {
+	c.closing.Store(true)
 	c.c.Close()
 	<-c.done
 }

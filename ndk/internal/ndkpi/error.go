@@ -78,6 +78,7 @@ var (
 	ErrUnsuccessful          = &Error{Status: StatusUnsuccessful}
 	ErrQuotaExceeded         = &Error{Status: StatusQuotaExceeded}
 	ErrAccessDenied          = &Error{Status: StatusAccessDenied}
+	ErrConnectionReset       = &Error{Status: StatusConnectionReset}
 )
 
 // StatusOf returns the NTSTATUS carried by err: StatusSuccess for nil, the

@@ -50,12 +50,16 @@ const (
 // StatusUnsuccessful, which StatusOf reports for an error that carries no
 // status; StatusQuotaExceeded for a daemon's client that reached one of
 // the daemon's quotas (the error names which), StatusAccessDenied for one
-// the daemon's allow list does not admit.
+// the daemon's allow list does not admit, and StatusConnectionReset for a
+// daemon-backed adapter whose daemon is gone.
 const (
 	StatusInvalidHandle Status = 0xC0000008
 	StatusUnsuccessful  Status = 0xC0000001
 	StatusQuotaExceeded Status = 0xC0000044
 	StatusAccessDenied  Status = 0xC0000022
+	// StatusConnectionReset: a daemon-backed adapter's daemon went away
+	// (its socket hung up), as ECONNRESET is a socket's peer going away.
+	StatusConnectionReset Status = 0xC000020D
 )
 
 // StatusNames is the header name of every status above; tests hold it to
@@ -92,6 +96,7 @@ var StatusNames = map[Status]string{
 	StatusUnsuccessful:          "STATUS_UNSUCCESSFUL",
 	StatusQuotaExceeded:         "STATUS_QUOTA_EXCEEDED",
 	StatusAccessDenied:          "STATUS_ACCESS_DENIED",
+	StatusConnectionReset:       "STATUS_CONNECTION_RESET",
 }
 
 // String returns the header name, e.g. "STATUS_CONNECTION_INVALID", or the

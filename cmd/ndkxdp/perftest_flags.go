@@ -1,0 +1,126 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+)
+
+// perftestFlags are perftest's flags that scripts pass and that ndkxdp
+// perf either takes with perftest's meaning or refuses naming its own
+// equivalent, and perftest's long spellings of the flags perf has. Go's
+// flag package reads --name as -name, so `--size 64` needs only the name.
+type perftestFlags struct {
+	rdmaCM, cpuFreq, events, runInfinitely bool
+	gidIndex, qps, ibPort, mtu             int
+	ibDev, connection, atomicType          string
+}
+
+func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port *uint, cas *bool) *perftestFlags {
+	f := &perftestFlags{}
+	both := func(short, long string, reg func(name string)) {
+		reg(short)
+		reg(long)
+	}
+	fs.IntVar(&p.Size, "size", 0, "the same as -s")
+	fs.IntVar(&p.Iterations, "iters", 0, "the same as -n")
+	fs.UintVar(port, "port", perftest.DefaultPort, "the same as -p")
+	fs.IntVar(&p.TxDepth, "tx-depth", 0, "the same as -t")
+	fs.IntVar(&p.RxDepth, "rx-depth", 0, "the same as -r")
+	fs.IntVar(&p.CQMod, "cq-mod", 0, "the same as -Q")
+	fs.IntVar(&p.OutReads, "outs", 0, "the same as -o")
+	fs.BoolVar(&p.NoPeak, "noPeak", false, "the same as -N")
+	both("R", "rdma_cm", func(n string) {
+		fs.BoolVar(&f.rdmaCM, n, false, "connect through rdma_cm (perftest's -R; ndkxdp perf always does)")
+	})
+	both("F", "CPU-freq", func(n string) {
+		fs.BoolVar(&f.cpuFreq, n, false, "perftest's: do not fail on CPU frequency warnings (accepted: ndkxdp reads no CPU frequency)")
+	})
+	both("e", "events", func(n string) {
+		fs.BoolVar(&f.events, n, false, "perftest's: wait for completions on events (accepted: -polling adaptive, the default, sleeps on them)")
+	})
+	both("x", "gid-index", func(n string) {
+		fs.IntVar(&f.gidIndex, n, 0, "GID index, sent to the peer as perftest does (the rdma_cm resolves the address)")
+	})
+	both("d", "ib-dev", func(n string) {
+		fs.StringVar(&f.ibDev, n, "", "perftest's RDMA device: here a network interface (as -dev), or an RDMA device whose interface is used")
+	})
+	both("q", "qp", func(n string) {
+		fs.IntVar(&f.qps, n, 1, "QPs: 1 (for more, run more perf processes on other -p ports)")
+	})
+	both("i", "ib-port", func(n string) {
+		fs.IntVar(&f.ibPort, n, 1, "IB port: 1, the only one")
+	})
+	both("m", "mtu", func(n string) {
+		fs.IntVar(&f.mtu, n, 0, "perftest's path MTU: here it follows the interface's MTU (1500: 1024, 9000: 4096)")
+	})
+	both("c", "connection", func(n string) {
+		fs.StringVar(&f.connection, n, "RC", "connection type: RC, the only one")
+	})
+	both("A", "atomic_type", func(n string) {
+		fs.StringVar(&f.atomicType, n, "", "atomic_bw: FETCH_AND_ADD (default) or CMP_AND_SWAP")
+	})
+	fs.BoolVar(&f.runInfinitely, "run_infinitely", false, "perftest's endless run: refused; -D SECONDS runs for a time")
+	return f
+}
+
+// apply checks perftest's flags against what ndkxdp perf can do and puts
+// their meaning into p and dev.
+func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string, daemon string) error {
+	switch {
+	case f.runInfinitely:
+		return usagef("--run_infinitely: ndkxdp perf runs once; -D SECONDS runs for that long (and a loop in the shell runs again)")
+	case f.qps != 1:
+		return usagef("-q %d: ndkxdp perf runs one QP per process; run %d perf processes, each on its own -p port", f.qps, f.qps)
+	case f.ibPort != 1:
+		return usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
+	case !strings.EqualFold(f.connection, "RC"):
+		return usagef("-c %s: ndkxdp runs RC connections only", f.connection)
+	case f.mtu != 0:
+		return usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
+	case f.gidIndex < 0:
+		return usagef("-x %d: not a GID index", f.gidIndex)
+	}
+	p.GIDIndex = int32(f.gidIndex)
+	switch strings.ToUpper(f.atomicType) {
+	case "", "FETCH_AND_ADD":
+	case "CMP_AND_SWAP":
+		p.AtomicType = perftest.CompareAndSwap
+	default:
+		return usagef("-A %s: want FETCH_AND_ADD or CMP_AND_SWAP", f.atomicType)
+	}
+	if f.ibDev == "" || daemon != "" {
+		return nil // through a daemon, the device is the one it serves
+	}
+	ifname, ok := netdevOf(f.ibDev)
+	switch {
+	case !ok:
+		return usagef("-d %s: no network interface or RDMA device of that name here; ndkxdp runs on a network interface: give -dev IF, or -daemon SOCKET", f.ibDev)
+	case *dev != "" && *dev != ifname:
+		return usagef("-d %s is interface %s, -dev says %s", f.ibDev, ifname, *dev)
+	}
+	*dev = ifname
+	return nil
+}
+
+// netdevOf is the network interface an RDMA device name stands for: the
+// name itself where it is an interface; for rxe and siw their parent;
+// for a NIC's RDMA device the interface of the same PCI function.
+func netdevOf(name string) (string, bool) {
+	if strings.ContainsRune(name, '/') || name == "" {
+		return "", false
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", name)); err == nil {
+		return name, true
+	}
+	if b, err := os.ReadFile(filepath.Join("/sys/class/infiniband", name, "parent")); err == nil {
+		return strings.TrimSpace(string(b)), true
+	}
+	if m, _ := filepath.Glob(filepath.Join("/sys/class/infiniband", name, "device/net/*")); len(m) > 0 {
+		return filepath.Base(m[0]), true
+	}
+	return "", false
+}
