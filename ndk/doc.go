@@ -73,7 +73,7 @@
 // answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), fastreg.go,
 // mw.go, srq.go, lam.go, invalidate.go, buffer.go, flags.go, info.go,
 // status.go. Test-only hooks (MAD faults for test/cm) are in
-// internal/testhooks, installed by testhooks.go.
+// ndk/testhooks, which no program links.
 //
 // Connections (NDKPI.md §8): Connect, Accept and Disconnect block until
 // the peer answered or the CM gave up (NDKPI's STATUS_PENDING becomes the
