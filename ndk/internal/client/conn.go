@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,8 +159,16 @@ func (c *Conn) why(err error) error {
 	if err != errHangup {
 		return err
 	}
-	if p, derr := net.DialTimeout("unixpacket", c.path, 100*time.Millisecond); derr == nil {
-		p.Close()
+	p, derr := net.DialTimeout("unixpacket", c.path, 100*time.Millisecond)
+	if derr != nil {
+		return err
+	}
+	defer p.Close()
+	// A daemon that is exiting may hold its listener a moment longer than
+	// this session's socket; it hangs this connection up too. A daemon
+	// that serves on sends nothing before a hello.
+	_ = p.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, rerr := p.Read(make([]byte, 1)); errors.Is(rerr, os.ErrDeadlineExceeded) {
 		return errSessionEnded
 	}
 	return err
