@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,9 @@ type GoneError struct {
 }
 
 func (e *GoneError) Error() string {
+	if e.Cause == errSessionEnded {
+		return fmt.Sprintf("daemon %s %v", e.Socket, e.Cause)
+	}
 	return fmt.Sprintf("daemon %s went away (%v)", e.Socket, e.Cause)
 }
 
@@ -133,7 +137,7 @@ func (c *Conn) read() {
 		if c.closing.Load() {
 			c.err = ErrClosed
 		} else {
-			c.err = &GoneError{Socket: c.path, Cause: err}
+			c.err = &GoneError{Socket: c.path, Cause: c.why(err)}
 		}
 	}
 	for id, ch := range c.pending {
@@ -142,6 +146,32 @@ func (c *Conn) read() {
 	}
 	c.mu.Unlock()
 	close(c.done)
+}
+
+// errSessionEnded is the cause of a hangup from a daemon that still
+// serves: it ended this client's session (for what the client did, which
+// its log names), and did not stop.
+var errSessionEnded = errors.New("ended this client's session and serves on: its log says why")
+
+// why tells a hangup from a daemon that stopped (its socket is gone or
+// answers no one) from one that ended only this session.
+func (c *Conn) why(err error) error {
+	if err != errHangup {
+		return err
+	}
+	p, derr := net.DialTimeout("unixpacket", c.path, 100*time.Millisecond)
+	if derr != nil {
+		return err
+	}
+	defer p.Close()
+	// A daemon that is exiting may hold its listener a moment longer than
+	// this session's socket; it hangs this connection up too. A daemon
+	// that serves on sends nothing before a hello.
+	_ = p.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, rerr := p.Read(make([]byte, 1)); errors.Is(rerr, os.ErrDeadlineExceeded) {
+		return errSessionEnded
+	}
+	return err
 }
 
 func closeFDs(fds []int) {
