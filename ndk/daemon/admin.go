@@ -18,7 +18,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
@@ -216,7 +215,7 @@ func (ss *session) admin(req *proto.Request) *proto.Message {
 
 // provider is the in-process provider the daemon's adapter runs on.
 func (s *Server) provider() (*inproc.Provider, error) {
-	p, _ := hook.Provider(s.a).(*inproc.Provider)
+	p := s.be.Provider(s.a)
 	if p == nil {
 		return nil, statusErr(ndk.StatusNotSupported, "the daemon's adapter has no in-process provider")
 	}

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
@@ -254,12 +253,11 @@ func (ss *session) register(req *proto.Request) (*proto.Message, []int, error) {
 	if err := ss.take(resMRs, resTokens); err != nil {
 		return nil, nil, err
 	}
-	o, err := hook.RegisterAt(p.pd, req.VA, buf, req.Flags, req.Invalidatable)
+	mr, err := ss.srv.be.RegisterAt(p.pd, req.VA, buf, req.Flags, req.Invalidatable)
 	if err != nil {
 		ss.give(resMRs, resTokens)
 		return nil, nil, err
 	}
-	mr := o.(*ndk.MR)
 	x := &sMR{mr: mr}
 	if x.h, err = ss.add(x); err != nil {
 		_ = mr.Deregister()
@@ -318,7 +316,7 @@ func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, er
 			ss.give(resMWs, resTokens)
 			return nil, nil, err
 		}
-		return &proto.Message{H: x.h, Local: hook.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
+		return &proto.Message{H: x.h, Local: ss.srv.be.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: ss.srv.be.KeyBits(ss.srv.a)}, nil, nil
 	case proto.OpCloseMW:
 		x, err := lookup[*sMW](ss, req.H)
 		if err != nil {
@@ -382,7 +380,7 @@ func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error)
 			return nil, nil, err
 		}
 	}
-	return &proto.Message{H: x.h, Local: local, Remote: remote, KeyBits: hook.KeyBits(ss.srv.a)}, nil, nil
+	return &proto.Message{H: x.h, Local: local, Remote: remote, KeyBits: ss.srv.be.KeyBits(ss.srv.a)}, nil, nil
 }
 
 // createSRQ is NdkCreateSrq: the daemon's SRQ on the client's PD, and the

@@ -25,6 +25,7 @@ import (
 // for a WRITE that engine places.
 type relay struct {
 	ss  *session
+	be  backend
 	eng *hook.Engine
 	seg *shm.Segment // the session segment (proto.SessionSize)
 	// bell is the session's own doorbell (proto.RelayBell, and an eventfd
@@ -80,7 +81,7 @@ type note struct {
 // newRelay makes the session's relay; efd, if not -1, is the client's
 // eventfd for its event reader, which the relay takes over.
 func newRelay(ss *session, efd int) (*relay, error) {
-	eng, err := hook.EngineOf(ss.srv.a)
+	eng, err := ss.srv.be.Engine(ss.srv.a)
 	if err != nil {
 		closeFDs([]int{efd})
 		return nil, fmt.Errorf("daemon adapter: %w", err)
@@ -90,7 +91,7 @@ func newRelay(ss *session, efd int) (*relay, error) {
 		closeFDs([]int{efd})
 		return nil, err
 	}
-	r := &relay{ss: ss, eng: eng, seg: seg, nwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
+	r := &relay{ss: ss, be: ss.srv.be, eng: eng, seg: seg, nwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	bfd, err := shm.NewEventfd()
 	if err == nil {
 		r.bell, err = shm.NewDoorbell(seg, proto.RelayBell, bfd)

@@ -110,7 +110,7 @@ func (r *relay) drain(c *sCQ) int {
 	if room == 0 {
 		return 0
 	}
-	n := hook.PopCQ(c.cq, c.entries[:room])
+	n := r.be.PopCQ(c.cq, c.entries[:room])
 	c.left = n == room
 	for i := 0; i < n; i++ {
 		e := &c.entries[i]

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
@@ -218,7 +217,7 @@ func (r *relay) postLocal(q *sQP, s *proto.Send) ndk.Status {
 			err = lerr
 			break
 		}
-		err = hook.Bind(q.qp, slot, w.mw, s.InvToken, s.RemoteAddr, s.Length, flags, s.RemoteToken)
+		err = r.be.Bind(q.qp, slot, w.mw, s.InvToken, s.RemoteAddr, s.Length, flags, s.RemoteToken)
 	case proto.OpFastRegister:
 		m, lerr := lookup[*sMR](r.ss, s.Handle)
 		if lerr != nil {
@@ -233,9 +232,9 @@ func (r *relay) postLocal(q *sQP, s *proto.Send) ndk.Status {
 			break
 		}
 		buf := seg.Bytes()[s.ArenaOff : s.ArenaOff+s.Length : s.ArenaOff+s.Length]
-		err = hook.FastRegister(q.qp, slot, m.mr, s.RemoteAddr, buf, flags, s.InvToken, s.RemoteToken)
+		err = r.be.FastRegister(q.qp, slot, m.mr, s.RemoteAddr, buf, flags, s.InvToken, s.RemoteToken)
 	case proto.OpInvalidate:
-		err = hook.Invalidate(q.qp, slot, s.InvToken, flags)
+		err = r.be.Invalidate(q.qp, slot, s.InvToken, flags)
 	}
 	if err == nil {
 		return ndk.StatusSuccess

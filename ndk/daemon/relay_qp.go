@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
@@ -337,11 +336,11 @@ func (r *relay) publish(q *sQP) {
 	if q.removed {
 		return
 	}
-	if !q.failed && hook.QPFailed(q.qp) {
+	if !q.failed && r.be.QPFailed(q.qp) {
 		q.failed = true
 		q.state.Store(proto.QPFailed)
 	}
-	s, v := hook.QPQueued(q.qp)
+	s, v := r.be.QPQueued(q.qp)
 	if d := q.sendTaken - s; d != q.lastSendDone {
 		q.lastSendDone = d
 		q.sendDone.Store(d)

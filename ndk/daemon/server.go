@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
@@ -39,6 +40,9 @@ type Config struct {
 	Quotas Quotas
 }
 
+// backend is the daemon's typed seam into the adapter it serves.
+type backend = hook.Backend[*ndk.Adapter, *ndk.PD, *ndk.MR, *ndk.MW, *ndk.CQ, *ndk.QP]
+
 // Server serves one adapter to client processes.
 type Server struct {
 	a   *ndk.Adapter
@@ -57,6 +61,7 @@ type Server struct {
 	cqRings       atomic.Uint64 // RelayRings
 	ended         endCounts     // sessions the daemon ended, by reason
 	book          *book         // the quotas' accounts
+	be            backend       // the seam into the adapter's provider
 	refused       atomic.Uint64 // peers the allow list refused
 	brokenRings   atomic.Uint64 // client QP and SRQ rings read no more for what the client wrote
 }
@@ -74,7 +79,8 @@ func New(a *ndk.Adapter, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{a: a, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), started: time.Now(), book: newBook(cfg.Quotas)}
+	return &Server{a: a, cfg: cfg, log: cfg.Logger, sessions: make(map[*session]struct{}), started: time.Now(), book: newBook(cfg.Quotas),
+		be: hook.Get[*ndk.Adapter, *ndk.PD, *ndk.MR, *ndk.MW, *ndk.CQ, *ndk.QP]()}
 }
 
 // Listen creates the daemon's socket at path, a SOCK_SEQPACKET unix socket

@@ -5,7 +5,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/hook"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 )
 
 // MADFaults decides the fate of a connection-management datagram (a
@@ -20,8 +19,8 @@ type MADFaults = func(mad []byte) (copies int, delay time.Duration)
 // adapter's MADs leave from the daemon's adapter, where a hook here
 // would do nothing: it panics for one, as for a closed adapter.
 func SetMADFaults(a *ndk.Adapter, f MADFaults) {
-	p, ok := hook.Provider(a).(*inproc.Provider)
-	if !ok {
+	p := hook.Get[*ndk.Adapter, *ndk.PD, *ndk.MR, *ndk.MW, *ndk.CQ, *ndk.QP]().Provider(a)
+	if p == nil {
 		panic("testhooks: SetMADFaults needs an open adapter from ndk.Open (a daemon's own, not a client's)")
 	}
 	p.SetMADFaults(f)

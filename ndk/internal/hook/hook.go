@@ -1,12 +1,21 @@
-// Package hook lets the daemon (ndk/daemon) reach the things of package
-// ndk that no application should: registering a client's memory under the
-// client's own address, reading a CQ's entries with the solicited bit
-// that NDK_RESULT_EX does not carry, telling a failed QP from one not yet
-// connected, ringing a QP's doorbell without a post, how full its queues
+// Package hook is the typed seam between the daemon (ndk/daemon) and the
+// in-process adapter it serves: what only the daemon reaches in ndk, as
+// one interface, Backend. Registering a client's memory under the
+// client's own address, posting its local operations, reading a CQ's
+// entries with the solicited bit that NDK_RESULT_EX does not carry,
+// telling a failed QP from one not yet connected, how full a QP's queues
 // are, running in an engine's loop, and the provider under an adapter
-// (for the operator's view). Package ndk installs them when it
-// initializes.
+// (the operator's view).
+//
+// Backend is generic in ndk's types because hook cannot import ndk (ndk
+// installs it): ndk checks at compile time that its implementation is a
+// Backend of its own types, and the daemon gets it back typed with those
+// same types (Get), so every call across the seam is checked by the
+// compiler on both sides; the one dynamic step is Get's assertion, made
+// once, when a daemon starts.
 package hook
+
+import "github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 
 // Entry is a completion as the daemon's relay needs it.
 type Entry struct {
@@ -18,46 +27,57 @@ type Entry struct {
 	Solicited bool
 }
 
-var (
-	// RegisterAt registers buf in pd (an *ndk.PD) under address va with
-	// NDK_MR_FLAG_* flags, and returns the *ndk.MR.
-	RegisterAt func(pd any, va uint64, buf []byte, flags uint32, invalidatable bool) (any, error)
+// Backend is what the daemon does on its adapter (A) and the adapter's
+// protection domains (PD), regions (MR), windows (MW), CQs and QPs beyond
+// ndk's public API. flags are NDK_MR_FLAG_* or NDK_OP_FLAG_* values.
+type Backend[A, PD, MR, MW, CQ, QP any] interface {
+	// RegisterAt registers buf in pd under address va, the address the
+	// client's process has it at.
+	RegisterAt(pd PD, va uint64, buf []byte, flags uint32, invalidatable bool) (MR, error)
 	// Bind, FastRegister and Invalidate post a client's local operation
-	// on qp (an *ndk.QP) with request context ctx: NdkBind of mw (an
-	// *ndk.MW) to the MR whose local token is mrToken, giving the window
-	// the remote token's key of remote; NdkFastRegister of mr (an
-	// *ndk.MR) with buf under the client's address va and the keys of
-	// local and remote; NdkInvalidate of token. flags are NDK_OP_FLAG_*.
-	// They allocate nothing.
-	Bind         func(qp, ctx, mw any, mrToken uint32, addr, length uint64, flags, remote uint32) error
-	FastRegister func(qp, ctx, mr any, va uint64, buf []byte, flags, local, remote uint32) error
-	Invalidate   func(qp, ctx any, token, flags uint32) error
-	// KeyBits is the width of the keys of adapter's (an *ndk.Adapter)
-	// tokens.
-	KeyBits func(adapter any) int
-	// WindowHandle is the local token of mw (an *ndk.MW): its slot's
-	// handle, whose key a new remote token must not repeat.
-	WindowHandle func(mw any) uint32
-	// PopCQ moves up to len(dst) completions of cq (an *ndk.CQ) into dst.
-	// It allocates nothing.
-	PopCQ func(cq any, dst []Entry) int
-	// QPFailed reports whether qp (an *ndk.QP) is in error or closed: it
-	// will never be connected again. A QP enters error right after the
-	// completion of the request that failed it, and before it cancels the
-	// others.
-	QPFailed func(qp any) bool
-	// RingDeferred submits the requests posted on qp (an *ndk.QP) with
-	// DEFER since its last doorbell.
-	RingDeferred func(qp any)
-	// QPQueued returns how many requests qp's (an *ndk.QP) send and
-	// receive queues hold, posted and not retired.
-	QPQueued func(qp any) (send, recv uint64)
-	// Provider returns the provider an adapter (an *ndk.Adapter) runs on,
-	// an *inproc.Provider for one from ndk.Open, nil for one from
-	// ndk.Dial: the daemon's operator requests read the wire, queues and
-	// QPs from it.
-	Provider func(adapter any) any
-)
+	// on qp with request context ctx: NdkBind of mw to the MR whose local
+	// token is mrToken, giving the window the key of remote;
+	// NdkFastRegister of mr with buf under the client's address va and
+	// the keys of local and remote; NdkInvalidate of token. They allocate
+	// nothing.
+	Bind(qp QP, ctx any, mw MW, mrToken uint32, addr, length uint64, flags, remote uint32) error
+	FastRegister(qp QP, ctx any, mr MR, va uint64, buf []byte, flags, local, remote uint32) error
+	Invalidate(qp QP, ctx any, token, flags uint32) error
+	// KeyBits is the width of the keys of a's tokens.
+	KeyBits(a A) int
+	// WindowHandle is mw's local token: its slot's handle, whose key a
+	// new remote token must not repeat.
+	WindowHandle(mw MW) uint32
+	// PopCQ moves up to len(dst) completions of cq into dst. It allocates
+	// nothing.
+	PopCQ(cq CQ, dst []Entry) int
+	// QPFailed reports whether qp is in error or closed: it will never be
+	// connected again. A QP enters error right after the completion of
+	// the request that failed it, and before it cancels the others.
+	QPFailed(qp QP) bool
+	// QPQueued returns how many requests qp's send and receive queues
+	// hold, posted and not retired.
+	QPQueued(qp QP) (send, recv uint64)
+	// Provider returns the in-process provider a runs on, nil for a
+	// daemon-backed adapter: the operator's view reads the wire, queues
+	// and QPs from it.
+	Provider(a A) *inproc.Provider
+	// Engine returns the engine of a's queue 0, which the relays run in.
+	Engine(a A) (*Engine, error)
+}
+
+var backend any
+
+// Install makes b the backend Get returns; ndk calls it once, when it
+// initializes.
+func Install[A, PD, MR, MW, CQ, QP any](b Backend[A, PD, MR, MW, CQ, QP]) { backend = b }
+
+// Get returns the installed backend, typed with ndk's types. It panics if
+// they are not the types ndk installed it with: a build that links the
+// daemon with another ndk cannot run.
+func Get[A, PD, MR, MW, CQ, QP any]() Backend[A, PD, MR, MW, CQ, QP] {
+	return backend.(Backend[A, PD, MR, MW, CQ, QP])
+}
 
 // Poller is rc.Poller: work that runs in an engine's loop.
 type Poller interface {
@@ -79,6 +99,3 @@ type Engine struct {
 	// queue q placed (rc.Engine.PlacedWrites), 0 for no such queue.
 	PlacedWrites func(q int) uint64
 }
-
-// EngineOf returns the engine of adapter's (an *ndk.Adapter) queue 0.
-var EngineOf func(adapter any) (*Engine, error)
