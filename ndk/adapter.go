@@ -25,9 +25,9 @@ type Adapter struct {
 	// without one.
 	prov    provider
 	buffers *bufferPool
-	// rem is the daemon link of an adapter from Dial (dial.go), nil for
+	// daemon is the daemon link of an adapter from Dial (dial.go), nil for
 	// one from Open.
-	rem *remote
+	daemon *daemonLink
 	// conns are the CM objects the adapter closes with it (cm.go).
 	conns connections
 }
@@ -83,8 +83,8 @@ func (a *Adapter) Info() AdapterInfo { return a.info }
 // STATUS_INVALID_PARAMETER.
 func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
-	if a.rem != nil {
-		return a.rem.createCQ(a, depth, notify)
+	if a.daemon != nil {
+		return a.daemon.createCQ(a, depth, notify)
 	}
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
 		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
@@ -105,8 +105,8 @@ func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 
 // CreatePD creates a protection domain (NdkCreatePd).
 func (a *Adapter) CreatePD() (*PD, error) {
-	if a.rem != nil {
-		return a.rem.createPD(a)
+	if a.daemon != nil {
+		return a.daemon.createPD(a)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -139,8 +139,8 @@ func (a *Adapter) Close() {
 	cqs, pds := a.cqs, a.pds
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
-	if a.rem != nil {
-		a.rem.close()
+	if a.daemon != nil {
+		a.daemon.close()
 		return
 	}
 

@@ -92,8 +92,8 @@ func (a *Adapter) AllocBuffer(pd *PD, n int, flags MRFlag) (*Buffer, error) {
 	if pd == nil || pd.adapter != a {
 		return nil, errorf(StatusInvalidParameter, op, "pd of another adapter")
 	}
-	if a.rem != nil {
-		if err := a.rem.bufferPool(a); err != nil {
+	if a.daemon != nil {
+		if err := a.daemon.bufferPool(a); err != nil {
 			return nil, err
 		}
 	}

@@ -91,8 +91,8 @@ type CMStats struct {
 
 // CMStats returns the connection-management counters.
 func (a *Adapter) CMStats() CMStats {
-	if a.rem != nil {
-		_, c := a.rem.stats()
+	if a.daemon != nil {
+		_, c := a.daemon.stats()
 		return c
 	}
 	m := a.manager()

@@ -100,7 +100,7 @@ func (q *QP) LocalEndpoint() Endpoint {
 func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	const op = "connect oob"
 	if q.r != nil {
-		return q.remoteConnectOOB(remote, opts)
+		return q.daemonConnectOOB(remote, opts)
 	}
 	a := q.adapter
 	pmtu := a.prov.PathMTU()

@@ -30,7 +30,7 @@ const (
 type Connector struct {
 	a  *Adapter
 	c  *cm.Connector
-	r  *remoteConnector // a daemon-backed connector (remote_cm.go); c is nil
+	r  *daemonConnector // a daemon-backed connector (daemon_cm.go); c is nil
 	qp *QP
 
 	mu       sync.Mutex
@@ -45,8 +45,8 @@ type Connector struct {
 // (NdkCreateConnector). It fails with STATUS_NOT_SUPPORTED on an adapter
 // without a transport and STATUS_INVALID_HANDLE after the adapter closed.
 func (a *Adapter) CreateConnector() (*Connector, error) {
-	if a.rem != nil {
-		return a.rem.createConnector(a)
+	if a.daemon != nil {
+		return a.daemon.createConnector(a)
 	}
 	m := a.manager()
 	if m == nil {
@@ -111,7 +111,7 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
 	const op = "connect"
 	if c.r != nil {
-		return c.remoteConnect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
+		return c.daemonConnect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	return c.connect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
@@ -125,7 +125,7 @@ func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *S
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
 	}
 	if c.r != nil {
-		return c.remoteConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
+		return c.daemonConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
 	}
 	return c.connect(ctx, op, qp, se.LocalAddress(), se, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
@@ -234,7 +234,7 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
 	if c.r != nil {
-		return c.remoteAccept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
+		return c.daemonAccept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
 	}
 	if err := c.checkQP(op, qp); err != nil {
 		return err
@@ -261,7 +261,7 @@ func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outb
 // STATUS_CONNECTION_ABORTED when the peer gave up already.
 func (c *Connector) Reject(privateData []byte) error {
 	if c.r != nil {
-		_, err := c.a.rem.do("reject", &proto.Request{Op: proto.OpReject, H: c.r.h, Data: privateData})
+		_, err := c.a.daemon.do("reject", &proto.Request{Op: proto.OpReject, H: c.r.h, Data: privateData})
 		return err
 	}
 	return cmError("reject", c.c.Reject(privateData))
@@ -276,7 +276,7 @@ func (c *Connector) Reject(privateData []byte) error {
 func (c *Connector) Disconnect(ctx context.Context) error {
 	const op = "disconnect"
 	if c.r != nil {
-		_, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h})
+		_, _, err := c.a.daemon.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h})
 		return err
 	}
 	done := make(chan error, 1)
@@ -296,7 +296,7 @@ func (c *Connector) Disconnect(ctx context.Context) error {
 // both sides). After a rejected Connect it holds the REJ's private data.
 func (c *Connector) GetConnectionData(buf []byte) (inboundReadLimit, outboundReadLimit, size int, err error) {
 	if c.r != nil {
-		return c.remoteConnData(buf)
+		return c.daemonConnData(buf)
 	}
 	const op = "get connection data"
 	d, err := c.c.ConnectionData()
@@ -357,7 +357,7 @@ func (c *Connector) Close() {
 	c.closing = true
 	c.mu.Unlock()
 	if c.r != nil {
-		c.remoteClose()
+		c.daemonClose()
 		return
 	}
 	if c.c.Close(c.cmCloseDone) {

@@ -88,7 +88,7 @@ func withoutReason(f func()) func(DisconnectReason) {
 // learns why the connection ended (NdkCompleteConnectEx, NDKPI 2.1).
 func (c *Connector) CompleteConnectEx(onDisconnect func(DisconnectReason)) error {
 	if c.r != nil {
-		return c.remoteCompleteConnect(onDisconnect)
+		return c.daemonCompleteConnect(onDisconnect)
 	}
 	return cmError("complete connect", c.c.CompleteConnectEx(c.event(onDisconnect)))
 }
@@ -107,7 +107,7 @@ func (c *Connector) DisconnectEx(ctx context.Context, abortive bool) error {
 	}
 	const op = "abortive disconnect"
 	if c.r != nil {
-		_, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h, Abortive: true})
+		_, _, err := c.a.daemon.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h, Abortive: true})
 		return err
 	}
 	done := make(chan error, 1)

@@ -38,7 +38,7 @@ type ResultEx struct {
 type CQ struct {
 	adapter *Adapter
 	core    *cq.CQ
-	r       *remoteCQ // a daemon-backed CQ (remote_objects.go); core is nil
+	r       *daemonCQ // a daemon-backed CQ (daemon_cq.go); core is nil
 
 	closed atomic.Bool // Close was called
 	// users counts the QPs completing into the CQ (lifetime.go): a
@@ -63,7 +63,7 @@ func (c *CQ) Depth() int {
 // 002). Allocates nothing.
 func (c *CQ) GetResults(results []Result) int {
 	if c.r != nil {
-		return c.remoteGet(results, nil)
+		return c.daemonGet(results, nil)
 	}
 	var e cq.Entry
 	n := 0
@@ -83,7 +83,7 @@ func (c *CQ) GetResults(results []Result) int {
 // (NdkGetCqResultsEx). Allocates nothing.
 func (c *CQ) GetResultsEx(results []ResultEx) int {
 	if c.r != nil {
-		return c.remoteGet(nil, results)
+		return c.daemonGet(nil, results)
 	}
 	var e cq.Entry
 	n := 0
@@ -126,7 +126,7 @@ func (c *CQ) Arm(n CQNotify) error {
 		return errorf(StatusInvalidParameter, "arm cq", "unknown notification type %v", n)
 	}
 	if c.r != nil {
-		return c.remoteArm(n)
+		return c.daemonArm(n)
 	}
 	if !c.core.Arm(n) {
 		if c.closed.Load() {
@@ -162,7 +162,7 @@ func (c *CQ) Closed() <-chan struct{} { return c.done }
 // returns.
 func (c *CQ) finishClose() {
 	if c.r != nil {
-		c.remoteClose() // the daemon's CQ applies the same lifetime rules
+		c.daemonClose() // the daemon's CQ applies the same lifetime rules
 	} else {
 		c.core.Close() // idempotent; a concurrent second call also waits
 	}

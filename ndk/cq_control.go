@@ -42,7 +42,7 @@ func (c *CQ) Resize(depth int) error {
 		return errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, info.MaxCQDepth)
 	}
 	if c.r != nil {
-		return c.remoteResize(depth)
+		return c.daemonResize(depth)
 	}
 	if err := c.core.Resize(depth); err != nil {
 		s := StatusInsufficientResources
@@ -103,7 +103,7 @@ func (c *CQ) ControlInterruptModeration(interval time.Duration, count uint32) er
 	}
 	if c.r != nil {
 		// The daemon's relay raises a daemon-backed CQ's notifications.
-		_, err := c.adapter.rem.do(op, &proto.Request{Op: proto.OpModerateCQ, H: c.r.h, Timeout: int64(ivl), Depth: int(cnt)})
+		_, err := c.adapter.daemon.do(op, &proto.Request{Op: proto.OpModerateCQ, H: c.r.h, Timeout: int64(ivl), Depth: int(cnt)})
 		return err
 	}
 	c.core.Moderate(ivl, cnt)

@@ -17,15 +17,15 @@ import (
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
-// remote is a daemon-backed adapter's link to the daemon: the control
+// daemonLink is a daemon-backed adapter's link to the daemon: the control
 // connection, the session's doorbell, and the client's half of every
 // object, by the handle the daemon gave it.
-type remote struct {
+type daemonLink struct {
 	a    *Adapter
 	conn *client.Conn
 	bell *shm.Doorbell // the session's relay's, in sess
 	sess *shm.Segment  // the session's published counts, hint bitmaps, event ring and doorbell
-	ev   *remoteEvents
+	ev   *daemonEvents
 	addr netip.Addr
 	mac  net.HardwareAddr
 	pmtu int
@@ -45,7 +45,7 @@ type remote struct {
 	// makes before it reaches the ring; copied on write, read lock-free.
 	mrs atomic.Pointer[map[uint32]*MR]
 	// fast is every initialized fast-register MR by its tokens' index
-	// (remote_mem.go), whose keys change with each FastRegister.
+	// (daemon_mem.go), whose keys change with each FastRegister.
 	fast    atomic.Pointer[map[uint32]*MR]
 	keyBits atomic.Uint32
 	srqs    map[uint32]*SRQ
@@ -72,7 +72,7 @@ type arena struct {
 // Memory a daemon-backed adapter registers must be memory the daemon can
 // map: Adapter.Memory and AllocBuffer give it; RegisterMR or FastRegister
 // of other memory fails with STATUS_NOT_SUPPORTED. SRQs, memory windows
-// and fast registration follow the in-process rules (remote_mem.go).
+// and fast registration follow the in-process rules (daemon_mem.go).
 //
 // It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
 // STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol. When
@@ -94,7 +94,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{
+	r := &daemonLink{
 		a: a, qps: make(map[uint32]*QP), cqs: make(map[uint32]*CQ), pds: make(map[uint32]*PD),
 		connectors: make(map[uint32]*Connector), listeners: make(map[uint32]*Listener),
 		goneCh: make(chan struct{}),
@@ -128,7 +128,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		r.conn.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
-	a.rem = r
+	a.daemon = r
 	go r.watch()
 	return a, nil
 }
@@ -138,7 +138,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 // exits, which ends the connection's reader at once; without this, an
 // armed CQ or a connection would wait for a daemon that will never
 // answer, until the caller's own timeout.
-func (r *remote) watch() {
+func (r *daemonLink) watch() {
 	<-r.conn.Done()
 	var gone *client.GoneError
 	if !errors.As(r.conn.Err(), &gone) {
@@ -180,28 +180,28 @@ func (r *remote) watch() {
 // daemon brings, such as a connection request, selects on it. It is nil,
 // never ready, for an adapter from Open.
 func (a *Adapter) Gone() <-chan struct{} {
-	if a.rem == nil {
+	if a.daemon == nil {
 		return nil
 	}
-	return a.rem.goneCh
+	return a.daemon.goneCh
 }
 
 // Err returns nil while the adapter can work. For an adapter from Dial
 // whose daemon went away it returns the error every call fails with from
 // then on: StatusConnectionReset, "daemon SOCKET went away".
 func (a *Adapter) Err() error {
-	if a.rem == nil || !a.rem.gone.Load() {
+	if a.daemon == nil || !a.daemon.gone.Load() {
 		return nil
 	}
-	return &Error{Status: StatusConnectionReset, Detail: a.rem.conn.Err().Error()}
+	return &Error{Status: StatusConnectionReset, Detail: a.daemon.conn.Err().Error()}
 }
 
 // goneErr is the failure of op on an adapter whose daemon went away.
-func (r *remote) goneErr(op string) error {
+func (r *daemonLink) goneErr(op string) error {
 	return &Error{Status: StatusConnectionReset, Op: op, Err: r.conn.Err()}
 }
 
-func (r *remote) hello(m *proto.Message, fds []int) error {
+func (r *daemonLink) hello(m *proto.Message, fds []int) error {
 	if len(fds) != 2 || m.Seg == nil || m.Seg.Size < proto.SessionSize {
 		closeFDs(fds)
 		return errors.New("daemon sent no session segment")
@@ -233,7 +233,7 @@ func (r *remote) hello(m *proto.Message, fds []int) error {
 }
 
 // call sends a request and turns a failure status into the NDK error.
-func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
+func (r *daemonLink) call(ctx context.Context, op string, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
 	m, rfds, err := r.conn.Call(ctx, req, fds...)
 	var gone *client.GoneError
 	if errors.As(err, &gone) {
@@ -274,14 +274,14 @@ func (r *remote) call(ctx context.Context, op string, req *proto.Request, fds ..
 }
 
 // do is call without a context, for requests the daemon answers at once.
-func (r *remote) do(op string, req *proto.Request) (*proto.Message, error) {
+func (r *daemonLink) do(op string, req *proto.Request) (*proto.Message, error) {
 	m, fds, err := r.call(context.Background(), op, req)
 	closeFDs(fds)
 	return m, err
 }
 
 // event takes the daemon's events, on the connection's reader goroutine.
-func (r *remote) event(m *proto.Message) {
+func (r *daemonLink) event(m *proto.Message) {
 	r.mu.RLock()
 	c, l, x, pd, q := r.cqs[m.H], r.listeners[m.H], r.connectors[m.H], r.pds[m.H], r.qps[m.H]
 	s := r.srqs[m.H]
@@ -317,17 +317,17 @@ func (r *remote) event(m *proto.Message) {
 		}
 	case proto.EvSRQClosed:
 		if s != nil {
-			go s.remoteClosed()
+			go s.daemonClosed()
 		}
 	case proto.EvPDClosed:
 		if pd != nil {
-			go pd.remoteClosed()
+			go pd.daemonClosed()
 		}
 	}
 }
 
 // ring wakes the daemon's relay for work just posted or an arm.
-func (r *remote) ring() { r.bell.Ring() }
+func (r *daemonLink) ring() { r.bell.Ring() }
 
 // Memory returns n bytes of memory the adapter can register in either
 // mode: on an adapter from Open, Go memory; on a daemon-backed adapter,
@@ -338,13 +338,13 @@ func (a *Adapter) Memory(n int) ([]byte, error) {
 	if n < 1 {
 		return nil, errorf(StatusInvalidParameter, op, "length %d", n)
 	}
-	if a.rem == nil {
+	if a.daemon == nil {
 		return make([]byte, n), nil
 	}
 	if n <= memoryChunk/4 {
-		return a.rem.carve(n)
+		return a.daemon.carve(n)
 	}
-	ar, err := a.rem.newArena(n)
+	ar, err := a.daemon.newArena(n)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +358,7 @@ const memoryChunk = 4 << 20
 
 // carve cuts n bytes, cache-line aligned, from the current chunk, or from
 // a new one when it has no room.
-func (r *remote) carve(n int) ([]byte, error) {
+func (r *daemonLink) carve(n int) ([]byte, error) {
 	r.chunkMu.Lock()
 	defer r.chunkMu.Unlock()
 	if r.chunk == nil || r.chunkOff+n > r.chunk.seg.Size() {
@@ -373,7 +373,7 @@ func (r *remote) carve(n int) ([]byte, error) {
 	return b, nil
 }
 
-func (r *remote) newArena(n int) (*arena, error) {
+func (r *daemonLink) newArena(n int) (*arena, error) {
 	const op = "memory"
 	seg, err := shm.NewSegment("ndkxdp-memory", n)
 	if err != nil {
@@ -397,7 +397,7 @@ func (r *remote) newArena(n int) (*arena, error) {
 }
 
 // arenaOf finds the arena holding buf, and buf's offset in it.
-func (r *remote) arenaOf(buf []byte) (*arena, uint64, bool) {
+func (r *daemonLink) arenaOf(buf []byte) (*arena, uint64, bool) {
 	p := addrOf(buf)
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -423,7 +423,7 @@ const (
 // before a request is posted: the post must fail inline, as it does in
 // process. The daemon checks again. A read sink needs LOCAL_WRITE or
 // RDMA_READ_SINK, since the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
-func (r *remote) checkLocal(pd *PD, s *SGE, need localAccess) bool {
+func (r *daemonLink) checkLocal(pd *PD, s *SGE, need localAccess) bool {
 	m := (*r.mrs.Load())[s.Token]
 	if m == nil {
 		m = r.fastMR(s.Token)
@@ -441,7 +441,7 @@ func (r *remote) checkLocal(pd *PD, s *SGE, need localAccess) bool {
 	return true
 }
 
-func (r *remote) addMR(m *MR) {
+func (r *daemonLink) addMR(m *MR) {
 	r.mu.Lock()
 	old := *r.mrs.Load()
 	next := make(map[uint32]*MR, len(old)+1)
@@ -464,7 +464,7 @@ func without(p *atomic.Pointer[map[uint32]*MR], m *MR) {
 	p.Store(&next)
 }
 
-func (r *remote) removeMR(m *MR) {
+func (r *daemonLink) removeMR(m *MR) {
 	r.mu.Lock()
 	without(&r.mrs, m)
 	if m.fast != nil {
@@ -475,7 +475,7 @@ func (r *remote) removeMR(m *MR) {
 
 // close ends the session: the daemon frees everything the client had
 // (connections disconnected, QPs flushed) when the socket closes.
-func (r *remote) close() {
+func (r *daemonLink) close() {
 	r.mu.Lock()
 	cqs := r.cqs
 	srqs := r.srqs
@@ -512,7 +512,7 @@ func (r *remote) close() {
 }
 
 // stats asks the daemon for its engines' and CM's counters.
-func (r *remote) stats() ([]EngineStats, CMStats) {
+func (r *daemonLink) stats() ([]EngineStats, CMStats) {
 	var es []EngineStats
 	var cs CMStats
 	m, err := r.do("stats", &proto.Request{Op: proto.OpStats})

@@ -30,7 +30,7 @@
 //   - shared receive queues (srq.go): PD.CreateSRQ with its notification
 //     callback, SRQ.Receive, SRQ.Modify, SRQ.Close, and QPs created on one
 //     (QPConfig.SRQ). SRQs, windows and fast registration work through
-//     the daemon too (remote_mem.go); there a FastRegister's memory must
+//     the daemon too (daemon_mem.go); there a FastRegister's memory must
 //     come from Adapter.Memory or AllocBuffer, as a RegisterMR's;
 //   - NdkGetPrivilegedMemoryRegionToken, NdkBuildLAM and NdkReleaseLAM
 //     answer STATUS_NOT_SUPPORTED: a Go engine has no adapter logical

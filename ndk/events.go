@@ -8,11 +8,11 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
 
-// remoteEvents is a daemon-backed adapter's event reader: a goroutine
+// daemonEvents is a daemon-backed adapter's event reader: a goroutine
 // that sleeps on the client's eventfd and delivers what the daemon's relay
 // puts into the session's event ring (CQ notifications, fired write arms)
 // with no message on the socket between.
-type remoteEvents struct {
+type daemonEvents struct {
 	bell    *shm.Doorbell
 	file    *os.File // the bell's eventfd, in the runtime's netpoller
 	ring    *shm.Consumer
@@ -20,7 +20,7 @@ type remoteEvents struct {
 	done    chan struct{}
 }
 
-func (r *remote) startEvents(efd int) error {
+func (r *daemonLink) startEvents(efd int) error {
 	bell, err := shm.NewDoorbell(r.sess, proto.EventBell, efd)
 	if err != nil {
 		return err
@@ -34,12 +34,12 @@ func (r *remote) startEvents(efd int) error {
 	if err != nil {
 		return err
 	}
-	r.ev = &remoteEvents{bell: bell, file: f, ring: ring, done: make(chan struct{})}
+	r.ev = &daemonEvents{bell: bell, file: f, ring: ring, done: make(chan struct{})}
 	go r.readEvents()
 	return nil
 }
 
-func (r *remote) readEvents() {
+func (r *daemonLink) readEvents() {
 	ev := r.ev
 	defer close(ev.done)
 	var e proto.Event
@@ -61,7 +61,7 @@ func (r *remote) readEvents() {
 }
 
 // deliver hands one event to the object it names.
-func (r *remote) deliver(e *proto.Event) {
+func (r *daemonLink) deliver(e *proto.Event) {
 	r.mu.RLock()
 	c, q := r.cqs[e.H], r.qps[e.H]
 	r.mu.RUnlock()
@@ -78,7 +78,7 @@ func (r *remote) deliver(e *proto.Event) {
 }
 
 // stopEvents ends the event reader: it wakes it through its own doorbell.
-func (r *remote) stopEvents() {
+func (r *daemonLink) stopEvents() {
 	ev := r.ev
 	if ev == nil {
 		return

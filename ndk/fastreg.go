@@ -16,7 +16,7 @@ type fastMR struct {
 	handle   uint32 // the token table's slot handle
 	pages    int    // AdapterPageCount of the last InitializeFastRegister; 0 before
 	remoteOK bool
-	// On a daemon-backed adapter (remote_mem.go), what the client knows of
+	// On a daemon-backed adapter (daemon_mem.go), what the client knows of
 	// the registration, for the inline refusals the token table makes in
 	// process: revoked while the MR holds none (initialized, invalidated
 	// by its own Invalidate, or seen invalidated in a completion: a peer's
@@ -87,8 +87,8 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 	if pages < 1 || uint64(pages) > pd.adapter.info.MaxRegistrationSize/PageSize {
 		return errorf(StatusImplementationLimit, op, "%d pages outside [1, %d]", pages, pd.adapter.info.MaxRegistrationSize/PageSize)
 	}
-	if pd.adapter.rem != nil {
-		return pd.adapter.rem.initFastMR(m, pages, remoteAccess)
+	if pd.adapter.daemon != nil {
+		return pd.adapter.daemon.initFastMR(m, pages, remoteAccess)
 	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
@@ -133,7 +133,7 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 // like Send otherwise. Allocates nothing.
 func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
 	if q.r != nil {
-		return q.remoteFastRegister(ctx, mr, buf, flags)
+		return q.daemonFastRegister(ctx, mr, buf, flags)
 	}
 	return q.fastRegister(ctx, mr, addrOf(buf), buf, flags, memreg.Tokens{})
 }
@@ -226,7 +226,7 @@ func (mw *MW) invalidationToken() uint32 {
 func (q *QP) Invalidate(ctx any, obj Invalidatable, flags OpFlag) error {
 	if obj == nil {
 		if q.r != nil {
-			q.adapter.rem.ringDeferred(q.r)
+			q.adapter.daemon.ringDeferred(q.r)
 		} else {
 			q.rc.RingDeferred()
 		}

@@ -61,7 +61,7 @@ func releaseCQs(cqs []*CQ) {
 // finishClose closes the QP in its engine and releases its antecedents.
 func (q *QP) finishClose() error {
 	if q.r != nil {
-		err := q.remoteClose()
+		err := q.daemonClose()
 		releaseSuccessor(q.pd, q.rcq, q.icq)
 		close(q.done)
 		return err

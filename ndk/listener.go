@@ -15,7 +15,7 @@ import (
 type Listener struct {
 	a *Adapter
 	l *cm.Listener
-	r *remoteListener // a daemon-backed listener (remote_cm.go); l is nil
+	r *daemonListener // a daemon-backed listener (daemon_cm.go); l is nil
 
 	mu       sync.Mutex
 	inflight int // connect callbacks running
@@ -32,11 +32,11 @@ type Listener struct {
 // requests beyond it are refused.
 func (a *Adapter) CreateListener(onConnect func(*Connector)) (*Listener, error) {
 	const op = "create listener"
-	if a.rem != nil {
+	if a.daemon != nil {
 		if onConnect == nil {
 			return nil, errorf(StatusInvalidParameter, op, "no connect callback")
 		}
-		return a.rem.createListener(a, onConnect)
+		return a.daemon.createListener(a, onConnect)
 	}
 	m := a.manager()
 	if m == nil {
@@ -93,7 +93,7 @@ func (x *Listener) connectEvent(cc *cm.Connector, onConnect func(*Connector)) {
 // for an address that is not the adapter's.
 func (x *Listener) Listen(addr netip.AddrPort) error {
 	if x.r != nil {
-		return x.remoteListen(addr)
+		return x.daemonListen(addr)
 	}
 	return cmError("listen", x.l.Listen(addr))
 }
@@ -114,7 +114,7 @@ func (x *Listener) LocalAddress() netip.AddrPort {
 // nobody listened (the peer sees STATUS_CONNECTION_REFUSED).
 func (x *Listener) ControlConnectEvents(pause bool) {
 	if x.r != nil {
-		_, _ = x.a.rem.do("control connect events", &proto.Request{Op: proto.OpPauseListener, H: x.r.h, Pause: pause})
+		_, _ = x.a.daemon.do("control connect events", &proto.Request{Op: proto.OpPauseListener, H: x.r.h, Pause: pause})
 		return
 	}
 	x.l.ControlConnectEvents(pause)
@@ -134,7 +134,7 @@ func (x *Listener) Close() {
 	x.closing = true
 	x.mu.Unlock()
 	if x.r != nil {
-		if _, err := x.a.rem.do("close listener", &proto.Request{Op: proto.OpCloseListener, H: x.r.h}); err != nil {
+		if _, err := x.a.daemon.do("close listener", &proto.Request{Op: proto.OpCloseListener, H: x.r.h}); err != nil {
 			x.finishRemote()
 		}
 		return
@@ -172,7 +172,7 @@ func (x *Listener) finishLocked() {
 type SharedEndpoint struct {
 	a  *Adapter
 	se *cm.SharedEndpoint
-	// A daemon-backed adapter's endpoint (remote_cm.go): the daemon's
+	// A daemon-backed adapter's endpoint (daemon_cm.go): the daemon's
 	// handle and the address it took.
 	rh    uint32
 	local netip.AddrPort
@@ -184,8 +184,8 @@ type SharedEndpoint struct {
 // STATUS_INVALID_ADDRESS for an address that is not the adapter's.
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	const op = "create shared endpoint"
-	if a.rem != nil {
-		return a.rem.createSharedEndpoint(a, addr)
+	if a.daemon != nil {
+		return a.daemon.createSharedEndpoint(a, addr)
 	}
 	m := a.manager()
 	if m == nil {
@@ -216,7 +216,7 @@ func (x *SharedEndpoint) LocalAddress() netip.AddrPort {
 // address and port taken until they close.
 func (x *SharedEndpoint) Close() {
 	if x.se == nil {
-		_, _ = x.a.rem.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: x.rh})
+		_, _ = x.a.daemon.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: x.rh})
 		return
 	}
 	x.se.Close()

@@ -26,8 +26,8 @@ type MW struct {
 // is full and STATUS_INVALID_HANDLE once the PD is closing.
 func (pd *PD) CreateMW() (*MW, error) {
 	const op = "create mw"
-	if pd.adapter.rem != nil {
-		return pd.adapter.rem.createMW(pd)
+	if pd.adapter.daemon != nil {
+		return pd.adapter.daemon.createMW(pd)
 	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
@@ -57,8 +57,8 @@ func (mw *MW) RemoteToken() uint32 { return mw.token.Load() }
 // Close does nothing; it never fails and never pends.
 func (mw *MW) Close() {
 	pd := mw.pd
-	if pd.adapter.rem != nil {
-		pd.adapter.rem.closeMW(mw)
+	if pd.adapter.daemon != nil {
+		pd.adapter.daemon.closeMW(mw)
 		return
 	}
 	pd.mu.Lock()
@@ -93,7 +93,7 @@ func (pd *PD) closeMWLocked(mw *MW) {
 // failures are those of Send. Allocates nothing.
 func (q *QP) Bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
 	if q.r != nil {
-		return q.remoteBind(ctx, mr, mw, addr, length, flags)
+		return q.daemonBind(ctx, mr, mw, addr, length, flags)
 	}
 	if mr == nil || mw == nil {
 		q.rc.RingDeferred()

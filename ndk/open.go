@@ -254,8 +254,8 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 
 // LocalAddress returns the IP address the adapter's QPs send from.
 func (a *Adapter) LocalAddress() netip.Addr {
-	if a.rem != nil {
-		return a.rem.addr
+	if a.daemon != nil {
+		return a.daemon.addr
 	}
 	if a.prov == nil {
 		return netip.Addr{}
@@ -265,8 +265,8 @@ func (a *Adapter) LocalAddress() netip.Addr {
 
 // MAC returns the interface's hardware address.
 func (a *Adapter) MAC() net.HardwareAddr {
-	if a.rem != nil {
-		return a.rem.mac
+	if a.daemon != nil {
+		return a.daemon.mac
 	}
 	var m rocev2.MAC
 	if a.prov != nil {
@@ -278,8 +278,8 @@ func (a *Adapter) MAC() net.HardwareAddr {
 // PathMTU returns the largest path MTU the interface carries, in bytes
 // (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
 func (a *Adapter) PathMTU() int {
-	if a.rem != nil {
-		return a.rem.pmtu
+	if a.daemon != nil {
+		return a.daemon.pmtu
 	}
 	if a.prov == nil {
 		return rocev2.MTU(0).Bytes()
@@ -291,8 +291,8 @@ func (a *Adapter) PathMTU() int {
 // snapshot on its own goroutine, which also orders the caller with it (see
 // the ndk doc: memory a peer writes with RDMA WRITE).
 func (a *Adapter) Stats() []EngineStats {
-	if a.rem != nil {
-		s, _ := a.rem.stats()
+	if a.daemon != nil {
+		s, _ := a.daemon.stats()
 		return s
 	}
 	if a.prov == nil {

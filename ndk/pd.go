@@ -62,8 +62,8 @@ type SGE struct {
 // accepted: the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
 // Registration completes inline; it never pends.
 func (pd *PD) RegisterMR(buf []byte, flags MRFlag) (*MR, error) {
-	if pd.adapter.rem != nil {
-		return pd.remoteRegister(buf, flags, false)
+	if pd.adapter.daemon != nil {
+		return pd.daemonRegister(buf, flags, false)
 	}
 	return pd.registerAt(addrOf(buf), buf, flags)
 }
@@ -123,8 +123,8 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 // deregistered or closed; Closed reports when.
 // Close never blocks and never fails; a second Close does nothing.
 func (pd *PD) Close() {
-	if pd.adapter.rem != nil {
-		pd.remoteClose()
+	if pd.adapter.daemon != nil {
+		pd.daemonClose()
 		return
 	}
 	pd.mu.Lock()
@@ -140,8 +140,8 @@ func (pd *PD) Close() {
 // pd.mu is held.
 func (pd *PD) maybeFinishLocked() {
 	// A daemon-backed PD's close completes when the daemon's does
-	// (remoteClosed), whose PD applies these rules.
-	if pd.adapter.rem == nil && pd.closing && !pd.finished && pd.idleLocked() && pd.qps == 0 {
+	// (daemonClosed), whose PD applies these rules.
+	if pd.adapter.daemon == nil && pd.closing && !pd.finished && pd.idleLocked() && pd.qps == 0 {
 		pd.finishLocked()
 	}
 }
@@ -235,8 +235,8 @@ func (m *MR) SGE(off, n int) (SGE, error) {
 // STATUS_INVALID_HANDLE if the MR is not registered (deregistered already,
 // or its adapter was closed).
 func (m *MR) Deregister() error {
-	if m.pd.adapter.rem != nil {
-		return m.remoteDeregister()
+	if m.pd.adapter.daemon != nil {
+		return m.daemonDeregister()
 	}
 	pd := m.pd
 	pd.mu.Lock()

@@ -25,7 +25,7 @@ func (q *QP) PeerWrites() uint64 {
 // when ch differs from the last call's.
 func (q *QP) ArmPeerWrites(ch chan struct{}) {
 	if q.r != nil {
-		q.remoteArmPeerWrites(ch)
+		q.daemonArmPeerWrites(ch)
 		return
 	}
 	if q.writeArm == nil || *q.writeArm != ch {

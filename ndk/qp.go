@@ -43,7 +43,7 @@ type QP struct {
 	pd      *PD
 	adapter *Adapter
 	rc      *rc.QP
-	r       *remoteQP // a daemon-backed QP (remote_objects.go); rc is nil
+	r       *daemonQP // a daemon-backed QP (daemon_qp.go); rc is nil
 	queue   int
 	rcq     *CQ // the CQs it holds open (lifetime.go)
 	icq     *CQ
@@ -112,14 +112,14 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSGE %d outside [0, %d]", cfg.MaxInitiatorRequestSGE, info.MaxInitiatorRequestSGE)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
-	case a.prov == nil && a.rem == nil:
+	case a.prov == nil && a.daemon == nil:
 		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
 	}
 	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
-	if a.rem != nil {
-		q, err := a.rem.createQP(pd, cfg)
+	if a.daemon != nil {
+		q, err := a.daemon.createQP(pd, cfg)
 		if err != nil {
 			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
 			return nil, err
@@ -227,14 +227,14 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 		// Earlier DEFER posts still go (NDKPI.md §8), as after any
 		// inline failure.
 		if q.r != nil {
-			q.adapter.rem.ringDeferred(q.r)
+			q.adapter.daemon.ringDeferred(q.r)
 		} else {
 			q.rc.RingDeferred()
 		}
 		return err
 	}
 	if q.r != nil {
-		return q.remotePost(op, wr)
+		return q.daemonPost(op, wr)
 	}
 	if st := q.rc.PostSend(wr); st != StatusSuccess {
 		return postError(op, st)
@@ -304,7 +304,7 @@ func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, 
 // succeeds.
 func (q *QP) Receive(ctx any, sgl []SGE) error {
 	if q.r != nil {
-		return q.remoteReceive(ctx, sgl)
+		return q.daemonReceive(ctx, sgl)
 	}
 	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
@@ -318,7 +318,7 @@ func (q *QP) Receive(ctx any, sgl []SGE) error {
 // complete.
 func (q *QP) Flush() {
 	if q.r != nil {
-		_, _ = q.adapter.rem.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: q.r.h})
+		_, _ = q.adapter.daemon.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: q.r.h})
 		return
 	}
 	q.rc.Flush()

@@ -21,7 +21,7 @@ import (
 type SRQ struct {
 	pd     *PD
 	rc     *rc.SRQ
-	r      *remoteSRQ // a daemon-backed SRQ (remote_mem.go); rc is nil
+	r      *daemonSRQ // a daemon-backed SRQ (daemon_mem.go); rc is nil
 	notify func(Status)
 
 	// users counts the QPs created on the SRQ and not closed; the close
@@ -63,8 +63,8 @@ func (pd *PD) CreateSRQ(depth, maxReceiveRequestSGE, notifyThreshold int, notify
 		return nil, errorf(StatusInvalidParameter, op, "MaxReceiveRequestSGE %d outside [0, %d]", maxReceiveRequestSGE, info.MaxReceiveRequestSGE)
 	case notifyThreshold < 0 || notifyThreshold > depth:
 		return nil, errorf(StatusInvalidParameter, op, "NotifyThreshold %d outside [0, depth %d]", notifyThreshold, depth)
-	case pd.adapter.rem != nil:
-		return pd.adapter.rem.createSRQ(pd, depth, maxReceiveRequestSGE, notifyThreshold, notify)
+	case pd.adapter.daemon != nil:
+		return pd.adapter.daemon.createSRQ(pd, depth, maxReceiveRequestSGE, notifyThreshold, notify)
 	}
 	core, err := rc.NewSRQ(rc.SRQConfig{Regions: pd.adapter.regions, PD: pd.id, Depth: depth,
 		MaxSGE: maxReceiveRequestSGE, NotifyThreshold: notifyThreshold, MaxTransfer: info.MaxTransferLength})
@@ -111,7 +111,7 @@ func (s *SRQ) notifications() {
 // succeeds.
 func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 	if s.r != nil {
-		return s.remoteReceive(ctx, sgl)
+		return s.daemonReceive(ctx, sgl)
 	}
 	if st := s.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
 		return postError("receive", st)
@@ -128,7 +128,7 @@ func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 // STATUS_INVALID_HANDLE after Close.
 func (s *SRQ) Modify(depth, notifyThreshold int) error {
 	if s.r != nil {
-		return s.remoteModify(depth, notifyThreshold)
+		return s.daemonModify(depth, notifyThreshold)
 	}
 	switch st := s.rc.Modify(depth, notifyThreshold); st {
 	case StatusSuccess:
@@ -156,7 +156,7 @@ func (s *SRQ) Cap() int {
 // the receives still in the shared ring too.
 func (s *SRQ) Len() int {
 	if s.r != nil {
-		return s.remoteLen()
+		return s.daemonLen()
 	}
 	return s.rc.Len()
 }
@@ -170,7 +170,7 @@ func (s *SRQ) Len() int {
 // called from one. A second Close does nothing.
 func (s *SRQ) Close() {
 	if s.r != nil {
-		s.remoteClose()
+		s.daemonClose()
 		return
 	}
 	s.mu.Lock()

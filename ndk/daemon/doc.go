@@ -79,7 +79,7 @@
 // window's or FRMR's new token when the post returns, before the relay has
 // seen the record: the client draws the new keys itself and the record
 // carries them; the daemon keeps the index, which names the object's slot,
-// and refuses the current keys (ndk/remote_mem.go says why this and not a
+// and refuses the current keys (ndk/daemon_mem.go says why this and not a
 // control call or a wait). A receive posted on an SRQ is a record in the
 // SRQ's ring, served when its hint is set; its completion reaches the
 // receive CQ of the QP that took it, with a request context (reqSlot, kind

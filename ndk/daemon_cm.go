@@ -9,9 +9,9 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
-// remoteConnector is a daemon-backed connector: the daemon's adapter runs
+// daemonConnector is a daemon-backed connector: the daemon's adapter runs
 // the IB CM; the disconnect event comes back as an event message.
-type remoteConnector struct {
+type daemonConnector struct {
 	h uint32
 
 	mu           sync.Mutex
@@ -21,7 +21,7 @@ type remoteConnector struct {
 	disconnectedAt atomic.Bool // the peer's disconnect was delivered
 }
 
-func (rc *remoteConnector) addrs(m *proto.Message) {
+func (rc *daemonConnector) addrs(m *proto.Message) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if a, err := netip.ParseAddrPort(m.Addr); err == nil {
@@ -32,8 +32,8 @@ func (rc *remoteConnector) addrs(m *proto.Message) {
 	}
 }
 
-func (r *remote) newConnector(a *Adapter, m *proto.Message) *Connector {
-	c := &Connector{a: a, r: &remoteConnector{h: m.H}, done: make(chan struct{})}
+func (r *daemonLink) newConnector(a *Adapter, m *proto.Message) *Connector {
+	c := &Connector{a: a, r: &daemonConnector{h: m.H}, done: make(chan struct{})}
 	c.r.addrs(m)
 	r.mu.Lock()
 	r.connectors[m.H] = c
@@ -41,7 +41,7 @@ func (r *remote) newConnector(a *Adapter, m *proto.Message) *Connector {
 	return c
 }
 
-func (r *remote) createConnector(a *Adapter) (*Connector, error) {
+func (r *daemonLink) createConnector(a *Adapter) (*Connector, error) {
 	m, err := r.do("create connector", &proto.Request{Op: proto.OpCreateConnector})
 	if err != nil {
 		return nil, err
@@ -49,16 +49,16 @@ func (r *remote) createConnector(a *Adapter) (*Connector, error) {
 	return r.newConnector(a, m), nil
 }
 
-// remoteConnect is Connect (se nil) and ConnectWithSharedEndpoint on a
+// daemonConnect is Connect (se nil) and ConnectWithSharedEndpoint on a
 // daemon-backed adapter.
-func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
+func (c *Connector) daemonConnect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
 	if len(pdata) > MaxCallerData {
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(pdata), MaxCallerData)
 	}
-	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: c.remoteRetry()}
+	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: c.daemonRetry()}
 	switch {
 	case se != nil:
 		req.SE = se.rh
@@ -68,7 +68,7 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src ne
 	if se != nil {
 		req.SE = se.rh
 	}
-	m, _, err := c.a.rem.call(ctx, op, req)
+	m, _, err := c.a.daemon.call(ctx, op, req)
 	if err != nil {
 		return err
 	}
@@ -77,11 +77,11 @@ func (c *Connector) remoteConnect(ctx context.Context, op string, qp *QP, src ne
 	return nil
 }
 
-func (c *Connector) remoteCompleteConnect(onDisconnect func(DisconnectReason)) error {
+func (c *Connector) daemonCompleteConnect(onDisconnect func(DisconnectReason)) error {
 	c.r.mu.Lock()
 	c.r.onDisconnect = c.event(onDisconnect)
 	c.r.mu.Unlock()
-	if _, err := c.a.rem.do("complete connect", &proto.Request{Op: proto.OpCompleteConnect, H: c.r.h}); err != nil {
+	if _, err := c.a.daemon.do("complete connect", &proto.Request{Op: proto.OpCompleteConnect, H: c.r.h}); err != nil {
 		return err
 	}
 	if qp := c.QP(); qp != nil {
@@ -90,7 +90,7 @@ func (c *Connector) remoteCompleteConnect(onDisconnect func(DisconnectReason)) e
 	return nil
 }
 
-func (c *Connector) remoteAccept(ctx context.Context, qp *QP, ird, ord int, pdata []byte, onDisconnect func(DisconnectReason)) error {
+func (c *Connector) daemonAccept(ctx context.Context, qp *QP, ird, ord int, pdata []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
 	if err := c.checkQP(op, qp); err != nil {
 		return err
@@ -103,7 +103,7 @@ func (c *Connector) remoteAccept(ctx context.Context, qp *QP, ird, ord int, pdat
 	c.r.mu.Unlock()
 	// The QP is connected once the daemon's is; a SEND may arrive before
 	// Accept's reply, and receives were posted before.
-	m, _, err := c.a.rem.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: c.r.h, QP: qp.r.h, IRD: ird, ORD: ord, Data: pdata, Opts: c.remoteRetry()})
+	m, _, err := c.a.daemon.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: c.r.h, QP: qp.r.h, IRD: ird, ORD: ord, Data: pdata, Opts: c.daemonRetry()})
 	if err != nil {
 		return err
 	}
@@ -113,9 +113,9 @@ func (c *Connector) remoteAccept(ctx context.Context, qp *QP, ird, ord int, pdat
 	return nil
 }
 
-func (c *Connector) remoteConnData(buf []byte) (int, int, int, error) {
+func (c *Connector) daemonConnData(buf []byte) (int, int, int, error) {
 	const op = "get connection data"
-	m, err := c.a.rem.do(op, &proto.Request{Op: proto.OpConnData, H: c.r.h})
+	m, err := c.a.daemon.do(op, &proto.Request{Op: proto.OpConnData, H: c.r.h})
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -129,8 +129,8 @@ func (c *Connector) remoteConnData(buf []byte) (int, int, int, error) {
 	return m.IRD, m.ORD, len(m.Data), nil
 }
 
-// remoteRetry carries SetRetryCounts to the daemon's connector.
-func (c *Connector) remoteRetry() *proto.ConnOpts {
+// daemonRetry carries SetRetryCounts to the daemon's connector.
+func (c *Connector) daemonRetry() *proto.ConnOpts {
 	r := c.retryCounts()
 	if r == nil {
 		return nil
@@ -141,7 +141,7 @@ func (c *Connector) remoteRetry() *proto.ConnOpts {
 
 // disconnected delivers the peer's disconnect, once, with the daemon's
 // reason (DisconnectReason).
-func (rc *remoteConnector) disconnected(reason uint32) {
+func (rc *daemonConnector) disconnected(reason uint32) {
 	if rc.disconnectedAt.Swap(true) {
 		return
 	}
@@ -153,7 +153,7 @@ func (rc *remoteConnector) disconnected(reason uint32) {
 	}
 }
 
-func (rc *remoteConnector) closed(r *remote, c *Connector) {
+func (rc *daemonConnector) closed(r *daemonLink, c *Connector) {
 	r.mu.Lock()
 	delete(r.connectors, rc.h)
 	r.mu.Unlock()
@@ -167,13 +167,13 @@ func (c *Connector) finishRemote() {
 	c.mu.Unlock()
 }
 
-func (c *Connector) remoteClose() {
-	if _, err := c.a.rem.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: c.r.h}); err != nil {
+func (c *Connector) daemonClose() {
+	if _, err := c.a.daemon.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: c.r.h}); err != nil {
 		c.finishRemote()
 	}
 }
 
-func (r *remote) createSharedEndpoint(a *Adapter, addr netip.AddrPort) (*SharedEndpoint, error) {
+func (r *daemonLink) createSharedEndpoint(a *Adapter, addr netip.AddrPort) (*SharedEndpoint, error) {
 	m, err := r.do("create shared endpoint", &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
 	if err != nil {
 		return nil, err
@@ -183,28 +183,28 @@ func (r *remote) createSharedEndpoint(a *Adapter, addr netip.AddrPort) (*SharedE
 	return x, nil
 }
 
-// remoteListener is a daemon-backed listener.
-type remoteListener struct {
+// daemonListener is a daemon-backed listener.
+type daemonListener struct {
 	h         uint32
 	onConnect func(*Connector)
 	mu        sync.Mutex
 	local     netip.AddrPort
 }
 
-func (r *remote) createListener(a *Adapter, onConnect func(*Connector)) (*Listener, error) {
+func (r *daemonLink) createListener(a *Adapter, onConnect func(*Connector)) (*Listener, error) {
 	m, err := r.do("create listener", &proto.Request{Op: proto.OpCreateListener})
 	if err != nil {
 		return nil, err
 	}
-	x := &Listener{a: a, r: &remoteListener{h: m.H, onConnect: onConnect}, done: make(chan struct{})}
+	x := &Listener{a: a, r: &daemonListener{h: m.H, onConnect: onConnect}, done: make(chan struct{})}
 	r.mu.Lock()
 	r.listeners[m.H] = x
 	r.mu.Unlock()
 	return x, nil
 }
 
-func (rl *remoteListener) incoming(r *remote, m *proto.Message) {
-	c := &Connector{a: r.a, r: &remoteConnector{h: m.H2}, done: make(chan struct{})}
+func (rl *daemonListener) incoming(r *daemonLink, m *proto.Message) {
+	c := &Connector{a: r.a, r: &daemonConnector{h: m.H2}, done: make(chan struct{})}
 	c.r.addrs(m)
 	r.mu.Lock()
 	r.connectors[m.H2] = c
@@ -212,8 +212,8 @@ func (rl *remoteListener) incoming(r *remote, m *proto.Message) {
 	go rl.onConnect(c)
 }
 
-func (x *Listener) remoteListen(addr netip.AddrPort) error {
-	m, err := x.a.rem.do("listen", &proto.Request{Op: proto.OpListen, H: x.r.h, Addr: addr.String()})
+func (x *Listener) daemonListen(addr netip.AddrPort) error {
+	m, err := x.a.daemon.do("listen", &proto.Request{Op: proto.OpListen, H: x.r.h, Addr: addr.String()})
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func (x *Listener) remoteListen(addr netip.AddrPort) error {
 	return nil
 }
 
-func (rl *remoteListener) closed(r *remote, x *Listener) {
+func (rl *daemonListener) closed(r *daemonLink, x *Listener) {
 	r.mu.Lock()
 	delete(r.listeners, rl.h)
 	r.mu.Unlock()

@@ -2,7 +2,7 @@ package ndk
 
 import "github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 
-func (r *remote) createPD(a *Adapter) (*PD, error) {
+func (r *daemonLink) createPD(a *Adapter) (*PD, error) {
 	m, err := r.do("create pd", &proto.Request{Op: proto.OpCreatePD})
 	if err != nil {
 		return nil, err
@@ -14,9 +14,9 @@ func (r *remote) createPD(a *Adapter) (*PD, error) {
 	return pd, nil
 }
 
-func (pd *PD) remoteRegister(buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
+func (pd *PD) daemonRegister(buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
 	const op = "register mr"
-	r := pd.adapter.rem
+	r := pd.adapter.daemon
 	if len(buf) == 0 {
 		return nil, errorf(StatusInvalidParameter, op, "empty buffer")
 	}
@@ -38,9 +38,9 @@ func (pd *PD) remoteRegister(buf []byte, flags MRFlag, invalidatable bool) (*MR,
 	return mr, nil
 }
 
-func (m *MR) remoteDeregister() error {
+func (m *MR) daemonDeregister() error {
 	pd := m.pd
-	r := pd.adapter.rem
+	r := pd.adapter.daemon
 	pd.mu.Lock()
 	if !m.registered {
 		pd.mu.Unlock()
@@ -54,7 +54,7 @@ func (m *MR) remoteDeregister() error {
 	return err
 }
 
-func (pd *PD) remoteClose() {
+func (pd *PD) daemonClose() {
 	pd.mu.Lock()
 	if pd.closing {
 		pd.mu.Unlock()
@@ -62,17 +62,17 @@ func (pd *PD) remoteClose() {
 	}
 	pd.closing = true
 	pd.mu.Unlock()
-	_, _ = pd.adapter.rem.do("close pd", &proto.Request{Op: proto.OpClosePD, H: pd.rh})
+	_, _ = pd.adapter.daemon.do("close pd", &proto.Request{Op: proto.OpClosePD, H: pd.rh})
 }
 
-func (pd *PD) remoteClosed() {
+func (pd *PD) daemonClosed() {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if !pd.finished {
 		pd.finished = true
 		close(pd.done)
 	}
-	r := pd.adapter.rem
+	r := pd.adapter.daemon
 	r.mu.Lock()
 	delete(r.pds, pd.rh)
 	r.mu.Unlock()
@@ -80,7 +80,7 @@ func (pd *PD) remoteClosed() {
 
 // bufferPool gives a daemon-backed adapter its AllocBuffer pool: 16 MiB
 // of shared memory, made on first use.
-func (r *remote) bufferPool(a *Adapter) error {
+func (r *daemonLink) bufferPool(a *Adapter) error {
 	r.mu.Lock()
 	have := a.buffers != nil
 	r.mu.Unlock()

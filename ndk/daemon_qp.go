@@ -19,9 +19,9 @@ func closeFDs(fds []int) {
 
 func unix_close(fd int) { unix.Close(fd) } //nolint:revive
 
-// remoteQP is a daemon-backed QP: the work rings it posts into and the
+// daemonQP is a daemon-backed QP: the work rings it posts into and the
 // contexts of its requests, which never leave the process.
-type remoteQP struct {
+type daemonQP struct {
 	h      uint32
 	seg    *shm.Segment
 	send   *shm.Producer
@@ -44,7 +44,7 @@ type remoteQP struct {
 	queue                int
 
 	connected atomic.Bool
-	srq       *remoteSRQ // QPConfig.SRQ: its receives complete here
+	srq       *daemonSRQ // QPConfig.SRQ: its receives complete here
 
 	// Initiator side, serialized by the consumer.
 	sendCtx  []any
@@ -60,7 +60,7 @@ type remoteQP struct {
 	rr       proto.Recv
 }
 
-func (q *remoteQP) take(kind uint8, seq uint64) any {
+func (q *daemonQP) take(kind uint8, seq uint64) any {
 	var t *any
 	switch kind {
 	case proto.KindSend:
@@ -79,14 +79,14 @@ func (q *remoteQP) take(kind uint8, seq uint64) any {
 
 // takeInvalidated returns and clears the sink token a send request's
 // READ_LOCAL_INVALIDATE invalidates (0: none).
-func (q *remoteQP) takeInvalidated(seq uint64) uint32 {
+func (q *daemonQP) takeInvalidated(seq uint64) uint32 {
 	t := &q.sendInv[seq&q.sendMask]
 	v := *t
 	*t = 0
 	return v
 }
 
-func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
+func (r *daemonLink) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	const op = "create qp"
 	req := &proto.Request{
 		Op: proto.OpCreateQP, PD: pd.rh, RecvCQ: cfg.ReceiveCQ.r.h, SendCQ: cfg.InitiatorCQ.r.h,
@@ -115,7 +115,7 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
 	}
 	w, bit := proto.SlotWord(m.Slot)
-	rq := &remoteQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
+	rq := &daemonQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
 		state: seg.Word32(l.Words + 8), sendDone: seg.Word64(l.Words + 16), recvDone: seg.Word64(l.Words + 24),
 		sendLimit: uint64(l.Send.Slots), recvLimit: uint64(l.Recv.Slots),
 		post: r.sess.Word64(proto.PostBitmap + 8*w), arm: r.sess.Word64(proto.ArmBitmap + 8*w), bit: bit,
@@ -141,11 +141,11 @@ func (r *remote) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	return q, nil
 }
 
-// remotePost is post for a daemon-backed QP: the checks the engine makes
+// daemonPost is post for a daemon-backed QP: the checks the engine makes
 // inline, then the record into the send ring and the doorbell.
-func (q *QP) remotePost(op string, wr *rc.SendWR) error {
+func (q *QP) daemonPost(op string, wr *rc.SendWR) error {
 	rq := q.r
-	r := q.adapter.rem
+	r := q.adapter.daemon
 	switch {
 	case q.closed.Load():
 		return postError(op, StatusInvalidHandle)
@@ -235,7 +235,7 @@ func (q *QP) remotePost(op string, wr *rc.SendWR) error {
 
 // publishSend publishes the send record just encoded and, unless it is
 // deferred, marks the QP for the relay and rings the engine.
-func (rq *remoteQP) publishSend(r *remote, flags OpFlag) {
+func (rq *daemonQP) publishSend(r *daemonLink, flags OpFlag) {
 	rq.send.Publish()
 	rq.sendSeq++
 	rq.deferred = flags&OpFlagDefer != 0
@@ -248,13 +248,13 @@ func (rq *remoteQP) publishSend(r *remote, flags OpFlag) {
 // hint marks the QP in the session's post bitmap: the relay serves only
 // QPs marked there (or left over), so a deferred post waits, unmarked, for
 // the next post without DEFER.
-func (rq *remoteQP) hint() {
+func (rq *daemonQP) hint() {
 	if rq.post.Load()&rq.bit == 0 {
 		rq.post.Or(rq.bit)
 	}
 }
 
-func (r *remote) ringDeferred(rq *remoteQP) {
+func (r *daemonLink) ringDeferred(rq *daemonQP) {
 	if rq.deferred {
 		rq.deferred = false
 		rq.hint()
@@ -269,9 +269,9 @@ func publicSGL(sgl []rc.SGE) []SGE {
 	return unsafeSGL(sgl)
 }
 
-func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
+func (q *QP) daemonReceive(ctx any, sgl []SGE) error {
 	rq := q.r
-	r := q.adapter.rem
+	r := q.adapter.daemon
 	if q.closed.Load() {
 		return postError("receive", StatusInvalidHandle)
 	}
@@ -326,13 +326,13 @@ func (q *QP) remoteReceive(ctx any, sgl []SGE) error {
 	return nil
 }
 
-// remoteClose closes the daemon's QP, then unmaps the QP's segment: its
+// daemonClose closes the daemon's QP, then unmaps the QP's segment: its
 // rings and words are the client's only until the close (NDKPI: the
 // consumer's other calls on the QP have returned), and a client that
 // makes and closes QPs all day must not keep a mapping, and the memfd's
 // pages behind it, for each.
-func (q *QP) remoteClose() error {
-	r := q.adapter.rem
+func (q *QP) daemonClose() error {
+	r := q.adapter.daemon
 	_, err := r.do("close qp", &proto.Request{Op: proto.OpCloseQP, H: q.r.h})
 	r.mu.Lock()
 	delete(r.qps, q.r.h)
@@ -341,7 +341,7 @@ func (q *QP) remoteClose() error {
 	return err
 }
 
-func (q *QP) remoteConnectOOB(remote Endpoint, opts ConnectOptions) error {
+func (q *QP) daemonConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	ep := &proto.Endpoint{IP: remote.IP.String(), QPN: remote.QPN, PSN: remote.PSN}
 	if remote.MAC != nil {
 		ep.MAC = remote.MAC.String()
@@ -350,7 +350,7 @@ func (q *QP) remoteConnectOOB(remote Endpoint, opts ConnectOptions) error {
 		PathMTU: opts.PathMTU, InboundReadLimit: opts.InboundReadLimit, OutboundReadLimit: opts.OutboundReadLimit,
 		AckTimeoutNs: int64(opts.AckTimeout), RetryCount: opts.RetryCount, RNRRetry: opts.RNRRetry, MinRNRTimerNs: int64(opts.MinRNRTimer),
 	}
-	_, err := q.adapter.rem.do("connect oob", &proto.Request{Op: proto.OpConnectOOB, H: q.r.h, Remote: ep, Opts: o})
+	_, err := q.adapter.daemon.do("connect oob", &proto.Request{Op: proto.OpConnectOOB, H: q.r.h, Remote: ep, Opts: o})
 	if err == nil {
 		q.r.connected.Store(true)
 	}
@@ -359,7 +359,7 @@ func (q *QP) remoteConnectOOB(remote Endpoint, opts ConnectOptions) error {
 
 // PD and MR on a daemon-backed adapter.
 
-// remoteArmPeerWrites arms the QP's write arm in shared memory at the
+// daemonArmPeerWrites arms the QP's write arm in shared memory at the
 // count the daemon last published; the relay fires it (an event) once the
 // count moves past it, which covers a WRITE placed before the arm but not
 // yet published (a spurious token: the caller checks memory again). The
@@ -371,7 +371,7 @@ func (q *QP) remoteConnectOOB(remote Endpoint, opts ConnectOptions) error {
 // engine places that QP's WRITEs while the relay's may sleep: the relay
 // must see the arm first, to arm that engine's notification before it
 // sleeps, so such an arm always rings.
-func (q *QP) remoteArmPeerWrites(ch chan struct{}) {
+func (q *QP) daemonArmPeerWrites(ch chan struct{}) {
 	rq := q.r
 	if p := rq.wCh.Load(); p == nil || *p != ch {
 		box := ch
@@ -382,12 +382,12 @@ func (q *QP) remoteArmPeerWrites(ch chan struct{}) {
 	rq.wArm.Store(1)
 	rq.arm.Or(rq.bit)
 	if rq.queue != 0 || rq.writes.Load() != at {
-		q.adapter.rem.ring()
+		q.adapter.daemon.ring()
 	}
 }
 
 // peerWrite delivers a fired write arm.
-func (rq *remoteQP) peerWrite() {
+func (rq *daemonQP) peerWrite() {
 	if p := rq.wCh.Load(); p != nil {
 		select {
 		case *p <- struct{}{}:

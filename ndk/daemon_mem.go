@@ -34,7 +34,7 @@ import (
 
 // newToken draws a token of the object whose current token is cur: cur's
 // index with a key different from cur's and other's.
-func (r *remote) newToken(cur, other uint32) uint32 {
+func (r *daemonLink) newToken(cur, other uint32) uint32 {
 	bits := r.keyBits.Load()
 	mask := uint32(1)<<bits - 1
 	idx := cur &^ mask
@@ -46,7 +46,7 @@ func (r *remote) newToken(cur, other uint32) uint32 {
 	}
 }
 
-func (r *remote) createMW(pd *PD) (*MW, error) {
+func (r *daemonLink) createMW(pd *PD) (*MW, error) {
 	m, err := r.do("create mw", &proto.Request{Op: proto.OpCreateMW, PD: pd.rh})
 	if err != nil {
 		return nil, err
@@ -57,7 +57,7 @@ func (r *remote) createMW(pd *PD) (*MW, error) {
 	return mw, nil
 }
 
-func (r *remote) closeMW(mw *MW) {
+func (r *daemonLink) closeMW(mw *MW) {
 	pd := mw.pd
 	pd.mu.Lock()
 	open := mw.open
@@ -68,11 +68,11 @@ func (r *remote) closeMW(mw *MW) {
 	}
 }
 
-// remoteBind is Bind on a daemon-backed QP: the checks the token table
+// daemonBind is Bind on a daemon-backed QP: the checks the token table
 // makes in process (the range inside the MR, rights within the MR's, the
 // same PD), then the record. The daemon checks all of it again.
-func (q *QP) remoteBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
-	r := q.adapter.rem
+func (q *QP) daemonBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
+	r := q.adapter.daemon
 	rq := q.r
 	if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
 		r.ringDeferred(rq)
@@ -101,7 +101,7 @@ func (q *QP) remoteBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFl
 	s := &rq.sr
 	*s = proto.Send{Op: proto.OpBind, Flags: uint32(flags), Handle: mw.rh, InvToken: mr.tokens.Local,
 		RemoteAddr: addr, Length: length, RemoteToken: tok}
-	if err := q.remotePostLocal("bind", ctx, flags); err != nil {
+	if err := q.daemonPostLocal("bind", ctx, flags); err != nil {
 		return err
 	}
 	mw.token.Store(tok)
@@ -121,16 +121,16 @@ func (q *QP) localPostable() Status {
 	return StatusSuccess
 }
 
-// remotePostLocal publishes the local operation in rq.sr.
-func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
-	r := q.adapter.rem
+// daemonPostLocal publishes the local operation in rq.sr.
+func (q *QP) daemonPostLocal(op string, ctx any, flags OpFlag) error {
+	r := q.adapter.daemon
 	rq := q.r
 	var slot []byte
 	if rq.sendSeq-rq.sendDone.Load() < rq.sendLimit {
 		slot = rq.send.Reserve()
 	}
 	if slot == nil {
-		r.ring() // as remotePost: wakes the relay to publish what retired
+		r.ring() // as daemonPost: wakes the relay to publish what retired
 		r.ringDeferred(rq)
 		return postError(op, StatusInsufficientResources)
 	}
@@ -143,7 +143,7 @@ func (q *QP) remotePostLocal(op string, ctx any, flags OpFlag) error {
 }
 
 // initFastMR is InitializeFastRegister on a daemon-backed adapter.
-func (r *remote) initFastMR(m *MR, pages int, remoteAccess bool) error {
+func (r *daemonLink) initFastMR(m *MR, pages int, remoteAccess bool) error {
 	const op = "initialize fast register mr"
 	pd := m.pd
 	pd.mu.Lock()
@@ -185,11 +185,11 @@ var (
 	errFastRegisterRegistered = errorf(StatusAccessViolation, "fast register", "the MR is still registered: Invalidate it first")
 )
 
-// remoteFastRegister is FastRegister on a daemon-backed QP: the memory
+// daemonFastRegister is FastRegister on a daemon-backed QP: the memory
 // must lie in an arena the daemon maps, named by arena and offset; the
 // daemon registers its own mapping of it under the client's address.
-func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
-	r := q.adapter.rem
+func (q *QP) daemonFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
+	r := q.adapter.daemon
 	rq := q.r
 	if err := checkOpFlags(postFastRegister, flags, q.adapter.info.AdapterFlags); err != nil {
 		r.ringDeferred(rq)
@@ -227,7 +227,7 @@ func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	s := &rq.sr
 	*s = proto.Send{Op: proto.OpFastRegister, Flags: uint32(flags), Handle: mr.rh, Arena: ar.id, ArenaOff: off,
 		RemoteAddr: va, Length: uint64(len(buf)), InvToken: local, RemoteToken: remote}
-	if err := q.remotePostLocal("fast register", ctx, flags); err != nil {
+	if err := q.daemonPostLocal("fast register", ctx, flags); err != nil {
 		return err
 	}
 	mr.tokens.Local, mr.tokens.Remote = local, remote
@@ -240,7 +240,7 @@ func (q *QP) remoteFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 
 // addFastMR makes m's tokens, whatever their keys, known to checkLocal:
 // a FastRegister changes them without a control call.
-func (r *remote) addFastMR(m *MR) {
+func (r *daemonLink) addFastMR(m *MR) {
 	r.mu.Lock()
 	old := *r.fast.Load()
 	next := make(map[uint32]*MR, len(old)+1)
@@ -255,7 +255,7 @@ func (r *remote) addFastMR(m *MR) {
 // revoke marks the fast MR whose current token (local or remote) is token
 // invalidated: a completion says so (ReceiveAndInvalidate's token, a
 // READ_LOCAL_INVALIDATE's sink).
-func (r *remote) revoke(token uint32) {
+func (r *daemonLink) revoke(token uint32) {
 	m := (*r.fast.Load())[token>>r.keyBits.Load()]
 	if m == nil {
 		return
@@ -266,7 +266,7 @@ func (r *remote) revoke(token uint32) {
 }
 
 // fastMR finds the fast MR whose current local token is token.
-func (r *remote) fastMR(token uint32) *MR {
+func (r *daemonLink) fastMR(token uint32) *MR {
 	m := (*r.fast.Load())[token>>r.keyBits.Load()]
 	if m == nil || m.tokens.Local != token || m.fast.revoked.Load() {
 		return nil
@@ -274,10 +274,10 @@ func (r *remote) fastMR(token uint32) *MR {
 	return m
 }
 
-// remoteSRQ is a daemon-backed SRQ: the ring its receives are posted
+// daemonSRQ is a daemon-backed SRQ: the ring its receives are posted
 // into, and the contexts of those receives, which complete on the receive
 // CQs of the QPs that take them.
-type remoteSRQ struct {
+type daemonSRQ struct {
 	h     uint32
 	seg   *shm.Segment
 	ring  *shm.Producer
@@ -299,14 +299,14 @@ type remoteSRQ struct {
 	stopped chan struct{}
 }
 
-func (rs *remoteSRQ) take(seq uint64) any {
+func (rs *daemonSRQ) take(seq uint64) any {
 	t := &rs.ctx[seq&rs.mask]
 	v := *t
 	*t = nil
 	return v
 }
 
-func (r *remote) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error) {
+func (r *daemonLink) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error) {
 	const op = "create srq"
 	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateSRQ, PD: pd.rh, Depth: depth, RecvSGE: maxSGE, Threshold: threshold})
 	if err != nil {
@@ -327,21 +327,21 @@ func (r *remote) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func(Sta
 		seg.Close()
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
-	rs := &remoteSRQ{h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), done: seg.Word64(l.Words + 8), slots: l.Ring.Slots, maxSGE: maxSGE,
+	rs := &daemonSRQ{h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), done: seg.Word64(l.Words + 8), slots: l.Ring.Slots, maxSGE: maxSGE,
 		ctx: make([]any, 4*l.Ring.Slots), notes: make(chan Status, 16), stop: make(chan struct{}), stopped: make(chan struct{})}
 	rs.mask = uint64(len(rs.ctx) - 1)
 	rs.depth.Store(int64(depth))
 	s := &SRQ{pd: pd, r: rs, notify: notify, done: make(chan struct{})}
-	go s.remoteNotifications()
+	go s.daemonNotifications()
 	r.mu.Lock()
 	r.srqs[m.H] = s
 	r.mu.Unlock()
 	return s, nil
 }
 
-// remoteNotifications calls the consumer's callback for each event the
+// daemonNotifications calls the consumer's callback for each event the
 // daemon sends, one at a time, until the SRQ closes.
-func (s *SRQ) remoteNotifications() {
+func (s *SRQ) daemonNotifications() {
 	defer close(s.r.stopped)
 	for {
 		select {
@@ -355,11 +355,11 @@ func (s *SRQ) remoteNotifications() {
 	}
 }
 
-// remoteReceive is SRQ.Receive through the daemon: the checks the SRQ
+// daemonReceive is SRQ.Receive through the daemon: the checks the SRQ
 // makes inline, then the record and the SRQ's hint.
-func (s *SRQ) remoteReceive(ctx any, sgl []SGE) error {
+func (s *SRQ) daemonReceive(ctx any, sgl []SGE) error {
 	rs := s.r
-	r := s.pd.adapter.rem
+	r := s.pd.adapter.daemon
 	if rs.closed.Load() {
 		return postError("receive", StatusInvalidHandle)
 	}
@@ -398,41 +398,41 @@ func (s *SRQ) remoteReceive(ctx any, sgl []SGE) error {
 	return nil
 }
 
-func (s *SRQ) remoteModify(depth, threshold int) error {
+func (s *SRQ) daemonModify(depth, threshold int) error {
 	if s.r.closed.Load() {
 		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
 	}
-	_, err := s.pd.adapter.rem.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: s.r.h, Depth: depth, Threshold: threshold})
+	_, err := s.pd.adapter.daemon.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: s.r.h, Depth: depth, Threshold: threshold})
 	if err == nil && depth != 0 {
 		s.r.depth.Store(int64(depth))
 	}
 	return err
 }
 
-func (s *SRQ) remoteLen() int {
-	m, err := s.pd.adapter.rem.do("srq len", &proto.Request{Op: proto.OpSRQLen, H: s.r.h})
+func (s *SRQ) daemonLen() int {
+	m, err := s.pd.adapter.daemon.do("srq len", &proto.Request{Op: proto.OpSRQLen, H: s.r.h})
 	if err != nil {
 		return 0
 	}
 	return m.Depth
 }
 
-// remoteClose refuses posts at once, ends the notifications and asks the
+// daemonClose refuses posts at once, ends the notifications and asks the
 // daemon to close its SRQ; the daemon's srq_closed event completes it,
 // once the QPs on it are closed.
-func (s *SRQ) remoteClose() {
+func (s *SRQ) daemonClose() {
 	rs := s.r
 	if rs.closed.Swap(true) {
 		return
 	}
 	close(rs.stop)
 	<-rs.stopped
-	_, _ = s.pd.adapter.rem.do("close srq", &proto.Request{Op: proto.OpCloseSRQ, H: rs.h})
+	_, _ = s.pd.adapter.daemon.do("close srq", &proto.Request{Op: proto.OpCloseSRQ, H: rs.h})
 }
 
-// remoteClosed completes the close (the daemon's srq_closed event).
-func (s *SRQ) remoteClosed() {
-	r := s.pd.adapter.rem
+// daemonClosed completes the close (the daemon's srq_closed event).
+func (s *SRQ) daemonClosed() {
+	r := s.pd.adapter.daemon
 	r.mu.Lock()
 	delete(r.srqs, s.r.h)
 	r.mu.Unlock()
@@ -442,7 +442,7 @@ func (s *SRQ) remoteClosed() {
 		close(s.done)
 	}
 	s.mu.Unlock()
-	// No receive is posted after Close (remoteReceive checks closed, and
+	// No receive is posted after Close (daemonReceive checks closed, and
 	// NDKPI's consumer does not post during it): the ring is done with.
 	s.r.seg.Close()
 }
@@ -450,7 +450,7 @@ func (s *SRQ) remoteClosed() {
 // notifyEvent queues an event for the callback; a callback that falls
 // 16 events behind misses the surplus (each is the same SUCCESS, or the
 // one INTERNAL_ERROR after which none follows).
-func (rs *remoteSRQ) notifyEvent(st Status) {
+func (rs *daemonSRQ) notifyEvent(st Status) {
 	select {
 	case rs.notes <- st:
 	default:
@@ -459,7 +459,7 @@ func (rs *remoteSRQ) notifyEvent(st Status) {
 
 // takeSRQ finds the context of an SRQ receive's completion: in the SRQ
 // of the QP that took it.
-func (q *remoteQP) takeSRQ(seq uint64) any {
+func (q *daemonQP) takeSRQ(seq uint64) any {
 	if q.srq == nil {
 		return nil
 	}

@@ -10,10 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// remoteCQ is a daemon-backed CQ: the ring the daemon's relay fills, the
+// daemonCQ is a daemon-backed CQ: the ring the daemon's relay fills, the
 // arm word it fires, and the goroutine that runs the notification
 // callback, one at a time.
-type remoteCQ struct {
+type daemonCQ struct {
 	h      uint32
 	seg    *shm.Segment // the first segment: arm and status words
 	ring   *shm.Consumer
@@ -42,7 +42,7 @@ type remoteCQ struct {
 	once    sync.Once
 }
 
-func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, error) {
+func (r *daemonLink) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
 		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
@@ -66,7 +66,7 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 		seg.Close()
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
-	rq := &remoteCQ{
+	rq := &daemonCQ{
 		h: m.H, seg: seg, ring: ring, rseg: seg, sealed: seg.Word32(l.Words + 8),
 		arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
 		moved: seg.Word32(l.Words + 12), notified: seg.Word32(l.Words + 16),
@@ -84,7 +84,7 @@ func (r *remote) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, erro
 	return c, nil
 }
 
-func (rq *remoteCQ) notifyQueue(st Status) {
+func (rq *daemonCQ) notifyQueue(st Status) {
 	rq.mu.Lock()
 	rq.queue = append(rq.queue, st)
 	rq.mu.Unlock()
@@ -95,7 +95,7 @@ func (rq *remoteCQ) notifyQueue(st Status) {
 }
 
 // dispatch runs the callbacks, serialized per CQ as NDKPI requires.
-func (rq *remoteCQ) dispatch() {
+func (rq *daemonCQ) dispatch() {
 	defer close(rq.exited)
 	for {
 		select {
@@ -122,15 +122,15 @@ func (rq *remoteCQ) dispatch() {
 	}
 }
 
-func (rq *remoteCQ) stop() {
+func (rq *daemonCQ) stop() {
 	rq.once.Do(func() { close(rq.stopped) })
 	<-rq.exited
 }
 
 // get is GetResults and GetResultsEx of a daemon-backed CQ.
-func (c *CQ) remoteGet(results []Result, ex []ResultEx) int {
+func (c *CQ) daemonGet(results []Result, ex []ResultEx) int {
 	rq := c.r
-	r := c.adapter.rem
+	r := c.adapter.daemon
 	want := len(results)
 	if ex != nil {
 		want = len(ex)
@@ -174,8 +174,8 @@ func (c *CQ) remoteGet(results []Result, ex []ResultEx) int {
 	return n
 }
 
-// remoteArm sets the arm in the shared word for the daemon's relay to fire.
-func (c *CQ) remoteArm(n CQNotify) error {
+// daemonArm sets the arm in the shared word for the daemon's relay to fire.
+func (c *CQ) daemonArm(n CQNotify) error {
 	rq := c.r
 	if rq.notify == nil || c.closed.Load() {
 		if c.closed.Load() {
@@ -183,7 +183,7 @@ func (c *CQ) remoteArm(n CQNotify) error {
 		}
 		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
 	}
-	if r := c.adapter.rem; r.gone.Load() {
+	if r := c.adapter.daemon; r.gone.Load() {
 		return r.goneErr("arm cq")
 	}
 	lvl := uint32(1) // CQNotifyErrors
@@ -204,14 +204,14 @@ func (c *CQ) remoteArm(n CQNotify) error {
 	// With nothing to fire on now, the relay fires when it next moves a
 	// completion, and the engine sleeps on.
 	if rq.status.Load() != 0 || rq.moved.Load() != rq.notified.Load() {
-		c.adapter.rem.ring()
+		c.adapter.daemon.ring()
 	}
 	return nil
 }
 
-func (c *CQ) remoteClose() {
+func (c *CQ) daemonClose() {
 	rq := c.r
-	r := c.adapter.rem
+	r := c.adapter.daemon
 	rq.stop()
 	r.mu.Lock()
 	_, live := r.cqs[rq.h]
@@ -243,7 +243,7 @@ type cqRing struct {
 // nextRing moves the consumer to the ring a resize brought once the
 // current one is sealed and drained. It reports whether there may be more
 // to take: the new ring, or a record the old one got before its seal.
-func (rq *remoteCQ) nextRing() bool {
+func (rq *daemonCQ) nextRing() bool {
 	if !rq.hasNext.Load() || rq.sealed.Load() == 0 {
 		return false
 	}
@@ -265,15 +265,15 @@ func (rq *remoteCQ) nextRing() bool {
 	return true
 }
 
-// remoteResize is NdkResizeCq on a daemon-backed CQ: the daemon gives the
+// daemonResize is NdkResizeCq on a daemon-backed CQ: the daemon gives the
 // CQ a new ring, and GetResults takes it once it has drained the old one.
-func (c *CQ) remoteResize(depth int) error {
+func (c *CQ) daemonResize(depth int) error {
 	const op = "resize cq"
 	rq := c.r
 	if n := rq.ring.Len(); n > proto.Slots(depth) {
 		return errorf(StatusInvalidParameter, op, "depth %d below the %d completions queued", depth, n)
 	}
-	m, fds, err := c.adapter.rem.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
+	m, fds, err := c.adapter.daemon.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
 	if err != nil {
 		return err
 	}
