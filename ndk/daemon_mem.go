@@ -466,8 +466,15 @@ func (q *daemonQP) takeSRQ(seq uint64) any {
 	return q.srq.take(seq)
 }
 
-// The record ops are rc.Op's values.
+// The record ops are rc.Op's values: a post's op goes into the record as
+// it is.
 var (
+	_ = [1]struct{}{}[int(rc.OpSend)-proto.OpSend]
+	_ = [1]struct{}{}[int(rc.OpSendInvalidate)-proto.OpSendInvalidate]
+	_ = [1]struct{}{}[int(rc.OpWrite)-proto.OpWrite]
+	_ = [1]struct{}{}[int(rc.OpRead)-proto.OpRead]
+	_ = [1]struct{}{}[int(rc.OpCompareSwap)-proto.OpCompareSwap]
+	_ = [1]struct{}{}[int(rc.OpFetchAdd)-proto.OpFetchAdd]
 	_ = [1]struct{}{}[int(rc.OpBind)-proto.OpBind]
 	_ = [1]struct{}{}[int(rc.OpFastRegister)-proto.OpFastRegister]
 	_ = [1]struct{}{}[int(rc.OpInvalidate)-proto.OpInvalidate]

@@ -202,16 +202,6 @@ func (r *relay) breakQP(q *sQP, what string, err error) {
 	r.ss.log.Warn("client broke a work ring; its QP is flushed", "qp", q.h, "ring", what, "err", err)
 }
 
-// Work record operations: rc.Op's values.
-const (
-	opSend = iota + 1
-	opSendInvalidate
-	opWrite
-	opRead
-	opCompareSwap
-	opFetchAdd
-)
-
 const opFlagInline = ndk.OpFlagInline
 
 // postSend posts one client send record on the daemon's QP. The client
@@ -222,7 +212,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	if s.Op >= proto.OpFastRegister && s.Op <= proto.OpInvalidate && s.NSGE == 0 && s.InlineLen == 0 {
 		return r.postLocal(q, s)
 	}
-	if s.Op < opSend || s.Op > opFetchAdd || s.NSGE > proto.MaxSGE || s.InlineLen > proto.MaxInline {
+	if s.Op < proto.OpSend || s.Op > proto.OpFetchAdd || s.NSGE > proto.MaxSGE || s.InlineLen > proto.MaxInline {
 		r.breakQP(q, "send ring", fmt.Errorf("malformed record (op %d, %d SGEs, %d inline bytes)", s.Op, s.NSGE, s.InlineLen))
 		return ndk.StatusSuccess
 	}
@@ -233,7 +223,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	// for a doorbell of its own that no later record would ring.
 	flags := ndk.OpFlag(s.Flags) &^ ndk.OpFlagDefer
 	var sgl []ndk.SGE
-	if flags&opFlagInline != 0 && s.Op != opRead && s.Op != opCompareSwap && s.Op != opFetchAdd {
+	if flags&opFlagInline != 0 && s.Op != proto.OpRead && s.Op != proto.OpCompareSwap && s.Op != proto.OpFetchAdd {
 		// The client copied the bytes into the record; the engine copies
 		// them from ours. The record's SGEs are not used: an inline SGE
 		// may name any address, and only the daemon's own copy is safe.
@@ -252,27 +242,27 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	}
 	var err error
 	switch s.Op {
-	case opSend:
+	case proto.OpSend:
 		err = q.qp.Send(slot, sgl, flags)
-	case opSendInvalidate:
+	case proto.OpSendInvalidate:
 		err = q.qp.SendAndInvalidate(slot, sgl, flags, s.InvToken)
-	case opWrite:
+	case proto.OpWrite:
 		err = q.qp.Write(slot, sgl, s.RemoteAddr, s.RemoteToken, flags)
-	case opRead:
+	case proto.OpRead:
 		err = q.qp.Read(slot, sgl, s.RemoteAddr, s.RemoteToken, flags)
-	case opCompareSwap, opFetchAdd:
+	case proto.OpCompareSwap, proto.OpFetchAdd:
 		if len(sgl) != 1 {
 			r.complete(q.scq, q, slot, ndk.StatusInvalidParameter, 0)
 			return ndk.StatusInvalidParameter
 		}
-		if s.Op == opCompareSwap {
+		if s.Op == proto.OpCompareSwap {
 			err = q.qp.CompareAndSwap(slot, sgl[0], s.RemoteAddr, s.RemoteToken, s.Compare, s.SwapAdd, flags)
 		} else {
 			err = q.qp.FetchAndAdd(slot, sgl[0], s.RemoteAddr, s.RemoteToken, s.SwapAdd, flags)
 		}
 	}
 	if err == nil {
-		if s.Op >= opRead && flags&ndk.OpFlagSilentSuccess == 0 {
+		if s.Op >= proto.OpRead && flags&ndk.OpFlagSilentSuccess == 0 {
 			slot.fenced = true
 			q.responses++
 		}

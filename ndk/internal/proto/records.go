@@ -156,12 +156,18 @@ func getSGL(b []byte, sgl []SGE) {
 	}
 }
 
-// Record operations beyond the data ones (rc.Op's values: 1 SEND to 6
-// FETCH_ADD): the local operations.
+// Send record operations (Send.Op): the data ones, then the local ones.
+// They are the engine's rc.Op values, which ndk checks at compile time.
 const (
-	OpFastRegister = 7
-	OpBind         = 8
-	OpInvalidate   = 9
+	OpSend           = 1
+	OpSendInvalidate = 2
+	OpWrite          = 3
+	OpRead           = 4
+	OpCompareSwap    = 5
+	OpFetchAdd       = 6
+	OpFastRegister   = 7
+	OpBind           = 8
+	OpInvalidate     = 9
 )
 
 // Completion kinds: which work ring the completed request came from.
