@@ -33,6 +33,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(w, "link %s xdp %s\n", s.Interface, pairs(s.Verdicts))
 	fmt.Fprintf(w, "link %s xdp-reasons %s\n", s.Interface, pairs(s.XDP))
 	fmt.Fprintf(w, "link %s cm %s\n", s.Interface, pairs(s.CM))
+	fmt.Fprintf(w, "link %s daemon %s\n", s.Interface, pairs(s.Daemon))
 	for _, q := range s.QPs {
 		fmt.Fprintf(w, "link %s lqpn %d frames_in %d frames_out %d retransmits %d ack_timeouts %d naks_sent %d naks_received %d rnr_naks_sent %d rnr_naks_received %d duplicate_requests %d out_of_sequence %d\n",
 			s.Interface, q.QPN, q.FramesIn, q.FramesOut, q.Retransmits, q.Timeouts, q.NAKsSent, q.NAKsRecv, q.RNRSent, q.RNRRecv, q.Duplicates, q.OutOfSeq)

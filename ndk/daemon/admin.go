@@ -139,7 +139,11 @@ type Stats struct {
 	XDP       map[string]uint64 `json:"xdp"`
 	Verdicts  map[string]uint64 `json:"xdp_verdicts"`
 	CM        map[string]uint64 `json:"cm"`
-	QPs       []QP              `json:"qps"`
+	// Daemon counts what the daemon refused or ended of its clients':
+	// sessions_ended_REASON, quota_exceeded_QUOTA, clients_refused,
+	// client_rings_broken (Status has the same, grouped).
+	Daemon map[string]uint64 `json:"daemon"`
+	QPs    []QP              `json:"qps"`
 }
 
 // EngineStats are one queue's engine and socket counters.
@@ -458,6 +462,7 @@ func (s *Server) stats() (*Stats, error) {
 		}
 	}
 	x.CM = cmCounters(s.a.CMStats())
+	x.Daemon = s.daemonCounters()
 	if x.QPs, err = s.qps(); err != nil {
 		return nil, err
 	}
@@ -533,4 +538,16 @@ func snake(name string) string {
 		b.WriteRune(unicode.ToLower(c))
 	}
 	return b.String()
+}
+
+// daemonCounters flattens what the daemon refused or ended into one map.
+func (s *Server) daemonCounters() map[string]uint64 {
+	m := map[string]uint64{"clients_refused": s.refused.Load(), "client_rings_broken": s.brokenRings.Load()}
+	for r, n := range s.ended.snapshot() {
+		m["sessions_ended_"+r] = n
+	}
+	for q, n := range s.book.exceededCounts() {
+		m["quota_exceeded_"+q] = n
+	}
+	return m
 }

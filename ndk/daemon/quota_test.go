@@ -80,9 +80,15 @@ func TestQuotaPerSession(t *testing.T) {
 	r.ok(&proto.Request{Op: proto.OpRegister, PD: pd.H, Arena: 1, Off: 0, Len: 4096, VA: 1 << 40})
 
 	st := bd.status(t)
-	for q, want := range map[string]uint64{"cqs": 1, "mappings": 1, "tokens": 1} {
-		if st.QuotaExceeded[q] != want {
-			t.Errorf("quota_exceeded[%s] = %d, want %d (%v)", q, st.QuotaExceeded[q], want, st.QuotaExceeded)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var stats daemon.Stats
+	if err := daemon.Query(ctx, bd.sock, daemon.OpAdminStats, &stats); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]uint64{"cqs": 1, "mappings": 1, "tokens": 1, "qps": 0} {
+		if st.QuotaExceeded[q] != want || stats.Daemon["quota_exceeded_"+q] != want {
+			t.Errorf("quota %s exceeded: status %d, stats %d, want %d", q, st.QuotaExceeded[q], stats.Daemon["quota_exceeded_"+q], want)
 		}
 	}
 }
