@@ -92,8 +92,8 @@
 // receive ring holds back the loop's answers by no more than that
 // (rocev2.Parse; bad frames, unknown QPs, other transports and frames not
 // addressed to their QP's local IP and MAC, or for QP1 to the adapter's,
-// are dropped and counted), dispatch requests to the responder and ACKs, NAKs, READ
-// responses and atomic acknowledgements to the completer; handle the
+// are dropped and counted), dispatch requests to the responder and ACKs,
+// NAKs, READ responses and atomic acknowledgements to the completer; handle the
 // frames other engines of the adapter forwarded (forward.go: a frame for
 // another engine's QP, or QP1's datagram on an engine without the GSI
 // hook, is copied into a preallocated buffer and handed over); take the
