@@ -189,8 +189,9 @@ func (p *Program) QPs() (map[uint32]uint32, error) {
 	return qps, nil
 }
 
-// maxLocalAddrs is the capacity of the program's local_addrs map.
-const maxLocalAddrs = 64
+// MaxLocalAddrs is how many addresses SetLocal takes: the capacity of the
+// program's local_addrs map.
+const MaxLocalAddrs = 64
 
 // SetLocal tells the program the adapter's own unicast MAC and IP
 // addresses: from then on a RoCEv2 frame addressed to another MAC, or to
@@ -202,8 +203,8 @@ func (p *Program) SetLocal(mac [6]byte, addrs ...netip.Addr) error {
 	if mac == [6]byte{} || mac[0]&1 != 0 {
 		return fmt.Errorf("loader: set local addresses: %x is not a unicast MAC", mac)
 	}
-	if len(addrs) == 0 || len(addrs) > maxLocalAddrs {
-		return fmt.Errorf("loader: set local addresses: %d addresses, want 1..%d", len(addrs), maxLocalAddrs)
+	if len(addrs) == 0 || len(addrs) > MaxLocalAddrs {
+		return fmt.Errorf("loader: set local addresses: %d addresses, want 1..%d", len(addrs), MaxLocalAddrs)
 	}
 	want := make(map[bpf.SteerLocalAddr]bool, len(addrs))
 	for _, a := range addrs {

@@ -85,8 +85,9 @@ type CMStats struct {
 	Connections, HalfOpen, TimeWait int
 	// TimeWaitEvictions counts connections whose time-wait ended early
 	// to keep TimeWait within its bound: a peer ending connections as
-	// fast as it may start them.
-	TimeWaitEvictions uint64
+	// fast as it may start them; BacklogRefusals the connect requests
+	// refused because their listener's backlog was full.
+	TimeWaitEvictions, BacklogRefusals uint64
 }
 
 // CMStats returns the connection-management counters.
@@ -103,7 +104,8 @@ func (a *Adapter) CMStats() CMStats {
 	queue, send := a.prov.MADDrops()
 	return CMStats{Sent: s.Sent, Received: s.Received, Retransmits: s.Retransmits, Duplicates: s.Duplicates,
 		Unmatched: s.Unmatched, Malformed: s.Malformed, QueueDrops: queue, SendDrops: send,
-		Connections: s.Connections, HalfOpen: s.HalfOpen, TimeWait: s.TimeWait, TimeWaitEvictions: s.TimeWaitEvictions}
+		Connections: s.Connections, HalfOpen: s.HalfOpen, TimeWait: s.TimeWait,
+		TimeWaitEvictions: s.TimeWaitEvictions, BacklogRefusals: s.BacklogRefusals}
 }
 
 // manager returns the adapter's IB CM, or nil without one.

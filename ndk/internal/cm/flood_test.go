@@ -95,6 +95,9 @@ func TestSYNFloodHoldsAtMostTheBacklog(t *testing.T) {
 	if s.Sent[rocev2.AttrREJ] < flood-uint64(ls.count()) {
 		t.Fatalf("%d REJs for %d REQs of which %d reached the consumer", s.Sent[rocev2.AttrREJ], flood, ls.count()-1)
 	}
+	if s.BacklogRefusals < flood-uint64(ls.count()) {
+		t.Fatalf("%d backlog refusals counted for %d REQs of which %d reached the consumer", s.BacklogRefusals, flood, ls.count()-1)
+	}
 	if good.qpA.State() != "rts" || good.qpB.State() != "rts" {
 		t.Fatalf("the connection made before the flood: %s / %s", good.qpA.State(), good.qpB.State())
 	}

@@ -145,8 +145,10 @@ type Stats struct {
 	// (Params.MaxTimeWait bounds them).
 	Connections, HalfOpen, TimeWait int
 	// TimeWaitEvictions counts connections whose time-wait ended early
-	// because a newer one would have exceeded Params.MaxTimeWait.
-	TimeWaitEvictions uint64
+	// because a newer one would have exceeded Params.MaxTimeWait;
+	// BacklogRefusals the REQs refused (a stateless REJ) because their
+	// listener's backlog was full.
+	TimeWaitEvictions, BacklogRefusals uint64
 }
 
 // Manager is the InfiniBand Communication Manager of one adapter: it runs

@@ -58,6 +58,7 @@ func (m *Manager) handleREQ(src PathInfo, tid uint64, req *rocev2.CMReq) {
 		reject(rocev2.RejInvalidMTU)
 		return
 	case l.pending >= m.p.ListenBacklog:
+		m.stats.BacklogRefusals++
 		reject(rocev2.RejConsumerDefined)
 		return
 	}

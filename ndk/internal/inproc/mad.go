@@ -51,7 +51,10 @@ type management struct {
 	stopped    atomic.Bool // the engines are stopping: MADs are dropped
 
 	mu    sync.Mutex
-	addrs map[netip.Addr]bool // the interface's addresses, refreshed on a miss
+	addrs map[netip.Addr]bool // the interface's addresses, refreshed on a miss and on a change
+	// addrStop ends watchAddrs' subscription; addrDone closes when its
+	// goroutine returned.
+	addrStop, addrDone chan struct{}
 }
 
 // MADFaults decides the fate of a connection-management datagram (a
@@ -237,6 +240,10 @@ func (g *management) close() {
 	}
 	// Nothing may reach the engines once they stop.
 	g.stopped.Store(true)
+	if g.addrStop != nil {
+		close(g.addrStop)
+		<-g.addrDone
+	}
 	if g.nl != nil {
 		g.nl.Close()
 	}

@@ -65,8 +65,12 @@ func (p *Provider) open(ifname string, cfg Config) error {
 		return err
 	}
 	// Frames for other hosts stop in the program; the engines check again
-	// (rc.Config.Addrs).
-	if err := p.xdp.SetLocal(p.link.MAC, p.link.Addr); err != nil {
+	// (rc.Config.Addrs). The CM serves every address of the interface
+	// (isLocal), so all of them are the adapter's.
+	if err := p.setLocal(interfaceAddrs(ifname, p.link.Addr)); err != nil {
+		return err
+	}
+	if err := p.mgmt.watchAddrs(); err != nil {
 		return err
 	}
 	// QP1's datagrams go to the management queue, whose engine hands them
@@ -78,6 +82,42 @@ func (p *Provider) open(ifname string, cfg Config) error {
 	}
 	if err := p.mgmt.start(cfg.CM); err != nil {
 		return fmt.Errorf("connection management: %w", err)
+	}
+	return nil
+}
+
+// interfaceAddrs lists the addresses of ifname, first the one QPs send
+// from; on an error, only that one.
+func interfaceAddrs(ifname string, first netip.Addr) []netip.Addr {
+	out := []netip.Addr{first}
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		return out
+	}
+	list, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+	if err != nil {
+		return out
+	}
+	for _, x := range list {
+		if ip, ok := netip.AddrFromSlice(x.IP); ok && ip.Unmap() != first {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// setLocal makes addrs (and the link's MAC) the only destinations the
+// steering program and the engines take RoCEv2 frames for: the first
+// loader.MaxLocalAddrs of them, the link's own address first.
+func (p *Provider) setLocal(addrs []netip.Addr) error {
+	addrs = addrs[:min(len(addrs), loader.MaxLocalAddrs)]
+	if p.xdp != nil {
+		if err := p.xdp.SetLocal(p.link.MAC, addrs...); err != nil {
+			return err
+		}
+	}
+	for _, e := range p.engines {
+		e.SetAddrs(addrs)
 	}
 	return nil
 }

@@ -62,20 +62,59 @@ func (g *management) isLocal(a netip.Addr) bool {
 	if g.addrs[a] {
 		return true
 	}
+	g.refreshAddrs()
+	return g.addrs[a]
+}
+
+// refreshAddrs reads the interface's addresses again and makes them the
+// ones the steering program and the engines take frames for (locked).
+func (g *management) refreshAddrs() {
 	link, err := g.nl.LinkByIndex(g.p.link.Ifindex)
 	if err != nil {
-		return false
+		return
 	}
 	list, err := g.nl.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return false
+		return
 	}
+	clear(g.addrs)
+	all := []netip.Addr{g.p.link.Addr}
+	g.addrs[g.p.link.Addr] = true
 	for _, x := range list {
-		if ip, ok := netip.AddrFromSlice(x.IP); ok {
+		if ip, ok := netip.AddrFromSlice(x.IP); ok && !g.addrs[ip.Unmap()] {
 			g.addrs[ip.Unmap()] = true
+			all = append(all, ip.Unmap())
 		}
 	}
-	return g.addrs[a]
+	_ = g.p.setLocal(all)
+}
+
+// watchAddrs follows the interface's addresses as they are added and
+// removed, so that a listener on every address also hears connection
+// requests to one added after Open. It subscribes in the calling thread's
+// network namespace, which Open runs in.
+func (g *management) watchAddrs() error {
+	if g.nl == nil || g.p.link.Ifindex == 0 {
+		return nil
+	}
+	ch := make(chan netlink.AddrUpdate, 16)
+	g.addrStop = make(chan struct{})
+	g.addrDone = make(chan struct{})
+	if err := netlink.AddrSubscribeWithOptions(ch, g.addrStop, netlink.AddrSubscribeOptions{}); err != nil {
+		close(g.addrDone)
+		return fmt.Errorf("follow the interface's addresses: %w", err)
+	}
+	go func() {
+		defer close(g.addrDone)
+		for u := range ch { // closed once addrStop is
+			if u.LinkIndex == g.p.link.Ifindex {
+				g.mu.Lock()
+				g.refreshAddrs()
+				g.mu.Unlock()
+			}
+		}
+	}()
+	return nil
 }
 
 // ResolvePath finds the route and next-hop MAC from src (zero: the

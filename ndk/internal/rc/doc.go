@@ -90,14 +90,18 @@
 //
 // The loop: receive a batch of at most 16 frames, so that a flood in the
 // receive ring holds back the loop's answers by no more than that
-// (rocev2.Parse; bad frames, unknown QPs and other transports are dropped
-// and counted), dispatch requests to the responder and ACKs, NAKs, READ
-// responses and atomic acknowledgements to the completer; handle the
+// (rocev2.Parse; bad frames, unknown QPs, other transports and frames not
+// addressed to their QP's local IP and MAC, or for QP1 to the adapter's,
+// are dropped and counted), dispatch requests to the responder and ACKs,
+// NAKs, READ responses and atomic acknowledgements to the completer; handle the
 // frames other engines of the adapter forwarded (forward.go: a frame for
 // another engine's QP, or QP1's datagram on an engine without the GSI
 // hook, is copied into a preallocated buffer and handed over); take the
 // ready QPs; run control calls; send the queued MADs, then each active
-// QP's responses before its requests (at most 64 of each per QP per loop);
+// QP's responses before its requests (at most 64 of each per QP per loop,
+// and answers to duplicates at most 4 a loop for all QPs together, so
+// that a peer replaying requests cannot stretch the loop its neighbours
+// wait on: ndk BenchmarkFloodRTT);
 // fire timers; flush the port. Timers are per-QP deadlines on a clock read
 // once per loop and checked when the earliest one is due, not one timer
 // per packet. After every loop, busy or idle, the engine yields its P when

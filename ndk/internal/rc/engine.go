@@ -74,13 +74,14 @@ type Config struct {
 	// address, which they do not. Set it only where a peer's frames
 	// legitimately arrive from several addresses.
 	AnySource bool
-	// Addrs and MAC are the adapter's own addresses. A QP1 datagram whose
-	// destination IP is none of Addrs, or whose destination MAC is not
-	// MAC, is dropped and counted (Stats.WrongDestination): the kernel
-	// would not have taken it, and the CM must not answer it. An RC frame
-	// must be addressed to its QP's own Local endpoint, which the
-	// connection set from these. Unset (no Addrs, a zero MAC): not
-	// checked, for ports that carry no real addresses.
+	// Addrs and MAC are the adapter's own addresses (SetAddrs replaces
+	// Addrs). A QP1 datagram whose destination IP is none of Addrs, or
+	// whose destination MAC is not MAC, is dropped and counted
+	// (Stats.WrongDestination): the kernel would not have taken it, and
+	// the CM must not answer it. An RC frame must be addressed to its
+	// QP's own Local endpoint, which the connection set from these.
+	// Unset (no Addrs, a zero MAC): not checked, for ports that carry no
+	// real addresses.
 	Addrs []netip.Addr
 	MAC   rocev2.MAC
 	// Owner, when set, names the engine that owns a QPN (nil if none) for
@@ -156,7 +157,7 @@ type Engine struct {
 
 	lockThread bool
 	anySource  bool
-	addrs      []netip.Addr // Config.Addrs, unmapped
+	addrs      atomic.Pointer[[]netip.Addr] // Config.Addrs, unmapped; nil: unchecked
 	mac        rocev2.MAC
 
 	gsi         func(p *rocev2.Packet)
@@ -256,8 +257,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
 	}
-	for _, a := range cfg.Addrs {
-		e.addrs = append(e.addrs, a.Unmap())
+	if len(cfg.Addrs) > 0 {
+		e.SetAddrs(cfg.Addrs)
 	}
 	if cfg.Owner != nil {
 		if err := e.initForwarding(); err != nil {
@@ -543,20 +544,32 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	e.responder(q)
 }
 
+// SetAddrs replaces the adapter addresses QP1 datagrams must be addressed
+// to (Config.Addrs), as the interface gains or loses addresses. It is safe
+// from any goroutine.
+func (e *Engine) SetAddrs(addrs []netip.Addr) {
+	own := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		own[i] = a.Unmap()
+	}
+	e.addrs.Store(&own)
+}
+
 // toAdapter reports whether e.pkt is addressed to the adapter
 // (Config.Addrs and MAC).
 func (e *Engine) toAdapter() bool {
 	if e.mac != (rocev2.MAC{}) && e.pkt.Eth.Dst != e.mac {
 		return false
 	}
-	if len(e.addrs) == 0 {
+	addrs := e.addrs.Load()
+	if addrs == nil {
 		return true
 	}
 	if e.pkt.IP.Dst.Is4In6() { // as qpTransport.toLocal
 		return false
 	}
 	dst := e.pkt.IP.Dst
-	for _, a := range e.addrs {
+	for _, a := range *addrs {
 		if a == dst {
 			return true
 		}
