@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,11 +163,17 @@ func (c *Conn) why(err error) error {
 		return err
 	}
 	defer p.Close()
-	// A daemon that is exiting may hold its listener a moment longer than
-	// this session's socket; it hangs this connection up too. A daemon
-	// that serves on sends nothing before a hello.
-	_ = p.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, rerr := p.Read(make([]byte, 1)); errors.Is(rerr, os.ErrDeadlineExceeded) {
+	// A daemon that is exiting may hold its listener a while longer than
+	// this session's socket (a process with many mappings and sockets
+	// takes time to die), and the kernel queues a connection on it that
+	// nobody accepts: only an answer shows a daemon that serves on. Any
+	// request answers; the operator's status needs no hello.
+	req, _ := json.Marshal(&proto.Request{ID: 1, Op: "admin_status"})
+	_ = p.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, werr := p.Write(req); werr != nil {
+		return err
+	}
+	if n, rerr := p.Read(make([]byte, proto.MaxMessage)); rerr == nil && n > 0 {
 		return errSessionEnded
 	}
 	return err

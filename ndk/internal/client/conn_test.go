@@ -19,11 +19,15 @@ import (
 func TestHangup(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		stillThere bool
+		stillThere bool // the socket still listens
+		answers    bool // and a daemon behind it answers
 		want       string
 	}{
-		{"daemon gone", false, "went away (its socket hung up)"},
-		{"session ended", true, "ended this client's session and serves on"},
+		{"daemon gone", false, false, "went away (its socket hung up)"},
+		{"session ended", true, true, "ended this client's session and serves on"},
+		// A daemon being killed holds its listener a while after the
+		// session's socket: connections queue there, unanswered.
+		{"daemon dying", true, false, "went away (its socket hung up)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "d.sock")
@@ -47,13 +51,26 @@ func TestHangup(t *testing.T) {
 			sc := <-accepted
 			if !tc.stillThere {
 				ln.Close()
+			} else if tc.answers {
+				// A daemon that serves on answers the probe's request.
+				go func() {
+					p, err := ln.AcceptUnix()
+					if err != nil {
+						return
+					}
+					defer p.Close()
+					buf := make([]byte, proto.MaxMessage)
+					if n, err := p.Read(buf); err == nil && n > 0 {
+						_, _ = p.Write([]byte(`{"id":1}`))
+					}
+				}()
 			}
 			start := time.Now()
 			sc.Close()
 			select {
 			case <-c.Done():
-			case <-time.After(time.Second):
-				t.Fatal("the hangup was not seen within 1 s")
+			case <-time.After(2 * time.Second):
+				t.Fatal("the hangup was not seen within 2 s")
 			}
 			t.Logf("seen in %v", time.Since(start))
 			var gone *GoneError
