@@ -196,6 +196,15 @@ func (h *Host) configure(nl *netlink.Handle) error {
 	if err := nl.AddrAdd(link, v6); err != nil {
 		return fmt.Errorf("%s: add %s to %s: %w", h.Name, h.IPv6, h.Link, err)
 	}
+	// The link-local address the kernel gives the link as it comes up
+	// would wait for duplicate address detection too, and change state a
+	// second later: an address event that an adapter on the link acts on
+	// in the middle of a test.
+	if err := h.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv6/conf/"+h.Link+"/accept_dad", []byte("0"), 0)
+	}); err != nil {
+		return fmt.Errorf("%s: no DAD on %s: %w", h.Name, h.Link, err)
+	}
 	if err := nl.LinkSetUp(link); err != nil {
 		return fmt.Errorf("%s: set %s up: %w", h.Name, h.Link, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,9 +53,10 @@ type management struct {
 
 	mu    sync.Mutex
 	addrs map[netip.Addr]bool // the interface's addresses, refreshed on a miss and on a change
-	// addrStop ends watchAddrs' subscription; addrDone closes when its
-	// goroutine returned.
-	addrStop, addrDone chan struct{}
+	// addrFile is watchAddrs' subscription, which closing ends; addrDone
+	// closes when its goroutine returned.
+	addrFile *os.File
+	addrDone chan struct{}
 }
 
 // MADFaults decides the fate of a connection-management datagram (a
@@ -240,8 +242,8 @@ func (g *management) close() {
 	}
 	// Nothing may reach the engines once they stop.
 	g.stopped.Store(true)
-	if g.addrStop != nil {
-		close(g.addrStop)
+	if g.addrFile != nil {
+		g.addrFile.Close()
 		<-g.addrDone
 	}
 	if g.nl != nil {

@@ -1,11 +1,14 @@
 package inproc
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -92,22 +95,54 @@ func (g *management) refreshAddrs() {
 // watchAddrs follows the interface's addresses as they are added and
 // removed, so that a listener on every address also hears connection
 // requests to one added after Open. It subscribes in the calling thread's
-// network namespace, which Open runs in.
+// network namespace, which Open runs in. The subscription is a
+// non-blocking netlink socket that the Go runtime's poller watches: a
+// goroutine blocked in recvfrom(2) would hold a thread in a system call
+// for the adapter's whole life.
 func (g *management) watchAddrs() error {
 	if g.nl == nil || g.p.link.Ifindex == 0 {
 		return nil
 	}
-	ch := make(chan netlink.AddrUpdate, 16)
-	g.addrStop = make(chan struct{})
-	g.addrDone = make(chan struct{})
-	if err := netlink.AddrSubscribeWithOptions(ch, g.addrStop, netlink.AddrSubscribeOptions{}); err != nil {
-		close(g.addrDone)
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("follow the interface's addresses: netlink socket: %w", err)
+	}
+	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("follow the interface's addresses: bind netlink: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "netlink-addrs")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
 		return fmt.Errorf("follow the interface's addresses: %w", err)
 	}
+	g.addrFile = f
+	g.addrDone = make(chan struct{})
 	go func() {
 		defer close(g.addrDone)
-		for u := range ch { // closed once addrStop is
-			if u.LinkIndex == g.p.link.Ifindex {
+		buf := make([]byte, 1<<16)
+		for {
+			changed := false
+			var rerr error
+			err := rc.Read(func(fd uintptr) bool {
+				for {
+					n, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+					if err == unix.EAGAIN {
+						return changed || rerr != nil
+					}
+					if err != nil {
+						rerr = err
+						return true
+					}
+					changed = changed || g.ifaddrMessage(buf[:n])
+				}
+			})
+			if err != nil { // closed: the adapter is closing
+				return
+			}
+			if changed || rerr == unix.ENOBUFS { // ENOBUFS: events were lost
 				g.mu.Lock()
 				g.refreshAddrs()
 				g.mu.Unlock()
@@ -115,6 +150,23 @@ func (g *management) watchAddrs() error {
 		}
 	}()
 	return nil
+}
+
+// ifaddrMessage reports whether netlink messages b name the adapter's
+// interface.
+func (g *management) ifaddrMessage(b []byte) bool {
+	msgs, err := syscall.ParseNetlinkMessage(b)
+	if err != nil {
+		return true // unreadable: read the addresses again
+	}
+	for _, m := range msgs {
+		if (m.Header.Type == unix.RTM_NEWADDR || m.Header.Type == unix.RTM_DELADDR) && len(m.Data) >= unix.SizeofIfAddrmsg {
+			if int(native.Uint32(m.Data[4:8])) == g.p.link.Ifindex {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ResolvePath finds the route and next-hop MAC from src (zero: the
@@ -228,3 +280,5 @@ func resolveNeighbour(ifindex int, ip netip.Addr) (net.HardwareAddr, error) {
 	}
 	return nil, errors.New("no neighbour entry after probing for 1s")
 }
+
+var native = binary.NativeEndian
