@@ -252,7 +252,9 @@
 //     resource; a duplicate READ, atomic or WRITE_FIRST/ONLY is
 //     re-validated first (its R_Key must be the original's and allow its
 //     range and right in the token table as it is now, else a remote
-//     access NAK); one PSN-sequence NAK per gap; ACKs coalesced (one per QP
+//     access NAK; a WRITE that fails is dropped instead, so that a genuine
+//     retransmission after its region was invalidated does not end the
+//     connection); one PSN-sequence NAK per gap; ACKs coalesced (one per QP
 //     per receive batch, on AckReq) and never ahead of READ responses they
 //     would cover; an ACK after a completed receive waits up to 20 us to
 //     leave with the consumer's answer. MSN counts completed messages.

@@ -148,14 +148,20 @@ func psnCases() []hostileCase {
 			h.expect(h.mr, 0, want[:])
 			return []answer{{op: rocev2.RCAtomicAck, psn: e0, syn: okSyn, orig: orig}}
 		}},
-		{name: "dup/write-wrong-key", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+		{name: "dup/write-wrong-key", live: true, counter: stale, run: func(h *hostile) []answer {
 			h.inj.inject(h.write(rocev2.RCWriteOnly, e0.Add(rocev2.PSNMask), h.mr.addr(0), mrKey(h)^0x55, 16, payloadOf(16, 9)))
-			return []answer{nakAt(e0.Add(rocev2.PSNMask), nakRA)}
+			return nil // dropped: no ACK tells the forger the key works
 		}},
-		{name: "dup/write-no-write-right", fails: true, counter: accessViolations, run: func(h *hostile) []answer {
+		{name: "dup/write-no-write-right", live: true, counter: stale, run: func(h *hostile) []answer {
 			ro := h.region(64, memreg.AccessRemoteRead, testPD, false)
 			h.inj.inject(h.write(rocev2.RCWriteFirst, e0.Add(rocev2.PSNMask), ro.addr(0), ro.tokens.Remote, 2*pmtu, payloadOf(pmtu, 9)))
-			return []answer{nakAt(e0.Add(rocev2.PSNMask), nakRA)}
+			return nil
+		}},
+		{name: "dup/write-valid-key", live: true, counter: duplicates, run: func(h *hostile) []answer {
+			// The control: the same duplicate with the region's own key
+			// is acknowledged again (and not executed).
+			h.inj.inject(h.write(rocev2.RCWriteOnly, e0.Add(rocev2.PSNMask), h.mr.addr(0), mrKey(h), 16, payloadOf(16, 9)))
+			return []answer{ackAt(e0.Add(rocev2.PSNMask))}
 		}},
 		{name: "dup/write-zero-length-any-key", live: true, counter: duplicates, run: func(h *hostile) []answer {
 			// C9-88: a zero-length WRITE names no memory, so no key.

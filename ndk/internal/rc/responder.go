@@ -45,7 +45,7 @@ func (e *Engine) responder(q *QP) {
 			return
 		}
 		if (op == rocev2.RCWriteFirst || op == rocev2.RCWriteOnly) && !e.recheckWrite(q) {
-			e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
+			e.c.stale.Add(1) // dropped: neither an ACK nor a NAK
 			return
 		}
 		// C9-105: never execute twice; acknowledge again with ePSN-1.
@@ -314,8 +314,13 @@ func compareAndSwap(w *uint64, compare, swap uint64) uint64 {
 // was invalidated, deregistered or rebound, reads nothing.
 
 // recheckWrite re-validates a duplicate WRITE_FIRST or WRITE_ONLY, which is
-// acknowledged again but never executed: the acknowledgement would tell a
-// peer its key still works.
+// acknowledged again but never executed: an acknowledgement would tell a
+// forger that its key works. One that fails is dropped, not NAKed: a
+// requester whose WRITE's ACK was lost retransmits it after the region
+// may have been invalidated (a WRITE then a SEND with invalidate of its
+// region, as NFS/RDMA and iSER do), and the ACK of what follows it, which
+// acknowledges everything before, completes it; rxe acknowledges every
+// duplicate WRITE (C9-105) and a NAK would end that connection.
 func (e *Engine) recheckWrite(q *QP) bool {
 	r := &e.pkt.RETH
 	if r.DMALen == 0 { // a zero-length WRITE checks no key (IBTA 9.4.3)
