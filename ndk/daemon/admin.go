@@ -475,6 +475,7 @@ func cmCounters(c ndk.CMStats) map[string]uint64 {
 	out := map[string]uint64{
 		"retransmits": c.Retransmits, "duplicates": c.Duplicates, "unmatched": c.Unmatched,
 		"malformed": c.Malformed, "queue_drops": c.QueueDrops, "send_drops": c.SendDrops,
+		"time_wait_evictions": c.TimeWaitEvictions, "backlog_refusals": c.BacklogRefusals,
 	}
 	for id, n := range c.Sent {
 		out["sent_"+strings.ToLower(id.String())] = n

@@ -150,6 +150,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter("ndkxdp_cm_retransmits_total", "CM MADs resent after a timeout.", []string{"interface"}, cm.Retransmits, ifn)
 	counter("ndkxdp_cm_drops_total", "CM MADs dropped locally (queue full).", []string{"interface"}, cm.QueueDrops+cm.SendDrops, ifn)
+	counter("ndkxdp_cm_time_wait_evictions_total", "Connections whose time-wait ended early to keep time-wait within its bound.", []string{"interface"}, cm.TimeWaitEvictions, ifn)
+	counter("ndkxdp_cm_backlog_refusals_total", "Connect requests refused because their listener's backlog was full.", []string{"interface"}, cm.BacklogRefusals, ifn)
+	for _, g := range []struct {
+		state string
+		n     int
+	}{{"all", cm.Connections}, {"half_open", cm.HalfOpen}, {"time_wait", cm.TimeWait}} {
+		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("ndkxdp_cm_connections", "Connections the CM holds state for, all and by state.",
+			[]string{"interface", "state"}, nil), prometheus.GaugeValue, float64(g.n), ifn, g.state)
+	}
 	c.collectQPs(ch, p, counter)
 }
 
