@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/ndkxdp/ndkxdp/bpf"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -584,4 +585,41 @@ func TestAdoptLegacyPins(t *testing.T) {
 	if _, err := os.Stat(legacy); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("legacy pins still at %s: %v", legacy, err)
 	}
+}
+
+// TestClearIncompatible: pins left by a version whose program has other
+// maps (here: one map fewer, as before local_addrs) are removed, which
+// detaches that program, and a fresh attachment follows; pins of this
+// version are left alone.
+func TestClearIncompatible(t *testing.T) {
+	pair := harness.New(t, harness.Config{MTU: 1500, Queues: 1})
+	opts := testOptions(t, AttachGeneric)
+	x := attachIn(t, pair.A, opts)
+	if err := x.Pin(); err != nil {
+		t.Fatal(err)
+	}
+	dir := x.dir()
+	x.Close() // a SIGKILL: the pins hold the link
+	var cleared bool
+	var err error
+	pair.A.Do(func() error { cleared, err = ClearIncompatible(pair.A.Link, opts); return nil })
+	if cleared || err != nil {
+		t.Fatalf("this version's pins: ClearIncompatible = %v, %v; want them kept", cleared, err)
+	}
+	if err := os.Remove(filepath.Join(dir, bpf.SteerMapLocalAddrs)); err != nil {
+		t.Fatal(err)
+	}
+	pair.A.Do(func() error { _, err = OpenPinned(pair.A.Link, opts); return nil })
+	if !errors.Is(err, ErrIncompatiblePins) {
+		t.Fatalf("OpenPinned of an older version's pins: %v, want ErrIncompatiblePins", err)
+	}
+	pair.A.Do(func() error { cleared, err = ClearIncompatible(pair.A.Link, opts); return nil })
+	if !cleared || err != nil {
+		t.Fatalf("ClearIncompatible = %v, %v; want cleared", cleared, err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("pins still at %s: %v", dir, err)
+	}
+	fresh := attachIn(t, pair.A, opts)
+	fresh.Close()
 }

@@ -197,6 +197,30 @@ func AdoptLegacyPins(ifname string, opts Options) (bool, error) {
 	return true, nil
 }
 
+// ErrIncompatiblePins: the pins for an interface were left by a version of
+// ndkxdp whose program has other maps than this one's, which this version
+// cannot drive (OpenPinned).
+var ErrIncompatiblePins = errors.New("the pins were left by another version of ndkxdp")
+
+// ClearIncompatible removes the pins left for ifname by another version of
+// ndkxdp (ErrIncompatiblePins), which detaches that version's program, and
+// reports whether it did; pins this version can take over are left as
+// they are. Call it only where no process uses those pins: a daemon that
+// holds the interface's claim.
+func ClearIncompatible(ifname string, opts Options) (bool, error) {
+	x, err := OpenPinned(ifname, opts)
+	if err == nil {
+		return false, x.Close() // Close keeps the pins
+	}
+	if !errors.Is(err, ErrIncompatiblePins) {
+		return false, nil // nothing pinned, or a fault OpenPinned reports again
+	}
+	if err := removePins(PinDir(ifname, opts.withDefaults())); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // removePins removes the pins in dir, dir, and its parent once empty.
 func removePins(dir string) error {
 	names := append([]string{pinLink, pinProg}, pinnedMaps...)
@@ -279,6 +303,9 @@ func OpenPinned(ifname string, opts Options) (*XDP, error) {
 	maps := make([]*ebpf.Map, len(pinnedMaps))
 	for i, name := range pinnedMaps {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
+		if errors.Is(err, os.ErrNotExist) {
+			return fail("load pinned map "+name, fmt.Errorf("%w: it has no %s", ErrIncompatiblePins, name))
+		}
 		if err != nil {
 			return fail("load pinned map "+name, err)
 		}
@@ -290,7 +317,7 @@ func OpenPinned(ifname string, opts Options) (*XDP, error) {
 			ms.MaxEntries = m.MaxEntries()
 		}
 		if err := ms.Compatible(m); err != nil {
-			return fail("check pinned map "+name, err)
+			return fail("check pinned map "+name, fmt.Errorf("%w: %w", ErrIncompatiblePins, err))
 		}
 		maps[i] = m
 	}

@@ -273,6 +273,13 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 	} else if err != nil {
 		log.Warn("earlier pins not taken over", "err", err)
 	}
+	// A version whose program has other maps cannot be driven: its pins
+	// go, which detaches its program, and this version attaches its own.
+	if cleared, err := loader.ClearIncompatible(c.Interface, lo); cleared {
+		log.Warn("removed the pins of another ndkxdp version's program, which this one cannot take over; attaching this version's", "pins", loader.PinDir(c.Interface, lo))
+	} else if err != nil {
+		log.Warn("pins of another ndkxdp version not removed", "err", err)
+	}
 	a, err := ndk.Open(c.Interface, opts)
 	if err != nil {
 		ln.Close()
