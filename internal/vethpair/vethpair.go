@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -256,7 +257,7 @@ func (p *Pair) Close() error {
 				h.ns.Close()
 				h.ns = -1
 			}
-			if err := netns.DeleteNamed(h.Name); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			if err := deleteNamed(h.Name); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("delete namespace %s: %w", h.Name, err))
 			}
 		}
@@ -369,8 +370,24 @@ func RemoveStale() {
 		if !ok || pid == os.Getpid() || ProcessAlive(pid) {
 			continue
 		}
-		_ = netns.DeleteNamed(e.Name())
+		_ = deleteNamed(e.Name())
 	}
+}
+
+// deleteNamed removes a namespace's bind mount and its file, as `ip netns
+// delete` does, but unmounts until nothing is mounted there: /var/run/netns
+// is a shared mount, and an `ip netns exec` running meanwhile (a test's
+// daemon started the way operators do) can leave a second mount of the
+// file propagated into this namespace, which the first unmount uncovers
+// and the removal then fails on with EBUSY.
+func deleteNamed(name string) error {
+	path := filepath.Join(netnsDir, name)
+	for range 16 {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			break // EINVAL: nothing mounted there any more
+		}
+	}
+	return os.Remove(path)
 }
 
 // ownerPID extracts the PID from a name made by NewPair.
