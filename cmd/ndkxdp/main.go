@@ -1,16 +1,8 @@
-// Command ndkxdp runs and inspects the ndkxdp software RDMA stack.
-//
-//	ndkxdp demo [-daemon] [flags]  two RDMA hosts on an embedded veth pair
-//	ndkxdp demo -dev IF -peer ADDR|-serve  the same phases between two real hosts
-//	ndkxdp perf baseline [flags]   raw AF_XDP, Go UDP and Go TCP on a veth pair
-//	ndkxdp perf TEST [flags] [ADDR] perftest's ib_TEST over rdma_cm (-R) on -dev or -daemon
-//	ndkxdp rping -s|-c [flags]     librdmacm's rping on -dev or -daemon
-//	ndkxdp daemon -dev IFNAME      serve IFNAME to local applications
-//	ndkxdp counters -dev IFNAME    steering counters of a pinned attachment
-//	ndkxdp status|info|stats|qp -dev IFNAME [-j]  a running daemon, for its operator
-//	ndkxdp dump -dev IFNAME [-w FILE]             the RoCEv2 frames a daemon moves
-//	ndkxdp soak -duration D        mixed traffic with loss on a veth pair, RSS over time
-//	ndkxdp version
+// Command ndkxdp runs and inspects the ndkxdp software RDMA stack: the
+// daemon that serves an interface to local applications, the operator's
+// commands that ask it, the demo, perftest's and rping's tools and the
+// soak. `ndkxdp help` lists the commands (commands.go holds them), and
+// `ndkxdp help CMD` a command's flags.
 //
 // Every network the command builds lives in network namespaces it creates
 // (addresses from 198.18.0.0/15, no default route) and is deleted on exit.
@@ -39,28 +31,6 @@ import (
 	"os/signal"
 	"syscall"
 )
-
-const usage = `usage: ndkxdp <command> [flags]
-
-commands:
-  demo            run two RDMA hosts on an embedded veth pair and report,
-                  or (-dev IF -peer ADDR, -serve) the same between two hosts
-  perf baseline   measure raw AF_XDP, Go UDP and Go TCP on a veth pair
-  perf TEST       perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,
-                  write_lat or read_lat over rdma_cm against any RoCE peer
-  rping           librdmacm's rping, client or server, against any RoCE peer
-  daemon          serve an interface to local applications (ndk.Dial)
-  counters        print the steering counters of a pinned attachment
-  status          whether a daemon serves an interface, since when, its clients
-  info            the device a daemon serves, as ibv_devinfo
-  stats           a daemon's counters, as rdma statistic (-j: JSON)
-  qp              a daemon's QPs, as rdma resource show qp (-j: JSON)
-  dump            live capture of the RoCEv2 frames a daemon moves (pcap or text)
-  soak            mixed traffic with injected loss on a veth pair, RSS over time
-  version         print the version, build and kernel features
-
-Run 'ndkxdp <command> -h' for the flags of a command.
-`
 
 func main() {
 	if job, ok := os.LookupEnv(demoClientEnv); ok {
@@ -94,12 +64,10 @@ func mainStatus(args []string, stdout, stderr io.Writer) int {
 	err := run(ctx, args, stdout, stderr)
 	close(done)
 	signal.Stop(sigs)
-	if len(args) > 0 && (args[0] == "daemon" || args[0] == "dump") && err == nil {
-		// A service's SIGTERM is its stop request, not an interruption:
-		// a daemon that stopped cleanly exits 0 (systemd counts 143 a
-		// failure unless told otherwise). So is a capture's SIGINT, as
-		// tcpdump's.
-		return 0
+	if len(args) > 0 && err == nil {
+		if c, ok := lookup(args[0]); ok && c.stopIsSuccess {
+			return 0
+		}
 	}
 	select {
 	case s := <-got:
@@ -158,49 +126,6 @@ func badUsage(err error) error {
 // usagef is a usageError with a message.
 func usagef(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return &usageError{flag.ErrHelp}
-	}
-	switch args[0] {
-	case "demo":
-		return runDemo(ctx, args[1:], stdout, stderr)
-	case "perf":
-		return runPerf(ctx, args[1:], stdout, stderr)
-	case "counters":
-		return runCounters(args[1:], stdout, stderr)
-	case "daemon":
-		return runDaemon(ctx, args[1:], stdout, stderr)
-	case "rping":
-		return runRping(ctx, args[1:], stdout, stderr)
-	case "status":
-		return runStatus(ctx, args[1:], stdout, stderr)
-	case "info":
-		return runInfo(ctx, args[1:], stdout, stderr)
-	case "stats":
-		return runStats(ctx, args[1:], stdout, stderr)
-	case "qp":
-		return runQP(ctx, args[1:], stdout, stderr)
-	case "dump":
-		return runDump(ctx, args[1:], stdout, stderr)
-	case "soak":
-		return runSoak(ctx, args[1:], stdout, stderr)
-	case "version":
-		return runVersion(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
-			// `help CMD` is `CMD -h`.
-			return run(ctx, []string{args[1], "-h"}, stdout, stderr)
-		}
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		fmt.Fprint(stderr, usage)
-		return usagef("unknown command %q", args[0])
-	}
 }
 
 // newFlagSet is a command's flag set. Its usage starts with synopsis;

@@ -400,3 +400,21 @@ func framesOut(t *testing.T, report string) int {
 	}
 	return sum
 }
+
+// TestEveryCommandHasHelp: each command of the table is in the usage
+// text, and `help CMD` prints its flags on stdout and exits 0.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands {
+		if c.name == "help" {
+			continue
+		}
+		if !strings.Contains(usage(), "\n  "+c.name+" ") {
+			t.Errorf("usage does not list %s:\n%s", c.name, usage())
+		}
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{"help", c.name}, &out, &errOut)
+		if code := exitStatus(err, &errOut); code != 0 || !strings.Contains(out.String(), "usage: ndkxdp "+c.name) {
+			t.Errorf("ndkxdp help %s: exit %d, stdout %q", c.name, code, out.String())
+		}
+	}
+}
