@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/demo"
+	"github.com/ndkxdp/ndkxdp/internal/tool/soak"
 )
 
 // A subcommand is one word after ndkxdp. The usage text, `ndkxdp help`,
@@ -32,7 +36,7 @@ var commands []subcommand
 
 func init() {
 	commands = []subcommand{
-		{name: "demo", run: runDemo, usage: []usageLine{{"demo", "run two RDMA hosts on an embedded veth pair and report,\nor (-dev IF -peer ADDR, -serve) the same between two hosts"}}},
+		{name: "demo", run: demo.Run, usage: []usageLine{{"demo", "run two RDMA hosts on an embedded veth pair and report,\nor (-dev IF -peer ADDR, -serve) the same between two hosts"}}},
 		{name: "perf", run: runPerf, usage: []usageLine{
 			{"perf baseline", "measure raw AF_XDP, Go UDP and Go TCP on a veth pair"},
 			{"perf TEST", "perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,\nwrite_lat or read_lat over rdma_cm against any RoCE peer"},
@@ -45,7 +49,7 @@ func init() {
 		{name: "stats", run: runStats, usage: []usageLine{{"stats", "a daemon's counters, as rdma statistic (-j: JSON)"}}},
 		{name: "qp", run: runQP, usage: []usageLine{{"qp", "a daemon's QPs, as rdma resource show qp (-j: JSON)"}}},
 		{name: "dump", run: runDump, stopIsSuccess: true, usage: []usageLine{{"dump", "live capture of the RoCEv2 frames a daemon moves (pcap or text)"}}},
-		{name: "soak", run: runSoak, usage: []usageLine{{"soak", "mixed traffic with injected loss on a veth pair, RSS over time"}}},
+		{name: "soak", run: soak.Run, usage: []usageLine{{"soak", "mixed traffic with injected loss on a veth pair, RSS over time"}}},
 		{name: "version", run: withoutContext(runVersion), usage: []usageLine{{"version", "print the version, build and kernel features"}}},
 		{name: "help", run: runHelp},
 	}
@@ -96,7 +100,7 @@ func runHelp(ctx context.Context, args []string, stdout, stderr io.Writer) error
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage())
-		return &usageError{flag.ErrHelp}
+		return &cmdline.UsageError{Err: flag.ErrHelp}
 	}
 	switch args[0] {
 	case "-h", "-help", "--help":
@@ -106,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, ok := lookup(args[0])
 	if !ok {
 		fmt.Fprint(stderr, usage())
-		return usagef("unknown command %q", args[0])
+		return cmdline.Usagef("unknown command %q", args[0])
 	}
 	return c.run(ctx, args[1:], stdout, stderr)
 }

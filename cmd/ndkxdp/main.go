@@ -30,11 +30,14 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/demo"
 )
 
 func main() {
-	if job, ok := os.LookupEnv(demoClientEnv); ok {
-		os.Exit(runDemoClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
+	if job, ok := os.LookupEnv(demo.ClientEnv); ok {
+		os.Exit(demo.RunClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
 	}
 	os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -48,8 +51,8 @@ func mainStatus(args []string, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr := &tracker{}
-	ctx = withTracker(ctx, tr)
+	tr := &cmdline.Tracker{}
+	ctx = cmdline.WithTracker(ctx, tr)
 	got := make(chan syscall.Signal, 1)
 	done := make(chan struct{})
 	go func() {
@@ -71,7 +74,7 @@ func mainStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	select {
 	case s := <-got:
-		fmt.Fprintf(stderr, "ndkxdp: interrupted during %s (%v)\n", tr.phase(), signalName(s))
+		fmt.Fprintf(stderr, "ndkxdp: interrupted during %s (%v)\n", tr.Phase(), signalName(s))
 		return 128 + int(s)
 	default:
 	}
@@ -91,84 +94,18 @@ func signalName(s syscall.Signal) string {
 
 // exitStatus prints err for a person and maps it to the exit status.
 func exitStatus(err error, stderr io.Writer) int {
-	var ue *usageError
+	var ue *cmdline.UsageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp) && !errors.As(err, &ue):
 		return 0
 	case errors.As(err, &ue):
-		if ue.err != nil && !errors.Is(ue.err, flag.ErrHelp) {
+		if ue.Err != nil && !errors.Is(ue.Err, flag.ErrHelp) {
 			// A usage error's text is the command's own, usage lines
 			// included: printed whole, as describe would shorten a log.
-			fmt.Fprintf(stderr, "ndkxdp: %s\n", ue.err)
+			fmt.Fprintf(stderr, "ndkxdp: %s\n", ue.Err)
 		}
 		return 2
 	}
 	fmt.Fprintf(stderr, "ndkxdp: %s\n", describe(err))
 	return 1
-}
-
-// usageError is a bad command line: the run did nothing, and the exit
-// status is 2.
-type usageError struct{ err error }
-
-func (e *usageError) Error() string { return e.err.Error() }
-func (e *usageError) Unwrap() error { return e.err }
-
-// badUsage wraps a flag or argument error as a usageError; flag.ErrHelp
-// (-h) stays as it is, a request that succeeds.
-func badUsage(err error) error {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return &usageError{err}
-}
-
-// usagef is a usageError with a message.
-func usagef(format string, args ...any) error {
-	return &usageError{fmt.Errorf(format, args...)}
-}
-
-// newFlagSet is a command's flag set. Its usage starts with synopsis;
-// errors and the usage after them go to stderr.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "%s\n\nflags:\n", synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// wantsHelp reports whether args ask for help (-h, -help, --help before
-// a "--"). The help goes to stdout and the command succeeds, as the top
-// level's does.
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help":
-			return true
-		}
-	}
-	return false
-}
-
-// parseFlags parses args with fs and refuses arguments that are not
-// flags: no command takes any but perf TEST's ADDR, which it parses
-// itself. For -h it prints the usage on stdout and returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	if wantsHelp(args) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return flag.ErrHelp
-	}
-	if err := fs.Parse(args); err != nil {
-		return badUsage(err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected arguments %q", fs.Name(), fs.Args())
-	}
-	return nil
 }

@@ -11,10 +11,13 @@
 //	CNPsSent uint64 `counter:"cnps_sent" unit:"frames" help:"CNPs sent for ECN-marked frames received."`
 //
 // and the engine code that increments it, a plain atomic add on the
-// engine's goroutine (atomic.AddUint64(&e.c.CNPsSent, 1)). The name
-// becomes the JSON key (ndkxdp stats -j) and the metric
-// ndkxdp_engine_<name>_total (ndkxdp_qp_<name>_total for a QP counter,
-// whose json tag repeats the name: the daemon's QP rows embed QP).
+// engine's goroutine (atomic.AddUint64(&e.c.CNPsSent, 1)); for an Engine
+// counter, `go generate ./ndk` then writes the field into ndk.EngineStats
+// (ndk/stats_gen.go; a test fails until it is run). The name becomes the
+// JSON key (ndkxdp stats -j) and the metric ndkxdp_engine_<name>_total.
+// A QP counter (ndkxdp_qp_<name>_total) carries a json tag too, the same
+// name, since the daemon's QP rows embed QP; the engine increments it in
+// place (q.t.n.Field++), no atomic.
 //
 // This package is only the declarations: it does no I/O and imports no
 // other room of the module.

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"fmt"
@@ -10,19 +10,19 @@ import (
 // demoCQDepth is the depth of a host's receive and initiator CQs.
 const demoCQDepth = 8192
 
-// demoHost is what a phase runs on at one end of the pair: an adapter
+// Host is what a phase runs on at one end of the pair: an adapter
 // (opened in this process, or dialled at that end's daemon), a protection
 // domain and a receive and an initiator CQ.
-type demoHost struct {
+type Host struct {
 	Name    string // the namespace, for messages
 	Adapter *ndk.Adapter
 	PD      *ndk.PD
 	// The receive and initiator CQs, and the demo's waits for them.
-	RCQ, ICQ *cqWait
+	RCQ, ICQ *CQWait
 }
 
-// openAdapterOn opens ndkxdp on h's veth end from inside h's namespace.
-func openAdapterOn(h *vethpair.Host, opts ndk.Options) (*ndk.Adapter, error) {
+// OpenAdapterOn opens ndkxdp on h's veth end from inside h's namespace.
+func OpenAdapterOn(h *vethpair.Host, opts ndk.Options) (*ndk.Adapter, error) {
 	var a *ndk.Adapter
 	if err := h.Do(func() error {
 		var err error
@@ -34,10 +34,10 @@ func openAdapterOn(h *vethpair.Host, opts ndk.Options) (*ndk.Adapter, error) {
 	return a, nil
 }
 
-// newDemoHost creates the PD and the CQs on a, which the caller closes
+// NewHost creates the PD and the CQs on a, which the caller closes
 // (and with it what the host made).
-func newDemoHost(name string, a *ndk.Adapter) (*demoHost, error) {
-	x := &demoHost{Name: name, Adapter: a}
+func NewHost(name string, a *ndk.Adapter) (*Host, error) {
+	x := &Host{Name: name, Adapter: a}
 	var err error
 	if x.PD, err = a.CreatePD(); err != nil {
 		return nil, fmt.Errorf("%s: create PD: %w", name, err)
@@ -51,8 +51,8 @@ func newDemoHost(name string, a *ndk.Adapter) (*demoHost, error) {
 // NewCQs replaces RCQ and ICQ with fresh ones and closes the previous
 // ones, whose QPs the caller has closed by then, so that no phase sees
 // another's completions, such as the cancelled receives of a closed QP.
-func (x *demoHost) NewCQs() error {
-	for _, c := range []*cqWait{x.RCQ, x.ICQ} {
+func (x *Host) NewCQs() error {
+	for _, c := range []*CQWait{x.RCQ, x.ICQ} {
 		if c != nil {
 			c.cq.Close()
 		}

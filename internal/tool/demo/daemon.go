@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bufio"
@@ -21,22 +21,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
 // demo -daemon: an ndkxdp daemon (ndk/daemon, served from this process)
 // owns each end's adapter, and each phase runs in a client process of its
-// own, this binary started again with demoClientEnv set to its job. The
+// own, this binary started again with ClientEnv set to its job. The
 // client dials both daemons, runs the phase through them and tells the
 // demo, on its stdout, where it is; at the start and the end of the
 // phase's body it waits for the demo's go-ahead on its stdin, so that the
 // demo counts the transport's recoveries over the body alone. A closed
 // stdin (the demo is gone) or SIGTERM (the demo was interrupted) ends it.
 
-// demoClientEnv names the environment variable that makes the binary a
+// ClientEnv names the environment variable that makes the binary a
 // demo client process; its value is the JSON of a demoJob.
-const demoClientEnv = "NDKXDP_DEMO_CLIENT"
+const ClientEnv = "NDKXDP_DEMO_CLIENT"
 
 // demoDaemon is one end's daemon: the server on that end's adapter and
 // its socket.
@@ -46,17 +47,17 @@ type demoDaemon struct {
 	served    chan error
 }
 
-// demoDirPrefix starts the name of each demo daemon's socket directory;
+// DirPrefix starts the name of each demo daemon's socket directory;
 // the demo's PID follows, so that the next demo can tell the directories
 // of a demo that was killed (removeDeadDemoDirs).
-const demoDirPrefix = "ndkxdp-demo-"
+const DirPrefix = "ndkxdp-demo-"
 
 // removeDeadDemoDirs removes the socket directories of demos whose
 // process is gone: a demo killed with SIGKILL runs no cleanup.
 func removeDeadDemoDirs() {
-	m, _ := filepath.Glob(filepath.Join(os.TempDir(), demoDirPrefix+"*"))
+	m, _ := filepath.Glob(filepath.Join(os.TempDir(), DirPrefix+"*"))
 	for _, dir := range m {
-		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(dir), demoDirPrefix), "-", 2)[0])
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(dir), DirPrefix), "-", 2)[0])
 		if err != nil || pid <= 0 {
 			continue
 		}
@@ -70,7 +71,7 @@ func removeDeadDemoDirs() {
 func (d *demo) startDaemons(stdout io.Writer) error {
 	removeDeadDemoDirs()
 	for i, name := range []string{d.pair.A.Name, d.pair.B.Name} {
-		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", demoDirPrefix, os.Getpid()))
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", DirPrefix, os.Getpid()))
 		if err != nil {
 			return fmt.Errorf("daemon socket directory: %w", err)
 		}
@@ -135,7 +136,7 @@ func (d *demo) runClientPhase(ctx context.Context, ph demoPhase, stdout io.Write
 		Names: [2]string{d.pair.A.Name, d.pair.B.Name}, Listen: d.listenAddr().String(),
 		Messages: f.messages, SendSize: f.sendSize, RDMASize: f.rdmaSize, RDMAOps: f.rdmaOps, Pings: f.pings})
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), demoClientEnv+"="+string(job))
+	cmd.Env = append(os.Environ(), ClientEnv+"="+string(job))
 	// A process group of its own: a terminal's ^C reaches the demo alone,
 	// which stops the client as it stops everything else.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -149,7 +150,7 @@ func (d *demo) runClientPhase(ctx context.Context, ph demoPhase, stdout io.Write
 	if err != nil {
 		return "", none, transportCounts{}, err
 	}
-	enterPhase(ctx, "connection set-up for "+ph.name)
+	cmdline.EnterPhase(ctx, "connection set-up for "+ph.name)
 	if err := cmd.Start(); err != nil {
 		return "", none, transportCounts{}, fmt.Errorf("%s: start a client process: %w", ph.what, err)
 	}
@@ -169,12 +170,12 @@ func (d *demo) runClientPhase(ctx context.Context, ph demoPhase, stdout io.Write
 		switch ev.Event {
 		case "connected":
 			fmt.Fprintf(stdout, "%s, from client process %d...\n", ev.Text, cmd.Process.Pid)
-			enterPhase(ctx, ph.name)
+			cmdline.EnterPhase(ctx, ph.name)
 			before = d.counts()
 		case "done":
 			during = d.counts().since(before)
 			if ctx.Err() == nil { // an interruption stays the phase's
-				enterPhase(ctx, "disconnection after "+ph.name)
+				cmdline.EnterPhase(ctx, "disconnection after "+ph.name)
 			}
 		case "result":
 			result = &ev
@@ -198,9 +199,9 @@ func (d *demo) runClientPhase(ctx context.Context, ph demoPhase, stdout io.Write
 	return result.Line, result.RTT, during, nil
 }
 
-// runDemoClient is a demo client process: it runs the phase job names
+// RunClient is a demo client process: it runs the phase job names
 // and exits 0, or prints why not on stderr and exits 1.
-func runDemoClient(job string, stdin io.Reader, stdout, stderr io.Writer) int {
+func RunClient(job string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if err := demoClient(ctx, cancel, job, stdin, stdout); err != nil {
@@ -213,11 +214,11 @@ func runDemoClient(job string, stdin io.Reader, stdout, stderr io.Writer) int {
 func demoClient(ctx context.Context, cancel context.CancelFunc, job string, stdin io.Reader, stdout io.Writer) error {
 	var j demoJob
 	if err := json.Unmarshal([]byte(job), &j); err != nil {
-		return fmt.Errorf("%s: %w", demoClientEnv, err)
+		return fmt.Errorf("%s: %w", ClientEnv, err)
 	}
 	listen, err := netip.ParseAddrPort(j.Listen)
 	if err != nil {
-		return fmt.Errorf("%s: listen address: %w", demoClientEnv, err)
+		return fmt.Errorf("%s: listen address: %w", ClientEnv, err)
 	}
 	var ph *demoPhase
 	for _, p := range demoPhases(demoFlags{messages: j.Messages, sendSize: j.SendSize, rdmaSize: j.RDMASize, rdmaOps: j.RDMAOps, pings: j.Pings}) {
@@ -226,7 +227,7 @@ func demoClient(ctx context.Context, cancel context.CancelFunc, job string, stdi
 		}
 	}
 	if ph == nil {
-		return fmt.Errorf("%s: no phase %q", demoClientEnv, j.Phase)
+		return fmt.Errorf("%s: no phase %q", ClientEnv, j.Phase)
 	}
 	// The go-aheads; a closed stdin means the demo is gone.
 	goAhead := make(chan struct{}, 2)
@@ -237,7 +238,7 @@ func demoClient(ctx context.Context, cancel context.CancelFunc, job string, stdi
 		}
 		cancel()
 	}()
-	var hosts [2]*demoHost
+	var hosts [2]*Host
 	for i, sock := range j.Sockets {
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 		a, err := ndk.Dial(dctx, sock)
@@ -246,11 +247,11 @@ func demoClient(ctx context.Context, cancel context.CancelFunc, job string, stdi
 			return fmt.Errorf("%s: %w", j.Names[i], err)
 		}
 		defer a.Close()
-		if hosts[i], err = newDemoHost(j.Names[i], a); err != nil {
+		if hosts[i], err = NewHost(j.Names[i], a); err != nil {
 			return err
 		}
 	}
-	srv, err := listenCM(ctx, hosts[1], listen)
+	srv, err := ListenCM(ctx, hosts[1], listen)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %v: %w", j.Names[1], listen, err)
 	}
@@ -276,7 +277,7 @@ type clientEvents struct {
 	err     error
 }
 
-func (e *clientEvents) connected(ph demoPhase, cn *cmConnection) {
+func (e *clientEvents) connected(ph demoPhase, cn *Connection) {
 	e.report(demoEvent{Event: "connected", Text: connectedText(ph, cn)})
 }
 func (e *clientEvents) started() {}

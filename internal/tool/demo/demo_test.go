@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -22,12 +22,12 @@ func TestDemoSendKeepsReceivesAhead(t *testing.T) {
 	a, b := testHost(t, p.A), testHost(t, p.B)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := listenCM(ctx, b, netip.AddrPortFrom(p.B.IPv4, demoPort))
+	srv, err := ListenCM(ctx, b, netip.AddrPortFrom(p.B.IPv4, Port))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer srv.l.Close()
-	cn, err := connectCM(ctx, a, b, srv)
+	cn, err := ConnectCM(ctx, a, b, srv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,14 +49,14 @@ func TestDemoSendKeepsReceivesAhead(t *testing.T) {
 }
 
 // testHost opens the demo's host on h, closed when the test ends.
-func testHost(t *testing.T, h *harness.Host) *demoHost {
+func testHost(t *testing.T, h *harness.Host) *Host {
 	t.Helper()
-	a, err := openAdapterOn(h, ndk.Options{})
+	a, err := OpenAdapterOn(h, ndk.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	x, err := newDemoHost(h.Name, a)
+	x, err := NewHost(h.Name, a)
 	if err != nil {
 		t.Fatal(err)
 	}

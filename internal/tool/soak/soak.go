@@ -1,4 +1,4 @@
-package main
+package soak
 
 import (
 	"bufio"
@@ -14,23 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/demo"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
-
-// The soak: two ndkxdp hosts on an embedded veth pair, each engine
-// dropping a share of the frames it receives (ndk.Options.InjectLoss),
-// run SEND, WRITE and READ of random sizes one after another for as long
-// as asked, every byte checked, over connections made and ended through
-// the IB CM again and again. Every -report it prints the process's RSS,
-// heap and goroutines, so that a long run shows whether they stay flat.
-//
-// A 30-minute run (`ndkxdp soak -duration 30m -report 1m`, 1% loss, 2
-// shared cores, 2026-11-24): 39,358 rounds over 342 connections, 3.86 GB
-// moved and verified, 39,952 retransmission rounds and 3,136 ACK timeouts
-// at the requester; after the first minute RSS stayed between 97 and 100
-// MiB (92 MiB at the end), the heap in use between 15 and 24 MiB (GC
-// cycles), goroutines at 7 throughout.
 
 type soakFlags struct {
 	duration, report, reconnect time.Duration
@@ -48,8 +36,8 @@ frames it receives, run SEND, WRITE and READ of random sizes for
 CM every -reconnect; every -report it prints the process's RSS, heap and
 goroutines, so that a long run shows whether they stay flat.`
 
-func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("soak", soakSynopsis, stderr)
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := cmdline.NewFlagSet("soak", soakSynopsis, stderr)
 	var f soakFlags
 	fs.DurationVar(&f.duration, "duration", time.Minute, "how long to run")
 	fs.DurationVar(&f.report, "report", 10*time.Second, "interval between RSS and goroutine reports")
@@ -59,23 +47,23 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&f.maxSize, "max-size", 64<<10, "largest message, WRITE and READ in bytes")
 	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the message sizes and contents")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	switch {
 	case f.duration <= 0 || f.report <= 0 || f.reconnect <= 0:
-		return usagef("-duration, -report and -reconnect must be positive")
+		return cmdline.Usagef("-duration, -report and -reconnect must be positive")
 	case !(f.loss >= 0 && f.loss <= 0.5):
-		return usagef("-loss must be in [0, 0.5]")
+		return cmdline.Usagef("-loss must be in [0, 0.5]")
 	case f.maxSize < 1 || f.maxSize > 16<<20:
-		return usagef("-max-size must be in [1, 16777216]")
+		return cmdline.Usagef("-max-size must be in [1, 16777216]")
 	}
-	opts, err := adapterOptions("auto", f.polling)
+	opts, err := cmdline.AdapterOptions("auto", f.polling)
 	if err != nil {
 		return err
 	}
 	opts.InjectLoss = f.loss
-	if err := requireCaps(pairCaps); err != nil {
+	if err := cmdline.RequireCaps(cmdline.PairCaps); err != nil {
 		return err
 	}
 	p, err := vethpair.NewPair(vethpair.Config{MTU: f.mtu})
@@ -83,14 +71,14 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer p.Close()
-	var hosts [2]*demoHost
+	var hosts [2]*demo.Host
 	for i, h := range []*vethpair.Host{p.A, p.B} {
-		ad, err := openAdapterOn(h, opts)
+		ad, err := demo.OpenAdapterOn(h, opts)
 		if err != nil {
 			return err
 		}
 		defer ad.Close()
-		if hosts[i], err = newDemoHost(h.Name, ad); err != nil {
+		if hosts[i], err = demo.NewHost(h.Name, ad); err != nil {
 			return err
 		}
 	}
@@ -102,11 +90,11 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer s.release()
-	srv, err := listenCM(ctx, b, netip.AddrPortFrom(p.B.IPv4, demoPort))
+	srv, err := demo.ListenCM(ctx, b, netip.AddrPortFrom(p.B.IPv4, demo.Port))
 	if err != nil {
 		return err
 	}
-	defer srv.l.Close()
+	defer srv.Close()
 
 	start := time.Now()
 	end := start.Add(f.duration)
@@ -114,7 +102,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	s.sample(stdout, start)
 	var runErr error
 	for time.Now().Before(end) && ctx.Err() == nil && runErr == nil {
-		cn, err := connectCM(ctx, a, b, srv)
+		cn, err := demo.ConnectCM(ctx, a, b, srv)
 		if err != nil {
 			if ctx.Err() == nil {
 				runErr = fmt.Errorf("connection %d: %w", s.conns+1, err)
@@ -123,8 +111,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		s.conns++
 		until := time.Now().Add(f.reconnect)
+		qa, qb := cn.QPs()
 		for time.Now().Before(until) && time.Now().Before(end) && ctx.Err() == nil {
-			if err := s.round(ctx, cn.qa, cn.qb); err != nil {
+			if err := s.round(ctx, qa, qb); err != nil {
 				if ctx.Err() == nil { // an interrupt ends the run, not as a failure
 					runErr = fmt.Errorf("connection %d, round %d: %w", s.conns, s.rounds, err)
 				}
@@ -135,7 +124,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				nextReport = now.Add(f.report)
 			}
 		}
-		if err := cn.disconnect(ctx); err != nil && runErr == nil && ctx.Err() == nil {
+		if err := cn.Disconnect(ctx); err != nil && runErr == nil && ctx.Err() == nil {
 			runErr = fmt.Errorf("connection %d: %w", s.conns, err)
 		}
 	}
@@ -145,9 +134,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // summary prints what the run moved and how memory and goroutines went.
-func (s *soak) summary(ctx context.Context, stdout io.Writer, a, b *demoHost, runErr error) {
+func (s *soak) summary(ctx context.Context, stdout io.Writer, a, b *demo.Host, runErr error) {
 	var st [2]ndk.EngineStats
-	for i, x := range []*demoHost{a, b} {
+	for i, x := range []*demo.Host{a, b} {
 		for _, e := range x.Adapter.Stats() {
 			st[i].Add(e)
 		}
@@ -166,7 +155,7 @@ func (s *soak) summary(ctx context.Context, stdout io.Writer, a, b *demoHost, ru
 // soak holds the registered memory both hosts reuse across connections
 // and what the run measured.
 type soak struct {
-	a, b      *demoHost
+	a, b      *demo.Host
 	max       int
 	rng       *rand.Rand
 	src, back []byte // A: what it sends and writes, what it reads back
@@ -187,7 +176,7 @@ type soakSample struct {
 	goroutines int
 }
 
-func newSoak(a, b *demoHost, f soakFlags) (*soak, error) {
+func newSoak(a, b *demo.Host, f soakFlags) (*soak, error) {
 	n := f.maxSize
 	s := &soak{a: a, b: b, max: n, rng: rand.New(rand.NewPCG(f.seed, f.seed+1)),
 		src: make([]byte, n), back: make([]byte, n), recv: make([]byte, n), mem: make([]byte, n)}
@@ -282,9 +271,9 @@ func (s *soak) round(ctx context.Context, qa, qb *ndk.QP) error {
 // soakWait waits for one successful completion on w (of want bytes, for
 // a receive; want 0 checks nothing), as the demo's phases wait, for at
 // most a minute: under loss a request may wait out several ACK timeouts.
-func soakWait(ctx context.Context, w *cqWait, what string, want int) error {
+func soakWait(ctx context.Context, w *demo.CQWait, what string, want int) error {
 	var r ndk.Result
-	if err := waitOne(ctx, w, &r, time.Now().Add(time.Minute)); err != nil {
+	if err := demo.WaitOne(ctx, w, &r, time.Now().Add(time.Minute)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if want > 0 && int(r.BytesTransferred) != want {

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -35,7 +36,7 @@ func (p *peerDemo) runRping(ctx context.Context, stdout io.Writer) error {
 	a := p.side.dev.Adapter
 	samples := make([]time.Duration, 0, p.f.pings)
 	cfg := rping.Config{Size: pingSize, Count: p.f.pings + pingWarmup, Validate: true,
-		Phase: func(s string) { enterPhase(ctx, "rping "+s) },
+		Phase: func(s string) { cmdline.EnterPhase(ctx, "rping "+s) },
 		Timed: func(ping int, rtt time.Duration) {
 			if ping >= pingWarmup {
 				samples = append(samples, rtt)

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"encoding/binary"
@@ -11,7 +11,7 @@ import (
 
 // The demo's protocol between `demo -dev IF -peer ADDR` (the client) and
 // `demo -dev IF -serve` (the server). Each phase is one RC connection set
-// up through the IB CM on port demoPort:
+// up through the IB CM on Port:
 //
 //   - The REQ's private data is a demoRequest: the phase, its size and
 //     count, and whether it is the client's last phase (the server counts

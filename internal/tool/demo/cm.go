@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 
 const demoQueueDepth = 1024
 
-// demoPort is the port B listens on: its rdma_cm ServiceID is
+// Port is the port B listens on: its rdma_cm ServiceID is
 // RDMA_PS_TCP | 7174, as for `rping -s -p 7174`.
-const demoPort = 7174
+const Port = 7174
 
 // demoReadLimit is both sides' inbound and outbound read limit.
 const demoReadLimit = 16
 
-// cmServer is B's listener: each connect request is accepted with the QP
+// CMServer is B's listener: each connect request is accepted with the QP
 // the next phase handed it.
-type cmServer struct {
+type CMServer struct {
 	l        *ndk.Listener
 	qps      chan *ndk.QP
 	accepted chan acceptResult
@@ -31,8 +31,8 @@ type acceptResult struct {
 	err error
 }
 
-func listenCM(ctx context.Context, b *demoHost, addr netip.AddrPort) (*cmServer, error) {
-	s := &cmServer{qps: make(chan *ndk.QP, 1), accepted: make(chan acceptResult, 1)}
+func ListenCM(ctx context.Context, b *Host, addr netip.AddrPort) (*CMServer, error) {
+	s := &CMServer{qps: make(chan *ndk.QP, 1), accepted: make(chan acceptResult, 1)}
 	var err error
 	s.l, err = b.Adapter.CreateListener(func(c *ndk.Connector) {
 		var qp *ndk.QP
@@ -57,22 +57,22 @@ func listenCM(ctx context.Context, b *demoHost, addr netip.AddrPort) (*cmServer,
 	return s, nil
 }
 
-// cmConnection is one phase's connection: a QP and a connector per side.
-type cmConnection struct {
+// Connection is one phase's connection: a QP and a connector per side.
+type Connection struct {
 	qa, qb *ndk.QP
 	ca, cb *ndk.Connector
 }
 
-// connectCM gives both hosts fresh CQs and QPs and connects them through
+// ConnectCM gives both hosts fresh CQs and QPs and connects them through
 // the IB CM: A's Connector sends REQ to B's listener, which accepts (REP),
 // and A completes (RTU).
-func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnection, error) {
-	for _, x := range []*demoHost{a, b} {
+func ConnectCM(ctx context.Context, a, b *Host, srv *CMServer) (*Connection, error) {
+	for _, x := range []*Host{a, b} {
 		if err := x.NewCQs(); err != nil {
 			return nil, err
 		}
 	}
-	cn := &cmConnection{}
+	cn := &Connection{}
 	var err error
 	if cn.qa, err = a.PD.CreateQP(demoQPConfig(a)); err != nil {
 		return nil, err
@@ -115,14 +115,14 @@ func connectCM(ctx context.Context, a, b *demoHost, srv *cmServer) (*cmConnectio
 }
 
 // demoQPConfig is a phase's QP on x, on x's current CQs.
-func demoQPConfig(x *demoHost) ndk.QPConfig {
+func demoQPConfig(x *Host) ndk.QPConfig {
 	return ndk.QPConfig{ReceiveCQ: x.RCQ.cq, InitiatorCQ: x.ICQ.cq, ReceiveQueueDepth: demoQueueDepth,
 		InitiatorQueueDepth: demoQueueDepth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
 }
 
-// disconnect ends the connection from A (DREQ, answered by DREP) and
+// Disconnect ends the connection from A (DREQ, answered by DREP) and
 // closes both connectors and QPs.
-func (cn *cmConnection) disconnect(ctx context.Context) error {
+func (cn *Connection) Disconnect(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := cn.ca.Disconnect(dctx)
@@ -133,7 +133,13 @@ func (cn *cmConnection) disconnect(ctx context.Context) error {
 	return nil
 }
 
-func (cn *cmConnection) close() {
+// QPs returns A's and B's QP.
+func (cn *Connection) QPs() (a, b *ndk.QP) { return cn.qa, cn.qb }
+
+// Close stops listening.
+func (s *CMServer) Close() { s.l.Close() }
+
+func (cn *Connection) close() {
 	for _, c := range []*ndk.Connector{cn.ca, cn.cb} {
 		if c != nil {
 			c.Close()

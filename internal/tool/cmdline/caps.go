@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"bufio"
@@ -9,11 +9,11 @@ import (
 	"strings"
 )
 
-// capability is a Linux capability a command needs, and why.
-type capability struct {
-	bit  uint
-	name string
-	why  string
+// Capability is a Linux capability a command needs, and why.
+type Capability struct {
+	Bit  uint
+	Name string
+	Why  string
 }
 
 // The capabilities the tools need (capabilities(7)). AF_XDP sockets need
@@ -22,39 +22,39 @@ type capability struct {
 // (bpf_allow_ptr_leaks); a user may think of both as CAP_NET_ADMIN's and
 // CAP_BPF's, which do not cover them.
 var (
-	capNetAdmin = capability{12, "CAP_NET_ADMIN", "attach XDP programs, configure links"}
-	capNetRaw   = capability{13, "CAP_NET_RAW", "open AF_XDP sockets"}
-	capIPCLock  = capability{14, "CAP_IPC_LOCK", "lock the packet buffers (UMEM) in memory"}
-	capSysAdmin = capability{21, "CAP_SYS_ADMIN", "create network namespaces"}
-	capPerfmon  = capability{38, "CAP_PERFMON", "have the verifier accept the XDP program's pointer arithmetic"}
-	capBPF      = capability{39, "CAP_BPF", "load the XDP program and its maps"}
+	CapNetAdmin = Capability{12, "CAP_NET_ADMIN", "attach XDP programs, configure links"}
+	CapNetRaw   = Capability{13, "CAP_NET_RAW", "open AF_XDP sockets"}
+	CapIPCLock  = Capability{14, "CAP_IPC_LOCK", "lock the packet buffers (UMEM) in memory"}
+	CapSysAdmin = Capability{21, "CAP_SYS_ADMIN", "create network namespaces"}
+	CapPerfmon  = Capability{38, "CAP_PERFMON", "have the verifier accept the XDP program's pointer arithmetic"}
+	CapBPF      = Capability{39, "CAP_BPF", "load the XDP program and its maps"}
 )
 
-// toolCaps are what a tool on an existing interface needs; the commands
+// ToolCaps are what a tool on an existing interface needs; the commands
 // that build their own veth pair (demo, perf baseline) also need
 // CAP_SYS_ADMIN.
 var (
-	toolCaps = []capability{capNetAdmin, capNetRaw, capIPCLock, capBPF, capPerfmon}
-	pairCaps = []capability{capNetAdmin, capNetRaw, capIPCLock, capBPF, capPerfmon, capSysAdmin}
+	ToolCaps = []Capability{CapNetAdmin, CapNetRaw, CapIPCLock, CapBPF, CapPerfmon}
+	PairCaps = []Capability{CapNetAdmin, CapNetRaw, CapIPCLock, CapBPF, CapPerfmon, CapSysAdmin}
 )
 
-// requireCaps checks the process's effective capabilities before anything
+// RequireCaps checks the process's effective capabilities before anything
 // touches the system, and names each one missing.
-func requireCaps(need []capability) error {
+func RequireCaps(need []Capability) error {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return fmt.Errorf("read capabilities: %w", err)
 	}
 	defer f.Close()
-	eff, err := effectiveCaps(f)
+	eff, err := EffectiveCaps(f)
 	if err != nil {
 		return err
 	}
-	return missingCaps(eff, need)
+	return MissingCaps(eff, need)
 }
 
-// effectiveCaps reads the CapEff line of a /proc/PID/status file.
-func effectiveCaps(r io.Reader) (uint64, error) {
+// EffectiveCaps reads the CapEff line of a /proc/PID/status file.
+func EffectiveCaps(r io.Reader) (uint64, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
@@ -71,14 +71,14 @@ func effectiveCaps(r io.Reader) (uint64, error) {
 	return 0, fmt.Errorf("read capabilities: no CapEff line in /proc/self/status")
 }
 
-// missingCaps names the capabilities of need that eff lacks, each with
+// MissingCaps names the capabilities of need that eff lacks, each with
 // what it is for, and says how to grant them.
-func missingCaps(eff uint64, need []capability) error {
+func MissingCaps(eff uint64, need []Capability) error {
 	var miss, names []string
 	for _, c := range need {
-		names = append(names, strings.ToLower(c.name))
-		if eff&(1<<c.bit) == 0 {
-			miss = append(miss, fmt.Sprintf("%s (to %s)", c.name, c.why))
+		names = append(names, strings.ToLower(c.Name))
+		if eff&(1<<c.Bit) == 0 {
+			miss = append(miss, fmt.Sprintf("%s (to %s)", c.Name, c.Why))
 		}
 	}
 	if len(miss) == 0 {
@@ -95,11 +95,11 @@ func executable() string {
 	return "ndkxdp"
 }
 
-// capNames lists the names of caps for a message.
-func capNames(caps []capability) string {
+// CapNames lists the names of caps for a message.
+func CapNames(caps []Capability) string {
 	names := make([]string, len(caps))
 	for i, c := range caps {
-		names[i] = c.name
+		names[i] = c.Name
 	}
 	return strings.Join(names, ", ")
 }

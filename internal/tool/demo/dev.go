@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -48,28 +49,28 @@ func checkDemoDev(fs *flag.FlagSet, f *demoFlags) error {
 	if f.dev == "" {
 		for _, name := range []string{"peer", "serve", "peer-kind", "count"} {
 			if given[name] {
-				return usagef("-%s needs -dev IF: the interface this host reaches the peer through", name)
+				return cmdline.Usagef("-%s needs -dev IF: the interface this host reaches the peer through", name)
 			}
 		}
-		return f.nic.check("")
+		return f.nic.Check("")
 	}
 	switch {
 	case f.peer == "" && !f.serve:
-		return usagef("-dev %s: give -peer ADDR (run every phase against the peer there) or -serve (serve them to one)", f.dev)
+		return cmdline.Usagef("-dev %s: give -peer ADDR (run every phase against the peer there) or -serve (serve them to one)", f.dev)
 	case f.peer != "" && f.serve:
-		return usagef("give one of -peer and -serve: -peer runs the phases against ADDR, -serve serves them")
+		return cmdline.Usagef("give one of -peer and -serve: -peer runs the phases against ADDR, -serve serves them")
 	case given["mtu"]:
-		return usagef("-mtu sets the embedded veth pair's MTU; with -dev the interface's own MTU applies (ip link set %s mtu N)", f.dev)
+		return cmdline.Usagef("-mtu sets the embedded veth pair's MTU; with -dev the interface's own MTU applies (ip link set %s mtu N)", f.dev)
 	case f.peerKind != peerNdkxdp && f.peerKind != peerRping && f.peerKind != peerPerftest:
-		return usagef("-peer-kind %q: want %s, %s or %s", f.peerKind, peerNdkxdp, peerRping, peerPerftest)
+		return cmdline.Usagef("-peer-kind %q: want %s, %s or %s", f.peerKind, peerNdkxdp, peerRping, peerPerftest)
 	case f.serve && given["peer-kind"]:
-		return usagef("-peer-kind names what serves at -peer; -serve serves as ndkxdp")
+		return cmdline.Usagef("-peer-kind names what serves at -peer; -serve serves as ndkxdp")
 	case given["count"] && !f.serve:
-		return usagef("-count is how many demos -serve serves; the client runs one")
+		return cmdline.Usagef("-count is how many demos -serve serves; the client runs one")
 	case f.count < 0:
-		return usagef("-count %d: must be 0 (until interrupted) or more", f.count)
+		return cmdline.Usagef("-count %d: must be 0 (until interrupted) or more", f.count)
 	case f.socket != "" && given["polling"]:
-		return usagef("-polling sets how the daemon's engines poll: give it to `ndkxdp daemon`, not with -daemon")
+		return cmdline.Usagef("-polling sets how the daemon's engines poll: give it to `ndkxdp daemon`, not with -daemon")
 	}
 	if f.peer != "" {
 		if _, _, err := splitPeer(f.peer); err != nil {
@@ -81,18 +82,18 @@ func checkDemoDev(fs *flag.FlagSet, f *demoFlags) error {
 			return err
 		}
 	}
-	if err := f.nic.check(f.socket); err != nil {
+	if err := f.nic.Check(f.socket); err != nil {
 		return err
 	}
 	if f.socket == "" {
-		return checkDev(f.dev)
+		return cmdline.CheckDev(f.dev)
 	}
 	if f.capture != "" {
-		return usagef("-capture needs -dev without -daemon: through -daemon the frames are the daemon's, not this command's (`ndkxdp dump` captures them)")
+		return cmdline.Usagef("-capture needs -dev without -daemon: through -daemon the frames are the daemon's, not this command's (`ndkxdp dump` captures them)")
 	}
 	// -dev names the interface the daemon serves, for the report; the
 	// daemon may see it in a network namespace of its own.
-	return checkDaemonSocket(f.socket)
+	return cmdline.CheckDaemonSocket(f.socket)
 }
 
 // splitPeer splits -peer into its host and port, 0 unless given.
@@ -106,7 +107,7 @@ func splitPeer(peer string) (string, uint16, error) {
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || p == 0 || host == "" {
-		return "", 0, usagef("-peer %s: want ADDR, ADDR:PORT or [IPv6]:PORT with a port in 1..65535", peer)
+		return "", 0, cmdline.Usagef("-peer %s: want ADDR, ADDR:PORT or [IPv6]:PORT with a port in 1..65535", peer)
 	}
 	return host, uint16(p), nil
 }
@@ -115,28 +116,28 @@ func splitPeer(peer string) (string, uint16, error) {
 // at the daemon, and the demo's host on it.
 type demoSide struct {
 	dev  *ndkverbs.Device
-	host *demoHost
+	host *Host
 	name string // the interface, or the daemon's socket
 }
 
 // openDemoSide opens the adapter and the demo's host on it.
 func openDemoSide(ctx context.Context, f demoFlags, opts ndk.Options) (*demoSide, func(), error) {
-	if err := toolNeedsCaps(f.socket); err != nil {
+	if err := cmdline.ToolNeedsCaps(f.socket); err != nil {
 		return nil, nil, err
 	}
 	if f.socket == "" {
-		if err := f.nic.apply(&opts, f.dev); err != nil {
+		if err := f.nic.Apply(&opts, f.dev); err != nil {
 			return nil, nil, err
 		}
 	}
-	capture, err := openCapture(f.capture, &opts)
+	capture, err := cmdline.OpenCapture(f.capture, &opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	enterPhase(ctx, openStep(f.dev, f.socket))
+	cmdline.EnterPhase(ctx, cmdline.OpenStep(f.dev, f.socket))
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	d, err := openDevice(dctx, f.dev, f.socket, opts)
+	d, err := cmdline.OpenDevice(dctx, f.dev, f.socket, opts)
 	if err != nil {
 		if capture != nil {
 			capture.Close()
@@ -162,7 +163,7 @@ func openDemoSide(ctx context.Context, f demoFlags, opts ndk.Options) (*demoSide
 			capture.Close()
 		}
 	}
-	if s.host, err = newDemoHost(s.name, d.Adapter); err != nil {
+	if s.host, err = NewHost(s.name, d.Adapter); err != nil {
 		release()
 		return nil, nil, err
 	}
@@ -176,13 +177,13 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 	if f.peer != "" {
 		host, port, _ := splitPeer(f.peer)
 		if port == 0 {
-			port = demoPort // rping's default port too
+			port = Port // rping's default port too
 			if f.peerKind == peerPerftest {
 				port = perftest.DefaultPort
 			}
 		}
-		enterPhase(ctx, "address lookup of -peer")
-		a, err := lookupAddr(ctx, "-peer", host)
+		cmdline.EnterPhase(ctx, "address lookup of -peer")
+		a, err := cmdline.LookupAddr(ctx, "-peer", host)
 		if err != nil {
 			return err
 		}
@@ -197,7 +198,7 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 	a := s.dev.Adapter
 	fmt.Fprintf(stdout, "this host: %s, %v, path MTU %d\n", s.name, a.LocalAddress(), a.PathMTU())
 	if f.serve {
-		return serveDemo(ctx, s.host, netip.AddrPortFrom(a.LocalAddress(), demoPort), f.count, stdout)
+		return serveDemo(ctx, s.host, netip.AddrPortFrom(a.LocalAddress(), Port), f.count, stdout)
 	}
 	pd := &peerDemo{f: f, side: s, peer: peer}
 	switch f.peerKind {
@@ -225,10 +226,10 @@ func runDemoOnDev(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.
 func daemonServes(ctx context.Context, socket, dev string) error {
 	var st daemon.Status
 	if err := daemon.Query(ctx, strings.TrimPrefix(socket, "unix://"), daemon.OpAdminStatus, &st); err != nil {
-		return fmt.Errorf("ask the daemon at %s which interface it serves: %w", socket, socketError(socket, err))
+		return fmt.Errorf("ask the daemon at %s which interface it serves: %w", socket, cmdline.SocketError(socket, err))
 	}
 	if st.Interface != "" && st.Interface != dev {
-		return usagef("-dev %s -daemon %s: that daemon serves %s; give the socket of %s's daemon (by default %s), or -dev %s",
+		return cmdline.Usagef("-dev %s -daemon %s: that daemon serves %s; give the socket of %s's daemon (by default %s), or -dev %s",
 			dev, socket, st.Interface, dev, daemon.SocketPath(dev), st.Interface)
 	}
 	return nil

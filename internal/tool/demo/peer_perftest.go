@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -42,10 +43,10 @@ func (ph perftestPhase) command(f demoFlags, port uint16) string {
 func checkPerftestFlags(f demoFlags) error {
 	for _, ph := range perftestPhases {
 		if n := ph.n(f); n < perftest.MinIters {
-			return usagef("-peer-kind perftest: %s's %s runs at least %d iterations, not %d", ph.name, ph.tool, perftest.MinIters, n)
+			return cmdline.Usagef("-peer-kind perftest: %s's %s runs at least %d iterations, not %d", ph.name, ph.tool, perftest.MinIters, n)
 		}
 		if s := ph.size(f); s > perftest.MaxSize {
-			return usagef("-peer-kind perftest: %s's %s moves at most %d bytes a message, not %d", ph.name, ph.tool, perftest.MaxSize, s)
+			return cmdline.Usagef("-peer-kind perftest: %s's %s moves at most %d bytes a message, not %d", ph.name, ph.tool, perftest.MaxSize, s)
 		}
 	}
 	return nil
@@ -65,7 +66,7 @@ func (p *peerDemo) runPerftest(ctx context.Context, stdout io.Writer) error {
 		port := p.peer.Port() + uint16(i)
 		params := perftest.Params{Verb: ph.verb, Kind: ph.kind, Size: ph.size(p.f), Iterations: ph.n(p.f), Port: port,
 			MTU: p.side.dev.Adapter.PathMTU(), ConnectRetry: perftest.Retry{Attempts: 10, Interval: 100 * time.Millisecond}}
-		enterPhase(ctx, ph.name+" ("+ph.tool+")")
+		cmdline.EnterPhase(ctx, ph.name+" ("+ph.tool+")")
 		fmt.Fprintf(stdout, "%s: %s at %v:%d...\n", ph.name, ph.tool, p.peer.Addr(), port)
 		before := adapterCounts(p.side.dev.Adapter)
 		res, err := perftest.RunClient(ctx, params, &ndkverbs.Connector{Dev: p.side.dev, Peer: p.peer.Addr()}, io.Discard)

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-// cqWait is how the demo waits for a CQ, as the tools do (verbs.Backoff):
+// CQWait is how the demo waits for a CQ, as the tools do (verbs.Backoff):
 // after an empty poll it spins verbs.DefaultSpin, yielding its P and its
 // thread, then arms the CQ and blocks on its notification. A loop that
 // only calls runtime.Gosched keeps its OS thread: with -daemon, the
 // client process's two such loops held both cores of a 2-core machine,
 // and the daemons' engines waited for time slices (ping-pong p99 4-6ms).
-type cqWait struct {
+type CQWait struct {
 	cq   *ndk.CQ
 	wake chan struct{} // the CQ's notification puts a token here
 	b    verbs.Backoff
@@ -28,8 +28,8 @@ type cqWait struct {
 
 // newCQWait creates a CQ of depth on a whose notifications wake the
 // returned waiter.
-func newCQWait(a *ndk.Adapter, depth int) (*cqWait, error) {
-	w := &cqWait{wake: make(chan struct{}, 1)}
+func newCQWait(a *ndk.Adapter, depth int) (*CQWait, error) {
+	w := &CQWait{wake: make(chan struct{}, 1)}
 	cq, err := a.CreateCQ(depth, func(ndk.Status) {
 		select {
 		case w.wake <- struct{}{}:
@@ -47,12 +47,12 @@ func newCQWait(a *ndk.Adapter, depth int) (*cqWait, error) {
 var errWaitDeadline = errors.New("deadline passed")
 
 // reset starts the next spin: call it when a poll found a completion.
-func (w *cqWait) reset() { w.b.Reset() }
+func (w *CQWait) reset() { w.b.Reset() }
 
 // idle is called after an empty poll. It returns nil to poll again,
 // ctx's error, errWaitDeadline once deadline (if not zero) passes, and
 // nil at once when stop closes.
-func (w *cqWait) idle(ctx context.Context, stop <-chan struct{}, deadline time.Time) error {
+func (w *CQWait) idle(ctx context.Context, stop <-chan struct{}, deadline time.Time) error {
 	if !deadline.IsZero() && time.Now().After(deadline) {
 		return errWaitDeadline
 	}
@@ -63,7 +63,7 @@ func (w *cqWait) idle(ctx context.Context, stop <-chan struct{}, deadline time.T
 // Wait implements verbs.Waiter: it arms the CQ (an arm fires at once for
 // a completion queued since the last notification) and blocks until its
 // notification, the deadline, stop or ctx's end.
-func (w *cqWait) Wait(ctx context.Context) error {
+func (w *CQWait) Wait(ctx context.Context) error {
 	if err := w.cq.Arm(ndk.CQNotifyAny); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // sendStream is the SEND phase: A streams messages to B, whose receiver
 // verifies each one and posts its receive again.
 type sendStream struct {
-	a, b   *demoHost
+	a, b   *Host
 	qa, qb *ndk.QP
 	n      int // messages
 	size   int // bytes each
@@ -43,11 +43,11 @@ const sendWindow = demoQueueDepth / 2
 
 // demoSend streams n SENDs of size bytes from a to b; every message carries
 // its sequence number and a pattern that b checks.
-func demoSend(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n, size int) (phase, error) {
+func demoSend(ctx context.Context, a, b *Host, qa, qb *ndk.QP, n, size int) (phase, error) {
 	return newSendStream(a, b, qa, qb, n, size).run(ctx)
 }
 
-func newSendStream(a, b *demoHost, qa, qb *ndk.QP, n, size int) *sendStream {
+func newSendStream(a, b *Host, qa, qb *ndk.QP, n, size int) *sendStream {
 	return &sendStream{a: a, b: b, qa: qa, qb: qb, n: n, size: size}
 }
 

@@ -1,4 +1,4 @@
-package main
+package soak
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 func TestSoakShort(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), []string{"soak", "-duration", "4s", "-report", "1s", "-reconnect", "2s",
+	err := Run(context.Background(), []string{"-duration", "4s", "-report", "1s", "-reconnect", "2s",
 		"-loss", "0.02", "-max-size", "16384"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("soak: %v\n%s%s", err, out.String(), errOut.String())
@@ -39,14 +39,14 @@ func TestSoakShort(t *testing.T) {
 
 func TestSoakBadFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"soak", "-duration", "0s"},
-		{"soak", "-loss", "0.9"},
-		{"soak", "-max-size", "0"},
-		{"soak", "-polling", "lazy"},
+		{"-duration", "0s"},
+		{"-loss", "0.9"},
+		{"-max-size", "0"},
+		{"-polling", "lazy"},
 	} {
 		var out bytes.Buffer
-		if err := run(context.Background(), args, &out, &out); err == nil {
-			t.Errorf("ndkxdp %q succeeded", args)
+		if err := Run(context.Background(), args, &out, &out); err == nil {
+			t.Errorf("soak %q succeeded", args)
 		}
 	}
 }
@@ -59,7 +59,7 @@ func TestSoakInterrupted(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	start := time.Now()
-	if err := run(ctx, []string{"soak", "-duration", "1m", "-loss", "0.02"}, &out, &out); err != nil {
+	if err := Run(ctx, []string{"-duration", "1m", "-loss", "0.02"}, &out, &out); err != nil {
 		t.Fatalf("interrupted soak: %v\n%s", err, out.String())
 	}
 	if d := time.Since(start); d > 20*time.Second || !strings.Contains(out.String(), "soak: interrupted") {

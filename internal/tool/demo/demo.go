@@ -1,8 +1,7 @@
-package main
+package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -31,7 +31,7 @@ type demoFlags struct {
 	peer, peerKind, socket string
 	serve                  bool
 	count                  int
-	nic                    nicFlags
+	nic                    cmdline.NICFlags
 }
 
 const demoSynopsis = `usage: ndkxdp demo [-daemon] [flags]
@@ -58,16 +58,16 @@ demo says which phases it skips and why.`
 // The demo's MTU bounds: the veth pair carries IPv6 (2001:2::/48), which
 // needs 1280 (RFC 8200), and 9000 gives the largest path MTU, 4096.
 const (
-	demoMinMTU = 1280
-	demoMaxMTU = 9000
+	MinMTU = 1280
+	MaxMTU = 9000
 )
 
 // parseDemo checks every flag before anything touches the system.
 func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options, error) {
-	fs := newFlagSet("demo", demoSynopsis, stderr)
+	fs := cmdline.NewFlagSet("demo", demoSynopsis, stderr)
 	var f demoFlags
 	fs.StringVar(&f.dev, "dev", "", "run this host's side on this network interface against -peer, or serve with -serve, instead of the embedded veth pair")
-	fs.IntVar(&f.mtu, "mtu", 1500, fmt.Sprintf("MTU of the embedded veth pair, %d..%d (1500 gives path MTU 1024, 9000 gives 4096)", demoMinMTU, demoMaxMTU))
+	fs.IntVar(&f.mtu, "mtu", 1500, fmt.Sprintf("MTU of the embedded veth pair, %d..%d (1500 gives path MTU 1024, 9000 gives 4096)", MinMTU, MaxMTU))
 	fs.IntVar(&f.messages, "messages", 20000, "SEND messages to exchange and verify")
 	fs.IntVar(&f.sendSize, "send-size", 64, "bytes per SEND")
 	fs.IntVar(&f.rdmaSize, "rdma-size", 64<<10, "bytes per WRITE and READ")
@@ -80,30 +80,30 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	} else {
 		fs.BoolVar(&f.daemon, "daemon", false, "serve each end through an ndkxdp daemon in its namespace and run each phase in a client process of its own that dials both (with -dev: -daemon SOCKET, the daemon serving IF)")
 	}
-	fs.StringVar(&f.peer, "peer", "", fmt.Sprintf("with -dev: run every phase against the peer at this address or host name, port %d (perftest: %d) unless given (ADDR:PORT, [IPv6]:PORT)", demoPort, perftest.DefaultPort))
+	fs.StringVar(&f.peer, "peer", "", fmt.Sprintf("with -dev: run every phase against the peer at this address or host name, port %d (perftest: %d) unless given (ADDR:PORT, [IPv6]:PORT)", Port, perftest.DefaultPort))
 	fs.StringVar(&f.peerKind, "peer-kind", peerNdkxdp, "with -peer: what serves there: ndkxdp (ndkxdp demo -dev IF -serve: every phase, verified), rping (rping -s: its round trips only) or perftest (ib_send_bw, ib_write_bw, ib_read_bw, ib_send_lat -R on consecutive ports, contents unchecked)")
 	fs.BoolVar(&f.serve, "serve", false, "with -dev: listen and serve every phase to ndkxdp demo -peer clients, one after another, until interrupted or -count demos")
 	fs.IntVar(&f.count, "count", 0, "with -serve: stop after serving this many demos (0: until interrupted)")
-	f.nic.register(fs)
-	if err := parseFlags(fs, args, stdout); err != nil {
+	f.nic.Register(fs)
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return f, ndk.Options{}, err
 	}
 	switch {
-	case f.mtu < demoMinMTU || f.mtu > demoMaxMTU:
-		return f, ndk.Options{}, usagef("-mtu %d: must be in [%d, %d] (the pair carries IPv6, which needs %d; %d gives the largest path MTU, 4096)",
-			f.mtu, demoMinMTU, demoMaxMTU, demoMinMTU, demoMaxMTU)
+	case f.mtu < MinMTU || f.mtu > MaxMTU:
+		return f, ndk.Options{}, cmdline.Usagef("-mtu %d: must be in [%d, %d] (the pair carries IPv6, which needs %d; %d gives the largest path MTU, 4096)",
+			f.mtu, MinMTU, MaxMTU, MinMTU, MaxMTU)
 	case f.messages < 1 || f.messages > 10_000_000:
-		return f, ndk.Options{}, usagef("-messages %d: must be in [1, 10000000]", f.messages)
+		return f, ndk.Options{}, cmdline.Usagef("-messages %d: must be in [1, 10000000]", f.messages)
 	case f.sendSize < 8 || f.sendSize > 1<<20:
-		return f, ndk.Options{}, usagef("-send-size %d: must be in [8, 1048576]", f.sendSize)
+		return f, ndk.Options{}, cmdline.Usagef("-send-size %d: must be in [8, 1048576]", f.sendSize)
 	case f.rdmaSize < 1 || f.rdmaSize > 16<<20:
-		return f, ndk.Options{}, usagef("-rdma-size %d: must be in [1, 16777216]", f.rdmaSize)
+		return f, ndk.Options{}, cmdline.Usagef("-rdma-size %d: must be in [1, 16777216]", f.rdmaSize)
 	case f.rdmaOps < 1 || f.rdmaOps > 1_000_000:
-		return f, ndk.Options{}, usagef("-rdma-ops %d: must be in [1, 1000000]", f.rdmaOps)
+		return f, ndk.Options{}, cmdline.Usagef("-rdma-ops %d: must be in [1, 1000000]", f.rdmaOps)
 	case f.pings < 1 || f.pings > 1_000_000:
-		return f, ndk.Options{}, usagef("-pings %d: must be in [1, 1000000]", f.pings)
+		return f, ndk.Options{}, cmdline.Usagef("-pings %d: must be in [1, 1000000]", f.pings)
 	}
-	opts, err := adapterOptions(f.nic.xdpMode, f.polling)
+	opts, err := cmdline.AdapterOptions(f.nic.XDPMode, f.polling)
 	if err != nil {
 		return f, opts, err
 	}
@@ -113,7 +113,7 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	return f, opts, nil
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, opts, err := parseDemo(args, stdout, stderr)
 	if err != nil {
 		return err
@@ -121,14 +121,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.dev != "" {
 		return runDemoOnDev(ctx, f, opts, stdout)
 	}
-	if err := requireCaps(pairCaps); err != nil {
+	if err := cmdline.RequireCaps(cmdline.PairCaps); err != nil {
 		return err
 	}
-	if err := f.nic.apply(&opts, ""); err != nil {
+	if err := f.nic.Apply(&opts, ""); err != nil {
 		return err
 	}
 	start := time.Now()
-	enterPhase(ctx, "setup of the veth pair and adapters")
+	cmdline.EnterPhase(ctx, "setup of the veth pair and adapters")
 	d, err := openDemo(ctx, f, opts, stdout)
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	d.printReport(stdout)
-	enterPhase(ctx, "clean-up")
+	cmdline.EnterPhase(ctx, "clean-up")
 	capture := d.capture
 	d.close()
 	if capture != nil {
@@ -162,8 +162,8 @@ type demo struct {
 	// served are the adapters on A's and B's veth ends, which run the
 	// engines; the report's counts are theirs.
 	served  [2]*ndk.Adapter
-	a, b    *demoHost
-	srv     *cmServer
+	a, b    *Host
+	srv     *CMServer
 	daemons [2]*demoDaemon
 	lines   []string
 	rtt     baseline.Latency
@@ -194,30 +194,30 @@ func openDemo(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.Writ
 		d.capture = &sharedCapture{w: d.file}
 		optsA.Capture, optsB.Capture = d.capture.stream(d.pair.A.MAC), d.capture.stream(d.pair.B.MAC)
 	}
-	if d.served[0], err = openAdapterOn(d.pair.A, optsA); err != nil {
+	if d.served[0], err = OpenAdapterOn(d.pair.A, optsA); err != nil {
 		return nil, err
 	}
-	if d.served[1], err = openAdapterOn(d.pair.B, optsB); err != nil {
+	if d.served[1], err = OpenAdapterOn(d.pair.B, optsB); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", d.pair.A.Link, d.pair.B.Link, d.served[0].PathMTU(), f.polling)
 	if f.daemon {
 		return d, d.startDaemons(stdout)
 	}
-	if d.a, err = newDemoHost(d.pair.A.Name, d.served[0]); err != nil {
+	if d.a, err = NewHost(d.pair.A.Name, d.served[0]); err != nil {
 		return nil, err
 	}
-	if d.b, err = newDemoHost(d.pair.B.Name, d.served[1]); err != nil {
+	if d.b, err = NewHost(d.pair.B.Name, d.served[1]); err != nil {
 		return nil, err
 	}
-	if d.srv, err = listenCM(ctx, d.b, d.listenAddr()); err != nil {
+	if d.srv, err = ListenCM(ctx, d.b, d.listenAddr()); err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
 // listenAddr is where B listens for the phases' connections.
-func (d *demo) listenAddr() netip.AddrPort { return netip.AddrPortFrom(d.pair.B.IPv4, demoPort) }
+func (d *demo) listenAddr() netip.AddrPort { return netip.AddrPortFrom(d.pair.B.IPv4, Port) }
 
 // close releases what openDemo made, in reverse; a second call does
 // nothing.
@@ -251,25 +251,25 @@ func (d *demo) close() {
 type demoPhase struct {
 	name string
 	what string
-	run  func(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP) (string, baseline.Latency, error)
+	run  func(ctx context.Context, a, b *Host, qa, qb *ndk.QP) (string, baseline.Latency, error)
 	rtt  bool
 }
 
 func demoPhases(f demoFlags) []demoPhase {
 	return []demoPhase{
-		{"SEND", fmt.Sprintf("SEND: %d messages of %d bytes, A -> B, contents verified", f.messages, f.sendSize), func(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP) (string, baseline.Latency, error) {
+		{"SEND", fmt.Sprintf("SEND: %d messages of %d bytes, A -> B, contents verified", f.messages, f.sendSize), func(ctx context.Context, a, b *Host, qa, qb *ndk.QP) (string, baseline.Latency, error) {
 			r, err := demoSend(ctx, a, b, qa, qb, f.messages, f.sendSize)
 			return r.line("SEND", f.sendSize), baseline.Latency{}, err
 		}, false},
-		{"WRITE", fmt.Sprintf("WRITE: %d x %d bytes into B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, a, b *demoHost, qa, _ *ndk.QP) (string, baseline.Latency, error) {
+		{"WRITE", fmt.Sprintf("WRITE: %d x %d bytes into B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, a, b *Host, qa, _ *ndk.QP) (string, baseline.Latency, error) {
 			r, err := demoWrite(ctx, a, b, qa, f.rdmaOps, f.rdmaSize)
 			return r.line("WRITE", f.rdmaSize), baseline.Latency{}, err
 		}, false},
-		{"READ", fmt.Sprintf("READ: %d x %d bytes from B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, a, b *demoHost, qa, _ *ndk.QP) (string, baseline.Latency, error) {
+		{"READ", fmt.Sprintf("READ: %d x %d bytes from B's memory, contents verified", f.rdmaOps, f.rdmaSize), func(ctx context.Context, a, b *Host, qa, _ *ndk.QP) (string, baseline.Latency, error) {
 			r, err := demoRead(ctx, a, b, qa, f.rdmaOps, f.rdmaSize)
 			return r.line("READ", f.rdmaSize), baseline.Latency{}, err
 		}, false},
-		{"ping-pong", fmt.Sprintf("ping-pong: %d SEND round trips of 64 bytes", f.pings), func(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP) (string, baseline.Latency, error) {
+		{"ping-pong", fmt.Sprintf("ping-pong: %d SEND round trips of 64 bytes", f.pings), func(ctx context.Context, a, b *Host, qa, qb *ndk.QP) (string, baseline.Latency, error) {
 			rtt, err := demoPingPong(ctx, a, b, qa, qb, f.pings)
 			return "", rtt, err
 		}, true},
@@ -280,28 +280,28 @@ func demoPhases(f demoFlags) []demoPhase {
 // done (its body); the in-process run prints and counts, a client process
 // reports to the demo that started it.
 type phaseEvents interface {
-	connected(ph demoPhase, cn *cmConnection)
+	connected(ph demoPhase, cn *Connection)
 	started()
 	done()
 }
 
 // runPhase runs ph on a fresh, connected QP pair between a and b, so that
 // no phase inherits another's posted receives, and disconnects it.
-func runPhase(ctx context.Context, a, b *demoHost, srv *cmServer, ph demoPhase, ev phaseEvents) (string, baseline.Latency, error) {
-	enterPhase(ctx, "connection set-up for "+ph.name)
-	cn, err := connectCM(ctx, a, b, srv)
+func runPhase(ctx context.Context, a, b *Host, srv *CMServer, ph demoPhase, ev phaseEvents) (string, baseline.Latency, error) {
+	cmdline.EnterPhase(ctx, "connection set-up for "+ph.name)
+	cn, err := ConnectCM(ctx, a, b, srv)
 	if err != nil {
 		return "", baseline.Latency{}, fmt.Errorf("%s: %w", ph.what, err)
 	}
 	ev.connected(ph, cn)
-	enterPhase(ctx, ph.name)
+	cmdline.EnterPhase(ctx, ph.name)
 	ev.started()
 	line, rtt, err := ph.run(ctx, a, b, cn.qa, cn.qb)
 	ev.done()
 	if err == nil {
-		enterPhase(ctx, "disconnection after "+ph.name)
+		cmdline.EnterPhase(ctx, "disconnection after "+ph.name)
 	}
-	if derr := cn.disconnect(ctx); err == nil {
+	if derr := cn.Disconnect(ctx); err == nil {
 		err = derr
 	}
 	if err != nil {
@@ -311,7 +311,7 @@ func runPhase(ctx context.Context, a, b *demoHost, srv *cmServer, ph demoPhase, 
 }
 
 // connectedText is the line that introduces a phase.
-func connectedText(ph demoPhase, cn *cmConnection) string {
+func connectedText(ph demoPhase, cn *Connection) string {
 	return fmt.Sprintf("%s (QP 0x%06x <-> QP 0x%06x, connected through the IB CM: %v -> %v)",
 		ph.what, cn.qa.QPN(), cn.qb.QPN(), cn.ca.LocalAddress(), cn.ca.PeerAddress())
 }
@@ -324,7 +324,7 @@ type localEvents struct {
 	before, during transportCounts
 }
 
-func (e *localEvents) connected(ph demoPhase, cn *cmConnection) {
+func (e *localEvents) connected(ph demoPhase, cn *Connection) {
 	fmt.Fprintf(e.w, "%s...\n", connectedText(ph, cn))
 }
 func (e *localEvents) started() { e.before = e.d.counts() }
@@ -379,38 +379,3 @@ func (d *demo) printReport(w io.Writer) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// checkSpin says what is wrong with an adaptive polling spin of d, given
-// where busy polling was asked for too (perf -spin, the daemon's spin).
-func checkSpin(d time.Duration, busy bool) error {
-	switch {
-	case d <= 0 || d > time.Second:
-		return errors.New("want a duration above 0 and at most 1s")
-	case busy:
-		return errors.New("is for adaptive polling; busy polling never sleeps")
-	}
-	return nil
-}
-
-func adapterOptions(mode, polling string) (ndk.Options, error) {
-	var o ndk.Options
-	switch mode {
-	case "auto":
-		o.XDPMode = ndk.XDPAuto
-	case "driver":
-		o.XDPMode = ndk.XDPDriver
-	case "generic":
-		o.XDPMode = ndk.XDPGeneric
-	default:
-		return o, usagef("unknown -xdp-mode %q (want auto, driver or generic)", mode)
-	}
-	switch polling {
-	case "adaptive":
-		o.Polling = ndk.PollAdaptive
-	case "busy":
-		o.Polling = ndk.PollBusy
-	default:
-		return o, usagef("unknown -polling %q (want adaptive or busy)", polling)
-	}
-	return o, nil
-}

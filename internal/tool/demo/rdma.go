@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ const rdmaSlots = 16
 // i mod rdmaSlots with pattern i, keeping rdmaSlots in flight. A slot's
 // source is refilled only after its previous WRITE completed; at the end
 // every slot of b's memory must hold the last pattern written to it.
-func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+func demoWrite(ctx context.Context, a, b *Host, qa *ndk.QP, n, size int) (phase, error) {
 	src, dst, err := memoryPair(a, b, size*rdmaSlots)
 	if err != nil {
 		return phase{}, err
@@ -43,7 +43,7 @@ func demoWrite(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (ph
 // to the memory at addr with token, op i from and into slot i mod
 // rdmaSlots with pattern i, keeping rdmaSlots in flight, and returns once
 // all completed.
-func writeSlots(ctx context.Context, cq *cqWait, qa *ndk.QP, smr *ndk.MR, src []byte, n, size int, addr uint64, token uint32) (phase, error) {
+func writeSlots(ctx context.Context, cq *CQWait, qa *ndk.QP, smr *ndk.MR, src []byte, n, size int, addr uint64, token uint32) (phase, error) {
 	t0 := time.Now()
 	err := pipeline(ctx, cq, n, func(i int) error {
 		slot := i % rdmaSlots
@@ -73,7 +73,7 @@ func writtenSlots(n, size int) []byte {
 
 // memoryPair gives n bytes of x's memory and n of y's, from
 // Adapter.Memory: memory a daemon maps when the adapter is its client.
-func memoryPair(x, y *demoHost, n int) (xm, ym []byte, err error) {
+func memoryPair(x, y *Host, n int) (xm, ym []byte, err error) {
 	if xm, err = x.Adapter.Memory(n); err != nil {
 		return nil, nil, fmt.Errorf("%s: memory: %w", x.Name, err)
 	}
@@ -99,7 +99,7 @@ func registerPair(spd *ndk.PD, src []byte, sflags ndk.MRFlag, dpd *ndk.PD, dst [
 // demoRead reads n messages of size bytes from b's memory, op i from slot
 // i mod rdmaSlots into the same slot of a's memory, and checks each one as
 // it completes.
-func demoRead(ctx context.Context, a, b *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+func demoRead(ctx context.Context, a, b *Host, qa *ndk.QP, n, size int) (phase, error) {
 	src, dst, err := memoryPair(b, a, size*rdmaSlots)
 	if err != nil {
 		return phase{}, err
@@ -124,7 +124,7 @@ func readFill(src []byte, size int) {
 // token into dst (registered as dmr), op i from slot i mod rdmaSlots into
 // the same slot, and checks each one against that slot of want as it
 // completes.
-func readSlots(ctx context.Context, cq *cqWait, qa *ndk.QP, dmr *ndk.MR, dst, want []byte, n, size int, addr uint64, token uint32) (phase, error) {
+func readSlots(ctx context.Context, cq *CQWait, qa *ndk.QP, dmr *ndk.MR, dst, want []byte, n, size int, addr uint64, token uint32) (phase, error) {
 	t0 := time.Now()
 	err := pipeline(ctx, cq, n, func(i int) error {
 		slot := i % rdmaSlots
@@ -151,7 +151,7 @@ func readSlots(ctx context.Context, cq *cqWait, qa *ndk.QP, dmr *ndk.MR, dst, wa
 // flight, and hands each completion to done. Completions of one QP arrive
 // in posting order, so request i's slot is free again once i-rdmaSlots has
 // completed.
-func pipeline(ctx context.Context, w *cqWait, n int, post func(i int) error, done func(ndk.Result) error) error {
+func pipeline(ctx context.Context, w *CQWait, n int, post func(i int) error, done func(ndk.Result) error) error {
 	var rs [rdmaSlots]ndk.Result
 	completed := 0
 	deadline := time.Now().Add(30 * time.Second)

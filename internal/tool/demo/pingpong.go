@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-// waitOne waits for w's CQ until it yields one result or the deadline
+// WaitOne waits for w's CQ until it yields one result or the deadline
 // passes.
-func waitOne(ctx context.Context, w *cqWait, r *ndk.Result, deadline time.Time) error {
+func WaitOne(ctx context.Context, w *CQWait, r *ndk.Result, deadline time.Time) error {
 	var rs [1]ndk.Result
 	start := time.Now()
 	for w.cq.GetResults(rs[:]) == 0 {
@@ -38,7 +38,7 @@ const pingSize = 64
 const pingWarmup = 100
 
 // pingBuffer registers pingSize bytes of x's memory with flags.
-func pingBuffer(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
+func pingBuffer(x *Host, flags ndk.MRFlag) (ndk.SGE, func(), error) {
 	mem, err := x.Adapter.Memory(pingSize)
 	if err != nil {
 		return ndk.SGE{}, nil, err
@@ -52,7 +52,7 @@ func pingBuffer(x *demoHost, flags ndk.MRFlag) (ndk.SGE, func(), error) {
 }
 
 // demoPingPong bounces a 64-byte SEND between a and b.
-func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
+func demoPingPong(ctx context.Context, a, b *Host, qa, qb *ndk.QP, n int) (baseline.Latency, error) {
 	e, err := newEchoer(b, qb)
 	if err != nil {
 		return baseline.Latency{}, err
@@ -71,14 +71,14 @@ func demoPingPong(ctx context.Context, a, b *demoHost, qa, qb *ndk.QP, n int) (b
 
 // echoer is the ping-pong's far side: it answers every SEND with one.
 type echoer struct {
-	b       *demoHost
+	b       *Host
 	qb      *ndk.QP
 	sb, rb  ndk.SGE
 	release func()
 }
 
 // newEchoer registers b's buffers and posts its first receive.
-func newEchoer(b *demoHost, qb *ndk.QP) (*echoer, error) {
+func newEchoer(b *Host, qb *ndk.QP) (*echoer, error) {
 	e := &echoer{b: b, qb: qb}
 	sb, db, err := pingBuffer(b, ndk.MRFlagAllowLocalRead)
 	if err != nil {
@@ -130,7 +130,7 @@ func (e *echoer) run(stop <-chan struct{}, deadline time.Time) error {
 
 // pingPeer times n SEND round trips from a on qa, after pingWarmup
 // untimed ones, against a peer that answers every SEND with one.
-func pingPeer(ctx context.Context, a *demoHost, qa *ndk.QP, n int) (baseline.Latency, error) {
+func pingPeer(ctx context.Context, a *Host, qa *ndk.QP, n int) (baseline.Latency, error) {
 	sa, da, err := pingBuffer(a, ndk.MRFlagAllowLocalRead)
 	if err != nil {
 		return baseline.Latency{}, err
@@ -152,7 +152,7 @@ func pingPeer(ctx context.Context, a *demoHost, qa *ndk.QP, n int) (baseline.Lat
 		if err = qa.Send(nil, []ndk.SGE{sa}, ndk.OpFlagSilentSuccess); err != nil {
 			break
 		}
-		if err = waitOne(ctx, a.RCQ, &r, deadline); err != nil {
+		if err = WaitOne(ctx, a.RCQ, &r, deadline); err != nil {
 			break
 		}
 		rtt := time.Since(t0)

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	stop := progress(w, "perf x", a)
+	stop := Progress(w, "perf x", a)
 	time.Sleep(700 * time.Millisecond)
 	stop()
 	w.Close()
@@ -34,7 +34,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	}
 
 	master, slave := openPTY(t)
-	stop = progress(slave, "perf x", a)
+	stop = Progress(slave, "perf x", a)
 	got := make(chan string, 1)
 	go func() {
 		buf := make([]byte, 256)

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"bytes"
@@ -9,13 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
 // demoServer is `demo -dev IF -serve`: it serves the phases of the demo's
 // protocol (demo_wire.go) to one client connection at a time.
 type demoServer struct {
-	host *demoHost
+	host *Host
 	w    io.Writer
 	// reqs holds the connect request waiting to be served; one more than
 	// that is refused as busy.
@@ -25,7 +26,7 @@ type demoServer struct {
 
 // serveDemo listens on addr and serves phase after phase until ctx ends
 // or count demos (0: no limit) have ended.
-func serveDemo(ctx context.Context, host *demoHost, addr netip.AddrPort, count int, w io.Writer) error {
+func serveDemo(ctx context.Context, host *Host, addr netip.AddrPort, count int, w io.Writer) error {
 	s := &demoServer{host: host, w: w, reqs: make(chan *ndk.Connector, 1)}
 	l, err := host.Adapter.CreateListener(func(c *ndk.Connector) {
 		select {
@@ -44,7 +45,7 @@ func serveDemo(ctx context.Context, host *demoHost, addr netip.AddrPort, count i
 	}
 	fmt.Fprintf(w, "serving the demo's phases on %v: run `ndkxdp demo -dev IF -peer %v` on the peer (Ctrl-C ends)\n", addr, addr.Addr())
 	for count == 0 || s.runs < count {
-		enterPhase(ctx, "waiting for a client")
+		cmdline.EnterPhase(ctx, "waiting for a client")
 		select {
 		case c := <-s.reqs:
 			s.serve(ctx, c)
@@ -81,7 +82,7 @@ func (s *demoServer) serve(ctx context.Context, c *ndk.Connector) {
 		fmt.Fprintf(s.w, "refused %v: %v\n", from, err)
 		return
 	}
-	enterPhase(ctx, "serving "+req.Op.String())
+	cmdline.EnterPhase(ctx, "serving "+req.Op.String())
 	line, err := s.serveAccepted(ctx, c, req)
 	if err != nil {
 		fmt.Fprintf(s.w, "%v from %v: %v\n", req.Op, from, err)
@@ -270,7 +271,7 @@ func (s *demoServer) prepareWrite(qp *ndk.QP, req demoRequest) (*servedPhase, er
 	return &servedPhase{reply: demoReply{Addr: mr.Addr(), Token: mr.RemoteToken()}, release: func() { mr.Deregister() },
 		body: func(ctx context.Context, _ <-chan struct{}) (string, error) {
 			var r ndk.Result
-			if err := waitOne(ctx, s.host.RCQ, &r, phaseBound(req)); err != nil {
+			if err := WaitOne(ctx, s.host.RCQ, &r, phaseBound(req)); err != nil {
 				return "", fmt.Errorf("waiting for the client's count of WRITEs: %w", err)
 			}
 			note, err := decodeDemoNote(done[:min(int(r.BytesTransferred), len(done))])

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -33,7 +34,7 @@ type peerDemo struct {
 type peerPhase struct {
 	name, what string
 	req        demoRequest
-	run        func(ctx context.Context, a *demoHost, qa *ndk.QP, rep demoReply) (phase, baseline.Latency, error)
+	run        func(ctx context.Context, a *Host, qa *ndk.QP, rep demoReply) (phase, baseline.Latency, error)
 	label      string // the report line's op; "" for the ping-pong
 	size       int
 }
@@ -42,25 +43,25 @@ func peerPhases(f demoFlags) []peerPhase {
 	return []peerPhase{
 		{"SEND", fmt.Sprintf("SEND: %d messages of %d bytes to the peer, contents verified there", f.messages, f.sendSize),
 			demoRequest{Op: opSend, Size: uint32(f.sendSize), Count: uint32(f.messages)},
-			func(ctx context.Context, a *demoHost, qa *ndk.QP, _ demoReply) (phase, baseline.Latency, error) {
+			func(ctx context.Context, a *Host, qa *ndk.QP, _ demoReply) (phase, baseline.Latency, error) {
 				r, err := peerSend(ctx, a, qa, f.messages, f.sendSize)
 				return r, baseline.Latency{}, err
 			}, "SEND", f.sendSize},
 		{"WRITE", fmt.Sprintf("WRITE: %d x %d bytes into the peer's memory, contents verified there", f.rdmaOps, f.rdmaSize),
 			demoRequest{Op: opWrite, Size: uint32(f.rdmaSize), Count: uint32(f.rdmaOps)},
-			func(ctx context.Context, a *demoHost, qa *ndk.QP, rep demoReply) (phase, baseline.Latency, error) {
+			func(ctx context.Context, a *Host, qa *ndk.QP, rep demoReply) (phase, baseline.Latency, error) {
 				r, err := peerWrite(ctx, a, qa, f.rdmaOps, f.rdmaSize, rep)
 				return r, baseline.Latency{}, err
 			}, "WRITE", f.rdmaSize},
 		{"READ", fmt.Sprintf("READ: %d x %d bytes from the peer's memory, contents verified", f.rdmaOps, f.rdmaSize),
 			demoRequest{Op: opRead, Size: uint32(f.rdmaSize), Count: uint32(f.rdmaOps)},
-			func(ctx context.Context, a *demoHost, qa *ndk.QP, rep demoReply) (phase, baseline.Latency, error) {
+			func(ctx context.Context, a *Host, qa *ndk.QP, rep demoReply) (phase, baseline.Latency, error) {
 				r, err := peerRead(ctx, a, qa, f.rdmaOps, f.rdmaSize, rep)
 				return r, baseline.Latency{}, err
 			}, "READ", f.rdmaSize},
 		{"ping-pong", fmt.Sprintf("ping-pong: %d SEND round trips of %d bytes", f.pings, pingSize),
 			demoRequest{Op: opPingPong, Size: pingSize, Count: uint32(f.pings + pingWarmup)},
-			func(ctx context.Context, a *demoHost, qa *ndk.QP, _ demoReply) (phase, baseline.Latency, error) {
+			func(ctx context.Context, a *Host, qa *ndk.QP, _ demoReply) (phase, baseline.Latency, error) {
 				rtt, err := pingPeer(ctx, a, qa, f.pings)
 				return phase{}, rtt, err
 			}, "", pingSize},
@@ -92,20 +93,20 @@ func (p *peerDemo) run(ctx context.Context, stdout io.Writer) error {
 
 func (p *peerDemo) runPhase(ctx context.Context, ph peerPhase, stdout io.Writer) (phase, baseline.Latency, transportCounts, error) {
 	a := p.side.host
-	enterPhase(ctx, "connection set-up for "+ph.name)
+	cmdline.EnterPhase(ctx, "connection set-up for "+ph.name)
 	cn, rep, err := connectPeer(ctx, a, p.peer, ph.req)
 	if err != nil {
 		return phase{}, baseline.Latency{}, transportCounts{}, fmt.Errorf("%s: %w", ph.name, err)
 	}
 	fmt.Fprintf(stdout, "%s (QP 0x%06x, connected through the IB CM: %v -> %v)...\n", ph.what, cn.qa.QPN(), cn.ca.LocalAddress(), cn.ca.PeerAddress())
-	enterPhase(ctx, ph.name)
+	cmdline.EnterPhase(ctx, ph.name)
 	before := adapterCounts(a.Adapter)
 	r, rtt, err := ph.run(ctx, a, cn.qa, rep)
 	during := adapterCounts(a.Adapter).since(before)
 	if err == nil {
-		enterPhase(ctx, "disconnection after "+ph.name)
+		cmdline.EnterPhase(ctx, "disconnection after "+ph.name)
 	}
-	if derr := cn.disconnect(ctx); err == nil {
+	if derr := cn.Disconnect(ctx); err == nil {
 		err = derr
 	}
 	if err != nil {
@@ -117,11 +118,11 @@ func (p *peerDemo) runPhase(ctx context.Context, ph peerPhase, stdout io.Writer)
 // connectPeer connects a fresh QP on a to the demo server at peer with
 // req, and returns the server's reply; a REJ or a REP that is not a demo
 // server's is an error saying so.
-func connectPeer(ctx context.Context, a *demoHost, peer netip.AddrPort, req demoRequest) (*cmConnection, demoReply, error) {
+func connectPeer(ctx context.Context, a *Host, peer netip.AddrPort, req demoRequest) (*Connection, demoReply, error) {
 	if err := a.NewCQs(); err != nil {
 		return nil, demoReply{}, err
 	}
-	cn := &cmConnection{}
+	cn := &Connection{}
 	var err error
 	if cn.qa, err = a.PD.CreateQP(demoQPConfig(a)); err != nil {
 		return nil, demoReply{}, err
@@ -180,9 +181,9 @@ const verdictBound = 10 * time.Second
 
 // awaitVerdict waits for the server's verdict in buf, received on a's
 // receive CQ, and returns what it found wrong.
-func awaitVerdict(ctx context.Context, a *demoHost, buf []byte) error {
+func awaitVerdict(ctx context.Context, a *Host, buf []byte) error {
 	var r ndk.Result
-	if err := waitOne(ctx, a.RCQ, &r, time.Now().Add(verdictBound)); err != nil {
+	if err := WaitOne(ctx, a.RCQ, &r, time.Now().Add(verdictBound)); err != nil {
 		return fmt.Errorf("the peer's verdict: %w", err)
 	}
 	v, err := decodeDemoNote(buf[:min(int(r.BytesTransferred), len(buf))])
@@ -198,7 +199,7 @@ func awaitVerdict(ctx context.Context, a *demoHost, buf []byte) error {
 // noteBuffers gives n bytes of a's memory for the phase, followed by two
 // notes' (the one it sends, the verdict it receives), registered as one
 // MR; the verdict's receive is posted.
-func noteBuffers(a *demoHost, qa *ndk.QP, n int, flags ndk.MRFlag) (mem, out, verdict []byte, mr *ndk.MR, err error) {
+func noteBuffers(a *Host, qa *ndk.QP, n int, flags ndk.MRFlag) (mem, out, verdict []byte, mr *ndk.MR, err error) {
 	all, err := a.Adapter.Memory(n + 2*demoNoteLen)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("%s: memory: %w", a.Name, err)
@@ -219,7 +220,7 @@ func noteBuffers(a *demoHost, qa *ndk.QP, n int, flags ndk.MRFlag) (mem, out, ve
 
 // peerSend streams n SENDs of size bytes to the server, which checks each
 // and answers with its verdict.
-func peerSend(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int) (phase, error) {
+func peerSend(ctx context.Context, a *Host, qa *ndk.QP, n, size int) (phase, error) {
 	s := newSendStream(a, nil, qa, nil, n, size)
 	var verdict []byte
 	var err error
@@ -239,7 +240,7 @@ func peerSend(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int) (phase,
 
 // peerWrite WRITEs n times into the server's slots, tells it the count,
 // and waits for its verdict on its memory.
-func peerWrite(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int, rep demoReply) (phase, error) {
+func peerWrite(ctx context.Context, a *Host, qa *ndk.QP, n, size int, rep demoReply) (phase, error) {
 	src, done, verdict, mr, err := noteBuffers(a, qa, size*rdmaSlots, 0)
 	if err != nil {
 		return phase{}, err
@@ -265,7 +266,7 @@ func peerWrite(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int, rep de
 
 // peerRead READs n times from the server's slots, which hold readFill's
 // pattern, and checks each.
-func peerRead(ctx context.Context, a *demoHost, qa *ndk.QP, n, size int, rep demoReply) (phase, error) {
+func peerRead(ctx context.Context, a *Host, qa *ndk.QP, n, size int, rep demoReply) (phase, error) {
 	dst, err := a.Adapter.Memory(size * rdmaSlots)
 	if err != nil {
 		return phase{}, fmt.Errorf("%s: memory: %w", a.Name, err)
