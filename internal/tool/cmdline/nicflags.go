@@ -17,6 +17,7 @@ type NICFlags struct {
 	Queues, XDPMode, ZeroCopy, BusyPoll string
 }
 
+// Register adds the flags to fs.
 func (n *NICFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&n.Queues, "queues", "1", `receive queues of -dev to bind: a count, or "all" (frames RSS puts on any of them are served)`)
 	fs.StringVar(&n.XDPMode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
@@ -115,6 +116,7 @@ func BusyPoll(s string) (time.Duration, error) {
 	return d, nil
 }
 
+// AdapterOptions reads -xdp-mode and -polling.
 func AdapterOptions(mode, polling string) (ndk.Options, error) {
 	var o ndk.Options
 	switch mode {

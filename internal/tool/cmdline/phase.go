@@ -12,6 +12,7 @@ type Tracker struct {
 	name string
 }
 
+// Phase returns what the command is doing, "start-up" before it said.
 func (t *Tracker) Phase() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -23,6 +24,7 @@ func (t *Tracker) Phase() string {
 
 type trackerKey struct{}
 
+// WithTracker gives ctx the tracker that EnterPhase writes to.
 func WithTracker(ctx context.Context, t *Tracker) context.Context {
 	return context.WithValue(ctx, trackerKey{}, t)
 }

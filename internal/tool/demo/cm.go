@@ -31,6 +31,8 @@ type acceptResult struct {
 	err error
 }
 
+// ListenCM listens on b at addr, accepting each connect request with
+// the QP ConnectCM handed it and rejecting any other.
 func ListenCM(ctx context.Context, b *Host, addr netip.AddrPort) (*CMServer, error) {
 	s := &CMServer{qps: make(chan *ndk.QP, 1), accepted: make(chan acceptResult, 1)}
 	var err error

@@ -113,6 +113,7 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	return f, opts, nil
 }
 
+// Run is `ndkxdp demo`: args are its flags.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f, opts, err := parseDemo(args, stdout, stderr)
 	if err != nil {

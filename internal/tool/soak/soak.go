@@ -36,6 +36,7 @@ frames it receives, run SEND, WRITE and READ of random sizes for
 CM every -reconnect; every -report it prints the process's RSS, heap and
 goroutines, so that a long run shows whether they stay flat.`
 
+// Run is `ndkxdp soak`: args are its flags.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cmdline.NewFlagSet("soak", soakSynopsis, stderr)
 	var f soakFlags

@@ -6,8 +6,9 @@ package counters
 //
 // The engine increments a live Engine with atomic adds on its goroutine
 // and takes snapshots with Snapshot; the rest of the program reads
-// copies. Across the daemon's protocol an Engine travels as JSON keyed
-// by the field names.
+// copies. The daemon sends its engines' counts to its clients as JSON
+// keyed by the field names (of ndk.EngineStats, generated from Engine),
+// so a field's name is part of that protocol.
 type Engine struct {
 	// Frames the engine received from and handed to its AF_XDP socket.
 	FramesIn  uint64 `counter:"frames_in" unit:"frames" help:"Frames the engine received from its AF_XDP socket."`
