@@ -9,7 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// OwnerName is the abstract socket (Go's leading '@') of ifname's daemon.
+// OwnerName is the abstract socket (Go's leading '@') of ifname's daemon:
+// the daemon holds it while it serves ifname (cmd/ndkxdp's
+// claimInterface), and the kernel frees it when the daemon exits, so it
+// never goes stale. A tool that would attach to ifname in process asks
+// its holder who it is first.
 func OwnerName(ifname string) string { return "@ndkxdp/daemon/" + ifname }
 
 // Owner is what the daemon serving an interface says of itself.
