@@ -4,25 +4,26 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/loader"
 )
 
 const countersSynopsis = "usage: ndkxdp counters -dev IFNAME\n\nPrints the steering counters of the XDP program an ndkxdp daemon attached\nand pinned on IFNAME."
 
 func runCounters(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("counters", countersSynopsis, stderr)
+	fs := cmdline.NewFlagSet("counters", countersSynopsis, stderr)
 	dev := fs.String("dev", "", "interface whose pinned attachment to read (required; in this network namespace)")
 	root := fs.String("pin-root", "", "the daemon's -pin-root (default /sys/fs/bpf/ndkxdp)")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if *dev == "" {
-		return usagef("-dev is required\n%s", countersSynopsis)
+		return cmdline.Usagef("-dev is required\n%s", countersSynopsis)
 	}
-	if err := checkDev(*dev); err != nil {
+	if err := cmdline.CheckDev(*dev); err != nil {
 		return err
 	}
-	if err := requireCaps([]capability{capBPF}); err != nil {
+	if err := cmdline.RequireCaps([]cmdline.Capability{cmdline.CapBPF}); err != nil {
 		return err
 	}
 	x, err := loader.OpenPinned(*dev, loader.Options{PinRoot: *root})

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
@@ -94,22 +95,15 @@ func loadDaemonConfig(path string, c *daemonConfig) error {
 	if err := d.Decode(c); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return usagef("config %s: key %s: want a %s, got a %s", path, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			return cmdline.Usagef("config %s: key %s: want a %s, got a %s", path, te.Field, jsonKind(te.Type.Kind().String()), te.Value)
 		}
-		return usagef("config %s: %v", path, err)
+		return cmdline.Usagef("config %s: %v", path, err)
 	}
 	return nil
 }
 
-// rxQueues counts the interface's receive queues in use: the daemon
-// binds a socket on each, so that frames RSS puts on any queue are served.
-func rxQueues(dev string) (int, error) {
-	n, err := loader.RxQueues(dev)
-	return min(n, 64), err
-}
-
 func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("daemon", "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
+	fs := cmdline.NewFlagSet("daemon", "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
 		"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n"+
 		"In a network namespace, start it with `nsenter --net=/var/run/netns/NS`, not `ip netns exec`.", stderr)
 	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series, allow_users, allow_groups, quotas); flags override it")
@@ -128,7 +122,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
 	fs.StringVar(&set.Metrics, "metrics", "", `serve Prometheus /metrics on this address (off by default; ":9464" is loopback port 9464)`)
 	fs.IntVar(&set.MetricsQPs, "metrics-qps", 0, `QPs with metric series of their own (default 64); the rest are summed under qpn="other"`)
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	c := defaultDaemonConfig()
@@ -140,16 +134,16 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	overlay(&c, set)
 	opts, gid, logger, err := c.resolve(stderr)
 	if err != nil {
-		return badUsage(err)
+		return cmdline.BadUsage(err)
 	}
-	if err := requireCaps(toolCaps); err != nil {
+	if err := cmdline.RequireCaps(cmdline.ToolCaps); err != nil {
 		return err
 	}
 	if opts.Queues == 0 {
-		if opts.Queues, err = rxQueues(c.Interface); err != nil {
+		if opts.Queues, err = cmdline.RxQueues(c.Interface); err != nil {
 			return err
 		}
-	} else if err := checkQueues(c.Interface, opts.Queues); err != nil {
+	} else if err := cmdline.CheckQueues(c.Interface, opts.Queues); err != nil {
 		return err
 	}
 	return serveDaemon(ctx, c, opts, gid, logger)
@@ -186,7 +180,7 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 	if c.Socket == "" {
 		c.Socket = filepath.Join("/run/ndkxdp", c.Interface+".sock")
 	}
-	o, err := adapterOptions(c.XDPMode, c.Polling)
+	o, err := cmdline.AdapterOptions(c.XDPMode, c.Polling)
 	if err != nil {
 		return opts, 0, nil, err
 	}
@@ -202,10 +196,10 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		opts.SpinTime = d
 	}
 	opts.Pin, opts.PinRoot = true, c.PinRoot
-	if opts.ZeroCopy, err = zeroCopyMode(c.ZeroCopy); err != nil {
+	if opts.ZeroCopy, err = cmdline.ZeroCopyMode(c.ZeroCopy); err != nil {
 		return opts, 0, nil, err
 	}
-	if opts.BusyPoll, err = busyPoll(c.BusyPoll); err != nil {
+	if opts.BusyPoll, err = cmdline.BusyPoll(c.BusyPoll); err != nil {
 		return opts, 0, nil, err
 	}
 	if c.Queues != "all" {
@@ -330,31 +324,6 @@ func serveDaemon(ctx context.Context, c daemonConfig, opts ndk.Options, gid int,
 	a.Close()
 	log.Info("stopped: detached and unpinned", "interface", c.Interface)
 	return err
-}
-
-// zeroCopyMode reads -zero-copy.
-func zeroCopyMode(s string) (ndk.ZeroCopyMode, error) {
-	switch s {
-	case "", "preferred":
-		return ndk.ZeroCopyPreferred, nil
-	case "required":
-		return ndk.ZeroCopyRequired, nil
-	case "off":
-		return ndk.ZeroCopyOff, nil
-	}
-	return 0, fmt.Errorf("-zero-copy %q: want preferred, required or off", s)
-}
-
-// busyPoll reads -busy-poll: a duration up to 1s, or off.
-func busyPoll(s string) (time.Duration, error) {
-	if s == "" || s == "0" || s == "off" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Microsecond || d > time.Second {
-		return 0, fmt.Errorf("-busy-poll %q: want a duration from 1us to 1s, or off", s)
-	}
-	return d, nil
 }
 
 // allowList resolves allow_users and allow_groups to ids.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -22,7 +23,7 @@ import (
 var errDumpDone = errors.New("dump: count reached")
 
 func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dump", "usage: ndkxdp dump -dev IF|-daemon SOCKET [-w FILE] [-s SNAP] [-c N] [-t DURATION] [-qp QPN]\n\n"+
+	fs := cmdline.NewFlagSet("dump", "usage: ndkxdp dump -dev IF|-daemon SOCKET [-w FILE] [-s SNAP] [-c N] [-t DURATION] [-qp QPN]\n\n"+
 		"Captures the RoCEv2 frames a daemon's engines receive and send, as xdpdump. The daemon copies them\n"+
 		"off its data path into a bounded ring and drops (and counts) what does not fit rather than wait.", stderr)
 	var o opsFlags
@@ -32,7 +33,7 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	count := fs.Int("c", 0, "stop after this many frames (0: until interrupted)")
 	qpn := fs.Uint("qp", 0, "only the frames of this local QP: those it receives and those it sends its peer (0: all)")
 	dur := fs.Duration("t", 0, "stop after this long (0: until interrupted)")
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	sock, err := o.path()
@@ -40,7 +41,7 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if *snap < 64 || *snap > daemon.MaxSnap || *count < 0 || *dur < 0 {
-		return usagef("-s %d, -c %d, -t %v: want -s in [64, %d], -c and -t not negative", *snap, *count, *dur, daemon.MaxSnap)
+		return cmdline.Usagef("-s %d, -c %d, -t %v: want -s in [64, %d], -c and -t not negative", *snap, *count, *dur, daemon.MaxSnap)
 	}
 	if *dur > 0 {
 		var cancel context.CancelFunc
@@ -98,7 +99,7 @@ func runDump(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		// the NTSTATUS's usual reading (a peer refusing memory) is not it.
 		return fmt.Errorf("dump: refused: %s (EACCES); run it as root or as the daemon's user", ntText.ReplaceAllString(err.Error(), ""))
 	}
-	err = socketError(sock, err)
+	err = cmdline.SocketError(sock, err)
 	fmt.Fprintf(stderr, "%d frames captured, %d dropped by the daemon (of %d it moved while capturing)\n", n, counts.Dropped, counts.Seen)
 	if err != nil {
 		return fmt.Errorf("dump: %w", err)

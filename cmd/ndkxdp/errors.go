@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
@@ -61,7 +62,7 @@ func describe(err error) string {
 	if errors.As(err, &errno) {
 		msg += " (" + unix.ErrnoName(errno) + ")"
 		if errno == unix.EPERM || errno == unix.EACCES {
-			msg += "; the kernel refused: run as root, or with " + capNames(toolCaps)
+			msg += "; the kernel refused: run as root, or with " + cmdline.CapNames(cmdline.ToolCaps)
 		}
 		return msg
 	}

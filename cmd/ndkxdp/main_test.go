@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,6 +19,8 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/demo"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -29,8 +29,8 @@ import (
 // it signals and read its exit status): with NDKXDP_TEST_MAIN=1 the test
 // binary is ndkxdp.
 func TestMain(m *testing.M) {
-	if job, ok := os.LookupEnv(demoClientEnv); ok {
-		os.Exit(runDemoClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
+	if job, ok := os.LookupEnv(demo.ClientEnv); ok {
+		os.Exit(demo.RunClient(job, os.Stdin, os.Stdout, os.Stderr)) // demo -daemon's client process
 	}
 	if os.Getenv("NDKXDP_TEST_MAIN") == "1" {
 		os.Exit(mainStatus(os.Args[1:], os.Stdout, os.Stderr))
@@ -178,33 +178,6 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestMissingCapabilities: the check reads CapEff and names each missing
-// capability with its use; CAP_SYS_ADMIN only for the commands that build
-// namespaces.
-func TestMissingCapabilities(t *testing.T) {
-	const status = "Name:\tndkxdp\nCapPrm:\t000001ffffffffff\nCapEff:\t000000c000007000\n"
-	eff, err := effectiveCaps(strings.NewReader(status))
-	if err != nil || eff != 0xc000007000 {
-		t.Fatalf("effectiveCaps = %#x, %v", eff, err)
-	}
-	// 0xc000007000: CAP_NET_ADMIN, CAP_NET_RAW, CAP_IPC_LOCK, CAP_PERFMON
-	// and CAP_BPF.
-	if err := missingCaps(eff, toolCaps); err != nil {
-		t.Errorf("a tool with NET_ADMIN, NET_RAW, IPC_LOCK, PERFMON and BPF refused: %v", err)
-	}
-	err = missingCaps(eff, pairCaps)
-	if err == nil || !strings.Contains(err.Error(), "CAP_SYS_ADMIN (to create network namespaces)") || strings.Contains(err.Error(), "CAP_BPF (") {
-		t.Errorf("demo without CAP_SYS_ADMIN: %v", err)
-	}
-	err = missingCaps(eff&^(1<<39), toolCaps)
-	if err == nil || !strings.Contains(err.Error(), "CAP_BPF") || strings.Contains(err.Error(), "CAP_NET_ADMIN (") {
-		t.Errorf("a tool without CAP_BPF: %v", err)
-	}
-	if _, err := effectiveCaps(strings.NewReader("Name:\tx\n")); err == nil {
-		t.Error("a status without CapEff was accepted")
-	}
-}
-
 // TestErrorsInLinuxTerms: the message a person reads names the failure
 // as Linux does (errno) with what to do, and carries no NTSTATUS, while
 // the error itself still matches ndk's sentinels.
@@ -245,57 +218,6 @@ func expired(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	<-ctx.Done()
 	return ctx
-}
-
-// TestAddresses: -a takes host names, and a server's -a must be an
-// address of -dev (EADDRNOTAVAIL otherwise, as rdma_bind_addr).
-func TestAddresses(t *testing.T) {
-	a, err := lookupAddr(context.Background(), "-a", "localhost")
-	if err != nil || !a.IsLoopback() {
-		t.Errorf("lookupAddr(localhost) = %v, %v", a, err)
-	}
-	if _, err := lookupAddr(context.Background(), "-a", "not a host!"); err == nil {
-		t.Error("an invalid host name was accepted")
-	}
-	var out, errOut bytes.Buffer
-	err = run(context.Background(), []string{"rping", "-s", "-a", "198.18.99.99", "-dev", "lo"}, &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "EADDRNOTAVAIL") || !strings.Contains(err.Error(), "not an address of lo") {
-		t.Errorf("rping -s -a 198.18.99.99 -dev lo: %v", err)
-	}
-	if err := checkLocalAddr("lo", netip.MustParseAddr("127.0.0.1")); err != nil {
-		t.Errorf("127.0.0.1 on lo refused: %v", err)
-	}
-}
-
-// TestCaptureEachFrameOnce: of the two hosts' streams, the shared
-// capture keeps one file header and each frame once, from its sender.
-func TestCaptureEachFrameOnce(t *testing.T) {
-	macA, macB := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
-	var file bytes.Buffer
-	c := &sharedCapture{w: &file}
-	sa, sb := c.stream(macA), c.stream(macB)
-	header := bytes.Repeat([]byte{0xa1}, 24)
-	record := func(dst, src net.HardwareAddr, tag byte) []byte {
-		b := make([]byte, pcapRecordHeader, pcapRecordHeader+15)
-		b = append(append(append(b, dst...), src...), 0x08, 0x00, tag)
-		return b
-	}
-	for _, w := range []struct {
-		s io.Writer
-		b []byte
-	}{
-		{sa, header}, {sb, header},
-		{sa, record(macB, macA, 1)}, {sb, record(macB, macA, 1)}, // A -> B, seen by both
-		{sb, record(macA, macB, 2)}, {sa, record(macA, macB, 2)}, // B -> A
-	} {
-		if _, err := w.s.Write(w.b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := append(append(append([]byte{}, header...), record(macB, macA, 1)...), record(macA, macB, 2)...)
-	if !bytes.Equal(file.Bytes(), want) || c.Frames() != 2 {
-		t.Errorf("capture holds %d frames, %x; want each frame once", c.Frames(), file.Bytes())
-	}
 }
 
 // TestDemoRuns runs the README's main job in miniature and checks its
@@ -399,4 +321,42 @@ func framesOut(t *testing.T, report string) int {
 		t.Fatalf("report names %d hosts' frames, want 2:\n%s", hosts, report)
 	}
 	return sum
+}
+
+// TestEveryCommandHasHelp: each command of the table is in the usage
+// text, and `help CMD` prints its flags on stdout and exits 0.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, c := range commands {
+		if c.name == "help" {
+			continue
+		}
+		if !strings.Contains(usage(), "\n  "+c.name+" ") {
+			t.Errorf("usage does not list %s:\n%s", c.name, usage())
+		}
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{"help", c.name}, &out, &errOut)
+		if code := exitStatus(err, &errOut); code != 0 || !strings.Contains(out.String(), "usage: ndkxdp "+c.name) {
+			t.Errorf("ndkxdp help %s: exit %d, stdout %q", c.name, code, out.String())
+		}
+	}
+}
+
+// TestAddresses: -a takes host names, and a server's -a must be an
+// address of -dev (EADDRNOTAVAIL otherwise, as rdma_bind_addr).
+func TestAddresses(t *testing.T) {
+	a, err := cmdline.LookupAddr(context.Background(), "-a", "localhost")
+	if err != nil || !a.IsLoopback() {
+		t.Errorf("lookupAddr(localhost) = %v, %v", a, err)
+	}
+	if _, err := cmdline.LookupAddr(context.Background(), "-a", "not a host!"); err == nil {
+		t.Error("an invalid host name was accepted")
+	}
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"rping", "-s", "-a", "198.18.99.99", "-dev", "lo"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "EADDRNOTAVAIL") || !strings.Contains(err.Error(), "not an address of lo") {
+		t.Errorf("rping -s -a 198.18.99.99 -dev lo: %v", err)
+	}
+	if err := checkLocalAddr("lo", netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Errorf("127.0.0.1 on lo refused: %v", err)
+	}
 }

@@ -3,16 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os/user"
-	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
@@ -38,13 +34,13 @@ func (o *opsFlags) register(fs *flag.FlagSet, listing bool) {
 func (o *opsFlags) path() (string, error) {
 	switch {
 	case o.socket != "" && o.dev != "":
-		return "", usagef("give -dev or -daemon, not both")
+		return "", cmdline.Usagef("give -dev or -daemon, not both")
 	case o.socket != "":
 		return o.socket, nil
 	case o.dev != "":
 		return daemon.SocketPath(o.dev), nil
 	}
-	return "", usagef("-dev IF or -daemon SOCKET is required")
+	return "", cmdline.Usagef("-dev IF or -daemon SOCKET is required")
 }
 
 // query asks the daemon for op into out, bounded in time.
@@ -55,31 +51,7 @@ func (o *opsFlags) query(ctx context.Context, op string, out any) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return socketError(p, daemon.Query(ctx, p, op, out))
-}
-
-// socketError says what a refused socket means: its permissions, not a
-// missing capability (which describe would suggest for EACCES).
-func socketError(path string, err error) error {
-	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("%s: permission denied (EACCES): %s", path, socketAccessHint(path))
-	}
-	return err
-}
-
-// socketAccessHint names who may use the daemon's socket at path, and how
-// this user becomes one of them.
-func socketAccessHint(path string) string {
-	var st unix.Stat_t
-	if unix.Stat(path, &st) != nil {
-		return "the daemon's socket admits root and the members of its socket group (the daemon's -group, socket_group); join that group, or run as root"
-	}
-	group := strconv.FormatUint(uint64(st.Gid), 10)
-	if g, err := user.LookupGroupId(group); err == nil {
-		group = g.Name
-	}
-	return fmt.Sprintf("the daemon's socket (mode %04o) admits its owner and the members of group %s (the daemon's -group, socket_group): add this user to it (usermod -aG %s USER, then log in again), or run as root",
-		st.Mode&0o777, group, group)
+	return cmdline.SocketError(p, daemon.Query(ctx, p, op, out))
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -89,16 +61,16 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // parseOps parses an operator command's flags (the conventions of
-// parseFlags: -h on stdout, a bad flag exits 2).
+// cmdline.ParseFlags: -h on stdout, a bad flag exits 2).
 func parseOps(name, about string, args []string, stdout, stderr io.Writer, listing bool) (*opsFlags, error) {
 	j := ""
 	if listing {
 		j = " [-j]"
 	}
-	fs := newFlagSet(name, fmt.Sprintf("usage: ndkxdp %s -dev IF|-daemon SOCKET%s\n\n%s", name, j, about), stderr)
+	fs := cmdline.NewFlagSet(name, fmt.Sprintf("usage: ndkxdp %s -dev IF|-daemon SOCKET%s\n\n%s", name, j, about), stderr)
 	o := &opsFlags{}
 	o.register(fs, listing)
-	if err := parseFlags(fs, args, stdout); err != nil {
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return nil, err
 	}
 	if _, err := o.path(); err != nil {

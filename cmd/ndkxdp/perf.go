@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/demo"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 )
 
@@ -20,33 +22,33 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) > 0 && args[0] != "baseline" && args[0][0] != '-' {
 		return runPerfTest(ctx, args[0], args[1:], stdout, stderr) // perftest.go
 	}
-	if len(args) > 0 && wantsHelp(args[:1]) {
+	if len(args) > 0 && cmdline.WantsHelp(args[:1]) {
 		fmt.Fprintf(stdout, "%s\n\n%s\n", baselineSynopsis, perfTestUsage)
 		return nil
 	}
 	if len(args) == 0 || args[0] != "baseline" {
 		fmt.Fprintf(stderr, "%s\n\n%s\n", baselineSynopsis, perfTestUsage)
-		return usagef("perf needs a test name or baseline")
+		return cmdline.Usagef("perf needs a test name or baseline")
 	}
-	fs := newFlagSet("perf baseline", baselineSynopsis, stderr)
+	fs := cmdline.NewFlagSet("perf baseline", baselineSynopsis, stderr)
 	d := fs.Duration("duration", time.Second, "length of each rate measurement, (0, 1m]")
 	pings := fs.Int("pings", 20000, "timed round trips per ping-pong, [1, 10000000]")
-	mtu := fs.Int("mtu", 1500, fmt.Sprintf("MTU of the veth pair, [%d, %d]", demoMinMTU, demoMaxMTU))
-	if err := parseFlags(fs, args[1:], stdout); err != nil {
+	mtu := fs.Int("mtu", 1500, fmt.Sprintf("MTU of the veth pair, [%d, %d]", demo.MinMTU, demo.MaxMTU))
+	if err := cmdline.ParseFlags(fs, args[1:], stdout); err != nil {
 		return err
 	}
 	switch {
 	case *d <= 0 || *d > time.Minute:
-		return usagef("-duration %v: must be in (0, 1m]", *d)
+		return cmdline.Usagef("-duration %v: must be in (0, 1m]", *d)
 	case *pings < 1 || *pings > 10_000_000:
-		return usagef("-pings %d: must be in [1, 10000000]", *pings)
-	case *mtu < demoMinMTU || *mtu > demoMaxMTU:
-		return usagef("-mtu %d: must be in [%d, %d] (the pair carries IPv6, which needs %d)", *mtu, demoMinMTU, demoMaxMTU, demoMinMTU)
+		return cmdline.Usagef("-pings %d: must be in [1, 10000000]", *pings)
+	case *mtu < demo.MinMTU || *mtu > demo.MaxMTU:
+		return cmdline.Usagef("-mtu %d: must be in [%d, %d] (the pair carries IPv6, which needs %d)", *mtu, demo.MinMTU, demo.MaxMTU, demo.MinMTU)
 	}
-	if err := requireCaps(pairCaps); err != nil {
+	if err := cmdline.RequireCaps(cmdline.PairCaps); err != nil {
 		return err
 	}
-	enterPhase(ctx, "setup of the veth pair")
+	cmdline.EnterPhase(ctx, "setup of the veth pair")
 	p, err := vethpair.NewPair(vethpair.Config{MTU: *mtu})
 	if err != nil {
 		return err
@@ -57,7 +59,7 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Duration: *d,
 		Pings:    *pings,
 		Progress: func(s string) {
-			enterPhase(ctx, "measuring "+s)
+			cmdline.EnterPhase(ctx, "measuring "+s)
 			fmt.Fprintf(stderr, "  measuring %s\n", s)
 		},
 	})

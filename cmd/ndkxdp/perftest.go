@@ -9,13 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"reflect"
 	"runtime"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
@@ -67,17 +67,17 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	enterPhase(ctx, "address lookup")
+	cmdline.EnterPhase(ctx, "address lookup")
 	var peer netip.Addr
 	if f.addr != "" {
-		if peer, err = lookupAddr(ctx, "server address", f.addr); err != nil {
+		if peer, err = cmdline.LookupAddr(ctx, "server address", f.addr); err != nil {
 			return stepTimedOut(ctx, err, f.timeout, "address lookup")
 		}
 	}
-	if err := toolNeedsCaps(f.daemon); err != nil {
+	if err := cmdline.ToolNeedsCaps(f.daemon); err != nil {
 		return err
 	}
-	capture, err := openCapture(f.capture, &f.opts)
+	capture, err := cmdline.OpenCapture(f.capture, &f.opts)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		defer capture.Close()
 	}
 	if f.daemon == "" {
-		if err := f.nic.apply(&f.opts, f.dev); err != nil {
+		if err := f.nic.Apply(&f.opts, f.dev); err != nil {
 			return err
 		}
 	}
@@ -99,9 +99,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		defer restore()
 		procs = fmt.Sprintf(", GOMAXPROCS %d", n)
 	}
-	step := openStep(f.dev, f.daemon)
-	enterPhase(ctx, step)
-	d, err := openDevice(ctx, f.dev, f.daemon, f.opts)
+	step := cmdline.OpenStep(f.dev, f.daemon)
+	cmdline.EnterPhase(ctx, step)
+	d, err := cmdline.OpenDevice(ctx, f.dev, f.daemon, f.opts)
 	if err != nil {
 		return stepTimedOut(ctx, err, f.timeout, step)
 	}
@@ -117,12 +117,12 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		srq = ", receives through a shared receive queue (--use-srq)"
 	}
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin), procs, srq)
-	enterPhase(ctx, "perf "+name+" as "+role)
+	cmdline.EnterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	// Through a daemon the engines' counters are the daemon's since it
 	// started: the run reports what changed during it.
-	base := sumStats(d.Adapter.Stats())
-	stopProgress := progress(stderr, progressLabel(name, p), d.Adapter)
+	base := cmdline.SumStats(d.Adapter.Stats())
+	stopProgress := cmdline.Progress(stderr, progressLabel(name, p), d.Adapter)
 	defer stopProgress()
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
@@ -138,7 +138,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if f.histogram {
 		perftest.PrintHistogram(stdout, res.Hist)
 	}
-	printRunStats(stderr, statsSince(sumStats(d.Adapter.Stats()), base), res.Waits, f.daemon != "")
+	printRunStats(stderr, cmdline.StatsSince(cmdline.SumStats(d.Adapter.Stats()), base), res.Waits, f.daemon != "")
 	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
 }
 
@@ -150,7 +150,7 @@ type perfTestFlags struct {
 	daemon                      string
 	timeout, spin               time.Duration
 	histogram                   bool
-	nic                         nicFlags
+	nic                         cmdline.NICFlags
 }
 
 // parsePerfTest checks every flag, perftest's limits included, before
@@ -159,9 +159,9 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	var f perfTestFlags
 	test, ok := perfTests[name]
 	if !ok {
-		return f, usagef("unknown test %q\n%s", name, perfTestUsage)
+		return f, cmdline.Usagef("unknown test %q\n%s", name, perfTestUsage)
 	}
-	fs := newFlagSet("perf "+name, perfTestSynopsis(name), stderr)
+	fs := cmdline.NewFlagSet("perf "+name, perfTestSynopsis(name), stderr)
 	p := &f.params
 	*p = perftest.Params{Verb: test.verb, Kind: test.kind}
 	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: perftest's)")
@@ -187,7 +187,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
 	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the test spins before it sleeps, and the engines at least (they spin up to 200µs while work keeps coming); through -daemon, the test's only")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
-	f.nic.register(fs)
+	f.nic.Register(fs)
 	pt := registerPerftestFlags(fs, p, secs, port, cas)
 	var err error
 	if f.addr, err = parseWithAddr(fs, args, stdout); err != nil {
@@ -198,16 +198,16 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	}
 	switch {
 	case *port == 0 || *port > 0xFFFF:
-		return f, usagef("-p %d: not a port", *port)
+		return f, cmdline.Usagef("-p %d: not a port", *port)
 	case f.timeout <= 0:
-		return f, usagef("-timeout %v: must be positive", f.timeout)
+		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
 	case f.polling != "adaptive" && f.polling != "busy":
-		return f, usagef("unknown -polling %q (want adaptive or busy)", f.polling)
+		return f, cmdline.Usagef("unknown -polling %q (want adaptive or busy)", f.polling)
 	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
-		return f, usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
+		return f, cmdline.Usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
 	}
 	if err := checkSpin(f.spin, f.polling == "busy" && flagSet(fs, "spin")); err != nil {
-		return f, usagef("-spin %v: %v", f.spin, err)
+		return f, cmdline.Usagef("-spin %v: %v", f.spin, err)
 	}
 	p.Duration = time.Duration(*secs) * time.Second
 	if !flagSet(fs, "timeout") {
@@ -228,9 +228,9 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	// 5 s to listen for it.
 	p.ConnectRetry = perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}
 	if err := p.Check(); err != nil {
-		return f, usagef("%v", err)
+		return f, cmdline.Usagef("%v", err)
 	}
-	if err := f.nic.check(f.daemon); err != nil {
+	if err := f.nic.Check(f.daemon); err != nil {
 		return f, err
 	}
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, perfTestUsage)
@@ -255,20 +255,20 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // parseWithAddr parses flags with one optional ADDR before, between or
 // after them, as perftest allows; more arguments are refused.
 func parseWithAddr(fs *flag.FlagSet, args []string, stdout io.Writer) (string, error) {
-	if wantsHelp(args) {
-		return "", parseFlags(fs, args, stdout)
+	if cmdline.WantsHelp(args) {
+		return "", cmdline.ParseFlags(fs, args, stdout)
 	}
 	var addr string
 	rest := args
 	for {
 		if err := fs.Parse(rest); err != nil {
-			return "", badUsage(err)
+			return "", cmdline.BadUsage(err)
 		}
 		if fs.NArg() == 0 {
 			return addr, nil
 		}
 		if addr != "" {
-			return "", usagef("unexpected arguments %q\n%s", fs.Args(), perfTestUsage)
+			return "", cmdline.Usagef("unexpected arguments %q\n%s", fs.Args(), perfTestUsage)
 		}
 		addr, rest = fs.Arg(0), fs.Args()[1:]
 	}
@@ -286,27 +286,6 @@ func printRunStats(w io.Writer, s ndk.EngineStats, waits uint64, daemon bool) {
 	}
 	fmt.Fprintf(w, "ndkxdp: %s: engine sleeps %d, slow yields %d, test's blocking waits %d; retransmission rounds %d, ACK timeouts %d, RNR NAKs sent %d received %d, duplicate requests %d, out-of-sequence %d\n",
 		whose, s.Sleeps, s.SlowYields, waits, s.Retransmits, s.Timeouts, s.RNRSent, s.RNRReceived, s.Duplicates, s.OutOfSeq)
-}
-
-// sumStats adds up the engines' counters.
-func sumStats(engines []ndk.EngineStats) ndk.EngineStats {
-	var s ndk.EngineStats
-	for _, e := range engines {
-		s.Add(e)
-	}
-	return s
-}
-
-// statsSince is what each counter of now gained since base.
-func statsSince(now, base ndk.EngineStats) ndk.EngineStats {
-	d := now
-	dv, bv := reflect.ValueOf(&d).Elem(), reflect.ValueOf(base)
-	for i := range dv.NumField() {
-		if f := dv.Field(i); f.Kind() == reflect.Uint64 {
-			f.SetUint(f.Uint() - bv.Field(i).Uint())
-		}
-	}
-	return d
 }
 
 // pollingText says how the run waits, as the tools print it.
@@ -364,7 +343,7 @@ var (
 // the baseline perf's latency tests are held against: the same columns
 // between the same two hosts. Without ADDR it serves one client.
 func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("perf tcp_lat", perfTestSynopsis("tcp_lat"), stderr)
+	fs := cmdline.NewFlagSet("perf tcp_lat", perfTestSynopsis("tcp_lat"), stderr)
 	var p perftest.Params
 	fs.IntVar(&p.Size, "s", 0, "message size in bytes (default: send_lat's)")
 	fs.IntVar(&p.Iterations, "n", 0, "iterations (default: send_lat's)")
@@ -376,9 +355,9 @@ func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch {
 	case *port == 0 || *port > 0xFFFF:
-		return usagef("-p %d: not a port", *port)
+		return cmdline.Usagef("-p %d: not a port", *port)
 	case *timeout <= 0:
-		return usagef("-timeout %v: must be positive", *timeout)
+		return cmdline.Usagef("-timeout %v: must be positive", *timeout)
 	}
 	procs, restore := latencyProcs(0) // as perf's own latency tests run
 	defer restore()
@@ -386,7 +365,7 @@ func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	var conn net.Conn
 	if addr != "" {
-		peer, err := lookupAddr(ctx, "server address", addr)
+		peer, err := cmdline.LookupAddr(ctx, "server address", addr)
 		if err != nil {
 			return err
 		}
@@ -422,7 +401,7 @@ func runTCPLat(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	defer conn.Close()
-	enterPhase(ctx, "perf tcp_lat")
+	cmdline.EnterPhase(ctx, "perf tcp_lat")
 	_, err = perftest.TCPLat(ctx, conn, p, addr != "", stdout)
 	return stepTimedOut(ctx, err, *timeout, "perf tcp_lat")
 }

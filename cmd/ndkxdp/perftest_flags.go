@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 )
 
@@ -72,17 +73,17 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string, daemon string) error {
 	switch {
 	case f.runInfinitely:
-		return usagef("--run_infinitely: ndkxdp perf runs once; -D SECONDS runs for that long (and a loop in the shell runs again)")
+		return cmdline.Usagef("--run_infinitely: ndkxdp perf runs once; -D SECONDS runs for that long (and a loop in the shell runs again)")
 	case f.qps != 1:
-		return usagef("-q %d: ndkxdp perf runs one QP per process; run %d perf processes, each on its own -p port", f.qps, f.qps)
+		return cmdline.Usagef("-q %d: ndkxdp perf runs one QP per process; run %d perf processes, each on its own -p port", f.qps, f.qps)
 	case f.ibPort != 1:
-		return usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
+		return cmdline.Usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
 	case !strings.EqualFold(f.connection, "RC"):
-		return usagef("-c %s: ndkxdp runs RC connections only", f.connection)
+		return cmdline.Usagef("-c %s: ndkxdp runs RC connections only", f.connection)
 	case f.mtu != 0:
-		return usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
+		return cmdline.Usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
 	case f.gidIndex < 0:
-		return usagef("-x %d: not a GID index", f.gidIndex)
+		return cmdline.Usagef("-x %d: not a GID index", f.gidIndex)
 	}
 	p.GIDIndex = int32(f.gidIndex)
 	switch strings.ToUpper(f.atomicType) {
@@ -90,7 +91,7 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	case "CMP_AND_SWAP":
 		p.AtomicType = perftest.CompareAndSwap
 	default:
-		return usagef("-A %s: want FETCH_AND_ADD or CMP_AND_SWAP", f.atomicType)
+		return cmdline.Usagef("-A %s: want FETCH_AND_ADD or CMP_AND_SWAP", f.atomicType)
 	}
 	if f.ibDev == "" || daemon != "" {
 		return nil // through a daemon, the device is the one it serves
@@ -98,9 +99,9 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	ifname, ok := netdevOf(f.ibDev)
 	switch {
 	case !ok:
-		return usagef("-d %s: no network interface or RDMA device of that name here; ndkxdp runs on a network interface: give -dev IF, or -daemon SOCKET", f.ibDev)
+		return cmdline.Usagef("-d %s: no network interface or RDMA device of that name here; ndkxdp runs on a network interface: give -dev IF, or -daemon SOCKET", f.ibDev)
 	case *dev != "" && *dev != ifname:
-		return usagef("-d %s is interface %s, -dev says %s", f.ibDev, ifname, *dev)
+		return cmdline.Usagef("-d %s is interface %s, -dev says %s", f.ibDev, ifname, *dev)
 	}
 	*dev = ifname
 	return nil

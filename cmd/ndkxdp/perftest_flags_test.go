@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 )
 
@@ -60,7 +61,7 @@ func TestPerftestCommandLines(t *testing.T) {
 		t.Run(tc.line, func(t *testing.T) {
 			args := strings.Fields(tc.line)
 			_, err := parsePerfTest(strings.TrimPrefix(args[0], "ib_"), args[1:], io.Discard, io.Discard)
-			var ue *usageError
+			var ue *cmdline.UsageError
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ue) {
 				t.Errorf("%v, want a usage error naming %q", err, tc.want)
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
@@ -20,7 +21,7 @@ func TestRunStatsAreThisRunsOwn(t *testing.T) {
 		bv.Field(i).SetUint(uint64(100 * (i + 1)))
 		av.Field(i).SetUint(uint64(100*(i+1) + i + 1))
 	}
-	d := statsSince(sumStats([]ndk.EngineStats{after}), sumStats([]ndk.EngineStats{before}))
+	d := cmdline.StatsSince(cmdline.SumStats([]ndk.EngineStats{after}), cmdline.SumStats([]ndk.EngineStats{before}))
 	dv := reflect.ValueOf(d)
 	for i := range dv.NumField() {
 		if got := dv.Field(i).Uint(); got != uint64(i+1) {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -30,14 +31,14 @@ type rpingFlags struct {
 	port               uint
 	cfg                rping.Config
 	timeout            time.Duration
-	nic                nicFlags
+	nic                cmdline.NICFlags
 	// persistent (-P) serves one client after another; debug (-d) prints
 	// each step.
 	persistent, debug bool
 }
 
 func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
-	fs := newFlagSet("rping", rpingSynopsis, stderr)
+	fs := cmdline.NewFlagSet("rping", rpingSynopsis, stderr)
 	var f rpingFlags
 	fs.BoolVar(&f.server, "s", false, "server: wait for a client")
 	fs.BoolVar(&f.client, "c", false, "client: connect to -a")
@@ -53,8 +54,8 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	fs.BoolVar(&f.persistent, "P", false, "server: persistent, serve one client after another until interrupted (rping's -P)")
 	fs.BoolVar(&f.debug, "d", false, "print each step on stderr (rping's debug output)")
-	f.nic.register(fs)
-	if err := parseFlags(fs, args, stdout); err != nil {
+	f.nic.Register(fs)
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return f, err
 	}
 	if f.persistent && !flagSet(fs, "timeout") {
@@ -65,20 +66,20 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	}
 	switch {
 	case f.persistent && f.client:
-		return f, usagef("-P is a server's (keep serving clients); a client runs -C pings\n%s", rpingUsage)
+		return f, cmdline.Usagef("-P is a server's (keep serving clients); a client runs -C pings\n%s", rpingUsage)
 	case f.server == f.client:
-		return f, usagef("give exactly one of -s and -c\n%s", rpingUsage)
+		return f, cmdline.Usagef("give exactly one of -s and -c\n%s", rpingUsage)
 	case f.client && f.addr == "":
-		return f, usagef("a client needs -a ADDR\n%s", rpingUsage)
+		return f, cmdline.Usagef("a client needs -a ADDR\n%s", rpingUsage)
 	case f.port == 0 || f.port > 0xFFFF:
-		return f, usagef("-p %d: not a port", f.port)
+		return f, cmdline.Usagef("-p %d: not a port", f.port)
 	case f.timeout <= 0:
-		return f, usagef("-timeout %v: must be positive", f.timeout)
+		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
 	}
 	if err := f.cfg.Check(); err != nil {
-		return f, usagef("%v", err)
+		return f, cmdline.Usagef("%v", err)
 	}
-	if err := f.nic.check(f.daemon); err != nil {
+	if err := f.nic.Check(f.daemon); err != nil {
 		return f, err
 	}
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, rpingUsage)
@@ -97,7 +98,7 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	step := "address lookup"
 	f.cfg.Phase = func(s string) {
 		step = s
-		enterPhase(ctx, "rping "+s)
+		cmdline.EnterPhase(ctx, "rping "+s)
 		if f.debug {
 			fmt.Fprintf(stderr, "rping: %s\n", s)
 		}
@@ -106,7 +107,7 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	listen := netip.IPv4Unspecified()
 	var peer netip.Addr
 	if f.addr != "" {
-		a, err := lookupAddr(ctx, "-a", f.addr)
+		a, err := cmdline.LookupAddr(ctx, "-a", f.addr)
 		if err != nil {
 			return stepTimedOut(ctx, err, f.timeout, step)
 		}
@@ -121,30 +122,30 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			listen = a
 		}
 	}
-	if err := toolNeedsCaps(f.daemon); err != nil {
+	if err := cmdline.ToolNeedsCaps(f.daemon); err != nil {
 		return err
 	}
 	var opts ndk.Options
 	if f.daemon == "" {
-		if err := f.nic.apply(&opts, f.dev); err != nil {
+		if err := f.nic.Apply(&opts, f.dev); err != nil {
 			return err
 		}
 	}
-	capture, err := openCapture(f.capture, &opts)
+	capture, err := cmdline.OpenCapture(f.capture, &opts)
 	if err != nil {
 		return err
 	}
 	if capture != nil {
 		defer capture.Close()
 	}
-	f.cfg.Phase(openStep(f.dev, f.daemon))
-	d, err := openDevice(ctx, f.dev, f.daemon, opts)
+	f.cfg.Phase(cmdline.OpenStep(f.dev, f.daemon))
+	d, err := cmdline.OpenDevice(ctx, f.dev, f.daemon, opts)
 	if err != nil {
 		return stepTimedOut(ctx, err, f.timeout, step)
 	}
 	defer d.Close()
 	if f.daemon != "" && !listen.IsUnspecified() && listen != d.Adapter.LocalAddress() {
-		return usagef("-a %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v; leave out -a to listen on it", listen, f.daemon, d.Adapter.LocalAddress())
+		return cmdline.Usagef("-a %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v; leave out -a to listen on it", listen, f.daemon, d.Adapter.LocalAddress())
 	}
 	var st rping.Stats
 	if f.client {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/vethpair"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -270,8 +271,8 @@ func TestToolsRunWithCapabilitiesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var caps []string
-	for _, c := range toolCaps {
-		caps = append(caps, "+"+strings.TrimPrefix(strings.ToLower(c.name), "cap_"))
+	for _, c := range cmdline.ToolCaps {
+		caps = append(caps, "+"+strings.TrimPrefix(strings.ToLower(c.Name), "cap_"))
 	}
 	set := "-all," + strings.Join(caps, ",")
 	limited := func(ns, role string, args ...string) *exec.Cmd {

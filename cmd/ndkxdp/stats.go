@@ -35,8 +35,11 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(w, "link %s cm %s\n", s.Interface, pairs(s.CM))
 	fmt.Fprintf(w, "link %s daemon %s\n", s.Interface, pairs(s.Daemon))
 	for _, q := range s.QPs {
-		fmt.Fprintf(w, "link %s lqpn %d frames_in %d frames_out %d retransmits %d ack_timeouts %d naks_sent %d naks_received %d rnr_naks_sent %d rnr_naks_received %d duplicate_requests %d out_of_sequence %d\n",
-			s.Interface, q.QPN, q.FramesIn, q.FramesOut, q.Retransmits, q.Timeouts, q.NAKsSent, q.NAKsRecv, q.RNRSent, q.RNRRecv, q.Duplicates, q.OutOfSeq)
+		fmt.Fprintf(w, "link %s lqpn %d", s.Interface, q.QPN)
+		for c, v := range q.QP.All() {
+			fmt.Fprintf(w, " %s %d", c.Name, v)
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

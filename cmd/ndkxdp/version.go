@@ -12,6 +12,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 )
 
 // version is set at link time (-ldflags "-X main.version=..."); without
@@ -21,8 +23,8 @@ var version = ""
 const versionSynopsis = "usage: ndkxdp version\n\nPrints the module version, the VCS revision it was built from, the Go\nversion, and which kernel features ndkxdp needs this kernel has."
 
 func runVersion(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", versionSynopsis, stderr)
-	if err := parseFlags(fs, args, stdout); err != nil {
+	fs := cmdline.NewFlagSet("version", versionSynopsis, stderr)
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	fmt.Fprint(stdout, buildText(debug.ReadBuildInfo()))

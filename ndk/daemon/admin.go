@@ -6,18 +6,17 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"reflect"
 	"runtime"
 	"sort"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/counters"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
@@ -176,16 +175,9 @@ type QP struct {
 	ExpectedPSN uint32 `json:"rq_psn"`
 	Outstanding int    `json:"outstanding"`
 	ReadsOut    int    `json:"reads_out"`
-	FramesIn    uint64 `json:"frames_in"`
-	FramesOut   uint64 `json:"frames_out"`
-	Retransmits uint64 `json:"retransmits"`
-	Timeouts    uint64 `json:"ack_timeouts"`
-	NAKsSent    uint64 `json:"naks_sent"`
-	NAKsRecv    uint64 `json:"naks_received"`
-	RNRSent     uint64 `json:"rnr_naks_sent"`
-	RNRRecv     uint64 `json:"rnr_naks_received"`
-	Duplicates  uint64 `json:"duplicate_requests"`
-	OutOfSeq    uint64 `json:"out_of_sequence"`
+	// The QP's counters, each a key of its own (counters.QP's json
+	// tags).
+	counters.QP
 	// The owning client process; PID 0 for a QP of the daemon itself.
 	PID     int32  `json:"pid"`
 	Command string `json:"comm,omitempty"`
@@ -497,10 +489,7 @@ func (s *Server) qps() ([]QP, error) {
 		x := QP{
 			QPN: q.QPN, Queue: q.Queue, State: q.State.String(), PathMTU: q.PathMTU,
 			SendPSN: q.SendPSN, UnackedPSN: q.UnackedPSN, ExpectedPSN: q.ExpectedPSN,
-			Outstanding: q.Outstanding, ReadsOut: q.ReadsOut,
-			FramesIn: q.FramesIn, FramesOut: q.FramesOut, Retransmits: q.Retransmits, Timeouts: q.Timeouts,
-			NAKsSent: q.NAKsSent, NAKsRecv: q.NAKsReceived, RNRSent: q.RNRSent, RNRRecv: q.RNRReceived,
-			Duplicates: q.Duplicates, OutOfSeq: q.OutOfSeq,
+			Outstanding: q.Outstanding, ReadsOut: q.ReadsOut, QP: q.QPInfo.QP,
 		}
 		if q.PeerIP.IsValid() {
 			x.PeerAddr, x.PeerQPN = q.PeerIP.String(), q.PeerQPN
@@ -514,31 +503,15 @@ func (s *Server) qps() ([]QP, error) {
 	return out, nil
 }
 
-// CounterMap names each engine counter in snake case, as the JSON of
-// ndkxdp stats and the metrics do: FramesIn is frames_in, NAKsSent
-// naks_sent, RNRReceived rnr_received.
+// CounterMap names each engine counter as the JSON of ndkxdp stats and
+// the metrics do (counters.EngineCounters).
 func CounterMap(s ndk.EngineStats) map[string]uint64 {
-	v := reflect.ValueOf(s)
-	out := make(map[string]uint64, v.NumField())
-	for i := range v.NumField() {
-		out[snake(v.Type().Field(i).Name)] = v.Field(i).Uint()
+	out := make(map[string]uint64, len(counters.EngineCounters))
+	e := counters.Engine(s)
+	for c, v := range e.All() {
+		out[c.Name] = v
 	}
 	return out
-}
-
-func snake(name string) string {
-	if rest, ok := strings.CutPrefix(name, "RNR"); ok {
-		return "rnr_" + snake(rest)
-	}
-	var b strings.Builder
-	r := []rune(name)
-	for i, c := range r {
-		if i > 0 && unicode.IsUpper(c) && (unicode.IsLower(r[i-1]) || unicode.IsDigit(r[i-1])) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToLower(c))
-	}
-	return b.String()
 }
 
 // daemonCounters flattens what the daemon refused or ended into one map.

@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ndkxdp/ndkxdp/loader"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/counters"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -115,8 +115,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i, e := range s.a.Stats() {
 		q := strconv.Itoa(i)
-		for name, v := range CounterMap(e) {
-			counter("ndkxdp_engine_"+name+"_total", "Engine counter "+name+" (ndkxdp stats).", labelsQueue, v, ifn, q)
+		e := counters.Engine(e)
+		for c, v := range e.All() {
+			counter("ndkxdp_engine_"+c.Name+"_total", c.Help, labelsQueue, v, ifn, q)
 		}
 	}
 	for _, x := range p.Queues() {
@@ -175,37 +176,20 @@ func attrs(m map[rocev2.AttributeID]uint64) map[string]uint64 {
 func (c *collector) collectQPs(ch chan<- prometheus.Metric, p *inproc.Provider, counter func(string, string, []string, uint64, ...string)) {
 	qps := p.QPs()
 	sort.Slice(qps, func(i, j int) bool { return qps[i].QPN < qps[j].QPN })
-	var other rc.QPInfo
-	emit := func(q *rc.QPInfo, label string) {
-		for _, m := range []struct {
-			name string
-			v    uint64
-		}{
-			{"frames_in", q.FramesIn}, {"frames_out", q.FramesOut}, {"retransmits", q.Retransmits},
-			{"ack_timeouts", q.Timeouts}, {"naks_sent", q.NAKsSent}, {"naks_received", q.NAKsReceived},
-			{"rnr_naks_sent", q.RNRSent}, {"rnr_naks_received", q.RNRReceived},
-			{"duplicate_requests", q.Duplicates}, {"out_of_sequence", q.OutOfSeq},
-		} {
-			counter("ndkxdp_qp_"+m.name+"_total", "QP counter "+m.name+` (qpn="other": the QPs beyond the series limit, summed).`,
-				labelsQP, m.v, c.s.cfg.Interface, label)
+	var other counters.QP
+	emit := func(q *counters.QP, label string) {
+		for m, v := range q.All() {
+			counter("ndkxdp_qp_"+m.Name+"_total", m.Help+` qpn="other" sums the QPs beyond the series limit.`,
+				labelsQP, v, c.s.cfg.Interface, label)
 		}
 	}
 	for i := range qps {
 		q := &qps[i].QPInfo
 		if i < c.qpSeries {
-			emit(q, strconv.FormatUint(uint64(q.QPN), 10))
+			emit(&q.QP, strconv.FormatUint(uint64(q.QPN), 10))
 			continue
 		}
-		other.FramesIn += q.FramesIn
-		other.FramesOut += q.FramesOut
-		other.Retransmits += q.Retransmits
-		other.Timeouts += q.Timeouts
-		other.NAKsSent += q.NAKsSent
-		other.NAKsReceived += q.NAKsReceived
-		other.RNRSent += q.RNRSent
-		other.RNRReceived += q.RNRReceived
-		other.Duplicates += q.Duplicates
-		other.OutOfSeq += q.OutOfSeq
+		other.Add(q.QP)
 	}
 	if len(qps) > c.qpSeries {
 		emit(&other, "other")

@@ -3,6 +3,7 @@ package rc
 import (
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
@@ -164,5 +165,33 @@ func TestDuplicatesAllocateNothing(t *testing.T) {
 	}
 	if after.Duplicates-before.Duplicates < 200 || after.WrongDestination == before.WrongDestination || after.ReplaysDeferred == before.ReplaysDeferred {
 		t.Fatalf("the frames did not take the paths meant: before %+v after %+v", before, after)
+	}
+}
+
+// TestDroppedFramesAllocateNothing: frames the engine drops and counts (a
+// bad ICRC, a foreign P_Key, an unknown QP) cost no allocation.
+func TestDroppedFramesAllocateNothing(t *testing.T) {
+	h := newHostile(t, hostileOptions{})
+	badICRC := h.send(rocev2.RCSendOnly, h.nextPSN(), make([]byte, 8), 0)
+	badICRC[len(badICRC)-1] ^= 0xFF
+	hd := h.hdr(rocev2.RCSendOnly, h.nextPSN())
+	hd.BTH.PKey = 0x1234
+	badPKey := h.frame(hd, make([]byte, 8))
+	hd = h.hdr(rocev2.RCSendOnly, h.nextPSN())
+	hd.BTH.DestQP = 0x777
+	unknownQP := h.frame(hd, make([]byte, 8))
+	c := &h.b.eng.c
+	round := func() {
+		icrc, pkey, qp := atomic.LoadUint64(&c.BadICRC), atomic.LoadUint64(&c.BadPKey), atomic.LoadUint64(&c.UnknownQP)
+		h.inj.inject(badICRC, badPKey, unknownQP)
+		for atomic.LoadUint64(&c.BadICRC) == icrc || atomic.LoadUint64(&c.BadPKey) == pkey || atomic.LoadUint64(&c.UnknownQP) == qp {
+			runtime.Gosched()
+		}
+	}
+	for i := 0; i < 20; i++ {
+		round()
+	}
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("%.2f allocations per round of three dropped frames, want 0", n)
 	}
 }

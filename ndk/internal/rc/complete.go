@@ -1,6 +1,8 @@
 package rc
 
 import (
+	"sync/atomic"
+
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 )
@@ -163,7 +165,7 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status ndkpi.Status, code uint3
 	if signal {
 		q.cfg.SendCQ.Push(&e.entry)
 		e.entry = cq.Entry{}
-		e.c.completions.Add(1)
+		atomic.AddUint64(&e.c.Completions, 1)
 	}
 }
 
@@ -193,7 +195,7 @@ func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ nd
 	}
 	q.cfg.RecvCQ.Push(&e.entry)
 	e.entry = cq.Entry{}
-	e.c.completions.Add(1)
+	atomic.AddUint64(&e.c.Completions, 1)
 }
 
 // recvHead is the receive the current SEND lands in: the oldest of the

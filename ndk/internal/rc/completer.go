@@ -2,6 +2,7 @@ package rc
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
@@ -21,19 +22,19 @@ func (e *Engine) completer(q *QP) {
 	p := &e.pkt
 	psn := p.BTH.PSN
 	if t.sqHead == t.sqStart {
-		e.c.stale.Add(1) // nothing outstanding: a duplicate or late ACK
+		atomic.AddUint64(&e.c.Stale, 1) // nothing outstanding: a duplicate or late ACK
 		return
 	}
 	// Valid responses name a PSN in [una-1, nextPSN).
 	if psn.Diff(t.una) < -1 || !psn.Less(t.nextPSN) {
-		e.c.stale.Add(1)
+		atomic.AddUint64(&e.c.Stale, 1)
 		return
 	}
 	if !validSyndrome(p.BTH.Opcode, p.AETH.Syndrome) {
 		// A syndrome IBTA reserves (9.7.5.1): nothing in the packet can be
 		// trusted, and waiting would only let the request time out, so it
 		// fails at once (rxe check_ack: COMPST_ERROR).
-		e.c.badSyndromes.Add(1)
+		atomic.AddUint64(&e.c.BadSyndromes, 1)
 		e.fail(q, ndkpi.StatusRemoteResources, wcBadRespErr)
 		return
 	}
@@ -44,25 +45,25 @@ func (e *Engine) completer(q *QP) {
 		case rocev2.AckTypeACK:
 			e.ackThrough(q, psn, false)
 		case rocev2.AckTypeRNRNAK:
-			e.c.rnrReceived.Add(1)
-			t.n.rnrReceived++
+			atomic.AddUint64(&e.c.RNRReceived, 1)
+			t.n.RNRReceived++
 			e.ackThrough(q, psn.Add(rocev2.PSNMask), false)
 			e.rnrWait(q, psn, syn.RNRTimer())
 		case rocev2.AckTypeNAK:
-			e.c.naksReceived.Add(1)
-			t.n.naksReceived++
+			atomic.AddUint64(&e.c.NAKsReceived, 1)
+			t.n.NAKsReceived++
 			e.ackThrough(q, psn.Add(rocev2.PSNMask), false)
 			if t.failed {
 				return
 			}
 			switch syn.NAKCode() {
 			case rocev2.NAKPSNSequenceError:
-				e.c.seqNAKsReceived.Add(1)
+				atomic.AddUint64(&e.c.SequenceErrors, 1)
 				// Resend from the oldest unacknowledged PSN: that is the
 				// NAK's PSN unless a READ before it still lacks data.
 				e.retry(q, t.una, true)
 			case rocev2.NAKRemoteAccessError:
-				e.c.remoteAccessErrors.Add(1)
+				atomic.AddUint64(&e.c.RemoteAccessErrors, 1)
 				e.failHead(q, wcRemAccessErr)
 			case rocev2.NAKInvalidRequest:
 				e.failHead(q, wcRemInvReqErr)
@@ -75,7 +76,7 @@ func (e *Engine) completer(q *QP) {
 	case rocev2.RCAtomicAck:
 		e.atomicAck(q, psn)
 	default:
-		e.c.stale.Add(1)
+		atomic.AddUint64(&e.c.Stale, 1)
 	}
 }
 
@@ -176,14 +177,14 @@ func (e *Engine) readResponse(q *QP, psn rocev2.PSN) {
 	}
 	w := q.sq.at(t.sqHead)
 	if w.op != OpRead || psn.Less(w.firstPSN) || w.firstPSN.Distance(psn) >= w.npkts {
-		e.c.stale.Add(1)
+		atomic.AddUint64(&e.c.Stale, 1)
 		return
 	}
 	if psn != t.una {
 		if t.una.Less(psn) {
 			e.retry(q, t.una, true) // a response was lost: ask again from it
 		}
-		e.c.stale.Add(1)
+		atomic.AddUint64(&e.c.Stale, 1)
 		return
 	}
 	k := w.firstPSN.Distance(psn)
@@ -222,7 +223,7 @@ func (e *Engine) atomicAck(q *QP, psn rocev2.PSN) {
 		if w.op.responded() && w.firstPSN.Less(psn) {
 			e.retry(q, t.una, true) // the head's responses were lost
 		}
-		e.c.stale.Add(1)
+		atomic.AddUint64(&e.c.Stale, 1)
 		return
 	}
 	// The 8 bytes land in host order, as verbs delivers the original value
@@ -250,14 +251,14 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 		return
 	}
 	if t.retryLeft <= 0 {
-		e.c.retryExceeded.Add(1)
+		atomic.AddUint64(&e.c.RetryExceeded, 1)
 		e.fail(q, ndkpi.StatusIOTimeout, wcRetryExcErr)
 		return
 	}
 	t.retryLeft--
 	t.retryGuard, t.retryPSN = true, psn
-	e.c.retransmits.Add(1)
-	t.n.retransmits++
+	atomic.AddUint64(&e.c.Retransmits, 1)
+	t.n.Retransmits++
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
@@ -275,7 +276,7 @@ func (e *Engine) rnrWait(q *QP, psn rocev2.PSN, timer rocev2.RNRTimer) {
 		return // a duplicate of the NAK we are waiting out
 	}
 	if t.rnrLeft <= 0 {
-		e.c.rnrRetryExceeded.Add(1)
+		atomic.AddUint64(&e.c.RNRRetryExceeded, 1)
 		e.fail(q, ndkpi.StatusIOTimeout, wcRNRRetryExcErr)
 		return
 	}

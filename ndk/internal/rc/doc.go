@@ -66,7 +66,7 @@
 //	frame.go      emit (headers, payload, ICRC onto the port), span, scatter
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
-//	stats.go      counters and Stats
+//	stats.go      the engine's live counters (declared in ndk/internal/counters) and Stats
 //	violations.go access violations per source: the bounded table of token
 //	              buckets that limits key guessing (ViolationSources)
 //	types.go      SGE, Op, ConnParams, State and the other shared types (op

@@ -180,7 +180,7 @@ type Engine struct {
 	stop       atomic.Bool
 	done       chan struct{}
 
-	c          counters
+	c          liveCounters
 	replayLeft int            // replayBudget left this loop; engine goroutine only
 	violations violationTable // engine goroutine only
 	yield      spin.Yielder   // engine goroutine only
@@ -336,7 +336,7 @@ func (e *Engine) run() {
 			e.timers()
 		}
 		if err := e.port.Flush(); err != nil {
-			e.c.txErrors.Add(1)
+			atomic.AddUint64(&e.c.TxErrors, 1)
 		}
 		if work > 0 {
 			idleSince = e.now
@@ -363,7 +363,7 @@ func (e *Engine) run() {
 			if e.poll == PollBusy {
 				runtime.Gosched()
 			} else if e.yield.Yield() {
-				e.c.slowYields.Add(1)
+				atomic.AddUint64(&e.c.SlowYields, 1)
 			}
 			continue
 		}
@@ -407,10 +407,10 @@ func (e *Engine) sleep() int64 {
 	if timeout == 0 {
 		return -1
 	}
-	e.c.sleeps.Add(1)
+	atomic.AddUint64(&e.c.Sleeps, 1)
 	start := e.clock()
 	if err := e.port.Wait(timeout); err != nil {
-		e.c.rxErrors.Add(1)
+		atomic.AddUint64(&e.c.RxErrors, 1)
 	}
 	return e.clock() - start
 }
@@ -453,7 +453,7 @@ func (e *Engine) receive() int {
 	if n == 0 {
 		return 0
 	}
-	e.c.framesIn.Add(uint64(n))
+	atomic.AddUint64(&e.c.FramesIn, uint64(n))
 	for i := 0; i < n; i++ {
 		if err := rocev2.Parse(e.rx[i], &e.pkt); err != nil {
 			e.countParseError(err)
@@ -467,9 +467,9 @@ func (e *Engine) receive() int {
 
 func (e *Engine) countParseError(err error) {
 	if rocev2.ReasonOf(err) == rocev2.ReasonICRC {
-		e.c.badICRC.Add(1)
+		atomic.AddUint64(&e.c.BadICRC, 1)
 	} else {
-		e.c.malformed.Add(1)
+		atomic.AddUint64(&e.c.Malformed, 1)
 	}
 }
 
@@ -482,7 +482,7 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
 		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP {
 			if !e.toAdapter() {
-				e.c.wrongDestination.Add(1)
+				atomic.AddUint64(&e.c.WrongDestination, 1)
 				return
 			}
 			if e.gsi != nil {
@@ -494,15 +494,15 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 			}
 		}
 		if op.Transport() == rocev2.TransportCNP {
-			e.c.cnps.Add(1)
+			atomic.AddUint64(&e.c.CNPs, 1)
 		}
-		e.c.notRC.Add(1)
+		atomic.AddUint64(&e.c.NotRC, 1)
 		return
 	}
 	if e.pkt.BTH.PKey&0x7FFF != rocev2.DefaultPKey&0x7FFF {
 		// Not the default partition, the only one our QPs belong to
 		// (IBTA C9-42; rxe check_keys drops and counts it too).
-		e.c.badPKey.Add(1)
+		atomic.AddUint64(&e.c.BadPKey, 1)
 		return
 	}
 	q := e.lookup(e.pkt.BTH.DestQP)
@@ -510,25 +510,25 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		if mayForward && e.forward(e.pkt.BTH.DestQP, frame) {
 			return
 		}
-		e.c.unknownQP.Add(1)
+		atomic.AddUint64(&e.c.UnknownQP, 1)
 		return
 	}
 	if !q.t.connected || q.t.failed {
-		e.c.notConnected.Add(1)
+		atomic.AddUint64(&e.c.NotConnected, 1)
 		return
 	}
 	if !q.t.toLocal(&e.pkt) {
-		e.c.wrongDestination.Add(1)
+		atomic.AddUint64(&e.c.WrongDestination, 1)
 		return
 	}
 	if !e.anySource && e.pkt.IP.Src.Unmap() != q.t.peerIP {
-		e.c.wrongSource.Add(1)
+		atomic.AddUint64(&e.c.WrongSource, 1)
 		return
 	}
 	if len(e.awaitFirst) != 0 {
 		e.noteFirst(q.cfg.QPN)
 	}
-	q.t.n.framesIn++
+	q.t.n.FramesIn++
 	info := op.Info()
 	if info.Response {
 		e.completer(q)
@@ -538,7 +538,7 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.violations.limited(e.pkt.IP.Src.Unmap(), e.now) {
 		// A request that needs a memory token, from a source over its
 		// access-violation limit (violations.go).
-		e.c.accessLimited.Add(1)
+		atomic.AddUint64(&e.c.AccessLimited, 1)
 		return
 	}
 	e.responder(q)

@@ -2,6 +2,7 @@ package rc
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -62,7 +63,7 @@ func (e *Engine) forward(qpn uint32, frame []byte) bool {
 	}
 	var buf []byte
 	if len(frame) > forwardFrameLen || !e.fwdFree.TryPop(&buf) {
-		e.c.forwardDrops.Add(1)
+		atomic.AddUint64(&e.c.ForwardDrops, 1)
 		return true
 	}
 	buf = buf[:len(frame)]
@@ -71,10 +72,10 @@ func (e *Engine) forward(qpn uint32, frame []byte) bool {
 	if !dst.inbox.TryPush(&f) {
 		buf = buf[:cap(buf)]
 		e.fwdFree.TryPush(&buf)
-		e.c.forwardDrops.Add(1)
+		atomic.AddUint64(&e.c.ForwardDrops, 1)
 		return true
 	}
-	e.c.forwardedOut.Add(1)
+	atomic.AddUint64(&e.c.ForwardedOut, 1)
 	dst.port.Doorbell()
 	return true
 }
@@ -88,7 +89,7 @@ func (e *Engine) receiveForwarded() int {
 	var f forwarded
 	for n < rxBatch && e.inbox.TryPop(&f) {
 		n++
-		e.c.forwardedIn.Add(1)
+		atomic.AddUint64(&e.c.ForwardedIn, 1)
 		// The arrival engine verified the ICRC.
 		if err := rocev2.ParseVerified(f.buf, &e.pkt); err != nil {
 			e.countParseError(err)

@@ -2,6 +2,7 @@ package rc
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -21,13 +22,13 @@ func (e *Engine) emit(q *QP, payload []byte) error {
 	t.hdr.IP.ID = t.ipID
 	hl, err := t.hdr.EncodeHeaders(e.hbuf[:], len(payload))
 	if err != nil {
-		e.c.encodeErrors.Add(1)
+		atomic.AddUint64(&e.c.EncodeErrors, 1)
 		return nil
 	}
 	pad := rocev2.PadCount(len(payload))
 	crc, err := rocev2.ICRC(e.hbuf[t.l3:hl], payload, pad)
 	if err != nil {
-		e.c.encodeErrors.Add(1)
+		atomic.AddUint64(&e.c.EncodeErrors, 1)
 		return nil
 	}
 	tail := e.tbuf[:pad+rocev2.ICRCLen]
@@ -46,14 +47,14 @@ func (e *Engine) emit(q *QP, payload []byte) error {
 	e.segs[1], e.segs[2] = nil, nil
 	switch {
 	case err == nil:
-		e.c.framesOut.Add(1)
-		t.n.framesOut++
+		atomic.AddUint64(&e.c.FramesOut, 1)
+		t.n.FramesOut++
 		return nil
 	case errors.Is(err, port.ErrTxFull):
-		e.c.txFull.Add(1)
+		atomic.AddUint64(&e.c.TxFull, 1)
 		return port.ErrTxFull
 	default:
-		e.c.txErrors.Add(1)
+		atomic.AddUint64(&e.c.TxErrors, 1)
 		return nil
 	}
 }

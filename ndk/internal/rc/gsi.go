@@ -2,6 +2,7 @@ package rc
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 )
@@ -60,14 +61,14 @@ func (e *Engine) transmitGSI() int {
 		e.segs[0] = nil
 		switch {
 		case err == nil:
-			e.c.framesOut.Add(1)
+			atomic.AddUint64(&e.c.FramesOut, 1)
 		case errors.Is(err, port.ErrTxFull):
-			e.c.txFull.Add(1)
+			atomic.AddUint64(&e.c.TxFull, 1)
 			if e.gsiTries++; e.gsiTries < gsiMaxTries {
 				return n + 1 // work left: the loop does not sleep
 			}
 		default:
-			e.c.txErrors.Add(1)
+			atomic.AddUint64(&e.c.TxErrors, 1)
 		}
 		e.gsiHeld = nil
 		n++

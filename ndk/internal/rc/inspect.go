@@ -1,17 +1,10 @@
 package rc
 
-import "net/netip"
+import (
+	"net/netip"
 
-// qpCounters are one QP's counts, kept by its engine goroutine in plain
-// fields (no atomic on the per-packet path) and read by QPs, which runs
-// on that goroutine.
-type qpCounters struct {
-	framesIn, framesOut    uint64
-	retransmits, timeouts  uint64
-	naksSent, naksReceived uint64
-	rnrSent, rnrReceived   uint64
-	duplicates, outOfSeq   uint64
-}
+	"github.com/ndkxdp/ndkxdp/ndk/internal/counters"
+)
 
 // QPInfo is what an operator sees of one QP (ndkxdp qp): its state, its
 // peer, where its PSNs stand and its counts since it was created.
@@ -29,11 +22,7 @@ type QPInfo struct {
 	// ReadsOut the READs and atomics under way (bounded by the ORD).
 	Outstanding, ReadsOut int
 	// Counts, as the engine's Stats but for this QP.
-	FramesIn, FramesOut    uint64
-	Retransmits, Timeouts  uint64
-	NAKsSent, NAKsReceived uint64
-	RNRSent, RNRReceived   uint64
-	Duplicates, OutOfSeq   uint64
+	counters.QP
 }
 
 // QPs returns a snapshot of every QP of the engine, taken on the engine
@@ -56,11 +45,7 @@ func (q *QP) info() QPInfo {
 		QPN: q.cfg.QPN, State: q.State(),
 		SendPSN: uint32(t.nextPSN), UnackedPSN: uint32(t.una), ExpectedPSN: uint32(t.ePSN),
 		Outstanding: int(q.sq.tail.Load() - t.sqHead), ReadsOut: t.readsOut,
-		FramesIn: t.n.framesIn, FramesOut: t.n.framesOut,
-		Retransmits: t.n.retransmits, Timeouts: t.n.timeouts,
-		NAKsSent: t.n.naksSent, NAKsReceived: t.n.naksReceived,
-		RNRSent: t.n.rnrSent, RNRReceived: t.n.rnrReceived,
-		Duplicates: t.n.duplicates, OutOfSeq: t.n.outOfSeq,
+		QP: t.n,
 	}
 	if t.connected {
 		x.PeerIP, x.PeerQPN, x.PathMTU = t.peerIP, t.params.Remote.QPN, int(t.pmtu)

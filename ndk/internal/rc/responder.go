@@ -24,18 +24,18 @@ func (e *Engine) responder(q *QP) {
 	case d > 0:
 		// Ahead: one NAK with the expected PSN, then silence until it
 		// arrives (rxe sent_psn_nak).
-		e.c.outOfSeq.Add(1)
-		t.n.outOfSeq++
+		atomic.AddUint64(&e.c.OutOfSeq, 1)
+		t.n.OutOfSeq++
 		if !t.nakSent {
 			t.nakSent = true
-			e.c.naksSent.Add(1)
-			t.n.naksSent++
+			atomic.AddUint64(&e.c.NAKsSent, 1)
+			t.n.NAKsSent++
 			e.setCtl(q, ctlNAK, t.ePSN, rocev2.NAKSyndrome(rocev2.NAKPSNSequenceError))
 		}
 		return
 	case d < 0:
-		e.c.duplicates.Add(1)
-		t.n.duplicates++
+		atomic.AddUint64(&e.c.Duplicates, 1)
+		t.n.Duplicates++
 		if op == rocev2.RCReadRequest {
 			e.duplicateRead(q, psn)
 			return
@@ -45,7 +45,7 @@ func (e *Engine) responder(q *QP) {
 			return
 		}
 		if (op == rocev2.RCWriteFirst || op == rocev2.RCWriteOnly) && !e.recheckWrite(q) {
-			e.c.stale.Add(1) // dropped: neither an ACK nor a NAK
+			atomic.AddUint64(&e.c.Stale, 1) // dropped: neither an ACK nor a NAK
 			return
 		}
 		// C9-105: never execute twice; acknowledge again with ePSN-1.
@@ -113,8 +113,8 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 			// No receive posted: RNR NAK, and drop what follows until
 			// the requester comes back to this PSN.
 			t.nakSent = true
-			e.c.rnrSent.Add(1)
-			t.n.rnrSent++
+			atomic.AddUint64(&e.c.RNRSent, 1)
+			t.n.RNRSent++
 			e.setCtl(q, ctlNAK, psn, rocev2.RNRNAKSyndrome(t.params.MinRNRTimer))
 			return
 		}
@@ -149,7 +149,6 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 				return
 			}
 		}
-		e.c.recvPlaced.Add(1)
 		e.completeRecv(q, ndkpi.StatusSuccess, 0, t.recvOff, typ, token, p.BTH.SE)
 		if p.BTH.AckReq && t.ctl == ctlNone {
 			t.ackHold = e.now + ackHoldTime
@@ -286,7 +285,7 @@ func (e *Engine) recvAtomic(q *QP, op rocev2.Opcode) {
 	} else {
 		orig = atomic.AddUint64(word, a.SwapAdd) - a.SwapAdd
 	}
-	e.c.atomics.Add(1)
+	atomic.AddUint64(&e.c.Atomics, 1)
 	*slot = readResource{first: psn, npkts: 1, va: a.VA, length: 8, rkey: a.RKey, atomic: true, orig: orig, stop: 1}
 	t.resNext = (t.resNext + 1) % len(t.res)
 	t.ePSN = t.ePSN.Next()
@@ -368,7 +367,7 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		e.schedule(q)
 		return
 	}
-	e.c.stale.Add(1)
+	atomic.AddUint64(&e.c.Stale, 1)
 }
 
 // duplicateAtomic answers a repeated atomic from the resource that saved
@@ -390,12 +389,12 @@ func (e *Engine) duplicateAtomic(q *QP, psn rocev2.PSN) {
 				return
 			}
 			s.start, s.next, s.again = 0, 0, true
-			e.c.atomicReplays.Add(1)
+			atomic.AddUint64(&e.c.AtomicReplays, 1)
 			e.schedule(q)
 			return
 		}
 	}
-	e.c.stale.Add(1)
+	atomic.AddUint64(&e.c.Stale, 1)
 }
 
 // setCtl records the acknowledgement to send after pending READ responses.
@@ -411,10 +410,10 @@ func (e *Engine) setCtl(q *QP, k ctlKind, psn rocev2.PSN, syn rocev2.Syndrome) {
 // fatalNAK answers psn with a NAK that ends the connection and moves the
 // responder's QP to the error state (rxe do_class_ac_error).
 func (e *Engine) fatalNAK(q *QP, psn rocev2.PSN, code rocev2.NAKCode) {
-	e.c.naksSent.Add(1)
-	q.t.n.naksSent++
+	atomic.AddUint64(&e.c.NAKsSent, 1)
+	q.t.n.NAKsSent++
 	if code == rocev2.NAKRemoteAccessError {
-		e.c.localAccessErrors.Add(1)
+		atomic.AddUint64(&e.c.LocalAccessErrors, 1)
 		e.accessViolation()
 	}
 	e.transportFailed(q, nakStatus(code))
@@ -439,7 +438,7 @@ func (e *Engine) respond(q *QP) (int, bool) {
 			if r.again {
 				if e.replayLeft == 0 {
 					// Another turn: the other QPs' answers go first.
-					e.c.replaysDeferred.Add(1)
+					atomic.AddUint64(&e.c.ReplaysDeferred, 1)
 					return sent, true
 				}
 				e.replayLeft--

@@ -1,5 +1,7 @@
 package rc
 
+import "sync/atomic"
+
 // setTimer notes that q armed a timer that expires at d.
 func (e *Engine) setTimer(q *QP, d int64) {
 	if !q.t.timed {
@@ -38,8 +40,8 @@ func (e *Engine) timers() {
 		}
 		if t.ackDeadline != 0 && e.now >= t.ackDeadline {
 			t.ackDeadline = 0
-			e.c.timeouts.Add(1)
-			t.n.timeouts++
+			atomic.AddUint64(&e.c.Timeouts, 1)
+			t.n.Timeouts++
 			e.retry(q, t.una, false)
 		}
 		if t.ackDeadline != 0 {

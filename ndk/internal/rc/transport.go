@@ -3,6 +3,7 @@ package rc
 import (
 	"net/netip"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/counters"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -23,8 +24,8 @@ type qpTransport struct {
 	l3        int
 	pmtu      uint32
 	ipID      uint16
-	ackTO     int64      // ns; 0: no ACK timer
-	n         qpCounters // per-QP counts (inspect.go)
+	ackTO     int64       // ns; 0: no ACK timer
+	n         counters.QP // per-QP counts, plain fields: only the engine goroutine touches them
 
 	// Requester. Send-ring indices: [sqHead, sqStart) have PSNs and are
 	// unretired, [sqStart, tail) are posted but not started.

@@ -2,6 +2,7 @@ package rc
 
 import (
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/rocev2"
@@ -42,7 +43,7 @@ const (
 // accessViolation counts a request of the current packet's source that
 // named a memory token it may not use.
 func (e *Engine) accessViolation() {
-	e.c.accessViolations.Add(1)
+	atomic.AddUint64(&e.c.AccessViolations, 1)
 	e.violations.note(e.pkt.IP.Src.Unmap(), e.now)
 }
 
