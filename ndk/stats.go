@@ -59,9 +59,10 @@ type EngineStats struct {
 	// inbox slot was free.
 	ForwardedOut, ForwardedIn, ForwardDrops uint64
 
-	// CNPs received (congestion notifications: counted and ignored, no
-	// DCQCN); they are also in NotRC.
-	CNPs uint64
+	// CNPs received (congestion notifications; the reaction point acts
+	// on them with CongestionOn); they are also in NotRC. CNPsSent are
+	// the notification point's, for CE-marked frames.
+	CNPs, CNPsSent uint64
 	// Requests that failed after their retries, or their RNR retries: the
 	// QP went to error (rxe retry_exceeded_err, retry_rnr_exceeded_err).
 	RetryExceeded, RNRRetryExceeded uint64

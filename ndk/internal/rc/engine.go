@@ -89,6 +89,10 @@ type Config struct {
 	// it (forward.go). It runs on the engine goroutine, must not block or
 	// allocate, and must be safe while QPs are created and destroyed.
 	Owner func(qpn uint32) *Engine
+	// Traffic is the traffic class of QPs whose ConnParams name none.
+	Traffic TrafficClass
+	// CC is congestion control: ECN notification and DCQCN (congestion.go).
+	CC CCConfig
 }
 
 // Tuning defaults.
@@ -156,6 +160,8 @@ type Engine struct {
 
 	lockThread bool
 	anySource  bool
+	traffic    TrafficClass // Config.Traffic
+	cc         CCConfig     // Config.CC with its defaults
 	addrs      []netip.Addr // Config.Addrs, unmapped
 	mac        rocev2.MAC
 
@@ -222,6 +228,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.Window > 1<<22 {
 		return nil, fmt.Errorf("%w: window %d exceeds 2^22 PSNs", ErrBadConfig, cfg.Window)
 	}
+	if err := cfg.Traffic.Validate(); err != nil {
+		return nil, err
+	}
+	cc, err := cfg.CC.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	ready, err := queue.NewMPSC[*QP](cfg.MaxQPs)
 	if err != nil {
 		return nil, fmt.Errorf("rc: ready ring: %w", err)
@@ -255,6 +268,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+		traffic:     cfg.Traffic,
+		cc:          cc,
 	}
 	for _, a := range cfg.Addrs {
 		e.addrs = append(e.addrs, a.Unmap())
@@ -492,6 +507,15 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 				return
 			}
 		}
+		if op.Transport() == rocev2.TransportCNP && e.cc.Mode == CCOn {
+			q := e.lookup(e.pkt.BTH.DestQP)
+			if q == nil && mayForward && e.forward(e.pkt.BTH.DestQP, frame) {
+				return // counted where it lands
+			}
+			if q != nil && e.fromPeer(q) {
+				e.receivedCNP(q)
+			}
+		}
 		if op.Transport() == rocev2.TransportCNP {
 			e.c.cnps.Add(1)
 		}
@@ -528,6 +552,9 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.noteFirst(q.cfg.QPN)
 	}
 	q.t.n.framesIn++
+	if e.pkt.IP.TOS&3 == uint8(rocev2.CE) && e.cc.Mode != CCOff {
+		e.congestionExperienced(q)
+	}
 	info := op.Info()
 	if info.Response {
 		e.completer(q)
@@ -541,6 +568,13 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		return
 	}
 	e.responder(q)
+}
+
+// fromPeer reports whether e.pkt, a CNP, passes the checks an RC frame
+// for q passes: q connected, addressed to q's endpoint, from q's peer.
+func (e *Engine) fromPeer(q *QP) bool {
+	return q.t.connected && !q.t.failed && q.t.toLocal(&e.pkt) &&
+		(e.anySource || e.pkt.IP.Src.Unmap() == q.t.peerIP)
 }
 
 // toAdapter reports whether e.pkt is addressed to the adapter

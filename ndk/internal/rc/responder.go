@@ -431,6 +431,10 @@ func (e *Engine) respond(q *QP) (int, bool) {
 			if sent >= qpBudget {
 				return sent, true
 			}
+			if e.paced(q) {
+				// The pending ACK waits too: it must not overtake them.
+				return sent, false
+			}
 			if r.again {
 				if e.replayLeft == 0 {
 					// Another turn: the other QPs' answers go first.
@@ -490,6 +494,7 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 	if err := e.emit(q, payload); err != nil {
 		return err
 	}
+	e.charge(q, len(payload))
 	r.next++
 	return nil
 }

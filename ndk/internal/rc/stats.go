@@ -35,6 +35,7 @@ type counters struct {
 	seqNAKsReceived                       atomic.Uint64
 	badSyndromes, wrongDestination        atomic.Uint64
 	replaysDeferred                       atomic.Uint64
+	cnpsSent                              atomic.Uint64
 }
 
 // PlacedWrites returns how many RDMA WRITE packets the QP's engine has
@@ -106,9 +107,10 @@ type Stats struct {
 	// handed to it; frames other engines handed to this one; frames
 	// dropped because no forwarding buffer or inbox slot was free.
 	ForwardedOut, ForwardedIn, ForwardDrops uint64
-	// CNPs received (congestion notifications: counted and ignored, no
-	// DCQCN); they are also in NotRC.
-	CNPs uint64
+	// CNPs received (congestion notifications; acted on with CCOn); they
+	// are also in NotRC. CNPsSent are those the notification point sent
+	// for CE-marked frames.
+	CNPs, CNPsSent uint64
 	// Requests that failed after their retries (rxe retry_exceeded_err,
 	// retry_rnr_exceeded_err): the QP went to error.
 	RetryExceeded, RNRRetryExceeded uint64
@@ -178,7 +180,7 @@ func (e *Engine) snapshot() Stats {
 		RxErrors: c.rxErrors.Load(), EncodeErrors: c.encodeErrors.Load(),
 		Sleeps: c.sleeps.Load(), SlowYields: c.slowYields.Load(),
 		ForwardedOut: c.forwardedOut.Load(), ForwardedIn: c.forwardedIn.Load(), ForwardDrops: c.forwardDrops.Load(),
-		CNPs: c.cnps.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
+		CNPs: c.cnps.Load(), CNPsSent: c.cnpsSent.Load(), RetryExceeded: c.retryExceeded.Load(), RNRRetryExceeded: c.rnrRetryExceeded.Load(),
 		LocalAccessErrors: c.localAccessErrors.Load(), RemoteAccessErrors: c.remoteAccessErrors.Load(),
 		SequenceErrors: c.seqNAKsReceived.Load(), BadSyndromes: c.badSyndromes.Load(),
 		WrongDestination: c.wrongDestination.Load(), ReplaysDeferred: c.replaysDeferred.Load(),

@@ -11,7 +11,7 @@ func (e *Engine) setTimer(q *QP, d int64) {
 	}
 }
 
-// timers fires expired ACK and RNR timers, finds the next deadline and
+// timers fires expired ACK, RNR and congestion timers, finds the next deadline and
 // drops the QPs with no timer left from the timed list.
 func (e *Engine) timers() {
 	next := int64(noDeadline)
@@ -45,7 +45,14 @@ func (e *Engine) timers() {
 		if t.ackDeadline != 0 {
 			next = min(next, t.ackDeadline)
 		}
-		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 {
+		cc := false
+		if t.cc.limited || t.cc.paceWait {
+			if d := e.ccTimers(q); d != noDeadline {
+				next = min(next, d)
+				cc = true
+			}
+		}
+		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 || cc {
 			e.timed[n] = q
 			n++
 		} else {

@@ -25,6 +25,7 @@ type qpTransport struct {
 	ipID      uint16
 	ackTO     int64      // ns; 0: no ACK timer
 	n         qpCounters // per-QP counts (inspect.go)
+	cc        dcqcn      // congestion control (congestion.go)
 
 	// Requester. Send-ring indices: [sqHead, sqStart) have PSNs and are
 	// unretired, [sqStart, tail) are posted but not started.
@@ -119,18 +120,20 @@ const (
 	ctlFatal // a NAK after which the QP is in error
 )
 
-func (t *qpTransport) setup(p ConnParams) {
+func (t *qpTransport) setup(p ConnParams, tc TrafficClass) {
 	t.params = p
 	t.peerIP = p.Remote.IP.Unmap()
 	t.localIP = p.Local.IP.Unmap()
 	t.pmtu = uint32(p.PathMTU.Bytes())
 	t.hdr = rocev2.Headers{
-		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC},
+		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC, HasVLAN: tc.VLAN, VLANTCI: tc.tci()},
 		IP:  rocev2.NewIPFields(p.Local.IP, p.Remote.IP),
 		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, p.Local.QPN, p.Remote.QPN)},
 		BTH: rocev2.BTHFields{PKey: rocev2.DefaultPKey, DestQP: p.Remote.QPN},
 	}
+	t.hdr.IP.TOS = rocev2.TOS(tc.DSCP, tc.ECN)
 	t.l3 = t.hdr.L3Offset()
+	t.cc = dcqcn{}
 	t.ackTO = int64(p.AckTimeout)
 	t.nextPSN = rocev2.PSN(p.Local.PSN & rocev2.PSNMask)
 	t.una = t.nextPSN
