@@ -47,6 +47,9 @@ type daemonConfig struct {
 	// Quotas bounds what clients take, per session and per user
 	// (daemon.Quotas; a key left out keeps its default).
 	Quotas daemon.Quotas `json:"quotas"`
+	// TrafficClass is the adapter's DSCP, ECN, VLAN priority and
+	// congestion control (trafficclass.go).
+	TrafficClass *trafficClassConfig `json:"traffic_class"`
 }
 
 func defaultDaemonConfig() daemonConfig {
@@ -206,6 +209,9 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		return opts, 0, nil, err
 	}
 	if opts.BusyPoll, err = busyPoll(c.BusyPoll); err != nil {
+		return opts, 0, nil, err
+	}
+	if err := c.TrafficClass.apply(&opts); err != nil {
 		return opts, 0, nil, err
 	}
 	if c.Queues != "all" {
