@@ -258,6 +258,7 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	t.retryGuard, t.retryPSN = true, psn
 	e.c.retransmits.Add(1)
 	t.n.retransmits++
+	e.overrun(q, 0)
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO

@@ -250,6 +250,42 @@ func (d *dcqcn) cut(c *CCConfig, now int64, reduce bool) {
 	d.riseAt = now + int64(c.RPGTimeReset)
 }
 
+// Loss-driven pacing: a peer that loses what a QP sends it (a duplicate
+// READ asking for responses again, a sequence NAK, an ACK timeout) is
+// being sent more than it takes. Halving the rate at each such loss, at
+// most once per lossCutGap, and raising it with the increase stages
+// finds the rate the peer takes, as TCP's congestion window does.
+const lossCutGap = int64(100 * time.Microsecond)
+
+// onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
+// the peer was seen to take (took, Mb/s; 0: unknown) if lower, not below
+// the line rate's 1/100.
+func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
+	if !d.limited {
+		d.limited = true
+		d.alpha = float64(c.InitialAlphaValue) / 1023
+		d.setRate(c.LineRate)
+		d.alphaAt = now + int64(c.DCETCPRTT)
+		d.paceAt = now
+	} else if now-d.lastCut < lossCutGap {
+		return
+	}
+	r := d.rc / 2
+	if took > 0 {
+		r = min(r, took)
+	}
+	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
+	d.rt = d.rc
+	d.cut(c, now, false)
+}
+
+// overrun paces q after a loss the peer reported (onLoss).
+func (e *Engine) overrun(q *QP, took float64) {
+	d := &q.t.cc
+	d.onLoss(&e.cc, e.now, took)
+	e.setTimer(q, min(d.alphaAt, d.riseAt))
+}
+
 // increase is one increase event (timer or byte counter): fast recovery
 // while fewer than F events followed the cut, hyper increase once both
 // counters passed F, additive in between; each moves Rc halfway to Rt.

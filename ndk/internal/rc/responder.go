@@ -357,6 +357,17 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		}
 		// The run reads the memory the re-check returned, not the
 		// original's: the table may map the key elsewhere now.
+		// The requester asks again, while responses still leave, for
+		// what it lost: they outran it, and it took k-start of them
+		// since the run began. A duplicate after the answers all left
+		// is a lost request or a replay, not an overrun.
+		if t.answering() {
+			took := 0.0
+			if k > s.start && k < s.next && e.now > s.begun {
+				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(e.now-s.begun)
+			}
+			e.overrun(q, took)
+		}
 		s.buf, s.bufOff = b, off
 		s.start, s.next, s.again = k, k, true
 		s.stop, s.end = k+t.npkts(r.DMALen), off+r.DMALen
@@ -495,6 +506,9 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 		return err
 	}
 	e.charge(q, len(payload))
+	if first {
+		r.begun = e.now
+	}
 	r.next++
 	return nil
 }

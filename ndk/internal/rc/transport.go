@@ -93,6 +93,9 @@ type readResource struct {
 	// the byte offset from va where it ends. A duplicate may ask for less
 	// than the rest of the original, and gets what it asked for (rxe).
 	stop, end uint32
+	// begun is when the run's first response left (engine clock): with
+	// the packets a duplicate says arrived, the rate the requester took.
+	begun int64
 	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
 	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
 	// operation, which a duplicate gets again (never a second execution).
@@ -101,6 +104,17 @@ type readResource struct {
 }
 
 func (r *readResource) sending() bool { return r.next < r.stop }
+
+// answering reports whether a READ response or atomic acknowledgement is
+// still to be sent.
+func (t *qpTransport) answering() bool {
+	for i := range t.res {
+		if t.res[i].sending() {
+			return true
+		}
+	}
+	return false
+}
 
 // Message being received.
 const (
