@@ -25,8 +25,13 @@ func BenchmarkLargeReads(b *testing.B) {
 		small := readRate(b, x, y, 256<<10, 640)
 		large := readRate(b, x, y, 8<<20, 20)
 		ratio := large.mbps / small.mbps
-		fmt.Printf("READ 256 KiB x640: %.0f MB/s, %.3f of the bytes resent, %d retransmission rounds\n", small.mbps, small.retx, small.rounds)
-		fmt.Printf("READ 8 MiB x20:    %.0f MB/s, %.3f of the bytes resent, %d retransmission rounds\n", large.mbps, large.retx, large.rounds)
+		for _, f := range []struct {
+			name string
+			f    readFigures
+		}{{"READ 256 KiB x640", small}, {"READ 8 MiB x20   ", large}} {
+			fmt.Printf("%s: %.0f MB/s, %.3f of the bytes resent, %d retransmission rounds (%d ACK timeouts), %d READs answered again\n",
+				f.name, f.f.mbps, f.f.retx, f.f.rounds, f.f.timeouts, f.f.duplicates)
+		}
 		fmt.Printf("8 MiB / 256 KiB rate: %.2f (target >= 0.80)\n", ratio)
 		b.ReportMetric(small.mbps, "read-256K-MB/s")
 		b.ReportMetric(large.mbps, "read-8M-MB/s")
@@ -40,6 +45,9 @@ type readFigures struct {
 	mbps   float64
 	retx   float64 // response bytes sent beyond those asked for, as a share of those
 	rounds uint64  // the requester's go-back-N rounds
+	// timeouts are the requester's ACK timeouts among the rounds;
+	// duplicates the READs the responder answered again.
+	timeouts, duplicates uint64
 }
 
 // readRate has x READ size bytes from y n times, at most four at a time.
@@ -91,5 +99,6 @@ func readRate(b *testing.B, x, y *host, size, n int) readFigures {
 	if sent > frames {
 		extra = float64(sent-frames) / float64(frames)
 	}
-	return readFigures{mbps: float64(n*size) / elapsed.Seconds() / 1e6, retx: extra, rounds: afterA.Retransmits - beforeA.Retransmits}
+	return readFigures{mbps: float64(n*size) / elapsed.Seconds() / 1e6, retx: extra, rounds: afterA.Retransmits - beforeA.Retransmits,
+		timeouts: afterA.Timeouts - beforeA.Timeouts, duplicates: after.Duplicates - before.Duplicates}
 }

@@ -186,8 +186,12 @@ type dcqcn struct {
 	// t and bc count the timer's and the byte counter's increase events
 	// since the last cut (the paper's T and BC); bytes what was sent
 	// since the byte counter last fired.
-	t, bc   int
-	bytes   uint64
+	t, bc int
+	bytes uint64
+	// loss marks a rate set by a loss (onLoss) rather than a CNP: it
+	// rises additively only, as TCP's window after a loss, since the
+	// peer that lost frames takes about this rate and no more.
+	loss    bool
 	lastCut int64
 	cnp     bool // a CNP arrived in this alpha period
 	alphaAt int64
@@ -216,6 +220,7 @@ func (d *dcqcn) setRate(r float64) {
 // onCNP is the reaction to a CNP at now.
 func (d *dcqcn) onCNP(c *CCConfig, now int64) {
 	d.cnp = true
+	d.loss = false
 	if !d.limited {
 		d.limited = true
 		d.alpha = float64(c.InitialAlphaValue) / 1023
@@ -253,9 +258,14 @@ func (d *dcqcn) cut(c *CCConfig, now int64, reduce bool) {
 // Loss-driven pacing: a peer that loses what a QP sends it (a duplicate
 // READ asking for responses again, a sequence NAK, an ACK timeout) is
 // being sent more than it takes. Halving the rate at each such loss, at
-// most once per lossCutGap, and raising it with the increase stages
-// finds the rate the peer takes, as TCP's congestion window does.
+// most once per lossCutGap, and raising it additively finds the rate
+// the peer takes, as TCP's congestion window does.
 const lossCutGap = int64(100 * time.Microsecond)
+
+// lossProbe sets how fast a loss-set rate rises: by 1/lossProbe of
+// itself per increase event, about 10% a millisecond at the default
+// RPG_TIME_RESET.
+const lossProbe = 32
 
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
 // the peer was seen to take (took, Mb/s; 0: unknown) if lower, not below
@@ -276,6 +286,7 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 	}
 	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
 	d.rt = d.rc
+	d.loss = true
 	d.cut(c, now, false)
 }
 
@@ -294,6 +305,8 @@ func (d *dcqcn) increase(c *CCConfig) bool {
 	f := c.RPGThreshold
 	switch {
 	case max(d.t, d.bc) <= f:
+	case d.loss:
+		d.rt += max(c.RPGAIRate, d.rt/lossProbe)
 	case min(d.t, d.bc) > f:
 		d.rt += float64(min(d.t, d.bc)-f) * c.RPGHAIRate
 	default:

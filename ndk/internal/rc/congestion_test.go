@@ -603,10 +603,9 @@ func TestLossPacing_ReadResponsesBackOff(t *testing.T) {
 		t.Fatal("the receiver never overflowed: the test did not test")
 	}
 	// Unpaced, this run resent 34 times the READ in 346 rounds; paced,
-	// 0.07-0.94 of it in 2-11, and under the race detector 0.73 in 81
-	// (the receiver drains in wall-clock time, whether or not the engines
-	// get a core).
-	if resent > 3 {
+	// 0.1-2.6 times in 2-31 (the receiver drains in wall-clock time,
+	// whether or not the engines get a core).
+	if resent > 8 {
 		t.Fatalf("%.3f of the READ resent in %d rounds: the responder did not back off", resent, rounds)
 	}
 }
@@ -633,7 +632,7 @@ func TestLossPacing_WritesBackOff(t *testing.T) {
 	if d := ccState(t, a.qps[0]); d.lastCut == 0 {
 		t.Fatalf("requester never paced: %+v", d)
 	}
-	// Unpaced, 1,700-1,800 rounds; paced, 4-7, and 76 under the race
+	// Unpaced, 1,700-1,800 rounds; paced, 4-15, and 76 under the race
 	// detector.
 	if rounds > 300 {
 		t.Fatalf("%d go-back-N rounds: the requester did not back off", rounds)

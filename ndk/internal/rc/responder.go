@@ -357,13 +357,12 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		}
 		// The run reads the memory the re-check returned, not the
 		// original's: the table may map the key elsewhere now.
-		// The requester asks again, while responses still leave, for
-		// what it lost: they outran it, and it took k-start of them
-		// since the run began. A duplicate after the answers all left
-		// is a lost request or a replay, not an overrun.
-		if t.answering() {
+		// The requester asks again for responses it was sent: they
+		// outran it. If it took part of the run, k-start of them since
+		// the run began, that is about the rate it takes.
+		if k < s.next {
 			took := 0.0
-			if k > s.start && k < s.next && e.now > s.begun {
+			if k > s.start && e.now > s.begun {
 				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(e.now-s.begun)
 			}
 			e.overrun(q, took)

@@ -105,17 +105,6 @@ type readResource struct {
 
 func (r *readResource) sending() bool { return r.next < r.stop }
 
-// answering reports whether a READ response or atomic acknowledgement is
-// still to be sent.
-func (t *qpTransport) answering() bool {
-	for i := range t.res {
-		if t.res[i].sending() {
-			return true
-		}
-	}
-	return false
-}
-
 // Message being received.
 const (
 	msgNone uint8 = iota
