@@ -638,3 +638,55 @@ func TestLossPacing_WritesBackOff(t *testing.T) {
 		t.Fatalf("%d go-back-N rounds: the requester did not back off", rounds)
 	}
 }
+
+// TestLossPacing_CutAndRise: a loss halves the rate, or sets the rate the
+// peer took if that is lower, at most once per lossCutGap and never below
+// 1/100 of the line rate; the rate a loss set rises by 1/32 of itself per
+// increase event, where DCQCN's hyper increase would add more.
+func TestLossPacing_CutAndRise(t *testing.T) {
+	c, err := (&CCConfig{LineRate: 10000, RPGByteReset: 1000}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dcqcn
+	now := int64(0)
+	d.onLoss(&c, now, 0)
+	if !d.limited || !d.loss || !near(d.rc, 5000) || !near(d.rt, 5000) {
+		t.Fatalf("first loss: %+v, want rc = rt = 5000", d)
+	}
+	d.onLoss(&c, now+lossCutGap-1, 0)
+	if !near(d.rc, 5000) {
+		t.Fatalf("a second loss within lossCutGap cut again: rc %v", d.rc)
+	}
+	now += lossCutGap
+	d.onLoss(&c, now, 1200)
+	if !near(d.rc, 1200) || !near(d.rt, 1200) {
+		t.Fatalf("loss with the peer seen taking 1200: rc %v rt %v", d.rc, d.rt)
+	}
+	for range 20 {
+		now += lossCutGap
+		d.onLoss(&c, now, 1)
+	}
+	if !near(d.rc, 100) {
+		t.Fatalf("rate after many losses %v, want the floor 100", d.rc)
+	}
+	// F (1) fast recovery events, then growth by rt/32 per event, even
+	// with both counters past F.
+	now = d.riseAt
+	d.tick(&c, now)
+	for range 3 {
+		d.sent(&c, int(c.RPGByteReset), now)
+	}
+	rt := d.rt
+	now = d.riseAt
+	d.tick(&c, now)
+	if want := rt + max(c.RPGAIRate, rt/lossProbe); !near(d.rt, want) {
+		t.Fatalf("loss-set rate rose to rt %v, want %v", d.rt, want)
+	}
+	// A CNP hands the QP back to DCQCN's stages.
+	now += int64(c.RateReduceMonitorPeriod)
+	d.onCNP(&c, now)
+	if d.loss {
+		t.Fatal("a CNP left the QP in loss mode")
+	}
+}
