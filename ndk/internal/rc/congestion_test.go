@@ -247,6 +247,37 @@ func cnpsOnWire(t *testing.T, rec *ceRecorder, destQP uint32, traffic TrafficCla
 	return n
 }
 
+// tsharkCNP decodes the CNPs on the wire with tshark: opcode 0x81, DSCP
+// 48, ECN ECT(0), PCP 6, nothing malformed (tshark does not show BECN;
+// cnpsOnWire checks it).
+func tsharkCNP(t *testing.T, rec *ceRecorder) {
+	t.Helper()
+	frames, _ := rec.snapshot()
+	var cnps [][]byte
+	for _, f := range frames {
+		var p rocev2.Packet
+		if rocev2.Parse(f, &p) == nil && p.BTH.Opcode == rocev2.CNP {
+			cnps = append(cnps, f)
+		}
+	}
+	if len(cnps) == 0 {
+		t.Fatal("no CNP on the wire")
+	}
+	tshark := testenv.RequireTool(t, "tshark")
+	out, err := exec.Command(tshark, "-r", writePcap(t, cnps), "-d", "udp.port==4791,infiniband", "-T", "fields", "-E", "separator=/t",
+		"-e", "_ws.malformed", "-e", "infiniband.bth.opcode", "-e", "frame.protocols", "-e", "ip.dsfield.dscp",
+		"-e", "ip.dsfield.ecn", "-e", "vlan.priority").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		if f := strings.Split(line, "\t"); len(f) != 6 || f[0] != "" || f[1] != "129" || !strings.Contains(f[2], "udp:infiniband") ||
+			f[3] != "48" || f[4] != "2" || f[5] != "6" {
+			t.Fatalf("tshark reads a CNP as %q: want opcode 129, DSCP 48, ECT(0), PCP 6", f)
+		}
+	}
+}
+
 // TestCNP_OnePerIntervalForCEMarkedFrames: every frame A sends arrives
 // with CE; B answers with CNPs to A's QP, one per CNPInterval however
 // many marked frames arrive; both engines count them; with CCOff nothing
@@ -277,6 +308,7 @@ func TestCNP_OnePerIntervalForCEMarkedFrames(t *testing.T) {
 		if s, r := b.eng.Stats().CNPsSent, a.eng.Stats().CNPs; s != 1 || r != 1 {
 			t.Fatalf("CNPs sent %d (B), received %d (A), want 1 and 1", s, r)
 		}
+		tsharkCNP(t, rec)
 	})
 	t.Run("next-interval", func(t *testing.T) {
 		const interval = 20 * time.Millisecond
