@@ -177,7 +177,7 @@ func (c *CCConfig) withDefaults() (CCConfig, error) {
 
 // dcqcn is one QP's reaction point (the paper's Algorithm 1, the
 // hardware's parameters) and its pacer. It limits the QP only between a
-// CNP and the rate's return to the line rate; outside that, a sender pays
+// CNP or a loss and the rate's return to the line rate; outside that, a sender pays
 // one comparison per packet. Times are the engine's clock in ns.
 type dcqcn struct {
 	limited bool
@@ -189,8 +189,8 @@ type dcqcn struct {
 	t, bc int
 	bytes uint64
 	// loss marks a rate set by a loss (onLoss) rather than a CNP: it
-	// rises additively only, as TCP's window after a loss, since the
-	// peer that lost frames takes about this rate and no more.
+	// rises by 1/lossProbe of itself per event, not by hyper increase,
+	// since the peer that lost frames takes about this rate and no more.
 	loss    bool
 	lastCut int64
 	cnp     bool // a CNP arrived in this alpha period
@@ -258,8 +258,8 @@ func (d *dcqcn) cut(c *CCConfig, now int64, reduce bool) {
 // Loss-driven pacing: a peer that loses what a QP sends it (a duplicate
 // READ asking for responses again, a sequence NAK, an ACK timeout) is
 // being sent more than it takes. Halving the rate at each such loss, at
-// most once per lossCutGap, and raising it additively finds the rate
-// the peer takes, as TCP's congestion window does.
+// most once per lossCutGap, and raising it slowly finds the rate the
+// peer takes, as TCP's congestion window does.
 const lossCutGap = int64(100 * time.Microsecond)
 
 // lossProbe sets how fast a loss-set rate rises: by 1/lossProbe of
@@ -297,9 +297,11 @@ func (e *Engine) overrun(q *QP, took float64) {
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 
-// increase is one increase event (timer or byte counter): fast recovery
-// while fewer than F events followed the cut, hyper increase once both
-// counters passed F, additive in between; each moves Rc halfway to Rt.
+// increase is one increase event (timer or byte counter), counted in T
+// or BC before the call: fast recovery for the first F events after the
+// cut (max(T, BC) <= F), hyper increase once both counters passed F,
+// additive in between (a loss-set rate: by 1/lossProbe); each moves Rc
+// halfway to Rt.
 // It reports whether the QP is back at the line rate (no longer limited).
 func (d *dcqcn) increase(c *CCConfig) bool {
 	f := c.RPGThreshold
