@@ -256,6 +256,10 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	}
 	t.retryLeft--
 	t.retryGuard, t.retryPSN = true, psn
+	if w := q.sq.at(t.sqHead); guarded && w.op == OpRead {
+		t.rearmAt = e.now + e.rearm(q)
+		e.setTimer(q, t.rearmAt)
+	}
 	e.c.retransmits.Add(1)
 	t.n.retransmits++
 	e.overrun(q, 0)
@@ -264,6 +268,25 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 		t.ackDeadline = e.now + t.ackTO
 		e.setTimer(q, t.ackDeadline)
 	}
+}
+
+// rearm is how long a READ's go-back waits for its gap to close before
+// it asks again: an eighth of the ACK timeout, at least retryRearm.
+func (e *Engine) rearm(q *QP) int64 { return max(q.t.ackTO/8, retryRearm) }
+
+// reask asks again for a READ's responses from retryPSN when its gap is
+// still open rearm after the go-back: what answered it was lost too
+// (behind the frames of the overrun that caused it). It spends no retry:
+// the ACK timer still bounds a peer that never answers.
+func (e *Engine) reask(q *QP) {
+	t := &q.t
+	if t.failed || !t.retryGuard || t.una != t.retryPSN || t.sqHead == t.sqStart || q.sq.at(t.sqHead).op != OpRead {
+		return
+	}
+	e.c.retransmits.Add(1)
+	t.n.retransmits++
+	e.goBack(q, t.una)
+	t.rearmAt = e.now + e.rearm(q)
 }
 
 // rnrWait holds q's requester for the RNR timer, then resends from psn.

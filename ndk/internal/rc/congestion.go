@@ -262,6 +262,10 @@ func (d *dcqcn) cut(c *CCConfig, now int64, reduce bool) {
 // peer takes, as TCP's congestion window does.
 const lossCutGap = int64(100 * time.Microsecond)
 
+// retryRearm is the least time a READ's go-back waits for its gap to
+// close before it asks again (completer.go reask).
+const retryRearm = int64(2 * time.Millisecond)
+
 // lossProbe sets how fast a loss-set rate rises: by 1/lossProbe of
 // itself per increase event, about 10% a millisecond at the default
 // RPG_TIME_RESET.

@@ -722,3 +722,29 @@ func TestLossPacing_CutAndRise(t *testing.T) {
 		t.Fatal("a CNP left the QP in loss mode")
 	}
 }
+
+// TestReadGap_AskedAgainBeforeTheAckTimeout: the answer to a re-ask for
+// a lost READ response is lost too (its first packet); with the gap
+// still open an eighth of the ACK timeout later, the requester asks
+// again, without spending a retry, instead of waiting for the timeout.
+func TestReadGap_AskedAgainBeforeTheAckTimeout(t *testing.T) {
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && ((p.BTH.Opcode == rocev2.RCReadResponseMiddle && n == 1) ||
+			(p.BTH.Opcode == rocev2.RCReadResponseFirst && n == 1))
+	}}
+	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = 10 * time.Second; p.RetryCount = 1 }})
+	const n = 10 * 1024
+	src := b.buffer(n, memreg.AccessRemoteRead, false)
+	dst := a.buffer(n, memreg.AccessLocalWrite, false)
+	fill(src.b, 13)
+	start := time.Now()
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{dst.sge(0, n)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, nil)
+	sameBytes(t, "READ", dst.b, src.b)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("READ took %v: not asked again before the 10s ACK timeout", el)
+	}
+	if s := a.eng.Stats(); s.Timeouts != 0 || s.Retransmits < 2 {
+		t.Fatalf("after %v: %d ACK timeouts, %d go-backs; want none and at least 2 (RetryCount 1 spent only once)", time.Since(start), s.Timeouts, s.Retransmits)
+	}
+}

@@ -36,6 +36,15 @@ func (e *Engine) timers() {
 				next = min(next, t.rnrUntil)
 			}
 		}
+		if t.rearmAt != 0 {
+			if e.now >= t.rearmAt {
+				t.rearmAt = 0
+				e.reask(q) // may arm it again
+			}
+			if t.rearmAt != 0 {
+				next = min(next, t.rearmAt)
+			}
+		}
 		if t.ackDeadline != 0 && e.now >= t.ackDeadline {
 			t.ackDeadline = 0
 			e.c.timeouts.Add(1)
@@ -52,7 +61,7 @@ func (e *Engine) timers() {
 				cc = true
 			}
 		}
-		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 || cc {
+		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 || t.rearmAt != 0 || cc {
 			e.timed[n] = q
 			n++
 		} else {

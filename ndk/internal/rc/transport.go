@@ -43,6 +43,7 @@ type qpTransport struct {
 	rnrPSN          rocev2.PSN
 	retryGuard      bool // a go-back-N to retryPSN is under way
 	retryPSN        rocev2.PSN
+	rearmAt         int64 // a READ's go-back asks again then (reask); 0: none
 
 	// Responder.
 	rqHead  uint64
