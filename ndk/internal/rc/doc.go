@@ -365,10 +365,20 @@
 // loss set rises by 1/32 of itself per increase event (about 10% a
 // millisecond), not by DCQCN's hyper increase, which brought the rate
 // back to the overrun within milliseconds; a CNP returns the QP to
-// DCQCN's stages. Through a daemon on each end of the veth pair, 8 MiB
-// READs then ran at 0.93-1.01 of the 256 KiB rate with under 2% resent
-// (test/rdma BenchmarkLargeReads, NDKXDP_BENCH_DAEMON=1; before: 0.35,
-// 37% resent, 25 rounds).
+// DCQCN's stages. A READ's go-back whose gap is still open an eighth of
+// the ACK timeout later asks again without spending a retry (reask): the
+// answer to the first re-ask is often lost behind the overrun too, and
+// the ACK timeout (67ms) cost more than the overrun itself.
+//
+// Whether the requester is overrun at all depends on the machine's load:
+// on the shared 2-core VM, BenchmarkLargeReads (test/rdma, daemons on
+// both ends, NDKXDP_BENCH_DAEMON=1) saw no loss in half the runs, before
+// and after. In runs that lost, 8 MiB READs reached 0.35 of the 256 KiB
+// rate with 37% resent in 25 rounds before, and 0.79-0.97 with 0.6-3.5%
+// resent after, but also 0.33 with 25% resent in 15 rounds, 3 of them
+// ACK timeouts: a re-answer that never arrives still waits for the
+// timer. perf read_bw -s 8388608 -n 20 between two processes, paired
+// runs under load: 53-199 MB/s before, 59-861 MB/s after.
 //
 // Pacing costs no timer per packet and no allocation: each QP keeps the
 // time its next data frame may leave (paceAt), which each frame moves by
