@@ -76,6 +76,9 @@ type ConnectOptions struct {
 	// MinRNRTimer is the wait our RNR NAKs ask for (default 10 us,
 	// rounded up to IB's table).
 	MinRNRTimer time.Duration
+	// TrafficClass, if set, is the connection's DSCP, ECN and VLAN
+	// priority; nil takes the adapter's (Options.TrafficClass).
+	TrafficClass *TrafficClass
 }
 
 // LocalEndpoint returns this QP's side of the out-of-band exchange. The
@@ -146,6 +149,13 @@ func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	}
 	if p.RetryCount < 0 || p.RetryCount > 7 || p.RNRRetry < 0 || p.RNRRetry > 7 || p.AckTimeout < 0 {
 		return errorf(StatusInvalidParameter, op, "retry counts %d/%d (0-7) or ACK timeout %v", p.RetryCount, p.RNRRetry, p.AckTimeout)
+	}
+	if opts.TrafficClass != nil {
+		tc := opts.TrafficClass.rc()
+		if err := tc.Validate(); err != nil {
+			return &Error{Status: StatusInvalidParameter, Op: op, Err: err}
+		}
+		p.Traffic = &tc
 	}
 	if !remote.IP.IsValid() || remote.IP.Unmap().Is4() != local.IP.Is4() {
 		return errorf(StatusInvalidParameter, op, "remote address %v does not match the local %v", remote.IP, local.IP)

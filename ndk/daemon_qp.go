@@ -350,6 +350,9 @@ func (q *QP) daemonConnectOOB(remote Endpoint, opts ConnectOptions) error {
 		PathMTU: opts.PathMTU, InboundReadLimit: opts.InboundReadLimit, OutboundReadLimit: opts.OutboundReadLimit,
 		AckTimeoutNs: int64(opts.AckTimeout), RetryCount: opts.RetryCount, RNRRetry: opts.RNRRetry, MinRNRTimerNs: int64(opts.MinRNRTimer),
 	}
+	if tc := opts.TrafficClass; tc != nil {
+		o.Traffic = &proto.TrafficClass{DSCP: tc.DSCP, ECN: uint8(tc.ECN), VLAN: tc.VLAN, VLANID: tc.VLANID, PCP: tc.PCP}
+	}
 	_, err := q.adapter.daemon.do("connect oob", &proto.Request{Op: proto.OpConnectOOB, H: q.r.h, Remote: ep, Opts: o})
 	if err == nil {
 		q.r.connected.Store(true)

@@ -108,6 +108,12 @@ type Options struct {
 	// measured no better than 20µs in perf's latency tests, idle or
 	// beside a computing process (ndk/internal/rc's doc, "Polling").
 	SpinTime time.Duration
+	// TrafficClass is the DSCP, ECN and VLAN priority of every
+	// connection that names none (ConnectOptions.TrafficClass), those
+	// the IB CM makes included.
+	TrafficClass TrafficClass
+	// Congestion turns on ECN notification and DCQCN rate control.
+	Congestion CongestionOptions
 	// MaxQPs bounds the QPs each queue's engine holds (default 65,536,
 	// what the steering program can steer). A host whose peers are not
 	// trusted sets what they may make it hold: each QP costs its rings
@@ -249,6 +255,8 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		BindMode:   map[ZeroCopyMode]afxdp.BindMode{ZeroCopyPreferred: afxdp.ModeAuto, ZeroCopyRequired: afxdp.ModeZeroCopy, ZeroCopyOff: afxdp.ModeCopy}[opts.ZeroCopy],
 		BusyPoll:   opts.BusyPoll,
 		SpinTime:   opts.SpinTime,
+		Traffic:    opts.TrafficClass.rc(),
+		CC:         opts.Congestion.rc(),
 	}
 }
 

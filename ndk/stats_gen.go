@@ -131,8 +131,8 @@ type EngineStats struct {
 	// inbox slot was free.
 	ForwardDrops uint64
 
-	// cnps (frames): CNPs received (congestion notifications: counted and
-	// ignored, no DCQCN); also counted in not_rc.
+	// cnps (frames): CNPs received (congestion notifications, which DCQCN
+	// acts on where congestion control is on); also counted in not_rc.
 	CNPs uint64
 
 	// retry_exceeded (requests): Requests that failed after their retries:
@@ -169,4 +169,8 @@ type EngineStats struct {
 	// waited for the engine's next turn, their budget spent, so that the
 	// other QPs went first.
 	ReplaysDeferred uint64
+
+	// cnps_sent (frames): CNPs the notification point sent for ECN-marked
+	// (CE) frames received, at most one per QP per interval.
+	CNPsSent uint64
 }

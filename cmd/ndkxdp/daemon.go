@@ -48,6 +48,9 @@ type daemonConfig struct {
 	// Quotas bounds what clients take, per session and per user
 	// (daemon.Quotas; a key left out keeps its default).
 	Quotas daemon.Quotas `json:"quotas"`
+	// TrafficClass is the adapter's DSCP, ECN, VLAN priority and
+	// congestion control (trafficclass.go).
+	TrafficClass *trafficClassConfig `json:"traffic_class"`
 }
 
 func defaultDaemonConfig() daemonConfig {
@@ -106,7 +109,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := cmdline.NewFlagSet("daemon", "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
 		"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n"+
 		"In a network namespace, start it with `nsenter --net=/var/run/netns/NS`, not `ip netns exec`.", stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series, allow_users, allow_groups, quotas); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series, allow_users, allow_groups, quotas, traffic_class); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
@@ -200,6 +203,9 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		return opts, 0, nil, err
 	}
 	if opts.BusyPoll, err = cmdline.BusyPoll(c.BusyPoll); err != nil {
+		return opts, 0, nil, err
+	}
+	if err := c.TrafficClass.apply(&opts); err != nil {
 		return opts, 0, nil, err
 	}
 	if c.Queues != "all" {

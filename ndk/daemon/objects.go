@@ -446,6 +446,9 @@ func (ss *session) connectOOB(req *proto.Request) error {
 			AckTimeout: time.Duration(req.Opts.AckTimeoutNs), RetryCount: req.Opts.RetryCount, RNRRetry: req.Opts.RNRRetry,
 			MinRNRTimer: time.Duration(req.Opts.MinRNRTimerNs),
 		}
+		if tc := req.Opts.Traffic; tc != nil {
+			o.TrafficClass = &ndk.TrafficClass{DSCP: tc.DSCP, ECN: ndk.ECN(tc.ECN), VLAN: tc.VLAN, VLANID: tc.VLANID, PCP: tc.PCP}
+		}
 	}
 	return q.qp.ConnectOOB(ep, o)
 }

@@ -55,7 +55,7 @@ type Engine struct {
 	ForwardDrops uint64 `counter:"forward_drops" unit:"frames" help:"Frames dropped because no forwarding buffer or inbox slot was free."`
 
 	// Errors by kind, as rxe counts them.
-	CNPs               uint64 `counter:"cnps" unit:"frames" help:"CNPs received (congestion notifications: counted and ignored, no DCQCN); also counted in not_rc."`
+	CNPs               uint64 `counter:"cnps" unit:"frames" help:"CNPs received (congestion notifications, which DCQCN acts on where congestion control is on); also counted in not_rc."`
 	RetryExceeded      uint64 `counter:"retry_exceeded" unit:"requests" help:"Requests that failed after their retries: the QP went to error (rxe retry_exceeded_err)."`
 	RNRRetryExceeded   uint64 `counter:"rnr_retry_exceeded" unit:"requests" help:"Requests that failed after their RNR retries: the QP went to error (rxe retry_rnr_exceeded_err)."`
 	LocalAccessErrors  uint64 `counter:"local_access_errors" unit:"requests" help:"Peers' requests this responder refused with a remote access NAK (a bad R_Key, range or permission)."`
@@ -64,6 +64,7 @@ type Engine struct {
 	BadSyndromes       uint64 `counter:"bad_syndromes" unit:"frames" help:"ACKs, READ responses and atomic acknowledgements whose AETH syndrome IBTA reserves for that opcode; each failed the request it answered (IB_WC_BAD_RESP_ERR)."`
 	WrongDestination   uint64 `counter:"wrong_destination" unit:"frames" help:"Frames addressed to another MAC or IP address than their QP's (or, for QP1, the adapter's), dropped unexamined."`
 	ReplaysDeferred    uint64 `counter:"replays_deferred" unit:"turns" help:"Times a QP's answers to duplicate requests waited for the engine's next turn, their budget spent, so that the other QPs went first."`
+	CNPsSent           uint64 `counter:"cnps_sent" unit:"frames" help:"CNPs the notification point sent for ECN-marked (CE) frames received, at most one per QP per interval."`
 }
 
 // QP is one QP's counters since it was created, with the same tags as

@@ -74,6 +74,9 @@ type Config struct {
 	// BusyPoll, if non-zero, sets SO_BUSY_POLL to it and
 	// SO_PREFER_BUSY_POLL on every socket.
 	BusyPoll time.Duration
+	// Traffic and CC are rc.Config's.
+	Traffic rc.TrafficClass
+	CC      rc.CCConfig
 }
 
 // Provider is an adapter's datapath in this process: the engines, the
@@ -166,7 +169,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	p.ports = append(p.ports, pt)
 	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource,
-		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs, MAC: p.link.MAC}
+		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs, MAC: p.link.MAC, Traffic: cfg.Traffic, CC: cfg.CC}
 	if p.link.Addr.IsValid() {
 		rcfg.Addrs = []netip.Addr{p.link.Addr}
 	}

@@ -78,14 +78,24 @@ type Endpoint struct {
 
 // ConnOpts is ndk.ConnectOptions on the wire.
 type ConnOpts struct {
-	PathMTU           int    `json:"pmtu,omitempty"`
-	InboundReadLimit  int    `json:"ird,omitempty"`
-	OutboundReadLimit int    `json:"ord,omitempty"`
-	AckTimeoutNs      int64  `json:"ack_timeout,omitempty"`
-	RetryCount        *int   `json:"retry,omitempty"`
-	RNRRetry          *int   `json:"rnr_retry,omitempty"`
-	MinRNRTimerNs     int64  `json:"min_rnr,omitempty"`
-	_                 [0]int // keep positional literals out
+	PathMTU           int           `json:"pmtu,omitempty"`
+	InboundReadLimit  int           `json:"ird,omitempty"`
+	OutboundReadLimit int           `json:"ord,omitempty"`
+	AckTimeoutNs      int64         `json:"ack_timeout,omitempty"`
+	RetryCount        *int          `json:"retry,omitempty"`
+	RNRRetry          *int          `json:"rnr_retry,omitempty"`
+	MinRNRTimerNs     int64         `json:"min_rnr,omitempty"`
+	Traffic           *TrafficClass `json:"traffic,omitempty"`
+	_                 [0]int        // keep positional literals out
+}
+
+// TrafficClass is ndk.TrafficClass on the wire.
+type TrafficClass struct {
+	DSCP   uint8  `json:"dscp,omitempty"`
+	ECN    uint8  `json:"ecn,omitempty"`
+	VLAN   bool   `json:"vlan,omitempty"`
+	VLANID uint16 `json:"vlan_id,omitempty"`
+	PCP    uint8  `json:"pcp,omitempty"`
 }
 
 // Request is a client's message. Fields not named by the operation are

@@ -257,13 +257,37 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	}
 	t.retryLeft--
 	t.retryGuard, t.retryPSN = true, psn
+	if w := q.sq.at(t.sqHead); guarded && w.op == OpRead {
+		t.rearmAt = e.now + e.rearm(q)
+		e.setTimer(q, t.rearmAt)
+	}
 	atomic.AddUint64(&e.c.Retransmits, 1)
 	t.n.Retransmits++
+	e.overrun(q, 0)
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
 		e.setTimer(q, t.ackDeadline)
 	}
+}
+
+// rearm is how long a READ's go-back waits for its gap to close before
+// it asks again: an eighth of the ACK timeout, at least retryRearm.
+func (e *Engine) rearm(q *QP) int64 { return max(q.t.ackTO/8, retryRearm) }
+
+// reask asks again for a READ's responses from retryPSN when its gap is
+// still open rearm after the go-back: what answered it was lost too
+// (behind the frames of the overrun that caused it). It spends no retry:
+// the ACK timer still bounds a peer that never answers.
+func (e *Engine) reask(q *QP) {
+	t := &q.t
+	if t.failed || !t.retryGuard || t.una != t.retryPSN || t.sqHead == t.sqStart || q.sq.at(t.sqHead).op != OpRead {
+		return
+	}
+	atomic.AddUint64(&e.c.Retransmits, 1)
+	t.n.Retransmits++
+	e.goBack(q, t.una)
+	t.rearmAt = e.now + e.rearm(q)
 }
 
 // rnrWait holds q's requester for the RNR timer, then resends from psn.

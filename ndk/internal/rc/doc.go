@@ -67,6 +67,8 @@
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
 //	stats.go      the engine's live counters (declared in ndk/internal/counters) and Stats
+//	congestion.go traffic class, ECN notification point, DCQCN reaction
+//	              point and pacer
 //	violations.go access violations per source: the bounded table of token
 //	              buckets that limits key guessing (ViolationSources)
 //	types.go      SGE, Op, ConnParams, State and the other shared types (op
@@ -314,6 +316,85 @@
 // STATUS_BUFFER_OVERFLOW; flushed -> STATUS_CANCELLED. ProviderErrorCode
 // carries the ib_wc_status number.
 //
+// # Congestion control (congestion.go)
+//
+// Traffic class: each QP's frames carry a DSCP and an ECN codepoint in
+// the IP header and, if asked, an 802.1Q tag with a PCP, from
+// ConnParams.Traffic or the engine's Config.Traffic. The ICRC masks the
+// TOS/traffic class and leaves out the link header (ROCEV2.md 1.8), so
+// switches may remark and retag; the steering program already parses one
+// tag (bpf/steer.c). TestTrafficClass_FramesCarryItAndVerify checks the
+// fields, the ICRC and tshark's decoding.
+//
+// Notification point (CCNotify, CCOn): an RC frame for a connected QP
+// that arrives with CE is answered with a CNP to the peer's QP, at most
+// one per QP per Config.CC.CNPInterval (default 50µs, the paper's N;
+// ConnectX's MIN_TIME_BETWEEN_CNPS is 2µs, which at one CNP per
+// loop would cost a software engine a frame for nearly every one it
+// receives). The CNP is the ConnectX-4 Lx's (ROCEV2.md 1.7): opcode
+// 0x81, BECN, PSN 0, 16 zero bytes, DSCP 48 with ECT(0), PCP 6 when
+// tagged (DCQCN.md CNP_DSCP, CNP_802P_PRIO). Stats.CNPsSent and
+// Stats.CNPs count both ways.
+//
+// Reaction point (CCOn): DCQCN as published (Zhu et al., "Congestion
+// Control for Large-Scale RDMA Deployments", SIGCOMM 2015, Algorithm 1),
+// with the parameter names and defaults of ConnectX firmware (mlxconfig;
+// DCQCN.md gives the sources, which Google isekai's rdma_roce_cc_dcqcn.h
+// and the HPCC ns-3 simulator's run.py share). A QP runs at the line rate
+// and is unpaced until its first CNP. Each CNP, at most one per
+// RateReduceMonitorPeriod (4µs): Rt = Rc, Rc = Rc(1 - alpha/2) (never
+// below Rc(1 - RPG_MIN_DEC_FAC) nor RPG_MIN_RATE), alpha = (1-g)alpha +
+// g. Alpha decays, alpha = (1-g)alpha, every DCE_TCP_RTT without a CNP.
+// Increase events come from a timer (RPG_TIME_RESET, 300µs) and a byte
+// counter (RPG_BYTE_RESET), each counted since the last cut (T, BC):
+// fast recovery while max(T, BC) <= F (RPG_THRESHOLD, 1), hyper increase
+// (Rt += (min(T, BC) - F) RPG_HAI_RATE) once both passed F, additive
+// (Rt += RPG_AI_RATE) in between; each sets Rc = (Rt + Rc)/2. Back at the
+// line rate, the QP is released: no pacing, no timers. Units the public
+// sources leave open, and the reading taken: DCE_TCP_G 1019 is 1-g in
+// 1024ths (g = 5/1024, next to the paper's 1/256); DCE_TCP_RTT's unit is
+// not public, so the paper's 55µs; RPG_BYTE_RESET counts 64-byte units
+// (32767 of them, 2 MiB; in bytes the counter would fire every 8 frames
+// and hyper increase would follow every cut at once); the line rate is
+// Config.CC.LineRate (10 Gb/s by default), since RPG_MAX_RATE 0 means the
+// NIC's, which the engine cannot ask.
+//
+// Loss-driven pacing, in every mode: what DCQCN does not see is a peer
+// that drops what it cannot take, such as a requester whose receive ring
+// overflows under an 8 MiB READ's 8,192 responses (34 go-back-N rounds
+// and 38 MB/s where 256 KiB READs made 266 MB/s, before). The responder
+// takes a READ asked again for answers it already sent, and the
+// requester a sequence NAK or an ACK timeout, as a loss (onLoss, at most
+// one per 100µs): the QP's rate halves, or drops to the rate the peer was
+// seen to take (a duplicate READ at packet k of a run: k packets since
+// the run's first left), never below 1/100 of the line rate. A rate a
+// loss set rises by 1/32 of itself per increase event (about 10% a
+// millisecond), not by DCQCN's hyper increase, which brought the rate
+// back to the overrun within milliseconds; a CNP returns the QP to
+// DCQCN's stages. A READ's go-back whose gap is still open an eighth of
+// the ACK timeout later asks again without spending a retry (reask): the
+// answer to the first re-ask is often lost behind the overrun too, and
+// the ACK timeout (67ms) cost more than the overrun itself.
+//
+// Whether the requester is overrun at all depends on the machine's load:
+// on the shared 2-core VM, BenchmarkLargeReads (test/rdma, daemons on
+// both ends, NDKXDP_BENCH_DAEMON=1) saw no loss in half the runs, before
+// and after. In runs that lost, 8 MiB READs reached 0.35 of the 256 KiB
+// rate with 37% resent in 25 rounds before, and 0.79-0.97 with 0.6-3.5%
+// resent after, but also 0.33 with 25% resent in 15 rounds, 3 of them
+// ACK timeouts: a re-answer that never arrives still waits for the
+// timer. perf read_bw -s 8388608 -n 20 between two processes, paired
+// runs under load: 53-199 MB/s before, 59-861 MB/s after.
+//
+// Pacing costs no timer per packet and no allocation: each QP keeps the
+// time its next data frame may leave (paceAt), which each frame moves by
+// its wire length over Rc; a sender that finds it ahead stops and puts
+// the QP on the engine's timer list with that deadline, and the timer
+// pass (timers.go) schedules it again. A QP may run up to 20µs ahead of
+// its rate after an idle spell, so a loop's frames leave in one kick.
+// ACKs, NAKs and CNPs are not paced. TestCongestionControlAllocatesNothing
+// runs round trips with CNPs and pacing under testing.AllocsPerRun.
+//
 // # Decisions that differ from DESIGN.md
 //
 // The engine goroutine is locked to its thread only with
@@ -335,7 +416,6 @@
 //     joined where it lies, so receive places each payload with one copy;
 //     but a chain whose chunks are not adjacent (once per round of the
 //     fill ring) is still gathered.
-//   - Congestion: CNPs are counted and ignored (no DCQCN).
 //   - Credits: ACKs advertise "no credit information" (like rxe) and
 //     incoming credit counts are ignored.
 //   - WRITE bandwidth on veth falls short of Go TCP's: the sending

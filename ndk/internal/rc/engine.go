@@ -90,6 +90,10 @@ type Config struct {
 	// it (forward.go). It runs on the engine goroutine, must not block or
 	// allocate, and must be safe while QPs are created and destroyed.
 	Owner func(qpn uint32) *Engine
+	// Traffic is the traffic class of QPs whose ConnParams name none.
+	Traffic TrafficClass
+	// CC is congestion control: ECN notification and DCQCN (congestion.go).
+	CC CCConfig
 }
 
 // Tuning defaults.
@@ -157,6 +161,8 @@ type Engine struct {
 
 	lockThread bool
 	anySource  bool
+	traffic    TrafficClass                 // Config.Traffic
+	cc         CCConfig                     // Config.CC with its defaults
 	addrs      atomic.Pointer[[]netip.Addr] // Config.Addrs, unmapped; nil: unchecked
 	mac        rocev2.MAC
 
@@ -223,6 +229,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.Window > 1<<22 {
 		return nil, fmt.Errorf("%w: window %d exceeds 2^22 PSNs", ErrBadConfig, cfg.Window)
 	}
+	if err := cfg.Traffic.Validate(); err != nil {
+		return nil, err
+	}
+	cc, err := cfg.CC.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	ready, err := queue.NewMPSC[*QP](cfg.MaxQPs)
 	if err != nil {
 		return nil, fmt.Errorf("rc: ready ring: %w", err)
@@ -256,6 +269,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+		traffic:     cfg.Traffic,
+		cc:          cc,
 	}
 	if len(cfg.Addrs) > 0 {
 		e.SetAddrs(cfg.Addrs)
@@ -493,6 +508,15 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 				return
 			}
 		}
+		if op.Transport() == rocev2.TransportCNP && e.cc.Mode == CCOn {
+			q := e.lookup(e.pkt.BTH.DestQP)
+			if q == nil && mayForward && e.forward(e.pkt.BTH.DestQP, frame) {
+				return // counted where it lands
+			}
+			if q != nil && e.fromPeer(q) {
+				e.receivedCNP(q)
+			}
+		}
 		if op.Transport() == rocev2.TransportCNP {
 			atomic.AddUint64(&e.c.CNPs, 1)
 		}
@@ -529,6 +553,9 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		e.noteFirst(q.cfg.QPN)
 	}
 	q.t.n.FramesIn++
+	if e.pkt.IP.TOS&3 == uint8(rocev2.CE) && e.cc.Mode != CCOff {
+		e.congestionExperienced(q)
+	}
 	info := op.Info()
 	if info.Response {
 		e.completer(q)
@@ -553,6 +580,13 @@ func (e *Engine) SetAddrs(addrs []netip.Addr) {
 		own[i] = a.Unmap()
 	}
 	e.addrs.Store(&own)
+}
+
+// fromPeer reports whether e.pkt, a CNP, passes the checks an RC frame
+// for q passes: q connected, addressed to q's endpoint, from q's peer.
+func (e *Engine) fromPeer(q *QP) bool {
+	return q.t.connected && !q.t.failed && q.t.toLocal(&e.pkt) &&
+		(e.anySource || e.pkt.IP.Src.Unmap() == q.t.peerIP)
 }
 
 // toAdapter reports whether e.pkt is addressed to the adapter

@@ -44,6 +44,11 @@ type pairOptions struct {
 	cqDepth   int
 	noConnect bool
 	anySource bool // Config.AnySource
+	// cc and traffic are Config.CC and Config.Traffic of both engines;
+	// v6 puts the hosts on 2001:2::1 and 2001:2::2.
+	cc      CCConfig
+	traffic TrafficClass
+	v6      bool
 	// qpFailed is Config.QPFailed, told which host (1: A, 2: B) it is.
 	qpFailed func(host byte, qpn, wcStatus uint32)
 }
@@ -54,7 +59,7 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource}
+	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource, CC: o.cc, Traffic: o.traffic}
 	if f := o.qpFailed; f != nil {
 		cfg.QPFailed = func(qpn, wc uint32) { f(mac, qpn, wc) }
 	}
@@ -122,8 +127,12 @@ func newPair(t testing.TB, o pairOptions) (*host, *host) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newHost(t, pipe.A(), "198.18.0.1", 1, &o)
-	b := newHost(t, pipe.B(), "198.18.0.2", 2, &o)
+	ipA, ipB := "198.18.0.1", "198.18.0.2"
+	if o.v6 {
+		ipA, ipB = "2001:2::1", "2001:2::2"
+	}
+	a := newHost(t, pipe.A(), ipA, 1, &o)
+	b := newHost(t, pipe.B(), ipB, 2, &o)
 	a.pipe, b.pipe = pipe, pipe
 	for i := 0; i < o.qps; i++ {
 		qa := a.createQP(0x100+uint32(i), o.depth)

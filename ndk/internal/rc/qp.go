@@ -220,13 +220,20 @@ func (q *QP) Connect(p ConnParams) error {
 		return fmt.Errorf("%w: negative ACK timeout", ErrBadConfig)
 	}
 	e := q.eng
+	tc := e.traffic
+	if p.Traffic != nil {
+		tc = *p.Traffic
+		if err := tc.Validate(); err != nil {
+			return err
+		}
+	}
 	var err error
 	derr := e.do(func() {
 		if e.qps[q.cfg.QPN] != q || q.t.connected || q.t.failed {
 			err = fmt.Errorf("%w: connect from state %v", ErrBadState, q.State())
 			return
 		}
-		q.t.setup(p)
+		q.t.setup(p, tc)
 		q.t.connected = true
 		if e.firstPacket != nil {
 			e.awaitFirst[q.cfg.QPN] = struct{}{}

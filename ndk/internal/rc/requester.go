@@ -65,6 +65,9 @@ func (e *Engine) request(q *QP) (int, bool) {
 		if t.una.Distance(w.firstPSN.Add(t.txPkt)) >= e.window {
 			break
 		}
+		if e.paced(q) {
+			break
+		}
 		if e.sendRequest(q, w, t.txPkt) != nil {
 			e.armAckTimer(q, sent)
 			return sent, true
@@ -135,6 +138,7 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 	if err := e.emit(q, payload); err != nil {
 		return err
 	}
+	e.charge(q, len(payload))
 	if h.BTH.AckReq {
 		t.sinceAckReq = 0
 	} else {

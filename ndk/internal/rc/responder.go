@@ -361,6 +361,16 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		}
 		// The run reads the memory the re-check returned, not the
 		// original's: the table may map the key elsewhere now.
+		// The requester asks again for responses it was sent: they
+		// outran it. If it took part of the run, k-start of them since
+		// the run began, that is about the rate it takes.
+		if k < s.next {
+			took := 0.0
+			if k > s.start && e.now > s.begun {
+				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(e.now-s.begun)
+			}
+			e.overrun(q, took)
+		}
 		s.buf, s.bufOff = b, off
 		s.start, s.next, s.again = k, k, true
 		s.stop, s.end = k+t.npkts(r.DMALen), off+r.DMALen
@@ -435,6 +445,10 @@ func (e *Engine) respond(q *QP) (int, bool) {
 			if sent >= qpBudget {
 				return sent, true
 			}
+			if e.paced(q) {
+				// The pending ACK waits too: it must not overtake them.
+				return sent, false
+			}
 			if r.again {
 				if e.replayLeft == 0 {
 					// Another turn: the other QPs' answers go first.
@@ -493,6 +507,10 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 	}
 	if err := e.emit(q, payload); err != nil {
 		return err
+	}
+	e.charge(q, len(payload))
+	if first {
+		r.begun = e.now
 	}
 	r.next++
 	return nil

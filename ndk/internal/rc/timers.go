@@ -13,7 +13,7 @@ func (e *Engine) setTimer(q *QP, d int64) {
 	}
 }
 
-// timers fires expired ACK and RNR timers, finds the next deadline and
+// timers fires expired ACK, RNR and congestion timers, finds the next deadline and
 // drops the QPs with no timer left from the timed list.
 func (e *Engine) timers() {
 	next := int64(noDeadline)
@@ -38,6 +38,15 @@ func (e *Engine) timers() {
 				next = min(next, t.rnrUntil)
 			}
 		}
+		if t.rearmAt != 0 {
+			if e.now >= t.rearmAt {
+				t.rearmAt = 0
+				e.reask(q) // may arm it again
+			}
+			if t.rearmAt != 0 {
+				next = min(next, t.rearmAt)
+			}
+		}
 		if t.ackDeadline != 0 && e.now >= t.ackDeadline {
 			t.ackDeadline = 0
 			atomic.AddUint64(&e.c.Timeouts, 1)
@@ -47,7 +56,14 @@ func (e *Engine) timers() {
 		if t.ackDeadline != 0 {
 			next = min(next, t.ackDeadline)
 		}
-		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 {
+		cc := false
+		if t.cc.limited || t.cc.paceWait {
+			if d := e.ccTimers(q); d != noDeadline {
+				next = min(next, d)
+				cc = true
+			}
+		}
+		if t.ackHold != 0 || t.rnrUntil != 0 || t.ackDeadline != 0 || t.rearmAt != 0 || cc {
 			e.timed[n] = q
 			n++
 		} else {

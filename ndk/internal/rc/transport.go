@@ -26,6 +26,7 @@ type qpTransport struct {
 	ipID      uint16
 	ackTO     int64       // ns; 0: no ACK timer
 	n         counters.QP // per-QP counts, plain fields: only the engine goroutine touches them
+	cc        dcqcn       // congestion control (congestion.go)
 
 	// Requester. Send-ring indices: [sqHead, sqStart) have PSNs and are
 	// unretired, [sqStart, tail) are posted but not started.
@@ -43,6 +44,7 @@ type qpTransport struct {
 	rnrPSN          rocev2.PSN
 	retryGuard      bool // a go-back-N to retryPSN is under way
 	retryPSN        rocev2.PSN
+	rearmAt         int64 // a READ's go-back asks again then (reask); 0: none
 
 	// Responder.
 	rqHead  uint64
@@ -93,6 +95,9 @@ type readResource struct {
 	// the byte offset from va where it ends. A duplicate may ask for less
 	// than the rest of the original, and gets what it asked for (rxe).
 	stop, end uint32
+	// begun is when the run's first response left (engine clock): with
+	// the packets a duplicate says arrived, the rate the requester took.
+	begun int64
 	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
 	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
 	// operation, which a duplicate gets again (never a second execution).
@@ -120,18 +125,20 @@ const (
 	ctlFatal // a NAK after which the QP is in error
 )
 
-func (t *qpTransport) setup(p ConnParams) {
+func (t *qpTransport) setup(p ConnParams, tc TrafficClass) {
 	t.params = p
 	t.peerIP = p.Remote.IP.Unmap()
 	t.localIP = p.Local.IP.Unmap()
 	t.pmtu = uint32(p.PathMTU.Bytes())
 	t.hdr = rocev2.Headers{
-		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC},
+		Eth: rocev2.EthernetFields{Dst: p.Remote.MAC, Src: p.Local.MAC, HasVLAN: tc.VLAN, VLANTCI: tc.tci()},
 		IP:  rocev2.NewIPFields(p.Local.IP, p.Remote.IP),
 		UDP: rocev2.UDPFields{SrcPort: rocev2.UDPSourcePort(0, p.Local.QPN, p.Remote.QPN)},
 		BTH: rocev2.BTHFields{PKey: rocev2.DefaultPKey, DestQP: p.Remote.QPN},
 	}
+	t.hdr.IP.TOS = rocev2.TOS(tc.DSCP, tc.ECN)
 	t.l3 = t.hdr.L3Offset()
+	t.cc = dcqcn{}
 	t.ackTO = int64(p.AckTimeout)
 	t.nextPSN = rocev2.PSN(p.Local.PSN & rocev2.PSNMask)
 	t.una = t.nextPSN

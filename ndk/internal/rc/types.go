@@ -111,6 +111,9 @@ type ConnParams struct {
 	RNRRetry int
 	// MinRNRTimer is what our RNR NAKs ask the peer to wait.
 	MinRNRTimer rocev2.RNRTimer
+	// Traffic is the connection's traffic class; nil takes the engine's
+	// (Config.Traffic).
+	Traffic *TrafficClass
 }
 
 // State is a QP's state as the consumer sees it.

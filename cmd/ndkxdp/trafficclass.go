@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+// trafficClassConfig is the daemon config's "traffic_class" key: the
+// adapter's default traffic class (ndk.Options.TrafficClass) and its
+// congestion control (ndk.Options.Congestion), for example
+//
+//	"traffic_class": {"dscp": 26, "ecn": "ect0", "vlan": true, "vlan_id": 100, "pcp": 3,
+//	                  "congestion": "on", "cnp_interval": "50us", "line_rate_mbps": 25000}
+type trafficClassConfig struct {
+	DSCP         uint8   `json:"dscp"`
+	ECN          string  `json:"ecn"` // "" or "none", "ect0", "ect1"
+	VLAN         bool    `json:"vlan"`
+	VLANID       uint16  `json:"vlan_id"`
+	PCP          uint8   `json:"pcp"`
+	Congestion   string  `json:"congestion"`   // "" or "off", "notify", "on"
+	CNPInterval  string  `json:"cnp_interval"` // default 50us
+	LineRateMbps float64 `json:"line_rate_mbps"`
+}
+
+// apply puts the key's settings into opts.
+func (c *trafficClassConfig) apply(opts *ndk.Options) error {
+	if c == nil {
+		return nil
+	}
+	ecn := map[string]ndk.ECN{"": ndk.ECNNotCapable, "none": ndk.ECNNotCapable, "ect0": ndk.ECT0, "ect1": ndk.ECT1}
+	e, ok := ecn[c.ECN]
+	if !ok {
+		return fmt.Errorf("daemon: traffic_class ecn %q: want none, ect0 or ect1", c.ECN)
+	}
+	if c.DSCP > 63 || c.PCP > 7 || c.VLANID > 4094 || (!c.VLAN && (c.PCP != 0 || c.VLANID != 0)) {
+		return fmt.Errorf("daemon: traffic_class: dscp %d (0-63), pcp %d (0-7) and vlan_id %d (0-4094), pcp and vlan_id only with vlan", c.DSCP, c.PCP, c.VLANID)
+	}
+	opts.TrafficClass = ndk.TrafficClass{DSCP: c.DSCP, ECN: e, VLAN: c.VLAN, VLANID: c.VLANID, PCP: c.PCP}
+	modes := map[string]ndk.CongestionMode{"": ndk.CongestionOff, "off": ndk.CongestionOff, "notify": ndk.CongestionNotify, "on": ndk.CongestionOn}
+	m, ok := modes[c.Congestion]
+	if !ok {
+		return fmt.Errorf("daemon: traffic_class congestion %q: want off, notify or on", c.Congestion)
+	}
+	opts.Congestion = ndk.CongestionOptions{Mode: m, LineRateMbps: c.LineRateMbps}
+	if c.CNPInterval != "" {
+		d, err := time.ParseDuration(c.CNPInterval)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("daemon: traffic_class cnp_interval %q: want a positive duration", c.CNPInterval)
+		}
+		opts.Congestion.CNPInterval = d
+	}
+	if c.LineRateMbps < 0 {
+		return fmt.Errorf("daemon: traffic_class line_rate_mbps %v is negative", c.LineRateMbps)
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package ndk
+
+import (
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// ECN is the ECN codepoint a connection's frames carry (RFC 3168): a
+// switch that would drop an ECN-capable frame marks it Congestion
+// Experienced instead, and the receiver answers with a CNP (DCQCN).
+type ECN uint8
+
+// ECN codepoints a sender may use.
+const (
+	ECNNotCapable ECN = ECN(rocev2.NotECT)
+	ECT1          ECN = ECN(rocev2.ECT1)
+	ECT0          ECN = ECN(rocev2.ECT0) // what RoCE NICs send
+)
+
+// TrafficClass is what a connection's frames carry for the network's
+// queues: DSCP and ECN in the IP header and, with VLAN, an 802.1Q tag
+// whose PCP picks the priority (PFC) class. The zero value is DSCP 0,
+// not ECN-capable, untagged. CNPs always leave with DSCP 48, ECT(0) and,
+// when tagged, PCP 6 (DCQCN's CNP class).
+type TrafficClass struct {
+	DSCP uint8 // 0-63
+	ECN  ECN
+	// VLAN tags every frame with VLANID (0-4094; 0 carries the priority
+	// only) and PCP (0-7). The receive side accepts tagged frames whether
+	// or not this is set.
+	VLAN   bool
+	VLANID uint16
+	PCP    uint8
+}
+
+func (c TrafficClass) rc() rc.TrafficClass {
+	return rc.TrafficClass{DSCP: c.DSCP, ECN: rocev2.ECN(c.ECN), VLAN: c.VLAN, VLANID: c.VLANID, PCP: c.PCP}
+}
+
+// CongestionMode says which halves of DCQCN an adapter's engines run.
+type CongestionMode uint8
+
+const (
+	// CongestionOff (the default) sends no CNP and ignores those that
+	// arrive (EngineStats.CNPs counts them).
+	CongestionOff CongestionMode = iota
+	// CongestionNotify answers CE-marked frames with CNPs (the
+	// notification point) and ignores CNPs that arrive.
+	CongestionNotify
+	// CongestionOn adds the reaction point: a CNP cuts the QP's sending
+	// rate, which timers and a byte counter raise back (DCQCN).
+	CongestionOn
+)
+
+// CongestionOptions tune DCQCN; zero fields take the defaults of ndk/internal/rc's
+// doc ("Congestion control"), those of ConnectX NICs where they fit.
+type CongestionOptions struct {
+	Mode CongestionMode
+	// CNPInterval is the least time between two CNPs to one QP (default
+	// 50µs).
+	CNPInterval time.Duration
+	// LineRateMbps is the rate a QP starts at and recovers to after
+	// congestion, in Mb/s (default 10,000).
+	LineRateMbps float64
+	// MinRateMbps is the lowest rate a cut goes to (default 1).
+	MinRateMbps float64
+}
+
+func (c CongestionOptions) rc() rc.CCConfig {
+	return rc.CCConfig{Mode: rc.CCMode(c.Mode), CNPInterval: c.CNPInterval, LineRate: c.LineRateMbps, RPGMinRate: c.MinRateMbps}
+}
