@@ -36,28 +36,28 @@ type Quotas struct {
 
 // Limits bounds the resources of one session or one user.
 type Limits struct {
-	QPs  int `json:"qps"`
-	CQs  int `json:"cqs"`
-	SRQs int `json:"srqs"`
-	MRs  int `json:"mrs"` // registered and fast-register MRs
-	MWs  int `json:"mws"`
+	QPs  int64 `json:"qps"`
+	CQs  int64 `json:"cqs"`
+	SRQs int64 `json:"srqs"`
+	MRs  int64 `json:"mrs"` // registered and fast-register MRs
+	MWs  int64 `json:"mws"`
 	// Tokens bounds the entries of the adapter's token table held: one
 	// per MR and per memory window.
-	Tokens int `json:"tokens"`
+	Tokens int64 `json:"tokens"`
 	// Arenas and ArenaBytes bound the client memory the daemon maps
 	// (Adapter.Memory, AllocBuffer's pool).
-	Arenas     int   `json:"arenas"`
+	Arenas     int64 `json:"arenas"`
 	ArenaBytes int64 `json:"arena_bytes"`
 	// Mappings bounds the daemon's mappings for the client: its session
 	// segment, a segment per QP, CQ (two while a resize's old ring
 	// drains) and SRQ, and each arena.
-	Mappings int `json:"mappings"`
+	Mappings int64 `json:"mappings"`
 	// Objects bounds the handles held: every object above, and PDs,
 	// connectors, listeners and shared endpoints.
-	Objects int `json:"objects"`
+	Objects int64 `json:"objects"`
 }
 
-// The resources a quota counts.
+// The resources a quota counts, in the order of Limits' fields.
 type resource int
 
 const (
@@ -76,29 +76,12 @@ const (
 
 var resourceNames = [nResources]string{"qps", "cqs", "srqs", "mrs", "mws", "tokens", "arenas", "arena_bytes", "mappings", "objects"}
 
-func (l *Limits) of(r resource) int64 {
-	switch r {
-	case resQPs:
-		return int64(l.QPs)
-	case resCQs:
-		return int64(l.CQs)
-	case resSRQs:
-		return int64(l.SRQs)
-	case resMRs:
-		return int64(l.MRs)
-	case resMWs:
-		return int64(l.MWs)
-	case resTokens:
-		return int64(l.Tokens)
-	case resArenas:
-		return int64(l.Arenas)
-	case resArenaBytes:
-		return l.ArenaBytes
-	case resMappings:
-		return int64(l.Mappings)
-	}
-	return int64(l.Objects)
+// bounds returns l's fields by resource.
+func (l *Limits) bounds() [nResources]*int64 {
+	return [nResources]*int64{&l.QPs, &l.CQs, &l.SRQs, &l.MRs, &l.MWs, &l.Tokens, &l.Arenas, &l.ArenaBytes, &l.Mappings, &l.Objects}
 }
+
+func (l *Limits) of(r resource) int64 { return *l.bounds()[r] }
 
 // tokenTable is the capacity of a daemon adapter's token table (ndk's
 // default), which the token defaults divide: one user holds at most half
@@ -117,11 +100,11 @@ func DefaultQuotas() Quotas {
 		Sessions: 1024, SessionsPerUID: 256, Mappings: maps * 3 / 4,
 		PerSession: Limits{
 			QPs: 16384, CQs: 16384, SRQs: 4096, MRs: tokenTable / 8, MWs: tokenTable / 8, Tokens: tokenTable / 8,
-			Arenas: 256, ArenaBytes: 64 << 30, Mappings: maps / 4, Objects: 1 << 16,
+			Arenas: 256, ArenaBytes: 64 << 30, Mappings: int64(maps / 4), Objects: 1 << 16,
 		},
 		PerUID: Limits{
 			QPs: 32768, CQs: 32768, SRQs: 8192, MRs: tokenTable / 2, MWs: tokenTable / 2, Tokens: tokenTable / 2,
-			Arenas: 1024, ArenaBytes: 256 << 30, Mappings: maps / 4, Objects: 1 << 18,
+			Arenas: 1024, ArenaBytes: 256 << 30, Mappings: int64(maps / 4), Objects: 1 << 18,
 		},
 	}
 }
@@ -148,17 +131,11 @@ func (q Quotas) withDefaults(d Quotas) Quotas {
 	fill(&q.SessionsPerUID, d.SessionsPerUID)
 	fill(&q.Mappings, d.Mappings)
 	for _, p := range []struct{ l, d *Limits }{{&q.PerSession, &d.PerSession}, {&q.PerUID, &d.PerUID}} {
-		fill(&p.l.QPs, p.d.QPs)
-		fill(&p.l.CQs, p.d.CQs)
-		fill(&p.l.SRQs, p.d.SRQs)
-		fill(&p.l.MRs, p.d.MRs)
-		fill(&p.l.MWs, p.d.MWs)
-		fill(&p.l.Tokens, p.d.Tokens)
-		fill(&p.l.Arenas, p.d.Arenas)
-		fill(&p.l.Mappings, p.d.Mappings)
-		fill(&p.l.Objects, p.d.Objects)
-		if p.l.ArenaBytes == 0 {
-			p.l.ArenaBytes = p.d.ArenaBytes
+		dst, src := p.l.bounds(), p.d.bounds()
+		for r := range dst {
+			if *dst[r] == 0 {
+				*dst[r] = *src[r]
+			}
 		}
 	}
 	return q
