@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/loader"
@@ -54,16 +52,15 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// nonzero lists a map's nonzero counts as "name n, ..." in name order.
+// nonzero lists a map's nonzero counts as "name n ..." in name order.
 func nonzero(m map[string]uint64) string {
-	var out []string
+	nz := make(map[string]uint64, len(m))
 	for k, v := range m {
 		if v != 0 {
-			out = append(out, fmt.Sprintf("%s %d", k, v))
+			nz[k] = v
 		}
 	}
-	sort.Strings(out)
-	return strings.Join(out, ", ")
+	return pairs(nz)
 }
 
 func or(s, alt string) string {
