@@ -36,7 +36,7 @@ func (d *data) poll(ctx context.Context, n *counts) (int, error) {
 		switch c.Op {
 		case verbs.OpSend:
 			n.sends++
-		case verbs.OpReceive:
+		case verbs.OpReceive, verbs.OpRecvRDMAWithImm:
 			n.recvs++
 		default:
 			n.rdma++
@@ -57,6 +57,9 @@ func (d *data) post(p *Params, at verbs.Atomics, peer *Dest, signaled bool) erro
 	ep := d.w.ep
 	switch p.Verb {
 	case Write:
+		if d.imm != nil {
+			return d.imm.WriteImm(idRDMA, d.local, peer.VAddr, peer.RKey, 0, signaled)
+		}
 		return ep.Write(idRDMA, d.local, peer.VAddr, peer.RKey, signaled)
 	case Read:
 		return ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, signaled)
