@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -99,6 +101,7 @@ func testImmediate(t *testing.T, p *peer) {
 				t.Fatal("the guest did not pass")
 			}
 			var in, outRNR, imm int
+			timers := map[string]map[rocev2.RNRTimer]int{"rxe": {}, "ndkxdp": {}}
 			var pkt rocev2.Packet
 			for _, f := range p.framesNow(t)[before:] {
 				if rocev2.Parse(f.Data, &pkt) != nil {
@@ -108,14 +111,16 @@ func testImmediate(t *testing.T, p *peer) {
 				case op == rocev2.RCAck && pkt.AETH.Syndrome.Type() == rocev2.AckTypeRNRNAK:
 					if f.Outgoing {
 						outRNR++
+						timers["ndkxdp"][pkt.AETH.Syndrome.RNRTimer()]++
 					} else {
 						in++
+						timers["rxe"][pkt.AETH.Syndrome.RNRTimer()]++
 					}
 				case op.Info().Headers&rocev2.HasImmDt != 0:
 					imm++
 				}
 			}
-			t.Logf("frames with ImmDt %d, RNR NAKs from rxe %d, from ndkxdp %d", imm, in, outRNR)
+			t.Logf("frames with ImmDt %d, RNR NAKs from rxe %d, from ndkxdp %d; their RNR timer codes %v", imm, in, outRNR, timers)
 			if imm < 4*immMessages {
 				t.Fatalf("%d frames with ImmDt, want at least %d", imm, 4*immMessages)
 			}
@@ -400,4 +405,54 @@ func (h *immHost) exchange(ctx context.Context) error {
 		return fmt.Errorf("%d of the guest's messages arrived wrong", failures)
 	}
 	return nil
+}
+
+// testPerftestWriteImm: `ib_write_bw --write_with_imm` against ndkxdp's
+// perf, rxe as server and as client, where the guest's perftest has the
+// option (24.01 and later). Debian 12's 4.5-0.17 does not: there the case
+// pins its refusal, so that the case runs as soon as the peer's perftest
+// has it (testImmediate moves the same verbs with ndkxdp-imm meanwhile).
+func testPerftestWriteImm(t *testing.T, p *peer) {
+	ctx := ctxFor(t, 30*time.Second)
+	help, helpErr, _, err := p.vm.Run(ctx, "ib_write_bw --help")
+	if err != nil {
+		t.Fatalf("ib_write_bw --help: %v", err)
+	}
+	if !strings.Contains(help+helpErr, "--write_with_imm") {
+		out, errOut, code, err := p.vm.Run(ctx, "ib_write_bw -R -d rxe0 --write_with_imm -n 5")
+		t.Logf("the guest's perftest has no --write_with_imm; ib_write_bw --write_with_imm: exit %d (%v)\n%s%s", code, err, out, errOut)
+		if err != nil || code == 0 || !strings.Contains(out+errOut, "unrecognized option") {
+			t.Fatalf("ib_write_bw --write_with_imm: exit %d (%v), want getopt's refusal of an unrecognized option", code, err)
+		}
+		return
+	}
+	prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, WriteImm: true, Size: 4096, Iterations: bwIters, Port: perfPort,
+		MTU: p.dev.Adapter.PathMTU(), ConnectRetry: perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}}
+	cmd := "ib_write_bw " + guestArgs(prm) + " --write_with_imm"
+	t.Run("rxe_server", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, 90*time.Second)
+		theirs = p.guestServer(t, ctx, cmd, perfPort, func() error {
+			_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
+			return err
+		})
+		t.Logf("rxe server:\n%sndkxdp client:\n%s", reportLines(theirs), reportLines(ours.String()))
+		requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
+		requireRow(t, "rxe's server", theirs, theirs, prm)
+	})
+	t.Run("rxe_client", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, 90*time.Second)
+		theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+			_, err := perftest.RunServer(ctx, prm, l, &ours)
+			return err
+		}, cmd+" "+HostIPv4.String())
+		t.Logf("rxe client:\n%sndkxdp server:\n%s", reportLines(theirs), reportLines(ours.String()))
+		requireRow(t, "rxe's client", theirs, theirs, prm)
+		requireRow(t, "ndkxdp's server", ours.String(), ours.String(), prm)
+	})
 }

@@ -260,6 +260,7 @@ func runInterop(t *testing.T, vm *VM) {
 	t.Run("srq", func(t *testing.T) { testSRQ(t, p) })
 	t.Run("send_with_invalidate", func(t *testing.T) { testSendInv(t, p) })
 	t.Run("immediate", func(t *testing.T) { testImmediate(t, p) })
+	t.Run("perftest_write_with_imm", func(t *testing.T) { testPerftestWriteImm(t, p) })
 	t.Run("access_errors", func(t *testing.T) { testAccessErrors(t, p) })
 	t.Run("loss", func(t *testing.T) { testLoss(t, p) })
 	t.Run("frames", func(t *testing.T) { p.record(t, nil); checkFrames(t, p) })

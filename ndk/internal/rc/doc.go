@@ -21,10 +21,12 @@
 //	SEND_FIRST/MIDDLE/LAST/ONLY     sendRequest       recvSend                 ackThrough (send),
 //	                                                                           recvSend (receive)
 //	SEND_LAST/ONLY_WITH_INVALIDATE  sendRequest       recvSend (invalidates)   as SEND
-//	SEND_LAST/ONLY_WITH_IMMEDIATE   -                 recvSend (drops the      recvSend (receive)
-//	                                                  immediate)
+//	SEND_LAST/ONLY_WITH_IMMEDIATE   sendRequest       recvSend (the receive    as SEND
+//	                                                  carries the ImmDt)
 //	RDMA_WRITE_FIRST/MIDDLE/        sendRequest       recvWrite                ackThrough (no receive
 //	LAST/ONLY                                                                  CQE)
+//	RDMA_WRITE_LAST/ONLY_WITH_      sendRequest       recvWrite (takes a       ackThrough (write),
+//	IMMEDIATE                                         receive: takeReceive)    recvWrite (receive)
 //	RDMA_READ_REQUEST               sendRequest       recvRead, duplicateRead  readResponse
 //	RDMA_READ_RESPONSE_FIRST/       sendReadResponse  readResponse             readResponse (on the
 //	MIDDLE/LAST/ONLY                                                           last one)
@@ -33,8 +35,8 @@
 //	ATOMIC_ACKNOWLEDGE              sendAtomicAck     atomicAck                atomicAck
 //	ACKNOWLEDGE (ACK, NAK,          sendCtl           completer                ackThrough; failHead
 //	RNR NAK)                                                                   (fatal NAK)
-//	RDMA_WRITE_*_WITH_IMMEDIATE,    -                 responder: fatalNAK      -
-//	FLUSH, ATOMIC_WRITE                               (invalid request)
+//	FLUSH, ATOMIC_WRITE             -                 responder: fatalNAK      -
+//	                                                  (invalid request)
 //	UD SEND_ONLY to QP1 (CM)        TransmitGSI       dispatch -> Config.GSI   (package cm)
 //
 // sendRequest is the requester's (called from request); recv*,
@@ -304,6 +306,13 @@
 //     outbound read limit like READs and retires them only by their
 //     ATOMIC_ACKNOWLEDGE, whose value lands in the 8-byte local SGE in
 //     host order.
+//   - Immediate data (OpSendImm, OpWriteImm; an ndkxdp extension): the
+//     ImmDt rides on the last packet; the receive completion carries it
+//     (cq.Entry.HasImmediate, Immediate). A WRITE with immediate takes a
+//     receive as its LAST or ONLY packet arrives, before its key is
+//     checked (rxe's RXE_RWR_MASK: RNR NAK when none is posted, the bytes
+//     of that packet not yet placed), and completes it with type
+//     ReceiveWriteWithImmediate and the RETH's length (rxe do_complete).
 //
 // Status mapping (ndk's doc lists it for users): remote access NAK ->
 // STATUS_ACCESS_VIOLATION (STATUS_REMOTE_RESOURCES for a READ, as NdkRead
@@ -408,9 +417,7 @@
 //
 // # Left to do
 //
-//   - WRITE with immediate, FLUSH and ATOMIC_WRITE are refused with an
-//     invalid request NAK. SEND with immediate is received as a plain SEND
-//     (the immediate is dropped).
+//   - FLUSH and ATOMIC_WRITE are refused with an invalid request NAK.
 //   - Zero copy stops at the XSK port: AllocBuffer payloads leave in place
 //     (port.XSKConfig.TxReference) and a frame over one 4 KiB chunk is
 //     joined where it lies, so receive places each payload with one copy;
