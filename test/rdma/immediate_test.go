@@ -55,6 +55,7 @@ func TestImmediate(t *testing.T) {
 			if !dst.guardsIntact() || !rbuf.guardsIntact() {
 				t.Fatal("guard bytes changed")
 			}
+			b.settle() // the reads above before the engine's next placement
 		}
 
 		t.Run("WriteWaitsForReceive", func(t *testing.T) {
