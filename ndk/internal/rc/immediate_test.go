@@ -155,3 +155,33 @@ func TestImmediate_DuplicateCompletesOnce(t *testing.T) {
 	}
 	expectNone(t, b.rcq, 20*time.Millisecond)
 }
+
+// TestImmediate_WriteTakesSRQReceive: a QP on an SRQ takes the receive a
+// WRITE with immediate consumes from the SRQ, as a SEND's; with the SRQ
+// empty it RNR NAKs until one is posted there.
+func TestImmediate_WriteTakesSRQReceive(t *testing.T) {
+	r := newSRQRig(t, 4)
+	h := r.senders[0]
+	src := h.buffer(64, 0, false)
+	fill(src.b, 5)
+	dst := make([]byte, 64)
+	tok, err := r.regions.Register(memreg.Region{PD: testPD, VA: addrOf(dst), Buf: dst, Access: memreg.AccessRemoteWrite | memreg.AccessLocalWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPost(t, h.qps[0].PostSend(&SendWR{Op: OpWriteImm, Context: "w", SGL: []SGE{src.sge(0, 64)},
+		RemoteAddr: addrOf(dst), RemoteToken: tok.Remote, Imm: 0x5151}))
+	time.Sleep(20 * time.Millisecond)
+	if st := r.recv[0].Stats(); st.RNRSent == 0 {
+		t.Fatalf("an empty SRQ drew no RNR NAK: %+v", st)
+	}
+	r.post(t, 3)
+	checkEntry(t, waitCQ(t, h.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpWrite, "w")
+	e := waitCQ(t, r.rcq, 1, time.Second)[0]
+	checkEntry(t, e, ndkpi.StatusSuccess, ndkpi.OpReceiveWriteWithImmediate, 3)
+	if e.QPContext != 0 || !e.HasImmediate || e.Immediate != 0x5151 || e.BytesTransferred != 64 {
+		t.Fatalf("receive %+v", e)
+	}
+	r.recv[0].Stats() // orders the placement before the read below
+	sameBytes(t, "WRITE", dst, src.b)
+}
