@@ -184,7 +184,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
 	fs.BoolVar(&p.UseSRQ, "use-srq", false, "send tests: receive through a shared receive queue of -r receives (perftest's --use-srq)")
 	fs.BoolVar(&p.UseSRQ, "use_srq", false, "the same as -use-srq")
-	fs.BoolVar(&p.WriteImm, "write_with_imm", false, "write_bw: RDMA WRITE with immediate, each consuming a receive of the server (perftest 24.01 and later's --write_with_imm)")
+	fs.BoolVar(&p.WriteImm, "write_with_imm", false, "write tests: RDMA WRITE with immediate, each consuming a receive of the peer (perftest 24.01 and later's --write_with_imm)")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")

@@ -407,8 +407,9 @@ func (h *immHost) exchange(ctx context.Context) error {
 	return nil
 }
 
-// testPerftestWriteImm: `ib_write_bw --write_with_imm` against ndkxdp's
-// perf, rxe as server and as client, where the guest's perftest has the
+// testPerftestWriteImm: `ib_write_bw --write_with_imm` and `ib_write_lat
+// --write_with_imm` against ndkxdp's perf, rxe as server and as client,
+// where the guest's perftest has the
 // option (24.01 and later). Debian 12's 4.5-0.17 does not: there the case
 // pins its refusal, so that the case runs as soon as the peer's perftest
 // has it (testImmediate moves the same verbs with ndkxdp-imm meanwhile).
@@ -454,5 +455,32 @@ func testPerftestWriteImm(t *testing.T, p *peer) {
 		t.Logf("rxe client:\n%sndkxdp server:\n%s", reportLines(theirs), reportLines(ours.String()))
 		requireRow(t, "rxe's client", theirs, theirs, prm)
 		requireRow(t, "ndkxdp's server", ours.String(), ours.String(), prm)
+	})
+	lat := prm
+	lat.Kind, lat.Size, lat.Iterations = perftest.Lat, 64, latIters
+	latCmd := "ib_write_lat " + guestArgs(lat) + " --write_with_imm"
+	t.Run("ib_write_lat/rxe_server", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, 60*time.Second)
+		theirs = p.guestServer(t, ctx, latCmd, perfPort, func() error {
+			_, err := perftest.RunClient(ctx, lat, &ndkxdpConnector{p}, &ours)
+			return err
+		})
+		requireRow(t, "ndkxdp's client", ours.String(), ours.String(), lat)
+		requireRow(t, "rxe's server", theirs, theirs, lat)
+	})
+	t.Run("ib_write_lat/rxe_client", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, 60*time.Second)
+		theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+			_, err := perftest.RunServer(ctx, lat, l, &ours)
+			return err
+		}, latCmd+" "+HostIPv4.String())
+		requireRow(t, "rxe's client", theirs, theirs, lat)
+		requireRow(t, "ndkxdp's server", ours.String(), ours.String(), lat)
 	})
 }

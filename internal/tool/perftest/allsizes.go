@@ -158,7 +158,12 @@ func latRuns(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 	for i, size := range p.sizes() {
 		q := p.at(size)
 		d.setSize(size)
-		if p.Verb == Send && i > 0 {
+		if p.WriteImm {
+			// write_lat.c with WRITE_IMM: each size's receives, of no
+			// bytes, then a handshake, on both sides.
+			d.recv.Len = 0
+		}
+		if (p.Verb == Send && i > 0) || p.WriteImm {
 			if err := d.postRecvs(ctx, q, ctl, &res.Local); err != nil {
 				return err
 			}
@@ -177,7 +182,11 @@ func latRuns(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 		case Read:
 			err = readLat(ctx, q, d, res.Peer, posted)
 		case Write:
-			err = writeLat(ctx, q, d, res.Peer, posted, ctl.client)
+			if p.WriteImm {
+				err = writeImmLat(ctx, q, d, res.Peer, posted, ctl.client)
+			} else {
+				err = writeLat(ctx, q, d, res.Peer, posted, ctl.client)
+			}
 		case Send:
 			err = sendLat(ctx, q, d, posted, ctl.client)
 		}

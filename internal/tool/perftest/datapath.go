@@ -248,6 +248,47 @@ func writeLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint6
 	return nil
 }
 
+// writeImmLat is run_iter_lat_write_imm (perftest 24.01 and later): the
+// ping-pong of writeLat with WRITEs with immediate, each side learning of
+// the peer's by the receive it consumed, reposting while fewer than
+// Iterations are posted (rcnt + rx_depth <= iters). The server writes
+// first, as in writeLat.
+func writeImmLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint64, client bool) error {
+	clk := clock{time.Now()}
+	iters := len(posted)
+	postAt := p.Size - 1
+	var c counts
+	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
+		if rcnt < iters && !(scnt < 1 && !client) {
+			rcnt++
+			for c.recvs < rcnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return fmt.Errorf("waiting for the peer's write %d: %w", rcnt, err)
+				}
+			}
+			if rcnt+p.RxDepth <= iters {
+				if err := d.postRecv(); err != nil {
+					return fmt.Errorf("repost receive: %w", err)
+				}
+			}
+		}
+		if scnt < iters {
+			posted[scnt] = clk.now()
+			scnt++
+			d.buf.Buf[postAt] = byte(scnt)
+			if err := d.imm.WriteImm(idRDMA, d.local, peer.VAddr, peer.RKey, 0, true); err != nil {
+				return fmt.Errorf("post write with immediate %d: %w", scnt, err)
+			}
+			for c.rdma < scnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // awaitByte polls the byte at off of the test buffer until the peer's
 // WRITE leaves want there. It polls the completions too, as the endpoint
 // has news: a failed request or the peer's disconnect ends the wait

@@ -74,7 +74,11 @@
 // run_iter_bw_server as send bw's does, reposting up to -n; a handshake
 // follows the run, each side prints its own row (no xchg_bw_reports), and
 // the closing handshake ends it. With -a every size has its receives, a
-// handshake before and one after. -D is refused.
+// handshake before and one after. ib_write_lat --write_with_imm
+// (write_lat.c, run_iter_lat_write_imm): both sides post -r receives of
+// no bytes for each size and handshake, then ping-pong as write lat (the
+// server first), each learning of the peer's WRITE by the receive it
+// consumed, reposting while rcnt + rx_depth <= iters. -D is refused.
 //
 // --use-srq (Params.UseSRQ, send tests only) changes nothing on the
 // wire: the side that receives (the server of send bw, both sides of

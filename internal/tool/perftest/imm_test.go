@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs/verbstest"
 )
 
 // TestWriteWithImm: ib_write_bw --write_with_imm as perftest 24.01 and
@@ -61,11 +62,11 @@ func TestWriteWithImm(t *testing.T) {
 	}
 }
 
-// TestWriteWithImmRefused: --write_with_imm is ib_write_bw's, not with
+// TestWriteWithImmRefused: --write_with_imm is the write tests', not with
 // -D, and needs an endpoint with verbs.Immediate.
 func TestWriteWithImmRefused(t *testing.T) {
 	for _, p := range []Params{
-		{Verb: Write, Kind: Lat, WriteImm: true},
+		{Verb: Send, Kind: Lat, WriteImm: true},
 		{Verb: Send, Kind: BW, WriteImm: true},
 		{Verb: Read, Kind: BW, WriteImm: true},
 	} {
@@ -85,3 +86,29 @@ func TestWriteWithImmRefused(t *testing.T) {
 
 // noImm is an endpoint without verbs.Immediate.
 type noImm struct{ verbs.Endpoint }
+
+// TestWriteLatWithImm: ib_write_lat --write_with_imm (run_iter_lat_write_imm):
+// both sides post their receives of no bytes and handshake once more than
+// write_lat, then ping-pong WRITEs with immediate, the server first, each
+// learning of the peer's by a receive; both print a latency row.
+func TestWriteLatWithImm(t *testing.T) {
+	plain := Params{Verb: Write, Kind: Lat, Size: 64, Iterations: 100, RxDepth: 16}
+	imm := plain
+	imm.WriteImm = true
+	wl := runPair(t, plain, plain, 0)
+	pr := runPair(t, imm, imm, 0)
+	if wl.cerr != nil || wl.serr != nil || pr.cerr != nil || pr.serr != nil {
+		t.Fatalf("write_lat: %v, %v\n--write_with_imm: client %v\nserver %v", wl.cerr, wl.serr, pr.cerr, pr.serr)
+	}
+	p := pr.client.Params
+	checkLat(t, p, pr.client.Lat)
+	checkLat(t, p, pr.server.Lat)
+	for side, ep := range map[string]*verbstest.Endpoint{"client": pr.rec.eps[1], "server": pr.srv.eps[1]} {
+		if ep.Posted.Write != p.Iterations || ep.Posted.Receive != p.Iterations {
+			t.Errorf("%s posted %d WRITEs with immediate and %d receives, want %d each", side, ep.Posted.Write, ep.Posted.Receive, p.Iterations)
+		}
+	}
+	if got, want := dests(pr.rec.sent), dests(wl.rec.sent)+1; got != want {
+		t.Errorf("%d handshakes, want %d (write_lat's and one)", got, want)
+	}
+}
