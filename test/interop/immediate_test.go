@@ -127,6 +127,13 @@ func testImmediate(t *testing.T, p *peer) {
 			if c.wantRNRIn != (in > 0) || c.wantRNROut != (outRNR > 0) {
 				t.Fatalf("RNR NAKs from rxe %d (want some: %v), from ndkxdp %d (want some: %v)", in, c.wantRNRIn, outRNR, c.wantRNROut)
 			}
+			// rxe's QP, connected through the kernel's IB CM, asks for
+			// RNR timer code 0, the longest wait (655.36 ms): cm.c's
+			// cm_init_qp_rtr_attr sets min_rnr_timer 0 for RC, and
+			// librdmacm does not change it. ndkxdp waits it out, once.
+			if in > 0 && timers["rxe"][rocev2.RNRTimer(0)] != in {
+				t.Fatalf("rxe's RNR NAKs asked for timers %v, want code 0 (655.36 ms) in all", timers["rxe"])
+			}
 		})
 	}
 }
