@@ -163,8 +163,19 @@ func (e *Engine) progress(q *QP) {
 	} else if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
 		e.setTimer(q, t.ackDeadline)
+		if q.sq.at(t.sqHead).op == OpRead {
+			e.armReask(q)
+		}
 	}
 	e.schedule(q)
+}
+
+// armReask starts the wait after which a READ at the head whose responses
+// stopped coming from una is asked again (reask).
+func (e *Engine) armReask(q *QP) {
+	t := &q.t
+	t.rearmAt, t.rearmPSN = e.now+e.rearm(q), t.una
+	e.setTimer(q, t.rearmAt)
 }
 
 // readResponse places one READ response packet.
@@ -257,9 +268,8 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	}
 	t.retryLeft--
 	t.retryGuard, t.retryPSN = true, psn
-	if w := q.sq.at(t.sqHead); guarded && w.op == OpRead {
-		t.rearmAt = e.now + e.rearm(q)
-		e.setTimer(q, t.rearmAt)
+	if w := q.sq.at(t.sqHead); w.op == OpRead {
+		e.armReask(q)
 	}
 	atomic.AddUint64(&e.c.Retransmits, 1)
 	t.n.Retransmits++
@@ -275,19 +285,27 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 // it asks again: an eighth of the ACK timeout, at least retryRearm.
 func (e *Engine) rearm(q *QP) int64 { return max(q.t.ackTO/8, retryRearm) }
 
-// reask asks again for a READ's responses from retryPSN when its gap is
-// still open rearm after the go-back: what answered it was lost too
-// (behind the frames of the overrun that caused it). It spends no retry:
-// the ACK timer still bounds a peer that never answers.
+// reask asks again for a READ's responses from una when none came for
+// rearm since they were asked for or last arrived: the request or its
+// answers were lost (behind the frames of the overrun that caused it, or
+// at the tail of a READ, where no later response shows the gap). It
+// spends no retry: the ACK timer, which only progress moves, still bounds
+// a peer that never answers; until it expires the READ is asked again
+// every rearm, not once an ACK timeout (67ms at rxe's default, where a
+// loss at a READ's tail cost more than the overrun).
 func (e *Engine) reask(q *QP) {
 	t := &q.t
-	if t.failed || !t.retryGuard || t.una != t.retryPSN || t.sqHead == t.sqStart || q.sq.at(t.sqHead).op != OpRead {
+	if t.failed || t.sqHead == t.sqStart || q.sq.at(t.sqHead).op != OpRead {
+		return
+	}
+	if t.una != t.rearmPSN {
+		e.armReask(q) // progress came without passing through progress()
 		return
 	}
 	atomic.AddUint64(&e.c.Retransmits, 1)
 	t.n.Retransmits++
 	e.goBack(q, t.una)
-	t.rearmAt = e.now + e.rearm(q)
+	e.armReask(q)
 }
 
 // rnrWait holds q's requester for the RNR timer, then resends from psn.

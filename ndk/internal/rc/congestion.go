@@ -273,8 +273,8 @@ const retryRearm = int64(2 * time.Millisecond)
 const lossProbe = 32
 
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
-// the peer was seen to take (took, Mb/s; 0: unknown) if lower, not below
-// the line rate's 1/100.
+// the peer was seen to take (took, Mb/s; 0: unknown) if lower, but at
+// most an eighth of Rc at once and not below the line rate's 1/100.
 func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 	if !d.limited {
 		d.limited = true
@@ -287,7 +287,10 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 	}
 	r := d.rc / 2
 	if took > 0 {
-		r = min(r, took)
+		// took counts the time to the duplicate's arrival, which a
+		// requester's stall probe (completer.go reask) stretches by
+		// milliseconds: no lower than an eighth of the rate on its word.
+		r = min(r, max(took, d.rc/8))
 	}
 	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
 	d.rt = d.rc

@@ -748,3 +748,53 @@ func TestReadGap_AskedAgainBeforeTheAckTimeout(t *testing.T) {
 		t.Fatalf("after %v: %d ACK timeouts, %d go-backs; want none and at least 2 (RetryCount 1 spent only once)", time.Since(start), s.Timeouts, s.Retransmits)
 	}
 }
+
+// TestReadTail_AskedAgainBeforeTheAckTimeout: a READ's last response
+// is lost, so no later response shows the gap; the requester asks again
+// once no response came for an eighth of the ACK timeout, instead of
+// waiting the whole timeout (what stretched one READ of an rxe peer's
+// ib_read_lat by ACK timeouts of 67ms each).
+func TestReadTail_AskedAgainBeforeTheAckTimeout(t *testing.T) {
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCReadResponseLast && n == 0
+	}}
+	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = 10 * time.Second; p.RetryCount = 1 }})
+	const n = 10 * 1024
+	src := b.buffer(n, memreg.AccessRemoteRead, false)
+	dst := a.buffer(n, memreg.AccessLocalWrite, false)
+	fill(src.b, 14)
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{dst.sge(0, n)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, nil)
+	sameBytes(t, "READ", dst.b, src.b)
+	if s := a.eng.Stats(); s.Timeouts != 0 || s.Retransmits == 0 {
+		t.Fatalf("%d ACK timeouts, %d go-backs; want none and at least one", s.Timeouts, s.Retransmits)
+	}
+}
+
+// TestReplayBudget_OnlyWhatIsSentAgain: a duplicate READ early in an 8
+// MiB READ restarts its run, but only the responses sent before are
+// replays, under the replay budget; the rest go at a first run's pace.
+// Counted as replays, the whole rest of the READ crawled at replayBudget
+// frames a loop.
+func TestReplayBudget_OnlyWhatIsSentAgain(t *testing.T) {
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCReadResponseMiddle && n == 3
+	}}
+	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = 10 * time.Second }})
+	const n = 8 << 20
+	src := b.buffer(n, memreg.AccessRemoteRead, false)
+	dst := a.buffer(n, memreg.AccessLocalWrite, false)
+	fill(src.b, 15)
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{dst.sge(0, n)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+	checkEntry(t, waitCQ(t, a.scq, 1, 30*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, nil)
+	sameBytes(t, "READ", dst.b, src.b)
+	s := b.eng.Stats()
+	resent := s.FramesOut - n/1024
+	if s.Duplicates == 0 {
+		t.Fatal("no duplicate READ: the test did not test")
+	}
+	// Each deferral follows replayBudget replayed frames in its loop.
+	if s.ReplaysDeferred*replayBudget > resent {
+		t.Fatalf("%d deferrals of replays for %d frames resent: first-time responses were held as replays", s.ReplaysDeferred, resent)
+	}
+}
