@@ -218,8 +218,9 @@ func (d *dcqcn) setRate(r float64) {
 	d.nsPerByte = 8000 / r
 }
 
-// onCNP is the reaction to a CNP at now.
-func (d *dcqcn) onCNP(c *CCConfig, now int64) {
+// onCNP is the reaction to a CNP at now; it reports whether it cut the
+// rate.
+func (d *dcqcn) onCNP(c *CCConfig, now int64) bool {
 	d.cnp = true
 	d.loss = false
 	if !d.limited {
@@ -233,12 +234,13 @@ func (d *dcqcn) onCNP(c *CCConfig, now int64) {
 			d.rt = d.rc
 			d.setRate(c.RateToSetOnFirstCNP)
 			d.cut(c, now, false)
-			return
+			return true
 		}
 	} else if now-d.lastCut < int64(c.RateReduceMonitorPeriod) {
-		return
+		return false
 	}
 	d.cut(c, now, true)
+	return true
 }
 
 // cut is the paper's rate decrease: Rt = Rc, Rc = Rc(1 - alpha/2),
@@ -275,7 +277,7 @@ const lossProbe = 32
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
 // the peer was seen to take (took, Mb/s; 0: unknown) if lower, but at
 // most an eighth of Rc at once and not below the line rate's 1/100.
-func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
+func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 	if !d.limited {
 		d.limited = true
 		d.alpha = float64(c.InitialAlphaValue) / 1023
@@ -283,7 +285,7 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 		d.alphaAt = now + int64(c.DCETCPRTT)
 		d.paceAt = now
 	} else if now-d.lastCut < lossCutGap {
-		return
+		return false
 	}
 	r := d.rc / 2
 	if took > 0 {
@@ -296,12 +298,15 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 	d.rt = d.rc
 	d.loss = true
 	d.cut(c, now, false)
+	return true
 }
 
 // overrun paces q after a loss the peer reported (onLoss).
 func (e *Engine) overrun(q *QP, took float64) {
 	d := &q.t.cc
-	d.onLoss(&e.cc, e.now, took)
+	if d.onLoss(&e.cc, e.now, took) {
+		atomic.AddUint64(&e.c.LossCuts, 1)
+	}
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 
@@ -417,7 +422,9 @@ func (e *Engine) receivedCNP(q *QP) {
 		return
 	}
 	d := &q.t.cc
-	d.onCNP(&e.cc, e.now)
+	if d.onCNP(&e.cc, e.now) {
+		atomic.AddUint64(&e.c.RateCuts, 1)
+	}
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 
