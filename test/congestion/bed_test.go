@@ -456,4 +456,3 @@ func TestBed_OffMarksNothing(t *testing.T) {
 		t.Fatal("the bottleneck dropped nothing: it was not congested")
 	}
 }
-

@@ -160,4 +160,5 @@ func (m *marker) close() {
 		m.state.Close()
 	}
 }
+
 var debugMarker = false
