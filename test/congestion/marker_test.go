@@ -124,9 +124,6 @@ func newMarker(ifindex int, rateBytes, kmin, kmax int, pmax float64) (*marker, e
 		asm.Mov.Imm(asm.R0, tcOK).WithSymbol("pass"),
 		asm.Return(),
 	}
-	if debugMarker {
-		fmt.Printf("%v\n", insns)
-	}
 	m.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL", Instructions: insns})
 	if err != nil {
 		m.close()
@@ -160,5 +157,3 @@ func (m *marker) close() {
 		m.state.Close()
 	}
 }
-
-var debugMarker = false
