@@ -3,10 +3,13 @@
 // network namespaces of their own around a bridge in a hub namespace
 // (internal/vethpair's Star), MTU 9000 (path MTU 4096). Host 0 receives;
 // hosts 1 and 2 send; host 3 runs a latency probe. The hub's port toward
-// host 0 is the bottleneck: an htb class at 300 Mbit/s whose queue is RED
-// with ecn (marks ECN-capable frames CE from 16 KB of average queue,
-// with probability up to 0.2 at 64 KB and every frame beyond; drops
-// frames that are not ECN-capable instead; 400 KB at most).
+// host 0 is the bottleneck: an htb class at 300 Mbit/s with a 2 MB
+// byte FIFO, behind a tc program on the port's egress that runs RED with
+// ecn over a phantom queue draining at the same rate (marks ECN-capable
+// frames CE with a probability rising from 0 at 256 KB of queue to 0.2 at
+// 1 MB, every frame beyond; drops the frames that are not ECN-capable
+// instead). The program stands in for sch_red, which the kernel here (6.18) lacks
+// with every other marking qdisc (marker_test.go).
 //
 // Flows are RC connections from hosts 1 and 2 to host 0, each keeping
 // eight 64 KiB WRITEs in flight; the probe READs 64 bytes from host 0

@@ -14,7 +14,7 @@ import (
 // Kmax, 1 beyond; ECN-capable frames are marked CE, the others dropped),
 // over a phantom queue that drains at the shaper's rate. The kernels this
 // runs on may lack sch_red, sch_fq_codel and every other marking qdisc
-// (CONFIG_NET_SCH_RED is not set on the CI VM), so it is a tc program on
+// (CONFIG_NET_SCH_RED is not set in the 6.18 kernel these tests ran on), so it is a tc program on
 // the port's egress, ahead of the htb class that shapes it, built here
 // instruction by instruction (no compiler needed). Arrivals and rate are
 // the htb's, so the phantom queue is the real one but for what the htb's
