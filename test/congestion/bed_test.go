@@ -49,12 +49,14 @@ type Bottleneck struct {
 
 // defaultBottleneck: 300 Mbit/s, which the two senders of a 2-core machine
 // exceed several times over. Marking starts at 256 KB of queue (7ms),
-// every frame is marked past 1 MB, and the queue holds 2 MB: frames reach
+// every frame is marked past 1 MB, and the queue holds 4 MB, what 8 flows
+// keep in flight (a window's resend is the rate's to prevent, not the
+// queue's). Frames reach
 // the hub in batches of up to 64 (a NAPI poll of the sender's veth, 256
 // KB of 4 KiB frames), and a threshold below a batch marks paced senders
 // as if they overran it (16 KB: one flow reached 0.24 of the bottleneck,
 // 128 KB 0.5, 256 KB 0.78, in runs of 1s).
-var defaultBottleneck = Bottleneck{RateMbit: 300, MinBytes: 256000, MaxBytes: 1000000, LimitBytes: 2000000, MaxP: 0.2}
+var defaultBottleneck = Bottleneck{RateMbit: 300, MinBytes: 256000, MaxBytes: 1000000, LimitBytes: 4000000, MaxP: 0.2}
 
 // bed is the star, its bottleneck shaped and marked.
 type bed struct {
@@ -147,9 +149,18 @@ type cc struct {
 }
 
 var (
-	ccOn  = cc{"dcqcn", ndk.Options{Congestion: ndk.CongestionOptions{Mode: ndk.CongestionOn}, TrafficClass: ndk.TrafficClass{ECN: ndk.ECT0}}}
+	ccOn = cc{"dcqcn", ndk.Options{TrafficClass: ndk.TrafficClass{ECN: ndk.ECT0},
+		Congestion: ndk.CongestionOptions{Mode: ndk.CongestionOn, AIRateMbps: aiRate, HAIRateMbps: haiRate}}}
 	ccOff = cc{"off", ndk.Options{}}
 )
+
+// aiRate and haiRate are DCQCN's increase steps scaled to the
+// bottleneck: a tenth of the hardware's 5 and 50 Mb/s, which are sized
+// for links of 10-100 Gb/s. With those, 4 and 8 flows overshot 300 Mbit/s
+// by hundreds of Mb/s within the 7ms the marks of a 256 KB queue take to
+// come back, and overflowed it (4: 0.75 of the bottleneck, 8: 0.34, with
+// more bytes resent than delivered).
+const aiRate, haiRate = 0.5, 5
 
 // figures are one run's.
 type figures struct {

@@ -3,7 +3,7 @@
 // network namespaces of their own around a bridge in a hub namespace
 // (internal/vethpair's Star), MTU 9000 (path MTU 4096). Host 0 receives;
 // hosts 1 and 2 send; host 3 runs a latency probe. The hub's port toward
-// host 0 is the bottleneck: an htb class at 300 Mbit/s with a 2 MB
+// host 0 is the bottleneck: an htb class at 300 Mbit/s with a 4 MB
 // byte FIFO, behind a tc program on the port's egress that runs RED with
 // ecn over a phantom queue draining at the same rate (marks ECN-capable
 // frames CE with a probability rising from 0 at 256 KB of queue to 0.2 at
