@@ -145,6 +145,9 @@ func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
 // acknowledgements, and lets q send what the window held back.
 func (e *Engine) progress(q *QP) {
 	t := &q.t
+	if t.cwnd != 0 {
+		e.openWindow(q)
+	}
 	t.retryLeft = t.params.RetryCount
 	t.rnrLeft = t.params.RNRRetry
 	t.retryGuard = false
@@ -169,6 +172,40 @@ func (e *Engine) progress(q *QP) {
 	}
 	e.schedule(q)
 }
+
+// cutWindow halves the request packets q keeps in flight after a loss
+// (retry), as TCP's congestion window does: a go-back-N resends all of
+// them, and with the whole window in flight behind a full queue each
+// loss resent hundreds of frames into it and lost more (test/congestion,
+// DCQCN off: more bytes resent than delivered). READ requests are not
+// held: a READ's responses are the responder's to pace.
+func (e *Engine) cutWindow(q *QP) {
+	t := &q.t
+	w := t.cwnd
+	if w == 0 {
+		w = e.window
+	}
+	t.cwnd = max(min(w, t.una.Distance(t.nextPSN))/2, minCwnd)
+	t.cwndAcc, t.cwndUna = 0, t.una
+}
+
+// openWindow widens a cut window by one packet per window of packets
+// acknowledged (TCP's congestion avoidance), and lifts it at the window.
+func (e *Engine) openWindow(q *QP) {
+	t := &q.t
+	t.cwndAcc += t.cwndUna.Distance(t.una)
+	t.cwndUna = t.una
+	for t.cwndAcc >= t.cwnd {
+		t.cwndAcc -= t.cwnd
+		t.cwnd++
+	}
+	if t.cwnd >= e.window {
+		t.cwnd = 0
+	}
+}
+
+// minCwnd is the least a loss cuts the window to, in packets.
+const minCwnd = 8
 
 // armReask starts the wait after which a READ at the head whose responses
 // stopped coming from una is asked again (reask).
@@ -274,6 +311,7 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	atomic.AddUint64(&e.c.Retransmits, 1)
 	t.n.Retransmits++
 	e.overrun(q, 0)
+	e.cutWindow(q)
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO

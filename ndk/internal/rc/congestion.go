@@ -275,8 +275,8 @@ const retryRearm = int64(2 * time.Millisecond)
 const lossProbe = 32
 
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
-// the peer was seen to take (took, Mb/s; 0: unknown) if lower, but at
-// most an eighth of Rc at once and not below the line rate's 1/100.
+// the peer was seen to take (took, Mb/s; 0: unknown) if lower, but not
+// below an eighth of Rc at once nor below RPG_MIN_RATE.
 func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 	if !d.limited {
 		d.limited = true
@@ -294,7 +294,10 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 		// milliseconds: no lower than an eighth of the rate on its word.
 		r = min(r, max(took, d.rc/8))
 	}
-	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
+	// Never above Rc: where DCQCN had cut below the floor, a loss
+	// raised the rate to it (8 flows at 1/100 of the line rate each
+	// overfilled test/congestion's bottleneck).
+	d.setRate(min(d.rc, max(r, c.RPGMinRate)))
 	d.rt = d.rc
 	d.loss = true
 	d.cut(c, now, false)

@@ -672,8 +672,8 @@ func TestLossPacing_WritesBackOff(t *testing.T) {
 }
 
 // TestLossPacing_CutAndRise: a loss halves the rate, or sets the rate the
-// peer took if that is lower, at most once per lossCutGap and never below
-// 1/100 of the line rate; the rate a loss set rises by 1/32 of itself per
+// peer took if that is lower (at most 8 times lower), at most once per
+// lossCutGap, never below RPG_MIN_RATE and never up; the rate a loss set rises by 1/32 of itself per
 // increase event, where DCQCN's hyper increase would add more.
 func TestLossPacing_CutAndRise(t *testing.T) {
 	c, err := (&CCConfig{LineRate: 10000, RPGByteReset: 1000}).withDefaults()
@@ -695,12 +695,26 @@ func TestLossPacing_CutAndRise(t *testing.T) {
 	if !near(d.rc, 1200) || !near(d.rt, 1200) {
 		t.Fatalf("loss with the peer seen taking 1200: rc %v rt %v", d.rc, d.rt)
 	}
+	now += lossCutGap
+	d.onLoss(&c, now, 1)
+	if !near(d.rc, 150) {
+		t.Fatalf("loss with the peer seen taking 1 Mb/s: rc %v, want 150 (an eighth of 1200 at once)", d.rc)
+	}
 	for range 20 {
 		now += lossCutGap
-		d.onLoss(&c, now, 1)
+		d.onLoss(&c, now, 0)
 	}
-	if !near(d.rc, 100) {
-		t.Fatalf("rate after many losses %v, want the floor 100", d.rc)
+	if !near(d.rc, c.RPGMinRate) {
+		t.Fatalf("rate after many losses %v, want the floor %v", d.rc, c.RPGMinRate)
+	}
+	// A loss never raises a rate: DCQCN's cut below what a halving
+	// from the line rate would give stays.
+	var e dcqcn
+	e.onCNP(&c, 0)
+	e.setRate(20)
+	e.onLoss(&c, lossCutGap, 0)
+	if !near(e.rc, 10) {
+		t.Fatalf("loss at 20 Mb/s set rc %v, want 10", e.rc)
 	}
 	// F (1) fast recovery events, then growth by rt/32 per event, even
 	// with both counters past F.
@@ -796,5 +810,44 @@ func TestReplayBudget_OnlyWhatIsSentAgain(t *testing.T) {
 	// Each deferral follows replayBudget replayed frames in its loop.
 	if s.ReplaysDeferred*replayBudget > resent {
 		t.Fatalf("%d deferrals of replays for %d frames resent: first-time responses were held as replays", s.ReplaysDeferred, resent)
+	}
+}
+
+// TestLossWindow_CutAndOpen: a loss halves the request packets in flight
+// (not below minCwnd), and acknowledgements widen the window by one per
+// window's worth until it reaches the engine's window, where it lifts.
+func TestLossWindow_CutAndOpen(t *testing.T) {
+	e := &Engine{window: 512}
+	q := &QP{}
+	q.t.una, q.t.nextPSN = 0xFFFF00, rocev2.PSN(0xFFFF00).Add(300) // across the PSN wrap
+	e.cutWindow(q)
+	if q.t.cwnd != 150 {
+		t.Fatalf("300 in flight, cut to %d, want 150", q.t.cwnd)
+	}
+	q.t.nextPSN = q.t.una.Add(400)
+	e.cutWindow(q)
+	if q.t.cwnd != 75 {
+		t.Fatalf("cut of a window of 150 with 400 in flight: %d, want 75", q.t.cwnd)
+	}
+	for range 10 {
+		e.cutWindow(q)
+	}
+	if q.t.cwnd != minCwnd {
+		t.Fatalf("after many losses the window is %d, want %d", q.t.cwnd, minCwnd)
+	}
+	q.t.una = q.t.una.Add(minCwnd)
+	e.openWindow(q)
+	if q.t.cwnd != minCwnd+1 {
+		t.Fatalf("a window's worth acknowledged: %d, want %d", q.t.cwnd, minCwnd+1)
+	}
+	for range 10000 {
+		if q.t.cwnd == 0 {
+			break
+		}
+		q.t.una = q.t.una.Add(16)
+		e.openWindow(q)
+	}
+	if q.t.cwnd != 0 {
+		t.Fatalf("window %d never lifted", q.t.cwnd)
 	}
 }

@@ -46,6 +46,11 @@ type qpTransport struct {
 	retryPSN        rocev2.PSN
 	rearmAt         int64      // a READ at the head is asked again then (reask); 0: none
 	rearmPSN        rocev2.PSN // una when rearmAt was set
+	// cwnd bounds the request packets in flight after a loss (0: only
+	// the window does); cwndAcc counts packets acknowledged toward its
+	// next step, cwndUna is una when they were last counted.
+	cwnd, cwndAcc uint32
+	cwndUna       rocev2.PSN
 
 	// Responder.
 	rqHead  uint64
