@@ -276,7 +276,8 @@ const lossProbe = 32
 
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
 // the peer was seen to take (took, Mb/s; 0: unknown) if lower, but not
-// below an eighth of Rc at once nor below RPG_MIN_RATE.
+// below an eighth of Rc at once nor below the line rate's 1/100, and
+// never above Rc.
 func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 	if !d.limited {
 		d.limited = true
@@ -294,10 +295,12 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 		// milliseconds: no lower than an eighth of the rate on its word.
 		r = min(r, max(took, d.rc/8))
 	}
-	// Never above Rc: where DCQCN had cut below the floor, a loss
-	// raised the rate to it (8 flows at 1/100 of the line rate each
-	// overfilled test/congestion's bottleneck).
-	d.setRate(min(d.rc, max(r, c.RPGMinRate)))
+	// Never below 1/100 of the line rate, where repeated losses would
+	// stretch one READ to seconds (1 MiB at 1 Mb/s: 8s), but never above
+	// Rc either: where DCQCN had cut below that floor, a loss raised the
+	// rate to it (8 flows at 100 Mb/s each overfilled test/congestion's
+	// 300 Mbit/s bottleneck).
+	d.setRate(max(r, c.RPGMinRate, min(d.rc, c.LineRate/100)))
 	d.rt = d.rc
 	d.loss = true
 	d.cut(c, now, false)

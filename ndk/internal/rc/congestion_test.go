@@ -673,7 +673,7 @@ func TestLossPacing_WritesBackOff(t *testing.T) {
 
 // TestLossPacing_CutAndRise: a loss halves the rate, or sets the rate the
 // peer took if that is lower (at most 8 times lower), at most once per
-// lossCutGap, never below RPG_MIN_RATE and never up; the rate a loss set rises by 1/32 of itself per
+// lossCutGap, never below 1/100 of the line rate and never up; the rate a loss set rises by 1/32 of itself per
 // increase event, where DCQCN's hyper increase would add more.
 func TestLossPacing_CutAndRise(t *testing.T) {
 	c, err := (&CCConfig{LineRate: 10000, RPGByteReset: 1000}).withDefaults()
@@ -704,17 +704,16 @@ func TestLossPacing_CutAndRise(t *testing.T) {
 		now += lossCutGap
 		d.onLoss(&c, now, 0)
 	}
-	if !near(d.rc, c.RPGMinRate) {
-		t.Fatalf("rate after many losses %v, want the floor %v", d.rc, c.RPGMinRate)
+	if !near(d.rc, 100) {
+		t.Fatalf("rate after many losses %v, want the floor 100", d.rc)
 	}
-	// A loss never raises a rate: DCQCN's cut below what a halving
-	// from the line rate would give stays.
+	// A loss never raises a rate: DCQCN's cut below the floor stays.
 	var e dcqcn
 	e.onCNP(&c, 0)
 	e.setRate(20)
 	e.onLoss(&c, lossCutGap, 0)
-	if !near(e.rc, 10) {
-		t.Fatalf("loss at 20 Mb/s set rc %v, want 10", e.rc)
+	if !near(e.rc, 20) {
+		t.Fatalf("loss at 20 Mb/s set rc %v, want 20", e.rc)
 	}
 	// F (1) fast recovery events, then growth by rt/32 per event, even
 	// with both counters past F.

@@ -362,29 +362,55 @@
 // Loss-driven pacing, in every mode: what DCQCN does not see is a peer
 // that drops what it cannot take, such as a requester whose receive ring
 // overflows under an 8 MiB READ's 8,192 responses (34 go-back-N rounds
-// and 38 MB/s where 256 KiB READs made 266 MB/s, before). The responder
-// takes a READ asked again for answers it already sent, and the
-// requester a sequence NAK or an ACK timeout, as a loss (onLoss, at most
-// one per 100µs): the QP's rate halves, or drops to the rate the peer was
-// seen to take (a duplicate READ at packet k of a run: k packets since
-// the run's first left), never below 1/100 of the line rate. A rate a
-// loss set rises by 1/32 of itself per increase event (about 10% a
-// millisecond), not by DCQCN's hyper increase, which brought the rate
-// back to the overrun within milliseconds; a CNP returns the QP to
-// DCQCN's stages. A READ's go-back whose gap is still open an eighth of
-// the ACK timeout later asks again without spending a retry (reask): the
-// answer to the first re-ask is often lost behind the overrun too, and
-// the ACK timeout (67ms) cost more than the overrun itself.
+// and 38 MB/s where 256 KiB READs made 266 MB/s, before), or a queue
+// that drops frames that are not ECN-capable. The responder takes a READ
+// asked again for answers it already sent, and the requester a sequence
+// NAK or an ACK timeout, as a loss (onLoss, at most one per 100µs): the
+// QP's rate halves, or drops to the rate the peer was seen to take (a
+// duplicate READ at packet k of a run: k packets since the run's first
+// left) if lower, but at most eightfold at once (the estimate counts the
+// time to the duplicate's arrival, which a stall probe stretches by
+// milliseconds), never below 1/100 of the line rate (so that repeated
+// losses cannot stretch one READ to seconds: 1 MiB at 1 Mb/s is 8s) and
+// never up (that floor raised 8 flows that DCQCN had cut to 37 Mb/s each
+// to 100, over test/congestion's 300 Mbit/s bottleneck). A rate a loss set
+// rises by 1/32 of itself per increase event (about 10% a millisecond),
+// not by DCQCN's hyper increase, which brought the rate back to the
+// overrun within milliseconds; a CNP returns the QP to DCQCN's stages.
 //
-// Whether the requester is overrun at all depends on the machine's load:
-// on the shared 2-core VM, BenchmarkLargeReads (test/rdma, daemons on
-// both ends, NDKXDP_BENCH_DAEMON=1) saw no loss in half the runs, before
-// and after. In runs that lost, 8 MiB READs reached 0.35 of the 256 KiB
-// rate with 37% resent in 25 rounds before, and 0.79-0.97 with 0.6-3.5%
-// resent after, but also 0.33 with 25% resent in 15 rounds, 3 of them
-// ACK timeouts: a re-answer that never arrives still waits for the
-// timer. perf read_bw -s 8388608 -n 20 between two processes, paired
-// runs under load: 53-199 MB/s before, 59-861 MB/s after.
+// A requester's loss also halves the request packets it keeps in flight
+// (cutWindow: a congestion window, not below 8, widened by one per
+// window acknowledged and lifted at Config.Window), since go-back-N
+// resends all of them: with the whole window (512 PSNs) in flight behind
+// a full queue, each loss resent hundreds of frames into it and lost
+// more. A cut window sets AckReq twice per window. READ requests are not
+// held by it: a READ's responses are the responder's to pace.
+//
+// A READ at the head of the send queue whose responses stop coming is
+// asked again, without spending a retry, an eighth of the ACK timeout
+// (at least 2ms) after the last response or the last ask (reask): the
+// answer to a re-ask is often lost behind the overrun too, and a lost
+// last response shows no gap at all; each of those cost an ACK timeout
+// (67ms) before. The ACK timer, which only progress moves, still bounds
+// a peer that never answers. On the responder, only the responses a
+// duplicate READ has the responder send a second time count against the
+// replay budget; the rest of the run leaves at a first run's pace (it
+// crawled at 4 frames a loop before).
+//
+// Whether the requester is overrun at all depends on the machine's load.
+// BenchmarkLargeReads (test/rdma) on the shared 2-vCPU VM, daemons on
+// both ends (NDKXDP_BENCH_DAEMON=1 go test ./test/rdma -run XXX -bench
+// LargeReads -benchtime 1x -count 5): before these changes, 0.36-1.02 of
+// the 256 KiB rate, up to 19% resent, up to 2 ACK timeouts a run; with
+// the stall probe, no ACK timeout in 10 runs, 0.47-1.04, 0-32% resent;
+// LARGE_READS_AFTER.
+//
+// test/congestion's BenchmarkIncast (its doc has the bed: 300 Mbit/s,
+// RED with ecn from 256 KB; flock /tmp/ndkxdp-heavy.lock go test
+// ./test/congestion -run XXX -bench Incast -benchtime 1x), on the 2-vCPU
+// VM beside other work, DCQCN (ECT(0), increase steps a tenth of the
+// defaults) against off (no ECN: RED drops), runs of 2s:
+// INCAST_FIGURES
 //
 // Pacing costs no timer per packet and no allocation: each QP keeps the
 // time its next data frame may leave (paceAt), which each frame moves by
