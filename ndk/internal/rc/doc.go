@@ -367,16 +367,18 @@
 // asked again for answers it already sent, and the requester a sequence
 // NAK or an ACK timeout, as a loss (onLoss, at most one per 100µs): the
 // QP's rate halves, or drops to the rate the peer was seen to take (a
-// duplicate READ at packet k of a run: k packets since the run's first
-// left) if lower, but at most eightfold at once (the estimate counts the
-// time to the duplicate's arrival, which a stall probe stretches by
-// milliseconds), never below 1/100 of the line rate (so that repeated
+// duplicate READ at packet k of a run: k packets over the time from the
+// run's first response to its latest) if lower, never below 1/100 of
+// the line rate (so that repeated
 // losses cannot stretch one READ to seconds: 1 MiB at 1 Mb/s is 8s) and
 // never up (that floor raised 8 flows that DCQCN had cut to 37 Mb/s each
 // to 100, over test/congestion's 300 Mbit/s bottleneck). A rate a loss set
 // rises by 1/32 of itself per increase event (about 10% a millisecond),
 // not by DCQCN's hyper increase, which brought the rate back to the
-// overrun within milliseconds; a CNP returns the QP to DCQCN's stages.
+// overrun within milliseconds, and not at all while the QP sends nothing
+// (its timers stop until its next frame: a requester waiting out its own
+// timeout has not shown it takes more); a CNP returns the QP to DCQCN's
+// stages.
 //
 // A requester's loss also halves the request packets it keeps in flight
 // (cutWindow: a congestion window, not below 8, widened by one per
