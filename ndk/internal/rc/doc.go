@@ -400,12 +400,18 @@
 // crawled at 4 frames a loop before).
 //
 // Whether the requester is overrun at all depends on the machine's load.
-// BenchmarkLargeReads (test/rdma) on the shared 2-vCPU VM, daemons on
-// both ends (NDKXDP_BENCH_DAEMON=1 go test ./test/rdma -run XXX -bench
-// LargeReads -benchtime 1x -count 5): before these changes, 0.36-1.02 of
-// the 256 KiB rate, up to 19% resent, up to 2 ACK timeouts a run; with
-// the stall probe, no ACK timeout in 10 runs, 0.47-1.04, 0-32% resent;
-// LARGE_READS_AFTER.
+// BenchmarkLargeReads (test/rdma: go test ./test/rdma -run XXX -bench
+// LargeReads -benchtime 1x, NDKXDP_BENCH_DAEMON=1 for daemons on both
+// ends) on the shared 2-vCPU VM, 8 MiB READs as a share of the 256 KiB
+// rate: without the stall probe, 0.36-1.02 with daemons, up to 19%
+// resent and up to 2 ACK timeouts a run; in a quiet spell, three
+// in-process runs each, 0.64-0.99 with an ACK timeout in two of three,
+// against 0.95-1.06 and nothing resent with it. Under load (load average
+// 4-5, another suite beside), the requester is descheduled long enough
+// to overflow its receive ring about once per READ: 0.46-0.66 of the 256
+// KiB rate with 17-21 rounds and 18-28% resent, daemons or not, and no
+// ACK timeout in 14 runs. The goal (0.8, 5% resent) holds only while the
+// requester keeps up.
 //
 // test/congestion's BenchmarkIncast (its doc has the bed: 300 Mbit/s,
 // RED with ecn from 256 KB; flock /tmp/ndkxdp-heavy.lock go test
