@@ -410,7 +410,7 @@
 // 4-5, another suite beside), the requester is descheduled long enough
 // to overflow its receive ring about once per READ: 0.46-0.66 of the 256
 // KiB rate with 17-21 rounds and 18-28% resent, daemons or not, and no
-// ACK timeout in 14 runs. The goal (0.8, 5% resent) holds only while the
+// ACK timeout in 11 runs. The goal (0.8, 5% resent) holds only while the
 // requester keeps up.
 //
 // test/congestion's BenchmarkIncast (its doc has the bed: 300 Mbit/s,
