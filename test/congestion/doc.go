@@ -30,6 +30,11 @@
 //
 //	flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run XXX -bench Incast -benchtime 1x
 //
+// ndk/internal/rc's doc ("Congestion control") has its figures on the
+// 2-vCPU VM. DCQCN's increase steps are a tenth of the hardware's here
+// (ndk.CongestionOptions.AIRateMbps, HAIRateMbps), scaled to the
+// bottleneck.
+//
 // Every link lives in the namespaces the bed creates (198.18.0.0/24,
 // 2001:2::/64, no default route, nothing joined to a real interface) and
 // is deleted with them when the test ends. Tests need root and tc
