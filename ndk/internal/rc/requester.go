@@ -62,7 +62,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 				t.readsOut++
 			}
 		}
-		if t.una.Distance(w.firstPSN.Add(t.txPkt)) >= e.window {
+		if d := t.una.Distance(w.firstPSN.Add(t.txPkt)); d >= e.window || (t.cwnd != 0 && d >= t.cwnd && !w.op.responded()) {
 			break
 		}
 		if e.paced(q) {
@@ -136,7 +136,9 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 			// signals (ROCEV2.md 2; IBTA 9.2.3).
 			h.BTH.SE = w.op != OpWrite && w.flags&ndkpi.OpFlagSendAndSolicitEvent != 0
 			h.BTH.AckReq = true
-		} else if t.sinceAckReq+1 >= ackEvery {
+		} else if t.sinceAckReq+1 >= ackEvery || (t.cwnd != 0 && t.sinceAckReq+1 >= int(t.cwnd/2)) {
+			// A cut window asks twice per window, or it would wait for
+			// the ACK timer with the window full and no ACK asked for.
 			h.BTH.AckReq = true
 		}
 	}

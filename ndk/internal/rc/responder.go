@@ -410,6 +410,7 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 			}
 			e.overrun(q, took)
 		}
+		s.sent = max(s.sent, s.next)
 		s.buf, s.bufOff = b, off
 		s.start, s.next, s.again = k, k, true
 		s.stop, s.end = k+t.npkts(r.DMALen), off+r.DMALen
@@ -488,7 +489,7 @@ func (e *Engine) respond(q *QP) (int, bool) {
 				// The pending ACK waits too: it must not overtake them.
 				return sent, false
 			}
-			if r.again {
+			if r.again && r.next < r.sent {
 				if e.replayLeft == 0 {
 					// Another turn: the other QPs' answers go first.
 					atomic.AddUint64(&e.c.ReplaysDeferred, 1)
