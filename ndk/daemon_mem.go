@@ -130,7 +130,7 @@ func (rq *daemonQP) postLocal(op string, ctx any, flags OpFlag) error {
 		slot = rq.send.Reserve()
 	}
 	if slot == nil {
-		r.ring() // as daemonPost: wakes the relay to publish what retired
+		r.ring() // as post: wakes the relay to publish what retired
 		r.ringDeferred(rq)
 		return postError(op, StatusInsufficientResources)
 	}
