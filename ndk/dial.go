@@ -76,8 +76,8 @@ type arena struct {
 // and fast registration follow the in-process rules (daemon_mem.go).
 //
 // It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
-// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol. When
-// the daemon goes away later, however it ends, the adapter learns at once
+// STATUS_NDIS_BAD_VERSION, naming both versions, when the daemon speaks
+// another version of the protocol. When the daemon goes away later, however it ends, the adapter learns at once
 // from the socket's hangup: armed CQs notify, connectors get their
 // disconnect, Gone is closed, and every call fails with
 // STATUS_CONNECTION_RESET (Err).
@@ -114,9 +114,16 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
 	}
 	m, fds, err := r.call(ctx, op, &proto.Request{Op: proto.OpHello, Version: proto.Version}, efd)
+	if err == nil && m.Version != proto.Version {
+		closeFDs(fds)
+		err = &Error{Status: StatusNDISBadVersion, Op: op, Err: errors.New(proto.VersionMismatch(proto.Version, m.Version))}
+	}
 	if err != nil {
 		unix_close(efd)
 		r.conn.Close()
+		if e := (*Error)(nil); errors.As(err, &e) && e.Status == StatusNDISBadVersion {
+			e.Detail = path
+		}
 		return nil, err
 	}
 	if err := r.hello(m, fds); err != nil {
