@@ -63,13 +63,18 @@
 //     must be connected the same way.
 //
 // What is where: this package is the API and the NDK object model (the
-// adapter's CQs, PDs, MRs and tokens, QPs, connectors and listeners). The
-// datapath behind an adapter is a provider (provider.go: what the adapter
-// asks of one); Open builds the in-process provider, ndk/internal/inproc,
-// which assembles the steering program, sockets and engines and runs the
-// CM's MAD goroutine, route resolution and its handle on QPs. The files
-// here: adapter.go (Adapter, Close), open.go (Open, Options, Stats),
-// provider.go, cm.go (CMOptions, CMStats, the connections an adapter
+// adapter's CQs, PDs, MRs and tokens, QPs, connectors and listeners). Each
+// object holds one backend (backend.go: adapterBackend, pdBackend,
+// cqBackend, qpBackend, srqBackend, connectorBackend, listenerBackend,
+// endpointBackend) and calls it, whichever provider it runs on. The
+// in-process provider's backends are inproc_*.go, over the engines
+// (provider.go: what they ask of ndk/internal/inproc, which assembles the
+// steering program, sockets and engines and runs the CM's MAD goroutine,
+// route resolution and its handle on QPs); the daemon-client provider's
+// are dial.go (Dial, the link), events.go and daemon_*.go (cq, pd, mem:
+// windows, fast registration and SRQs, qp, cm), over the daemon's socket
+// and shared rings. The other files: adapter.go (Adapter, Close), open.go
+// (Open, Options, Stats), cm.go (CMOptions, CMStats, the connections an adapter
 // closes with it), connector.go and listener.go, connect.go (out-of-band
 // connection), connector_ex.go (NDKPI 2.1 connector calls, disconnect
 // reasons, retry counts), qp.go, atomic.go, immediate.go, cq.go and cq_control.go
