@@ -173,4 +173,12 @@ type EngineStats struct {
 	// cnps_sent (frames): CNPs the notification point sent for ECN-marked
 	// (CE) frames received, at most one per QP per interval.
 	CNPsSent uint64
+
+	// bad_qkey (frames): UD datagrams dropped on receive: their DETH Q_Key
+	// is not the QP's (rxe check_keys).
+	BadQKey uint64
+
+	// ud_dropped (frames): UD datagrams dropped on receive: no receive
+	// posted, or one too small for the GRH and the payload (rxe drop_msg).
+	UDDropped uint64
 }

@@ -34,6 +34,8 @@ type SendWR struct {
 	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
 	// swap) and OpFetchAdd (SwapAdd is the addend).
 	Compare, SwapAdd uint64
+	// UD is a UD QP's destination (ud.go).
+	UD UDDest
 }
 
 // PostSend queues an initiator request. It returns an NTSTATUS: Success,
@@ -72,7 +74,11 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	case StateClosed:
 		return ndkpi.StatusInvalidHandle
 	}
-	if wr.Op.local() {
+	if q.cfg.UD {
+		if st := q.checkUD(wr); st != ndkpi.StatusSuccess {
+			return st
+		}
+	} else if wr.Op.local() {
 		return q.postLocal(wr)
 	}
 	inline := wr.Flags&ndkpi.OpFlagInline != 0 && !wr.Op.responded()
@@ -145,6 +151,9 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	w.compare = wr.Compare
 	w.swapAdd = wr.SwapAdd
 	w.ctx = wr.Context
+	if q.cfg.UD {
+		w.ud = wr.UD
+	}
 	q.sq.publish()
 	return ndkpi.StatusSuccess
 }

@@ -26,6 +26,7 @@ type sendWQE struct {
 	compare     uint64       // CMP_SWAP's compare value
 	swapAdd     uint64       // CMP_SWAP's swap value, FETCH_ADD's addend
 	ctx         any
+	ud          UDDest // a UD QP's destination (ud.go)
 	// seg holds the SGEs resolved at post time (inline: seg[0] aliases
 	// inline). Both are the slot's share of arrays sized by the QP's
 	// limits (newSendRing), so that a small QP costs little: fixed
@@ -95,6 +96,9 @@ type QPConfig struct {
 	// it has no receive queue of its own, and RecvDepth and MaxRecvSGE
 	// are ignored.
 	SRQ *SRQ
+	// UD makes an unreliable-datagram QP (ud.go): ActivateUD instead of
+	// Connect, and each send names its destination.
+	UD bool
 }
 
 // QP is a reliable-connection queue pair. Post methods are called by the
@@ -115,6 +119,8 @@ type QP struct {
 	// for this QP (ArmPlacedWrites).
 	writeArm atomic.Pointer[chan struct{}]
 	drained  chan struct{} // closed by the engine: see Drained
+
+	udMTU atomic.Uint32 // a UD QP's path MTU once active (ud.go)
 
 	// Send-side producer state.
 	deferred bool // a DEFER post since the last doorbell
