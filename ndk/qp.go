@@ -60,7 +60,8 @@ type QP struct {
 	// writeArm is the channel ArmPeerWrites last armed, boxed for the
 	// engine's atomic pointer; never written after it is published.
 	writeArm *chan struct{}
-	srq      *SRQ // QPConfig.SRQ
+	srq      *SRQ    // QPConfig.SRQ
+	ud       *udInfo // a UD QP's Q_Key and MTU (ud.go); nil for RC
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
@@ -91,7 +92,10 @@ func engineSGL(sgl []SGE) []rc.SGE {
 // The QP is assigned to a queue round-robin; receives may be posted at
 // once, initiator requests after ConnectOOB (or, with connection
 // management, after the connector completes).
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) { return pd.createQP(cfg, false) }
+
+// createQP is CreateQP, of a UD QP (ud.go) if ud.
+func (pd *PD) createQP(cfg QPConfig, ud bool) (*QP, error) {
 	const op = "create qp"
 	a := pd.adapter
 	info := &a.info
@@ -143,7 +147,7 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		RecvCQ: cfg.ReceiveCQ.core, SendCQ: cfg.InitiatorCQ.core, Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq,
+		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq, UD: ud,
 	})
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)

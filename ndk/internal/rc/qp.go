@@ -210,6 +210,8 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 // the given parameters.
 func (q *QP) Connect(p ConnParams) error {
 	switch {
+	case q.cfg.UD:
+		return fmt.Errorf("%w: a UD QP is not connected (ActivateUD)", ErrBadConfig)
 	case !p.PathMTU.Valid():
 		return fmt.Errorf("%w: path MTU %v", ErrBadConfig, p.PathMTU)
 	case p.Local.QPN != q.cfg.QPN:

@@ -177,7 +177,10 @@ func TestUD_Refusals(t *testing.T) {
 			t.Errorf("%s: status %#x, want %#x", c.name, st, c.want)
 		}
 	}
-	if err := qa.Connect(defaultParams(rocev2.MTU1024)); err == nil {
+	cp := defaultParams(rocev2.MTU1024)
+	cp.Local = Endpoint{IP: a.ip, MAC: a.mac, QPN: qa.QPN()}
+	cp.Remote = Endpoint{IP: b.ip, MAC: b.mac, QPN: qb.QPN()}
+	if err := qa.Connect(cp); err == nil {
 		t.Error("Connect on a UD QP succeeded")
 	}
 
