@@ -113,7 +113,17 @@ func (q *QP) UDMaxMessage() uint32 {
 // destination without address or QPN, and otherwise as Send. Allocates
 // nothing when it succeeds.
 func (q *QP) SendTo(ctx any, sgl []SGE, dest UDDestination, flags OpFlag) error {
-	const op = "send to"
+	return q.sendTo("send to", ctx, sgl, dest, false, 0, flags)
+}
+
+// SendToWithImmediate is SendTo of a datagram that carries imm (UD
+// SEND_ONLY_WITH_IMMEDIATE, verbs' IBV_WR_SEND_WITH_IMM): udaddy names
+// its QPN so, and its server answers the QPN it reads there.
+func (q *QP) SendToWithImmediate(ctx any, sgl []SGE, dest UDDestination, imm uint32, flags OpFlag) error {
+	return q.sendTo("send to with immediate", ctx, sgl, dest, true, imm, flags)
+}
+
+func (q *QP) sendTo(op string, ctx any, sgl []SGE, dest UDDestination, withImm bool, imm uint32, flags OpFlag) error {
 	if q.ud == nil {
 		q.rc.RingDeferred()
 		return errorf(StatusInvalidDeviceRequest, op, "not a UD QP (CreateUDQP)")
@@ -131,7 +141,7 @@ func (q *QP) SendTo(ctx any, sgl []SGE, dest UDDestination, flags OpFlag) error 
 		return errorf(StatusInvalidParameter, op, "destination %v QPN %#x: an address and a QPN in [1, 2^24) are needed", dest.IP, dest.QPN)
 	}
 	wr := rc.SendWR{Op: rc.OpSend, Flags: flags, Context: ctx, SGL: engineSGL(sgl),
-		UD: rc.UDDest{IP: dest.IP, MAC: dest.MAC, QPN: dest.QPN, QKey: dest.QKey}}
+		UD: rc.UDDest{IP: dest.IP, MAC: dest.MAC, QPN: dest.QPN, QKey: dest.QKey, WithImmediate: withImm, Immediate: imm}}
 	return q.post("send", postSend, &wr)
 }
 
@@ -150,6 +160,28 @@ func UDSource(grh []byte) netip.Addr {
 		return netip.AddrFrom16([16]byte(grh[8:24]))
 	}
 	return netip.Addr{}
+}
+
+// UDReplyTo is verbs' ibv_create_ah_from_wc: the destination that answers
+// a datagram received with grh (the receive buffer's first UDGRHSize
+// bytes) from QP srcQPN, with Q_Key qkey. The next hop's MAC comes from
+// the kernel's routes and neighbours, as for Connect. It fails with
+// STATUS_INVALID_PARAMETER when grh names no sender, and as Connect when
+// no route or neighbour is found.
+func (a *Adapter) UDReplyTo(grh []byte, srcQPN, qkey uint32) (UDDestination, error) {
+	const op = "ud reply to"
+	ip := UDSource(grh)
+	switch {
+	case !ip.IsValid():
+		return UDDestination{}, errorf(StatusInvalidParameter, op, "no IPv4 or IPv6 header in the GRH")
+	case a.daemon != nil || a.prov == nil:
+		return UDDestination{}, errorf(StatusNotSupported, op, "UD runs in process only")
+	}
+	path, err := a.prov.ResolvePath(netip.Addr{}, ip)
+	if err != nil {
+		return UDDestination{}, cmError(op, err)
+	}
+	return UDDestination{IP: ip, MAC: path.RemoteMAC, QPN: srcQPN, QKey: qkey}, nil
 }
 
 // UDService answers rdma_cm's UD service resolution (SIDR) for one port

@@ -82,6 +82,21 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr) {
 		t.Fatalf("y resolving x: %+v, %v", toX, err)
 	}
 
+	// y answers x where x's datagram came from, as udaddy's server does
+	// (ibv_create_ah_from_wc); x names its QPN in the immediate.
+	if err := y.ud.Receive("r", y.sge(t, y.dmr, UDGRHSize+8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.ud.SendToWithImmediate("s", x.sge(t, x.smr, 8), toY, x.ud.QPN(), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitResult(t, x.icq)
+	r := waitResult(t, y.rcq)
+	back, err := y.a.UDReplyTo(y.dst[:UDGRHSize], uint32(r.TypeSpecificCompletionOutput), y.ud.UDQKey())
+	if err != nil || back != toX {
+		t.Fatalf("reply destination %+v, %v; want %+v", back, err, toX)
+	}
+
 	const n = 1000
 	copy(x.src, bytes.Repeat([]byte("ping"), n/4))
 	copy(y.src, bytes.Repeat([]byte("pong"), n/4))

@@ -24,7 +24,8 @@ import (
 // datagram's IPv6 header fills them and an IPv4 datagram's IPv4 header
 // fills the last 20 behind 20 zero bytes. The payload follows, and the
 // completion counts both (verbs' byte_len), names the source QPN in
-// TypeSpecificCompletionOutput and is Type Receive. Without a posted
+// TypeSpecificCompletionOutput and is Type Receive. SEND_ONLY_WITH_IMMEDIATE
+// is received as SEND_ONLY: its immediate is not reported. Without a posted
 // receive, or with one too small, the datagram is dropped and counted in
 // Stats.UDDropped and the receive stays posted (rxe class D: drop_msg); a
 // QP on an SRQ instead completes the receive it took with
@@ -43,6 +44,11 @@ type UDDest struct {
 	MAC  rocev2.MAC
 	QPN  uint32
 	QKey uint32
+	// WithImmediate sends UD SEND_ONLY_WITH_IMMEDIATE carrying
+	// Immediate (udaddy names its QPN so); it rides here so that UD
+	// posts leave SendWR as RC knows it.
+	WithImmediate bool
+	Immediate     uint32
 }
 
 // UDParams makes a UD QP ready to send and receive (verbs' INIT, RTR and
@@ -149,6 +155,11 @@ func (e *Engine) udRequest(q *QP) (int, bool) {
 		t.hdr.BTH.DestQP = d.QPN
 		t.hdr.BTH.PSN = t.nextPSN
 		t.hdr.BTH.SE = w.flags&ndkpi.OpFlagSendAndSolicitEvent != 0
+		t.hdr.BTH.Opcode = rocev2.UDSendOnly
+		if d.WithImmediate {
+			t.hdr.BTH.Opcode = rocev2.UDSendOnlyImm
+			t.hdr.ImmDt = d.Immediate
+		}
 		t.hdr.DETH.QKey = d.QKey
 		if d.QKey&udQKeyControlled != 0 {
 			t.hdr.DETH.QKey = t.qkey

@@ -270,3 +270,31 @@ func TestUD_AllocatesNothing(t *testing.T) {
 		t.Fatalf("GRH source %#x", got)
 	}
 }
+
+// TestUD_SendWithImmediate: a destination WithImmediate sends UD
+// SEND_ONLY_WITH_IMMEDIATE (0x65) with the immediate, as udaddy's sends,
+// and the receiver takes it as a datagram like any other.
+func TestUD_SendWithImmediate(t *testing.T) {
+	var imm atomic.Uint64 // opcode<<32 | immediate of the last datagram A->B
+	o := pairOptions{pipe: porttest.PipeConfig{Filter: func(dir porttest.Direction, f []byte) porttest.Verdict {
+		var p rocev2.Packet
+		if dir == porttest.AtoB && rocev2.Parse(f, &p) == nil {
+			imm.Store(uint64(p.BTH.Opcode)<<32 | uint64(p.ImmDt))
+		}
+		return porttest.Pass
+	}}}
+	a, b, qa, qb := udPair(t, o, testQKey, testQKey)
+	src := a.buffer(100, 0, false)
+	dst := b.buffer(GRHLen+100, memreg.AccessLocalWrite, false)
+	mustPost(t, qb.PostReceive("r", []SGE{dst.sge(0, GRHLen+100)}))
+	to := b.dest(qb, testQKey)
+	to.WithImmediate, to.Immediate = true, qa.QPN()
+	mustPost(t, qa.PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 100)}, UD: to}))
+	r := waitCQ(t, b.rcq, 1, 5*time.Second)[0]
+	if r.Status != ndkpi.StatusSuccess || r.BytesTransferred != GRHLen+100 || r.TypeSpecificCompletionOutput != uint64(qa.QPN()) {
+		t.Fatalf("receive %+v", r)
+	}
+	if got := imm.Load(); got != uint64(rocev2.UDSendOnlyImm)<<32|uint64(qa.QPN()) {
+		t.Fatalf("opcode and immediate on the wire %#x", got)
+	}
+}
