@@ -35,6 +35,8 @@ const (
 // Config is a run's parameters; zero fields take udaddy's defaults.
 type Config struct {
 	Count, Size int
+	// Serving, if set, hears that a server serves its port.
+	Serving func()
 }
 
 func (c *Config) fill() {
@@ -236,6 +238,9 @@ func RunServer(ctx context.Context, a *ndk.Adapter, local netip.AddrPort, cfg Co
 		return st, err
 	}
 	defer svc.Close()
+	if cfg.Serving != nil {
+		cfg.Serving()
+	}
 	fmt.Fprintln(out, "receiving data transfers")
 	if err := n.poll(ctx, cfg.Count, ndk.OpReceive, func(buf []byte, r *ndk.ResultEx) error {
 		if int(r.BytesTransferred) != ndk.UDGRHSize+cfg.Size {
