@@ -125,7 +125,11 @@ func (q *QP) SendToWithImmediate(ctx any, sgl []SGE, dest UDDestination, imm uin
 
 func (q *QP) sendTo(op string, ctx any, sgl []SGE, dest UDDestination, withImm bool, imm uint32, flags OpFlag) error {
 	if q.ud == nil {
-		q.rc.RingDeferred()
+		if q.r != nil {
+			q.adapter.daemon.ringDeferred(q.r)
+		} else {
+			q.rc.RingDeferred()
+		}
 		return errorf(StatusInvalidDeviceRequest, op, "not a UD QP (CreateUDQP)")
 	}
 	var total uint64

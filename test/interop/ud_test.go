@@ -2,12 +2,16 @@ package interop
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
@@ -19,7 +23,8 @@ var udaddySizes = []int{udaddy.DefaultSize, 1024}
 const udaddyCount = 10
 
 // TestInteropUD runs rdma-core's udaddy (UD datagrams over rdma_cm's
-// RDMA_PS_UDP) against ndkxdp's, each side as server and as client.
+// RDMA_PS_UDP) against ndkxdp's, and perftest's `ib_send_bw -c UD -R`
+// against ndkxdp perf's, each side as server and as client.
 // Pinned rxe behaviours: rxe's SIDR_REP gives Q_Key 0x01234567
 // (RDMA_UDP_QKEY); rxe's datagrams arrive with the GRH rxe's receiver
 // expects, so ndkxdp's answers go to the QPN and address they name; and
@@ -28,6 +33,7 @@ const udaddyCount = 10
 // and answers the QPN our SEND_WITH_IMM named.
 func TestInteropUD(t *testing.T) {
 	p := attach(t, sharedVM(t))
+	t.Run("perftest", func(t *testing.T) { testSendBWUD(t, p) })
 	for _, size := range udaddySizes {
 		if size > int(p.dev.Adapter.PathMTU()) {
 			continue
@@ -87,6 +93,54 @@ func TestInteropUD(t *testing.T) {
 			if !strings.Contains(out, "data transfers complete") {
 				t.Fatalf("rxe's udaddy client did not complete:\n%s", out)
 			}
+		})
+	}
+}
+
+// udSendBWSizes: a small datagram and the whole path MTU.
+var udSendBWSizes = []int{64, 1024}
+
+// ConnectUD lets ndkxdpConnector open perftest's UD data connection.
+func (c *ndkxdpConnector) ConnectUD(ctx context.Context, port uint16, cp verbs.ConnParams) (verbs.Endpoint, error) {
+	return (&ndkverbs.Connector{Dev: c.p.dev, Peer: GuestIPv4}).ConnectUD(ctx, port, cp)
+}
+
+func testSendBWUD(t *testing.T, p *peer) {
+	for _, size := range udSendBWSizes {
+		if size > int(p.dev.Adapter.PathMTU()) {
+			continue
+		}
+		prm := perfCase{"ib_send_bw", perftest.Send, perftest.BW}.params(size)
+		prm.MTU = p.dev.Adapter.PathMTU()
+		prm.UD = true
+		args := "ib_send_bw -c UD " + guestArgs(prm)
+		t.Run(fmt.Sprintf("ib_send_bw_ud/%dB/rxe_server", size), func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, 90*time.Second)
+			out := p.guestServer(t, ctx, args, perfPort, func() error {
+				_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
+				return err
+			})
+			theirs = out
+			t.Logf("rxe server:\n%sndkxdp client:\n%s", out, ours.String())
+			requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
+			requireRow(t, "rxe's server", out, out, prm)
+		})
+		t.Run(fmt.Sprintf("ib_send_bw_ud/%dB/rxe_client", size), func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, 90*time.Second)
+			out := p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+				_, err := perftest.RunServer(ctx, prm, l, &ours)
+				return err
+			}, args+" "+HostIPv4.String())
+			theirs = out
+			t.Logf("rxe client:\n%sndkxdp server:\n%s", out, ours.String())
+			requireRow(t, "rxe's client", out, out, prm)
+			requireRow(t, "ndkxdp's server", ours.String(), ours.String(), prm)
 		})
 	}
 }
