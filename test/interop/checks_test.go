@@ -91,7 +91,9 @@ func TestTsharkCheckFlagsBrokenFrames(t *testing.T) {
 
 // TestResultRow: the perftest result row is found by size and iterations;
 // void measures (inf, -nan, or all zero) pass only with perftest's own
-// clock calibration failure in the output that would carry it.
+// clock calibration failure in the output that would carry it, or, for a
+// -nan t_stdev alone, with the deviation in the row that overflows
+// perftest's int arithmetic.
 func TestResultRow(t *testing.T) {
 	p := perftest.Params{Size: 4096, Iterations: 10}
 	const head = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
@@ -113,6 +115,9 @@ func TestResultRow(t *testing.T) {
 		{"zero bandwidth without the warning", zero, zero, false, false},
 		{"zero bandwidth, the warning elsewhere", zero, warn, true, true},
 		{"header only", head, head, false, false},
+		{"stdev overflowed by a 2.2 s outlier", head + " 4096    10          28183.84        2221601.19      31440.26  	       346488.07     	-nan   		2221601.19 		2221601.19\n", "", true, false},
+		{"stdev -nan with every deviation under 46 ms", strings.Replace(good, "921.72", "-nan", 1), good, false, false},
+		{"stdev -nan beside another void measure", head + " 4096    10          28183.84        inf      31440.26  	       346488.07     	-nan   		2221601.19 		2221601.19\n", "", false, false},
 		{"other size", strings.Replace(good, " 4096 ", " 4095 ", 1), good, false, false},
 		{"other iterations", strings.Replace(good, "    10    ", "    11    ", 1), good, false, false},
 	} {

@@ -437,9 +437,12 @@ func resultRow(out, calib string, p perftest.Params) (row []string, uncalibrated
 			continue
 		}
 		void, zero := "", true
-		for _, m := range f[2:] {
+		for i, m := range f[2:] {
 			v, err := strconv.ParseFloat(m, 64)
 			if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+				if i+2 == latStdev && stdevOverflowed(f) {
+					continue
+				}
 				void = fmt.Sprintf("measure %q", m)
 				break
 			}
@@ -457,6 +460,34 @@ func resultRow(out, calib string, p perftest.Params) (row []string, uncalibrated
 		return f, true, nil
 	}
 	return nil, false, fmt.Errorf("no result row for %d bytes x %d iterations", size, p.Iterations)
+}
+
+// latStdev is the t_stdev column of a latency row: #bytes #iterations
+// t_min t_max t_typical t_avg t_stdev 99% 99.9%.
+const latStdev = 6
+
+// stdevOverflowed reports whether a latency row's -nan t_stdev is
+// perftest's own arithmetic and not a void run: print_report_lat squares
+// each sample's deviation from the average into an int (temp_var,
+// pow_var), which overflows to a negative sum, and sqrt of it to -nan,
+// once one deviation reaches sqrt(2^31) µs, about 46 ms. t_min, t_max and
+// t_avg are over the same samples, so the row itself shows whether one
+// did. An outlier that long is a slow run (a loaded TCG guest, a
+// retransmission), which the interop cases do not judge; a -nan without
+// one is still void.
+func stdevOverflowed(f []string) bool {
+	if len(f) != latStdev+3 {
+		return false
+	}
+	v := func(i int) float64 {
+		x, err := strconv.ParseFloat(f[i], 64)
+		if err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
+			return math.NaN()
+		}
+		return x
+	}
+	lo, hi, avg := v(2), v(3), v(5)
+	return max(hi-avg, avg-lo) >= math.Sqrt(math.MaxInt32)-1 // the row rounds to 0.01 µs
 }
 
 // checkFrames writes every frame ndkxdp sent in the cases to a pcap file,

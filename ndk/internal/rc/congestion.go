@@ -194,9 +194,14 @@ type dcqcn struct {
 	// since the peer that lost frames takes about this rate and no more.
 	loss    bool
 	lastCut int64
-	cnp     bool // a CNP arrived in this alpha period
-	alphaAt int64
-	riseAt  int64
+	// busy says the QP sent since the last increase event; a loss-set
+	// rate rises only while the QP uses it. idle marks a loss-set rate
+	// whose timers stopped for want of traffic (tick); the next frame
+	// starts them again (sent).
+	busy, idle bool
+	cnp        bool // a CNP arrived in this alpha period
+	alphaAt    int64
+	riseAt     int64
 	// nsPerByte is the pacer's cost of a byte at rc; paceAt is when the
 	// next frame may leave (the pacer keeps no timer per packet: a sender
 	// that finds paceAt ahead stops and arms the QP's one deadline).
@@ -292,6 +297,7 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
 	d.rt = d.rc
 	d.loss = true
+	d.busy, d.idle = false, false
 	d.cut(c, now, false)
 }
 
@@ -329,10 +335,18 @@ func (d *dcqcn) increase(c *CCConfig) bool {
 	return false
 }
 
-// sent charges n bytes to the pacer and the byte counter.
-func (d *dcqcn) sent(c *CCConfig, n int, now int64) {
+// sent charges n bytes to the pacer and the byte counter. It reports
+// whether it started the timers of an idle loss-set rate again, which the
+// caller then arms.
+func (d *dcqcn) sent(c *CCConfig, n int, now int64) (woke bool) {
 	if !d.limited {
-		return
+		return false
+	}
+	d.busy = true
+	if d.idle {
+		d.idle, woke = false, true
+		d.alphaAt = now + int64(c.DCETCPRTT)
+		d.riseAt = now + int64(c.RPGTimeReset)
 	}
 	if d.paceAt < now-paceBurst {
 		d.paceAt = now - paceBurst
@@ -344,6 +358,7 @@ func (d *dcqcn) sent(c *CCConfig, n int, now int64) {
 		d.bc++
 		d.increase(c)
 	}
+	return woke
 }
 
 // tick runs the alpha and rate-increase timers due at now and returns the
@@ -360,6 +375,18 @@ func (d *dcqcn) tick(c *CCConfig, now int64) int64 {
 		d.alphaAt = now + int64(c.DCETCPRTT)
 	}
 	if now >= d.riseAt {
+		if d.loss && !d.busy {
+			// Nothing sent at the rate a loss set since the last event:
+			// the peer has not shown it takes more (a requester that lost
+			// a response waits out its own timeout before it asks again,
+			// tens of milliseconds in which the rate would climb back to
+			// the line rate and overrun it once more, as TCP's window
+			// does not grow while unused, RFC 7661). The timers stop
+			// until the QP sends again.
+			d.idle = true
+			return noDeadline
+		}
+		d.busy = false
 		d.t++
 		d.riseAt = now + int64(c.RPGTimeReset)
 		if d.increase(c) {
@@ -383,8 +410,8 @@ func (e *Engine) paced(q *QP) bool {
 
 // charge accounts a data frame of n payload bytes that q sent.
 func (e *Engine) charge(q *QP, n int) {
-	if q.t.cc.limited {
-		q.t.cc.sent(&e.cc, n+frameOverhead, e.now)
+	if d := &q.t.cc; d.limited && d.sent(&e.cc, n+frameOverhead, e.now) {
+		e.setTimer(q, min(d.alphaAt, d.riseAt))
 	}
 }
 

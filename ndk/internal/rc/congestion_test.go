@@ -748,3 +748,57 @@ func TestReadGap_AskedAgainBeforeTheAckTimeout(t *testing.T) {
 		t.Fatalf("after %v: %d ACK timeouts, %d go-backs; want none and at least 2 (RetryCount 1 spent only once)", time.Since(start), s.Timeouts, s.Retransmits)
 	}
 }
+
+// TestLossPacing_NoRiseWhileUnused: a rate a loss set does not climb while
+// the QP sends nothing (a requester that lost a response waits out its
+// own ACK timeout, rxe's 67 ms at perftest's timeout 14, before it asks
+// again: rising through the wait, the rate would be back at the line rate
+// for the replay and overrun it again). Its timers stop while unused, and
+// its first frame after starts them again, from where the rate was.
+func TestLossPacing_NoRiseWhileUnused(t *testing.T) {
+	c, err := (&CCConfig{LineRate: 10000}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dcqcn
+	now := int64(0)
+	d.onLoss(&c, now, 200)
+	if !near(d.rc, 200) {
+		t.Fatalf("rate after the loss %v, want 200", d.rc)
+	}
+	// 67 ms of the engine's timers with nothing sent.
+	next := d.tick(&c, d.riseAt)
+	for end := now + int64(67*time.Millisecond); next != noDeadline && next < end; {
+		next = d.tick(&c, next)
+	}
+	if next != noDeadline {
+		t.Fatalf("an unused loss-set rate keeps its timers running (next %d)", next)
+	}
+	if !near(d.rc, 200) || !d.limited {
+		t.Fatalf("after 67 ms unused: rc %v limited %v, want 200 and still limited", d.rc, d.limited)
+	}
+	// The replay's first frame starts the timers again; the rate rises
+	// as the QP sends.
+	now = int64(67 * time.Millisecond)
+	if !d.sent(&c, 1100, now) {
+		t.Fatal("the first frame after the idle spell did not restart the timers")
+	}
+	if d.riseAt != now+int64(c.RPGTimeReset) {
+		t.Fatalf("rise timer at %d, want %d", d.riseAt, now+int64(c.RPGTimeReset))
+	}
+	for range 20 {
+		now = d.riseAt
+		d.sent(&c, 1100, now-1)
+		d.tick(&c, now)
+	}
+	if d.rc <= 200 {
+		t.Fatalf("rate %v after 20 increase events while sending: did not rise", d.rc)
+	}
+	// A CNP-set rate is DCQCN's: its timers run whether or not the QP
+	// sends, as the hardware's do.
+	var e dcqcn
+	e.onCNP(&c, 0)
+	if n := e.tick(&c, e.riseAt); n == noDeadline || !e.limited {
+		t.Fatalf("a CNP-set rate stopped its timers unused (next %d, limited %v)", n, e.limited)
+	}
+}

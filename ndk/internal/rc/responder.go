@@ -366,8 +366,8 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		// the run began, that is about the rate it takes.
 		if k < s.next {
 			took := 0.0
-			if k > s.start && e.now > s.begun {
-				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(e.now-s.begun)
+			if span := s.lastAt - s.begun; k > s.start && span > 0 {
+				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(span)
 			}
 			e.overrun(q, took)
 		}
@@ -512,6 +512,7 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 	if first {
 		r.begun = e.now
 	}
+	r.lastAt = e.now
 	r.next++
 	return nil
 }

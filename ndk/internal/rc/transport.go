@@ -97,9 +97,12 @@ type readResource struct {
 	// the byte offset from va where it ends. A duplicate may ask for less
 	// than the rest of the original, and gets what it asked for (rxe).
 	stop, end uint32
-	// begun is when the run's first response left (engine clock): with
-	// the packets a duplicate says arrived, the rate the requester took.
-	begun int64
+	// begun and lastAt are when the run's first and latest responses
+	// left (engine clock): with the packets a duplicate says arrived, the
+	// rate the requester took while the run was being sent. The time
+	// after its last response, when a requester that lost one waits for
+	// its own timeout before it asks again, is no part of that rate.
+	begun, lastAt int64
 	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
 	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
 	// operation, which a duplicate gets again (never a second execution).
