@@ -59,7 +59,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.IntVar(&f.mtu, n, 0, "perftest's path MTU: here it follows the interface's MTU (1500: 1024, 9000: 4096)")
 	})
 	both("c", "connection", func(n string) {
-		fs.StringVar(&f.connection, n, "RC", "connection type: RC, or UD (send_bw only, with -dev: UD runs in process, not through a daemon)")
+		fs.StringVar(&f.connection, n, "RC", "connection type: RC, or UD (send_bw and send_lat, with -dev: UD runs in process, not through a daemon)")
 	})
 	both("A", "atomic_type", func(n string) {
 		fs.StringVar(&f.atomicType, n, "", "atomic_bw: FETCH_AND_ADD (default) or CMP_AND_SWAP")

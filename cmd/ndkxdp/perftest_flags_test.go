@@ -56,7 +56,7 @@ func TestPerftestCommandLines(t *testing.T) {
 		{"ib_send_bw -R -d lo -q 4 198.18.0.1", "run 4 perf processes, each on its own -p port"},
 		{"ib_send_bw -R -d mlx5_99 198.18.0.1", "give -dev IF, or -daemon SOCKET"},
 		{"ib_send_bw -R -d lo -c UC 198.18.0.1", "RC and UD connections only"},
-		{"ib_write_bw -R -d lo -c UD 198.18.0.1", "-c UD runs ib_send_bw only"},
+		{"ib_write_bw -R -d lo -c UD 198.18.0.1", "-c UD runs ib_send_bw and ib_send_lat only"},
 		{"ib_send_bw -R -d lo -m 4096 198.18.0.1", "follows the interface's MTU"},
 		{"ib_send_bw -R -d lo -i 2 198.18.0.1", "one port"},
 	} {

@@ -70,7 +70,57 @@ func (c *Connector) ConnectUD(ctx context.Context, port uint16, p verbs.ConnPara
 		return nil, fmt.Errorf("resolve the UD service at %v: %w", dst, err)
 	}
 	ep.ud = &d
+	if p.UDAnnounce {
+		if err := ep.announce(ctx); err != nil {
+			ep.Close()
+			return nil, err
+		}
+	}
 	return ep, nil
+}
+
+// idAnnounce is the work request ID of the UD connection parameters'
+// send and receive (perftest's wr_id 0).
+const idAnnounce = 0
+
+// announce sends perftest's UD connection parameters: 4 bytes, the
+// immediate our QPN, signaled, and waits for the completion.
+func (e *Endpoint) announce(ctx context.Context) error {
+	buf, err := e.Alloc(4)
+	if err != nil {
+		return err
+	}
+	r, err := e.Register(buf, 0)
+	if err != nil {
+		return err
+	}
+	seg, _ := r.Seg(0, 4)
+	if err := e.qp.SendToWithImmediate(uint64(idAnnounce), e.sge(seg), *e.ud, e.qp.QPN(), 0); err != nil {
+		return fmt.Errorf("send the UD connection parameters: %w", err)
+	}
+	res, err := e.one(ctx, e.scq)
+	switch {
+	case err != nil:
+		return fmt.Errorf("send the UD connection parameters: %w", err)
+	case res.Status != ndk.StatusSuccess:
+		return fmt.Errorf("send the UD connection parameters: %w", completionErr(&res))
+	}
+	return nil
+}
+
+// one waits for the next completion of cq.
+func (e *Endpoint) one(ctx context.Context, cq *ndk.CQ) (ndk.ResultEx, error) {
+	var r [1]ndk.ResultEx
+	for cq.GetResultsEx(r[:]) == 0 {
+		select {
+		case <-ctx.Done():
+			return r[0], ctx.Err()
+		case <-e.dev.Adapter.Gone():
+			return r[0], e.dev.Adapter.Err()
+		case <-time.After(50 * time.Microsecond):
+		}
+	}
+	return r[0], nil
 }
 
 // AcceptUD implements verbs.UDListener: a new UD endpoint, prepared with
@@ -81,6 +131,23 @@ func (x *Listener) AcceptUD(ctx context.Context, p verbs.ConnParams) (verbs.Endp
 	ep, err := x.dev.udEndpoint(x.depths)
 	if err != nil {
 		return nil, err
+	}
+	var grh verbs.Region
+	if p.UDAnnounce {
+		// The parameters' receive goes first, so that the datagram
+		// lands in it and not in one of Prepare's (which may be shorter).
+		buf, err := ep.Alloc(verbs.GRHLen + 4)
+		if err == nil {
+			grh, err = ep.Register(buf, verbs.AccessLocalWrite)
+		}
+		if err == nil {
+			seg, _ := grh.Seg(0, verbs.GRHLen+4)
+			err = ep.Receive(uint64(idAnnounce), seg)
+		}
+		if err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("post the UD connection parameters' receive: %w", err)
+		}
 	}
 	if p.Prepare != nil {
 		if err := p.Prepare(ep); err != nil {
@@ -104,6 +171,21 @@ func (x *Listener) AcceptUD(ctx context.Context, p verbs.ConnParams) (verbs.Endp
 			return nil, fmt.Errorf("accept UD: listener closed: %w", verbs.ErrInvalid)
 		case <-time.After(time.Millisecond):
 		}
+	}
+	if p.UDAnnounce {
+		res, err := ep.one(ctx, ep.rcq)
+		if err == nil && (res.Status != ndk.StatusSuccess || res.RequestContext != uint64(idAnnounce)) {
+			err = fmt.Errorf("completion %+v: %w", res, verbs.ErrInvalid)
+		}
+		var d ndk.UDDestination
+		if err == nil {
+			d, err = x.dev.Adapter.UDReplyTo(grh.Buf[:verbs.GRHLen], uint32(res.TypeSpecificCompletionOutput), ep.qp.UDQKey())
+		}
+		if err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("receive the UD connection parameters: %w", err)
+		}
+		ep.ud = &d
 	}
 	return ep, nil
 }

@@ -14,10 +14,12 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
-// TestSendBWOverUD runs perftest's ib_send_bw -c UD between two adapters
-// on a veth pair: RC control connection, SIDR for the data QP, datagrams
-// of the path MTU (the default size becomes it), and a UD port nobody
-// serves refused as REJ reason 8 is, so that the client retries it.
+// TestSendBWOverUD runs perftest's ib_send_bw and ib_send_lat -c UD
+// between two adapters on a veth pair: RC control connection, SIDR for
+// the data QP, datagrams up to the path MTU (send_bw's default size
+// becomes it), the latency test's server answering where the client's
+// first datagram came from; and a UD port nobody serves refused as REJ
+// reason 8 is, so that the client retries it.
 func TestSendBWOverUD(t *testing.T) {
 	a, b := newSides(t, 1500)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -34,12 +36,16 @@ func TestSendBWOverUD(t *testing.T) {
 		t.Fatalf("UD connect to an unserved port: %v, want REJ reason 8", err)
 	}
 
-	for _, size := range []int{0, 64} {
+	for _, c := range []struct {
+		kind perftest.Kind
+		size int
+	}{{perftest.BW, 0}, {perftest.BW, 64}, {perftest.Lat, 1}, {perftest.Lat, 1024}} {
+		size := c.size
 		var l *Listener
 		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
 			t.Fatal(err)
 		}
-		p := perftest.Params{Verb: perftest.Send, Kind: perftest.BW, Size: size, Iterations: 200, UD: true,
+		p := perftest.Params{Verb: perftest.Send, Kind: c.kind, Size: size, Iterations: 200, UD: true,
 			ConnectRetry: perftest.Retry{Attempts: 20, Interval: 50 * time.Millisecond}}
 		var sout, cout bytes.Buffer
 		var srv, cli perftest.Result
@@ -60,7 +66,10 @@ func TestSendBWOverUD(t *testing.T) {
 				t.Fatalf("client output:\n%s", cout.String())
 			}
 		}
-		if cli.BW == nil || srv.BW == nil || cli.BW.Size != uint64(want) || srv.BW.Iters != 200 {
+		switch {
+		case c.kind == perftest.Lat && (cli.Lat == nil || srv.Lat == nil || cli.Params.Size != want):
+			t.Fatalf("send_lat size %d: client %+v server %+v", size, cli.Lat, srv.Lat)
+		case c.kind == perftest.BW && (cli.BW == nil || srv.BW == nil || cli.BW.Size != uint64(want) || srv.BW.Iters != 200):
 			t.Fatalf("size %d: client %+v server %+v", size, cli.BW, srv.BW)
 		}
 		t.Logf("client:\n%s\nserver:\n%s", cout.String(), sout.String())
@@ -70,7 +79,7 @@ func TestSendBWOverUD(t *testing.T) {
 		t.Fatal(err) // refused later, once the MTU is agreed
 	}
 	for _, bad := range []perftest.Params{
-		{Verb: perftest.Send, Kind: perftest.Lat, UD: true},
+		{Verb: perftest.Read, Kind: perftest.Lat, UD: true},
 		{Verb: perftest.Write, Kind: perftest.BW, UD: true},
 	} {
 		if err := bad.Check(); !errors.Is(err, perftest.ErrUnsupported) {

@@ -17,18 +17,19 @@ import (
 // QPN. Every receive is UD_ADDITION (40) bytes longer than the message, for
 // the GRH. A message is at most the path MTU: without -s the size becomes
 // the MTU, with a larger -s the run is refused (check_mtu: "Max message
-// size in UD cannot be greater than MTU"). Only ib_send_bw runs: the
-// latency test and -b need the server to learn the client's address from
-// a first datagram (rdma_cm_send_ud_connection_parameters), which is not
-// built, nor are -a and --use-srq with UD.
+// size in UD cannot be greater than MTU"). ib_send_bw and ib_send_lat
+// run; the latency test's server learns where to answer from a first
+// 4-byte datagram the client sends once it resolved the server
+// (rdma_cm_send_ud_connection_parameters; verbs.ConnParams.UDAnnounce).
+// -b, -a and --use-srq with UD are not built.
 
 func (p *Params) normalizeUD() error {
 	if !p.UD {
 		return nil
 	}
 	switch {
-	case p.Verb != Send || p.Kind != BW:
-		return fmt.Errorf("perftest: -c UD runs ib_send_bw only, not %v %s: %w", p.Verb, kindName(p.Kind), ErrUnsupported)
+	case p.Verb != Send:
+		return fmt.Errorf("perftest: -c UD runs ib_send_bw and ib_send_lat only, not %v %s: %w", p.Verb, kindName(p.Kind), ErrUnsupported)
 	case p.AllSizes || p.UseSRQ:
 		return fmt.Errorf("perftest: -c UD with -a or --use-srq: %w", ErrUnsupported)
 	}
