@@ -24,7 +24,8 @@ const udaddyCount = 10
 
 // TestInteropUD runs rdma-core's udaddy (UD datagrams over rdma_cm's
 // RDMA_PS_UDP) against ndkxdp's, and perftest's `ib_send_bw -c UD -R`
-// against ndkxdp perf's, each side as server and as client.
+// and `ib_send_lat -c UD -R` against ndkxdp perf's, each side as server
+// and as client.
 // Pinned rxe behaviours: rxe's SIDR_REP gives Q_Key 0x01234567
 // (RDMA_UDP_QKEY); rxe's datagrams arrive with the GRH rxe's receiver
 // expects, so ndkxdp's answers go to the QPN and address they name; and
@@ -97,7 +98,8 @@ func TestInteropUD(t *testing.T) {
 	}
 }
 
-// udSendBWSizes: a small datagram and the whole path MTU.
+// udSendBWSizes: a small datagram and the whole path MTU, for send_bw and
+// send_lat.
 var udSendBWSizes = []int{64, 1024}
 
 // ConnectUD lets ndkxdpConnector open perftest's UD data connection.
@@ -106,41 +108,50 @@ func (c *ndkxdpConnector) ConnectUD(ctx context.Context, port uint16, cp verbs.C
 }
 
 func testSendBWUD(t *testing.T, p *peer) {
-	for _, size := range udSendBWSizes {
-		if size > int(p.dev.Adapter.PathMTU()) {
-			continue
+	for _, c := range []perfCase{{"ib_send_bw", perftest.Send, perftest.BW}, {"ib_send_lat", perftest.Send, perftest.Lat}} {
+		for _, size := range udSendBWSizes {
+			if size > int(p.dev.Adapter.PathMTU()) {
+				continue
+			}
+			testPerftestUD(t, p, c, size)
 		}
-		prm := perfCase{"ib_send_bw", perftest.Send, perftest.BW}.params(size)
-		prm.MTU = p.dev.Adapter.PathMTU()
-		prm.UD = true
-		args := "ib_send_bw -c UD " + guestArgs(prm)
-		t.Run(fmt.Sprintf("ib_send_bw_ud/%dB/rxe_server", size), func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, 90*time.Second)
-			out := p.guestServer(t, ctx, args, perfPort, func() error {
-				_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
-				return err
-			})
-			theirs = out
-			t.Logf("rxe server:\n%sndkxdp client:\n%s", out, ours.String())
-			requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
-			requireRow(t, "rxe's server", out, out, prm)
-		})
-		t.Run(fmt.Sprintf("ib_send_bw_ud/%dB/rxe_client", size), func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, 90*time.Second)
-			out := p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
-				_, err := perftest.RunServer(ctx, prm, l, &ours)
-				return err
-			}, args+" "+HostIPv4.String())
-			theirs = out
-			t.Logf("rxe client:\n%sndkxdp server:\n%s", out, ours.String())
-			requireRow(t, "rxe's client", out, out, prm)
-			requireRow(t, "ndkxdp's server", ours.String(), ours.String(), prm)
-		})
 	}
+}
+
+// testPerftestUD runs one perftest -c UD case both ways. Each side prints
+// its own row: send_bw's server counts what it received, and both sides
+// of send_lat time their round trips.
+func testPerftestUD(t *testing.T, p *peer, c perfCase, size int) {
+	prm := c.params(size)
+	prm.MTU = p.dev.Adapter.PathMTU()
+	prm.UD = true
+	args := c.tool + " -c UD " + guestArgs(prm)
+	t.Run(fmt.Sprintf("%s_ud/%dB/rxe_server", c.tool, size), func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, c.timeout())
+		out := p.guestServer(t, ctx, args, perfPort, func() error {
+			_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
+			return err
+		})
+		theirs = out
+		t.Logf("rxe server:\n%sndkxdp client:\n%s", out, ours.String())
+		requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
+		requireRow(t, "rxe's server", out, out, prm)
+	})
+	t.Run(fmt.Sprintf("%s_ud/%dB/rxe_client", c.tool, size), func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, c.timeout())
+		out := p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+			_, err := perftest.RunServer(ctx, prm, l, &ours)
+			return err
+		}, args+" "+HostIPv4.String())
+		theirs = out
+		t.Logf("rxe client:\n%sndkxdp server:\n%s", out, ours.String())
+		requireRow(t, "rxe's client", out, out, prm)
+		requireRow(t, "ndkxdp's server", ours.String(), ours.String(), prm)
+	})
 }
