@@ -53,6 +53,18 @@ func TestSIDR_ResolveBothWays(t *testing.T) {
 	if err != nil || got.QPN != 0x111 || got.QKey != cm.RDMAUDPQKey {
 		t.Fatalf("B resolving A: %+v, %v", got, err)
 	}
+	// IPv6: the wildcard of A's IPv4 service does not serve it; one of
+	// its own does.
+	path6 := p.link.B.PathTo(ip6B, ip6A)
+	if _, err := p.b.ResolveUD(ctx, path6, netip.AddrPortFrom(ip6A, 7174), time.Second, 3); err == nil {
+		t.Fatal("an IPv4 service answered an IPv6 request")
+	}
+	if _, err := p.a.ServeUD(netip.AddrPortFrom(netip.IPv6Unspecified(), 7174), 0x333, cm.RDMAUDPQKey); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.b.ResolveUD(ctx, path6, netip.AddrPortFrom(ip6A, 7174), time.Second, 3); err != nil || got.QPN != 0x333 {
+		t.Fatalf("B resolving A over IPv6: %+v, %v", got, err)
+	}
 	if sa.Answered() != 1 || sb.Answered() != 1 {
 		t.Fatalf("answered %d and %d, want 1 each", sa.Answered(), sb.Answered())
 	}
