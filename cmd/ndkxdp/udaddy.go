@@ -50,6 +50,8 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 		return f, cmdline.Usagef("-C %d -S %d: both must be positive", f.cfg.Count, f.cfg.Size)
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
+	case f.dev == "":
+		return f, cmdline.Usagef("-dev IFNAME is required: UD runs in process, not through a daemon\n%s", udaddyUsage)
 	}
 	return f, checkAdapterFlags(f.dev, "", f.capture, udaddyUsage)
 }
