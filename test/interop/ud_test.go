@@ -35,6 +35,7 @@ const udaddyCount = 10
 func TestInteropUD(t *testing.T) {
 	p := attach(t, sharedVM(t))
 	t.Run("perftest", func(t *testing.T) { testSendBWUD(t, p) })
+	t.Run("perftest_all_sizes", func(t *testing.T) { testSendBWUDAll(t, p) })
 	for _, size := range udaddySizes {
 		if size > int(p.dev.Adapter.PathMTU()) {
 			continue
@@ -154,4 +155,59 @@ func testPerftestUD(t *testing.T, p *peer, c perfCase, size int) {
 		requireRow(t, "rxe's client", out, out, prm)
 		requireRow(t, "ndkxdp's server", ours.String(), ours.String(), prm)
 	})
+}
+
+// testSendBWUDAll runs ib_send_bw -c UD -a both ways: each side prints a
+// row for every size from 2 bytes to the path MTU (send_bw.c:
+// size_max_pow from the MTU for UD), and none beyond.
+func testSendBWUDAll(t *testing.T, p *peer) {
+	prm := perftest.Params{Verb: perftest.Send, Kind: perftest.BW, AllSizes: true, Iterations: 5, Port: perfPort, UD: true,
+		ConnectRetry: perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}, MTU: p.dev.Adapter.PathMTU()}
+	args := fmt.Sprintf("ib_send_bw -c UD -R -d rxe0 -F -a -n 5 -p %d", perfPort)
+	rows := func(t *testing.T, who, out string) {
+		t.Helper()
+		last := prm
+		for size := 2; size <= prm.MTU; size *= 2 {
+			last.Size = size
+			requireRow(t, fmt.Sprintf("%s (%d bytes)", who, size), out, out, last)
+		}
+		if n, want := strings.Count(reportLines(out), "\n"), bitsLen(prm.MTU)-1; n != want {
+			t.Errorf("%s printed %d rows, want %d (2 bytes to the MTU)", who, n, want)
+		}
+	}
+	t.Run("ib_send_bw_ud_a/rxe_server", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, 2*time.Minute)
+		theirs = p.guestServer(t, ctx, args, perfPort, func() error {
+			_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
+			return err
+		})
+		t.Logf("rxe server:\n%sndkxdp client:\n%s", reportLines(theirs), reportLines(ours.String()))
+		rows(t, "ndkxdp's client", ours.String())
+		rows(t, "rxe's server", theirs)
+	})
+	t.Run("ib_send_bw_ud_a/rxe_client", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, 2*time.Minute)
+		theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+			_, err := perftest.RunServer(ctx, prm, l, &ours)
+			return err
+		}, args+" "+HostIPv4.String())
+		t.Logf("rxe client:\n%sndkxdp server:\n%s", reportLines(theirs), reportLines(ours.String()))
+		rows(t, "rxe's client", theirs)
+		rows(t, "ndkxdp's server", ours.String())
+	})
+}
+
+// bitsLen is the number of bits n needs (log2 of a power of two, plus 1).
+func bitsLen(n int) int {
+	b := 0
+	for ; n > 0; n >>= 1 {
+		b++
+	}
+	return b
 }

@@ -39,13 +39,15 @@ func TestSendBWOverUD(t *testing.T) {
 	for _, c := range []struct {
 		kind perftest.Kind
 		size int
-	}{{perftest.BW, 0}, {perftest.BW, 64}, {perftest.Lat, 1}, {perftest.Lat, 1024}} {
+		all  bool
+	}{{perftest.BW, 0, false}, {perftest.BW, 64, false}, {perftest.Lat, 1, false}, {perftest.Lat, 1024, false},
+		{perftest.BW, 0, true}, {perftest.Lat, 0, true}} {
 		size := c.size
 		var l *Listener
 		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
 			t.Fatal(err)
 		}
-		p := perftest.Params{Verb: perftest.Send, Kind: c.kind, Size: size, Iterations: 200, UD: true,
+		p := perftest.Params{Verb: perftest.Send, Kind: c.kind, Size: size, Iterations: 200, UD: true, AllSizes: c.all,
 			ConnectRetry: perftest.Retry{Attempts: 20, Interval: 50 * time.Millisecond}}
 		var sout, cout bytes.Buffer
 		var srv, cli perftest.Result
@@ -67,6 +69,11 @@ func TestSendBWOverUD(t *testing.T) {
 			}
 		}
 		switch {
+		case c.all && c.kind == perftest.BW && (len(cli.AllBW) != 10 || cli.AllBW[9].Size != 1024):
+			t.Fatalf("-a: client rows %+v, want 2 to 1024 bytes", cli.AllBW)
+		case c.all && c.kind == perftest.Lat && (len(cli.AllLat) != 10 || cli.AllLat[9].Size != 1024):
+			t.Fatalf("-a: client rows %+v, want 2 to 1024 bytes", cli.AllLat)
+		case c.all:
 		case c.kind == perftest.Lat && (cli.Lat == nil || srv.Lat == nil || cli.Params.Size != want):
 			t.Fatalf("send_lat size %d: client %+v server %+v", size, cli.Lat, srv.Lat)
 		case c.kind == perftest.BW && (cli.BW == nil || srv.BW == nil || cli.BW.Size != uint64(want) || srv.BW.Iters != 200):
@@ -75,6 +82,9 @@ func TestSendBWOverUD(t *testing.T) {
 		t.Logf("client:\n%s\nserver:\n%s", cout.String(), sout.String())
 	}
 	p := perftest.Params{Verb: perftest.Send, Kind: perftest.BW, Size: 2048, UD: true}
+	if err := (perftest.Params{Verb: perftest.Send, Kind: perftest.BW, UD: true, UseSRQ: true}).Check(); !errors.Is(err, perftest.ErrUnsupported) {
+		t.Errorf("-c UD --use-srq: %v, want ErrUnsupported", err)
+	}
 	if err := p.Check(); err != nil {
 		t.Fatal(err) // refused later, once the MTU is agreed
 	}

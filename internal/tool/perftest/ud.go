@@ -21,7 +21,8 @@ import (
 // run; the latency test's server learns where to answer from a first
 // 4-byte datagram the client sends once it resolved the server
 // (rdma_cm_send_ud_connection_parameters; verbs.ConnParams.UDAnnounce).
-// -b, -a and --use-srq with UD are not built.
+// With -a the sizes run from 2 to the MTU. -b and --use-srq with UD are
+// not built.
 
 func (p *Params) normalizeUD() error {
 	if !p.UD {
@@ -30,10 +31,12 @@ func (p *Params) normalizeUD() error {
 	switch {
 	case p.Verb != Send:
 		return fmt.Errorf("perftest: -c UD runs ib_send_bw and ib_send_lat only, not %v %s: %w", p.Verb, kindName(p.Kind), ErrUnsupported)
-	case p.AllSizes || p.UseSRQ:
-		return fmt.Errorf("perftest: -c UD with -a or --use-srq: %w", ErrUnsupported)
+	case p.UseSRQ:
+		return fmt.Errorf("perftest: -c UD with --use-srq: %w", ErrUnsupported)
 	}
-	p.udSizeIsMTU = p.udSizeIsMTU || p.Size == 0
+	// -a's buffer (MaxSize) shrinks to the MTU too, and its sizes stop
+	// there (send_bw.c, send_lat.c: size_max_pow from the MTU for UD).
+	p.udSizeIsMTU = p.udSizeIsMTU || p.Size == 0 || p.AllSizes
 	return nil
 }
 
