@@ -24,8 +24,9 @@ type EngineStats struct {
 	// not match.
 	BadICRC uint64
 
-	// not_rc (frames): Frames dropped on receive: CNP, UC, UD, not handled
-	// by the RC engine.
+	// not_rc (frames): Frames dropped on receive: CNP and UC, which the
+	// engine does not run, and QP1 datagrams no engine of the adapter takes
+	// (UD to other QPs is counted as for RC: unknown_qp, not_connected).
 	NotRC uint64
 
 	// unknown_qp (frames): Frames dropped on receive: for a QP number the

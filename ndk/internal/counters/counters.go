@@ -17,7 +17,7 @@ type Engine struct {
 	// Frames dropped on receive, by reason.
 	Malformed    uint64 `counter:"malformed" unit:"frames" help:"Frames dropped on receive: not a RoCEv2 frame the wire format allows (other than the ICRC)."`
 	BadICRC      uint64 `counter:"bad_icrc" unit:"frames" help:"Frames dropped on receive: the invariant CRC did not match."`
-	NotRC        uint64 `counter:"not_rc" unit:"frames" help:"Frames dropped on receive: CNP, UC, UD, not handled by the RC engine."`
+	NotRC        uint64 `counter:"not_rc" unit:"frames" help:"Frames dropped on receive: CNP and UC, which the engine does not run, and QP1 datagrams no engine of the adapter takes (UD to other QPs is counted as for RC: unknown_qp, not_connected)."`
 	UnknownQP    uint64 `counter:"unknown_qp" unit:"frames" help:"Frames dropped on receive: for a QP number the adapter does not have."`
 	NotConnected uint64 `counter:"not_connected" unit:"frames" help:"Frames dropped on receive: for a QP not connected or in error."`
 	WrongSource  uint64 `counter:"wrong_source" unit:"frames" help:"Frames dropped on receive: from an address that is not the QP's peer."`
