@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -25,7 +26,7 @@ type udSide struct {
 
 func newUDSide(t *testing.T, s *side) *udSide {
 	t.Helper()
-	u := &udSide{side: s, src: make([]byte, 4096), dst: make([]byte, 4096)}
+	u := &udSide{side: s, src: make([]byte, 8192), dst: make([]byte, 8192)}
 	var err error
 	if u.rcq, err = s.a.CreateCQ(64, nil); err != nil {
 		t.Fatal(err)
@@ -59,7 +60,7 @@ func (u *udSide) sge(t *testing.T, m *MR, n int) []SGE {
 // exchangeUD resolves each side's service from the other over SIDR and
 // sends a datagram each way, the answer going back to the address and
 // QPN the request's GRH and completion named (as udaddy's server does).
-func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr) {
+func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr, n int) {
 	t.Helper()
 	sx, err := x.a.ServeUD(netip.AddrPortFrom(netip.IPv4Unspecified(), 7174), x.ud)
 	if err != nil {
@@ -97,7 +98,6 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr) {
 		t.Fatalf("reply destination %+v, %v; want %+v", back, err, toX)
 	}
 
-	const n = 1000
 	copy(x.src, bytes.Repeat([]byte("ping"), n/4))
 	copy(y.src, bytes.Repeat([]byte("pong"), n/4))
 	for _, d := range []struct {
@@ -115,7 +115,7 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr) {
 			t.Fatalf("send completion %+v", r)
 		}
 		r := waitResult(t, d.to.rcq)
-		if r.Status != StatusSuccess || r.BytesTransferred != UDGRHSize+n || r.TypeSpecificCompletionOutput != uint64(d.from.ud.QPN()) {
+		if r.Status != StatusSuccess || int(r.BytesTransferred) != UDGRHSize+n || r.TypeSpecificCompletionOutput != uint64(d.from.ud.QPN()) {
 			t.Fatalf("receive completion %+v: want %d bytes from QPN %#x", r, UDGRHSize+n, d.from.ud.QPN())
 		}
 		if got := UDSource(d.to.dst); got != d.ip {
@@ -135,7 +135,7 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr) {
 func TestUDOverPipe(t *testing.T) {
 	a, b := cmPipePair(t, nil, cm.Params{})
 	x, y := newUDSide(t, a), newUDSide(t, b)
-	exchangeUD(t, x, y, pipeIPA, pipeIPB)
+	exchangeUD(t, x, y, pipeIPA, pipeIPB, 1000)
 }
 
 // TestUDRefusals: what the UD extension refuses, each with the status and
@@ -220,9 +220,17 @@ func badQKeys(a *Adapter) uint64 {
 // TestUDOverVeth: the same exchange between two adapters on a veth pair
 // in namespaces, through XDP steering and AF_XDP sockets, with paths from
 // the kernel's routes and neighbours.
+// At MTU 9000 the datagram is a whole 4096-byte path MTU, a frame over
+// one UMEM chunk (multi-buffer AF_XDP).
 func TestUDOverVeth(t *testing.T) {
+	for _, c := range []struct{ mtu, n int }{{1500, 1000}, {9000, 4096}} {
+		t.Run(fmt.Sprint(c.mtu), func(t *testing.T) { testUDOverVeth(t, c.mtu, c.n) })
+	}
+}
+
+func testUDOverVeth(t *testing.T, mtu, n int) {
 	testenv.RequireRoot(t)
-	p := harness.New(t, harness.Config{})
+	p := harness.New(t, harness.Config{MTU: mtu})
 	open := func(h *harness.Host) *side {
 		var a *Adapter
 		if err := h.Do(func() error {
@@ -236,5 +244,5 @@ func TestUDOverVeth(t *testing.T) {
 		return newSide(t, a)
 	}
 	x, y := newUDSide(t, open(p.A)), newUDSide(t, open(p.B))
-	exchangeUD(t, x, y, x.a.prov.Address(), y.a.prov.Address())
+	exchangeUD(t, x, y, x.a.prov.Address(), y.a.prov.Address(), n)
 }
