@@ -16,9 +16,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-// udaddySizes: udaddy's default and the whole path MTU (1024 at the
-// shared VM's MTU 1500).
-var udaddySizes = []int{udaddy.DefaultSize, 1024}
 
 const udaddyCount = 10
 
@@ -33,15 +30,29 @@ const udaddyCount = 10
 // engine wrote (ibv_create_ah_from_wc accepts our IPv4 header checksum)
 // and answers the QPN our SEND_WITH_IMM named.
 func TestInteropUD(t *testing.T) {
-	p := attach(t, sharedVM(t))
+	runUD(t, attach(t, sharedVM(t)))
+}
+
+// TestInteropUDMTU9000 runs TestInteropUD's cases at MTU 9000 (path MTU
+// 4096: datagrams of 4096 bytes, a frame over one UMEM chunk) on a VM of
+// its own.
+func TestInteropUDMTU9000(t *testing.T) {
+	requireVMTools(t)
+	runUD(t, attach(t, bootVM(t, 15*time.Minute, Config{MTU: 9000})))
+}
+
+func runUD(t *testing.T, p *peer) {
 	t.Run("perftest", func(t *testing.T) { testSendBWUD(t, p) })
 	t.Run("perftest_all_sizes", func(t *testing.T) { testSendBWUDAll(t, p) })
-	for _, size := range udaddySizes {
-		if size > int(p.dev.Adapter.PathMTU()) {
-			continue
-		}
+	t.Run("udaddy", func(t *testing.T) { testUdaddy(t, p) })
+}
+
+// testUdaddy runs udaddy at its default size and at the whole path MTU,
+// each side as server and as client.
+func testUdaddy(t *testing.T, p *peer) {
+	for _, size := range []int{udaddy.DefaultSize, p.dev.Adapter.PathMTU()} {
 		cfg := udaddy.Config{Count: udaddyCount, Size: size}
-		t.Run(fmt.Sprintf("udaddy/rxe_server/%dB", size), func(t *testing.T) {
+		t.Run(fmt.Sprintf("rxe_server/%dB", size), func(t *testing.T) {
 			p.capture(t)
 			ctx := ctxFor(t, 2*time.Minute)
 			var ours bytes.Buffer
@@ -63,7 +74,7 @@ func TestInteropUD(t *testing.T) {
 				}
 			}
 		})
-		t.Run(fmt.Sprintf("udaddy/rxe_client/%dB", size), func(t *testing.T) {
+		t.Run(fmt.Sprintf("rxe_client/%dB", size), func(t *testing.T) {
 			p.capture(t)
 			ctx := ctxFor(t, 2*time.Minute)
 			var ours bytes.Buffer
@@ -99,9 +110,6 @@ func TestInteropUD(t *testing.T) {
 	}
 }
 
-// udSendBWSizes: a small datagram and the whole path MTU, for send_bw and
-// send_lat.
-var udSendBWSizes = []int{64, 1024}
 
 // ConnectUD lets ndkxdpConnector open perftest's UD data connection.
 func (c *ndkxdpConnector) ConnectUD(ctx context.Context, port uint16, cp verbs.ConnParams) (verbs.Endpoint, error) {
@@ -110,10 +118,8 @@ func (c *ndkxdpConnector) ConnectUD(ctx context.Context, port uint16, cp verbs.C
 
 func testSendBWUD(t *testing.T, p *peer) {
 	for _, c := range []perfCase{{"ib_send_bw", perftest.Send, perftest.BW}, {"ib_send_lat", perftest.Send, perftest.Lat}} {
-		for _, size := range udSendBWSizes {
-			if size > int(p.dev.Adapter.PathMTU()) {
-				continue
-			}
+		// A small datagram and the whole path MTU.
+		for _, size := range []int{64, p.dev.Adapter.PathMTU()} {
 			testPerftestUD(t, p, c, size)
 		}
 	}
