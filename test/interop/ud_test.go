@@ -16,7 +16,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-
 const udaddyCount = 10
 
 // TestInteropUD runs rdma-core's udaddy (UD datagrams over rdma_cm's
@@ -109,7 +108,6 @@ func testUdaddy(t *testing.T, p *peer) {
 		})
 	}
 }
-
 
 // ConnectUD lets ndkxdpConnector open perftest's UD data connection.
 func (c *ndkxdpConnector) ConnectUD(ctx context.Context, port uint16, cp verbs.ConnParams) (verbs.Endpoint, error) {
