@@ -26,6 +26,11 @@ type ResultEx struct {
 	// TypeSpecificCompletionOutput holds the invalidated token when Type is
 	// OpReceiveAndInvalidate; otherwise it is undefined.
 	TypeSpecificCompletionOutput uint64
+	// Flags and Immediate: the immediate-data extension (immediate.go).
+	// A receive that a SEND or WRITE with immediate completed has
+	// ResultWithImmediate and the immediate; otherwise both are 0.
+	Flags     ResultFlag
+	Immediate uint32
 }
 
 // CQ is a completion queue (NDK_CQ). The engine completes into it from its
@@ -98,6 +103,9 @@ func (c *CQ) GetResultsEx(results []ResultEx) int {
 			Type:                         e.Type,
 			ProviderErrorCode:            e.ProviderErrorCode,
 			TypeSpecificCompletionOutput: e.TypeSpecificCompletionOutput,
+		}
+		if e.HasImmediate {
+			results[n].Flags, results[n].Immediate = ResultWithImmediate, e.Immediate
 		}
 		n++
 	}

@@ -165,6 +165,9 @@ func (c *CQ) daemonGet(results []Result, ex []ResultEx) int {
 		res := Result{Status: Status(e.Status), BytesTransferred: e.Bytes, QPContext: qctx, RequestContext: rctx}
 		if ex != nil {
 			ex[n] = ResultEx{Result: res, Type: OperationType(e.Type), ProviderErrorCode: e.ProviderErrorCode, TypeSpecificCompletionOutput: e.TypeSpecific}
+			if e.Flags&proto.CompletionWithImmediate != 0 {
+				ex[n].Flags, ex[n].Immediate = ResultWithImmediate, e.Immediate
+			}
 		} else {
 			results[n] = res
 		}

@@ -478,4 +478,6 @@ var (
 	_ = [1]struct{}{}[int(rc.OpBind)-proto.OpBind]
 	_ = [1]struct{}{}[int(rc.OpFastRegister)-proto.OpFastRegister]
 	_ = [1]struct{}{}[int(rc.OpInvalidate)-proto.OpInvalidate]
+	_ = [1]struct{}{}[int(rc.OpSendImm)-proto.OpSendImm]
+	_ = [1]struct{}{}[int(rc.OpWriteImm)-proto.OpWriteImm]
 )

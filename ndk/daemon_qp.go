@@ -154,7 +154,7 @@ func (q *QP) daemonPost(op string, wr *rc.SendWR) error {
 	case !rq.connected.Load():
 		return postError(op, StatusConnectionInvalid)
 	}
-	responded := wr.Op >= rc.OpRead
+	responded := wr.Op == rc.OpRead || wr.Op == rc.OpCompareSwap || wr.Op == rc.OpFetchAdd
 	inline := wr.Flags&OpFlagInline != 0 && !responded
 	maxSGE := rq.cfg.MaxInitiatorRequestSGE
 	if responded {
@@ -202,7 +202,7 @@ func (q *QP) daemonPost(op string, wr *rc.SendWR) error {
 	}
 	s := &rq.sr
 	*s = proto.Send{Op: uint8(wr.Op), Flags: uint32(wr.Flags), Seq: rq.sendSeq, RemoteAddr: wr.RemoteAddr, RemoteToken: wr.RemoteToken,
-		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd}
+		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd, Imm: wr.Imm}
 	if inline {
 		off := 0
 		for i := range sgl {

@@ -47,6 +47,11 @@
 //     UDDestination, receives with the GRH ahead of the payload (UDSource,
 //     Adapter.UDReplyTo), and rdma_cm's UD service resolution (SIDR) both
 //     ways, Adapter.ServeUD and Adapter.ResolveUD; in process only;
+//   - the immediate-data extension (immediate.go): QP.SendWithImmediate
+//     and QP.WriteWithImmediate; the receive's ResultEx has
+//     ResultWithImmediate and Immediate, and a WRITE's receive Type
+//     OpReceiveWriteWithImmediate, as verbs' IBV_WC_WITH_IMM and
+//     IBV_WC_RECV_RDMA_WITH_IMM;
 //   - connections through the InfiniBand CM on QP1, as librdmacm peers
 //     (rping, perftest -R) expect: Adapter.CreateConnector, Connector
 //     (Connect, ConnectWithSharedEndpoint, CompleteConnect, Accept,
@@ -72,7 +77,7 @@
 // provider.go, cm.go (CMOptions, CMStats, the connections an adapter
 // closes with it), connector.go and listener.go, connect.go (out-of-band
 // connection), connector_ex.go (NDKPI 2.1 connector calls, disconnect
-// reasons, retry counts), qp.go, atomic.go, cq.go and cq_control.go
+// reasons, retry counts), qp.go, atomic.go, immediate.go, cq.go and cq_control.go
 // (resize, moderation), pd.go, lifetime.go (closes that wait for
 // successors), extension.go (NdkQueryExtension on every object, which
 // answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), fastreg.go,

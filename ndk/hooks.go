@@ -46,7 +46,8 @@ func (serverBackend) PopCQ(q *CQ, dst []hook.Entry) int {
 			Status: uint32(e.Status), Bytes: e.BytesTransferred, Type: uint32(e.Type),
 			ProviderErrorCode: e.ProviderErrorCode, TypeSpecific: e.TypeSpecificCompletionOutput,
 			QPContext: e.QPContext, RequestContext: e.RequestContext,
-			Solicited: e.Solicited || e.Status != StatusSuccess,
+			Solicited:    e.Solicited || e.Status != StatusSuccess,
+			HasImmediate: e.HasImmediate, Immediate: e.Immediate,
 		}
 		n++
 	}

@@ -175,6 +175,14 @@ type EngineStats struct {
 	// (CE) frames received, at most one per QP per interval.
 	CNPsSent uint64
 
+	// rate_cuts (cuts): DCQCN rate cuts the reaction point made for CNPs
+	// received (at most one per QP per rate reduce monitor period).
+	RateCuts uint64
+
+	// loss_cuts (cuts): Rate cuts for losses the peer reported (a duplicate
+	// READ, a sequence NAK, an ACK timeout): loss-driven pacing.
+	LossCuts uint64
+
 	// bad_qkey (frames): UD datagrams dropped on receive: their DETH Q_Key
 	// is not the QP's (rxe check_keys).
 	BadQKey uint64

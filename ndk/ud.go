@@ -22,7 +22,9 @@ import (
 //     bytes of GRH ahead of the payload, as verbs gives them (UDSource
 //     reads the sender's address out of them); the completion's
 //     BytesTransferred counts both, and its ResultEx
-//     TypeSpecificCompletionOutput is the sender's QPN;
+//     TypeSpecificCompletionOutput is the sender's QPN (and, for
+//     SendToWithImmediate's datagrams, Flags has ResultWithImmediate and
+//     Immediate the immediate);
 //   - Adapter.ServeUD and Adapter.ResolveUD are rdma_cm's UD service
 //     resolution (SIDR), both ways.
 //
@@ -145,7 +147,10 @@ func (q *QP) sendTo(op string, ctx any, sgl []SGE, dest UDDestination, withImm b
 		return errorf(StatusInvalidParameter, op, "destination %v QPN %#x: an address and a QPN in [1, 2^24) are needed", dest.IP, dest.QPN)
 	}
 	wr := rc.SendWR{Op: rc.OpSend, Flags: flags, Context: ctx, SGL: engineSGL(sgl),
-		UD: rc.UDDest{IP: dest.IP, MAC: dest.MAC, QPN: dest.QPN, QKey: dest.QKey, WithImmediate: withImm, Immediate: imm}}
+		UD: rc.UDDest{IP: dest.IP, MAC: dest.MAC, QPN: dest.QPN, QKey: dest.QKey}}
+	if withImm {
+		wr.Op, wr.Imm = rc.OpSendImm, imm
+	}
 	return q.post("send", postSend, &wr)
 }
 

@@ -93,6 +93,9 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr, n int) {
 	}
 	waitResult(t, x.icq)
 	r := waitResult(t, y.rcq)
+	if r.Flags != ResultWithImmediate || r.Immediate != x.ud.QPN() {
+		t.Fatalf("receive of a datagram with immediate: %+v", r)
+	}
 	back, err := y.a.UDReplyTo(y.dst[:UDGRHSize], uint32(r.TypeSpecificCompletionOutput), y.ud.UDQKey())
 	if err != nil || back != toX {
 		t.Fatalf("reply destination %+v, %v; want %+v", back, err, toX)

@@ -85,7 +85,10 @@ func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), 
 // driver runs XDP programs natively (tun's ndo_bpf) and AF_XDP binds in
 // copy mode; ndk.Open's automatic mode picks driver mode there and falls
 // back to generic mode where a driver has none.
-func attach(t *testing.T, vm *VM) *peer {
+func attach(t *testing.T, vm *VM) *peer { return attachWith(t, vm, ndk.Options{}) }
+
+// attachWith is attach with the adapter's options (Capture is set here).
+func attachWith(t *testing.T, vm *VM, opts ndk.Options) *peer {
 	t.Helper()
 	dir := os.Getenv("NDKXDP_INTEROP_PCAP_DIR")
 	if dir == "" {
@@ -97,7 +100,8 @@ func attach(t *testing.T, vm *VM) *peer {
 		t.Fatal(err)
 	}
 	if err := vm.Host.Do(func() (err error) {
-		p.dev, err = ndkverbs.Open(vm.Host.Tap, ndk.Options{Capture: f})
+		opts.Capture = f
+		p.dev, err = ndkverbs.Open(vm.Host.Tap, opts)
 		return err
 	}); err != nil {
 		t.Fatalf("attach ndkxdp to %s: %v", vm.Host.Tap, err)
@@ -259,6 +263,8 @@ func runInterop(t *testing.T, vm *VM) {
 	t.Run("perftest_modes", func(t *testing.T) { testPerftestModes(t, p) })
 	t.Run("srq", func(t *testing.T) { testSRQ(t, p) })
 	t.Run("send_with_invalidate", func(t *testing.T) { testSendInv(t, p) })
+	t.Run("immediate", func(t *testing.T) { testImmediate(t, p) })
+	t.Run("perftest_write_with_imm", func(t *testing.T) { testPerftestWriteImm(t, p) })
 	t.Run("access_errors", func(t *testing.T) { testAccessErrors(t, p) })
 	t.Run("loss", func(t *testing.T) { testLoss(t, p) })
 	t.Run("frames", func(t *testing.T) { p.record(t, nil); checkFrames(t, p) })
@@ -342,8 +348,12 @@ func guestArgs(p perftest.Params) string {
 	return args
 }
 
-func testPerftest(t *testing.T, p *peer) {
-	for _, c := range perfCases {
+func testPerftest(t *testing.T, p *peer) { testPerftestOf(t, p, perfCases, caseSizes) }
+
+// testPerftestOf runs cases at sizes (atomics at 8 bytes), with rxe as
+// server and as client.
+func testPerftestOf(t *testing.T, p *peer, cases []perfCase, caseSizes []int) {
+	for _, c := range cases {
 		sizes := caseSizes
 		if c.verb == perftest.Atomic {
 			sizes = []int{8}

@@ -247,8 +247,14 @@ func RunServer(ctx context.Context, a *ndk.Adapter, local netip.AddrPort, cfg Co
 			return fmt.Errorf("udaddy: received %d bytes, want %d and the GRH", r.BytesTransferred, cfg.Size)
 		}
 		if st.Received == 0 {
+			// udaddy answers the QPN the immediate names
+			// (create_reply_ah); the source QPN when there is none.
+			qpn := uint32(r.TypeSpecificCompletionOutput)
+			if r.Flags&ndk.ResultWithImmediate != 0 {
+				qpn = r.Immediate
+			}
 			var err error
-			if st.Peer, err = a.UDReplyTo(buf[:ndk.UDGRHSize], uint32(r.TypeSpecificCompletionOutput), n.qp.UDQKey()); err != nil {
+			if st.Peer, err = a.UDReplyTo(buf[:ndk.UDGRHSize], qpn, n.qp.UDQKey()); err != nil {
 				return fmt.Errorf("udaddy: failed to create reply AH: %w", err)
 			}
 			st.PeerAddr = st.Peer.IP

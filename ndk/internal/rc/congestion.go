@@ -223,8 +223,9 @@ func (d *dcqcn) setRate(r float64) {
 	d.nsPerByte = 8000 / r
 }
 
-// onCNP is the reaction to a CNP at now.
-func (d *dcqcn) onCNP(c *CCConfig, now int64) {
+// onCNP is the reaction to a CNP at now; it reports whether it cut the
+// rate.
+func (d *dcqcn) onCNP(c *CCConfig, now int64) bool {
 	d.cnp = true
 	d.loss = false
 	if !d.limited {
@@ -238,12 +239,13 @@ func (d *dcqcn) onCNP(c *CCConfig, now int64) {
 			d.rt = d.rc
 			d.setRate(c.RateToSetOnFirstCNP)
 			d.cut(c, now, false)
-			return
+			return true
 		}
 	} else if now-d.lastCut < int64(c.RateReduceMonitorPeriod) {
-		return
+		return false
 	}
 	d.cut(c, now, true)
+	return true
 }
 
 // cut is the paper's rate decrease: Rt = Rc, Rc = Rc(1 - alpha/2),
@@ -278,9 +280,9 @@ const retryRearm = int64(2 * time.Millisecond)
 const lossProbe = 32
 
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
-// the peer was seen to take (took, Mb/s; 0: unknown) if lower, not below
-// the line rate's 1/100.
-func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
+// the peer was seen to take (took, Mb/s; 0: unknown) if lower, but not
+// below the line rate's 1/100, and never above Rc.
+func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 	if !d.limited {
 		d.limited = true
 		d.alpha = float64(c.InitialAlphaValue) / 1023
@@ -288,23 +290,31 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 		d.alphaAt = now + int64(c.DCETCPRTT)
 		d.paceAt = now
 	} else if now-d.lastCut < lossCutGap {
-		return
+		return false
 	}
 	r := d.rc / 2
 	if took > 0 {
 		r = min(r, took)
 	}
-	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
+	// Never below 1/100 of the line rate, where repeated losses would
+	// stretch one READ to seconds (1 MiB at 1 Mb/s: 8s), but never above
+	// Rc either: where DCQCN had cut below that floor, a loss raised the
+	// rate to it (8 flows at 100 Mb/s each overfilled test/congestion's
+	// 300 Mbit/s bottleneck).
+	d.setRate(max(r, c.RPGMinRate, min(d.rc, c.LineRate/100)))
 	d.rt = d.rc
 	d.loss = true
 	d.busy, d.idle = false, false
 	d.cut(c, now, false)
+	return true
 }
 
 // overrun paces q after a loss the peer reported (onLoss).
 func (e *Engine) overrun(q *QP, took float64) {
 	d := &q.t.cc
-	d.onLoss(&e.cc, e.now, took)
+	if d.onLoss(&e.cc, e.now, took) {
+		atomic.AddUint64(&e.c.LossCuts, 1)
+	}
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 
@@ -441,7 +451,9 @@ func (e *Engine) receivedCNP(q *QP) {
 		return
 	}
 	d := &q.t.cc
-	d.onCNP(&e.cc, e.now)
+	if d.onCNP(&e.cc, e.now) {
+		atomic.AddUint64(&e.c.RateCuts, 1)
+	}
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 

@@ -36,6 +36,8 @@ type SendWR struct {
 	Compare, SwapAdd uint64
 	// UD is a UD QP's destination (ud.go).
 	UD UDDest
+	// Imm is the immediate data of OpSendImm and OpWriteImm.
+	Imm uint32
 }
 
 // PostSend queues an initiator request. It returns an NTSTATUS: Success,
@@ -150,6 +152,7 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	}
 	w.compare = wr.Compare
 	w.swapAdd = wr.SwapAdd
+	w.imm = wr.Imm
 	w.ctx = wr.Context
 	if q.cfg.UD {
 		w.ud = wr.UD

@@ -13,7 +13,8 @@ import (
 // rxe's IB_QPT_UD). A UD QP is created like an RC one with QPConfig.UD
 // and made ready with ActivateUD, which needs no peer: each send names
 // its destination (SendWR.UD: address, MAC, QPN and Q_Key), and leaves
-// as one UD SEND_ONLY packet with a DETH (Q_Key, our QPN) that completes
+// as one UD SEND_ONLY packet (SEND_ONLY_WITH_IMMEDIATE for OpSendImm, as
+// udaddy sends) with a DETH (Q_Key, our QPN) that completes
 // as soon as it is on the wire, since nothing acknowledges it. A message
 // larger than the path MTU is refused at post time.
 //
@@ -24,8 +25,8 @@ import (
 // datagram's IPv6 header fills them and an IPv4 datagram's IPv4 header
 // fills the last 20 behind 20 zero bytes. The payload follows, and the
 // completion counts both (verbs' byte_len), names the source QPN in
-// TypeSpecificCompletionOutput and is Type Receive. SEND_ONLY_WITH_IMMEDIATE
-// is received as SEND_ONLY: its immediate is not reported. Without a posted
+// TypeSpecificCompletionOutput and is Type Receive, with the immediate
+// of a SEND_ONLY_WITH_IMMEDIATE. Without a posted
 // receive, or with one too small, the datagram is dropped and counted in
 // Stats.UDDropped and the receive stays posted (rxe class D: drop_msg); a
 // QP on an SRQ instead completes the receive it took with
@@ -44,11 +45,6 @@ type UDDest struct {
 	MAC  rocev2.MAC
 	QPN  uint32
 	QKey uint32
-	// WithImmediate sends UD SEND_ONLY_WITH_IMMEDIATE carrying
-	// Immediate (udaddy names its QPN so); it rides here so that UD
-	// posts leave SendWR as RC knows it.
-	WithImmediate bool
-	Immediate     uint32
 }
 
 // UDParams makes a UD QP ready to send and receive (verbs' INIT, RTR and
@@ -116,7 +112,7 @@ func (q *QP) UDPathMTU() uint32 { return q.udMTU.Load() }
 func (q *QP) checkUD(wr *SendWR) ndkpi.Status {
 	d := &wr.UD
 	switch {
-	case wr.Op != OpSend:
+	case wr.Op != OpSend && wr.Op != OpSendImm:
 		return ndkpi.StatusNotSupported // UD carries SENDs only (IBTA table 37)
 	case d.QPN == 0 || d.QPN > rocev2.PSNMask || !d.IP.IsValid():
 		return ndkpi.StatusInvalidParameter
@@ -156,9 +152,9 @@ func (e *Engine) udRequest(q *QP) (int, bool) {
 		t.hdr.BTH.PSN = t.nextPSN
 		t.hdr.BTH.SE = w.flags&ndkpi.OpFlagSendAndSolicitEvent != 0
 		t.hdr.BTH.Opcode = rocev2.UDSendOnly
-		if d.WithImmediate {
+		if w.op == OpSendImm {
 			t.hdr.BTH.Opcode = rocev2.UDSendOnlyImm
-			t.hdr.ImmDt = d.Immediate
+			t.hdr.ImmDt = w.imm
 		}
 		t.hdr.DETH.QKey = d.QKey
 		if d.QKey&udQKeyControlled != 0 {
@@ -220,7 +216,7 @@ func (e *Engine) udReceive(frame []byte, mayForward bool) {
 	}
 	if uint64(GRHLen+len(p.Payload)) > uint64(w.length) {
 		if q.cfg.SRQ != nil {
-			e.completeRecv(q, ndkpi.StatusBufferOverflow, wcRemInvReqErr, 0, ndkpi.OpReceive, p.DETH.SrcQP, false)
+			e.completeRecv(q, ndkpi.StatusBufferOverflow, wcRemInvReqErr, 0, ndkpi.OpReceive, p.DETH.SrcQP, false, noImm)
 			return
 		}
 		atomic.AddUint64(&e.c.UDDropped, 1)
@@ -228,5 +224,9 @@ func (e *Engine) udReceive(frame []byte, mayForward bool) {
 	}
 	scatter(w.seg, w.nseg, 0, grh[:])
 	scatter(w.seg, w.nseg, GRHLen, p.Payload)
-	e.completeRecv(q, ndkpi.StatusSuccess, 0, uint32(GRHLen+len(p.Payload)), ndkpi.OpReceive, p.DETH.SrcQP, p.BTH.SE)
+	imm := noImm
+	if p.BTH.Opcode == rocev2.UDSendOnlyImm {
+		imm = immediate{p.ImmDt, true}
+	}
+	e.completeRecv(q, ndkpi.StatusSuccess, 0, uint32(GRHLen+len(p.Payload)), ndkpi.OpReceive, p.DETH.SrcQP, p.BTH.SE, imm)
 }

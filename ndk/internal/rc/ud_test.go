@@ -271,9 +271,9 @@ func TestUD_AllocatesNothing(t *testing.T) {
 	}
 }
 
-// TestUD_SendWithImmediate: a destination WithImmediate sends UD
+// TestUD_SendWithImmediate: OpSendImm on a UD QP sends UD
 // SEND_ONLY_WITH_IMMEDIATE (0x65) with the immediate, as udaddy's sends,
-// and the receiver takes it as a datagram like any other.
+// and the receive completion reports it.
 func TestUD_SendWithImmediate(t *testing.T) {
 	var imm atomic.Uint64 // opcode<<32 | immediate of the last datagram A->B
 	o := pairOptions{pipe: porttest.PipeConfig{Filter: func(dir porttest.Direction, f []byte) porttest.Verdict {
@@ -288,10 +288,10 @@ func TestUD_SendWithImmediate(t *testing.T) {
 	dst := b.buffer(GRHLen+100, memreg.AccessLocalWrite, false)
 	mustPost(t, qb.PostReceive("r", []SGE{dst.sge(0, GRHLen+100)}))
 	to := b.dest(qb, testQKey)
-	to.WithImmediate, to.Immediate = true, qa.QPN()
-	mustPost(t, qa.PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 100)}, UD: to}))
+	mustPost(t, qa.PostSend(&SendWR{Op: OpSendImm, Imm: qa.QPN(), SGL: []SGE{src.sge(0, 100)}, UD: to}))
 	r := waitCQ(t, b.rcq, 1, 5*time.Second)[0]
-	if r.Status != ndkpi.StatusSuccess || r.BytesTransferred != GRHLen+100 || r.TypeSpecificCompletionOutput != uint64(qa.QPN()) {
+	if r.Status != ndkpi.StatusSuccess || r.BytesTransferred != GRHLen+100 || r.TypeSpecificCompletionOutput != uint64(qa.QPN()) ||
+		!r.HasImmediate || r.Immediate != qa.QPN() {
 		t.Fatalf("receive %+v", r)
 	}
 	if got := imm.Load(); got != uint64(rocev2.UDSendOnlyImm)<<32|uint64(qa.QPN()) {
