@@ -64,6 +64,8 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 		return errorf(StatusInvalidParameter, op, "QP of another adapter")
 	case qp.closed.Load():
 		return errorf(StatusInvalidHandle, op, "QP closed")
+	case qp.ud != nil:
+		return errorf(StatusInvalidDeviceRequest, op, "a UD QP is not connected: SendTo, and ResolveUD or ServeUD")
 	}
 	return nil
 }
