@@ -163,7 +163,7 @@ func (a *Adapter) UDReplyTo(grh []byte, srcQPN, qkey uint32) (UDDestination, err
 	if !ip.IsValid() {
 		return UDDestination{}, errorf(StatusInvalidParameter, op, "no IPv4 or IPv6 header in the GRH")
 	}
-	mac, err := a.be.nextHop(ip)
+	mac, err := a.backend().nextHop(ip)
 	if err != nil {
 		return UDDestination{}, err
 	}
@@ -184,7 +184,7 @@ type UDService struct {
 // already, STATUS_NOT_SUPPORTED without connection management or through
 // a daemon.
 func (a *Adapter) ServeUD(addr netip.AddrPort, q *QP) (*UDService, error) {
-	s, err := a.be.serveUD(addr, q)
+	s, err := a.backend().serveUD(addr, q)
 	if err != nil {
 		return nil, err
 	}
@@ -208,5 +208,5 @@ func (s *UDService) Close() { s.s.Close() }
 // port), STATUS_IO_TIMEOUT when it never answers, STATUS_CANCELLED when
 // ctx ends, and as Connect when no route or neighbour is found.
 func (a *Adapter) ResolveUD(ctx context.Context, dst netip.AddrPort) (UDDestination, error) {
-	return a.be.resolveUD(ctx, dst)
+	return a.backend().resolveUD(ctx, dst)
 }
