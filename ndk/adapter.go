@@ -137,14 +137,3 @@ func registrationError(op string, err error) error {
 	}
 	return &Error{Status: s, Op: op, Err: err}
 }
-
-// backend is the adapter's provider. An Adapter that no Open or Dial made
-// (the zero value) has none: it answers as an in-process adapter without
-// a transport, with no engines and errors for what needs one, never a
-// nil dereference.
-func (a *Adapter) backend() adapterBackend {
-	if a.be == nil {
-		return &inprocAdapter{a: a}
-	}
-	return a.be
-}
