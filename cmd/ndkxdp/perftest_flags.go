@@ -50,7 +50,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.StringVar(&f.ibDev, n, "", "perftest's RDMA device: here a network interface (as -dev), or an RDMA device whose interface is used")
 	})
 	both("q", "qp", func(n string) {
-		fs.IntVar(&f.qps, n, 1, "QPs: 1 (for more, run more perf processes on other -p ports)")
+		fs.IntVar(&f.qps, n, 1, "QPs per test, bw tests only (perftest's -q; latency tests refuse it as perftest does): 1 (for more, run more perf processes on other -p ports)")
 	})
 	both("i", "ib-port", func(n string) {
 		fs.IntVar(&f.ibPort, n, 1, "IB port: 1, the only one")
@@ -74,6 +74,12 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	switch {
 	case f.runInfinitely:
 		return cmdline.Usagef("--run_infinitely: ndkxdp perf runs once; -D SECONDS runs for that long (and a loop in the shell runs again)")
+	case qpsGiven(fs) && p.Kind == perftest.Lat:
+		// perftest checks the test before the value: a latency test
+		// refuses -q 1 too (perftest_parameters.c, case 'q').
+		return cmdline.Usagef("-q %d: Multiple QPs only available on bw tests (perftest's words; latency tests take no -q)", f.qps)
+	case f.qps < minQPs || f.qps > maxQPs:
+		return cmdline.Usagef("-q %d: num of Qps should be between %d and %d", f.qps, minQPs, maxQPs)
 	case f.qps != 1:
 		return cmdline.Usagef("-q %d: ndkxdp perf runs one QP per process; run %d perf processes, each on its own -p port", f.qps, f.qps)
 	case f.ibPort != 1:
@@ -108,6 +114,20 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	}
 	*dev = ifname
 	return nil
+}
+
+// perftest's bounds on -q (MIN_QP_NUM, MAX_QP_NUM in perftest_parameters.h).
+const minQPs, maxQPs = 1, 16384
+
+// qpsGiven reports whether the command line named -q or --qp.
+func qpsGiven(fs *flag.FlagSet) bool {
+	given := false
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "q" || fl.Name == "qp" {
+			given = true
+		}
+	})
+	return given
 }
 
 // netdevOf is the network interface an RDMA device name stands for: the

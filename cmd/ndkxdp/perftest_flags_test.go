@@ -54,6 +54,10 @@ func TestPerftestCommandLines(t *testing.T) {
 	for _, tc := range []struct{ line, want string }{
 		{"ib_send_bw -R -d lo --run_infinitely 198.18.0.1", "-D SECONDS runs for that long"},
 		{"ib_send_bw -R -d lo -q 4 198.18.0.1", "run 4 perf processes, each on its own -p port"},
+		{"ib_send_lat -R -d lo -q 1 198.18.0.1", "Multiple QPs only available on bw tests"},
+		{"ib_write_lat -R -d lo --qp 2 198.18.0.1", "Multiple QPs only available on bw tests"},
+		{"ib_read_bw -R -d lo -q 0 198.18.0.1", "num of Qps should be between 1 and 16384"},
+		{"ib_write_bw -R -d lo -q 16385 198.18.0.1", "num of Qps should be between 1 and 16384"},
 		{"ib_send_bw -R -d mlx5_99 198.18.0.1", "give -dev IF, or -daemon SOCKET"},
 		{"ib_send_bw -R -d lo -c UC 198.18.0.1", "RC and UD connections only"},
 		{"ib_write_bw -R -d lo -c UD 198.18.0.1", "-c UD runs ib_send_bw and ib_send_lat only"},
