@@ -118,6 +118,24 @@
 // (without -R). The send bw server's row spans its first to its last
 // receive, without a peak.
 //
+// Several QPs, as perftest 4.5-0.17 and 25.01 do them (for whoever adds
+// -q > 1; ndkxdp perf refuses it today): only bw tests take -q, latency
+// tests refuse even -q 1 ("Multiple QPs only available on bw tests"),
+// 1..16384. With -R there is still one control connection. In
+// create_rdma_cm_connection, between the two zeroed handshakes, the
+// server listens once (backlog -q) and accepts -q connect requests in
+// arrival order, the n-th becoming QP n (cma_master.connection_index;
+// no private data of perftest's own); the client resolves and connects
+// -q cm_ids, retrying the whole set 10 times, 100 ms apart. Each
+// pingpong_dest handshake of step 4 is then one per QP, QP 0 first
+// (write_bw.c: for i < num_of_qps ctx_hand_shake(&my_dest[i],
+// &rem_dest[i])), and the dests are printed per QP. run_iter_bw posts
+// round-robin over the QPs, each up to -t outstanding, and every QP
+// runs the full -n (tot_iters = iters * num_of_qps), all on one CQ; the
+// send bw server expects -n receives per QP. The report counts
+// size * iters * num_of_qps bytes over the whole run (print_report_bw),
+// and xchg_bw_reports still sends one report.
+//
 // Example:
 //
 //	res, err := perftest.RunClient(ctx, perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: 65536,
