@@ -49,6 +49,11 @@ const imageFormat = "ndkxdp-interop-image-2"
 // whose stock kernel (6.1) ships rdma_rxe and sch_netem as modules.
 const DefaultSuite = "bookworm"
 
+// Debian13Suite is the second Soft-RoCE peer's release (ImageConfig{Suite:
+// Debian13Suite}, same packages): Debian 13, kernel 6.12's rxe, rdma-core
+// 56 and perftest 25.01.
+const Debian13Suite = "trixie"
+
 // DefaultPackages is what the peer runs: the kernel (rdma_rxe), kmod to load
 // it, rdma-core with the rxe provider, the verbs and rdma_cm tools, perftest,
 // iproute2 (ip, rdma, tc) and ping. mount is not Essential in Debian 12.

@@ -21,8 +21,9 @@ func isToQP1(f Frame) bool {
 // TestLiveCMReqParses checks our codec against live rxe: an rdma_cm client
 // in the guest connects to the host, where nothing answers, and the CM REQ
 // it sends must parse (ICRC included) and decode to what rping asked for.
-func TestLiveCMReqParses(t *testing.T) {
-	vm := sharedVM(t)
+func TestLiveCMReqParses(t *testing.T) { testLiveCMReq(t, sharedVM(t)) }
+
+func testLiveCMReq(t *testing.T, vm *VM) {
 	ctx := ctxFor(t, 2*time.Minute)
 	c, err := vm.Host.StartCapture()
 	if err != nil {
@@ -80,8 +81,9 @@ func TestLiveCMReqParses(t *testing.T) {
 
 // TestRdmaCMLoopbackOrdered runs an rdma_cm server and client inside the
 // guest over rxe0, starting the client only once the server listens.
-func TestRdmaCMLoopbackOrdered(t *testing.T) {
-	vm := sharedVM(t)
+func TestRdmaCMLoopbackOrdered(t *testing.T) { testRdmaCMLoopback(t, sharedVM(t)) }
+
+func testRdmaCMLoopback(t *testing.T, vm *VM) {
 	ctx := ctxFor(t, 2*time.Minute)
 	srv, err := vm.Start(ctx, "exec rping -s -a "+GuestIPv4.String()+" -C 3 -v")
 	if err != nil {

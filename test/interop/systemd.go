@@ -22,7 +22,7 @@ import (
 
 // SystemdSuite is the Debian release of the daemon host image: Debian 13,
 // whose kernel (6.12) has AF_XDP zero-copy in virtio_net (6.1 has none).
-const SystemdSuite = "trixie"
+const SystemdSuite = Debian13Suite
 
 // SystemdPackages are the daemon host image's packages: the kernel,
 // systemd and udev (the unit binds to eth0's device unit, which only udev
