@@ -111,6 +111,7 @@ func TestBootRxeReady(t *testing.T) { checkRxeReady(t, sharedVM(t)) }
 // checkRxeReady: the agent's report of rxe0's RoCE v2 GID matches sysfs,
 // the guest's NIC runs without TX NAPI and has the harness's MAC.
 func checkRxeReady(t *testing.T, vm *VM) {
+	checkVersions(t, vm)
 	want := rocev2.GIDFromAddr(GuestIPv4)
 	if vm.Guest.GID != want {
 		t.Fatalf("GID %v, want %v", vm.Guest.GID, want)
