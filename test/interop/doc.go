@@ -1,11 +1,11 @@
 // Package interop runs Linux Soft-RoCE (rdma_rxe) as an independent RoCEv2
-// peer for ndkxdp: a small Debian 12 VM under qemu whose NIC is a tap
+// peer for ndkxdp: a small Debian 12 or 13 VM under qemu whose NIC is a tap
 // device in a network namespace of its own, so ndkxdp code on the host side
 // of the tap talks RoCEv2 to the Linux kernel's implementation, with
 // rdma-core, librdmacm, perftest and the verbs utilities on the far side.
 //
-// The image (EnsureImage) is built with mmdebstrap from Debian 12 packages
-// only, through the host's own apt sources: the stock kernel (which has
+// The image (EnsureImage) is built with mmdebstrap from Debian 12 (or 13,
+// see Two peers) packages only, through the host's own apt sources: the stock kernel (which has
 // rdma_rxe and sch_netem as modules), kmod, rdma-core, ibverbs-providers,
 // ibverbs-utils, rdmacm-utils, perftest, iproute2 and iputils-ping. It is
 // packed as a kernel plus a zstd initramfs holding only the modules the
@@ -51,6 +51,61 @@
 //	})
 //	out, _, code, err := srv.Wait(ctx)
 //	_ = vm.SetLoss(ctx, 5) // netem on the guest's egress
+//
+// # Two peers
+//
+// The Soft-RoCE peer is built from two Debian releases, the same package
+// list and guest init (ImageConfig.Suite): Debian 12 (DefaultSuite: kernel
+// 6.1's rxe, rdma-core 44, perftest 4.5+0.17), which most tests share, and
+// Debian 13 (Debian13Suite: kernel 6.12's rxe, rdma-core 56, perftest
+// 25.01), fetched from the same archive and cached the same way. What runs
+// where:
+//
+//	                               Debian 12          Debian 13
+//	MTU 1500 (IB path MTU 1024)    every case         every case
+//	                               TestInteropMTU1500 TestDebian13MTU1500
+//	MTU 9000 (IB path MTU 4096)    every case         jumbo/IPv6 checks,
+//	                               TestInteropMTU9000 smoke set
+//	                                                  TestDebian13MTU9000
+//	boot, GID, devinfo, versions,  TestBootRxeReady,  TestDebian13MTU1500's
+//	live REQs, rdma_cm in guest    TestLiveCMReqParses, ... first subtests
+//	jumbo frames and IPv6          TestBootJumboIPv6  TestDebian13MTU9000
+//	daemon, demo, agent, netem     shared VM only
+//
+// Every case is rping (4 sizes, both ways), every perftest tool at 1 B to
+// 1 MiB both ways, perftest's -a and -D, --use-srq, SEND with Invalidate,
+// access errors, 5% loss and the frame checks; the smoke set is rping at
+// 4096 and 65535 bytes and every perftest tool at 64 KiB and 1 MiB, both
+// ways, and the frame checks (the cases whose frames the path MTU changes).
+// Debian 13's two tests take about 3 and 1 minutes under TCG on a 2-vCPU
+// machine (the image builds in about 40 s).
+//
+// Where the peers differ, measured on the live guests and pinned per peer
+// (peers_test.go):
+//
+//   - The REQ's LocalAckTimeout: rping's is 19 on Debian 12 (rdma_cm's RoCE
+//     packet lifetime still 18 in 6.1) and 17 on Debian 13 (16 in 6.12);
+//     perftest 25.01 sets rdma_cm's ACK timeout option to 14, which gives
+//     16 (4.5 sets none: 19). ndkxdp's passive side takes its QP's ACK
+//     timeout from the REQ, as cm.c does, so its retransmissions wait 2.1 s
+//     against Debian 12 and 0.27 or 0.54 s against Debian 13.
+//   - perftest announces version 6.06 (4.5+0.17) or 6.24 (25.01) in its
+//     prologue; the message flow of the tests ndkxdp runs is the same
+//     (25.01's extra handshakes belong to --write_with_imm only).
+//   - Both perftests square each latency sample's distance from the
+//     average into an int, so a run whose samples spread over 46341 us or
+//     more prints t_stdev -nan; a 1 MiB ib_read_lat under TCG met it on
+//     Debian 13. The row passes only when its spread explains it
+//     (stdevOverflowed).
+//   - rxe in 6.12 reports flush and atomic write capabilities
+//     (device_cap_flags_ex 0x1C001223C76) and a 2 GiB max_msg_sz (8 MiB in
+//     6.1); the header of 25.01's reports has more lines and a warning
+//     that rxe implements no inline data. Neither reaches the wire.
+//
+// After each peer's cases the test log carries both sides' transport
+// counters (ndkxdp's engines, rxe0's hw_counters): under TCG they record
+// what a run met, retransmissions and out-of-sequence requests, and
+// measure nothing.
 //
 // The image also holds ndkxdp-sendinv (guest/sendinv.c, SendInvPath), a
 // small librdmacm client that sends IBV_WR_SEND_WITH_INV, which neither
