@@ -109,9 +109,12 @@ type Socket struct {
 	queue       uint32
 	mode        BindMode
 	multiBuffer bool
-	needWakeup  bool
-	busyPoll    bool
-	kickLimit   int
+	// zeroCopyRefusal is the kernel's answer to ModeAuto's zero-copy
+	// bind, when copy mode took its place.
+	zeroCopyRefusal error
+	needWakeup      bool
+	busyPoll        bool
+	kickLimit       int
 
 	fill FillQueue
 	comp CompletionQueue
@@ -344,7 +347,7 @@ func (s *Socket) bind(owner *Socket, cfg *SocketConfig) error {
 				if cerr := s.bindFlags(&sa, base|unix.XDP_COPY); cerr != nil {
 					err = fmt.Errorf("zero-copy: %w; copy mode: %w", err, cerr)
 				} else {
-					err = nil
+					s.zeroCopyRefusal, err = err, nil
 				}
 			}
 		}
@@ -425,6 +428,12 @@ func (s *Socket) Queue() uint32 { return s.queue }
 // Mode returns the mode the kernel bound the socket in (ModeCopy or
 // ModeZeroCopy), as read back with getsockopt(XDP_OPTIONS).
 func (s *Socket) Mode() BindMode { return s.mode }
+
+// ZeroCopyRefusal returns the error with which the kernel refused the
+// zero-copy bind of ModeAuto (EOPNOTSUPP where the device offers no
+// zero-copy, see XDPFeatures.ZeroCopy), or nil if the socket was not
+// bound by falling back to copy mode.
+func (s *Socket) ZeroCopyRefusal() error { return s.zeroCopyRefusal }
 
 // MultiBuffer reports whether the socket was bound with XDP_USE_SG.
 func (s *Socket) MultiBuffer() bool { return s.multiBuffer }
