@@ -112,9 +112,12 @@ type Socket struct {
 	// zeroCopyRefusal is the kernel's answer to ModeAuto's zero-copy
 	// bind, when copy mode took its place.
 	zeroCopyRefusal error
-	needWakeup      bool
-	busyPoll        bool
-	kickLimit       int
+	// sharesUMEM: bound with XDP_SHARED_UMEM, in the mode of the UMEM's
+	// first socket.
+	sharesUMEM bool
+	needWakeup bool
+	busyPoll   bool
+	kickLimit  int
 
 	fill FillQueue
 	comp CompletionQueue
@@ -319,6 +322,7 @@ func (s *Socket) bind(owner *Socket, cfg *SocketConfig) error {
 	sa := unix.SockaddrXDP{Ifindex: uint32(cfg.Ifindex), QueueID: cfg.Queue}
 	if owner != nil {
 		// Mode, need-wakeup and SG come from the UMEM's first socket.
+		s.sharesUMEM = true
 		sa.Flags = unix.XDP_SHARED_UMEM
 		sa.SharedUmemFD = uint32(owner.fd)
 		if err := bindBusyRetry(s.fd, &sa); err != nil {
@@ -434,6 +438,10 @@ func (s *Socket) Mode() BindMode { return s.mode }
 // zero-copy, see XDPFeatures.ZeroCopy), or nil if the socket was not
 // bound by falling back to copy mode.
 func (s *Socket) ZeroCopyRefusal() error { return s.zeroCopyRefusal }
+
+// SharesUMEM reports whether the socket was bound to another socket's
+// UMEM (XDP_SHARED_UMEM), which takes that socket's mode.
+func (s *Socket) SharesUMEM() bool { return s.sharesUMEM }
 
 // MultiBuffer reports whether the socket was bound with XDP_USE_SG.
 func (s *Socket) MultiBuffer() bool { return s.multiBuffer }

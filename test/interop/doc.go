@@ -144,14 +144,66 @@
 //     used.
 //   - AF_XDP binds in copy mode: 6.12's virtio_net refuses a bind with
 //     XDP_ZEROCOPY with EOPNOTSUPP (ndkxdp's -zero-copy required says
-//     "operation not supported (ENOTSUP)"), with or without
-//     iommu_platform=on; so does Debian 12's 6.1 (the peer image's kernel,
-//     tried by hand), which says the same of XDP's TX queues.
+//     "operation not supported (ENOTSUP)"), on a NIC that negotiated every
+//     feature its zero-copy code asks for; so does Debian 12's 6.1 (the
+//     peer image's kernel, tried by hand), which says the same of XDP's TX
+//     queues. Why is below (Zero copy on virtio-net).
 //   - The daemon did not start under the unit until it asked netlink for
 //     NETLINK_ROUTE only: its route handle also opened NETLINK_XFRM and
 //     NETLINK_NETFILTER, and this kernel, which has neither xfrm_user nor
 //     nfnetlink, refused them with EPROTONOSUPPORT. The unit's sandbox
 //     itself refused nothing the daemon needs.
+//
+// # Zero copy on virtio-net
+//
+// Read in Debian 13's kernel source (linux-source-6.12 6.12.118-1, the
+// daemon host's kernel; paths and lines of that tree), an AF_XDP bind with
+// XDP_ZEROCOPY reaches virtio_net only through xp_assign_dev
+// (net/xdp/xsk_buff_pool.c), which refuses:
+//
+//   - EOPNOTSUPP unless the device's xdp_features hold basic, redirect and
+//     xsk-zerocopy (NETDEV_XDP_ACT_ZC, lines 165-167 and 215-218), before
+//     the driver is asked. 6.12's virtio_net sets basic and redirect
+//     (virtio_net.c:6578) and rx-sg with mergeable buffers (6611), never
+//     xsk-zerocopy: its zero-copy code is there (virtnet_xsk_pool_enable,
+//     reached by XDP_SETUP_XSK_POOL at 5901) but nothing offers it, and
+//     it has no AF_XDP transmit (no xsk_tx_peek). This is the refusal the
+//     daemon host meets on every queue, whatever the device; the kernel
+//     logs nothing, the bind's errno is all it says. ndkxdp info shows
+//     the device's features (xdp_features, from the netdev generic
+//     netlink family) and each queue's reason.
+//   - EOPNOTSUPP for XDP_USE_SG where the driver takes one segment
+//     (xdp_zc_max_segs 1, 220-224); EINVAL where the MTU does not fit a
+//     chunk less its headroom (236-239); EBUSY for a queue whose channel
+//     serves a memory provider (241-243); whatever the driver returns
+//     (250-252); EINVAL if the driver mapped no pages (254-257).
+//
+// Where the feature is offered, virtnet_xsk_pool_enable (virtio_net.c
+// from 5655) refuses: EINVAL if the virtio header does not fit the pool's
+// headroom (5666); ENOENT in big-packets mode without mergeable buffers
+// (5672: an MTU over 1500 or guest GSO without VIRTIO_NET_F_MRG_RXBUF,
+// virtnet_set_big_packets 6443); EINVAL for a queue past the queue pairs
+// in use (5675); EINVAL when the RX and TX queues' DMA devices differ
+// (5688) or there is none (5691): virtqueue_dma_dev (virtio_ring.c:2338)
+// has one only when the ring uses the DMA API, which vring_use_dma_api
+// (280) grants when VIRTIO_F_ACCESS_PLATFORM was negotiated (qemu's
+// iommu_platform=on) or under Xen; ENOMEM or the DMA mapping's error
+// (5697-5710); then it resets the queue pair to swap buffers
+// (virtnet_rq_bind_xsk_pool 5590, virtnet_sq_bind_xsk_pool 5631, logging
+// "reset rx fail: rx queue index: %d err: %d" or "reset tx fail"), and
+// virtqueue_reset (virtio_ring.c:2856) fails with ENOENT unless the
+// transport can reset one queue, which virtio-pci's modern transport can
+// only with VIRTIO_F_RING_RESET negotiated (virtio_pci_modern.c:478,
+// qemu's queue_reset=on), and EPERM for a ring the driver does not own.
+//
+// So a device meets 6.12's conditions with mergeable buffers, VERSION_1,
+// ACCESS_PLATFORM and RING_RESET; the installed qemu (7.2) offers all
+// four (Config.ZeroCopyNIC: iommu_platform=on, queue_reset=on,
+// mrg_rxbuf=on). TestDaemonUnderSystemdOnVirtio boots the daemon host on
+// such a NIC, checks in the guest's sysfs that the four were negotiated,
+// and then requires, queue by queue, zero-copy where the device's XDP
+// features offer xsk-zerocopy and otherwise copy mode with the kernel's
+// EOPNOTSUPP as the reason; -zero-copy required must fail with it too.
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a

@@ -41,6 +41,29 @@ var SystemdPackages = []string{
 	"passwd",
 }
 
+// BackportsSources are Debian 13's archive with its backports, for a
+// daemon host with a newer kernel than 6.12 (BackportsSystemdPackages):
+// 6.12's virtio_net has AF_XDP zero-copy code that it never offers
+// (doc.go, Zero copy on virtio-net).
+var BackportsSources = []string{
+	"deb http://deb.debian.org/debian trixie main",
+	"deb http://deb.debian.org/debian trixie-updates main",
+	"deb http://deb.debian.org/debian-security trixie-security main",
+	"deb http://deb.debian.org/debian trixie-backports main",
+}
+
+// BackportsSystemdPackages are SystemdPackages with the kernel from
+// trixie-backports.
+func BackportsSystemdPackages() []string {
+	out := slices.Clone(SystemdPackages)
+	for i, p := range out {
+		if p == "linux-image-amd64" {
+			out[i] = p + "/trixie-backports"
+		}
+	}
+	return out
+}
+
 // systemdModules are the modules the daemon host image keeps: the NIC and
 // the agent's channel.
 var systemdModules = []string{"virtio_pci", "virtio_net", "virtio_console"}

@@ -89,6 +89,8 @@ func (p *Provider) bindReason(s *afxdp.Socket) string {
 	switch {
 	case s.Mode() == afxdp.ModeZeroCopy:
 		return offers
+	case s.SharesUMEM():
+		return "bound to the shared UMEM in its first socket's mode; " + offers
 	case s.ZeroCopyRefusal() != nil:
 		return "zero-copy bind refused (" + s.ZeroCopyRefusal().Error() + "); " + offers
 	default:
