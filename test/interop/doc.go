@@ -71,6 +71,8 @@
 //	live REQs, rdma_cm in guest    TestLiveCMReqParses, ... first subtests
 //	jumbo frames and IPv6          TestBootJumboIPv6  TestDebian13MTU9000
 //	daemon, demo, agent, netem     shared VM only
+//	daemon host (systemd, virtio)  kernel 6.12: TestDaemonUnderSystemdOnVirtio,
+//	                               kernel 7.3 (backports): TestDaemonOnBackportsKernel
 //
 // Every case is rping (4 sizes, both ways), every perftest tool at 1 B to
 // 1 MiB both ways, perftest's -a and -D, --use-srq, SEND with Invalidate,
@@ -204,6 +206,21 @@
 // and then requires, queue by queue, zero-copy where the device's XDP
 // features offer xsk-zerocopy and otherwise copy mode with the kernel's
 // EOPNOTSUPP as the reason; -zero-copy required must fail with it too.
+// On 6.12 both queues bind copy mode: queue 0's zero-copy bind is refused
+// with EOPNOTSUPP (the device's features: basic redirect ndo-xmit rx-sg
+// ndo-xmit-sg), queue 1 shares queue 0's UMEM and takes its mode, and the
+// kernel logs nothing about it.
+//
+// TestDaemonOnBackportsKernel runs the same on Debian 13's backports
+// kernel (7.3, ImageConfig.Sources BackportsSources, about 50 s to build),
+// whose virtio_net offers xsk-zerocopy on that NIC: both queues bind
+// zero-copy, and rping and write_bw through the daemon pass over them.
+// There the daemon host needed virtio_net's TX NAPI: with
+// virtio_net.napi_tx=0 (which the rxe peer boots with) the sockets bound
+// zero-copy, the host's REQ reached the daemon, and its REPs never reached
+// the wire; so only the rxe peer turns TX NAPI off. How many bytes left
+// the UMEM without a copy is not counted yet: the port counts them
+// (TxRefBytes), the daemon's stats do not show them.
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
