@@ -20,14 +20,11 @@ type Adapter struct {
 	cqs    map[*CQ]struct{}
 	pds    map[*PD]struct{}
 
-	// prov runs the QPs (provider.go); nil for an adapter built without
-	// one, whose CreateQP fails. buffers is its AllocBuffer pool, nil
-	// without one.
-	prov    provider
+	// be is the provider (backend.go): in process (inproc_adapter.go)
+	// for an adapter from Open, the daemon (dial.go) for one from Dial.
+	be adapterBackend
+	// buffers is the AllocBuffer pool, nil without one.
 	buffers *bufferPool
-	// daemon is the daemon link of an adapter from Dial (dial.go), nil for
-	// one from Open.
-	daemon *daemonLink
 	// conns are the CM objects the adapter closes with it (cm.go).
 	conns connections
 }
@@ -62,12 +59,14 @@ func newAdapter(cfg adapterConfig) (*Adapter, error) {
 	if err != nil {
 		return nil, &Error{Status: StatusInsufficientResources, Op: "open adapter", Detail: "token table", Err: err}
 	}
-	return &Adapter{
+	a := &Adapter{
 		info:    cfg.info,
 		regions: regions,
 		cqs:     make(map[*CQ]struct{}),
 		pds:     make(map[*PD]struct{}),
-	}, nil
+	}
+	a.be = &inprocAdapter{a: a}
+	return a, nil
 }
 
 // Info returns the adapter's limits and capabilities (NdkQueryAdapterInfo).
@@ -82,45 +81,14 @@ func (a *Adapter) Info() AdapterInfo { return a.info }
 // only polled. A depth of 0 or above MaxCQDepth fails with
 // STATUS_INVALID_PARAMETER.
 func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
-	const op = "create cq"
-	if a.daemon != nil {
-		return a.daemon.createCQ(a, depth, notify)
-	}
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
-		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
+		return nil, errorf(StatusInvalidParameter, "create cq", "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
-	}
-	core, err := cq.New(depth, notify)
-	if err != nil {
-		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
-	}
-	c := &CQ{adapter: a, core: core, done: make(chan struct{})}
-	a.cqs[c] = struct{}{}
-	return c, nil
+	return a.be.createCQ(depth, notify)
 }
 
 // CreatePD creates a protection domain (NdkCreatePd).
-func (a *Adapter) CreatePD() (*PD, error) {
-	if a.daemon != nil {
-		return a.daemon.createPD(a)
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed {
-		return nil, errorf(StatusInvalidHandle, "create pd", "adapter closed")
-	}
-	if a.nextPD == ^uint32(0) {
-		return nil, errorf(StatusInsufficientResources, "create pd", "protection domain ids exhausted")
-	}
-	a.nextPD++
-	pd := &PD{adapter: a, id: a.nextPD, mrs: make(map[*MR]struct{}), done: make(chan struct{})}
-	a.pds[pd] = struct{}{}
-	return pd, nil
-}
+func (a *Adapter) CreatePD() (*PD, error) { return a.be.createPD() }
 
 // Close closes the adapter (CLOSE_NDK_ADAPTER_HANDLER). Objects still open
 // are closed with it: CQs stop notifying, MRs are deregistered, PDs close.
@@ -139,37 +107,7 @@ func (a *Adapter) Close() {
 	cqs, pds := a.cqs, a.pds
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
-	if a.daemon != nil {
-		a.daemon.close()
-		return
-	}
-
-	// Connections first, sending the REJ or DREQ each needs while the
-	// engines still run, and waiting for their connect and disconnect
-	// callbacks (NDKPI.md §8: adapter close blocks until every callback
-	// on every descendant returned); then the engines: their QPs cancel
-	// what is pending into the CQs, which then close after the last
-	// callback.
-	a.conns.closeAll()
-	if a.prov != nil {
-		a.prov.Close()
-	}
-
-	for c := range cqs {
-		c.closed.Store(true)
-		c.finishClose() // QPs that still use it stopped with the engines
-	}
-	for pd := range pds {
-		pd.closeWithSuccessors()
-	}
-}
-
-// attach makes p the adapter's provider.
-func (a *Adapter) attach(p provider) {
-	a.prov = p
-	if b := p.Buffers(); b != nil {
-		a.buffers = newBufferPool(b)
-	}
+	a.be.close(cqs, pds)
 }
 
 // forgetCQ and forgetPD drop a closed child; after Adapter.Close the maps

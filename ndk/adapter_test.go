@@ -106,7 +106,7 @@ func TestAdapterCloseWaitsForCallbacks(t *testing.T) {
 	if err := c.Arm(CQNotifyAny); err != nil {
 		t.Fatal(err)
 	}
-	c.core.Push(&cq.Entry{})
+	c.core().Push(&cq.Entry{})
 	<-entered
 	closed := make(chan struct{})
 	go func() { a.Close(); close(closed) }()
@@ -143,7 +143,7 @@ func TestAdapterCloseReleasesDescendants(t *testing.T) {
 	c.Arm(CQNotifyAny)
 	a.Close()
 
-	c.core.Push(&cq.Entry{})
+	c.core().Push(&cq.Entry{})
 	time.Sleep(quiet)
 	if calls.Load() != 0 {
 		t.Error("callback after adapter Close")

@@ -92,12 +92,10 @@ func (a *Adapter) AllocBuffer(pd *PD, n int, flags MRFlag) (*Buffer, error) {
 	if pd == nil || pd.adapter != a {
 		return nil, errorf(StatusInvalidParameter, op, "pd of another adapter")
 	}
-	if a.daemon != nil {
-		if err := a.daemon.bufferPool(a); err != nil {
-			return nil, err
-		}
+	pool, err := a.be.bufferPool()
+	if err != nil {
+		return nil, err
 	}
-	pool := a.buffers
 	var b []byte
 	if pool != nil {
 		var ok bool

@@ -38,7 +38,7 @@ func TestAllocBufferTransmitsInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	referenced := func() uint64 {
-		return x.a.prov.(*inproc.Provider).Ports()[0].(*port.XSK).Stats().TxRefBytes
+		return x.a.provider().(*inproc.Provider).Ports()[0].(*port.XSK).Stats().TxRefBytes
 	}
 
 	const n = 64<<10 + 100 // 16 full 4096-byte packets and a short one

@@ -91,30 +91,7 @@ type CMStats struct {
 }
 
 // CMStats returns the connection-management counters.
-func (a *Adapter) CMStats() CMStats {
-	if a.daemon != nil {
-		_, c := a.daemon.stats()
-		return c
-	}
-	m := a.manager()
-	if m == nil {
-		return CMStats{}
-	}
-	s := m.Stats()
-	queue, send := a.prov.MADDrops()
-	return CMStats{Sent: s.Sent, Received: s.Received, Retransmits: s.Retransmits, Duplicates: s.Duplicates,
-		Unmatched: s.Unmatched, Malformed: s.Malformed, QueueDrops: queue, SendDrops: send,
-		Connections: s.Connections, HalfOpen: s.HalfOpen, TimeWait: s.TimeWait,
-		TimeWaitEvictions: s.TimeWaitEvictions, BacklogRefusals: s.BacklogRefusals}
-}
-
-// manager returns the adapter's IB CM, or nil without one.
-func (a *Adapter) manager() *cm.Manager {
-	if a.prov == nil {
-		return nil
-	}
-	return a.prov.Manager()
-}
+func (a *Adapter) CMStats() CMStats { return a.be.cmStats() }
 
 // cmError names the ndk call op in an error of package cm. Package cm
 // returns *Error already, so its status, detail and cause are kept in one

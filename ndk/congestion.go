@@ -66,8 +66,16 @@ type CongestionOptions struct {
 	LineRateMbps float64
 	// MinRateMbps is the lowest rate a cut goes to (default 1).
 	MinRateMbps float64
+	// AIRateMbps and HAIRateMbps are the additive and hyper increase
+	// steps (RPG_AI_RATE, RPG_HAI_RATE; defaults 5 and 50). The defaults
+	// suit links of 10-100 Gb/s; on a slower bottleneck they add, per
+	// flow, a few percent of it each RPG_TIME_RESET (300µs), and many
+	// flows overshoot it before the marks of a queue milliseconds long
+	// come back: scale them with the bottleneck (test/congestion's doc).
+	AIRateMbps, HAIRateMbps float64
 }
 
 func (c CongestionOptions) rc() rc.CCConfig {
-	return rc.CCConfig{Mode: rc.CCMode(c.Mode), CNPInterval: c.CNPInterval, LineRate: c.LineRateMbps, RPGMinRate: c.MinRateMbps}
+	return rc.CCConfig{Mode: rc.CCMode(c.Mode), CNPInterval: c.CNPInterval, LineRate: c.LineRateMbps, RPGMinRate: c.MinRateMbps,
+		RPGAIRate: c.AIRateMbps, RPGHAIRate: c.HAIRateMbps}
 }

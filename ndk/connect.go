@@ -1,16 +1,12 @@
 package ndk
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
-	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // Endpoint is what one side of a connection tells the other out of band,
@@ -101,84 +97,5 @@ func (q *QP) LocalEndpoint() Endpoint {
 // cannot be resolved, and STATUS_CONNECTION_INVALID when the QP is already
 // connected, failed or closed.
 func (q *QP) ConnectOOB(remote Endpoint, opts ConnectOptions) error {
-	const op = "connect oob"
-	if q.r != nil {
-		return q.daemonConnectOOB(remote, opts)
-	}
-	a := q.adapter
-	pmtu := a.prov.PathMTU()
-	local := q.LocalEndpoint()
-	p := rc.ConnParams{
-		InboundReadLimit:  16,
-		OutboundReadLimit: 16,
-		AckTimeout:        4096 * time.Nanosecond << 14,
-		RetryCount:        7,
-		RNRRetry:          7,
-		MinRNRTimer:       rocev2.RNRTimerFor(10 * time.Microsecond),
-		PathMTU:           pmtu,
-	}
-	if opts.PathMTU != 0 {
-		m, ok := rocev2.MTUFromBytes(opts.PathMTU)
-		if !ok || m > pmtu {
-			return errorf(StatusInvalidParameter, op, "path MTU %d (the interface carries up to %d)", opts.PathMTU, pmtu.Bytes())
-		}
-		p.PathMTU = m
-	}
-	if opts.InboundReadLimit != 0 {
-		p.InboundReadLimit = opts.InboundReadLimit
-	}
-	if opts.OutboundReadLimit != 0 {
-		p.OutboundReadLimit = opts.OutboundReadLimit
-	}
-	if p.InboundReadLimit < 0 || p.OutboundReadLimit < 0 {
-		return errorf(StatusInvalidParameter, op, "negative read limit")
-	}
-	p.InboundReadLimit = min(p.InboundReadLimit, int(a.info.MaxInboundReadLimit))
-	p.OutboundReadLimit = min(p.OutboundReadLimit, int(a.info.MaxOutboundReadLimit))
-	if opts.AckTimeout != 0 {
-		p.AckTimeout = opts.AckTimeout
-	}
-	if opts.RetryCount != nil {
-		p.RetryCount = *opts.RetryCount
-	}
-	if opts.RNRRetry != nil {
-		p.RNRRetry = *opts.RNRRetry
-	}
-	if opts.MinRNRTimer != 0 {
-		p.MinRNRTimer = rocev2.RNRTimerFor(opts.MinRNRTimer)
-	}
-	if p.RetryCount < 0 || p.RetryCount > 7 || p.RNRRetry < 0 || p.RNRRetry > 7 || p.AckTimeout < 0 {
-		return errorf(StatusInvalidParameter, op, "retry counts %d/%d (0-7) or ACK timeout %v", p.RetryCount, p.RNRRetry, p.AckTimeout)
-	}
-	if opts.TrafficClass != nil {
-		tc := opts.TrafficClass.rc()
-		if err := tc.Validate(); err != nil {
-			return &Error{Status: StatusInvalidParameter, Op: op, Err: err}
-		}
-		p.Traffic = &tc
-	}
-	if !remote.IP.IsValid() || remote.IP.Unmap().Is4() != local.IP.Is4() {
-		return errorf(StatusInvalidParameter, op, "remote address %v does not match the local %v", remote.IP, local.IP)
-	}
-	mac := remote.MAC
-	if len(mac) == 0 {
-		var err error
-		if mac, err = a.prov.ResolveNeighbour(remote.IP.Unmap()); err != nil {
-			return &Error{Status: StatusHostUnreachable, Op: op, Detail: remote.IP.String(), Err: err}
-		}
-	}
-	if len(mac) != 6 {
-		return errorf(StatusInvalidParameter, op, "remote MAC %v", mac)
-	}
-	p.Local = rc.Endpoint{IP: local.IP, QPN: local.QPN, PSN: local.PSN}
-	copy(p.Local.MAC[:], local.MAC)
-	p.Remote = rc.Endpoint{IP: remote.IP.Unmap(), QPN: remote.QPN, PSN: remote.PSN}
-	copy(p.Remote.MAC[:], mac)
-	if err := q.rc.Connect(p); err != nil {
-		if errors.Is(err, rc.ErrBadConfig) {
-			return &Error{Status: StatusInvalidParameter, Op: op, Err: err}
-		}
-		return &Error{Status: StatusConnectionInvalid, Op: op, Err: err}
-	}
-	return nil
+	return q.be.connectOOB(remote, opts)
 }

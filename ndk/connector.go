@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // Private-data limits (NDKPI.md §9): what a Connect, an Accept and a Reject
@@ -29,8 +28,7 @@ const (
 // a goroutine of its own, once.
 type Connector struct {
 	a  *Adapter
-	c  *cm.Connector
-	r  *daemonConnector // a daemon-backed connector (daemon_cm.go); c is nil
+	be connectorBackend // inproc_cm.go, daemon_cm.go
 	qp *QP
 
 	mu       sync.Mutex
@@ -44,25 +42,7 @@ type Connector struct {
 // CreateConnector returns a connector for an outgoing connection
 // (NdkCreateConnector). It fails with STATUS_NOT_SUPPORTED on an adapter
 // without a transport and STATUS_INVALID_HANDLE after the adapter closed.
-func (a *Adapter) CreateConnector() (*Connector, error) {
-	if a.daemon != nil {
-		return a.daemon.createConnector(a)
-	}
-	m := a.manager()
-	if m == nil {
-		return nil, errorf(StatusNotSupported, "create connector", "adapter has no connection management (use ndk.Open)")
-	}
-	return a.newConnector(m.NewConnector())
-}
-
-func (a *Adapter) newConnector(c *cm.Connector) (*Connector, error) {
-	x := &Connector{a: a, c: c, done: make(chan struct{})}
-	if err := a.conns.track(func() { a.conns.connectors[x] = struct{}{} }); err != nil {
-		c.Close(nil)
-		return nil, &Error{Status: StatusInvalidHandle, Op: "create connector", Err: err}
-	}
-	return x, nil
-}
+func (a *Adapter) CreateConnector() (*Connector, error) { return a.be.createConnector() }
 
 // readLimits checks the consumer's read limits and caps them at the
 // adapter's (NDKPI.md §8 Read limits).
@@ -109,11 +89,7 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 // STATUS_INVALID_PARAMETER, and STATUS_CANCELLED when ctx ended first, in
 // which case the attempt is abandoned and the connector closed.
 func (c *Connector) Connect(ctx context.Context, qp *QP, src, dst netip.AddrPort, inboundReadLimit, outboundReadLimit int, privateData []byte) error {
-	const op = "connect"
-	if c.r != nil {
-		return c.daemonConnect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
-	}
-	return c.connect(ctx, op, qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
+	return c.be.connect(ctx, "connect", qp, src, nil, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
 
 // ConnectWithSharedEndpoint is Connect from the address and port of se
@@ -124,71 +100,7 @@ func (c *Connector) ConnectWithSharedEndpoint(ctx context.Context, qp *QP, se *S
 	if se == nil || se.a != c.a {
 		return errorf(StatusInvalidParameter, op, "shared endpoint missing or of another adapter")
 	}
-	if c.r != nil {
-		return c.daemonConnect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
-	}
-	return c.connect(ctx, op, qp, se.LocalAddress(), se, dst, inboundReadLimit, outboundReadLimit, privateData)
-}
-
-func (c *Connector) connect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort,
-	inbound, outbound int, privateData []byte) error {
-	if err := c.checkQP(op, qp); err != nil {
-		return err
-	}
-	in, out, err := c.readLimits(op, inbound, outbound)
-	if err != nil {
-		return err
-	}
-	if len(privateData) > MaxCallerData {
-		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(privateData), MaxCallerData)
-	}
-	if !dst.IsValid() || dst.Port() == 0 {
-		return errorf(StatusInvalidAddress, op, "destination %v needs an address and a port", dst)
-	}
-	path, err := c.resolvePath(ctx, op, src.Addr(), dst.Addr())
-	if err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	p := cm.ConnectParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
-	cb := func(err error) { done <- err }
-	if se != nil {
-		err = c.c.ConnectWithSharedEndpoint(qp.forCM(), path, se.se, dst, p, cb)
-	} else {
-		err = c.c.Connect(qp.forCM(), path, src, dst, p, cb)
-	}
-	if err != nil {
-		return cmError(op, err)
-	}
-	c.bindQP(qp)
-	return c.wait(ctx, op, done, true)
-}
-
-// resolvePath resolves the route and the next hop's MAC, or gives up when
-// ctx ends: neighbour resolution may wait seconds for an answer that never
-// comes, and the caller's deadline or cancellation comes first. The
-// abandoned lookup ends on its own (the resolver's NeighbourTimeout), and
-// the connector is closed as for any abandoned Connect.
-func (c *Connector) resolvePath(ctx context.Context, op string, src, dst netip.Addr) (cm.PathInfo, error) {
-	type result struct {
-		path cm.PathInfo
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		path, err := c.a.prov.ResolvePath(src, dst)
-		done <- result{path, err}
-	}()
-	select {
-	case r := <-done:
-		if r.err != nil {
-			return r.path, cmError(op, r.err)
-		}
-		return r.path, nil
-	case <-ctx.Done():
-		c.Close() // as for an abandoned Connect (see wait)
-		return cm.PathInfo{}, &Error{Status: StatusCancelled, Op: op, Detail: "context ended while resolving the path to " + dst.String(), Err: ctx.Err()}
-	}
+	return c.be.connect(ctx, op, qp, netip.AddrPort{}, se, dst, inboundReadLimit, outboundReadLimit, privateData)
 }
 
 // wait returns the completion, or gives up on ctx: abandon closes the
@@ -232,40 +144,14 @@ func (c *Connector) Accept(ctx context.Context, qp *QP, inboundReadLimit, outbou
 // AcceptEx is Accept with a disconnect callback that learns why the
 // connection ended (NdkAcceptEx, NDKPI 2.1).
 func (c *Connector) AcceptEx(ctx context.Context, qp *QP, inboundReadLimit, outboundReadLimit int, privateData []byte, onDisconnect func(DisconnectReason)) error {
-	const op = "accept"
-	if c.r != nil {
-		return c.daemonAccept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
-	}
-	if err := c.checkQP(op, qp); err != nil {
-		return err
-	}
-	in, out, err := c.readLimits(op, inboundReadLimit, outboundReadLimit)
-	if err != nil {
-		return err
-	}
-	if len(privateData) > MaxCalleeData {
-		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCalleeData %d", len(privateData), MaxCalleeData)
-	}
-	done := make(chan error, 1)
-	p := cm.AcceptParams{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: privateData, Retry: c.retryCounts()}
-	if err := c.c.AcceptEx(qp.forCM(), p, c.event(onDisconnect), func(err error) { done <- err }); err != nil {
-		return cmError(op, err)
-	}
-	c.bindQP(qp)
-	return c.wait(ctx, op, done, true)
+	return c.be.accept(ctx, qp, inboundReadLimit, outboundReadLimit, privateData, onDisconnect)
 }
 
 // Reject refuses the connect request, or a connection whose Connect
 // succeeded before CompleteConnect (NdkReject). privateData (at most
 // MaxRejectData bytes) reaches the peer in the REJ. It fails with
 // STATUS_CONNECTION_ABORTED when the peer gave up already.
-func (c *Connector) Reject(privateData []byte) error {
-	if c.r != nil {
-		_, err := c.a.daemon.do("reject", &proto.Request{Op: proto.OpReject, H: c.r.h, Data: privateData})
-		return err
-	}
-	return cmError("reject", c.c.Reject(privateData))
-}
+func (c *Connector) Reject(privateData []byte) error { return c.be.reject(privateData) }
 
 // Disconnect ends the connection gracefully (NdkDisconnect): the QP's
 // pending requests are cancelled, a DREQ goes out, and Disconnect returns
@@ -273,18 +159,7 @@ func (c *Connector) Reject(privateData []byte) error {
 // when the peer never answered. The peer's disconnect callback fires
 // unless it disconnected too. If ctx ends first, Disconnect returns
 // STATUS_CANCELLED and the disconnect goes on.
-func (c *Connector) Disconnect(ctx context.Context) error {
-	const op = "disconnect"
-	if c.r != nil {
-		_, _, err := c.a.daemon.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h})
-		return err
-	}
-	done := make(chan error, 1)
-	if err := c.c.Disconnect(func(err error) { done <- err }); err != nil {
-		return cmError(op, err)
-	}
-	return c.wait(ctx, op, done, false)
-}
+func (c *Connector) Disconnect(ctx context.Context) error { return c.be.disconnect(ctx, false) }
 
 // GetConnectionData returns the read limits and copies the peer's private
 // data into buf (NdkGetConnectionData). size is the private data's length,
@@ -295,45 +170,15 @@ func (c *Connector) Disconnect(ctx context.Context) error {
 // seen from this side; once connected, the effective ones (the minimum of
 // both sides). After a rejected Connect it holds the REJ's private data.
 func (c *Connector) GetConnectionData(buf []byte) (inboundReadLimit, outboundReadLimit, size int, err error) {
-	if c.r != nil {
-		return c.daemonConnData(buf)
-	}
-	const op = "get connection data"
-	d, err := c.c.ConnectionData()
-	if err != nil {
-		return 0, 0, 0, cmError(op, err)
-	}
-	size = len(d.PrivateData)
-	if len(buf) == 0 {
-		return int(d.InboundReadLimit), int(d.OutboundReadLimit), size, nil
-	}
-	if len(buf) < size {
-		return 0, 0, size, errorf(StatusBufferTooSmall, op, "%d bytes of private data, buffer holds %d", size, len(buf))
-	}
-	copy(buf, d.PrivateData)
-	return int(d.InboundReadLimit), int(d.OutboundReadLimit), size, nil
+	return c.be.connectionData(buf)
 }
 
 // LocalAddress returns the connection's local address and port
 // (NdkGetLocalAddress).
-func (c *Connector) LocalAddress() netip.AddrPort {
-	if c.r != nil {
-		c.r.mu.Lock()
-		defer c.r.mu.Unlock()
-		return c.r.local
-	}
-	return c.c.LocalAddr()
-}
+func (c *Connector) LocalAddress() netip.AddrPort { return c.be.localAddress() }
 
 // PeerAddress returns the peer's address and port (NdkGetPeerAddress).
-func (c *Connector) PeerAddress() netip.AddrPort {
-	if c.r != nil {
-		c.r.mu.Lock()
-		defer c.r.mu.Unlock()
-		return c.r.peer
-	}
-	return c.c.PeerAddr()
-}
+func (c *Connector) PeerAddress() netip.AddrPort { return c.be.peerAddress() }
 
 // QP returns the QP given to Connect or Accept, or nil.
 func (c *Connector) QP() *QP {
@@ -356,13 +201,7 @@ func (c *Connector) Close() {
 	}
 	c.closing = true
 	c.mu.Unlock()
-	if c.r != nil {
-		c.daemonClose()
-		return
-	}
-	if c.c.Close(c.cmCloseDone) {
-		c.cmCloseDone()
-	}
+	c.be.close()
 }
 
 // Closed returns a channel closed when the connector's close completed.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // DisconnectReason is the ProviderDisconnectReason of NDKPI 2.1's
@@ -87,10 +86,7 @@ func withoutReason(f func()) func(DisconnectReason) {
 // CompleteConnectEx is CompleteConnect with a disconnect callback that
 // learns why the connection ended (NdkCompleteConnectEx, NDKPI 2.1).
 func (c *Connector) CompleteConnectEx(onDisconnect func(DisconnectReason)) error {
-	if c.r != nil {
-		return c.daemonCompleteConnect(onDisconnect)
-	}
-	return cmError("complete connect", c.c.CompleteConnectEx(c.event(onDisconnect)))
+	return c.be.completeConnect(onDisconnect)
 }
 
 // DisconnectEx is Disconnect, or with abortive an abortive disconnect
@@ -102,19 +98,7 @@ func (c *Connector) CompleteConnectEx(onDisconnect func(DisconnectReason)) error
 // handling, as after a TCP reset. It fails with STATUS_CONNECTION_INVALID
 // on a connection never established or already disconnecting.
 func (c *Connector) DisconnectEx(ctx context.Context, abortive bool) error {
-	if !abortive {
-		return c.Disconnect(ctx)
-	}
-	const op = "abortive disconnect"
-	if c.r != nil {
-		_, _, err := c.a.daemon.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: c.r.h, Abortive: true})
-		return err
-	}
-	done := make(chan error, 1)
-	if err := c.c.Abort(func(err error) { done <- err }); err != nil {
-		return cmError(op, err)
-	}
-	return c.wait(ctx, op, done, false)
+	return c.be.disconnect(ctx, abortive)
 }
 
 // SetRetryCounts sets this connection's transport retry counts, as

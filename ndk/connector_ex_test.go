@@ -349,10 +349,10 @@ func TestRetryCountsCarriedInREQAndREP(t *testing.T) {
 	}
 	// cm.c: the active QP retries as it asked and waits out RNR NAKs as
 	// the REP says; the passive QP does both as the REQ says.
-	if ri := c.c.RemoteInfo(); ri.RetryCount != 3 || ri.RNRRetry != 2 {
+	if ri := c.be.(*inprocConnector).c.RemoteInfo(); ri.RetryCount != 3 || ri.RNRRetry != 2 {
 		t.Errorf("active QP retry %d, RNR retry %d; want 3, 2", ri.RetryCount, ri.RNRRetry)
 	}
-	if ri := pc.c.RemoteInfo(); ri.RetryCount != 3 || ri.RNRRetry != 5 {
+	if ri := pc.be.(*inprocConnector).c.RemoteInfo(); ri.RetryCount != 3 || ri.RNRRetry != 5 {
 		t.Errorf("passive QP retry %d, RNR retry %d; want 3, 5", ri.RetryCount, ri.RNRRetry)
 	}
 }

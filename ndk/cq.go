@@ -3,8 +3,6 @@ package ndk
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 )
 
 // Result is NDK_RESULT: one completion as NdkGetCqResults returns it.
@@ -26,6 +24,11 @@ type ResultEx struct {
 	// TypeSpecificCompletionOutput holds the invalidated token when Type is
 	// OpReceiveAndInvalidate; otherwise it is undefined.
 	TypeSpecificCompletionOutput uint64
+	// Flags and Immediate: the immediate-data extension (immediate.go).
+	// A receive that a SEND or WRITE with immediate completed has
+	// ResultWithImmediate and the immediate; otherwise both are 0.
+	Flags     ResultFlag
+	Immediate uint32
 }
 
 // CQ is a completion queue (NDK_CQ). The engine completes into it from its
@@ -37,8 +40,7 @@ type ResultEx struct {
 // among them. They may be called from the notification callback.
 type CQ struct {
 	adapter *Adapter
-	core    *cq.CQ
-	r       *daemonCQ // a daemon-backed CQ (daemon_cq.go); core is nil
+	be      cqBackend // inproc_cq.go, daemon_cq.go
 
 	closed atomic.Bool // Close was called
 	// users counts the QPs completing into the CQ (lifetime.go): a
@@ -50,59 +52,17 @@ type CQ struct {
 }
 
 // Depth returns how many completions the CQ holds before it overruns.
-func (c *CQ) Depth() int {
-	if c.r != nil {
-		return c.r.slots
-	}
-	return c.core.Cap()
-}
+func (c *CQ) Depth() int { return c.be.depth() }
 
 // GetResults removes up to len(results) completions, oldest first, and
 // returns how many it stored (NdkGetCqResults). A ReceiveAndInvalidate
 // completion is returned like any receive, without its Ex fields (seed
 // 002). Allocates nothing.
-func (c *CQ) GetResults(results []Result) int {
-	if c.r != nil {
-		return c.daemonGet(results, nil)
-	}
-	var e cq.Entry
-	n := 0
-	for n < len(results) && c.core.Pop(&e) {
-		results[n] = Result{
-			Status:           e.Status,
-			BytesTransferred: e.BytesTransferred,
-			QPContext:        e.QPContext,
-			RequestContext:   e.RequestContext,
-		}
-		n++
-	}
-	return n
-}
+func (c *CQ) GetResults(results []Result) int { return c.be.getResults(results) }
 
 // GetResultsEx is GetResults with the NDK_RESULT_EX fields
 // (NdkGetCqResultsEx). Allocates nothing.
-func (c *CQ) GetResultsEx(results []ResultEx) int {
-	if c.r != nil {
-		return c.daemonGet(nil, results)
-	}
-	var e cq.Entry
-	n := 0
-	for n < len(results) && c.core.Pop(&e) {
-		results[n] = ResultEx{
-			Result: Result{
-				Status:           e.Status,
-				BytesTransferred: e.BytesTransferred,
-				QPContext:        e.QPContext,
-				RequestContext:   e.RequestContext,
-			},
-			Type:                         e.Type,
-			ProviderErrorCode:            e.ProviderErrorCode,
-			TypeSpecificCompletionOutput: e.TypeSpecificCompletionOutput,
-		}
-		n++
-	}
-	return n
-}
+func (c *CQ) GetResultsEx(results []ResultEx) int { return c.be.getResultsEx(results) }
 
 // Arm requests one call of the CQ's notification callback (NdkArmCq):
 //   - CQNotifyAny: on the next completion;
@@ -125,16 +85,7 @@ func (c *CQ) Arm(n CQNotify) error {
 	default:
 		return errorf(StatusInvalidParameter, "arm cq", "unknown notification type %v", n)
 	}
-	if c.r != nil {
-		return c.daemonArm(n)
-	}
-	if !c.core.Arm(n) {
-		if c.closed.Load() {
-			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
-		}
-		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
-	}
-	return nil
+	return c.be.arm(n)
 }
 
 // Close closes the CQ (NdkCloseCq). While QPs still complete into it, the
@@ -161,11 +112,7 @@ func (c *CQ) Closed() <-chan struct{} { return c.done }
 // finishClose completes the close: no callback runs or follows once it
 // returns.
 func (c *CQ) finishClose() {
-	if c.r != nil {
-		c.daemonClose() // the daemon's CQ applies the same lifetime rules
-	} else {
-		c.core.Close() // idempotent; a concurrent second call also waits
-	}
+	c.be.close()
 	c.once.Do(func() {
 		c.adapter.forgetCQ(c)
 		close(c.done)

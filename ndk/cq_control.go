@@ -1,12 +1,8 @@
 package ndk
 
 import (
-	"errors"
 	"math"
 	"time"
-
-	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
 // ModerationUnbounded is NDKPI's MAXULONG for ControlInterruptModeration:
@@ -41,17 +37,7 @@ func (c *CQ) Resize(depth int) error {
 	if depth < 1 || depth > int(info.MaxCQDepth) {
 		return errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, info.MaxCQDepth)
 	}
-	if c.r != nil {
-		return c.daemonResize(depth)
-	}
-	if err := c.core.Resize(depth); err != nil {
-		s := StatusInsufficientResources
-		if errors.Is(err, cq.ErrResizeTooSmall) {
-			s = StatusInvalidParameter
-		}
-		return &Error{Status: s, Op: op, Err: err}
-	}
-	return nil
+	return c.be.resize(depth)
 }
 
 // ControlInterruptModeration coalesces the CQ's notifications
@@ -101,11 +87,5 @@ func (c *CQ) ControlInterruptModeration(interval time.Duration, count uint32) er
 	default:
 		ivl, cnt = us*time.Microsecond, uint64(count)
 	}
-	if c.r != nil {
-		// The daemon's relay raises a daemon-backed CQ's notifications.
-		_, err := c.adapter.daemon.do(op, &proto.Request{Op: proto.OpModerateCQ, H: c.r.h, Timeout: int64(ivl), Depth: int(cnt)})
-		return err
-	}
-	c.core.Moderate(ivl, cnt)
-	return nil
+	return c.be.moderate(ivl, cnt)
 }

@@ -50,7 +50,7 @@ func (n notifications) expectNone(t *testing.T) {
 // complete plays the engine: it pushes a completion into c.
 func complete(t *testing.T, c *CQ, e cq.Entry) {
 	t.Helper()
-	if !c.core.Push(&e) {
+	if !c.core().Push(&e) {
 		t.Fatal("CQ full")
 	}
 }
@@ -200,7 +200,7 @@ func TestSeedCompletion_SlowCallbackDoesNotStallPush(t *testing.T) {
 	go func() { // the engine
 		defer close(done)
 		for range 1000 {
-			c.core.Push(&plain)
+			c.core().Push(&plain)
 		}
 	}()
 	select {
@@ -301,7 +301,7 @@ func effectiveArm(t *testing.T, c *CQ, calls notifications) CQNotify {
 	if _, ok := wait(); ok {
 		return CQNotifySolicited
 	}
-	c.core.Fail(StatusInternalError)
+	c.core().Fail(StatusInternalError)
 	if s, ok := wait(); ok && s == StatusInternalError {
 		return CQNotifyErrors
 	}
@@ -353,7 +353,7 @@ func TestSeedCompletion_ErrorsArmFiresOnlyOnCQError(t *testing.T) {
 	complete(t, c, solicited)
 	complete(t, c, failed)
 	calls.expectNone(t)
-	c.core.Fail(StatusInternalError)
+	c.core().Fail(StatusInternalError)
 	calls.expect(t, StatusInternalError)
 }
 
@@ -365,7 +365,7 @@ func TestSeedCompletion_OverrunNotifiesBufferOverflow(t *testing.T) {
 		complete(t, c, plain)
 	}
 	calls.expectNone(t)
-	if c.core.Push(&plain) {
+	if c.core().Push(&plain) {
 		t.Fatal("push beyond depth accepted")
 	}
 	calls.expect(t, StatusBufferOverflow)
@@ -442,7 +442,7 @@ func TestSeedCompletion_SerializedConsumerCallsFromManyGoroutines(t *testing.T) 
 		go func() {
 			defer wg.Done()
 			for range per {
-				c.core.Push(&plain)
+				c.core().Push(&plain)
 			}
 		}()
 	}
@@ -541,8 +541,8 @@ func TestCQPushAndGetResultsAllocateNothing(t *testing.T) {
 	var rs [4]Result
 	var xs [4]ResultEx
 	if n := testing.AllocsPerRun(1000, func() {
-		c.core.Push(&e)
-		c.core.Push(&e)
+		c.core().Push(&e)
+		c.core().Push(&e)
 		c.GetResults(rs[:])
 		c.GetResultsEx(xs[:])
 	}); n != 0 {
@@ -550,7 +550,7 @@ func TestCQPushAndGetResultsAllocateNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, func() {
 		_ = c.Arm(CQNotifyAny)
-		c.core.Push(&e)
+		c.core().Push(&e)
 		c.GetResults(rs[:])
 	}); n != 0 {
 		t.Fatalf("armed: %.1f allocs per arm+push+get", n)
@@ -566,7 +566,7 @@ func BenchmarkCQPushGetResults(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for range 16 {
-			c.core.Push(&e)
+			c.core().Push(&e)
 		}
 		c.GetResults(rs[:])
 	}

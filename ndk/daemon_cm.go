@@ -9,10 +9,13 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
-// daemonConnector is a daemon-backed connector: the daemon's adapter runs
-// the IB CM; the disconnect event comes back as an event message.
+// daemonConnector is a daemon-backed connector (connectorBackend): the
+// daemon's adapter runs the IB CM; the disconnect event comes back as an
+// event message.
 type daemonConnector struct {
-	h uint32
+	x    *Connector
+	link *daemonLink
+	h    uint32
 
 	mu           sync.Mutex
 	local, peer  netip.AddrPort
@@ -32,90 +35,108 @@ func (rc *daemonConnector) addrs(m *proto.Message) {
 	}
 }
 
-func (r *daemonLink) newConnector(a *Adapter, m *proto.Message) *Connector {
-	c := &Connector{a: a, r: &daemonConnector{h: m.H}, done: make(chan struct{})}
-	c.r.addrs(m)
+// newConnector makes the client's half of the daemon's connector h.
+func (r *daemonLink) newConnector(h uint32, m *proto.Message) *Connector {
+	c := &Connector{a: r.a, done: make(chan struct{})}
+	rc := &daemonConnector{x: c, link: r, h: h}
+	c.be = rc
+	rc.addrs(m)
 	r.mu.Lock()
-	r.connectors[m.H] = c
+	r.connectors[h] = rc
 	r.mu.Unlock()
 	return c
 }
 
-func (r *daemonLink) createConnector(a *Adapter) (*Connector, error) {
+func (r *daemonLink) createConnector() (*Connector, error) {
 	m, err := r.do("create connector", &proto.Request{Op: proto.OpCreateConnector})
 	if err != nil {
 		return nil, err
 	}
-	return r.newConnector(a, m), nil
+	return r.newConnector(m.H, m), nil
 }
 
-// daemonConnect is Connect (se nil) and ConnectWithSharedEndpoint on a
+// connect is Connect (se nil) and ConnectWithSharedEndpoint on a
 // daemon-backed adapter.
-func (c *Connector) daemonConnect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
+func (rc *daemonConnector) connect(ctx context.Context, op string, qp *QP, src netip.AddrPort, se *SharedEndpoint, dst netip.AddrPort, ird, ord int, pdata []byte) error {
+	c := rc.x
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
 	if len(pdata) > MaxCallerData {
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(pdata), MaxCallerData)
 	}
-	req := &proto.Request{Op: proto.OpConnect, H: c.r.h, QP: qp.r.h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: c.daemonRetry()}
+	req := &proto.Request{Op: proto.OpConnect, H: rc.h, QP: qp.be.(*daemonQP).h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: rc.retry()}
 	switch {
 	case se != nil:
-		req.SE = se.rh
+		req.SE = se.be.(*daemonEndpoint).h
 	case src.IsValid():
 		req.Addr = src.String()
 	}
-	if se != nil {
-		req.SE = se.rh
-	}
-	m, _, err := c.a.daemon.call(ctx, op, req)
+	m, _, err := rc.link.call(ctx, op, req)
 	if err != nil {
 		return err
 	}
-	c.r.addrs(m)
+	rc.addrs(m)
 	c.bindQP(qp)
 	return nil
 }
 
-func (c *Connector) daemonCompleteConnect(onDisconnect func(DisconnectReason)) error {
-	c.r.mu.Lock()
-	c.r.onDisconnect = c.event(onDisconnect)
-	c.r.mu.Unlock()
-	if _, err := c.a.daemon.do("complete connect", &proto.Request{Op: proto.OpCompleteConnect, H: c.r.h}); err != nil {
+func (rc *daemonConnector) completeConnect(onDisconnect func(DisconnectReason)) error {
+	c := rc.x
+	rc.mu.Lock()
+	rc.onDisconnect = c.event(onDisconnect)
+	rc.mu.Unlock()
+	if _, err := rc.link.do("complete connect", &proto.Request{Op: proto.OpCompleteConnect, H: rc.h}); err != nil {
 		return err
 	}
 	if qp := c.QP(); qp != nil {
-		qp.r.connected.Store(true)
+		qp.be.(*daemonQP).connectedAt.Store(true)
 	}
 	return nil
 }
 
-func (c *Connector) daemonAccept(ctx context.Context, qp *QP, ird, ord int, pdata []byte, onDisconnect func(DisconnectReason)) error {
+func (rc *daemonConnector) accept(ctx context.Context, qp *QP, ird, ord int, pdata []byte, onDisconnect func(DisconnectReason)) error {
 	const op = "accept"
+	c := rc.x
 	if err := c.checkQP(op, qp); err != nil {
 		return err
 	}
 	if len(pdata) > MaxCalleeData {
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCalleeData %d", len(pdata), MaxCalleeData)
 	}
-	c.r.mu.Lock()
-	c.r.onDisconnect = c.event(onDisconnect)
-	c.r.mu.Unlock()
+	rc.mu.Lock()
+	rc.onDisconnect = c.event(onDisconnect)
+	rc.mu.Unlock()
 	// The QP is connected once the daemon's is; a SEND may arrive before
 	// Accept's reply, and receives were posted before.
-	m, _, err := c.a.daemon.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: c.r.h, QP: qp.r.h, IRD: ird, ORD: ord, Data: pdata, Opts: c.daemonRetry()})
+	rq := qp.be.(*daemonQP)
+	m, _, err := rc.link.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: rc.h, QP: rq.h, IRD: ird, ORD: ord, Data: pdata, Opts: rc.retry()})
 	if err != nil {
 		return err
 	}
-	c.r.addrs(m)
+	rc.addrs(m)
 	c.bindQP(qp)
-	qp.r.connected.Store(true)
+	rq.connectedAt.Store(true)
 	return nil
 }
 
-func (c *Connector) daemonConnData(buf []byte) (int, int, int, error) {
+func (rc *daemonConnector) reject(privateData []byte) error {
+	_, err := rc.link.do("reject", &proto.Request{Op: proto.OpReject, H: rc.h, Data: privateData})
+	return err
+}
+
+func (rc *daemonConnector) disconnect(ctx context.Context, abortive bool) error {
+	op := "disconnect"
+	if abortive {
+		op = "abortive disconnect"
+	}
+	_, _, err := rc.link.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: rc.h, Abortive: abortive})
+	return err
+}
+
+func (rc *daemonConnector) connectionData(buf []byte) (int, int, int, error) {
 	const op = "get connection data"
-	m, err := c.a.daemon.do(op, &proto.Request{Op: proto.OpConnData, H: c.r.h})
+	m, err := rc.link.do(op, &proto.Request{Op: proto.OpConnData, H: rc.h})
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -129,9 +150,21 @@ func (c *Connector) daemonConnData(buf []byte) (int, int, int, error) {
 	return m.IRD, m.ORD, len(m.Data), nil
 }
 
-// daemonRetry carries SetRetryCounts to the daemon's connector.
-func (c *Connector) daemonRetry() *proto.ConnOpts {
-	r := c.retryCounts()
+func (rc *daemonConnector) localAddress() netip.AddrPort {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.local
+}
+
+func (rc *daemonConnector) peerAddress() netip.AddrPort {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.peer
+}
+
+// retry carries SetRetryCounts to the daemon's connector.
+func (rc *daemonConnector) retry() *proto.ConnOpts {
+	r := rc.x.retryCounts()
 	if r == nil {
 		return nil
 	}
@@ -153,11 +186,12 @@ func (rc *daemonConnector) disconnected(reason uint32) {
 	}
 }
 
-func (rc *daemonConnector) closed(r *daemonLink, c *Connector) {
+func (rc *daemonConnector) closed() {
+	r := rc.link
 	r.mu.Lock()
 	delete(r.connectors, rc.h)
 	r.mu.Unlock()
-	c.finishRemote()
+	rc.x.finishRemote()
 }
 
 func (c *Connector) finishRemote() {
@@ -167,69 +201,100 @@ func (c *Connector) finishRemote() {
 	c.mu.Unlock()
 }
 
-func (c *Connector) daemonClose() {
-	if _, err := c.a.daemon.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: c.r.h}); err != nil {
-		c.finishRemote()
+func (rc *daemonConnector) close() {
+	if _, err := rc.link.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: rc.h}); err != nil {
+		rc.x.finishRemote()
 	}
 }
 
-func (r *daemonLink) createSharedEndpoint(a *Adapter, addr netip.AddrPort) (*SharedEndpoint, error) {
+// daemonEndpoint is a daemon-backed shared endpoint: the daemon's handle
+// and the address it took.
+type daemonEndpoint struct {
+	link  *daemonLink
+	h     uint32
+	local netip.AddrPort
+}
+
+func (r *daemonLink) createSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
 	m, err := r.do("create shared endpoint", &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
 	if err != nil {
 		return nil, err
 	}
-	x := &SharedEndpoint{a: a, rh: m.H}
-	x.local, _ = netip.ParseAddrPort(m.Addr)
-	return x, nil
+	e := &daemonEndpoint{link: r, h: m.H}
+	e.local, _ = netip.ParseAddrPort(m.Addr)
+	return &SharedEndpoint{a: r.a, be: e}, nil
+}
+
+func (e *daemonEndpoint) localAddress() netip.AddrPort { return e.local }
+
+func (e *daemonEndpoint) close() {
+	_, _ = e.link.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: e.h})
 }
 
 // daemonListener is a daemon-backed listener.
 type daemonListener struct {
+	x         *Listener
+	link      *daemonLink
 	h         uint32
 	onConnect func(*Connector)
 	mu        sync.Mutex
 	local     netip.AddrPort
 }
 
-func (r *daemonLink) createListener(a *Adapter, onConnect func(*Connector)) (*Listener, error) {
+func (r *daemonLink) createListener(onConnect func(*Connector)) (*Listener, error) {
 	m, err := r.do("create listener", &proto.Request{Op: proto.OpCreateListener})
 	if err != nil {
 		return nil, err
 	}
-	x := &Listener{a: a, r: &daemonListener{h: m.H, onConnect: onConnect}, done: make(chan struct{})}
+	x := &Listener{a: r.a, done: make(chan struct{})}
+	rl := &daemonListener{x: x, link: r, h: m.H, onConnect: onConnect}
+	x.be = rl
 	r.mu.Lock()
-	r.listeners[m.H] = x
+	r.listeners[m.H] = rl
 	r.mu.Unlock()
 	return x, nil
 }
 
-func (rl *daemonListener) incoming(r *daemonLink, m *proto.Message) {
-	c := &Connector{a: r.a, r: &daemonConnector{h: m.H2}, done: make(chan struct{})}
-	c.r.addrs(m)
-	r.mu.Lock()
-	r.connectors[m.H2] = c
-	r.mu.Unlock()
+func (rl *daemonListener) incoming(m *proto.Message) {
+	c := rl.link.newConnector(m.H2, m)
 	go rl.onConnect(c)
 }
 
-func (x *Listener) daemonListen(addr netip.AddrPort) error {
-	m, err := x.a.daemon.do("listen", &proto.Request{Op: proto.OpListen, H: x.r.h, Addr: addr.String()})
+func (rl *daemonListener) listen(addr netip.AddrPort) error {
+	m, err := rl.link.do("listen", &proto.Request{Op: proto.OpListen, H: rl.h, Addr: addr.String()})
 	if err != nil {
 		return err
 	}
 	if a, err := netip.ParseAddrPort(m.Addr); err == nil {
-		x.r.mu.Lock()
-		x.r.local = a
-		x.r.mu.Unlock()
+		rl.mu.Lock()
+		rl.local = a
+		rl.mu.Unlock()
 	}
 	return nil
 }
 
-func (rl *daemonListener) closed(r *daemonLink, x *Listener) {
+func (rl *daemonListener) localAddress() netip.AddrPort {
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	return rl.local
+}
+
+func (rl *daemonListener) controlConnectEvents(pause bool) {
+	_, _ = rl.link.do("control connect events", &proto.Request{Op: proto.OpPauseListener, H: rl.h, Pause: pause})
+}
+
+func (rl *daemonListener) close() {
+	if _, err := rl.link.do("close listener", &proto.Request{Op: proto.OpCloseListener, H: rl.h}); err != nil {
+		rl.x.finishRemote()
+	}
+}
+
+func (rl *daemonListener) closed() {
+	r := rl.link
 	r.mu.Lock()
 	delete(r.listeners, rl.h)
 	r.mu.Unlock()
-	x.finishRemote()
+	rl.x.finishRemote()
 }
 
 func (x *Listener) finishRemote() {

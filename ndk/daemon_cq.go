@@ -4,16 +4,19 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 	"golang.org/x/sys/unix"
 )
 
-// daemonCQ is a daemon-backed CQ: the ring the daemon's relay fills, the
-// arm word it fires, and the goroutine that runs the notification
-// callback, one at a time.
+// daemonCQ is a daemon-backed CQ (cqBackend): the ring the daemon's relay
+// fills, the arm word it fires, and the goroutine that runs the
+// notification callback, one at a time.
 type daemonCQ struct {
+	c      *CQ
+	link   *daemonLink
 	h      uint32
 	seg    *shm.Segment // the first segment: arm and status words
 	ring   *shm.Consumer
@@ -25,7 +28,7 @@ type daemonCQ struct {
 	nextMu  sync.Mutex
 	nexts   []*cqRing
 	hasNext atomic.Bool
-	arm     *atomic.Uint32
+	armWord *atomic.Uint32
 	status  *atomic.Uint32
 	// moved and notified are the relay's counts (proto.CQLayout): equal,
 	// with no error, an arm has nothing to fire on yet.
@@ -42,11 +45,8 @@ type daemonCQ struct {
 	once    sync.Once
 }
 
-func (r *daemonLink) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, error) {
+func (r *daemonLink) createCQ(depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
-	if depth < 1 || depth > int(a.info.MaxCQDepth) {
-		return nil, errorf(StatusInvalidParameter, op, "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
-	}
 	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateCQ, Depth: depth})
 	if err != nil {
 		return nil, err
@@ -66,9 +66,10 @@ func (r *daemonLink) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, 
 		seg.Close()
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
+	c := &CQ{adapter: r.a, done: make(chan struct{})}
 	rq := &daemonCQ{
-		h: m.H, seg: seg, ring: ring, rseg: seg, sealed: seg.Word32(l.Words + 8),
-		arm: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
+		c: c, link: r, h: m.H, seg: seg, ring: ring, rseg: seg, sealed: seg.Word32(l.Words + 8),
+		armWord: seg.Word32(l.Words), status: seg.Word32(l.Words + 4), slots: l.Ring.Slots,
 		moved: seg.Word32(l.Words + 12), notified: seg.Word32(l.Words + 16),
 		notify: notify, wake: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{}),
 	}
@@ -77,9 +78,9 @@ func (r *daemonLink) createCQ(a *Adapter, depth int, notify func(Status)) (*CQ, 
 	} else {
 		close(rq.exited)
 	}
-	c := &CQ{adapter: a, r: rq, done: make(chan struct{})}
+	c.be = rq
 	r.mu.Lock()
-	r.cqs[m.H] = c
+	r.cqs[m.H] = rq
 	r.mu.Unlock()
 	return c, nil
 }
@@ -127,10 +128,15 @@ func (rq *daemonCQ) stop() {
 	<-rq.exited
 }
 
+func (rq *daemonCQ) depth() int { return rq.slots }
+
+func (rq *daemonCQ) getResults(results []Result) int { return rq.get(results, nil) }
+
+func (rq *daemonCQ) getResultsEx(results []ResultEx) int { return rq.get(nil, results) }
+
 // get is GetResults and GetResultsEx of a daemon-backed CQ.
-func (c *CQ) daemonGet(results []Result, ex []ResultEx) int {
-	rq := c.r
-	r := c.adapter.daemon
+func (rq *daemonCQ) get(results []Result, ex []ResultEx) int {
+	r := rq.link
 	want := len(results)
 	if ex != nil {
 		want = len(ex)
@@ -151,10 +157,10 @@ func (c *CQ) daemonGet(results []Result, ex []ResultEx) int {
 		q := r.qps[e.QP]
 		r.mu.RUnlock()
 		if q != nil {
-			qctx = q.r.context
-			rctx = q.r.take(e.Kind, e.Seq)
+			qctx = q.context
+			rctx = q.take(e.Kind, e.Seq)
 			if e.Kind == proto.KindSend {
-				if tok := q.r.takeInvalidated(e.Seq); tok != 0 && e.Status == 0 {
+				if tok := q.takeInvalidated(e.Seq); tok != 0 && e.Status == 0 {
 					r.revoke(tok) // a READ_LOCAL_INVALIDATE's sink
 				}
 			}
@@ -165,6 +171,9 @@ func (c *CQ) daemonGet(results []Result, ex []ResultEx) int {
 		res := Result{Status: Status(e.Status), BytesTransferred: e.Bytes, QPContext: qctx, RequestContext: rctx}
 		if ex != nil {
 			ex[n] = ResultEx{Result: res, Type: OperationType(e.Type), ProviderErrorCode: e.ProviderErrorCode, TypeSpecificCompletionOutput: e.TypeSpecific}
+			if e.Flags&proto.CompletionWithImmediate != 0 {
+				ex[n].Flags, ex[n].Immediate = ResultWithImmediate, e.Immediate
+			}
 		} else {
 			results[n] = res
 		}
@@ -174,16 +183,16 @@ func (c *CQ) daemonGet(results []Result, ex []ResultEx) int {
 	return n
 }
 
-// daemonArm sets the arm in the shared word for the daemon's relay to fire.
-func (c *CQ) daemonArm(n CQNotify) error {
-	rq := c.r
+// arm sets the arm in the shared word for the daemon's relay to fire.
+func (rq *daemonCQ) arm(n CQNotify) error {
+	c := rq.c
 	if rq.notify == nil || c.closed.Load() {
 		if c.closed.Load() {
 			return errorf(StatusInvalidHandle, "arm cq", "cq closed")
 		}
 		return errorf(StatusInvalidDeviceRequest, "arm cq", "cq was created without a notification callback")
 	}
-	if r := c.adapter.daemon; r.gone.Load() {
+	if r := rq.link; r.goneFlag.Load() {
 		return r.goneErr("arm cq")
 	}
 	lvl := uint32(1) // CQNotifyErrors
@@ -194,8 +203,8 @@ func (c *CQ) daemonArm(n CQNotify) error {
 		lvl = 3
 	}
 	for {
-		w := rq.arm.Load()
-		if w >= lvl || rq.arm.CompareAndSwap(w, lvl) {
+		w := rq.armWord.Load()
+		if w >= lvl || rq.armWord.CompareAndSwap(w, lvl) {
 			break
 		}
 	}
@@ -204,14 +213,14 @@ func (c *CQ) daemonArm(n CQNotify) error {
 	// With nothing to fire on now, the relay fires when it next moves a
 	// completion, and the engine sleeps on.
 	if rq.status.Load() != 0 || rq.moved.Load() != rq.notified.Load() {
-		c.adapter.daemon.ring()
+		rq.link.ring()
 	}
 	return nil
 }
 
-func (c *CQ) daemonClose() {
-	rq := c.r
-	r := c.adapter.daemon
+// close closes the daemon's CQ, which applies the same lifetime rules.
+func (rq *daemonCQ) close() {
+	r := rq.link
 	rq.stop()
 	r.mu.Lock()
 	_, live := r.cqs[rq.h]
@@ -265,15 +274,14 @@ func (rq *daemonCQ) nextRing() bool {
 	return true
 }
 
-// daemonResize is NdkResizeCq on a daemon-backed CQ: the daemon gives the
-// CQ a new ring, and GetResults takes it once it has drained the old one.
-func (c *CQ) daemonResize(depth int) error {
+// resize is NdkResizeCq on a daemon-backed CQ: the daemon gives the CQ a
+// new ring, and GetResults takes it once it has drained the old one.
+func (rq *daemonCQ) resize(depth int) error {
 	const op = "resize cq"
-	rq := c.r
 	if n := rq.ring.Len(); n > proto.Slots(depth) {
 		return errorf(StatusInvalidParameter, op, "depth %d below the %d completions queued", depth, n)
 	}
-	m, fds, err := c.adapter.daemon.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
+	m, fds, err := rq.link.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
 	if err != nil {
 		return err
 	}
@@ -298,4 +306,10 @@ func (c *CQ) daemonResize(depth int) error {
 	rq.nextMu.Unlock()
 	rq.slots = l.Ring.Slots
 	return nil
+}
+
+// moderate: the daemon's relay raises a daemon-backed CQ's notifications.
+func (rq *daemonCQ) moderate(interval time.Duration, count uint64) error {
+	_, err := rq.link.do("control cq interrupt moderation", &proto.Request{Op: proto.OpModerateCQ, H: rq.h, Timeout: int64(interval), Depth: int(count)})
+	return err
 }

@@ -46,8 +46,9 @@ func (r *daemonLink) newToken(cur, other uint32) uint32 {
 	}
 }
 
-func (r *daemonLink) createMW(pd *PD) (*MW, error) {
-	m, err := r.do("create mw", &proto.Request{Op: proto.OpCreateMW, PD: pd.rh})
+func (b *daemonPD) createMW() (*MW, error) {
+	pd, r := b.pd, b.link
+	m, err := r.do("create mw", &proto.Request{Op: proto.OpCreateMW, PD: pd.id})
 	if err != nil {
 		return nil, err
 	}
@@ -57,23 +58,23 @@ func (r *daemonLink) createMW(pd *PD) (*MW, error) {
 	return mw, nil
 }
 
-func (r *daemonLink) closeMW(mw *MW) {
+func (b *daemonPD) closeMW(mw *MW) {
 	pd := mw.pd
 	pd.mu.Lock()
 	open := mw.open
 	mw.open = false
 	pd.mu.Unlock()
 	if open {
-		_, _ = r.do("close mw", &proto.Request{Op: proto.OpCloseMW, H: mw.rh})
+		_, _ = b.link.do("close mw", &proto.Request{Op: proto.OpCloseMW, H: mw.rh})
 	}
 }
 
-// daemonBind is Bind on a daemon-backed QP: the checks the token table
-// makes in process (the range inside the MR, rights within the MR's, the
-// same PD), then the record. The daemon checks all of it again.
-func (q *QP) daemonBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
-	r := q.adapter.daemon
-	rq := q.r
+// bind is Bind on a daemon-backed QP: the checks the token table makes in
+// process (the range inside the MR, rights within the MR's, the same PD),
+// then the record. The daemon checks all of it again.
+func (rq *daemonQP) bind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFlag) error {
+	q := rq.q
+	r := rq.link
 	if err := checkOpFlags(postBind, flags, q.adapter.info.AdapterFlags); err != nil {
 		r.ringDeferred(rq)
 		return err
@@ -82,7 +83,7 @@ func (q *QP) daemonBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFl
 		r.ringDeferred(rq)
 		return errBindNil
 	}
-	if st := q.localPostable(); st != StatusSuccess {
+	if st := rq.localPostable(); st != StatusSuccess {
 		r.ringDeferred(rq)
 		return postError("bind", st)
 	}
@@ -101,7 +102,7 @@ func (q *QP) daemonBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFl
 	s := &rq.sr
 	*s = proto.Send{Op: proto.OpBind, Flags: uint32(flags), Handle: mw.rh, InvToken: mr.tokens.Local,
 		RemoteAddr: addr, Length: length, RemoteToken: tok}
-	if err := q.daemonPostLocal("bind", ctx, flags); err != nil {
+	if err := rq.postLocal("bind", ctx, flags); err != nil {
 		return err
 	}
 	mw.token.Store(tok)
@@ -111,26 +112,25 @@ func (q *QP) daemonBind(ctx any, mr *MR, mw *MW, addr, length uint64, flags OpFl
 var errBindRefused = errorf(StatusAccessViolation, "bind", "closed or other-PD MR or window, a range outside the MR, or rights beyond the MR's")
 
 // localPostable is the state check of a post: closed, or not connected.
-func (q *QP) localPostable() Status {
+func (rq *daemonQP) localPostable() Status {
 	switch {
-	case q.closed.Load():
+	case rq.q.closed.Load():
 		return StatusInvalidHandle
-	case !q.r.connected.Load():
+	case !rq.connectedAt.Load():
 		return StatusConnectionInvalid
 	}
 	return StatusSuccess
 }
 
-// daemonPostLocal publishes the local operation in rq.sr.
-func (q *QP) daemonPostLocal(op string, ctx any, flags OpFlag) error {
-	r := q.adapter.daemon
-	rq := q.r
+// postLocal publishes the local operation in rq.sr.
+func (rq *daemonQP) postLocal(op string, ctx any, flags OpFlag) error {
+	r := rq.link
 	var slot []byte
 	if rq.sendSeq-rq.sendDone.Load() < rq.sendLimit {
 		slot = rq.send.Reserve()
 	}
 	if slot == nil {
-		r.ring() // as daemonPost: wakes the relay to publish what retired
+		r.ring() // as post: wakes the relay to publish what retired
 		r.ringDeferred(rq)
 		return postError(op, StatusInsufficientResources)
 	}
@@ -142,17 +142,17 @@ func (q *QP) daemonPostLocal(op string, ctx any, flags OpFlag) error {
 	return nil
 }
 
-// initFastMR is InitializeFastRegister on a daemon-backed adapter.
-func (r *daemonLink) initFastMR(m *MR, pages int, remoteAccess bool) error {
+// initFastRegister is InitializeFastRegister on a daemon-backed adapter.
+func (b *daemonPD) initFastRegister(m *MR, pages int, remoteAccess bool) error {
 	const op = "initialize fast register mr"
-	pd := m.pd
+	pd, r := m.pd, b.link
 	pd.mu.Lock()
 	h := m.rh
 	if !m.registered {
 		h = 0 // deregistered: the daemon dropped it, make a new one
 	}
 	pd.mu.Unlock()
-	req := &proto.Request{Op: proto.OpInitFastMR, PD: pd.rh, H: h, Depth: pages}
+	req := &proto.Request{Op: proto.OpInitFastMR, PD: pd.id, H: h, Depth: pages}
 	if remoteAccess {
 		req.Flags = 1
 	}
@@ -185,12 +185,12 @@ var (
 	errFastRegisterRegistered = errorf(StatusAccessViolation, "fast register", "the MR is still registered: Invalidate it first")
 )
 
-// daemonFastRegister is FastRegister on a daemon-backed QP: the memory
-// must lie in an arena the daemon maps, named by arena and offset; the
-// daemon registers its own mapping of it under the client's address.
-func (q *QP) daemonFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
-	r := q.adapter.daemon
-	rq := q.r
+// fastRegister is FastRegister on a daemon-backed QP: the memory must lie
+// in an arena the daemon maps, named by arena and offset; the daemon
+// registers its own mapping of it under the client's address.
+func (rq *daemonQP) fastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
+	q := rq.q
+	r := rq.link
 	if err := checkOpFlags(postFastRegister, flags, q.adapter.info.AdapterFlags); err != nil {
 		r.ringDeferred(rq)
 		return err
@@ -210,7 +210,7 @@ func (q *QP) daemonFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 		r.ringDeferred(rq)
 		return errFastRegisterRegistered
 	}
-	if st := q.localPostable(); st != StatusSuccess {
+	if st := rq.localPostable(); st != StatusSuccess {
 		r.ringDeferred(rq)
 		return postError("fast register", st)
 	}
@@ -227,7 +227,7 @@ func (q *QP) daemonFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	s := &rq.sr
 	*s = proto.Send{Op: proto.OpFastRegister, Flags: uint32(flags), Handle: mr.rh, Arena: ar.id, ArenaOff: off,
 		RemoteAddr: va, Length: uint64(len(buf)), InvToken: local, RemoteToken: remote}
-	if err := q.daemonPostLocal("fast register", ctx, flags); err != nil {
+	if err := rq.postLocal("fast register", ctx, flags); err != nil {
 		return err
 	}
 	mr.tokens.Local, mr.tokens.Remote = local, remote
@@ -236,6 +236,14 @@ func (q *QP) daemonFastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error
 	mr.fast.revoked.Store(false)
 	mr.flags = MRFlag(fastRegisterAccess(flags))
 	return nil
+}
+
+// invalidated records what the daemon will see when it posts the
+// Invalidate: a fast MR holds no registration from now on.
+func (rq *daemonQP) invalidated(obj Invalidatable) {
+	if m, ok := obj.(*MR); ok && m.fast != nil {
+		m.fast.revoked.Store(true)
+	}
 }
 
 // addFastMR makes m's tokens, whatever their keys, known to checkLocal:
@@ -274,10 +282,12 @@ func (r *daemonLink) fastMR(token uint32) *MR {
 	return m
 }
 
-// daemonSRQ is a daemon-backed SRQ: the ring its receives are posted
-// into, and the contexts of those receives, which complete on the receive
-// CQs of the QPs that take them.
+// daemonSRQ is a daemon-backed SRQ (srqBackend): the ring its receives
+// are posted into, and the contexts of those receives, which complete on
+// the receive CQs of the QPs that take them.
 type daemonSRQ struct {
+	s     *SRQ
+	link  *daemonLink
 	h     uint32
 	seg   *shm.Segment
 	ring  *shm.Producer
@@ -286,13 +296,13 @@ type daemonSRQ struct {
 	depth atomic.Int64   // the depth CreateSRQ or Modify set
 	slots int
 
-	mu     sync.Mutex // one poster at a time (NDKPI.md §8), and Close
-	closed atomic.Bool
-	ctx    []any
-	mask   uint64
-	seq    uint64
-	rr     proto.Recv
-	maxSGE int
+	mu       sync.Mutex // one poster at a time (NDKPI.md §8), and Close
+	closedAt atomic.Bool
+	ctx      []any
+	mask     uint64
+	seq      uint64
+	rr       proto.Recv
+	maxSGE   int
 
 	notes   chan Status
 	stop    chan struct{}
@@ -306,9 +316,10 @@ func (rs *daemonSRQ) take(seq uint64) any {
 	return v
 }
 
-func (r *daemonLink) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error) {
+func (b *daemonPD) createSRQ(depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error) {
 	const op = "create srq"
-	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateSRQ, PD: pd.rh, Depth: depth, RecvSGE: maxSGE, Threshold: threshold})
+	pd, r := b.pd, b.link
+	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateSRQ, PD: pd.id, Depth: depth, RecvSGE: maxSGE, Threshold: threshold})
 	if err != nil {
 		return nil, err
 	}
@@ -327,40 +338,41 @@ func (r *daemonLink) createSRQ(pd *PD, depth, maxSGE, threshold int, notify func
 		seg.Close()
 		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
-	rs := &daemonSRQ{h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), done: seg.Word64(l.Words + 8), slots: l.Ring.Slots, maxSGE: maxSGE,
+	rs := &daemonSRQ{link: r, h: m.H, seg: seg, ring: ring, post: seg.Word32(l.Words), done: seg.Word64(l.Words + 8), slots: l.Ring.Slots, maxSGE: maxSGE,
 		ctx: make([]any, 4*l.Ring.Slots), notes: make(chan Status, 16), stop: make(chan struct{}), stopped: make(chan struct{})}
 	rs.mask = uint64(len(rs.ctx) - 1)
 	rs.depth.Store(int64(depth))
-	s := &SRQ{pd: pd, r: rs, notify: notify, done: make(chan struct{})}
-	go s.daemonNotifications()
+	s := &SRQ{pd: pd, be: rs, notify: notify, done: make(chan struct{})}
+	rs.s = s
+	go rs.notifications()
 	r.mu.Lock()
-	r.srqs[m.H] = s
+	r.srqs[m.H] = rs
 	r.mu.Unlock()
 	return s, nil
 }
 
-// daemonNotifications calls the consumer's callback for each event the
-// daemon sends, one at a time, until the SRQ closes.
-func (s *SRQ) daemonNotifications() {
-	defer close(s.r.stopped)
+// notifications calls the consumer's callback for each event the daemon
+// sends, one at a time, until the SRQ closes.
+func (rs *daemonSRQ) notifications() {
+	defer close(rs.stopped)
 	for {
 		select {
-		case <-s.r.stop:
+		case <-rs.stop:
 			return
-		case st := <-s.r.notes:
-			if s.notify != nil {
-				s.notify(st)
+		case st := <-rs.notes:
+			if rs.s.notify != nil {
+				rs.s.notify(st)
 			}
 		}
 	}
 }
 
-// daemonReceive is SRQ.Receive through the daemon: the checks the SRQ
-// makes inline, then the record and the SRQ's hint.
-func (s *SRQ) daemonReceive(ctx any, sgl []SGE) error {
-	rs := s.r
-	r := s.pd.adapter.daemon
-	if rs.closed.Load() {
+// receive is SRQ.Receive through the daemon: the checks the SRQ makes
+// inline, then the record and the SRQ's hint.
+func (rs *daemonSRQ) receive(ctx any, sgl []SGE) error {
+	s := rs.s
+	r := rs.link
+	if rs.closedAt.Load() {
 		return postError("receive", StatusInvalidHandle)
 	}
 	if len(sgl) > rs.maxSGE || len(sgl) > proto.MaxSGE {
@@ -398,43 +410,44 @@ func (s *SRQ) daemonReceive(ctx any, sgl []SGE) error {
 	return nil
 }
 
-func (s *SRQ) daemonModify(depth, threshold int) error {
-	if s.r.closed.Load() {
+func (rs *daemonSRQ) modify(depth, threshold int) error {
+	if rs.closedAt.Load() {
 		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
 	}
-	_, err := s.pd.adapter.daemon.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: s.r.h, Depth: depth, Threshold: threshold})
+	_, err := rs.link.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: rs.h, Depth: depth, Threshold: threshold})
 	if err == nil && depth != 0 {
-		s.r.depth.Store(int64(depth))
+		rs.depth.Store(int64(depth))
 	}
 	return err
 }
 
-func (s *SRQ) daemonLen() int {
-	m, err := s.pd.adapter.daemon.do("srq len", &proto.Request{Op: proto.OpSRQLen, H: s.r.h})
+func (rs *daemonSRQ) capacity() int { return rs.slots }
+
+func (rs *daemonSRQ) length() int {
+	m, err := rs.link.do("srq len", &proto.Request{Op: proto.OpSRQLen, H: rs.h})
 	if err != nil {
 		return 0
 	}
 	return m.Depth
 }
 
-// daemonClose refuses posts at once, ends the notifications and asks the
-// daemon to close its SRQ; the daemon's srq_closed event completes it,
-// once the QPs on it are closed.
-func (s *SRQ) daemonClose() {
-	rs := s.r
-	if rs.closed.Swap(true) {
+// close refuses posts at once, ends the notifications and asks the daemon
+// to close its SRQ; the daemon's srq_closed event completes it, once the
+// QPs on it are closed.
+func (rs *daemonSRQ) close() {
+	if rs.closedAt.Swap(true) {
 		return
 	}
 	close(rs.stop)
 	<-rs.stopped
-	_, _ = s.pd.adapter.daemon.do("close srq", &proto.Request{Op: proto.OpCloseSRQ, H: rs.h})
+	_, _ = rs.link.do("close srq", &proto.Request{Op: proto.OpCloseSRQ, H: rs.h})
 }
 
-// daemonClosed completes the close (the daemon's srq_closed event).
-func (s *SRQ) daemonClosed() {
-	r := s.pd.adapter.daemon
+// closed completes the close (the daemon's srq_closed event).
+func (rs *daemonSRQ) closed() {
+	s, r := rs.s, rs.link
 	r.mu.Lock()
-	delete(r.srqs, s.r.h)
+	delete(r.srqs, rs.h)
 	r.mu.Unlock()
 	s.mu.Lock()
 	if !s.finished {
@@ -442,9 +455,9 @@ func (s *SRQ) daemonClosed() {
 		close(s.done)
 	}
 	s.mu.Unlock()
-	// No receive is posted after Close (daemonReceive checks closed, and
+	// No receive is posted after Close (receive checks closedAt, and
 	// NDKPI's consumer does not post during it): the ring is done with.
-	s.r.seg.Close()
+	rs.seg.Close()
 }
 
 // notifyEvent queues an event for the callback; a callback that falls
@@ -478,4 +491,6 @@ var (
 	_ = [1]struct{}{}[int(rc.OpBind)-proto.OpBind]
 	_ = [1]struct{}{}[int(rc.OpFastRegister)-proto.OpFastRegister]
 	_ = [1]struct{}{}[int(rc.OpInvalidate)-proto.OpInvalidate]
+	_ = [1]struct{}{}[int(rc.OpSendImm)-proto.OpSendImm]
+	_ = [1]struct{}{}[int(rc.OpWriteImm)-proto.OpWriteImm]
 )

@@ -2,21 +2,31 @@ package ndk
 
 import "github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 
-func (r *daemonLink) createPD(a *Adapter) (*PD, error) {
+// daemonPD is a daemon-backed PD (pdBackend): the daemon's PD applies the
+// lifetime rules, and its pd_closed event completes the close. Its handle
+// is the PD's id.
+type daemonPD struct {
+	pd   *PD
+	link *daemonLink
+}
+
+func (r *daemonLink) createPD() (*PD, error) {
 	m, err := r.do("create pd", &proto.Request{Op: proto.OpCreatePD})
 	if err != nil {
 		return nil, err
 	}
-	pd := &PD{adapter: a, id: m.H, rh: m.H, mrs: make(map[*MR]struct{}), done: make(chan struct{})}
+	pd := &PD{adapter: r.a, id: m.H, mrs: make(map[*MR]struct{}), done: make(chan struct{})}
+	b := &daemonPD{pd: pd, link: r}
+	pd.be = b
 	r.mu.Lock()
-	r.pds[m.H] = pd
+	r.pds[m.H] = b
 	r.mu.Unlock()
 	return pd, nil
 }
 
-func (pd *PD) daemonRegister(buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
+func (b *daemonPD) register(buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
 	const op = "register mr"
-	r := pd.adapter.daemon
+	pd, r := b.pd, b.link
 	if len(buf) == 0 {
 		return nil, errorf(StatusInvalidParameter, op, "empty buffer")
 	}
@@ -25,7 +35,7 @@ func (pd *PD) daemonRegister(buf []byte, flags MRFlag, invalidatable bool) (*MR,
 		return nil, errorf(StatusNotSupported, op, "a daemon-backed adapter registers only memory the daemon can map: take it from Adapter.Memory or AllocBuffer")
 	}
 	va := addrOf(buf)
-	m, err := r.do(op, &proto.Request{Op: proto.OpRegister, PD: pd.rh, Arena: ar.id, Off: off, Len: uint64(len(buf)), VA: va, Flags: uint32(flags), Invalidatable: invalidatable})
+	m, err := r.do(op, &proto.Request{Op: proto.OpRegister, PD: pd.id, Arena: ar.id, Off: off, Len: uint64(len(buf)), VA: va, Flags: uint32(flags), Invalidatable: invalidatable})
 	if err != nil {
 		return nil, err
 	}
@@ -38,9 +48,8 @@ func (pd *PD) daemonRegister(buf []byte, flags MRFlag, invalidatable bool) (*MR,
 	return mr, nil
 }
 
-func (m *MR) daemonDeregister() error {
-	pd := m.pd
-	r := pd.adapter.daemon
+func (b *daemonPD) deregister(m *MR) error {
+	pd, r := b.pd, b.link
 	pd.mu.Lock()
 	if !m.registered {
 		pd.mu.Unlock()
@@ -54,7 +63,8 @@ func (m *MR) daemonDeregister() error {
 	return err
 }
 
-func (pd *PD) daemonClose() {
+func (b *daemonPD) close() {
+	pd := b.pd
 	pd.mu.Lock()
 	if pd.closing {
 		pd.mu.Unlock()
@@ -62,39 +72,47 @@ func (pd *PD) daemonClose() {
 	}
 	pd.closing = true
 	pd.mu.Unlock()
-	_, _ = pd.adapter.daemon.do("close pd", &proto.Request{Op: proto.OpClosePD, H: pd.rh})
+	_, _ = b.link.do("close pd", &proto.Request{Op: proto.OpClosePD, H: pd.id})
 }
 
-func (pd *PD) daemonClosed() {
+// finishIfIdleLocked does nothing: the close completes when the daemon's
+// does (closed).
+func (b *daemonPD) finishIfIdleLocked() {}
+
+// closed completes the close (the daemon's pd_closed event).
+func (b *daemonPD) closed() {
+	pd := b.pd
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if !pd.finished {
 		pd.finished = true
 		close(pd.done)
 	}
-	r := pd.adapter.daemon
+	r := b.link
 	r.mu.Lock()
-	delete(r.pds, pd.rh)
+	delete(r.pds, pd.id)
 	r.mu.Unlock()
 }
 
 // bufferPool gives a daemon-backed adapter its AllocBuffer pool: 16 MiB
 // of shared memory, made on first use.
-func (r *daemonLink) bufferPool(a *Adapter) error {
+func (r *daemonLink) bufferPool() (*bufferPool, error) {
+	a := r.a
 	r.mu.Lock()
-	have := a.buffers != nil
+	p := a.buffers
 	r.mu.Unlock()
-	if have {
-		return nil
+	if p != nil {
+		return p, nil
 	}
 	ar, err := r.newArena(16 << 20)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.mu.Lock()
 	if a.buffers == nil {
 		a.buffers = newBufferPool(ar.seg.Bytes())
 	}
+	p = a.buffers
 	r.mu.Unlock()
-	return nil
+	return p, nil
 }

@@ -19,15 +19,17 @@ func closeFDs(fds []int) {
 
 func unix_close(fd int) { unix.Close(fd) } //nolint:revive
 
-// daemonQP is a daemon-backed QP: the work rings it posts into and the
-// contexts of its requests, which never leave the process.
+// daemonQP is a daemon-backed QP (qpBackend): the work rings it posts
+// into and the contexts of its requests, which never leave the process.
 type daemonQP struct {
+	q      *QP
+	link   *daemonLink
 	h      uint32
 	seg    *shm.Segment
 	send   *shm.Producer
 	recv   *shm.Producer
 	writes *atomic.Uint64 // the session's count for the QP's queue
-	post   *atomic.Uint64 // the QP's word of the session's post bitmap
+	hints  *atomic.Uint64 // the QP's word of the session's post bitmap
 	arm    *atomic.Uint64 // and of its arm bitmap
 	bit    uint64         // the QP's bit in both
 	state  *atomic.Uint32 // proto.QPFailed once the daemon's QP is in error
@@ -40,11 +42,11 @@ type daemonQP struct {
 	wCh                  atomic.Pointer[chan struct{}] // ArmPeerWrites' channel
 	context              any
 	cfg                  QPConfig
-	qpn, psn             uint32
+	num, psn             uint32
 	queue                int
 
-	connected atomic.Bool
-	srq       *daemonSRQ // QPConfig.SRQ: its receives complete here
+	connectedAt atomic.Bool
+	srq         *daemonSRQ // QPConfig.SRQ: its receives complete here
 
 	// Initiator side, serialized by the consumer.
 	sendCtx  []any
@@ -86,15 +88,30 @@ func (q *daemonQP) takeInvalidated(seq uint64) uint32 {
 	return v
 }
 
-func (r *daemonLink) createQP(pd *PD, cfg QPConfig) (*QP, error) {
+func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
+	pd := b.pd
+	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
+		return nil, &Error{Status: StatusInvalidHandle, Op: "create qp", Err: err}
+	}
+	q, err := b.newQP(cfg)
+	if err != nil {
+		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
+		return nil, err
+	}
+	q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
+	return q, nil
+}
+
+func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	const op = "create qp"
+	pd, r := b.pd, b.link
 	req := &proto.Request{
-		Op: proto.OpCreateQP, PD: pd.rh, RecvCQ: cfg.ReceiveCQ.r.h, SendCQ: cfg.InitiatorCQ.r.h,
+		Op: proto.OpCreateQP, PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
 		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		RecvSGE: cfg.MaxReceiveRequestSGE, SendSGE: cfg.MaxInitiatorRequestSGE, Inline: cfg.InlineDataSize,
 	}
 	if cfg.SRQ != nil {
-		req.SRQ = cfg.SRQ.r.h
+		req.SRQ = cfg.SRQ.be.(*daemonSRQ).h
 	}
 	m, fds, err := r.call(context.Background(), op, req)
 	if err != nil {
@@ -115,13 +132,13 @@ func (r *daemonLink) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
 	}
 	w, bit := proto.SlotWord(m.Slot)
-	rq := &daemonQP{h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
+	rq := &daemonQP{link: r, h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
 		state: seg.Word32(l.Words + 8), sendDone: seg.Word64(l.Words + 16), recvDone: seg.Word64(l.Words + 24),
 		sendLimit: uint64(l.Send.Slots), recvLimit: uint64(l.Recv.Slots),
-		post: r.sess.Word64(proto.PostBitmap + 8*w), arm: r.sess.Word64(proto.ArmBitmap + 8*w), bit: bit,
-		context: cfg.Context, cfg: cfg, qpn: m.QPN, psn: m.PSN, queue: m.Queue}
+		hints: r.sess.Word64(proto.PostBitmap + 8*w), arm: r.sess.Word64(proto.ArmBitmap + 8*w), bit: bit,
+		context: cfg.Context, cfg: cfg, num: m.QPN, psn: m.PSN, queue: m.Queue}
 	if cfg.SRQ != nil {
-		rq.srq = cfg.SRQ.r
+		rq.srq = cfg.SRQ.be.(*daemonSRQ)
 	}
 	if rq.send, err = shm.NewProducer(seg, l.Send); err == nil {
 		rq.recv, err = shm.NewProducer(seg, l.Recv)
@@ -134,27 +151,42 @@ func (r *daemonLink) createQP(pd *PD, cfg QPConfig) (*QP, error) {
 	rq.sendInv = make([]uint32, len(rq.sendCtx))
 	rq.recvCtx = make([]any, 4*l.Recv.Slots)
 	rq.sendMask, rq.recvMask = uint64(len(rq.sendCtx)-1), uint64(len(rq.recvCtx)-1)
-	q := &QP{pd: pd, adapter: pd.adapter, r: rq, queue: m.Queue, psn: m.PSN}
+	q := &QP{pd: pd, adapter: pd.adapter, be: rq, queue: m.Queue, psn: m.PSN}
+	rq.q = q
 	r.mu.Lock()
-	r.qps[m.H] = q
+	r.qps[m.H] = rq
 	r.mu.Unlock()
 	return q, nil
 }
 
-// daemonPost is post for a daemon-backed QP: the checks the engine makes
+func (rq *daemonQP) qpn() uint32 { return rq.num }
+
+func (rq *daemonQP) connected() bool {
+	return !rq.q.closed.Load() && rq.connectedAt.Load() && rq.state.Load() != proto.QPFailed
+}
+
+func (rq *daemonQP) peerWrites() uint64 { return rq.writes.Load() }
+
+func (rq *daemonQP) flush() {
+	_, _ = rq.link.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: rq.h})
+}
+
+func (rq *daemonQP) ringDeferred() { rq.link.ringDeferred(rq) }
+
+// post is post for a daemon-backed QP: the checks the engine makes
 // inline, then the record into the send ring and the doorbell.
-func (q *QP) daemonPost(op string, wr *rc.SendWR) error {
-	rq := q.r
-	r := q.adapter.daemon
+func (rq *daemonQP) post(op string, wr rc.SendWR) error {
+	q := rq.q
+	r := rq.link
 	switch {
 	case q.closed.Load():
 		return postError(op, StatusInvalidHandle)
-	case r.gone.Load():
+	case r.goneFlag.Load():
 		return r.goneErr(op)
-	case !rq.connected.Load():
+	case !rq.connectedAt.Load():
 		return postError(op, StatusConnectionInvalid)
 	}
-	responded := wr.Op >= rc.OpRead
+	responded := wr.Op == rc.OpRead || wr.Op == rc.OpCompareSwap || wr.Op == rc.OpFetchAdd
 	inline := wr.Flags&OpFlagInline != 0 && !responded
 	maxSGE := rq.cfg.MaxInitiatorRequestSGE
 	if responded {
@@ -202,7 +234,7 @@ func (q *QP) daemonPost(op string, wr *rc.SendWR) error {
 	}
 	s := &rq.sr
 	*s = proto.Send{Op: uint8(wr.Op), Flags: uint32(wr.Flags), Seq: rq.sendSeq, RemoteAddr: wr.RemoteAddr, RemoteToken: wr.RemoteToken,
-		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd}
+		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd, Imm: wr.Imm}
 	if inline {
 		off := 0
 		for i := range sgl {
@@ -249,8 +281,8 @@ func (rq *daemonQP) publishSend(r *daemonLink, flags OpFlag) {
 // QPs marked there (or left over), so a deferred post waits, unmarked, for
 // the next post without DEFER.
 func (rq *daemonQP) hint() {
-	if rq.post.Load()&rq.bit == 0 {
-		rq.post.Or(rq.bit)
+	if rq.hints.Load()&rq.bit == 0 {
+		rq.hints.Or(rq.bit)
 	}
 }
 
@@ -269,13 +301,13 @@ func publicSGL(sgl []rc.SGE) []SGE {
 	return unsafeSGL(sgl)
 }
 
-func (q *QP) daemonReceive(ctx any, sgl []SGE) error {
-	rq := q.r
-	r := q.adapter.daemon
+func (rq *daemonQP) receive(ctx any, sgl []SGE) error {
+	q := rq.q
+	r := rq.link
 	if q.closed.Load() {
 		return postError("receive", StatusInvalidHandle)
 	}
-	if r.gone.Load() {
+	if r.goneFlag.Load() {
 		return r.goneErr("receive")
 	}
 	if rq.srq != nil {
@@ -326,22 +358,22 @@ func (q *QP) daemonReceive(ctx any, sgl []SGE) error {
 	return nil
 }
 
-// daemonClose closes the daemon's QP, then unmaps the QP's segment: its
-// rings and words are the client's only until the close (NDKPI: the
-// consumer's other calls on the QP have returned), and a client that
-// makes and closes QPs all day must not keep a mapping, and the memfd's
-// pages behind it, for each.
-func (q *QP) daemonClose() error {
-	r := q.adapter.daemon
-	_, err := r.do("close qp", &proto.Request{Op: proto.OpCloseQP, H: q.r.h})
+// close closes the daemon's QP, then unmaps the QP's segment: its rings
+// and words are the client's only until the close (NDKPI: the consumer's
+// other calls on the QP have returned), and a client that makes and
+// closes QPs all day must not keep a mapping, and the memfd's pages
+// behind it, for each.
+func (rq *daemonQP) close() error {
+	r := rq.link
+	_, err := r.do("close qp", &proto.Request{Op: proto.OpCloseQP, H: rq.h})
 	r.mu.Lock()
-	delete(r.qps, q.r.h)
+	delete(r.qps, rq.h)
 	r.mu.Unlock()
-	q.r.seg.Close()
+	rq.seg.Close()
 	return err
 }
 
-func (q *QP) daemonConnectOOB(remote Endpoint, opts ConnectOptions) error {
+func (rq *daemonQP) connectOOB(remote Endpoint, opts ConnectOptions) error {
 	ep := &proto.Endpoint{IP: remote.IP.String(), QPN: remote.QPN, PSN: remote.PSN}
 	if remote.MAC != nil {
 		ep.MAC = remote.MAC.String()
@@ -353,16 +385,14 @@ func (q *QP) daemonConnectOOB(remote Endpoint, opts ConnectOptions) error {
 	if tc := opts.TrafficClass; tc != nil {
 		o.Traffic = &proto.TrafficClass{DSCP: tc.DSCP, ECN: uint8(tc.ECN), VLAN: tc.VLAN, VLANID: tc.VLANID, PCP: tc.PCP}
 	}
-	_, err := q.adapter.daemon.do("connect oob", &proto.Request{Op: proto.OpConnectOOB, H: q.r.h, Remote: ep, Opts: o})
+	_, err := rq.link.do("connect oob", &proto.Request{Op: proto.OpConnectOOB, H: rq.h, Remote: ep, Opts: o})
 	if err == nil {
-		q.r.connected.Store(true)
+		rq.connectedAt.Store(true)
 	}
 	return err
 }
 
-// PD and MR on a daemon-backed adapter.
-
-// daemonArmPeerWrites arms the QP's write arm in shared memory at the
+// armPeerWrites arms the QP's write arm in shared memory at the
 // count the daemon last published; the relay fires it (an event) once the
 // count moves past it, which covers a WRITE placed before the arm but not
 // yet published (a spurious token: the caller checks memory again). The
@@ -374,8 +404,7 @@ func (q *QP) daemonConnectOOB(remote Endpoint, opts ConnectOptions) error {
 // engine places that QP's WRITEs while the relay's may sleep: the relay
 // must see the arm first, to arm that engine's notification before it
 // sleeps, so such an arm always rings.
-func (q *QP) daemonArmPeerWrites(ch chan struct{}) {
-	rq := q.r
+func (rq *daemonQP) armPeerWrites(ch chan struct{}) {
 	if p := rq.wCh.Load(); p == nil || *p != ch {
 		box := ch
 		rq.wCh.Store(&box)
@@ -385,7 +414,7 @@ func (q *QP) daemonArmPeerWrites(ch chan struct{}) {
 	rq.wArm.Store(1)
 	rq.arm.Or(rq.bit)
 	if rq.queue != 0 || rq.writes.Load() != at {
-		q.adapter.daemon.ring()
+		rq.link.ring()
 	}
 }
 

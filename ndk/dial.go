@@ -17,7 +17,8 @@ import (
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
-// daemonLink is a daemon-backed adapter's link to the daemon: the control
+// daemonLink is a daemon-backed adapter's link to the daemon, and the
+// daemon-client provider's adapter (adapterBackend): the control
 // connection, the session's doorbell, and the client's half of every
 // object, by the handle the daemon gave it.
 type daemonLink struct {
@@ -27,15 +28,15 @@ type daemonLink struct {
 	sess *shm.Segment  // the session's published counts, hint bitmaps, event ring and doorbell
 	ev   *daemonEvents
 	addr netip.Addr
-	mac  net.HardwareAddr
+	hw   net.HardwareAddr
 	pmtu int
 
 	mu         sync.RWMutex
-	qps        map[uint32]*QP
-	cqs        map[uint32]*CQ
-	pds        map[uint32]*PD
-	connectors map[uint32]*Connector
-	listeners  map[uint32]*Listener
+	qps        map[uint32]*daemonQP
+	cqs        map[uint32]*daemonCQ
+	pds        map[uint32]*daemonPD
+	connectors map[uint32]*daemonConnector
+	listeners  map[uint32]*daemonListener
 	arenas     []*arena
 	nextArena  uint32
 	chunkMu    sync.Mutex
@@ -48,11 +49,11 @@ type daemonLink struct {
 	// (daemon_mem.go), whose keys change with each FastRegister.
 	fast    atomic.Pointer[map[uint32]*MR]
 	keyBits atomic.Uint32
-	srqs    map[uint32]*SRQ
+	srqs    map[uint32]*daemonSRQ
 	// gone is set when the daemon went away (watch): every call fails
 	// with StatusConnectionReset from then on; goneCh is closed after.
-	gone   atomic.Bool
-	goneCh chan struct{}
+	goneFlag atomic.Bool
+	goneCh   chan struct{}
 }
 
 // arena is client memory the daemon maps: a sealed memfd.
@@ -75,8 +76,8 @@ type arena struct {
 // and fast registration follow the in-process rules (daemon_mem.go).
 //
 // It fails with STATUS_NDIS_ADAPTER_NOT_READY when no daemon answers and
-// STATUS_NDIS_BAD_VERSION when the daemon speaks another protocol. When
-// the daemon goes away later, however it ends, the adapter learns at once
+// STATUS_NDIS_BAD_VERSION, naming both versions, when the daemon speaks
+// another version of the protocol. When the daemon goes away later, however it ends, the adapter learns at once
 // from the socket's hangup: armed CQs notify, connectors get their
 // disconnect, Gone is closed, and every call fails with
 // STATUS_CONNECTION_RESET (Err).
@@ -95,13 +96,13 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		return nil, err
 	}
 	r := &daemonLink{
-		a: a, qps: make(map[uint32]*QP), cqs: make(map[uint32]*CQ), pds: make(map[uint32]*PD),
-		connectors: make(map[uint32]*Connector), listeners: make(map[uint32]*Listener),
+		a: a, qps: make(map[uint32]*daemonQP), cqs: make(map[uint32]*daemonCQ), pds: make(map[uint32]*daemonPD),
+		connectors: make(map[uint32]*daemonConnector), listeners: make(map[uint32]*daemonListener),
 		goneCh: make(chan struct{}),
 	}
 	r.mrs.Store(&map[uint32]*MR{})
 	r.fast.Store(&map[uint32]*MR{})
-	r.srqs = make(map[uint32]*SRQ)
+	r.srqs = make(map[uint32]*daemonSRQ)
 	if r.conn, err = client.Dial(ctx, path, r.event); err != nil {
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
@@ -113,9 +114,16 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
 	}
 	m, fds, err := r.call(ctx, op, &proto.Request{Op: proto.OpHello, Version: proto.Version}, efd)
+	if err == nil && m.Version != proto.Version {
+		closeFDs(fds)
+		err = &Error{Status: StatusNDISBadVersion, Op: op, Err: errors.New(proto.VersionMismatch(proto.Version, m.Version))}
+	}
 	if err != nil {
 		unix_close(efd)
 		r.conn.Close()
+		if e := (*Error)(nil); errors.As(err, &e) && e.Status == StatusNDISBadVersion {
+			e.Detail = path
+		}
 		return nil, err
 	}
 	if err := r.hello(m, fds); err != nil {
@@ -128,7 +136,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		r.conn.Close()
 		return nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: path, Err: err}
 	}
-	a.daemon = r
+	a.be = r
 	go r.watch()
 	return a, nil
 }
@@ -144,17 +152,17 @@ func (r *daemonLink) watch() {
 	if !errors.As(r.conn.Err(), &gone) {
 		return // the adapter closed
 	}
-	r.gone.Store(true)
+	r.goneFlag.Store(true)
 	r.mu.RLock()
-	cqs := make([]*CQ, 0, len(r.cqs))
+	cqs := make([]*daemonCQ, 0, len(r.cqs))
 	for _, c := range r.cqs {
 		cqs = append(cqs, c)
 	}
-	srqs := make([]*SRQ, 0, len(r.srqs))
+	srqs := make([]*daemonSRQ, 0, len(r.srqs))
 	for _, s := range r.srqs {
 		srqs = append(srqs, s)
 	}
-	conns := make([]*Connector, 0, len(r.connectors))
+	conns := make([]*daemonConnector, 0, len(r.connectors))
 	for _, x := range r.connectors {
 		conns = append(conns, x)
 	}
@@ -162,15 +170,15 @@ func (r *daemonLink) watch() {
 	// Waiters wake first, so that what they do next (Arm, a post) fails
 	// with the reason rather than a disconnect that names none.
 	for _, c := range cqs {
-		if c.r.notify != nil {
-			c.r.notifyQueue(StatusConnectionReset)
+		if c.notify != nil {
+			c.notifyQueue(StatusConnectionReset)
 		}
 	}
 	for _, s := range srqs {
-		s.r.notifyEvent(StatusConnectionReset)
+		s.notifyEvent(StatusConnectionReset)
 	}
 	for _, x := range conns {
-		x.r.disconnected(uint32(DisconnectReasonNone))
+		x.disconnected(uint32(DisconnectReasonNone))
 	}
 	close(r.goneCh)
 }
@@ -179,21 +187,20 @@ func (r *daemonLink) watch() {
 // went away (Err says why): a caller waiting for something only the
 // daemon brings, such as a connection request, selects on it. It is nil,
 // never ready, for an adapter from Open.
-func (a *Adapter) Gone() <-chan struct{} {
-	if a.daemon == nil {
-		return nil
-	}
-	return a.daemon.goneCh
-}
+func (a *Adapter) Gone() <-chan struct{} { return a.be.gone() }
+
+func (r *daemonLink) gone() <-chan struct{} { return r.goneCh }
 
 // Err returns nil while the adapter can work. For an adapter from Dial
 // whose daemon went away it returns the error every call fails with from
 // then on: StatusConnectionReset, "daemon SOCKET went away".
-func (a *Adapter) Err() error {
-	if a.daemon == nil || !a.daemon.gone.Load() {
+func (a *Adapter) Err() error { return a.be.err() }
+
+func (r *daemonLink) err() error {
+	if !r.goneFlag.Load() {
 		return nil
 	}
-	return &Error{Status: StatusConnectionReset, Detail: a.daemon.conn.Err().Error()}
+	return &Error{Status: StatusConnectionReset, Detail: r.conn.Err().Error()}
 }
 
 // goneErr is the failure of op on an adapter whose daemon went away.
@@ -216,7 +223,7 @@ func (r *daemonLink) hello(m *proto.Message, fds []int) error {
 		closeFDs(fds)
 		return fmt.Errorf("adapter address: %w", err)
 	}
-	r.mac, _ = net.ParseMAC(m.MAC)
+	r.hw, _ = net.ParseMAC(m.MAC)
 	r.pmtu = m.PathMTU
 	if r.sess, err = shm.MapSegment(fds[1], proto.SessionSize); err != nil {
 		unix_close(fds[0])
@@ -289,39 +296,39 @@ func (r *daemonLink) event(m *proto.Message) {
 	switch m.Ev {
 	case proto.EvCQ:
 		if c != nil {
-			c.r.notifyQueue(Status(m.Status))
+			c.notifyQueue(Status(m.Status))
 		}
 	case proto.EvIncoming:
 		if l != nil {
-			l.r.incoming(r, m)
+			l.incoming(m)
 		}
 	case proto.EvDisconnect:
 		if x != nil {
-			x.r.disconnected(m.Reason)
+			x.disconnected(m.Reason)
 		}
 	case proto.EvConnectorClosed:
 		if x != nil {
-			go x.r.closed(r, x)
+			go x.closed()
 		}
 	case proto.EvListenerClosed:
 		if l != nil {
-			go l.r.closed(r, l)
+			go l.closed()
 		}
 	case proto.EvPeerWrite:
 		if q != nil {
-			q.r.peerWrite()
+			q.peerWrite()
 		}
 	case proto.EvSRQ:
 		if s != nil {
-			s.r.notifyEvent(Status(m.Status))
+			s.notifyEvent(Status(m.Status))
 		}
 	case proto.EvSRQClosed:
 		if s != nil {
-			go s.daemonClosed()
+			go s.closed()
 		}
 	case proto.EvPDClosed:
 		if pd != nil {
-			go pd.daemonClosed()
+			go pd.closed()
 		}
 	}
 }
@@ -334,17 +341,17 @@ func (r *daemonLink) ring() { r.bell.Ring() }
 // a shared memfd the daemon maps, so that requests move it without a copy
 // between the processes. It lives until the adapter closes.
 func (a *Adapter) Memory(n int) ([]byte, error) {
-	const op = "memory"
 	if n < 1 {
-		return nil, errorf(StatusInvalidParameter, op, "length %d", n)
+		return nil, errorf(StatusInvalidParameter, "memory", "length %d", n)
 	}
-	if a.daemon == nil {
-		return make([]byte, n), nil
-	}
+	return a.be.memory(n)
+}
+
+func (r *daemonLink) memory(n int) ([]byte, error) {
 	if n <= memoryChunk/4 {
-		return a.daemon.carve(n)
+		return r.carve(n)
 	}
-	ar, err := a.daemon.newArena(n)
+	ar, err := r.newArena(n)
 	if err != nil {
 		return nil, err
 	}
@@ -474,45 +481,62 @@ func (r *daemonLink) removeMR(m *MR) {
 }
 
 // close ends the session: the daemon frees everything the client had
-// (connections disconnected, QPs flushed) when the socket closes.
-func (r *daemonLink) close() {
+// (connections disconnected, QPs flushed) when the socket closes. The
+// adapter's own maps hold nothing of a daemon-backed adapter's.
+func (r *daemonLink) close(map[*CQ]struct{}, map[*PD]struct{}) {
 	r.mu.Lock()
 	cqs := r.cqs
 	srqs := r.srqs
-	r.srqs = map[uint32]*SRQ{}
+	r.srqs = map[uint32]*daemonSRQ{}
 	conns, lns := r.connectors, r.listeners
-	r.cqs, r.connectors, r.listeners = map[uint32]*CQ{}, map[uint32]*Connector{}, map[uint32]*Listener{}
+	r.cqs, r.connectors, r.listeners = map[uint32]*daemonCQ{}, map[uint32]*daemonConnector{}, map[uint32]*daemonListener{}
 	r.mu.Unlock()
 	for _, c := range conns {
-		c.r.disconnectedAt.Store(true)
-		c.finishRemote()
+		c.disconnectedAt.Store(true)
+		c.x.finishRemote()
 	}
 	for _, l := range lns {
-		l.finishRemote()
+		l.x.finishRemote()
 	}
 	// NDKPI.md §8: adapter close returns only after the connect and
 	// disconnect callbacks running now have returned.
 	for _, c := range conns {
-		<-c.done
+		<-c.x.done
 	}
 	for _, l := range lns {
-		<-l.done
+		<-l.x.done
 	}
 	r.conn.Close()
 	r.stopEvents()
 	for _, c := range cqs {
-		c.r.stop()
+		c.stop()
 	}
 	for _, s := range srqs {
-		if !s.r.closed.Swap(true) {
-			close(s.r.stop)
-			<-s.r.stopped
+		if !s.closedAt.Swap(true) {
+			close(s.stop)
+			<-s.stopped
 		}
 	}
 }
 
-// stats asks the daemon for its engines' and CM's counters.
-func (r *daemonLink) stats() ([]EngineStats, CMStats) {
+func (r *daemonLink) localAddress() netip.Addr { return r.addr }
+
+func (r *daemonLink) mac() net.HardwareAddr { return r.hw }
+
+func (r *daemonLink) pathMTU() int { return r.pmtu }
+
+func (r *daemonLink) stats() []EngineStats {
+	s, _ := r.counters()
+	return s
+}
+
+func (r *daemonLink) cmStats() CMStats {
+	_, c := r.counters()
+	return c
+}
+
+// counters asks the daemon for its engines' and CM's counters.
+func (r *daemonLink) counters() ([]EngineStats, CMStats) {
 	var es []EngineStats
 	var cs CMStats
 	m, err := r.do("stats", &proto.Request{Op: proto.OpStats})

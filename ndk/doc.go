@@ -42,6 +42,11 @@
 //     QP.CompareAndSwap and QP.FetchAndAdd, MRFlagAllowRemoteAtomic, and
 //     completion Types OpCompareAndSwap and OpFetchAndAdd, the IB atomics
 //     a verbs peer's ib_atomic_bw uses;
+//   - the immediate-data extension (immediate.go): QP.SendWithImmediate
+//     and QP.WriteWithImmediate; the receive's ResultEx has
+//     ResultWithImmediate and Immediate, and a WRITE's receive Type
+//     OpReceiveWriteWithImmediate, as verbs' IBV_WC_WITH_IMM and
+//     IBV_WC_RECV_RDMA_WITH_IMM;
 //   - connections through the InfiniBand CM on QP1, as librdmacm peers
 //     (rping, perftest -R) expect: Adapter.CreateConnector, Connector
 //     (Connect, ConnectWithSharedEndpoint, CompleteConnect, Accept,
@@ -58,16 +63,21 @@
 //     must be connected the same way.
 //
 // What is where: this package is the API and the NDK object model (the
-// adapter's CQs, PDs, MRs and tokens, QPs, connectors and listeners). The
-// datapath behind an adapter is a provider (provider.go: what the adapter
-// asks of one); Open builds the in-process provider, ndk/internal/inproc,
-// which assembles the steering program, sockets and engines and runs the
-// CM's MAD goroutine, route resolution and its handle on QPs. The files
-// here: adapter.go (Adapter, Close), open.go (Open, Options, Stats),
-// provider.go, cm.go (CMOptions, CMStats, the connections an adapter
+// adapter's CQs, PDs, MRs and tokens, QPs, connectors and listeners). Each
+// object holds one backend (backend.go: adapterBackend, pdBackend,
+// cqBackend, qpBackend, srqBackend, connectorBackend, listenerBackend,
+// endpointBackend) and calls it, whichever provider it runs on. The
+// in-process provider's backends are inproc_*.go, over the engines
+// (provider.go: what they ask of ndk/internal/inproc, which assembles the
+// steering program, sockets and engines and runs the CM's MAD goroutine,
+// route resolution and its handle on QPs); the daemon-client provider's
+// are dial.go (Dial, the link), events.go and daemon_*.go (cq, pd, mem:
+// windows, fast registration and SRQs, qp, cm), over the daemon's socket
+// and shared rings. The other files: adapter.go (Adapter, Close), open.go
+// (Open, Options, Stats), cm.go (CMOptions, CMStats, the connections an adapter
 // closes with it), connector.go and listener.go, connect.go (out-of-band
 // connection), connector_ex.go (NDKPI 2.1 connector calls, disconnect
-// reasons, retry counts), qp.go, atomic.go, cq.go and cq_control.go
+// reasons, retry counts), qp.go, atomic.go, immediate.go, cq.go and cq_control.go
 // (resize, moderation), pd.go, lifetime.go (closes that wait for
 // successors), extension.go (NdkQueryExtension on every object, which
 // answers STATUS_NOT_SUPPORTED: NDKPI defines no extension), fastreg.go,

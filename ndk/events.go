@@ -68,11 +68,11 @@ func (r *daemonLink) deliver(e *proto.Event) {
 	switch e.Kind {
 	case proto.EventCQ:
 		if c != nil {
-			c.r.notifyQueue(Status(e.Status))
+			c.notifyQueue(Status(e.Status))
 		}
 	case proto.EventPeerWrite:
 		if q != nil {
-			q.r.peerWrite()
+			q.peerWrite()
 		}
 	}
 }

@@ -87,26 +87,7 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 	if pages < 1 || uint64(pages) > pd.adapter.info.MaxRegistrationSize/PageSize {
 		return errorf(StatusImplementationLimit, op, "%d pages outside [1, %d]", pages, pd.adapter.info.MaxRegistrationSize/PageSize)
 	}
-	if pd.adapter.daemon != nil {
-		return pd.adapter.daemon.initFastMR(m, pages, remoteAccess)
-	}
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closing {
-		return errorf(StatusInvalidHandle, op, "pd closed")
-	}
-	if m.registered {
-		pd.deregisterLocked(m)
-	}
-	tok, err := pd.adapter.regions.AllocFastMR(pd.id, uint64(pages)*PageSize, remoteAccess)
-	if err != nil {
-		return registrationError(op, err)
-	}
-	m.fast.handle, m.fast.pages, m.fast.remoteOK = tok.Local, pages, remoteAccess
-	m.tokens, m.buf, m.va, m.flags = tok, nil, 0, 0
-	m.registered = true
-	pd.mrs[m] = struct{}{}
-	return nil
+	return pd.be.initFastRegister(m, pages, remoteAccess)
 }
 
 // FastRegister gives a fast-register MR the memory buf (NdkFastRegister).
@@ -132,37 +113,7 @@ func (m *MR) InitializeFastRegister(pages int, remoteAccess bool) error {
 // an MR initialized without remote access, or an MR still registered; and
 // like Send otherwise. Allocates nothing.
 func (q *QP) FastRegister(ctx any, mr *MR, buf []byte, flags OpFlag) error {
-	if q.r != nil {
-		return q.daemonFastRegister(ctx, mr, buf, flags)
-	}
-	return q.fastRegister(ctx, mr, addrOf(buf), buf, flags, memreg.Tokens{})
-}
-
-// fastRegister is FastRegister of buf under address va; want, if not
-// zero, names the keys of the new tokens (the daemon posts a client's
-// FastRegister so, with the client's address: memreg.FastRegisterKeys).
-func (q *QP) fastRegister(ctx any, mr *MR, va uint64, buf []byte, flags OpFlag, want memreg.Tokens) error {
-	const op = "fast register"
-	if err := checkOpFlags(postFastRegister, flags, q.adapter.info.AdapterFlags); err != nil {
-		q.rc.RingDeferred()
-		return err
-	}
-	switch {
-	case mr == nil || mr.fast == nil || mr.fast.pages == 0:
-		q.rc.RingDeferred()
-		return errFastRegisterNotFast
-	case va == 0 || int(va%PageSize)+len(buf) > mr.fast.pages*PageSize:
-		q.rc.RingDeferred()
-		return errFastRegisterSize
-	}
-	wr := rc.SendWR{Op: rc.OpFastRegister, Flags: flags & opFlagsEngine, Context: ctx,
-		MR: mr.tokens.Local, RemoteAddr: va, Buf: buf, Access: fastRegisterAccess(flags), Tokens: want}
-	if err := q.postLocal(op, &wr); err != nil {
-		return err
-	}
-	mr.tokens, mr.buf, mr.va = wr.Tokens, buf, va
-	mr.flags = MRFlag(wr.Access)
-	return nil
+	return q.be.fastRegister(ctx, mr, buf, flags)
 }
 
 // The inline refusals of FastRegister, built once: a post allocates only
@@ -225,19 +176,13 @@ func (mw *MW) invalidationToken() uint32 {
 // failures are those of Send. Allocates nothing.
 func (q *QP) Invalidate(ctx any, obj Invalidatable, flags OpFlag) error {
 	if obj == nil {
-		if q.r != nil {
-			q.adapter.daemon.ringDeferred(q.r)
-		} else {
-			q.rc.RingDeferred()
-		}
+		q.be.ringDeferred()
 		return errInvalidateNil
 	}
 	if err := q.invalidate(ctx, obj.invalidationToken(), flags); err != nil {
 		return err
 	}
-	if m, ok := obj.(*MR); ok && q.r != nil && m.fast != nil {
-		m.fast.revoked.Store(true)
-	}
+	q.be.invalidated(obj)
 	return nil
 }
 

@@ -36,7 +36,8 @@ const (
 	postBind
 	postFastRegister
 	postInvalidate
-	postAtomic // ndkxdp extension (atomic.go)
+	postAtomic             // ndkxdp extension (atomic.go)
+	postWriteWithImmediate // ndkxdp extension (immediate.go)
 )
 
 // postOpFlags lists, per initiator call, the flags NDKPI documents for it
@@ -55,6 +56,9 @@ var postOpFlags = [...]struct {
 		OpFlagAllowRemoteWrite | OpFlagRDMAReadSink | OpFlagDefer},
 	postInvalidate: {"invalidate", OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer},
 	postAtomic:     {"atomic", OpFlagSilentSuccess | OpFlagReadFence | OpFlagDefer},
+	// A WRITE with immediate completes a receive at the peer, which
+	// SEND_AND_SOLICIT_EVENT makes solicited, as for a SEND.
+	postWriteWithImmediate: {"write with immediate", OpFlagSilentSuccess | OpFlagReadFence | OpFlagSendAndSolicitEvent | OpFlagInline | OpFlagDefer},
 }
 
 // checkOpFlags rejects flags that op does not accept, and flags whose

@@ -23,11 +23,11 @@ func (serverBackend) RegisterAt(pd *PD, va uint64, buf []byte, flags uint32, inv
 }
 
 func (serverBackend) Bind(qp *QP, ctx any, mw *MW, mrToken uint32, addr, length uint64, flags, remote uint32) error {
-	return qp.bind(ctx, mrToken, mw, addr, length, OpFlag(flags), remote)
+	return qp.be.(*inprocQP).bindToken(ctx, mrToken, mw, addr, length, OpFlag(flags), remote)
 }
 
 func (serverBackend) FastRegister(qp *QP, ctx any, mr *MR, va uint64, buf []byte, flags, local, remote uint32) error {
-	return qp.fastRegister(ctx, mr, va, buf, OpFlag(flags), memreg.Tokens{Local: local, Remote: remote})
+	return qp.be.(*inprocQP).fastRegisterAt(ctx, mr, va, buf, OpFlag(flags), memreg.Tokens{Local: local, Remote: remote})
 }
 
 func (serverBackend) Invalidate(qp *QP, ctx any, token, flags uint32) error {
@@ -39,36 +39,41 @@ func (serverBackend) KeyBits(a *Adapter) int { return int(a.regions.KeyBits()) }
 func (serverBackend) WindowHandle(mw *MW) uint32 { return mw.handle }
 
 func (serverBackend) PopCQ(q *CQ, dst []hook.Entry) int {
+	core := q.core()
 	var e cq.Entry
 	n := 0
-	for n < len(dst) && q.core.Pop(&e) {
+	for n < len(dst) && core.Pop(&e) {
 		dst[n] = hook.Entry{
 			Status: uint32(e.Status), Bytes: e.BytesTransferred, Type: uint32(e.Type),
 			ProviderErrorCode: e.ProviderErrorCode, TypeSpecific: e.TypeSpecificCompletionOutput,
 			QPContext: e.QPContext, RequestContext: e.RequestContext,
-			Solicited: e.Solicited || e.Status != StatusSuccess,
+			Solicited:    e.Solicited || e.Status != StatusSuccess,
+			HasImmediate: e.HasImmediate, Immediate: e.Immediate,
 		}
 		n++
 	}
 	return n
 }
 
-func (serverBackend) QPFailed(q *QP) bool { return q.rc != nil && q.rc.State() >= rc.StateError }
+func (serverBackend) QPFailed(q *QP) bool {
+	e := q.engine()
+	return e != nil && e.State() >= rc.StateError
+}
 
 func (serverBackend) QPQueued(q *QP) (uint64, uint64) {
-	if q.rc != nil {
-		return q.rc.Queued()
+	if e := q.engine(); e != nil {
+		return e.Queued()
 	}
 	return 0, 0
 }
 
 func (serverBackend) Provider(a *Adapter) *inproc.Provider {
-	p, _ := a.prov.(*inproc.Provider)
+	p, _ := a.provider().(*inproc.Provider)
 	return p
 }
 
 func (serverBackend) Engine(a *Adapter) (*hook.Engine, error) {
-	p, ok := a.prov.(*inproc.Provider)
+	p, ok := a.provider().(*inproc.Provider)
 	if !ok {
 		return nil, errors.New("adapter has no AF_XDP engine")
 	}

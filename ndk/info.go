@@ -55,7 +55,7 @@ func providerInfo() AdapterInfo {
 		// 16 SGEs cover scatter/gather consumers (SMB Direct posts fewer)
 		// and keep a WQE small enough to copy into the send ring.
 		MaxInitiatorRequestSGE: 16,
-		MaxReceiveRequestSGE:   16,
+		MaxReceiveRequestSGE:   uint32(len(sglCopy{})),
 		MaxReadRequestSGE:      16,
 		// The RETH DMA length is 32 bits (ROCEV2.md); 1 GiB keeps one
 		// request's segmentation and retransmission state bounded.

@@ -12,8 +12,5 @@ package ndk
 // extension for consumers that want a remotely invalidatable region
 // without posting a FastRegister; QP.Invalidate accepts it too.
 func (pd *PD) RegisterInvalidatableMR(buf []byte, flags MRFlag) (*MR, error) {
-	if pd.adapter.daemon != nil {
-		return pd.daemonRegister(buf, flags, true)
-	}
-	return pd.register(addrOf(buf), buf, flags, true)
+	return pd.be.register(buf, flags, true)
 }

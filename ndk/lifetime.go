@@ -60,22 +60,10 @@ func releaseCQs(cqs []*CQ) {
 
 // finishClose closes the QP in its engine and releases its antecedents.
 func (q *QP) finishClose() error {
-	if q.r != nil {
-		err := q.daemonClose()
-		releaseSuccessor(q.pd, q.rcq, q.icq)
-		close(q.done)
-		return err
-	}
-	err := q.adapter.prov.CloseQP(q.rc)
-	if q.srq != nil {
-		q.srq.detach() // the engine let go of the QP: a pending SRQ close may complete
-	}
+	err := q.be.close()
 	releaseSuccessor(q.pd, q.rcq, q.icq)
 	close(q.done)
-	if err != nil {
-		return &Error{Status: StatusInternalError, Op: "close qp", Err: err}
-	}
-	return nil
+	return err
 }
 
 // Closed returns a channel closed when the QP's close has completed.

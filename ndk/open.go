@@ -13,7 +13,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
-	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // PollingMode is how the engines wait for work.
@@ -261,50 +260,16 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 }
 
 // LocalAddress returns the IP address the adapter's QPs send from.
-func (a *Adapter) LocalAddress() netip.Addr {
-	if a.daemon != nil {
-		return a.daemon.addr
-	}
-	if a.prov == nil {
-		return netip.Addr{}
-	}
-	return a.prov.Address()
-}
+func (a *Adapter) LocalAddress() netip.Addr { return a.be.localAddress() }
 
 // MAC returns the interface's hardware address.
-func (a *Adapter) MAC() net.HardwareAddr {
-	if a.daemon != nil {
-		return a.daemon.mac
-	}
-	var m rocev2.MAC
-	if a.prov != nil {
-		m = a.prov.MAC()
-	}
-	return net.HardwareAddr(m[:])
-}
+func (a *Adapter) MAC() net.HardwareAddr { return a.be.mac() }
 
 // PathMTU returns the largest path MTU the interface carries, in bytes
 // (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
-func (a *Adapter) PathMTU() int {
-	if a.daemon != nil {
-		return a.daemon.pmtu
-	}
-	if a.prov == nil {
-		return rocev2.MTU(0).Bytes()
-	}
-	return a.prov.PathMTU().Bytes()
-}
+func (a *Adapter) PathMTU() int { return a.be.pathMTU() }
 
 // Stats returns the counters of each queue's engine. Each engine takes its
 // snapshot on its own goroutine, which also orders the caller with it (see
 // the ndk doc: memory a peer writes with RDMA WRITE).
-func (a *Adapter) Stats() []EngineStats {
-	if a.daemon != nil {
-		s, _ := a.daemon.stats()
-		return s
-	}
-	if a.prov == nil {
-		return []EngineStats{}
-	}
-	return engineStats(a.prov.Stats())
-}
+func (a *Adapter) Stats() []EngineStats { return a.be.stats() }

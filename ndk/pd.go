@@ -12,8 +12,8 @@ import (
 // only by QPs of the same PD.
 type PD struct {
 	adapter *Adapter
-	id      uint32
-	rh      uint32 // the daemon's handle, on a daemon-backed adapter
+	id      uint32    // the daemon's handle, on a daemon-backed adapter
+	be      pdBackend // inproc_pd.go, daemon_pd.go
 
 	mu       sync.Mutex
 	mrs      map[*MR]struct{}
@@ -62,58 +62,7 @@ type SGE struct {
 // accepted: the adapter sets RDMA_READ_SINK_NOT_REQUIRED.
 // Registration completes inline; it never pends.
 func (pd *PD) RegisterMR(buf []byte, flags MRFlag) (*MR, error) {
-	if pd.adapter.daemon != nil {
-		return pd.daemonRegister(buf, flags, false)
-	}
-	return pd.registerAt(addrOf(buf), buf, flags)
-}
-
-// registerAt registers buf under address va; RegisterMR passes buf's own
-// address. Keeping the address separate lets tests present the request a
-// zero-based MDL would make.
-func (pd *PD) registerAt(va uint64, buf []byte, flags MRFlag) (*MR, error) {
-	return pd.register(va, buf, flags, false)
-}
-
-// register is registerAt with the choice of whether an invalidation may
-// revoke the region (RegisterInvalidatableMR).
-func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) (*MR, error) {
-	const op = "register mr"
-	info := &pd.adapter.info
-	switch {
-	case va == 0:
-		return nil, errorf(StatusInvalidParameter, op, "zero-based virtual address (len %d); NdkRegisterMr does not support it", len(buf))
-	case len(buf) == 0:
-		return nil, errorf(StatusInvalidParameter, op, "zero length")
-	case uint64(len(buf)) > info.MaxRegistrationSize:
-		return nil, errorf(StatusInvalidParameter, op, "length %d exceeds MaxRegistrationSize %d", len(buf), info.MaxRegistrationSize)
-	case flags&^mrFlagsKnown != 0:
-		return nil, errorf(StatusInvalidParameter, op, "unknown flag bits %#x", uint32(flags&^mrFlagsKnown))
-	case flags&0x4 != 0 && flags&MRFlagAllowLocalWrite == 0:
-		return nil, errorf(StatusInvalidParameter, op, "flags %#x: remote write without local write (ALLOW_REMOTE_WRITE is 0x5)", uint32(flags))
-	case flags&0x100 != 0 && flags&MRFlagAllowLocalWrite == 0:
-		return nil, errorf(StatusInvalidParameter, op, "flags %#x: remote atomic without local write (ALLOW_REMOTE_ATOMIC is 0x101)", uint32(flags))
-	}
-
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closing {
-		return nil, errorf(StatusInvalidHandle, op, "pd closed")
-	}
-	tokens, err := pd.adapter.regions.Register(memreg.Region{
-		PD:     pd.id,
-		VA:     va,
-		Buf:    buf,
-		Access: memreg.Access(flags), // NDK_MR_FLAG bits are memreg's access bits
-
-		Invalidatable: invalidatable,
-	})
-	if err != nil {
-		return nil, registrationError(op, err)
-	}
-	mr := &MR{pd: pd, buf: buf, va: va, flags: flags, tokens: tokens, registered: true}
-	pd.mrs[mr] = struct{}{}
-	return mr, nil
+	return pd.be.register(buf, flags, false)
 }
 
 // Close closes the PD (NdkClosePd). New registrations and QPs fail at
@@ -122,29 +71,11 @@ func (pd *PD) register(va uint64, buf []byte, flags MRFlag, invalidatable bool) 
 // every successor is closed) and completes when the last one is
 // deregistered or closed; Closed reports when.
 // Close never blocks and never fails; a second Close does nothing.
-func (pd *PD) Close() {
-	if pd.adapter.daemon != nil {
-		pd.daemonClose()
-		return
-	}
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closing {
-		return
-	}
-	pd.closing = true
-	pd.maybeFinishLocked()
-}
+func (pd *PD) Close() { pd.be.close() }
 
 // maybeFinishLocked completes a pending close once no successor is left;
 // pd.mu is held.
-func (pd *PD) maybeFinishLocked() {
-	// A daemon-backed PD's close completes when the daemon's does
-	// (daemonClosed), whose PD applies these rules.
-	if pd.adapter.daemon == nil && pd.closing && !pd.finished && pd.idleLocked() && pd.qps == 0 {
-		pd.finishLocked()
-	}
-}
+func (pd *PD) maybeFinishLocked() { pd.be.finishIfIdleLocked() }
 
 // idleLocked reports whether the PD has no successors left; pd.mu is held.
 func (pd *PD) idleLocked() bool {
@@ -160,41 +91,6 @@ func (pd *PD) finishLocked() {
 	pd.finished = true
 	close(pd.done)
 	pd.adapter.forgetPD(pd)
-}
-
-// closeWithSuccessors is the adapter's close of a PD: its MRs are
-// deregistered with it.
-func (pd *PD) closeWithSuccessors() {
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	for mr := range pd.mrs {
-		pd.deregisterLocked(mr)
-	}
-	for mw := range pd.mws {
-		pd.closeMWLocked(mw)
-	}
-	srqs := pd.srqs
-	pd.srqs = nil
-	for s := range srqs {
-		s.stopLocked()
-	}
-	pd.closing = true
-	if !pd.finished {
-		pd.finishLocked()
-	}
-}
-
-// deregisterLocked drops mr's tokens; pd.mu is held.
-func (pd *PD) deregisterLocked(mr *MR) {
-	// The table refuses only unknown tokens, and mr's are known while
-	// registered is true, which the caller checked.
-	handle := mr.tokens.Local
-	if mr.fast != nil {
-		handle = mr.fast.handle // its tokens change; the slot's handle does not
-	}
-	_ = pd.adapter.regions.Deregister(handle)
-	mr.registered = false
-	delete(pd.mrs, mr)
 }
 
 // LocalToken is the token for SGEs posted on this adapter
@@ -234,17 +130,4 @@ func (m *MR) SGE(off, n int) (SGE, error) {
 // memory once requests that used it have completed. It fails with
 // STATUS_INVALID_HANDLE if the MR is not registered (deregistered already,
 // or its adapter was closed).
-func (m *MR) Deregister() error {
-	if m.pd.adapter.daemon != nil {
-		return m.daemonDeregister()
-	}
-	pd := m.pd
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if !m.registered {
-		return errorf(StatusInvalidHandle, "deregister mr", "mr %#x not registered", m.tokens.Local)
-	}
-	pd.deregisterLocked(m)
-	pd.maybeFinishLocked()
-	return nil
-}
+func (m *MR) Deregister() error { return m.pd.be.deregister(m) }

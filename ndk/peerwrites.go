@@ -7,12 +7,7 @@ package ndk
 // memory a peer writes (ib_write_lat watches the last byte of its buffer,
 // since a WRITE makes no completion at the responder) is no data race,
 // without Adapter.Stats' round trip to the engine. Allocates nothing.
-func (q *QP) PeerWrites() uint64 {
-	if q.r != nil {
-		return q.r.writes.Load()
-	}
-	return q.rc.PlacedWrites()
-}
+func (q *QP) PeerWrites() uint64 { return q.be.peerWrites() }
 
 // ArmPeerWrites asks for one token on ch when the engine next places a
 // WRITE packet from the peer of this QP (an ndkxdp extension, the
@@ -23,14 +18,4 @@ func (q *QP) PeerWrites() uint64 {
 // it looks at the arm, so a WRITE placed after the check always sends.
 // The consumer serializes ArmPeerWrites with itself. It allocates only
 // when ch differs from the last call's.
-func (q *QP) ArmPeerWrites(ch chan struct{}) {
-	if q.r != nil {
-		q.daemonArmPeerWrites(ch)
-		return
-	}
-	if q.writeArm == nil || *q.writeArm != ch {
-		box := ch
-		q.writeArm = &box
-	}
-	q.rc.ArmPlacedWrites(q.writeArm)
-}
+func (q *QP) ArmPeerWrites(ch chan struct{}) { q.be.armPeerWrites(ch) }

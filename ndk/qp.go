@@ -1,17 +1,11 @@
 package ndk
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"errors"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
-	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // QPConfig is NdkCreateQp's parameters (NDKPI.md §3, PD dispatch): the
@@ -42,8 +36,7 @@ type QPConfig struct {
 type QP struct {
 	pd      *PD
 	adapter *Adapter
-	rc      *rc.QP
-	r       *daemonQP // a daemon-backed QP (daemon_qp.go); rc is nil
+	be      qpBackend // inproc_qp.go, daemon_qp.go
 	queue   int
 	rcq     *CQ // the CQs it holds open (lifetime.go)
 	icq     *CQ
@@ -57,10 +50,7 @@ type QP struct {
 	// atomicSGL holds an atomic's result SGE while it is posted (atomic.go):
 	// initiator posts are serialized, and a local array would escape.
 	atomicSGL [1]rc.SGE
-	// writeArm is the channel ArmPeerWrites last armed, boxed for the
-	// engine's atomic pointer; never written after it is published.
-	writeArm *chan struct{}
-	srq      *SRQ // QPConfig.SRQ
+	recvSGL   sglCopy // Receive's
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
@@ -112,78 +102,18 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSGE %d outside [0, %d]", cfg.MaxInitiatorRequestSGE, info.MaxInitiatorRequestSGE)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
-	case a.prov == nil && a.daemon == nil:
-		return nil, errorf(StatusNotSupported, op, "adapter has no transport (use ndk.Open)")
 	}
-	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
-		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
-	}
-	if a.daemon != nil {
-		q, err := a.daemon.createQP(pd, cfg)
-		if err != nil {
-			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
-			return nil, err
-		}
-		q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
-		return q, nil
-	}
-	var srq *rc.SRQ
-	if cfg.SRQ != nil {
-		if !cfg.SRQ.attach() {
-			releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
-			return nil, errorf(StatusInvalidHandle, op, "srq closed")
-		}
-		srq = cfg.SRQ.rc
-	}
-	// The SGE limit for reads is the adapter's MaxReadRequestSGE, capped
-	// by what this QP accepts for other requests.
-	readSGE := min(cfg.MaxInitiatorRequestSGE, int(info.MaxReadRequestSGE))
-	q, queue, err := a.prov.CreateQP(rc.QPConfig{
-		PD:     pd.id,
-		RecvCQ: cfg.ReceiveCQ.core, SendCQ: cfg.InitiatorCQ.core, Context: cfg.Context,
-		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
-		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq,
-	})
-	if err != nil {
-		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
-		if cfg.SRQ != nil {
-			cfg.SRQ.detach()
-		}
-	}
-	switch {
-	case errors.Is(err, inproc.ErrClosed):
-		return nil, errorf(StatusInvalidHandle, op, "adapter closed")
-	case err != nil:
-		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
-	}
-	var psn [4]byte
-	_, _ = rand.Read(psn[:])
-	return &QP{pd: pd, adapter: a, rc: q, queue: queue, rcq: cfg.ReceiveCQ, icq: cfg.InitiatorCQ,
-		done: make(chan struct{}), psn: binary.LittleEndian.Uint32(psn[:]) & rocev2.PSNMask, srq: cfg.SRQ}, nil
+	return pd.be.createQP(cfg)
 }
 
 // QPN returns the QP number peers address.
-func (q *QP) QPN() uint32 {
-	if q.r != nil {
-		return q.r.qpn
-	}
-	return q.rc.QPN()
-}
+func (q *QP) QPN() uint32 { return q.be.qpn() }
 
 // Queue returns the device queue whose engine runs the QP.
 func (q *QP) Queue() int { return q.queue }
 
-// forCM returns the CM's handle on the QP.
-func (q *QP) forCM() cm.QP { return q.adapter.prov.ConnectionQP(q.rc, q.psn) }
-
 // Connected reports whether the QP is connected and not in error.
-func (q *QP) Connected() bool {
-	if q.r != nil {
-		return !q.closed.Load() && q.r.connected.Load() && q.r.state.Load() != proto.QPFailed
-	}
-	return q.rc.State() == rc.StateConnected
-}
+func (q *QP) Connected() bool { return q.be.connected() }
 
 // queueFull holds each post operation's STATUS_INSUFFICIENT_RESOURCES
 // error, built once. A full queue is not a fault but the back-pressure a
@@ -226,20 +156,10 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 	if err := checkOpFlags(pop, wr.Flags, q.adapter.info.AdapterFlags); err != nil {
 		// Earlier DEFER posts still go (NDKPI.md §8), as after any
 		// inline failure.
-		if q.r != nil {
-			q.adapter.daemon.ringDeferred(q.r)
-		} else {
-			q.rc.RingDeferred()
-		}
+		q.be.ringDeferred()
 		return err
 	}
-	if q.r != nil {
-		return q.daemonPost(op, wr)
-	}
-	if st := q.rc.PostSend(wr); st != StatusSuccess {
-		return postError(op, st)
-	}
-	return nil
+	return q.be.post(op, *wr)
 }
 
 // Send posts a send of the bytes sgl names (NdkSend; seed 003). Flags:
@@ -303,26 +223,29 @@ func (q *QP) Read(ctx any, sgl []SGE, remoteAddress uint64, remoteToken uint32, 
 // STATUS_INSUFFICIENT_RESOURCES (queue full). Allocates nothing when it
 // succeeds.
 func (q *QP) Receive(ctx any, sgl []SGE) error {
-	if q.r != nil {
-		return q.daemonReceive(ctx, sgl)
+	return q.be.receive(ctx, q.recvSGL.hold(sgl))
+}
+
+// sglCopy holds a receive's SGL for the call into the backend: a slice
+// passed to an interface method escapes, so the caller's would move to
+// the heap (a literal in the call, an allocation per post). Receives on
+// one queue are serialized (NDKPI.md §8), so one copy per queue does.
+type sglCopy [16]SGE
+
+// hold copies sgl into h; an SGL longer than any queue takes (AdapterInfo's
+// MaxReceiveRequestSGE) goes on as it is, to fail as it would.
+func (h *sglCopy) hold(sgl []SGE) []SGE {
+	if len(sgl) > len(h) {
+		return slices.Clone(sgl)
 	}
-	if st := q.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
-		return postError("receive", st)
-	}
-	return nil
+	return h[:copy(h[:], sgl)]
 }
 
 // Flush cancels every pending request (NdkFlush): each completes with
 // STATUS_CANCELLED, in order, and the QP is in the error state
 // afterwards, as after a failure. It returns before the cancellations
 // complete.
-func (q *QP) Flush() {
-	if q.r != nil {
-		_, _ = q.adapter.daemon.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: q.r.h})
-		return
-	}
-	q.rc.Flush()
-}
+func (q *QP) Flush() { q.be.flush() }
 
 // Close closes the QP (NdkCloseQp): pending requests complete with
 // STATUS_CANCELLED, the QP number leaves the steering map, and later posts

@@ -2,8 +2,6 @@ package ndk
 
 import (
 	"sync"
-
-	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 )
 
 // SRQ is a shared receive queue (NDK_SRQ, NdkCreateSrq): receives posted
@@ -20,8 +18,7 @@ import (
 // concurrently with it.
 type SRQ struct {
 	pd     *PD
-	rc     *rc.SRQ
-	r      *daemonSRQ // a daemon-backed SRQ (daemon_mem.go); rc is nil
+	be     srqBackend // inproc_srq.go, daemon_mem.go
 	notify func(Status)
 
 	// users counts the QPs created on the SRQ and not closed; the close
@@ -32,8 +29,7 @@ type SRQ struct {
 	closing  bool
 	finished bool
 	done     chan struct{} // closed when the close completes
-	stop     chan struct{} // ends the notification goroutine
-	stopped  chan struct{} // closed when it has ended
+	recvSGL  sglCopy       // Receive's
 }
 
 // CreateSRQ creates an SRQ on the PD (NdkCreateSrq) holding depth
@@ -63,43 +59,8 @@ func (pd *PD) CreateSRQ(depth, maxReceiveRequestSGE, notifyThreshold int, notify
 		return nil, errorf(StatusInvalidParameter, op, "MaxReceiveRequestSGE %d outside [0, %d]", maxReceiveRequestSGE, info.MaxReceiveRequestSGE)
 	case notifyThreshold < 0 || notifyThreshold > depth:
 		return nil, errorf(StatusInvalidParameter, op, "NotifyThreshold %d outside [0, depth %d]", notifyThreshold, depth)
-	case pd.adapter.daemon != nil:
-		return pd.adapter.daemon.createSRQ(pd, depth, maxReceiveRequestSGE, notifyThreshold, notify)
 	}
-	core, err := rc.NewSRQ(rc.SRQConfig{Regions: pd.adapter.regions, PD: pd.id, Depth: depth,
-		MaxSGE: maxReceiveRequestSGE, NotifyThreshold: notifyThreshold, MaxTransfer: info.MaxTransferLength})
-	if err != nil {
-		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
-	}
-	s := &SRQ{pd: pd, rc: core, notify: notify, done: make(chan struct{}),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.closing {
-		return nil, errorf(StatusInvalidHandle, op, "pd closed")
-	}
-	if pd.srqs == nil {
-		pd.srqs = make(map[*SRQ]struct{})
-	}
-	pd.srqs[s] = struct{}{}
-	go s.notifications()
-	return s, nil
-}
-
-// notifications calls the consumer's callback for each limit event, one at
-// a time, until the SRQ closes.
-func (s *SRQ) notifications() {
-	defer close(s.stopped)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.rc.Events():
-			if s.notify != nil {
-				s.notify(StatusSuccess)
-			}
-		}
-	}
+	return pd.be.createSRQ(depth, maxReceiveRequestSGE, notifyThreshold, notify)
 }
 
 // Receive posts a receive buffer to the SRQ (NdkSrqReceive). It fails
@@ -109,15 +70,7 @@ func (s *SRQ) notifications() {
 // or of another PD), STATUS_INSUFFICIENT_RESOURCES (depth receives are
 // outstanding: queued, or taken by a QP and not completed yet) or STATUS_INVALID_HANDLE (closed). Allocates nothing when it
 // succeeds.
-func (s *SRQ) Receive(ctx any, sgl []SGE) error {
-	if s.r != nil {
-		return s.daemonReceive(ctx, sgl)
-	}
-	if st := s.rc.PostReceive(ctx, engineSGL(sgl)); st != StatusSuccess {
-		return postError("receive", st)
-	}
-	return nil
-}
+func (s *SRQ) Receive(ctx any, sgl []SGE) error { return s.be.receive(ctx, s.recvSGL.hold(sgl)) }
 
 // Modify changes the SRQ's depth (0 keeps it) and notify threshold
 // (NdkModifySrq). A non-zero threshold arms the notification for when the
@@ -126,40 +79,17 @@ func (s *SRQ) Receive(ctx any, sgl []SGE) error {
 // fails with STATUS_INVALID_PARAMETER for a negative value, a depth below
 // the receives outstanding now or above Cap, or a threshold above the depth;
 // STATUS_INVALID_HANDLE after Close.
-func (s *SRQ) Modify(depth, notifyThreshold int) error {
-	if s.r != nil {
-		return s.daemonModify(depth, notifyThreshold)
-	}
-	switch st := s.rc.Modify(depth, notifyThreshold); st {
-	case StatusSuccess:
-		return nil
-	case StatusInvalidHandle:
-		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
-	default:
-		return errorf(StatusInvalidParameter, "modify srq", "depth %d / threshold %d: depth must be within [queued %d, capacity %d], threshold within [0, depth]",
-			depth, notifyThreshold, s.rc.Len(), s.rc.Cap())
-	}
-}
+func (s *SRQ) Modify(depth, notifyThreshold int) error { return s.be.modify(depth, notifyThreshold) }
 
 // Cap is the largest depth Modify accepts: the depth given to CreateSRQ
 // rounded up to a power of two. The ring is shared lock-free by the
 // engines of the SRQ's QPs and is not reallocated under them.
-func (s *SRQ) Cap() int {
-	if s.r != nil {
-		return min(s.r.slots, int(s.pd.adapter.info.MaxSRQDepth))
-	}
-	return min(s.rc.Cap(), int(s.pd.adapter.info.MaxSRQDepth))
-}
+func (s *SRQ) Cap() int { return min(s.be.capacity(), int(s.pd.adapter.info.MaxSRQDepth)) }
 
 // Len is the number of receives queued and not yet taken by a QP.
 // Through the daemon it asks the daemon (a control call), which counts
 // the receives still in the shared ring too.
-func (s *SRQ) Len() int {
-	if s.r != nil {
-		return s.daemonLen()
-	}
-	return s.rc.Len()
-}
+func (s *SRQ) Len() int { return s.be.length() }
 
 // Close closes the SRQ (NdkCloseSrq): posts fail with
 // STATUS_INVALID_HANDLE at once, the notification callback is not called
@@ -168,36 +98,7 @@ func (s *SRQ) Len() int {
 // close is pending and completes when the last one closes; Closed reports
 // when. It waits for a running notification callback, so it must not be
 // called from one. A second Close does nothing.
-func (s *SRQ) Close() {
-	if s.r != nil {
-		s.daemonClose()
-		return
-	}
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		return
-	}
-	s.closing = true
-	s.mu.Unlock()
-	s.halt()
-	s.mu.Lock()
-	idle := s.users == 0
-	s.mu.Unlock()
-	if idle {
-		s.pd.mu.Lock()
-		s.finishLocked()
-		s.pd.mu.Unlock()
-	}
-}
-
-// halt refuses posts, drops what is queued and waits for the notification
-// goroutine to end; once per SRQ, after closing was set.
-func (s *SRQ) halt() {
-	s.rc.Close()
-	close(s.stop)
-	<-s.stopped
-}
+func (s *SRQ) Close() { s.be.close() }
 
 // Closed returns a channel that is closed when the SRQ's close has
 // completed.
@@ -217,20 +118,6 @@ func (s *SRQ) finishLocked() {
 	pd := s.pd
 	delete(pd.srqs, s)
 	pd.maybeFinishLocked()
-}
-
-// stopLocked is the PD's (and so the adapter's) close of the SRQ with its
-// QPs: it completes at once; pd.mu is held.
-func (s *SRQ) stopLocked() {
-	s.mu.Lock()
-	already := s.closing
-	s.closing = true
-	s.users = 0
-	s.mu.Unlock()
-	if !already {
-		s.halt()
-	}
-	s.finishLocked()
 }
 
 // attach counts a QP created on the SRQ; it fails once the SRQ is closing.

@@ -173,4 +173,12 @@ type EngineStats struct {
 	// cnps_sent (frames): CNPs the notification point sent for ECN-marked
 	// (CE) frames received, at most one per QP per interval.
 	CNPsSent uint64
+
+	// rate_cuts (cuts): DCQCN rate cuts the reaction point made for CNPs
+	// received (at most one per QP per rate reduce monitor period).
+	RateCuts uint64
+
+	// loss_cuts (cuts): Rate cuts for losses the peer reported (a duplicate
+	// READ, a sequence NAK, an ACK timeout): loss-driven pacing.
+	LossCuts uint64
 }

@@ -131,6 +131,20 @@ func TestToolsThroughDaemon(t *testing.T) {
 			}
 		}
 	})
+	t.Run("write_bw_write_with_imm", func(t *testing.T) {
+		// The server, through the daemon, counts its receives, which the
+		// client's WRITEs with immediate complete.
+		cout, sout := runIn(t, p.A, []string{"perf", "write_bw", "-n", "100", "-s", "4096", "--write_with_imm", "-daemon", sock},
+			p.B, []string{"perf", "write_bw", "-n", "100", "-s", "4096", "--write_with_imm", p.A.IPv4.String(), "-dev", p.B.Link})
+		for _, out := range []string{cout, sout} {
+			if row := resultRow(t, out, "BW average["); len(row) != 5 || row[0] != "4096" || row[1] != "100" {
+				t.Fatalf("write_bw --write_with_imm row %q, want 4096 bytes, 100 iterations:\n%s", row, out)
+			}
+			if !strings.Contains(out, "RDMA WRITE with immediate") {
+				t.Fatalf("the side does not say it writes with immediate:\n%s", out)
+			}
+		}
+	})
 	t.Run("send_bw_use_srq", func(t *testing.T) {
 		// The server receives through an SRQ of the daemon's.
 		cout, sout := runIn(t, p.A, []string{"perf", "send_bw", "-n", "100", "-s", "4096", "--use-srq", "-daemon", sock},

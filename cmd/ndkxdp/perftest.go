@@ -22,7 +22,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-p port] [-use-srq] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -116,6 +116,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.UseSRQ && (!peer.IsValid() || p.Kind == perftest.Lat) {
 		srq = ", receives through a shared receive queue (--use-srq)"
 	}
+	if p.WriteImm {
+		srq += ", RDMA WRITE with immediate (--write_with_imm)"
+	}
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin), procs, srq)
 	cmdline.EnterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
@@ -181,6 +184,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
 	fs.BoolVar(&p.UseSRQ, "use-srq", false, "send tests: receive through a shared receive queue of -r receives (perftest's --use-srq)")
 	fs.BoolVar(&p.UseSRQ, "use_srq", false, "the same as -use-srq")
+	fs.BoolVar(&p.WriteImm, "write_with_imm", false, "write tests: RDMA WRITE with immediate, each consuming a receive of the peer (perftest 24.01 and later's --write_with_imm)")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")

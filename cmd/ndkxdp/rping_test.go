@@ -135,6 +135,28 @@ func TestRpingAndPerfCommands(t *testing.T) {
 			t.Logf("client:\n%s", cout)
 		})
 	}
+	// --write_with_imm: the server's row comes from its receives, which
+	// only the client's WRITEs with immediate complete.
+	t.Run("write_bw_write_with_imm", func(t *testing.T) {
+		cout, sout := runBoth(t, p,
+			[]string{"perf", "write_bw", "-n", "50", "-s", "4096", "--write_with_imm", "-dev", p.B.Link},
+			[]string{"perf", "write_bw", "-n", "50", "-s", "4096", "--write_with_imm", srvAddr, "-dev", p.A.Link})
+		for _, out := range []string{cout, sout} {
+			if !strings.Contains(out, "RDMA WRITE with immediate") || !regexp.MustCompile(`(?m)^\s*4096\s+50\s`).MatchString(out) {
+				t.Fatalf("no 4096 x 50 report row of a WRITE with immediate:\n%s", out)
+			}
+		}
+	})
+	t.Run("write_lat_write_with_imm", func(t *testing.T) {
+		cout, sout := runBoth(t, p,
+			[]string{"perf", "write_lat", "-n", "50", "--write_with_imm", "-dev", p.B.Link},
+			[]string{"perf", "write_lat", "-n", "50", "--write_with_imm", srvAddr, "-dev", p.A.Link})
+		for _, out := range []string{cout, sout} {
+			if !strings.Contains(out, "RDMA WRITE with immediate") || !strings.Contains(out, "t_typical") {
+				t.Fatalf("no latency report of a WRITE with immediate:\n%s", out)
+			}
+		}
+	})
 	// --use-srq (perftest's spelling, and -use_srq): the server receives
 	// through an SRQ, as it says, and both sides print their rows.
 	t.Run("send_bw_use_srq", func(t *testing.T) {

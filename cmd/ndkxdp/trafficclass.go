@@ -12,7 +12,8 @@ import (
 // congestion control (ndk.Options.Congestion), for example
 //
 //	"traffic_class": {"dscp": 26, "ecn": "ect0", "vlan": true, "vlan_id": 100, "pcp": 3,
-//	                  "congestion": "on", "cnp_interval": "50us", "line_rate_mbps": 25000}
+//	                  "congestion": "on", "cnp_interval": "50us", "line_rate_mbps": 25000,
+//	                  "ai_rate_mbps": 5, "hai_rate_mbps": 50}
 type trafficClassConfig struct {
 	DSCP         uint8   `json:"dscp"`
 	ECN          string  `json:"ecn"` // "" or "none", "ect0", "ect1"
@@ -22,6 +23,11 @@ type trafficClassConfig struct {
 	Congestion   string  `json:"congestion"`   // "" or "off", "notify", "on"
 	CNPInterval  string  `json:"cnp_interval"` // default 50us
 	LineRateMbps float64 `json:"line_rate_mbps"`
+	// AIRateMbps and HAIRateMbps are DCQCN's increase steps
+	// (ndk.CongestionOptions), to scale with a bottleneck slower than
+	// 10 Gb/s.
+	AIRateMbps  float64 `json:"ai_rate_mbps"`
+	HAIRateMbps float64 `json:"hai_rate_mbps"`
 }
 
 // apply puts the key's settings into opts.
@@ -43,7 +49,7 @@ func (c *trafficClassConfig) apply(opts *ndk.Options) error {
 	if !ok {
 		return fmt.Errorf("daemon: traffic_class congestion %q: want off, notify or on", c.Congestion)
 	}
-	opts.Congestion = ndk.CongestionOptions{Mode: m, LineRateMbps: c.LineRateMbps}
+	opts.Congestion = ndk.CongestionOptions{Mode: m, LineRateMbps: c.LineRateMbps, AIRateMbps: c.AIRateMbps, HAIRateMbps: c.HAIRateMbps}
 	if c.CNPInterval != "" {
 		d, err := time.ParseDuration(c.CNPInterval)
 		if err != nil || d <= 0 {
@@ -51,8 +57,8 @@ func (c *trafficClassConfig) apply(opts *ndk.Options) error {
 		}
 		opts.Congestion.CNPInterval = d
 	}
-	if c.LineRateMbps < 0 {
-		return fmt.Errorf("daemon: traffic_class line_rate_mbps %v is negative", c.LineRateMbps)
+	if c.LineRateMbps < 0 || c.AIRateMbps < 0 || c.HAIRateMbps < 0 {
+		return fmt.Errorf("daemon: traffic_class line_rate_mbps %v, ai_rate_mbps %v, hai_rate_mbps %v: a rate is negative", c.LineRateMbps, c.AIRateMbps, c.HAIRateMbps)
 	}
 	return nil
 }

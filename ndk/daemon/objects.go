@@ -159,7 +159,7 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 	}
 	if req.Version != proto.Version {
 		closeFDs(fds)
-		return nil, nil, statusErr(ndk.StatusNDISBadVersion, "protocol version %d; the daemon speaks %d", req.Version, proto.Version)
+		return nil, nil, statusErr(ndk.StatusNDISBadVersion, "%s", proto.VersionMismatch(req.Version, proto.Version))
 	}
 	if len(fds) > 1 {
 		closeFDs(fds)

@@ -132,6 +132,9 @@ func (r *relay) drain(c *sCQ) int {
 			Status: e.Status, Bytes: e.Bytes, Type: e.Type, ProviderErrorCode: e.ProviderErrorCode,
 			TypeSpecific: e.TypeSpecific, Seq: slot.seq, QP: q.h, Kind: slot.kind,
 		}
+		if e.HasImmediate {
+			c.rec.Flags, c.rec.Immediate = proto.CompletionWithImmediate, e.Immediate
+		}
 		r.push(c, e.Solicited)
 		*e = hook.Entry{}
 	}

@@ -204,6 +204,18 @@ func (r *relay) breakQP(q *sQP, what string, err error) {
 
 const opFlagInline = ndk.OpFlagInline
 
+// dataOp reports whether op is a send record's operation with a packet on
+// the wire.
+func dataOp(op uint8) bool {
+	return (op >= proto.OpSend && op <= proto.OpFetchAdd) || op == proto.OpSendImm || op == proto.OpWriteImm
+}
+
+// responded reports whether the peer answers op with data (READ
+// responses, ATOMIC_ACKNOWLEDGE).
+func responded(op uint8) bool {
+	return op == proto.OpRead || op == proto.OpCompareSwap || op == proto.OpFetchAdd
+}
+
 // postSend posts one client send record on the daemon's QP. The client
 // already checked what it could; the daemon checks again, since the
 // client is not trusted: a record no correct client writes breaks the QP,
@@ -212,7 +224,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	if s.Op >= proto.OpFastRegister && s.Op <= proto.OpInvalidate && s.NSGE == 0 && s.InlineLen == 0 {
 		return r.postLocal(q, s)
 	}
-	if s.Op < proto.OpSend || s.Op > proto.OpFetchAdd || s.NSGE > proto.MaxSGE || s.InlineLen > proto.MaxInline {
+	if !dataOp(s.Op) || s.NSGE > proto.MaxSGE || s.InlineLen > proto.MaxInline {
 		r.breakQP(q, "send ring", fmt.Errorf("malformed record (op %d, %d SGEs, %d inline bytes)", s.Op, s.NSGE, s.InlineLen))
 		return ndk.StatusSuccess
 	}
@@ -223,7 +235,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 	// for a doorbell of its own that no later record would ring.
 	flags := ndk.OpFlag(s.Flags) &^ ndk.OpFlagDefer
 	var sgl []ndk.SGE
-	if flags&opFlagInline != 0 && s.Op != proto.OpRead && s.Op != proto.OpCompareSwap && s.Op != proto.OpFetchAdd {
+	if flags&opFlagInline != 0 && !responded(s.Op) {
 		// The client copied the bytes into the record; the engine copies
 		// them from ours. The record's SGEs are not used: an inline SGE
 		// may name any address, and only the daemon's own copy is safe.
@@ -248,6 +260,10 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		err = q.qp.SendAndInvalidate(slot, sgl, flags, s.InvToken)
 	case proto.OpWrite:
 		err = q.qp.Write(slot, sgl, s.RemoteAddr, s.RemoteToken, flags)
+	case proto.OpSendImm:
+		err = q.qp.SendWithImmediate(slot, sgl, flags, s.Imm)
+	case proto.OpWriteImm:
+		err = q.qp.WriteWithImmediate(slot, sgl, s.RemoteAddr, s.RemoteToken, flags, s.Imm)
 	case proto.OpRead:
 		err = q.qp.Read(slot, sgl, s.RemoteAddr, s.RemoteToken, flags)
 	case proto.OpCompareSwap, proto.OpFetchAdd:
@@ -262,7 +278,7 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		}
 	}
 	if err == nil {
-		if s.Op >= proto.OpRead && flags&ndk.OpFlagSilentSuccess == 0 {
+		if responded(s.Op) && flags&ndk.OpFlagSilentSuccess == 0 {
 			slot.fenced = true
 			q.responses++
 		}

@@ -189,23 +189,26 @@ func runMmdebstrap(ctx context.Context, args []string, suite, target string, sou
 	return nil
 }
 
-// buildTools compiles the guest's tools (ndkxdp-sendinv) in a root of
-// their own, built with mmdebstrap from the same suite and sources plus
+// buildTools compiles the guest's tools (guestTools) in a root of their
+// own, built with mmdebstrap from the same suite and sources plus
 // toolPackages, and installs them into rootfs. The build root is deleted.
 func buildTools(ctx context.Context, cfg ImageConfig, sources []string, tmp, rootfs string) error {
 	broot := filepath.Join(tmp, "toolroot")
-	src := filepath.Join(tmp, "sendinv.c")
-	out := filepath.Join(tmp, "ndkxdp-sendinv")
-	if err := os.WriteFile(src, guestSendInv, 0o644); err != nil {
-		return err
-	}
 	args := []string{
 		"--mode=root",
 		"--variant=essential",
 		"--include=" + strings.Join(toolPackages, ","),
-		"--customize-hook=upload " + src + " /tmp/sendinv.c",
-		"--customize-hook=chroot \"$1\" gcc -O2 -Wall -Werror -o /tmp/ndkxdp-sendinv /tmp/sendinv.c -lrdmacm -libverbs",
-		"--customize-hook=download /tmp/ndkxdp-sendinv " + out,
+	}
+	for _, g := range guestTools {
+		src := filepath.Join(tmp, g.name+".c")
+		if err := os.WriteFile(src, g.src, 0o644); err != nil {
+			return err
+		}
+		bin := "/tmp/ndkxdp-" + g.name
+		args = append(args,
+			"--customize-hook=upload "+src+" /tmp/"+g.name+".c",
+			"--customize-hook=chroot \"$1\" gcc -O2 -Wall -Werror -o "+bin+" /tmp/"+g.name+".c -lrdmacm -libverbs",
+			"--customize-hook=download "+bin+" "+filepath.Join(tmp, "ndkxdp-"+g.name))
 	}
 	if err := runMmdebstrap(ctx, args, cfg.Suite, broot, sources, filepath.Join(tmp, "tools.log")); err != nil {
 		return fmt.Errorf("build the guest's tools (mmdebstrap %s with %s): %w", cfg.Suite, strings.Join(toolPackages, ", "), err)
@@ -213,14 +216,19 @@ func buildTools(ctx context.Context, cfg ImageConfig, sources []string, tmp, roo
 	if err := removeBuildDir(broot); err != nil {
 		return err
 	}
-	dst := filepath.Join(rootfs, filepath.FromSlash(strings.TrimPrefix(SendInvPath, "/")))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
+	for _, g := range guestTools {
+		dst := filepath.Join(rootfs, filepath.FromSlash(strings.TrimPrefix(g.path, "/")))
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(filepath.Join(tmp, "ndkxdp-"+g.name), dst); err != nil {
+			return err
+		}
+		if err := os.Chmod(dst, 0o755); err != nil {
+			return err
+		}
 	}
-	if err := copyFile(out, dst); err != nil {
-		return err
-	}
-	return os.Chmod(dst, 0o755)
+	return nil
 }
 
 // tail returns the last n lines of a file, for error messages.

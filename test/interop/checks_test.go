@@ -91,7 +91,9 @@ func TestTsharkCheckFlagsBrokenFrames(t *testing.T) {
 
 // TestResultRow: the perftest result row is found by size and iterations;
 // void measures (inf, -nan, or all zero) pass only with perftest's own
-// clock calibration failure in the output that would carry it.
+// clock calibration failure in the output that would carry it, or, for a
+// -nan t_stdev alone, with the deviation in the row that overflows
+// perftest's int arithmetic.
 func TestResultRow(t *testing.T) {
 	p := perftest.Params{Size: 4096, Iterations: 10}
 	const head = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
@@ -103,7 +105,7 @@ func TestResultRow(t *testing.T) {
 	warn := "Correlation coefficient r^2: 0.889544 < 0.9\n"
 	// Debian 13's rxe client of a 1 MiB ib_read_lat under TCG: samples
 	// 25 ms to 115 ms apart, perftest's squared distance overflows an
-	// int (stdevOverflowSpread).
+	// int (stdevOverflowed).
 	stdevNaN := head + " 4096    10          24953.93        115246.80      45997.45  	       53498.25     	-nan   		115246.80 		115246.80\n"
 	stdevNaNNarrow := head + " 4096    10          24953.93        71246.80      45997.45  	       53498.25     	-nan   		71246.80 		71246.80\n"
 	for _, tc := range []struct {
@@ -118,18 +120,16 @@ func TestResultRow(t *testing.T) {
 		{"zero bandwidth without the warning", zero, zero, false, false},
 		{"zero bandwidth, the warning elsewhere", zero, warn, true, true},
 		{"header only", head, head, false, false},
+		{"stdev overflowed by a 2.2 s outlier", head + " 4096    10          28183.84        2221601.19      31440.26  	       346488.07     	-nan   		2221601.19 		2221601.19\n", "", true, false},
+		{"stdev -nan with every deviation under 46 ms", strings.Replace(good, "921.72", "-nan", 1), good, false, false},
+		{"stdev -nan beside another void measure", head + " 4096    10          28183.84        inf      31440.26  	       346488.07     	-nan   		2221601.19 		2221601.19\n", "", false, false},
 		{"other size", strings.Replace(good, " 4096 ", " 4095 ", 1), good, false, false},
 		{"other iterations", strings.Replace(good, "    10    ", "    11    ", 1), good, false, false},
 		{"t_stdev overflowed", stdevNaN, stdevNaN, true, false},
 		{"t_stdev void, spread too small", stdevNaNNarrow, stdevNaNNarrow, false, false},
 		{"t_stdev and t_avg void", strings.Replace(stdevNaN, "53498.25", "-nan", 1), stdevNaN, false, false},
 	} {
-		lat := p
-		lat.Kind = perftest.Lat
-		if tc.name == "no peak, an average" || strings.Contains(tc.name, "bandwidth") {
-			lat.Kind = perftest.BW
-		}
-		row, uncal, err := resultRow(tc.out, tc.calib, lat)
+		row, uncal, err := resultRow(tc.out, tc.calib, p)
 		if (err == nil) != tc.ok || uncal != tc.uncalibr {
 			t.Errorf("%s: row %v uncalibrated %v err %v; want ok %v uncalibrated %v", tc.name, row, uncal, err, tc.ok, tc.uncalibr)
 		}

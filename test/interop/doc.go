@@ -115,7 +115,12 @@
 // mmdebstrap root with gcc and the rdma-core headers (toolPackages), so
 // it links against the image's own libraries and the compiler stays out
 // of the image; that root adds about a minute to a build. Its source and
-// toolPackages are inputs of the image hash.
+// toolPackages are inputs of the image hash. So is the second tool built
+// there, ndkxdp-imm (guest/imm.c, ImmPath): an rdma_cm client or server
+// that sends and checks IBV_WR_SEND_WITH_IMM and
+// IBV_WR_RDMA_WRITE_WITH_IMM, both ways on one connection, since
+// Debian 12's perftest (4.5-0.17) has neither --write_with_imm (perftest
+// 24.01) nor --send_with_imm (26.01).
 //
 // A second image, the daemon host (ImageConfig.Systemd, systemd.go), runs
 // ndkxdp's daemon as operators run it. It is built from Debian 13
@@ -224,7 +229,8 @@
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
-// fast-registered MR, access errors, loss)
+// fast-registered MR, SEND and WRITE with immediate, ib_write_bw
+// --write_with_imm where the peer's perftest has it, access errors, loss)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
 // test, e.g. TestInteropMTU9000.pcap).
@@ -235,7 +241,8 @@
 // Files: image.go the image's inputs, hash, cache and lock (EnsureImage);
 // build.go building it with mmdebstrap; initramfs.go the module closure
 // and the initramfs (cpio.go its writer); guest/init the guest's PID 1;
-// guest/sendinv.c the SEND with Invalidate client; systemd.go the daemon
+// guest/sendinv.c the SEND with Invalidate client; guest/imm.c the
+// immediate-data client and server; systemd.go the daemon
 // host image and the files added at boot;
 // accel.go KVM or TCG; netns.go the host side (namespace, tap); vm.go
 // booting qemu and the VM's commands; agent.go the command channel;

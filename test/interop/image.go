@@ -35,7 +35,27 @@ var guestSendInv []byte
 // SendInvPath is where the image has ndkxdp-sendinv.
 const SendInvPath = "/usr/local/bin/ndkxdp-sendinv"
 
-// toolPackages build the guest's own tools (guestSendInv) in a separate
+// guestImm is the source of ndkxdp-imm, the guest's SEND and RDMA WRITE
+// with immediate client and server (the image's perftest has neither
+// --write_with_imm nor --send_with_imm), compiled at image build.
+//
+//go:embed guest/imm.c
+var guestImm []byte
+
+// ImmPath is where the image has ndkxdp-imm.
+const ImmPath = "/usr/local/bin/ndkxdp-imm"
+
+// guestTools are the guest's own tools: their names (the source is
+// NAME.c) and where the image has them.
+var guestTools = []struct {
+	name, path string
+	src        []byte
+}{
+	{"sendinv", SendInvPath, guestSendInv},
+	{"imm", ImmPath, guestImm},
+}
+
+// toolPackages build the guest's own tools (guestTools) in a separate
 // root that the image does not keep: the compiler stays out of the
 // initramfs, and the tool links against the same Debian libraries the
 // image has.
@@ -257,7 +277,9 @@ func inputHash(cfg ImageConfig, sources []string) (string, error) {
 	slices.Sort(pkgs)
 	put("packages", []byte(strings.Join(pkgs, "\n")))
 	put("init", guestInit)
-	put("sendinv", guestSendInv)
+	for _, g := range guestTools {
+		put(g.name, g.src)
+	}
 	put("tool-packages", []byte(strings.Join(toolPackages, "\n")))
 	put("modules", []byte(strings.Join(modulesOf(cfg), "\n")))
 	if cfg.Systemd {

@@ -527,6 +527,24 @@ func (vm *VM) SetLoss(ctx context.Context, percent float64) error {
 	return nil
 }
 
+// SetCEMarks has netem in the guest mark percent of the ECN-capable
+// frames the guest sends Congestion Experienced (and drop that share of
+// the others, as netem's ecn does); SetLoss(ctx, 0) removes it.
+func (vm *VM) SetCEMarks(ctx context.Context, percent float64) error {
+	if percent <= 0 || percent > 100 {
+		return fmt.Errorf("interop: CE marks %v%% out of range (0, 100]", percent)
+	}
+	cmd := "tc qdisc replace dev eth0 root netem loss " + strconv.FormatFloat(percent, 'f', -1, 64) + "% ecn"
+	_, stderr, code, err := vm.Run(ctx, cmd)
+	if err != nil {
+		return fmt.Errorf("interop: set CE marks %v%%: %w", percent, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("interop: set CE marks %v%%: %q exited %d: %s", percent, cmd, code, strings.TrimSpace(stderr))
+	}
+	return nil
+}
+
 // WaitListen waits until an rdma_cm ID in the guest listens on port (as
 // `rdma resource show cm_id` reports). A client started after it returns
 // finds the server listening, so no REQ races the server's rdma_listen

@@ -262,6 +262,15 @@ func (e *Endpoint) Write(id uint64, local verbs.Segment, remoteAddr uint64, rkey
 	return postErr("write", e.qp.Write(id, e.sge(local), remoteAddr, rkey, silent(signaled)))
 }
 
+// WriteImm implements verbs.Immediate (ndk.QP.WriteWithImmediate).
+func (e *Endpoint) WriteImm(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, imm uint32, signaled bool) error {
+	sgl := e.sge(local)
+	if local.Len == 0 {
+		sgl = nil
+	}
+	return postErr("write with immediate", e.qp.WriteWithImmediate(id, sgl, remoteAddr, rkey, silent(signaled), imm))
+}
+
 // FetchAdd implements verbs.Atomics.
 func (e *Endpoint) FetchAdd(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, add uint64, signaled bool) error {
 	return postErr("fetch and add", e.qp.FetchAndAdd(id, e.sge(local)[0], remoteAddr, rkey, add, silent(signaled)))
@@ -278,6 +287,8 @@ func opOf(t ndk.OperationType) verbs.Op {
 		return verbs.OpSend
 	case ndk.OpReceive, ndk.OpReceiveAndInvalidate:
 		return verbs.OpReceive
+	case ndk.OpReceiveWriteWithImmediate:
+		return verbs.OpRecvRDMAWithImm
 	case ndk.OpRead:
 		return verbs.OpRead
 	case ndk.OpWrite:

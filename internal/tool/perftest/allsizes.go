@@ -63,12 +63,12 @@ func clientBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result
 	for i, size := range p.sizes() {
 		q := p.at(size)
 		d.setSize(size)
-		if p.Verb == Send && i > 0 {
+		if (p.Verb == Send && i > 0) || p.WriteImm {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync before %d bytes: %w", size, err)
 			}
 		}
-		if p.Verb != Send {
+		if p.Verb != Send && !p.WriteImm { // perftest 24.01: no warm-up for WRITE_IMM
 			if err := warmUp(ctx, q, d, res.Peer); err != nil {
 				return fmt.Errorf("warm-up: %w", err)
 			}
@@ -85,7 +85,7 @@ func clientBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result
 		}
 		res.addBW(rep, p.AllSizes)
 		PrintBW(out, rep, p.ReportGbits)
-		if p.Verb == Send && p.AllSizes {
+		if (p.Verb == Send && p.AllSizes) || p.WriteImm {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
 			}
@@ -95,12 +95,19 @@ func clientBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result
 }
 
 // serverSendBW is the send_bw server's run_iter_bw_server, size after
-// size, a row printed for each.
+// size, a row printed for each. With --write_with_imm it is the write_bw
+// server's (perftest 24.01 and later): every size's receives, of no
+// bytes ("Write w/imm completions have zero recieve buffer length",
+// ctx_set_recv_wqes), are posted after the connection and announced by
+// a handshake, and a handshake follows every size.
 func serverSendBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result, out io.Writer) error {
 	for i, size := range p.sizes() {
 		q := p.at(size)
 		d.setSize(size)
-		if i > 0 {
+		if p.WriteImm {
+			d.recv.Len = 0
+		}
+		if i > 0 || p.WriteImm {
 			if err := d.postRecvs(ctx, q, ctl, &res.Local); err != nil {
 				return err
 			}
@@ -117,7 +124,7 @@ func serverSendBW(ctx context.Context, p *Params, ctl *control, d *data, res *Re
 		}
 		res.addBW(rep, p.AllSizes)
 		PrintBW(out, rep, p.ReportGbits)
-		if p.AllSizes {
+		if p.AllSizes || p.WriteImm {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
 			}
@@ -151,7 +158,12 @@ func latRuns(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 	for i, size := range p.sizes() {
 		q := p.at(size)
 		d.setSize(size)
-		if p.Verb == Send && i > 0 {
+		if p.WriteImm {
+			// write_lat.c with WRITE_IMM: each size's receives, of no
+			// bytes, then a handshake, on both sides.
+			d.recv.Len = 0
+		}
+		if (p.Verb == Send && i > 0) || p.WriteImm {
 			if err := d.postRecvs(ctx, q, ctl, &res.Local); err != nil {
 				return err
 			}
@@ -170,7 +182,11 @@ func latRuns(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 		case Read:
 			err = readLat(ctx, q, d, res.Peer, posted)
 		case Write:
-			err = writeLat(ctx, q, d, res.Peer, posted, ctl.client)
+			if p.WriteImm {
+				err = writeImmLat(ctx, q, d, res.Peer, posted, ctl.client)
+			} else {
+				err = writeLat(ctx, q, d, res.Peer, posted, ctl.client)
+			}
 		case Send:
 			err = sendLat(ctx, q, d, posted, ctl.client)
 		}

@@ -36,7 +36,7 @@ func (d *data) poll(ctx context.Context, n *counts) (int, error) {
 		switch c.Op {
 		case verbs.OpSend:
 			n.sends++
-		case verbs.OpReceive:
+		case verbs.OpReceive, verbs.OpRecvRDMAWithImm:
 			n.recvs++
 		default:
 			n.rdma++
@@ -57,6 +57,9 @@ func (d *data) post(p *Params, at verbs.Atomics, peer *Dest, signaled bool) erro
 	ep := d.w.ep
 	switch p.Verb {
 	case Write:
+		if d.imm != nil {
+			return d.imm.WriteImm(idRDMA, d.local, peer.VAddr, peer.RKey, 0, signaled)
+		}
 		return ep.Write(idRDMA, d.local, peer.VAddr, peer.RKey, signaled)
 	case Read:
 		return ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, signaled)
@@ -234,6 +237,47 @@ func writeLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint6
 			d.buf.Buf[postAt] = byte(scnt)
 			if err := d.w.ep.Write(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
 				return fmt.Errorf("post write %d: %w", scnt, err)
+			}
+			for c.rdma < scnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// writeImmLat is run_iter_lat_write_imm (perftest 24.01 and later): the
+// ping-pong of writeLat with WRITEs with immediate, each side learning of
+// the peer's by the receive it consumed, reposting while fewer than
+// Iterations are posted (rcnt + rx_depth <= iters). The server writes
+// first, as in writeLat.
+func writeImmLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint64, client bool) error {
+	clk := clock{time.Now()}
+	iters := len(posted)
+	postAt := p.Size - 1
+	var c counts
+	for scnt, rcnt := 0, 0; scnt < iters || rcnt < iters; {
+		if rcnt < iters && !(scnt < 1 && !client) {
+			rcnt++
+			for c.recvs < rcnt {
+				if _, err := d.poll(ctx, &c); err != nil {
+					return fmt.Errorf("waiting for the peer's write %d: %w", rcnt, err)
+				}
+			}
+			if rcnt+p.RxDepth <= iters {
+				if err := d.postRecv(); err != nil {
+					return fmt.Errorf("repost receive: %w", err)
+				}
+			}
+		}
+		if scnt < iters {
+			posted[scnt] = clk.now()
+			scnt++
+			d.buf.Buf[postAt] = byte(scnt)
+			if err := d.imm.WriteImm(idRDMA, d.local, peer.VAddr, peer.RKey, 0, true); err != nil {
+				return fmt.Errorf("post write with immediate %d: %w", scnt, err)
 			}
 			for c.rdma < scnt {
 				if _, err := d.poll(ctx, &c); err != nil {

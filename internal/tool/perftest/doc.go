@@ -64,6 +64,22 @@
 //     write_lat.c's main() returns after its report and disconnects
 //     without one (live rxe, both roles).
 //
+// --write_with_imm (Params.WriteImm, write bw only) is perftest 24.01
+// and later's (write_bw.c with WRITE_IMM, read at tag 25.01.0-0.80;
+// Debian 13's perftest is 25.01, Debian 12's has no such option): the
+// client posts IBV_WR_RDMA_WRITE_WITH_IMM with immediate 0 and no
+// warm-up; after the three pingpong_dest handshakes the server posts -r
+// receives of no bytes ("Write w/imm completions have zero recieve
+// buffer length") and both sides handshake; the server then runs
+// run_iter_bw_server as send bw's does, reposting up to -n; a handshake
+// follows the run, each side prints its own row (no xchg_bw_reports), and
+// the closing handshake ends it. With -a every size has its receives, a
+// handshake before and one after. ib_write_lat --write_with_imm
+// (write_lat.c, run_iter_lat_write_imm): both sides post -r receives of
+// no bytes for each size and handshake, then ping-pong as write lat (the
+// server first), each learning of the peer's WRITE by the receive it
+// consumed, reposting while rcnt + rx_depth <= iters. -D is refused.
+//
 // --use-srq (Params.UseSRQ, send tests only) changes nothing on the
 // wire: the side that receives (the server of send bw, both sides of
 // send lat: perftest's srq_exists) makes an SRQ of -r receives before the

@@ -117,6 +117,12 @@ type Params struct {
 	// reason 8 (perftest -R opens it right after a handshake, and a slow
 	// server may not listen yet). Zero means no retry.
 	ConnectRetry Retry
+	// WriteImm is --write_with_imm (write tests only; perftest 24.01 and
+	// later have it, Debian 12's 4.5+0.17 does not): the WRITEs are RDMA
+	// WRITE with immediate (immediate 0, as perftest's), each consuming
+	// one of the peer's receives (doc.go). The endpoint must implement
+	// verbs.Immediate.
+	WriteImm bool
 	// UseSRQ is --use-srq (send tests only): the side's data QP takes its
 	// receives from a shared receive queue of RxDepth receives, where
 	// perftest has one (srq_exists: the server, and both sides of a
@@ -155,6 +161,12 @@ func (p *Params) normalize() error {
 	}
 	if err := p.normalizeMode(bad); err != nil {
 		return err
+	}
+	if p.WriteImm && p.Verb != Write {
+		return bad("--write_with_imm is for ib_write_bw and ib_write_lat, not %v %v", p.Verb, kindName(p.Kind))
+	}
+	if p.WriteImm && p.Duration > 0 {
+		return fmt.Errorf("perftest: --write_with_imm with -D: %w", ErrUnsupported)
 	}
 	if p.UseSRQ && p.Verb != Send {
 		// perftest_parameters.c: "Using SRQ only avavilible in SEND tests."

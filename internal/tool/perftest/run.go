@@ -41,7 +41,8 @@ type Result struct {
 // names (set_up_connection advertises buf + BUFF_SIZE).
 type data struct {
 	w     waiter
-	srq   verbs.SRQ // --use-srq: the receives go here
+	srq   verbs.SRQ       // --use-srq: the receives go here
+	imm   verbs.Immediate // --write_with_imm: the WRITEs go here
 	buf   verbs.Region
 	half  int
 	local verbs.Segment // [0, size)
@@ -52,6 +53,13 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 	return func(ep verbs.Endpoint) error {
 		d.w.ep = ep
 		d.w.idle.Busy, d.w.idle.Spin = p.BusyPoll, p.Spin
+		if p.WriteImm {
+			imm, ok := ep.(verbs.Immediate)
+			if !ok {
+				return fmt.Errorf("--write_with_imm: %T has no RDMA WRITE with immediate: %w", ep, ErrUnsupported)
+			}
+			d.imm = imm
+		}
 		d.half = max(p.Size, cycle) // BUFF_SIZE(size, cycle_buffer)
 		access := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 		if p.Verb == Atomic {
@@ -306,6 +314,13 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 
 func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
 	switch {
+	case p.WriteImm && !ctl.client:
+		// write_bw.c with WRITE_IMM: the server receives as send bw's
+		// does (run_iter_bw_server), with receives of no bytes.
+		PrintBWHeader(out, p.ReportGbits)
+		if err := serverSendBW(ctx, p, ctl, d, &res, out); err != nil {
+			return fail("receiving", err)
+		}
 	case p.Verb != Send && !ctl.client:
 		// The server of a one-sided test waits for the client to finish,
 		// then prints the client's numbers (write_bw.c: "server just waits
@@ -334,7 +349,7 @@ func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result
 		if err := clientBW(ctx, p, ctl, d, &res, out); err != nil {
 			return fail("test", err)
 		}
-		if p.Verb != Send {
+		if p.Verb != Send && !p.WriteImm {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fail("sync after the test", err)
 			}

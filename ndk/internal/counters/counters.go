@@ -65,6 +65,8 @@ type Engine struct {
 	WrongDestination   uint64 `counter:"wrong_destination" unit:"frames" help:"Frames addressed to another MAC or IP address than their QP's (or, for QP1, the adapter's), dropped unexamined."`
 	ReplaysDeferred    uint64 `counter:"replays_deferred" unit:"turns" help:"Times a QP's answers to duplicate requests waited for the engine's next turn, their budget spent, so that the other QPs went first."`
 	CNPsSent           uint64 `counter:"cnps_sent" unit:"frames" help:"CNPs the notification point sent for ECN-marked (CE) frames received, at most one per QP per interval."`
+	RateCuts           uint64 `counter:"rate_cuts" unit:"cuts" help:"DCQCN rate cuts the reaction point made for CNPs received (at most one per QP per rate reduce monitor period)."`
+	LossCuts           uint64 `counter:"loss_cuts" unit:"cuts" help:"Rate cuts for losses the peer reported (a duplicate READ, a sequence NAK, an ACK timeout): loss-driven pacing."`
 }
 
 // QP is one QP's counters since it was created, with the same tags as

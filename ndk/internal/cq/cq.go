@@ -24,6 +24,10 @@ type Entry struct {
 	// Solicited marks a receive completion of a send that carried
 	// NDK_OP_FLAG_SEND_AND_SOLICIT_EVENT (the BTH SE bit).
 	Solicited bool
+	// HasImmediate marks a receive completion of a SEND or RDMA WRITE
+	// with immediate; Immediate is the ImmDt value as it travelled.
+	HasImmediate bool
+	Immediate    uint32
 }
 
 // Arm levels, ordered so that combining two arms is taking the larger: the

@@ -25,6 +25,10 @@ type Entry struct {
 	// Solicited: a receive of a solicited send, or any failed completion
 	// (what a SOLICITED arm fires on).
 	Solicited bool
+	// HasImmediate and Immediate: the ImmDt of a receive completion of a
+	// SEND or WRITE with immediate.
+	HasImmediate bool
+	Immediate    uint32
 }
 
 // Backend is what the daemon does on its adapter (A) and the adapter's

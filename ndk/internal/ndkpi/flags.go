@@ -58,6 +58,12 @@ const (
 	// they stay clear of ndkpi.h's bits and of ReceiveAndInvalidate).
 	OpCompareAndSwap OperationType = 0x10000
 	OpFetchAndAdd    OperationType = 0x20000
+
+	// OpReceiveWriteWithImmediate is the receive completion that a peer's
+	// RDMA WRITE with immediate consumed (immediate-data extension, verbs'
+	// IBV_WC_RECV_RDMA_WITH_IMM): its bytes went to the WRITE's target,
+	// not to the receive buffer.
+	OpReceiveWriteWithImmediate OperationType = 0x40000
 )
 
 func (t OperationType) String() string {
@@ -82,6 +88,8 @@ func (t OperationType) String() string {
 		return "CompareAndSwap"
 	case OpFetchAndAdd:
 		return "FetchAndAdd"
+	case OpReceiveWriteWithImmediate:
+		return "ReceiveWriteWithImmediate"
 	}
 	return fmt.Sprintf("OperationType(%#x)", uint32(t))
 }

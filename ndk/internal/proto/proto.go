@@ -10,6 +10,13 @@ import (
 // hello with another is refused.
 const Version = 2
 
+// VersionMismatch is what a client and a daemon of different protocol
+// versions say, whichever side finds out: the daemon refusing the hello,
+// or the client reading the version of the daemon's answer.
+func VersionMismatch(client, daemon int) string {
+	return fmt.Sprintf("client speaks protocol version %d, daemon %d: use a client and a daemon of one ndkxdp release", client, daemon)
+}
+
 // MaxMessage bounds one control message (a SOCK_SEQPACKET datagram).
 const MaxMessage = 64 << 10
 

@@ -51,6 +51,7 @@ type Send struct {
 	Arena       uint32
 	Length      uint64 // Bind, FastRegister (SwapAdd's bytes)
 	ArenaOff    uint64 // FastRegister (Compare's bytes)
+	Imm         uint32 // OpSendImm, OpWriteImm: the immediate data
 	SGL         [MaxSGE]SGE
 	Inline      [MaxInline]byte
 }
@@ -60,7 +61,7 @@ const (
 	sendOp, sendNSGE, sendFlags, sendSeq       = 0, 1, 4, 8
 	sendRAddr, sendRToken, sendInv, sendCmp    = 16, 24, 28, 32
 	sendSwap, sendInlineLen, sendSGL, sendData = 40, 48, 64, 64 + MaxSGE*16
-	sendHandle, sendArena                      = 52, 56
+	sendHandle, sendArena, sendImm             = 52, 56, 60
 	// SendSize is a Send record's bytes.
 	SendSize = sendData + MaxInline
 )
@@ -79,7 +80,8 @@ func (s *Send) Encode(b []byte) {
 	le.PutUint32(b[sendInlineLen:], s.InlineLen)
 	le.PutUint32(b[sendHandle:], s.Handle)
 	le.PutUint32(b[sendArena:], s.Arena)
-	if s.Op >= OpFastRegister {
+	le.PutUint32(b[sendImm:], s.Imm)
+	if s.Op >= OpFastRegister && s.Op <= OpInvalidate {
 		le.PutUint64(b[sendCmp:], s.ArenaOff)
 		le.PutUint64(b[sendSwap:], s.Length)
 	}
@@ -104,6 +106,7 @@ func (s *Send) Decode(b []byte) {
 	s.InlineLen = le.Uint32(b[sendInlineLen:])
 	s.Handle = le.Uint32(b[sendHandle:])
 	s.Arena = le.Uint32(b[sendArena:])
+	s.Imm = le.Uint32(b[sendImm:])
 	s.ArenaOff, s.Length = s.Compare, s.SwapAdd
 	getSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
 	if n := min(s.InlineLen, MaxInline); n > 0 {
@@ -168,6 +171,10 @@ const (
 	OpFastRegister   = 7
 	OpBind           = 8
 	OpInvalidate     = 9
+	// OpSendImm and OpWriteImm are OpSend and OpWrite with immediate data
+	// (Send.Imm): an ndkxdp extension, after the local operations.
+	OpSendImm  = 10
+	OpWriteImm = 11
 )
 
 // Completion kinds: which work ring the completed request came from.
@@ -189,7 +196,15 @@ type Completion struct {
 	Seq               uint64
 	QP                uint32
 	Kind              uint8
+	// Flags: CompletionWithImmediate when Immediate holds the ImmDt of
+	// the SEND or WRITE with immediate that the receive completed.
+	Flags     uint8
+	Immediate uint32
 }
+
+// CompletionWithImmediate is the Completion flag of a receive that
+// carried immediate data.
+const CompletionWithImmediate = 1
 
 // CompletionSize is a Completion record's bytes.
 const CompletionSize = 48
@@ -205,6 +220,8 @@ func (c *Completion) Encode(b []byte) {
 	le.PutUint64(b[24:], c.Seq)
 	le.PutUint32(b[32:], c.QP)
 	b[36] = c.Kind
+	b[37] = c.Flags
+	le.PutUint32(b[40:], c.Immediate)
 }
 
 // Decode reads a Completion record.
@@ -218,6 +235,8 @@ func (c *Completion) Decode(b []byte) {
 	c.Seq = le.Uint64(b[24:])
 	c.QP = le.Uint32(b[32:])
 	c.Kind = b[36]
+	c.Flags = b[37]
+	c.Immediate = le.Uint32(b[40:])
 }
 
 // SRQLayout is where an SRQ's receive ring and shared words lie in its

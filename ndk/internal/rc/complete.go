@@ -109,11 +109,11 @@ func (e *Engine) cancelAll(q *QP) {
 		// Only the receive this QP took; the SRQ's others stay for the
 		// other QPs on it.
 		if t.hasCur {
-			e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false)
+			e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false, noImm)
 		}
 	} else {
 		for tail := q.rq.tail.Load(); t.rqHead < tail; {
-			e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false)
+			e.completeRecv(q, ndkpi.StatusCancelled, wcWRFlushErr, 0, ndkpi.OpReceive, 0, false, noImm)
 		}
 	}
 	t.inMsg = msgNone
@@ -129,7 +129,7 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status ndkpi.Status, code uint3
 	if signal {
 		typ := ndkpi.OpSend
 		switch w.op {
-		case OpWrite:
+		case OpWrite, OpWriteImm:
 			typ = ndkpi.OpWrite
 		case OpRead:
 			typ = ndkpi.OpRead
@@ -169,9 +169,17 @@ func (e *Engine) completeSend(q *QP, w *sendWQE, status ndkpi.Status, code uint3
 	}
 }
 
+// immediate is the ImmDt a receive completion carries, if any.
+type immediate struct {
+	value uint32
+	ok    bool
+}
+
+var noImm immediate
+
 // completeRecv retires the oldest receive WQE with a completion, freeing
 // the slot first (see completeSend).
-func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ ndkpi.OperationType, token uint32, solicited bool) {
+func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ ndkpi.OperationType, token uint32, solicited bool, imm immediate) {
 	t := &q.t
 	w := e.recvHead(q)
 	e.entry = cq.Entry{
@@ -183,6 +191,8 @@ func (e *Engine) completeRecv(q *QP, status ndkpi.Status, code, n uint32, typ nd
 		QPContext:                    q.cfg.Context,
 		RequestContext:               w.ctx,
 		Solicited:                    solicited,
+		HasImmediate:                 imm.ok,
+		Immediate:                    imm.value,
 	}
 	if q.cfg.SRQ != nil {
 		t.hasCur = false

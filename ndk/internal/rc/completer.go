@@ -145,6 +145,9 @@ func (e *Engine) ackThrough(q *QP, psn rocev2.PSN, inRead bool) {
 // acknowledgements, and lets q send what the window held back.
 func (e *Engine) progress(q *QP) {
 	t := &q.t
+	if t.cwnd != 0 {
+		e.openWindow(q)
+	}
 	t.retryLeft = t.params.RetryCount
 	t.rnrLeft = t.params.RNRRetry
 	t.retryGuard = false
@@ -163,8 +166,53 @@ func (e *Engine) progress(q *QP) {
 	} else if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
 		e.setTimer(q, t.ackDeadline)
+		if q.sq.at(t.sqHead).op == OpRead {
+			e.armReask(q)
+		}
 	}
 	e.schedule(q)
+}
+
+// cutWindow halves the request packets q keeps in flight after a loss
+// (retry), as TCP's congestion window does: a go-back-N resends all of
+// them, and with the whole window in flight behind a full queue each
+// loss resent hundreds of frames into it and lost more (test/congestion,
+// DCQCN off: more bytes resent than delivered). READ requests are not
+// held: a READ's responses are the responder's to pace.
+func (e *Engine) cutWindow(q *QP) {
+	t := &q.t
+	w := t.cwnd
+	if w == 0 {
+		w = e.window
+	}
+	t.cwnd = max(min(w, t.una.Distance(t.nextPSN))/2, minCwnd)
+	t.cwndAcc, t.cwndUna = 0, t.una
+}
+
+// openWindow widens a cut window by one packet per window of packets
+// acknowledged (TCP's congestion avoidance), and lifts it at the window.
+func (e *Engine) openWindow(q *QP) {
+	t := &q.t
+	t.cwndAcc += t.cwndUna.Distance(t.una)
+	t.cwndUna = t.una
+	for t.cwndAcc >= t.cwnd {
+		t.cwndAcc -= t.cwnd
+		t.cwnd++
+	}
+	if t.cwnd >= e.window {
+		t.cwnd = 0
+	}
+}
+
+// minCwnd is the least a loss cuts the window to, in packets.
+const minCwnd = 8
+
+// armReask starts the wait after which a READ at the head whose responses
+// stopped coming from una is asked again (reask).
+func (e *Engine) armReask(q *QP) {
+	t := &q.t
+	t.rearmAt, t.rearmPSN = e.now+e.rearm(q), t.una
+	e.setTimer(q, t.rearmAt)
 }
 
 // readResponse places one READ response packet.
@@ -257,13 +305,13 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 	}
 	t.retryLeft--
 	t.retryGuard, t.retryPSN = true, psn
-	if w := q.sq.at(t.sqHead); guarded && w.op == OpRead {
-		t.rearmAt = e.now + e.rearm(q)
-		e.setTimer(q, t.rearmAt)
+	if w := q.sq.at(t.sqHead); w.op == OpRead {
+		e.armReask(q)
 	}
 	atomic.AddUint64(&e.c.Retransmits, 1)
 	t.n.Retransmits++
 	e.overrun(q, 0)
+	e.cutWindow(q)
 	e.goBack(q, psn)
 	if t.ackTO > 0 {
 		t.ackDeadline = e.now + t.ackTO
@@ -275,19 +323,27 @@ func (e *Engine) retry(q *QP, psn rocev2.PSN, guarded bool) {
 // it asks again: an eighth of the ACK timeout, at least retryRearm.
 func (e *Engine) rearm(q *QP) int64 { return max(q.t.ackTO/8, retryRearm) }
 
-// reask asks again for a READ's responses from retryPSN when its gap is
-// still open rearm after the go-back: what answered it was lost too
-// (behind the frames of the overrun that caused it). It spends no retry:
-// the ACK timer still bounds a peer that never answers.
+// reask asks again for a READ's responses from una when none came for
+// rearm since they were asked for or last arrived: the request or its
+// answers were lost (behind the frames of the overrun that caused it, or
+// at the tail of a READ, where no later response shows the gap). It
+// spends no retry: the ACK timer, which only progress moves, still bounds
+// a peer that never answers; until it expires the READ is asked again
+// every rearm, not once an ACK timeout (67ms at rxe's default, where a
+// loss at a READ's tail cost more than the overrun).
 func (e *Engine) reask(q *QP) {
 	t := &q.t
-	if t.failed || !t.retryGuard || t.una != t.retryPSN || t.sqHead == t.sqStart || q.sq.at(t.sqHead).op != OpRead {
+	if t.failed || t.sqHead == t.sqStart || q.sq.at(t.sqHead).op != OpRead {
+		return
+	}
+	if t.una != t.rearmPSN {
+		e.armReask(q) // progress came without passing through progress()
 		return
 	}
 	atomic.AddUint64(&e.c.Retransmits, 1)
 	t.n.Retransmits++
 	e.goBack(q, t.una)
-	t.rearmAt = e.now + e.rearm(q)
+	e.armReask(q)
 }
 
 // rnrWait holds q's requester for the RNR timer, then resends from psn.

@@ -194,9 +194,14 @@ type dcqcn struct {
 	// since the peer that lost frames takes about this rate and no more.
 	loss    bool
 	lastCut int64
-	cnp     bool // a CNP arrived in this alpha period
-	alphaAt int64
-	riseAt  int64
+	// busy says the QP sent since the last increase event; a loss-set
+	// rate rises only while the QP uses it. idle marks a loss-set rate
+	// whose timers stopped for want of traffic (tick); the next frame
+	// starts them again (sent).
+	busy, idle bool
+	cnp        bool // a CNP arrived in this alpha period
+	alphaAt    int64
+	riseAt     int64
 	// nsPerByte is the pacer's cost of a byte at rc; paceAt is when the
 	// next frame may leave (the pacer keeps no timer per packet: a sender
 	// that finds paceAt ahead stops and arms the QP's one deadline).
@@ -218,8 +223,9 @@ func (d *dcqcn) setRate(r float64) {
 	d.nsPerByte = 8000 / r
 }
 
-// onCNP is the reaction to a CNP at now.
-func (d *dcqcn) onCNP(c *CCConfig, now int64) {
+// onCNP is the reaction to a CNP at now; it reports whether it cut the
+// rate.
+func (d *dcqcn) onCNP(c *CCConfig, now int64) bool {
 	d.cnp = true
 	d.loss = false
 	if !d.limited {
@@ -233,12 +239,13 @@ func (d *dcqcn) onCNP(c *CCConfig, now int64) {
 			d.rt = d.rc
 			d.setRate(c.RateToSetOnFirstCNP)
 			d.cut(c, now, false)
-			return
+			return true
 		}
 	} else if now-d.lastCut < int64(c.RateReduceMonitorPeriod) {
-		return
+		return false
 	}
 	d.cut(c, now, true)
+	return true
 }
 
 // cut is the paper's rate decrease: Rt = Rc, Rc = Rc(1 - alpha/2),
@@ -273,9 +280,9 @@ const retryRearm = int64(2 * time.Millisecond)
 const lossProbe = 32
 
 // onLoss is the reaction to a loss at now: Rc = Rt = Rc/2, or the rate
-// the peer was seen to take (took, Mb/s; 0: unknown) if lower, not below
-// the line rate's 1/100.
-func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
+// the peer was seen to take (took, Mb/s; 0: unknown) if lower, but not
+// below the line rate's 1/100, and never above Rc.
+func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 	if !d.limited {
 		d.limited = true
 		d.alpha = float64(c.InitialAlphaValue) / 1023
@@ -283,22 +290,31 @@ func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) {
 		d.alphaAt = now + int64(c.DCETCPRTT)
 		d.paceAt = now
 	} else if now-d.lastCut < lossCutGap {
-		return
+		return false
 	}
 	r := d.rc / 2
 	if took > 0 {
 		r = min(r, took)
 	}
-	d.setRate(max(r, c.RPGMinRate, c.LineRate/100))
+	// Never below 1/100 of the line rate, where repeated losses would
+	// stretch one READ to seconds (1 MiB at 1 Mb/s: 8s), but never above
+	// Rc either: where DCQCN had cut below that floor, a loss raised the
+	// rate to it (8 flows at 100 Mb/s each overfilled test/congestion's
+	// 300 Mbit/s bottleneck).
+	d.setRate(max(r, c.RPGMinRate, min(d.rc, c.LineRate/100)))
 	d.rt = d.rc
 	d.loss = true
+	d.busy, d.idle = false, false
 	d.cut(c, now, false)
+	return true
 }
 
 // overrun paces q after a loss the peer reported (onLoss).
 func (e *Engine) overrun(q *QP, took float64) {
 	d := &q.t.cc
-	d.onLoss(&e.cc, e.now, took)
+	if d.onLoss(&e.cc, e.now, took) {
+		atomic.AddUint64(&e.c.LossCuts, 1)
+	}
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 
@@ -329,10 +345,18 @@ func (d *dcqcn) increase(c *CCConfig) bool {
 	return false
 }
 
-// sent charges n bytes to the pacer and the byte counter.
-func (d *dcqcn) sent(c *CCConfig, n int, now int64) {
+// sent charges n bytes to the pacer and the byte counter. It reports
+// whether it started the timers of an idle loss-set rate again, which the
+// caller then arms.
+func (d *dcqcn) sent(c *CCConfig, n int, now int64) (woke bool) {
 	if !d.limited {
-		return
+		return false
+	}
+	d.busy = true
+	if d.idle {
+		d.idle, woke = false, true
+		d.alphaAt = now + int64(c.DCETCPRTT)
+		d.riseAt = now + int64(c.RPGTimeReset)
 	}
 	if d.paceAt < now-paceBurst {
 		d.paceAt = now - paceBurst
@@ -344,6 +368,7 @@ func (d *dcqcn) sent(c *CCConfig, n int, now int64) {
 		d.bc++
 		d.increase(c)
 	}
+	return woke
 }
 
 // tick runs the alpha and rate-increase timers due at now and returns the
@@ -360,6 +385,18 @@ func (d *dcqcn) tick(c *CCConfig, now int64) int64 {
 		d.alphaAt = now + int64(c.DCETCPRTT)
 	}
 	if now >= d.riseAt {
+		if d.loss && !d.busy {
+			// Nothing sent at the rate a loss set since the last event:
+			// the peer has not shown it takes more (a requester that lost
+			// a response waits out its own timeout before it asks again,
+			// tens of milliseconds in which the rate would climb back to
+			// the line rate and overrun it once more, as TCP's window
+			// does not grow while unused, RFC 7661). The timers stop
+			// until the QP sends again.
+			d.idle = true
+			return noDeadline
+		}
+		d.busy = false
 		d.t++
 		d.riseAt = now + int64(c.RPGTimeReset)
 		if d.increase(c) {
@@ -383,8 +420,8 @@ func (e *Engine) paced(q *QP) bool {
 
 // charge accounts a data frame of n payload bytes that q sent.
 func (e *Engine) charge(q *QP, n int) {
-	if q.t.cc.limited {
-		q.t.cc.sent(&e.cc, n+frameOverhead, e.now)
+	if d := &q.t.cc; d.limited && d.sent(&e.cc, n+frameOverhead, e.now) {
+		e.setTimer(q, min(d.alphaAt, d.riseAt))
 	}
 }
 
@@ -414,7 +451,9 @@ func (e *Engine) receivedCNP(q *QP) {
 		return
 	}
 	d := &q.t.cc
-	d.onCNP(&e.cc, e.now)
+	if d.onCNP(&e.cc, e.now) {
+		atomic.AddUint64(&e.c.RateCuts, 1)
+	}
 	e.setTimer(q, min(d.alphaAt, d.riseAt))
 }
 

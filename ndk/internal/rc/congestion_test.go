@@ -672,8 +672,8 @@ func TestLossPacing_WritesBackOff(t *testing.T) {
 }
 
 // TestLossPacing_CutAndRise: a loss halves the rate, or sets the rate the
-// peer took if that is lower, at most once per lossCutGap and never below
-// 1/100 of the line rate; the rate a loss set rises by 1/32 of itself per
+// peer took if that is lower, at most once per lossCutGap, never below
+// 1/100 of the line rate and never up; the rate a loss set rises by 1/32 of itself per
 // increase event, where DCQCN's hyper increase would add more.
 func TestLossPacing_CutAndRise(t *testing.T) {
 	c, err := (&CCConfig{LineRate: 10000, RPGByteReset: 1000}).withDefaults()
@@ -697,10 +697,18 @@ func TestLossPacing_CutAndRise(t *testing.T) {
 	}
 	for range 20 {
 		now += lossCutGap
-		d.onLoss(&c, now, 1)
+		d.onLoss(&c, now, 0)
 	}
 	if !near(d.rc, 100) {
 		t.Fatalf("rate after many losses %v, want the floor 100", d.rc)
+	}
+	// A loss never raises a rate: DCQCN's cut below the floor stays.
+	var e dcqcn
+	e.onCNP(&c, 0)
+	e.setRate(20)
+	e.onLoss(&c, lossCutGap, 0)
+	if !near(e.rc, 20) {
+		t.Fatalf("loss at 20 Mb/s set rc %v, want 20", e.rc)
 	}
 	// F (1) fast recovery events, then growth by rt/32 per event, even
 	// with both counters past F.
@@ -746,5 +754,148 @@ func TestReadGap_AskedAgainBeforeTheAckTimeout(t *testing.T) {
 	}
 	if s := a.eng.Stats(); s.Timeouts != 0 || s.Retransmits < 2 {
 		t.Fatalf("after %v: %d ACK timeouts, %d go-backs; want none and at least 2 (RetryCount 1 spent only once)", time.Since(start), s.Timeouts, s.Retransmits)
+	}
+}
+
+// TestReadTail_AskedAgainBeforeTheAckTimeout: a READ's last response
+// is lost, so no later response shows the gap; the requester asks again
+// once no response came for an eighth of the ACK timeout, instead of
+// waiting the whole timeout (what stretched one READ of an rxe peer's
+// ib_read_lat by ACK timeouts of 67ms each).
+func TestReadTail_AskedAgainBeforeTheAckTimeout(t *testing.T) {
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCReadResponseLast && n == 0
+	}}
+	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = 10 * time.Second; p.RetryCount = 1 }})
+	const n = 10 * 1024
+	src := b.buffer(n, memreg.AccessRemoteRead, false)
+	dst := a.buffer(n, memreg.AccessLocalWrite, false)
+	fill(src.b, 14)
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{dst.sge(0, n)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, nil)
+	sameBytes(t, "READ", dst.b, src.b)
+	if s := a.eng.Stats(); s.Timeouts != 0 || s.Retransmits == 0 {
+		t.Fatalf("%d ACK timeouts, %d go-backs; want none and at least one", s.Timeouts, s.Retransmits)
+	}
+}
+
+// TestReplayBudget_OnlyWhatIsSentAgain: a duplicate READ early in an 8
+// MiB READ restarts its run, but only the responses sent before are
+// replays, under the replay budget; the rest go at a first run's pace.
+// Counted as replays, the whole rest of the READ crawled at replayBudget
+// frames a loop.
+func TestReplayBudget_OnlyWhatIsSentAgain(t *testing.T) {
+	w := &wire{drop: func(dir porttest.Direction, p *rocev2.Packet, n int) bool {
+		return dir == porttest.BtoA && p.BTH.Opcode == rocev2.RCReadResponseMiddle && n == 3
+	}}
+	a, b := newWiredPair(t, w, pairOptions{params: func(p *ConnParams) { p.AckTimeout = 10 * time.Second }})
+	const n = 8 << 20
+	src := b.buffer(n, memreg.AccessRemoteRead, false)
+	dst := a.buffer(n, memreg.AccessLocalWrite, false)
+	fill(src.b, 15)
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpRead, SGL: []SGE{dst.sge(0, n)}, RemoteAddr: src.addr(0), RemoteToken: src.tokens.Remote}))
+	checkEntry(t, waitCQ(t, a.scq, 1, 30*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpRead, nil)
+	sameBytes(t, "READ", dst.b, src.b)
+	s := b.eng.Stats()
+	resent := s.FramesOut - n/1024
+	if s.Duplicates == 0 {
+		t.Fatal("no duplicate READ: the test did not test")
+	}
+	// Each deferral follows replayBudget replayed frames in its loop.
+	if s.ReplaysDeferred*replayBudget > resent {
+		t.Fatalf("%d deferrals of replays for %d frames resent: first-time responses were held as replays", s.ReplaysDeferred, resent)
+	}
+}
+
+// TestLossWindow_CutAndOpen: a loss halves the request packets in flight
+// (not below minCwnd), and acknowledgements widen the window by one per
+// window's worth until it reaches the engine's window, where it lifts.
+func TestLossWindow_CutAndOpen(t *testing.T) {
+	e := &Engine{window: 512}
+	q := &QP{}
+	q.t.una, q.t.nextPSN = 0xFFFF00, rocev2.PSN(0xFFFF00).Add(300) // across the PSN wrap
+	e.cutWindow(q)
+	if q.t.cwnd != 150 {
+		t.Fatalf("300 in flight, cut to %d, want 150", q.t.cwnd)
+	}
+	q.t.nextPSN = q.t.una.Add(400)
+	e.cutWindow(q)
+	if q.t.cwnd != 75 {
+		t.Fatalf("cut of a window of 150 with 400 in flight: %d, want 75", q.t.cwnd)
+	}
+	for range 10 {
+		e.cutWindow(q)
+	}
+	if q.t.cwnd != minCwnd {
+		t.Fatalf("after many losses the window is %d, want %d", q.t.cwnd, minCwnd)
+	}
+	q.t.una = q.t.una.Add(minCwnd)
+	e.openWindow(q)
+	if q.t.cwnd != minCwnd+1 {
+		t.Fatalf("a window's worth acknowledged: %d, want %d", q.t.cwnd, minCwnd+1)
+	}
+	for range 10000 {
+		if q.t.cwnd == 0 {
+			break
+		}
+		q.t.una = q.t.una.Add(16)
+		e.openWindow(q)
+	}
+	if q.t.cwnd != 0 {
+		t.Fatalf("window %d never lifted", q.t.cwnd)
+	}
+}
+
+// TestLossPacing_NoRiseWhileUnused: a rate a loss set does not climb while
+// the QP sends nothing (a requester that lost a response waits out its
+// own ACK timeout, rxe's 67 ms at perftest's timeout 14, before it asks
+// again: rising through the wait, the rate would be back at the line rate
+// for the replay and overrun it again). Its timers stop while unused, and
+// its first frame after starts them again, from where the rate was.
+func TestLossPacing_NoRiseWhileUnused(t *testing.T) {
+	c, err := (&CCConfig{LineRate: 10000}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dcqcn
+	now := int64(0)
+	d.onLoss(&c, now, 200)
+	if !near(d.rc, 200) {
+		t.Fatalf("rate after the loss %v, want 200", d.rc)
+	}
+	// 67 ms of the engine's timers with nothing sent.
+	next := d.tick(&c, d.riseAt)
+	for end := now + int64(67*time.Millisecond); next != noDeadline && next < end; {
+		next = d.tick(&c, next)
+	}
+	if next != noDeadline {
+		t.Fatalf("an unused loss-set rate keeps its timers running (next %d)", next)
+	}
+	if !near(d.rc, 200) || !d.limited {
+		t.Fatalf("after 67 ms unused: rc %v limited %v, want 200 and still limited", d.rc, d.limited)
+	}
+	// The replay's first frame starts the timers again; the rate rises
+	// as the QP sends.
+	now = int64(67 * time.Millisecond)
+	if !d.sent(&c, 1100, now) {
+		t.Fatal("the first frame after the idle spell did not restart the timers")
+	}
+	if d.riseAt != now+int64(c.RPGTimeReset) {
+		t.Fatalf("rise timer at %d, want %d", d.riseAt, now+int64(c.RPGTimeReset))
+	}
+	for range 20 {
+		now = d.riseAt
+		d.sent(&c, 1100, now-1)
+		d.tick(&c, now)
+	}
+	if d.rc <= 200 {
+		t.Fatalf("rate %v after 20 increase events while sending: did not rise", d.rc)
+	}
+	// A CNP-set rate is DCQCN's: its timers run whether or not the QP
+	// sends, as the hardware's do.
+	var e dcqcn
+	e.onCNP(&c, 0)
+	if n := e.tick(&c, e.riseAt); n == noDeadline || !e.limited {
+		t.Fatalf("a CNP-set rate stopped its timers unused (next %d, limited %v)", n, e.limited)
 	}
 }

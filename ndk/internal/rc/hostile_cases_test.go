@@ -135,9 +135,10 @@ func writeCases() []hostileCase {
 		{name: "write/only-over-pmtu", fails: true, run: nakOnly(nakIR, func(h *hostile) []byte {
 			return h.write(rocev2.RCWriteOnly, e0, h.mr.addr(0), mrKey(h), 2*pmtu, payloadOf(2*pmtu, 1))
 		})},
-		{name: "write/with-immediate", fails: true, run: nakOnly(nakIR, func(h *hostile) []byte {
-			return h.write(rocev2.RCWriteOnlyImm, e0, h.mr.addr(0), mrKey(h), 16, payloadOf(16, 1))
-		})},
+		{name: "write/with-immediate-no-receive", live: true, run: func(h *hostile) []answer {
+			h.inj.inject(h.write(rocev2.RCWriteOnlyImm, e0, h.mr.addr(0), mrKey(h), 16, payloadOf(16, 1)))
+			return []answer{{op: rocev2.RCAck, psn: e0, syn: rocev2.RNRNAKSyndrome(rocev2.RNRTimer(1))}}
+		}},
 	}
 }
 

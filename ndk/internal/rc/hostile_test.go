@@ -35,7 +35,7 @@ package rc
 //	write/last-shorter-than-reth   RETH 512: FIRST 256, LAST 100           NAK invalid request at E+1, FIRST placed
 //	write/last-empty               RETH 256: FIRST 256, LAST 0             NAK invalid request at E+1 (rxe check_length)
 //	write/only-over-pmtu           WRITE_ONLY of 512 bytes, PMTU 256       NAK invalid request, MR untouched (rxe check_length)
-//	write/with-immediate           RDMA_WRITE_ONLY_WITH_IMMEDIATE          NAK invalid request (not offered), MR untouched
+//	write/with-immediate-no-receive  RDMA_WRITE_ONLY_WITH_IMMEDIATE, no receive  RNR NAK at E (it consumes one), MR untouched, live
 //	send/middle-without-first      SEND_MIDDLE at E, receive posted        NAK invalid request, error, receive flushed
 //	send/last-without-first        SEND_LAST at E                          NAK invalid request, error
 //	send/only-over-pmtu            SEND_ONLY of 512 bytes, PMTU 256        NAK invalid request, error, receive untouched

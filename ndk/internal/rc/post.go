@@ -34,6 +34,8 @@ type SendWR struct {
 	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
 	// swap) and OpFetchAdd (SwapAdd is the addend).
 	Compare, SwapAdd uint64
+	// Imm is the immediate data of OpSendImm and OpWriteImm.
+	Imm uint32
 }
 
 // PostSend queues an initiator request. It returns an NTSTATUS: Success,
@@ -144,6 +146,7 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	}
 	w.compare = wr.Compare
 	w.swapAdd = wr.SwapAdd
+	w.imm = wr.Imm
 	w.ctx = wr.Context
 	q.sq.publish()
 	return ndkpi.StatusSuccess

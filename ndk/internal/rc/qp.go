@@ -25,6 +25,7 @@ type sendWQE struct {
 	localStatus ndkpi.Status // a local operation's outcome (local.go)
 	compare     uint64       // CMP_SWAP's compare value
 	swapAdd     uint64       // CMP_SWAP's swap value, FETCH_ADD's addend
+	imm         uint32       // OpSendImm, OpWriteImm: the ImmDt
 	ctx         any
 	// seg holds the SGEs resolved at post time (inline: seg[0] aliases
 	// inline). Both are the slot's share of arrays sized by the QP's

@@ -62,7 +62,7 @@ func (e *Engine) request(q *QP) (int, bool) {
 				t.readsOut++
 			}
 		}
-		if t.una.Distance(w.firstPSN.Add(t.txPkt)) >= e.window {
+		if d := t.una.Distance(w.firstPSN.Add(t.txPkt)); d >= e.window || (t.cwnd != 0 && d >= t.cwnd && !w.op.responded()) {
 			break
 		}
 		if e.paced(q) {
@@ -121,17 +121,24 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 		first, last := k == 0, k+1 >= w.npkts
 		payload = e.span(w.seg, w.nseg, off, n)
 		h.BTH.Opcode = requestOpcode(w.op, first, last)
-		if w.op == OpWrite && first {
+		if w.op.write() && first {
 			h.RETH = rocev2.RETHFields{VA: w.remoteAddr, RKey: w.remoteToken, DMALen: w.length}
 		}
 		if w.op == OpSendInvalidate && last {
 			h.IETH = w.invToken
 		}
+		if w.op.immediate() && last {
+			h.ImmDt = w.imm
+		}
 		if last {
-			// SE only on the last packet of a solicited SEND (ROCEV2.md 2).
+			// SE only on the last packet of a solicited SEND, or of a
+			// WRITE with immediate, whose receive completion it
+			// signals (ROCEV2.md 2; IBTA 9.2.3).
 			h.BTH.SE = w.op != OpWrite && w.flags&ndkpi.OpFlagSendAndSolicitEvent != 0
 			h.BTH.AckReq = true
-		} else if t.sinceAckReq+1 >= ackEvery {
+		} else if t.sinceAckReq+1 >= ackEvery || (t.cwnd != 0 && t.sinceAckReq+1 >= int(t.cwnd/2)) {
+			// A cut window asks twice per window, or it would wait for
+			// the ACK timer with the window full and no ACK asked for.
 			h.BTH.AckReq = true
 		}
 	}
@@ -149,6 +156,23 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 
 func requestOpcode(op Op, first, last bool) rocev2.Opcode {
 	switch op {
+	case OpWriteImm:
+		switch {
+		case first && last:
+			return rocev2.RCWriteOnlyImm
+		case first:
+			return rocev2.RCWriteFirst
+		case last:
+			return rocev2.RCWriteLastImm
+		}
+		return rocev2.RCWriteMiddle
+	case OpSendImm:
+		switch {
+		case first && last:
+			return rocev2.RCSendOnlyImm
+		case last:
+			return rocev2.RCSendLastImm
+		}
 	case OpWrite:
 		switch {
 		case first && last:

@@ -44,7 +44,7 @@ func (e *Engine) responder(q *QP) {
 			e.duplicateAtomic(q, psn)
 			return
 		}
-		if (op == rocev2.RCWriteFirst || op == rocev2.RCWriteOnly) && !e.recheckWrite(q) {
+		if (op == rocev2.RCWriteFirst || op == rocev2.RCWriteOnly || op == rocev2.RCWriteOnlyImm) && !e.recheckWrite(q) {
 			atomic.AddUint64(&e.c.Stale, 1) // dropped: neither an ACK nor a NAK
 			return
 		}
@@ -61,14 +61,15 @@ func (e *Engine) responder(q *QP) {
 	case rocev2.RCSendFirst, rocev2.RCSendMiddle, rocev2.RCSendLast, rocev2.RCSendOnly,
 		rocev2.RCSendLastImm, rocev2.RCSendOnlyImm, rocev2.RCSendLastInvalidate, rocev2.RCSendOnlyInvalidate:
 		e.recvSend(q, op, pos)
-	case rocev2.RCWriteFirst, rocev2.RCWriteMiddle, rocev2.RCWriteLast, rocev2.RCWriteOnly:
-		e.recvWrite(q, pos)
+	case rocev2.RCWriteFirst, rocev2.RCWriteMiddle, rocev2.RCWriteLast, rocev2.RCWriteOnly,
+		rocev2.RCWriteLastImm, rocev2.RCWriteOnlyImm:
+		e.recvWrite(q, op, pos)
 	case rocev2.RCReadRequest:
 		e.recvRead(q)
 	case rocev2.RCCompareSwap, rocev2.RCFetchAdd:
 		e.recvAtomic(q, op)
 	default:
-		// FLUSH, ATOMIC_WRITE and WRITE with immediate are not offered.
+		// FLUSH and ATOMIC_WRITE are not offered.
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 	}
 }
@@ -104,18 +105,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		return
 	}
 	if pos&rocev2.PosFirst != 0 {
-		if q.cfg.SRQ != nil {
-			// A QP on an SRQ takes its receive when a message starts; an
-			// RNR NAK only when the SRQ is empty.
-			t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
-		}
-		if (q.cfg.SRQ != nil && !t.hasCur) || (q.cfg.SRQ == nil && t.rqHead == q.rq.tail.Load()) {
-			// No receive posted: RNR NAK, and drop what follows until
-			// the requester comes back to this PSN.
-			t.nakSent = true
-			atomic.AddUint64(&e.c.RNRSent, 1)
-			t.n.RNRSent++
-			e.setCtl(q, ctlNAK, psn, rocev2.RNRNAKSyndrome(t.params.MinRNRTimer))
+		if !e.takeReceive(q, psn) {
 			return
 		}
 		t.recvOff = 0
@@ -125,7 +115,7 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		// The message does not fit the receive buffer: the receive
 		// fails (IB_WC_LOC_LEN_ERR) and the requester gets an invalid
 		// request NAK (rxe RESPST_ERR_LENGTH).
-		e.completeRecv(q, ndkpi.StatusBufferOverflow, wcLocLenErr, t.recvOff, ndkpi.OpReceive, 0, false)
+		e.completeRecv(q, ndkpi.StatusBufferOverflow, wcLocLenErr, t.recvOff, ndkpi.OpReceive, 0, false, noImm)
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 		return
 	}
@@ -143,30 +133,74 @@ func (e *Engine) recvSend(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 			if f := e.regions.Invalidate(q.cfg.PD, token); f != memreg.OK {
 				// An invalid token aborts the connection (seed 000/004;
 				// rxe RESPST_ERR_INVALIDATE_RKEY, class J).
-				e.completeRecv(q, ndkpi.StatusAccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false)
+				e.completeRecv(q, ndkpi.StatusAccessViolation, wcRemInvReqErr, t.recvOff, typ, token, false, noImm)
 				e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 				e.accessViolation() // a wrong token guessed by invalidation
 				return
 			}
 		}
-		e.completeRecv(q, ndkpi.StatusSuccess, 0, t.recvOff, typ, token, p.BTH.SE)
-		if p.BTH.AckReq && t.ctl == ctlNone {
-			t.ackHold = e.now + ackHoldTime
-			e.setTimer(q, t.ackHold)
+		imm := noImm
+		if op == rocev2.RCSendLastImm || op == rocev2.RCSendOnlyImm {
+			imm = immediate{p.ImmDt, true}
 		}
+		e.completeRecv(q, ndkpi.StatusSuccess, 0, t.recvOff, typ, token, p.BTH.SE, imm)
+		e.holdAck(q)
 	}
 	if p.BTH.AckReq {
 		e.setCtl(q, ctlAck, 0, 0)
 	}
 }
 
-func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
+// holdAck holds the ACK that a completed message asked for a moment (see
+// ackHoldTime): the consumer's answer to it may come soon and carry it.
+func (e *Engine) holdAck(q *QP) {
+	t := &q.t
+	if e.pkt.BTH.AckReq && t.ctl == ctlNone {
+		t.ackHold = e.now + ackHoldTime
+		e.setTimer(q, t.ackHold)
+	}
+}
+
+// takeReceive finds the receive that the message at psn consumes: the
+// head of q's receive queue, or one taken from its SRQ. With none posted
+// it answers an RNR NAK and reports false; what follows is dropped until
+// the requester comes back to psn (rxe check_resource,
+// RESPST_ERR_RNR).
+func (e *Engine) takeReceive(q *QP, psn rocev2.PSN) bool {
+	t := &q.t
+	if q.cfg.SRQ != nil {
+		// A QP on an SRQ takes its receive when a message needs one; an
+		// RNR NAK only when the SRQ is empty.
+		t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
+	}
+	if (q.cfg.SRQ != nil && !t.hasCur) || (q.cfg.SRQ == nil && t.rqHead == q.rq.tail.Load()) {
+		t.nakSent = true
+		atomic.AddUint64(&e.c.RNRSent, 1)
+		t.n.RNRSent++
+		e.setCtl(q, ctlNAK, psn, rocev2.RNRNAKSyndrome(t.params.MinRNRTimer))
+		return false
+	}
+	return true
+}
+
+// recvWrite places one RDMA WRITE packet. The last packet of a WRITE with
+// immediate (WRITE_LAST_WITH_IMMEDIATE, WRITE_ONLY_WITH_IMMEDIATE) also
+// consumes a receive, as a SEND does: with none posted it is RNR NAKed
+// before its bytes are placed, and the requester resends it (rxe marks
+// those two opcodes RXE_RWR_MASK). The receive completes with the
+// immediate and the WRITE's length (the RETH's DMA length), as rxe's
+// do_complete reports IB_WC_RECV_RDMA_WITH_IMM; its buffer is untouched.
+func (e *Engine) recvWrite(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 	t := &q.t
 	p := &e.pkt
 	psn := p.BTH.PSN
 	if !t.inSequence(msgWrite, pos) || !t.fullPacket(pos, len(p.Payload)) {
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest)
 		return
+	}
+	withImm := op == rocev2.RCWriteLastImm || op == rocev2.RCWriteOnlyImm
+	if withImm && !e.takeReceive(q, psn) {
+		return // before the key, as rxe checks its resources first
 	}
 	if pos&rocev2.PosFirst != 0 {
 		r := &p.RETH
@@ -197,8 +231,13 @@ func (e *Engine) recvWrite(q *QP, pos rocev2.Position) {
 		t.inMsg = msgWrite
 	} else {
 		t.inMsg = msgNone
+		length := uint32(len(t.wbuf))
 		t.wbuf = nil
 		t.msn = (t.msn + 1) & rocev2.PSNMask
+		if withImm {
+			e.completeRecv(q, ndkpi.StatusSuccess, 0, length, ndkpi.OpReceiveWriteWithImmediate, 0, p.BTH.SE, immediate{p.ImmDt, true})
+			e.holdAck(q)
+		}
 	}
 	if p.BTH.AckReq {
 		e.setCtl(q, ctlAck, 0, 0)
@@ -366,11 +405,12 @@ func (e *Engine) duplicateRead(q *QP, psn rocev2.PSN) {
 		// the run began, that is about the rate it takes.
 		if k < s.next {
 			took := 0.0
-			if k > s.start && e.now > s.begun {
-				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(e.now-s.begun)
+			if span := s.lastAt - s.begun; k > s.start && span > 0 {
+				took = float64(k-s.start) * float64(t.pmtu+frameOverhead) * 8000 / float64(span)
 			}
 			e.overrun(q, took)
 		}
+		s.sent = max(s.sent, s.next)
 		s.buf, s.bufOff = b, off
 		s.start, s.next, s.again = k, k, true
 		s.stop, s.end = k+t.npkts(r.DMALen), off+r.DMALen
@@ -449,7 +489,7 @@ func (e *Engine) respond(q *QP) (int, bool) {
 				// The pending ACK waits too: it must not overtake them.
 				return sent, false
 			}
-			if r.again {
+			if r.again && r.next < r.sent {
 				if e.replayLeft == 0 {
 					// Another turn: the other QPs' answers go first.
 					atomic.AddUint64(&e.c.ReplaysDeferred, 1)
@@ -512,6 +552,7 @@ func (e *Engine) sendReadResponse(q *QP, r *readResource) error {
 	if first {
 		r.begun = e.now
 	}
+	r.lastAt = e.now
 	r.next++
 	return nil
 }

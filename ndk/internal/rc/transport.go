@@ -44,7 +44,13 @@ type qpTransport struct {
 	rnrPSN          rocev2.PSN
 	retryGuard      bool // a go-back-N to retryPSN is under way
 	retryPSN        rocev2.PSN
-	rearmAt         int64 // a READ's go-back asks again then (reask); 0: none
+	rearmAt         int64      // a READ at the head is asked again then (reask); 0: none
+	rearmPSN        rocev2.PSN // una when rearmAt was set
+	// cwnd bounds the request packets in flight after a loss (0: only
+	// the window does); cwndAcc counts packets acknowledged toward its
+	// next step, cwndUna is una when they were last counted.
+	cwnd, cwndAcc uint32
+	cwndUna       rocev2.PSN
 
 	// Responder.
 	rqHead  uint64
@@ -79,7 +85,11 @@ type readResource struct {
 	next  uint32 // next packet to send; == npkts when done
 	// again marks a run restarted by a duplicate READ: the requester may
 	// already have everything, so a new READ may take the slot.
-	again  bool
+	again bool
+	// sent is how far any run of this READ got: packets below it are
+	// sent again (the replay budget's), those from it on for the first
+	// time (qpBudget's, as a first run's).
+	sent   uint32
 	va     uint64
 	length uint32
 	// buf holds the bytes from offset bufOff of the READ on: all of them
@@ -95,9 +105,12 @@ type readResource struct {
 	// the byte offset from va where it ends. A duplicate may ask for less
 	// than the rest of the original, and gets what it asked for (rxe).
 	stop, end uint32
-	// begun is when the run's first response left (engine clock): with
-	// the packets a duplicate says arrived, the rate the requester took.
-	begun int64
+	// begun and lastAt are when the run's first and latest responses
+	// left (engine clock): with the packets a duplicate says arrived, the
+	// rate the requester took while the run was being sent. The time
+	// after its last response, when a requester that lost one waits for
+	// its own timeout before it asks again, is no part of that rate.
+	begun, lastAt int64
 	// atomic marks an executed CMP_SWAP or FETCH_ADD: its one "response"
 	// is an ATOMIC_ACKNOWLEDGE carrying orig, the value before the
 	// operation, which a duplicate gets again (never a second execution).

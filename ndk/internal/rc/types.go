@@ -44,6 +44,15 @@ const (
 	OpFastRegister // NdkFastRegister, IB_WR_REG_MR
 	OpBind         // NdkBind, IB_WR_BIND_MW
 	OpInvalidate   // NdkInvalidate, IB_WR_LOCAL_INV
+	// OpSendImm and OpWriteImm carry 32 bits of immediate data to the
+	// peer's receive completion (ROCEV2.md 1.4: SEND_*_WITH_IMMEDIATE,
+	// RDMA_WRITE_*_WITH_IMMEDIATE): an ndkxdp extension, verbs'
+	// IBV_WR_SEND_WITH_IMM and IBV_WR_RDMA_WRITE_WITH_IMM. A WRITE with
+	// immediate consumes a receive at the peer. They follow the local
+	// operations so that the values of the others stay those of
+	// proto's records.
+	OpSendImm
+	OpWriteImm
 )
 
 // responded reports whether the peer answers op with data of its own (READ
@@ -53,7 +62,13 @@ const (
 func (op Op) responded() bool { return op == OpRead || op.atomic() }
 
 // local reports whether op is executed locally, without a packet.
-func (op Op) local() bool { return op >= OpFastRegister }
+func (op Op) local() bool { return op >= OpFastRegister && op <= OpInvalidate }
+
+// write reports whether op is an RDMA WRITE (a RETH in its first packet).
+func (op Op) write() bool { return op == OpWrite || op == OpWriteImm }
+
+// immediate reports whether op's last packet carries ImmDt.
+func (op Op) immediate() bool { return op == OpSendImm || op == OpWriteImm }
 
 func (op Op) atomic() bool { return op == OpCompareSwap || op == OpFetchAdd }
 

@@ -59,6 +59,10 @@ const (
 	OpWrite
 	OpFetchAdd
 	OpCompareSwap
+	// OpRecvRDMAWithImm is a receive that the peer's RDMA WRITE with
+	// immediate consumed (IBV_WC_RECV_RDMA_WITH_IMM): Bytes is the
+	// WRITE's length, which landed where the WRITE named.
+	OpRecvRDMAWithImm
 )
 
 func (o Op) String() string {
@@ -75,6 +79,8 @@ func (o Op) String() string {
 		return "fetch-add"
 	case OpCompareSwap:
 		return "compare-swap"
+	case OpRecvRDMAWithImm:
+		return "receive-rdma-with-imm"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -142,6 +148,15 @@ type Endpoint interface {
 type Atomics interface {
 	FetchAdd(id uint64, local Segment, remoteAddr uint64, rkey uint32, add uint64, signaled bool) error
 	CompareSwap(id uint64, local Segment, remoteAddr uint64, rkey uint32, compare, swap uint64, signaled bool) error
+}
+
+// Immediate is the optional extension for ib_write_bw --write_with_imm:
+// an RDMA WRITE with 32 bits of immediate data, which also completes a
+// receive at the peer (OpRecvRDMAWithImm); with none posted there, the
+// peer holds it up with RNR NAKs. Its own completion is OpWrite.
+// Endpoints without it do not implement it.
+type Immediate interface {
+	WriteImm(id uint64, local Segment, remoteAddr uint64, rkey uint32, imm uint32, signaled bool) error
 }
 
 // ConnParams are the rdma_conn_param values a side offers (librdmacm

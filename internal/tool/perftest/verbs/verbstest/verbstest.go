@@ -42,6 +42,10 @@ type pending struct {
 	id       uint64
 	data     []byte
 	signaled bool
+	// dst is where a WRITE with immediate puts data once a receive of the
+	// peer takes it (imm marks one even when dst is empty).
+	dst []byte
+	imm bool
 }
 
 // Endpoint is one side of a pair.
@@ -198,7 +202,7 @@ func (e *Endpoint) complete(c verbs.Completion) {
 	if c.Err != nil {
 		e.failed = true
 	}
-	if c.Op == verbs.OpReceive {
+	if c.Op == verbs.OpReceive || c.Op == verbs.OpRecvRDMAWithImm {
 		e.rcq = append(e.rcq, c)
 		return
 	}
@@ -230,7 +234,7 @@ func (e *Endpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
 	}
 	e.Posted.Send++
 	// The payload is taken now, as the HCA would by DMA at post time.
-	e.sends = append(e.sends, pending{id, append([]byte(nil), local.Bytes()...), signaled})
+	e.sends = append(e.sends, pending{id: id, data: append([]byte(nil), local.Bytes()...), signaled: signaled})
 	e.deliver()
 	return nil
 }
@@ -241,6 +245,16 @@ func (e *Endpoint) deliver() {
 	for len(e.sends) > 0 && len(p.recvs) > 0 {
 		s, r := e.sends[0], p.recvs[0]
 		e.sends, p.recvs = e.sends[1:], p.recvs[1:]
+		if s.imm {
+			// A WRITE with immediate: the bytes go where it names, the
+			// receive only reports them.
+			copy(s.dst, s.data)
+			p.complete(verbs.Completion{ID: r.id, Op: verbs.OpRecvRDMAWithImm, Bytes: len(s.data)})
+			if s.signaled {
+				e.complete(verbs.Completion{ID: s.id, Op: verbs.OpWrite, Bytes: len(s.data)})
+			}
+			continue
+		}
 		if len(s.data) > r.seg.Len {
 			p.complete(verbs.Completion{ID: r.id, Op: verbs.OpReceive, Err: verbs.ErrTooLong})
 			e.complete(verbs.Completion{ID: s.id, Op: verbs.OpSend, Err: verbs.ErrTooLong})
@@ -319,6 +333,32 @@ func (e *Endpoint) Write(id uint64, local verbs.Segment, addr uint64, rkey uint3
 	if signaled {
 		e.complete(verbs.Completion{ID: id, Op: verbs.OpWrite, Bytes: local.Len})
 	}
+	return nil
+}
+
+// WriteImm implements verbs.Immediate: a WRITE that waits, as a SEND
+// does, for a receive of the peer to take it, then places its bytes and
+// completes that receive with OpRecvRDMAWithImm.
+func (e *Endpoint) WriteImm(id uint64, local verbs.Segment, addr uint64, rkey uint32, imm uint32, signaled bool) error {
+	e.mu.Lock()
+	defer e.unlock()
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := e.checkLocal(local); err != nil {
+		return fmt.Errorf("write with immediate: %w", err)
+	}
+	if len(e.sends) >= e.depth {
+		return fmt.Errorf("write with immediate: %w", verbs.ErrQueueFull)
+	}
+	e.Posted.Write++
+	dst, err := e.peer.remote(addr, rkey, local.Len, verbs.AccessRemoteWrite)
+	if err != nil {
+		e.complete(verbs.Completion{ID: id, Op: verbs.OpWrite, Err: err})
+		return nil
+	}
+	e.sends = append(e.sends, pending{id: id, data: append([]byte(nil), local.Bytes()...), signaled: signaled, dst: dst, imm: true})
+	e.deliver()
 	return nil
 }
 

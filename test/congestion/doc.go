@@ -1,0 +1,42 @@
+// Package congestion is a congestion test bed for ndkxdp's ECN, CNP and
+// DCQCN (ndk/internal/rc's doc, "Congestion control"): four hosts in
+// network namespaces of their own around a bridge in a hub namespace
+// (internal/vethpair's Star), MTU 9000 (path MTU 4096). Host 0 receives;
+// hosts 1 and 2 send; host 3 runs a latency probe. The hub's port toward
+// host 0 is the bottleneck: an htb class at 300 Mbit/s with a 4 MB
+// byte FIFO, behind a tc program on the port's egress that runs RED with
+// ecn over a phantom queue draining at the same rate (marks ECN-capable
+// frames CE with a probability rising from 0 at 256 KB of queue to 0.2 at
+// 1 MB, every frame beyond; drops the frames that are not ECN-capable
+// instead). The program stands in for sch_red, which the kernel here (6.18) lacks
+// with every other marking qdisc (marker_test.go).
+//
+// Flows are RC connections from hosts 1 and 2 to host 0, each keeping
+// eight 64 KiB WRITEs in flight; the probe READs 64 bytes from host 0
+// every 200µs, its request queued at the bottleneck behind the flows'
+// frames. Each run opens ndkxdp on every host with one of two settings:
+// DCQCN on with ECT(0) frames, or off with frames not ECN-capable (the
+// default; loss-driven pacing runs in both).
+//
+// TestBed_MarksNotifiesCuts and TestBed_OffMarksNothing check the bed's
+// mechanics in under a second each: with DCQCN the bottleneck marks, the
+// receiver sends CNPs, the senders receive them and cut their rates;
+// without it the bottleneck drops and nothing is marked.
+// BenchmarkIncast compares the two settings in one run for 2, 4 and 8
+// flows (goodput as a share of the bottleneck, Jain's fairness index
+// over the flows' bytes, the probe's p99 round trip and the bytes sent
+// again, as ratios of DCQCN's to no-CC's) and a single flow's share
+// alone; run it on demand, under the shared lock:
+//
+//	flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run XXX -bench Incast -benchtime 1x
+//
+// ndk/internal/rc's doc ("Congestion control") has its figures on the
+// 2-vCPU VM. DCQCN's increase steps are a tenth of the hardware's here
+// (ndk.CongestionOptions.AIRateMbps, HAIRateMbps), scaled to the
+// bottleneck.
+//
+// Every link lives in the namespaces the bed creates (198.18.0.0/24,
+// 2001:2::/64, no default route, nothing joined to a real interface) and
+// is deleted with them when the test ends. Tests need root and tc
+// (iproute2); they skip without, and fail under NDKXDP_STRICT=1.
+package congestion
