@@ -84,11 +84,16 @@ func (a *Adapter) CreateCQ(depth int, notify func(Status)) (*CQ, error) {
 	if depth < 1 || depth > int(a.info.MaxCQDepth) {
 		return nil, errorf(StatusInvalidParameter, "create cq", "depth %d out of range [1, MaxCQDepth %d]", depth, a.info.MaxCQDepth)
 	}
-	return a.be.createCQ(depth, notify)
+	return a.backend().createCQ(depth, notify)
 }
 
 // CreatePD creates a protection domain (NdkCreatePd).
-func (a *Adapter) CreatePD() (*PD, error) { return a.be.createPD() }
+func (a *Adapter) CreatePD() (*PD, error) {
+	if a.be == nil {
+		return nil, errorf(StatusInvalidHandle, "create pd", "adapter not opened (ndk.Open or ndk.Dial)")
+	}
+	return a.be.createPD()
+}
 
 // Close closes the adapter (CLOSE_NDK_ADAPTER_HANDLER). Objects still open
 // are closed with it: CQs stop notifying, MRs are deregistered, PDs close.
@@ -107,7 +112,7 @@ func (a *Adapter) Close() {
 	cqs, pds := a.cqs, a.pds
 	a.cqs, a.pds = nil, nil
 	a.mu.Unlock()
-	a.be.close(cqs, pds)
+	a.backend().close(cqs, pds)
 }
 
 // forgetCQ and forgetPD drop a closed child; after Adapter.Close the maps

@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // The seam between the API and its two providers. Each public object
@@ -43,6 +45,13 @@ type adapterBackend interface {
 	// createListener: onConnect is not nil.
 	createListener(onConnect func(*Connector)) (*Listener, error)
 	createSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error)
+	// serveUD, resolveUD and nextHop are the UD extension's connection
+	// management (ud.go): SIDR both ways, and the next hop's MAC for an
+	// address.
+	// serveUD's q is the caller's, unchecked.
+	serveUD(addr netip.AddrPort, q *QP) (*cm.UDService, error)
+	resolveUD(ctx context.Context, dst netip.AddrPort) (UDDestination, error)
+	nextHop(ip netip.Addr) (rocev2.MAC, error)
 	// gone and err are Adapter.Gone and Adapter.Err.
 	gone() <-chan struct{}
 	err() error
@@ -66,6 +75,8 @@ type pdBackend interface {
 	// AdapterInfo.
 	createSRQ(depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error)
 	createQP(cfg QPConfig) (*QP, error)
+	// createUDQP makes a UD QP with Q_Key qkey, ready at once (ud.go).
+	createUDQP(cfg QPConfig, qkey uint32) (*QP, error)
 	close()
 	// finishIfIdleLocked completes a pending close once no successor is
 	// left; pd.mu is held.

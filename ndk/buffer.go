@@ -92,7 +92,7 @@ func (a *Adapter) AllocBuffer(pd *PD, n int, flags MRFlag) (*Buffer, error) {
 	if pd == nil || pd.adapter != a {
 		return nil, errorf(StatusInvalidParameter, op, "pd of another adapter")
 	}
-	pool, err := a.be.bufferPool()
+	pool, err := a.backend().bufferPool()
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ type CMStats struct {
 }
 
 // CMStats returns the connection-management counters.
-func (a *Adapter) CMStats() CMStats { return a.be.cmStats() }
+func (a *Adapter) CMStats() CMStats { return a.backend().cmStats() }
 
 // cmError names the ndk call op in an error of package cm. Package cm
 // returns *Error already, so its status, detail and cause are kept in one

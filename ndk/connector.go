@@ -42,7 +42,7 @@ type Connector struct {
 // CreateConnector returns a connector for an outgoing connection
 // (NdkCreateConnector). It fails with STATUS_NOT_SUPPORTED on an adapter
 // without a transport and STATUS_INVALID_HANDLE after the adapter closed.
-func (a *Adapter) CreateConnector() (*Connector, error) { return a.be.createConnector() }
+func (a *Adapter) CreateConnector() (*Connector, error) { return a.backend().createConnector() }
 
 // readLimits checks the consumer's read limits and caps them at the
 // adapter's (NDKPI.md §8 Read limits).
@@ -64,6 +64,8 @@ func (c *Connector) checkQP(op string, qp *QP) error {
 		return errorf(StatusInvalidParameter, op, "QP of another adapter")
 	case qp.closed.Load():
 		return errorf(StatusInvalidHandle, op, "QP closed")
+	case qp.ud != nil:
+		return errorf(StatusInvalidDeviceRequest, op, "a UD QP is not connected: SendTo, and ResolveUD or ServeUD")
 	}
 	return nil
 }

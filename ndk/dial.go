@@ -187,14 +187,14 @@ func (r *daemonLink) watch() {
 // went away (Err says why): a caller waiting for something only the
 // daemon brings, such as a connection request, selects on it. It is nil,
 // never ready, for an adapter from Open.
-func (a *Adapter) Gone() <-chan struct{} { return a.be.gone() }
+func (a *Adapter) Gone() <-chan struct{} { return a.backend().gone() }
 
 func (r *daemonLink) gone() <-chan struct{} { return r.goneCh }
 
 // Err returns nil while the adapter can work. For an adapter from Dial
 // whose daemon went away it returns the error every call fails with from
 // then on: StatusConnectionReset, "daemon SOCKET went away".
-func (a *Adapter) Err() error { return a.be.err() }
+func (a *Adapter) Err() error { return a.backend().err() }
 
 func (r *daemonLink) err() error {
 	if !r.goneFlag.Load() {
@@ -344,7 +344,7 @@ func (a *Adapter) Memory(n int) ([]byte, error) {
 	if n < 1 {
 		return nil, errorf(StatusInvalidParameter, "memory", "length %d", n)
 	}
-	return a.be.memory(n)
+	return a.backend().memory(n)
 }
 
 func (r *daemonLink) memory(n int) ([]byte, error) {

@@ -42,6 +42,11 @@
 //     QP.CompareAndSwap and QP.FetchAndAdd, MRFlagAllowRemoteAtomic, and
 //     completion Types OpCompareAndSwap and OpFetchAndAdd, the IB atomics
 //     a verbs peer's ib_atomic_bw uses;
+//   - the UD extension (ud.go; NDKPI has only connected QPs):
+//     PD.CreateUDQP, QP.SendTo and SendToWithImmediate to a
+//     UDDestination, receives with the GRH ahead of the payload (UDSource,
+//     Adapter.UDReplyTo), and rdma_cm's UD service resolution (SIDR) both
+//     ways, Adapter.ServeUD and Adapter.ResolveUD; in process only;
 //   - the immediate-data extension (immediate.go): QP.SendWithImmediate
 //     and QP.WriteWithImmediate; the receive's ResultEx has
 //     ResultWithImmediate and Immediate, and a WRITE's receive Type

@@ -209,3 +209,14 @@ func (b *inprocAdapter) close(cqs map[*CQ]struct{}, pds map[*PD]struct{}) {
 		pd.closeWithSuccessors()
 	}
 }
+
+// backend is the adapter's provider. An Adapter that no Open or Dial made
+// (the zero value) has none: it answers as an in-process adapter without
+// a transport, with no engines and errors for what needs one, never a
+// nil dereference.
+func (a *Adapter) backend() adapterBackend {
+	if a.be == nil {
+		return &inprocAdapter{a: a}
+	}
+	return a.be
+}

@@ -218,7 +218,10 @@ func (b *inprocPD) createSRQ(depth, maxReceiveRequestSGE, notifyThreshold int, n
 	return s, nil
 }
 
-func (b *inprocPD) createQP(cfg QPConfig) (*QP, error) {
+func (b *inprocPD) createQP(cfg QPConfig) (*QP, error) { return b.newQP(cfg, false) }
+
+// newQP makes an RC QP, or a UD QP if ud (inproc_ud.go).
+func (b *inprocPD) newQP(cfg QPConfig, ud bool) (*QP, error) {
 	const op = "create qp"
 	pd := b.pd
 	a := pd.adapter
@@ -246,7 +249,7 @@ func (b *inprocPD) createQP(cfg QPConfig) (*QP, error) {
 		RecvCQ: cfg.ReceiveCQ.core(), SendCQ: cfg.InitiatorCQ.core(), Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq,
+		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq, UD: ud,
 	})
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)

@@ -30,7 +30,7 @@ func (a *Adapter) CreateListener(onConnect func(*Connector)) (*Listener, error) 
 	if onConnect == nil {
 		return nil, errorf(StatusInvalidParameter, "create listener", "no connect callback")
 	}
-	return a.be.createListener(onConnect)
+	return a.backend().createListener(onConnect)
 }
 
 // Listen starts listening on addr (NdkListen). Port 0 picks a free one
@@ -101,7 +101,7 @@ type SharedEndpoint struct {
 // STATUS_SHARING_VIOLATION when the address and port are taken and
 // STATUS_INVALID_ADDRESS for an address that is not the adapter's.
 func (a *Adapter) CreateSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
-	return a.be.createSharedEndpoint(addr)
+	return a.backend().createSharedEndpoint(addr)
 }
 
 // LocalAddress returns the endpoint's address and port

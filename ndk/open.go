@@ -260,16 +260,16 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 }
 
 // LocalAddress returns the IP address the adapter's QPs send from.
-func (a *Adapter) LocalAddress() netip.Addr { return a.be.localAddress() }
+func (a *Adapter) LocalAddress() netip.Addr { return a.backend().localAddress() }
 
 // MAC returns the interface's hardware address.
-func (a *Adapter) MAC() net.HardwareAddr { return a.be.mac() }
+func (a *Adapter) MAC() net.HardwareAddr { return a.backend().mac() }
 
 // PathMTU returns the largest path MTU the interface carries, in bytes
 // (1024 at a 1500-byte MTU, 4096 at 9000: rocev2.MTUForNetdev).
-func (a *Adapter) PathMTU() int { return a.be.pathMTU() }
+func (a *Adapter) PathMTU() int { return a.backend().pathMTU() }
 
 // Stats returns the counters of each queue's engine. Each engine takes its
 // snapshot on its own goroutine, which also orders the caller with it (see
 // the ndk doc: memory a peer writes with RDMA WRITE).
-func (a *Adapter) Stats() []EngineStats { return a.be.stats() }
+func (a *Adapter) Stats() []EngineStats { return a.backend().stats() }

@@ -51,6 +51,7 @@ type QP struct {
 	// initiator posts are serialized, and a local array would escape.
 	atomicSGL [1]rc.SGE
 	recvSGL   sglCopy // Receive's
+	ud        *udInfo // a UD QP's Q_Key and MTU (ud.go); nil for RC
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
@@ -81,7 +82,10 @@ func engineSGL(sgl []SGE) []rc.SGE {
 // The QP is assigned to a queue round-robin; receives may be posted at
 // once, initiator requests after ConnectOOB (or, with connection
 // management, after the connector completes).
-func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) { return pd.createQP(cfg, false, 0) }
+
+// createQP is CreateQP, of a UD QP with Q_Key qkey (ud.go) if ud.
+func (pd *PD) createQP(cfg QPConfig, ud bool, qkey uint32) (*QP, error) {
 	const op = "create qp"
 	a := pd.adapter
 	info := &a.info
@@ -102,6 +106,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "MaxInitiatorRequestSGE %d outside [0, %d]", cfg.MaxInitiatorRequestSGE, info.MaxInitiatorRequestSGE)
 	case cfg.InlineDataSize < 0 || cfg.InlineDataSize > int(info.MaxInlineDataSize):
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
+	}
+	if ud {
+		return pd.be.createUDQP(cfg, qkey)
 	}
 	return pd.be.createQP(cfg)
 }

@@ -24,8 +24,9 @@ type EngineStats struct {
 	// not match.
 	BadICRC uint64
 
-	// not_rc (frames): Frames dropped on receive: CNP, UC, UD, not handled
-	// by the RC engine.
+	// not_rc (frames): Frames dropped on receive: CNP and UC, which the
+	// engine does not run, and QP1 datagrams no engine of the adapter takes
+	// (UD to other QPs is counted as for RC: unknown_qp, not_connected).
 	NotRC uint64
 
 	// unknown_qp (frames): Frames dropped on receive: for a QP number the
@@ -181,4 +182,12 @@ type EngineStats struct {
 	// loss_cuts (cuts): Rate cuts for losses the peer reported (a duplicate
 	// READ, a sequence NAK, an ACK timeout): loss-driven pacing.
 	LossCuts uint64
+
+	// bad_qkey (frames): UD datagrams dropped on receive: their DETH Q_Key
+	// is not the QP's (rxe check_keys).
+	BadQKey uint64
+
+	// ud_dropped (frames): UD datagrams dropped on receive: no receive
+	// posted, or one too small for the GRH and the payload (rxe drop_msg).
+	UDDropped uint64
 }

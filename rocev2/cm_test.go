@@ -368,6 +368,12 @@ func equalMessages(a, b CMMessage) bool {
 	case *CMMra:
 		y, ok := b.(*CMMra)
 		return ok && *x == *y
+	case *CMSIDRReq:
+		y, ok := b.(*CMSIDRReq)
+		return ok && *x == *y
+	case *CMSIDRRep:
+		y, ok := b.(*CMSIDRRep)
+		return ok && *x == *y
 	}
 	return false
 }

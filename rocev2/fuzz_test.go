@@ -73,7 +73,7 @@ func FuzzDecodeMAD(f *testing.F) {
 			f.Add(bytes.Clone(p.Payload))
 		}
 	}
-	for _, m := range []CMMessage{&CMReq{}, &CMRep{}, &CMRtu{}, &CMRej{Reason: RejInvalidServiceID}, &CMDreq{}, &CMDrep{}, &CMMra{}} {
+	for _, m := range []CMMessage{&CMReq{}, &CMRep{}, &CMRtu{}, &CMRej{Reason: RejInvalidServiceID}, &CMDreq{}, &CMDrep{}, &CMMra{}, &CMSIDRReq{}, &CMSIDRRep{QPN: 0x123456, QKey: 0x01234567}} {
 		var b [MADLen]byte
 		mad := NewCMMAD(42, m)
 		if err := mad.Encode(b[:]); err != nil {

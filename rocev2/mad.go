@@ -175,7 +175,8 @@ func (m *MAD) Encode(b []byte) error {
 }
 
 // DecodeMAD decodes a 256-byte CM MAD. It checks the base version, class and
-// class version, and decodes REQ, REP, RTU, REJ, DREQ, DREP and MRA.
+// class version, and decodes REQ, REP, RTU, REJ, DREQ, DREP, MRA, SIDR_REQ
+// and SIDR_REP.
 func DecodeMAD(b []byte) (MAD, error) {
 	if len(b) != MADLen {
 		return MAD{}, fmt.Errorf("decode MAD: %d bytes: %w", len(b), ErrMADTruncated)
@@ -206,6 +207,10 @@ func DecodeMAD(b []byte) (MAD, error) {
 		msg = new(CMDrep)
 	case AttrMRA:
 		msg = new(CMMra)
+	case AttrSIDRREQ:
+		msg = new(CMSIDRReq)
+	case AttrSIDRREP:
+		msg = new(CMSIDRRep)
 	default:
 		return MAD{}, fmt.Errorf("decode MAD: %v: %w", h.AttributeID, ErrMADAttribute)
 	}

@@ -42,6 +42,7 @@ func init() {
 			{"perf TEST", "perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,\nwrite_lat or read_lat over rdma_cm against any RoCE peer"},
 		}},
 		{name: "rping", run: runRping, usage: []usageLine{{"rping", "librdmacm's rping, client or server, against any RoCE peer"}}},
+		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},
 		{name: "daemon", run: runDaemon, stopIsSuccess: true, usage: []usageLine{{"daemon", "serve an interface to local applications (ndk.Dial)"}}},
 		{name: "counters", run: withoutContext(runCounters), usage: []usageLine{{"counters", "print the steering counters of a pinned attachment"}}},
 		{name: "status", run: runStatus, usage: []usageLine{{"status", "whether a daemon serves an interface, since when, its clients"}}},

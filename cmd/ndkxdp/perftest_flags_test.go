@@ -36,6 +36,7 @@ func TestPerftestCommandLines(t *testing.T) {
 			return f.params.AtomicType == perftest.CompareAndSwap
 		}},
 		{"ib_write_bw -R -d lo -a -F --ib-dev lo", func(f perfTestFlags) bool { return f.params.AllSizes }},
+		{"ib_send_bw -R -d lo -c UD -n 20 198.18.0.1", func(f perfTestFlags) bool { return f.params.UD && f.params.Iterations == 20 }},
 		{"ib_write_lat --rdma_cm --CPU-freq --gid-index 1 --ib-dev lo 198.18.0.1", func(f perfTestFlags) bool { return f.params.GIDIndex == 1 }},
 	} {
 		t.Run(tc.line, func(t *testing.T) {
@@ -54,7 +55,8 @@ func TestPerftestCommandLines(t *testing.T) {
 		{"ib_send_bw -R -d lo --run_infinitely 198.18.0.1", "-D SECONDS runs for that long"},
 		{"ib_send_bw -R -d lo -q 4 198.18.0.1", "run 4 perf processes, each on its own -p port"},
 		{"ib_send_bw -R -d mlx5_99 198.18.0.1", "give -dev IF, or -daemon SOCKET"},
-		{"ib_send_bw -R -d lo -c UD 198.18.0.1", "RC connections only"},
+		{"ib_send_bw -R -d lo -c UC 198.18.0.1", "RC and UD connections only"},
+		{"ib_write_bw -R -d lo -c UD 198.18.0.1", "-c UD runs ib_send_bw and ib_send_lat only"},
 		{"ib_send_bw -R -d lo -m 4096 198.18.0.1", "follows the interface's MTU"},
 		{"ib_send_bw -R -d lo -i 2 198.18.0.1", "one port"},
 	} {

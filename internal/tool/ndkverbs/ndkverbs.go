@@ -107,6 +107,9 @@ type Endpoint struct {
 	peeked     uint64
 	disconnect func() error
 	closed     bool
+	// ud is where a UD endpoint's sends go (ud.go); nil on RC endpoints
+	// and on a UD server's, which only receive.
+	ud *ndk.UDDestination
 }
 
 var (
@@ -238,7 +241,16 @@ func postErr(op string, err error) error {
 
 // Send implements verbs.Endpoint.
 func (e *Endpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
-	if err := e.qp.Send(id, e.sge(local), silent(signaled)); err != nil {
+	var err error
+	switch {
+	case e.ud != nil:
+		err = e.qp.SendTo(id, e.sge(local), *e.ud, silent(signaled))
+	case e.qp.UDQKey() != 0:
+		err = fmt.Errorf("a UD server endpoint has no destination: %w", verbs.ErrInvalid)
+	default:
+		err = e.qp.Send(id, e.sge(local), silent(signaled))
+	}
+	if err != nil {
 		return postErr("send", err)
 	}
 	if signaled {

@@ -32,7 +32,11 @@ func (p *Params) sizes() []int {
 		return []int{p.Size}
 	}
 	var s []int
-	for size := 2; size <= MaxSize; size *= 2 {
+	limit := MaxSize
+	if p.UD {
+		limit = p.Size // the MTU (fitUD)
+	}
+	for size := 2; size <= limit; size *= 2 {
 		s = append(s, size)
 	}
 	return s

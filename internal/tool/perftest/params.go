@@ -136,6 +136,14 @@ type Params struct {
 	// Spin is how long the adaptive polling spins before it blocks
 	// (verbs.Backoff.Spin); zero means verbs.DefaultSpin.
 	Spin time.Duration
+	// UD is -c UD (ib_send_bw only; ud.go): the data QP is an unreliable
+	// datagram QP, found through rdma_cm's UDP port space. The Connector
+	// or Listener must implement verbs.UDConnector or verbs.UDListener.
+	UD bool
+
+	// udSizeIsMTU: -c UD without -s, whose size becomes the path MTU
+	// once it is agreed, as perftest's check_mtu does.
+	udSizeIsMTU bool
 }
 
 // ErrUnsupported is an option ndkxdp does not run (yet).
@@ -171,6 +179,9 @@ func (p *Params) normalize() error {
 	if p.UseSRQ && p.Verb != Send {
 		// perftest_parameters.c: "Using SRQ only avavilible in SEND tests."
 		return bad("--use-srq is for send tests, not %v", p.Verb)
+	}
+	if err := p.normalizeUD(); err != nil {
+		return err
 	}
 	switch {
 	case p.Verb == Atomic:

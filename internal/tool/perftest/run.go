@@ -40,6 +40,7 @@ type Result struct {
 // source and sink of our own requests, the second half the target the peer
 // names (set_up_connection advertises buf + BUFF_SIZE).
 type data struct {
+	grh   int // -c UD: each receive's room for the GRH (verbs.GRHLen)
 	w     waiter
 	srq   verbs.SRQ       // --use-srq: the receives go here
 	imm   verbs.Immediate // --write_with_imm: the WRITEs go here
@@ -53,6 +54,9 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 	return func(ep verbs.Endpoint) error {
 		d.w.ep = ep
 		d.w.idle.Busy, d.w.idle.Spin = p.BusyPoll, p.Spin
+		if p.UD {
+			d.grh = verbs.GRHLen // UD_ADDITION
+		}
 		if p.WriteImm {
 			imm, ok := ep.(verbs.Immediate)
 			if !ok {
@@ -60,7 +64,7 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 			}
 			d.imm = imm
 		}
-		d.half = max(p.Size, cycle) // BUFF_SIZE(size, cycle_buffer)
+		d.half = max(p.Size+d.grh, cycle) // BUFF_SIZE(size, cycle_buffer)
 		access := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 		if p.Verb == Atomic {
 			access |= verbs.AccessRemoteAtomic
@@ -91,7 +95,7 @@ func prepareData(d *data, p *Params, cycle int) func(verbs.Endpoint) error {
 // of the largest.
 func (d *data) setSize(size int) {
 	d.local, _ = d.buf.Seg(0, size)
-	d.recv, _ = d.buf.Seg(d.half, size)
+	d.recv, _ = d.buf.Seg(d.half, size+d.grh)
 }
 
 // postRecv posts one receive of the test buffer: to the SRQ with
@@ -132,7 +136,7 @@ const (
 )
 
 func connParams(p *Params, prepare func(verbs.Endpoint) error) verbs.ConnParams {
-	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare}
+	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare, UDAnnounce: p.UD && p.Kind == Lat}
 	if p.Verb == Read || p.Verb == Atomic {
 		// rdma_cm_route_handler / rdma_cm_connection_request_handler.
 		cp.ResponderResources, cp.InitiatorDepth = uint8(p.OutReads), uint8(p.OutReads)
@@ -168,6 +172,10 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 	if err != nil {
 		return Result{Params: p}, err
 	}
+	dc, err := dataConnector(&p, c)
+	if err != nil {
+		return Result{Params: p}, err
+	}
 	ctl := &control{client: true}
 	ep, err := connectData(ctx, c, &p, func() (verbs.ConnParams, error) {
 		return verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)}, nil
@@ -179,7 +187,7 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 	ctx, cancel := durationBound(ctx, &p)
 	defer cancel()
 	res, err := session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
-		return connectData(ctx, c, &p, params)
+		return connectData(ctx, dc, &p, params)
 	})
 	return res, boundErr(ctx, err)
 }
@@ -196,6 +204,10 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 	if err != nil {
 		return Result{Params: p}, err
 	}
+	accept, err := dataAcceptor(&p, l)
+	if err != nil {
+		return Result{Params: p}, err
+	}
 	ctl := &control{}
 	ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
 	if err != nil {
@@ -209,7 +221,7 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 		if err != nil {
 			return nil, err
 		}
-		return l.Accept(ctx, cp)
+		return accept(ctx, cp)
 	})
 	return res, boundErr(ctx, err)
 }
@@ -257,6 +269,10 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 	if err != nil {
 		return fail("prologue", err)
 	}
+	if err := p.fitUD(res.MTU, out); err != nil {
+		return fail("UD message size", err)
+	}
+	res.Params.Size = p.Size
 	// create_rdma_cm_connection: a handshake of zeroed dests, the data
 	// connection, another zeroed handshake.
 	var zero Dest

@@ -65,7 +65,8 @@
 //
 // Around them: path.go has PathInfo, RemoteInfo and the QP and Transport
 // interfaces; clock.go the Clock, the deadline heap and IBA time units;
-// gsi.go the QP1 framing; resolve.go the Resolver; errors.go
+// gsi.go the QP1 framing; resolve.go the Resolver; sidr.go UD service
+// resolution (SIDR_REQ, SIDR_REP: ServeUD, ResolveUD); errors.go
 // RejectError, the cause a peer's REJ gives a failed connection.
 // FuzzManagerMADs (fuzz_test.go) drives a Manager with sequences of MADs,
 // consumer calls and clock steps.

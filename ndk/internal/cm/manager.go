@@ -183,6 +183,7 @@ type Manager struct {
 	// Connections in time-wait, oldest first (Connector.twPrev, twNext).
 	twOldest, twNewest *Connector
 	timeWaits          int
+	sidr               sidrState // UD service resolution (sidr.go)
 }
 
 type remoteKey struct {
@@ -511,6 +512,10 @@ func (m *Manager) HandleMAD(src PathInfo, srcQP uint32, mad []byte) {
 		m.handleDREQ(src, tid, msg)
 	case *rocev2.CMDrep:
 		m.handleDREP(msg)
+	case *rocev2.CMSIDRReq:
+		m.handleSIDRREQ(src, tid, msg)
+	case *rocev2.CMSIDRRep:
+		m.handleSIDRREP(msg)
 	default:
 		m.stats.Unmatched++
 	}

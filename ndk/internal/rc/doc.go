@@ -38,6 +38,8 @@
 //	FLUSH, ATOMIC_WRITE             -                 responder: fatalNAK      -
 //	                                                  (invalid request)
 //	UD SEND_ONLY to QP1 (CM)        TransmitGSI       dispatch -> Config.GSI   (package cm)
+//	UD SEND_ONLY[_WITH_IMMEDIATE]   udRequest         udReceive                udRequest (send, as it
+//	to a UD QP (ud.go)                                                         leaves), udReceive
 //
 // sendRequest is the requester's (called from request); recv*,
 // duplicate*, fatalNAK and the senders of answers (sendReadResponse,
@@ -68,6 +70,8 @@
 //	frame.go      emit (headers, payload, ICRC onto the port), span, scatter
 //	forward.go    frames handed between the engines of one adapter
 //	gsi.go        QP1's datagrams for connection management
+//	ud.go         UD QPs (an ndkxdp extension): ActivateUD, datagrams out and
+//	              in, the GRH, Q_Key checks
 //	stats.go      the engine's live counters (declared in ndk/internal/counters) and Stats
 //	congestion.go traffic class, ECN notification point, DCQCN reaction
 //	              point and pacer

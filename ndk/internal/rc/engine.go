@@ -495,6 +495,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	if op.Transport() != rocev2.TransportRC {
 		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
 		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
+		if op.Transport() == rocev2.TransportUD && e.pkt.BTH.DestQP != rocev2.GSIQP {
+			e.udReceive(frame, mayForward)
+			return
+		}
 		if op == rocev2.UDSendOnly && e.pkt.BTH.DestQP == rocev2.GSIQP {
 			if !e.toAdapter() {
 				atomic.AddUint64(&e.c.WrongDestination, 1)
@@ -666,6 +670,10 @@ func (e *Engine) service(q *QP) (int, bool) {
 		e.cancelAll(q)
 		e.signalDrained(q)
 		return sent, false
+	}
+	if t.ud {
+		s, more := e.udRequest(q)
+		return sent + s, more
 	}
 	if !t.connected {
 		return sent, false

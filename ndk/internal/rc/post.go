@@ -34,6 +34,8 @@ type SendWR struct {
 	// Compare and SwapAdd are the operands of OpCompareSwap (compare,
 	// swap) and OpFetchAdd (SwapAdd is the addend).
 	Compare, SwapAdd uint64
+	// UD is a UD QP's destination (ud.go).
+	UD UDDest
 	// Imm is the immediate data of OpSendImm and OpWriteImm.
 	Imm uint32
 }
@@ -74,7 +76,11 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	case StateClosed:
 		return ndkpi.StatusInvalidHandle
 	}
-	if wr.Op.local() {
+	if q.cfg.UD {
+		if st := q.checkUD(wr); st != ndkpi.StatusSuccess {
+			return st
+		}
+	} else if wr.Op.local() {
 		return q.postLocal(wr)
 	}
 	inline := wr.Flags&ndkpi.OpFlagInline != 0 && !wr.Op.responded()
@@ -148,6 +154,9 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	w.swapAdd = wr.SwapAdd
 	w.imm = wr.Imm
 	w.ctx = wr.Context
+	if q.cfg.UD {
+		w.ud = wr.UD
+	}
 	q.sq.publish()
 	return ndkpi.StatusSuccess
 }

@@ -27,6 +27,7 @@ type sendWQE struct {
 	swapAdd     uint64       // CMP_SWAP's swap value, FETCH_ADD's addend
 	imm         uint32       // OpSendImm, OpWriteImm: the ImmDt
 	ctx         any
+	ud          UDDest // a UD QP's destination (ud.go)
 	// seg holds the SGEs resolved at post time (inline: seg[0] aliases
 	// inline). Both are the slot's share of arrays sized by the QP's
 	// limits (newSendRing), so that a small QP costs little: fixed
@@ -96,6 +97,9 @@ type QPConfig struct {
 	// it has no receive queue of its own, and RecvDepth and MaxRecvSGE
 	// are ignored.
 	SRQ *SRQ
+	// UD makes an unreliable-datagram QP (ud.go): ActivateUD instead of
+	// Connect, and each send names its destination.
+	UD bool
 }
 
 // QP is a reliable-connection queue pair. Post methods are called by the
@@ -116,6 +120,8 @@ type QP struct {
 	// for this QP (ArmPlacedWrites).
 	writeArm atomic.Pointer[chan struct{}]
 	drained  chan struct{} // closed by the engine: see Drained
+
+	udMTU atomic.Uint32 // a UD QP's path MTU once active (ud.go)
 
 	// Send-side producer state.
 	deferred bool // a DEFER post since the last doorbell
@@ -205,6 +211,8 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 // the given parameters.
 func (q *QP) Connect(p ConnParams) error {
 	switch {
+	case q.cfg.UD:
+		return fmt.Errorf("%w: a UD QP is not connected (ActivateUD)", ErrBadConfig)
 	case !p.PathMTU.Valid():
 		return fmt.Errorf("%w: path MTU %v", ErrBadConfig, p.PathMTU)
 	case p.Local.QPN != q.cfg.QPN:

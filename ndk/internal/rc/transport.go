@@ -13,6 +13,8 @@ import (
 // acknowledgement.
 type qpTransport struct {
 	connected bool
+	ud        bool   // an active UD QP (ud.go); never connected
+	qkey      uint32 // a UD QP's Q_Key
 	failed    bool
 	drained   bool // QP.drained is closed
 	active    bool // on the engine's active list

@@ -177,6 +177,15 @@ type ConnParams struct {
 	// SRQMaker the connection is opened through.
 	SRQ     SRQ
 	Prepare func(Endpoint) error
+	// UDAnnounce is perftest's UD connection parameters, which its
+	// latency test exchanges (perftest_communication.c
+	// rdma_cm_send_ud_connection_parameters and
+	// rdma_cm_initialize_ud_connection_parameters): a UDConnector's
+	// endpoint, once resolved, sends one 4-byte SEND with immediate
+	// naming its QPN, and a UDListener's endpoint posts a receive for it
+	// ahead of Prepare's, waits for it and sends to its sender from then
+	// on. UD endpoints only.
+	UDAnnounce bool
 }
 
 // SRQ is a shared receive queue (NdkCreateSrq): receives posted once and

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-capture FILE] -dev IFNAME`
+
+const udaddySynopsis = udaddyUsage + `
+
+librdmacm's udaddy over ndkxdp's UD queue pairs on IFNAME: without -s it
+serves (on -b, an address of the interface, or on all of them); -s ADDR
+resolves the server's UD QP at ADDR through rdma_cm's SIDR, sends -C
+datagrams of -S bytes and waits for as many answers. Either side may be
+Linux udaddy. UD runs in process only, not through a daemon.`
+
+type udaddyFlags struct {
+	dst, bind, dev, capture string
+	port                    uint
+	cfg                     udaddy.Config
+	timeout                 time.Duration
+}
+
+func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
+	fs := cmdline.NewFlagSet("udaddy", udaddySynopsis, stderr)
+	var f udaddyFlags
+	fs.StringVar(&f.dst, "s", "", "client: the server's address or host name (without it: serve)")
+	fs.StringVar(&f.bind, "b", "", "server: the address to serve on (default: every address)")
+	fs.UintVar(&f.port, "port", udaddy.DefaultPort, "rdma_cm UDP port space port (udaddy's is 7174)")
+	fs.IntVar(&f.cfg.Count, "C", udaddy.DefaultCount, "datagrams each way")
+	fs.IntVar(&f.cfg.Size, "S", udaddy.DefaultSize, "datagram size in bytes (at most the path MTU)")
+	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
+	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
+		return f, err
+	}
+	switch {
+	case f.port == 0 || f.port > 0xFFFF:
+		return f, cmdline.Usagef("-port %d: not a port", f.port)
+	case f.cfg.Count < 1 || f.cfg.Size < 1:
+		return f, cmdline.Usagef("-C %d -S %d: both must be positive", f.cfg.Count, f.cfg.Size)
+	case f.timeout <= 0:
+		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
+	case f.dev == "":
+		return f, cmdline.Usagef("-dev IFNAME is required: UD runs in process, not through a daemon\n%s", udaddyUsage)
+	}
+	return f, checkAdapterFlags(f.dev, "", f.capture, udaddyUsage)
+}
+
+// runUdaddy is librdmacm's udaddy, client (-s) or server, on an ndkxdp
+// adapter attached to -dev.
+func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseUdaddy(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	var peer netip.Addr
+	bind := netip.IPv4Unspecified()
+	if f.dst != "" {
+		if peer, err = cmdline.LookupAddr(ctx, "-s", f.dst); err != nil {
+			return err
+		}
+	}
+	if f.bind != "" {
+		if bind, err = cmdline.LookupAddr(ctx, "-b", f.bind); err != nil {
+			return err
+		}
+		if err := checkLocalAddr(f.dev, bind); err != nil {
+			return err
+		}
+	}
+	if err := cmdline.ToolNeedsCaps(""); err != nil {
+		return err
+	}
+	var opts ndk.Options
+	capture, err := cmdline.OpenCapture(f.capture, &opts)
+	if err != nil {
+		return err
+	}
+	if capture != nil {
+		defer capture.Close()
+	}
+	a, err := ndk.Open(f.dev, opts)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	var st udaddy.Stats
+	if peer.IsValid() {
+		st, err = udaddy.RunClient(ctx, a, netip.AddrPortFrom(peer, uint16(f.port)), f.cfg, stdout)
+	} else {
+		st, err = udaddy.RunServer(ctx, a, netip.AddrPortFrom(bind, uint16(f.port)), f.cfg, stdout)
+	}
+	fmt.Fprintf(stderr, "udaddy: %d datagrams sent, %d received\n", st.Sent, st.Received)
+	return err
+}

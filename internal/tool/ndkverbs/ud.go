@@ -1,0 +1,191 @@
+package ndkverbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/ndk"
+)
+
+var (
+	_ verbs.UDConnector = (*Connector)(nil)
+	_ verbs.UDListener  = (*Listener)(nil)
+)
+
+// udEndpoint is endpoint with a UD QP of rdma_cm's Q_Key.
+func (d *Device) udEndpoint(q Depths) (*Endpoint, error) {
+	if q.Send == 0 {
+		q.Send = 1024
+	}
+	if q.Receive == 0 {
+		q.Receive = 1024
+	}
+	wake := make(chan struct{}, 1)
+	notify := func(ndk.Status) { signal(wake) }
+	scq, err := d.Adapter.CreateCQ(q.Send, notify)
+	if err != nil {
+		return nil, fmt.Errorf("ndkverbs: create initiator cq: %w", err)
+	}
+	rcq, err := d.Adapter.CreateCQ(q.Receive, notify)
+	if err != nil {
+		scq.Close()
+		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
+	}
+	qp, err := d.PD.CreateUDQP(ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
+		ReceiveQueueDepth: q.Receive, InitiatorQueueDepth: q.Send,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey)
+	if err != nil {
+		scq.Close()
+		rcq.Close()
+		return nil, fmt.Errorf("ndkverbs: create ud qp: %w", err)
+	}
+	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq, wake: wake}, nil
+}
+
+// ConnectUD implements verbs.UDConnector: a new UD endpoint, prepared with
+// p.Prepare, whose sends go to the UD QP that the peer's SIDR_REP names
+// for port. A refusal is a *verbs.RejectError with reason 8.
+func (c *Connector) ConnectUD(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
+	ep, err := c.Dev.udEndpoint(c.Depths)
+	if err != nil {
+		return nil, err
+	}
+	if p.Prepare != nil {
+		if err := p.Prepare(ep); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("prepare endpoint: %w", err)
+		}
+	}
+	dst := netip.AddrPortFrom(c.Peer, port)
+	d, err := c.Dev.Adapter.ResolveUD(ctx, dst)
+	if err != nil {
+		ep.Close()
+		if errors.Is(err, ndk.ErrConnectionRefused) {
+			err = fmt.Errorf("%w: %w", &verbs.RejectError{Reason: verbs.RejectInvalidServiceID}, err)
+		}
+		return nil, fmt.Errorf("resolve the UD service at %v: %w", dst, err)
+	}
+	ep.ud = &d
+	if p.UDAnnounce {
+		if err := ep.announce(ctx); err != nil {
+			ep.Close()
+			return nil, err
+		}
+	}
+	return ep, nil
+}
+
+// idAnnounce is the work request ID of the UD connection parameters'
+// send and receive (perftest's wr_id 0).
+const idAnnounce = 0
+
+// announce sends perftest's UD connection parameters: 4 bytes, the
+// immediate our QPN, signaled, and waits for the completion.
+func (e *Endpoint) announce(ctx context.Context) error {
+	buf, err := e.Alloc(4)
+	if err != nil {
+		return err
+	}
+	r, err := e.Register(buf, 0)
+	if err != nil {
+		return err
+	}
+	seg, _ := r.Seg(0, 4)
+	if err := e.qp.SendToWithImmediate(uint64(idAnnounce), e.sge(seg), *e.ud, e.qp.QPN(), 0); err != nil {
+		return fmt.Errorf("send the UD connection parameters: %w", err)
+	}
+	res, err := e.one(ctx, e.scq)
+	switch {
+	case err != nil:
+		return fmt.Errorf("send the UD connection parameters: %w", err)
+	case res.Status != ndk.StatusSuccess:
+		return fmt.Errorf("send the UD connection parameters: %w", completionErr(&res))
+	}
+	return nil
+}
+
+// one waits for the next completion of cq.
+func (e *Endpoint) one(ctx context.Context, cq *ndk.CQ) (ndk.ResultEx, error) {
+	var r [1]ndk.ResultEx
+	for cq.GetResultsEx(r[:]) == 0 {
+		select {
+		case <-ctx.Done():
+			return r[0], ctx.Err()
+		case <-e.dev.Adapter.Gone():
+			return r[0], e.dev.Adapter.Err()
+		case <-time.After(50 * time.Microsecond):
+		}
+	}
+	return r[0], nil
+}
+
+// AcceptUD implements verbs.UDListener: a new UD endpoint, prepared with
+// p.Prepare, serves the listener's address and port in rdma_cm's UDP
+// port space until it closes; AcceptUD returns once a client's request
+// was answered.
+func (x *Listener) AcceptUD(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
+	ep, err := x.dev.udEndpoint(x.depths)
+	if err != nil {
+		return nil, err
+	}
+	var grh verbs.Region
+	if p.UDAnnounce {
+		// The parameters' receive goes first, so that the datagram
+		// lands in it and not in one of Prepare's (which may be shorter).
+		buf, err := ep.Alloc(verbs.GRHLen + 4)
+		if err == nil {
+			grh, err = ep.Register(buf, verbs.AccessLocalWrite)
+		}
+		if err == nil {
+			seg, _ := grh.Seg(0, verbs.GRHLen+4)
+			err = ep.Receive(uint64(idAnnounce), seg)
+		}
+		if err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("post the UD connection parameters' receive: %w", err)
+		}
+	}
+	if p.Prepare != nil {
+		if err := p.Prepare(ep); err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("prepare endpoint: %w", err)
+		}
+	}
+	svc, err := x.dev.Adapter.ServeUD(x.l.LocalAddress(), ep.qp)
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("serve UD on %v: %w", x.l.LocalAddress(), err)
+	}
+	ep.Connected(func() error { svc.Close(); return nil })
+	for svc.Answered() == 0 {
+		select {
+		case <-ctx.Done():
+			ep.Close()
+			return nil, fmt.Errorf("accept UD: %w", ctx.Err())
+		case <-x.done:
+			ep.Close()
+			return nil, fmt.Errorf("accept UD: listener closed: %w", verbs.ErrInvalid)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if p.UDAnnounce {
+		res, err := ep.one(ctx, ep.rcq)
+		if err == nil && (res.Status != ndk.StatusSuccess || res.RequestContext != uint64(idAnnounce)) {
+			err = fmt.Errorf("completion %+v: %w", res, verbs.ErrInvalid)
+		}
+		var d ndk.UDDestination
+		if err == nil {
+			d, err = x.dev.Adapter.UDReplyTo(grh.Buf[:verbs.GRHLen], uint32(res.TypeSpecificCompletionOutput), ep.qp.UDQKey())
+		}
+		if err != nil {
+			ep.Close()
+			return nil, fmt.Errorf("receive the UD connection parameters: %w", err)
+		}
+		ep.ud = &d
+	}
+	return ep, nil
+}

@@ -1,0 +1,99 @@
+package ndkverbs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+)
+
+// TestSendBWOverUD runs perftest's ib_send_bw and ib_send_lat -c UD
+// between two adapters on a veth pair: RC control connection, SIDR for
+// the data QP, datagrams up to the path MTU (send_bw's default size
+// becomes it), the latency test's server answering where the client's
+// first datagram came from; and a UD port nobody serves refused as REJ
+// reason 8 is, so that the client retries it.
+func TestSendBWOverUD(t *testing.T) {
+	a, b := newSides(t, 1500)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var peer netip.Addr
+	if err := b.h.Do(func() error { peer = b.dev.Adapter.LocalAddress(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn := &Connector{Dev: a.dev, Peer: peer}
+	var err error
+	_ = a.h.Do(func() error { _, err = conn.ConnectUD(ctx, 4000, verbs.ConnParams{}); return nil })
+	var rej *verbs.RejectError
+	if !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID {
+		t.Fatalf("UD connect to an unserved port: %v, want REJ reason 8", err)
+	}
+
+	for _, c := range []struct {
+		kind perftest.Kind
+		size int
+		all  bool
+	}{{perftest.BW, 0, false}, {perftest.BW, 64, false}, {perftest.Lat, 1, false}, {perftest.Lat, 1024, false},
+		{perftest.BW, 0, true}, {perftest.Lat, 0, true}} {
+		size := c.size
+		var l *Listener
+		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
+			t.Fatal(err)
+		}
+		p := perftest.Params{Verb: perftest.Send, Kind: c.kind, Size: size, Iterations: 200, UD: true, AllSizes: c.all,
+			ConnectRetry: perftest.Retry{Attempts: 20, Interval: 50 * time.Millisecond}}
+		var sout, cout bytes.Buffer
+		var srv, cli perftest.Result
+		var serr, cerr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); srv, serr = perftest.RunServer(ctx, p, l, &sout) }()
+		_ = a.h.Do(func() error { cli, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
+		wg.Wait()
+		l.Close()
+		if cerr != nil || serr != nil {
+			t.Fatalf("size %d: client: %v\nserver: %v\n%s\n%s", size, cerr, serr, cout.String(), sout.String())
+		}
+		want := size
+		if size == 0 {
+			want = 1024 // the path MTU at MTU 1500
+			if !strings.Contains(cout.String(), "Changing to this MTU") {
+				t.Fatalf("client output:\n%s", cout.String())
+			}
+		}
+		switch {
+		case c.all && c.kind == perftest.BW && (len(cli.AllBW) != 10 || cli.AllBW[9].Size != 1024):
+			t.Fatalf("-a: client rows %+v, want 2 to 1024 bytes", cli.AllBW)
+		case c.all && c.kind == perftest.Lat && (len(cli.AllLat) != 10 || cli.AllLat[9].Size != 1024):
+			t.Fatalf("-a: client rows %+v, want 2 to 1024 bytes", cli.AllLat)
+		case c.all:
+		case c.kind == perftest.Lat && (cli.Lat == nil || srv.Lat == nil || cli.Params.Size != want):
+			t.Fatalf("send_lat size %d: client %+v server %+v", size, cli.Lat, srv.Lat)
+		case c.kind == perftest.BW && (cli.BW == nil || srv.BW == nil || cli.BW.Size != uint64(want) || srv.BW.Iters != 200):
+			t.Fatalf("size %d: client %+v server %+v", size, cli.BW, srv.BW)
+		}
+		t.Logf("client:\n%s\nserver:\n%s", cout.String(), sout.String())
+	}
+	p := perftest.Params{Verb: perftest.Send, Kind: perftest.BW, Size: 2048, UD: true}
+	if err := (perftest.Params{Verb: perftest.Send, Kind: perftest.BW, UD: true, UseSRQ: true}).Check(); !errors.Is(err, perftest.ErrUnsupported) {
+		t.Errorf("-c UD --use-srq: %v, want ErrUnsupported", err)
+	}
+	if err := p.Check(); err != nil {
+		t.Fatal(err) // refused later, once the MTU is agreed
+	}
+	for _, bad := range []perftest.Params{
+		{Verb: perftest.Read, Kind: perftest.Lat, UD: true},
+		{Verb: perftest.Write, Kind: perftest.BW, UD: true},
+	} {
+		if err := bad.Check(); !errors.Is(err, perftest.ErrUnsupported) {
+			t.Errorf("%+v: %v, want ErrUnsupported", bad, err)
+		}
+	}
+}
