@@ -98,8 +98,8 @@
 //   - Both perftests square each latency sample's distance from the
 //     average into an int, so a run whose samples spread over 46341 us or
 //     more prints t_stdev -nan; a 1 MiB ib_read_lat under TCG met it on
-//     Debian 13. The row passes only when its spread explains it
-//     (stdevOverflowed).
+//     Debian 13. The row passes only when its t_min or t_max lies that
+//     far from its t_avg (stdevOverflowed).
 //   - rxe in 6.12 reports flush and atomic write capabilities
 //     (device_cap_flags_ex 0x1C001223C76) and a 2 GiB max_msg_sz (8 MiB in
 //     6.1); the header of 25.01's reports has more lines and a warning
