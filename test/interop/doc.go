@@ -94,10 +94,13 @@
 //     against Debian 12 and 0.27 or 0.54 s against Debian 13.
 //   - perftest announces version 6.06 (4.5+0.17) or 6.24 (25.01) in its
 //     prologue; the message flow of the tests ndkxdp runs is the same
-//     (25.01's extra handshakes belong to --write_with_imm only).
+//     (25.01's extra handshakes belong to --write_with_imm, which 4.5
+//     lacks: a sync before the run, and after it only with -a; ndkxdp's
+//     perf synced after every run until Debian 13's rxe closed the
+//     connection at it).
 //   - Both perftests square each latency sample's distance from the
-//     average into an int, so a run whose samples spread over 46341 us or
-//     more prints t_stdev -nan; a 1 MiB ib_read_lat under TCG met it on
+//     average into an int, so a run with a sample 46341 us or more from
+//     the average prints t_stdev -nan; a 1 MiB ib_read_lat under TCG met it on
 //     Debian 13. The row passes only when its t_min or t_max lies that
 //     far from its t_avg (stdevOverflowed).
 //   - rxe in 6.12 reports flush and atomic write capabilities
