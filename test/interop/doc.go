@@ -234,10 +234,10 @@
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
 // fast-registered MR, SEND and WRITE with immediate, ib_write_bw
-// --write_with_imm where the peer's perftest has it, access errors, loss;
-// and TestInteropUD: UD queue pairs through rdma_cm's SIDR, rdma-core's
-// udaddy and perftest's ib_send_bw and ib_send_lat -c UD, each side as
-// server and as client)
+// --write_with_imm where the peer's perftest has it, access errors, loss,
+// and UD queue pairs through rdma_cm's SIDR: rdma-core's udaddy and
+// perftest's ib_send_bw and ib_send_lat -c UD, each side as server and as
+// client, in every full case set)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
 // test, e.g. TestInteropMTU9000.pcap).
