@@ -166,6 +166,14 @@ type SocketStats struct {
 	RxRingFull    uint64 `json:"rx_ring_full"`
 	FillRingEmpty uint64 `json:"fill_ring_empty"`
 	TxRingEmpty   uint64 `json:"tx_ring_empty"`
+	// TxFrames counts the frames the engine queued on the socket; of
+	// them, TxInPlaceFrames had a segment sent in place from registered
+	// memory (ndk.AllocBuffer's pool) instead of copied into a UMEM
+	// frame, TxInPlaceBytes bytes in all: on a zero-copy socket, bytes
+	// that left with no copy at all.
+	TxFrames        uint64 `json:"tx_frames"`
+	TxInPlaceFrames uint64 `json:"tx_in_place_frames"`
+	TxInPlaceBytes  uint64 `json:"tx_in_place_bytes"`
 }
 
 // QP is one QP as `rdma resource show qp` shows it (ndkxdp qp).
@@ -446,7 +454,8 @@ func (s *Server) stats() (*Stats, error) {
 		if i < len(queues) {
 			q := queues[i].Socket
 			es.Socket = SocketStats{RxDropped: q.RxDropped, RxInvalid: q.RxInvalidDescs, TxInvalid: q.TxInvalidDescs,
-				RxRingFull: q.RxRingFull, FillRingEmpty: q.RxFillRingEmptyDescs, TxRingEmpty: q.TxRingEmptyDescs}
+				RxRingFull: q.RxRingFull, FillRingEmpty: q.RxFillRingEmptyDescs, TxRingEmpty: q.TxRingEmptyDescs,
+				TxFrames: queues[i].Port.TxFrames, TxInPlaceFrames: queues[i].Port.TxRefFrames, TxInPlaceBytes: queues[i].Port.TxRefBytes}
 		}
 		x.Engines = append(x.Engines, es)
 	}

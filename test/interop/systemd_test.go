@@ -276,9 +276,13 @@ func queuesServed(t *testing.T, vm *VM, last bool) bool {
 	served := true
 	for _, e := range stats.Engines {
 		c := e.Engine
-		t.Logf("queue %d: frames in %d out %d, forwarded in %d out %d; socket rx_dropped %d rx_ring_full %d fill_ring_empty %d tx_invalid %d",
+		t.Logf("queue %d: frames in %d out %d, forwarded in %d out %d; socket rx_dropped %d rx_ring_full %d fill_ring_empty %d tx_invalid %d; tx_frames %d, %d with %d bytes sent in place",
 			e.Queue, c["frames_in"], c["frames_out"], c["forwarded_in"], c["forwarded_out"],
-			e.Socket.RxDropped, e.Socket.RxRingFull, e.Socket.FillRingEmpty, e.Socket.TxInvalid)
+			e.Socket.RxDropped, e.Socket.RxRingFull, e.Socket.FillRingEmpty, e.Socket.TxInvalid,
+			e.Socket.TxFrames, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
+		if e.Socket.TxFrames == 0 && c["frames_out"] > 0 {
+			t.Errorf("queue %d: the engine sent %d frames, the socket's tx_frames says 0", e.Queue, c["frames_out"])
+		}
 		if c["frames_in"] == 0 || c["frames_out"] == 0 {
 			served = false
 			if last {
