@@ -109,9 +109,15 @@ type Socket struct {
 	queue       uint32
 	mode        BindMode
 	multiBuffer bool
-	needWakeup  bool
-	busyPoll    bool
-	kickLimit   int
+	// zeroCopyRefusal is the kernel's answer to ModeAuto's zero-copy
+	// bind, when copy mode took its place.
+	zeroCopyRefusal error
+	// sharesUMEM: bound with XDP_SHARED_UMEM, in the mode of the UMEM's
+	// first socket.
+	sharesUMEM bool
+	needWakeup bool
+	busyPoll   bool
+	kickLimit  int
 
 	fill FillQueue
 	comp CompletionQueue
@@ -316,6 +322,7 @@ func (s *Socket) bind(owner *Socket, cfg *SocketConfig) error {
 	sa := unix.SockaddrXDP{Ifindex: uint32(cfg.Ifindex), QueueID: cfg.Queue}
 	if owner != nil {
 		// Mode, need-wakeup and SG come from the UMEM's first socket.
+		s.sharesUMEM = true
 		sa.Flags = unix.XDP_SHARED_UMEM
 		sa.SharedUmemFD = uint32(owner.fd)
 		if err := bindBusyRetry(s.fd, &sa); err != nil {
@@ -344,7 +351,7 @@ func (s *Socket) bind(owner *Socket, cfg *SocketConfig) error {
 				if cerr := s.bindFlags(&sa, base|unix.XDP_COPY); cerr != nil {
 					err = fmt.Errorf("zero-copy: %w; copy mode: %w", err, cerr)
 				} else {
-					err = nil
+					s.zeroCopyRefusal, err = err, nil
 				}
 			}
 		}
@@ -425,6 +432,16 @@ func (s *Socket) Queue() uint32 { return s.queue }
 // Mode returns the mode the kernel bound the socket in (ModeCopy or
 // ModeZeroCopy), as read back with getsockopt(XDP_OPTIONS).
 func (s *Socket) Mode() BindMode { return s.mode }
+
+// ZeroCopyRefusal returns the error with which the kernel refused the
+// zero-copy bind of ModeAuto (EOPNOTSUPP where the device offers no
+// zero-copy, see XDPFeatures.ZeroCopy), or nil if the socket was not
+// bound by falling back to copy mode.
+func (s *Socket) ZeroCopyRefusal() error { return s.zeroCopyRefusal }
+
+// SharesUMEM reports whether the socket was bound to another socket's
+// UMEM (XDP_SHARED_UMEM), which takes that socket's mode.
+func (s *Socket) SharesUMEM() bool { return s.sharesUMEM }
 
 // MultiBuffer reports whether the socket was bound with XDP_USE_SG.
 func (s *Socket) MultiBuffer() bool { return s.multiBuffer }

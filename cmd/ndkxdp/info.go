@@ -44,11 +44,17 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	line("node_guid / mac", x.MAC)
 	line("transport", "RoCE v2 (UDP 4791) over AF_XDP")
 	line("xdp_mode", x.XDPMode)
+	if x.XDPFeatures != "" {
+		line("xdp_features", x.XDPFeatures)
+	}
 	line("queues", len(x.Queues))
 	for _, q := range x.Queues {
 		mb := ""
 		if q.MultiBuffer {
 			mb = ", multi-buffer"
+		}
+		if q.BindReason != "" {
+			mb += ": " + q.BindReason
 		}
 		line(fmt.Sprintf("  queue %d", q.Queue), q.Bind+mb)
 	}

@@ -27,8 +27,8 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, e := range s.Engines {
 		k := e.Socket
 		fmt.Fprintf(w, "link %s queue %d %s\n", s.Interface, e.Queue, pairs(e.Engine))
-		fmt.Fprintf(w, "link %s queue %d xsk rx_dropped %d rx_ring_full %d fill_ring_empty %d tx_invalid_descs %d rx_invalid_descs %d tx_ring_empty %d\n",
-			s.Interface, e.Queue, k.RxDropped, k.RxRingFull, k.FillRingEmpty, k.TxInvalid, k.RxInvalid, k.TxRingEmpty)
+		fmt.Fprintf(w, "link %s queue %d xsk rx_dropped %d rx_ring_full %d fill_ring_empty %d tx_invalid_descs %d rx_invalid_descs %d tx_ring_empty %d tx_frames %d tx_in_place_frames %d tx_in_place_bytes %d\n",
+			s.Interface, e.Queue, k.RxDropped, k.RxRingFull, k.FillRingEmpty, k.TxInvalid, k.RxInvalid, k.TxRingEmpty, k.TxFrames, k.TxInPlaceFrames, k.TxInPlaceBytes)
 	}
 	fmt.Fprintf(w, "link %s xdp %s\n", s.Interface, pairs(s.Verdicts))
 	fmt.Fprintf(w, "link %s xdp-reasons %s\n", s.Interface, pairs(s.XDP))

@@ -81,20 +81,23 @@ type SessionStatus struct {
 
 // Info describes the device as ibv_devinfo does (ndkxdp info).
 type Info struct {
-	Interface     string      `json:"interface"`
-	Ifindex       int         `json:"ifindex"`
-	Driver        string      `json:"driver,omitempty"`
-	DriverVersion string      `json:"driver_version,omitempty"`
-	Firmware      string      `json:"firmware_version,omitempty"`
-	BusInfo       string      `json:"bus_info,omitempty"`
-	MAC           string      `json:"mac"`
-	MTU           int         `json:"mtu"`
-	MaxPathMTU    int         `json:"max_path_mtu"`
-	ActivePathMTU int         `json:"active_path_mtu"`
-	Address       string      `json:"address"` // the address QPs send from
-	XDPMode       string      `json:"xdp_mode"`
-	Queues        []QueueInfo `json:"queues"`
-	GIDs          []GID       `json:"gids"`
+	Interface     string `json:"interface"`
+	Ifindex       int    `json:"ifindex"`
+	Driver        string `json:"driver,omitempty"`
+	DriverVersion string `json:"driver_version,omitempty"`
+	Firmware      string `json:"firmware_version,omitempty"`
+	BusInfo       string `json:"bus_info,omitempty"`
+	MAC           string `json:"mac"`
+	MTU           int    `json:"mtu"`
+	MaxPathMTU    int    `json:"max_path_mtu"`
+	ActivePathMTU int    `json:"active_path_mtu"`
+	Address       string `json:"address"` // the address QPs send from
+	XDPMode       string `json:"xdp_mode"`
+	// XDPFeatures is what the device offers XDP and AF_XDP, by the
+	// kernel's names; xsk-zerocopy is what a zero-copy bind needs.
+	XDPFeatures string      `json:"xdp_features,omitempty"`
+	Queues      []QueueInfo `json:"queues"`
+	GIDs        []GID       `json:"gids"`
 	// Served says whether a daemon answered; without one (Describe),
 	// the queues are not bound and there are no limits.
 	Served   bool             `json:"served"`
@@ -104,8 +107,11 @@ type Info struct {
 
 // QueueInfo is one queue's AF_XDP socket.
 type QueueInfo struct {
-	Queue       int    `json:"queue"`
-	Bind        string `json:"bind"` // zero-copy or copy
+	Queue int    `json:"queue"`
+	Bind  string `json:"bind"` // zero-copy or copy
+	// BindReason says why: the kernel's refusal of the zero-copy bind
+	// and what the device offers.
+	BindReason  string `json:"bind_reason,omitempty"`
 	MultiBuffer bool   `json:"multi_buffer"`
 }
 
@@ -160,6 +166,14 @@ type SocketStats struct {
 	RxRingFull    uint64 `json:"rx_ring_full"`
 	FillRingEmpty uint64 `json:"fill_ring_empty"`
 	TxRingEmpty   uint64 `json:"tx_ring_empty"`
+	// TxFrames counts the frames the engine queued on the socket; of
+	// them, TxInPlaceFrames had a segment sent in place from registered
+	// memory (ndk.AllocBuffer's pool) instead of copied into a UMEM
+	// frame, TxInPlaceBytes bytes in all: on a zero-copy socket, bytes
+	// that left with no copy at all.
+	TxFrames        uint64 `json:"tx_frames"`
+	TxInPlaceFrames uint64 `json:"tx_in_place_frames"`
+	TxInPlaceBytes  uint64 `json:"tx_in_place_bytes"`
 }
 
 // QP is one QP as `rdma resource show qp` shows it (ndkxdp qp).
@@ -307,7 +321,7 @@ func (s *Server) info() (*Info, error) {
 	x := &Info{
 		Interface: s.cfg.Interface, Ifindex: l.Ifindex, MAC: s.a.MAC().String(), MTU: l.MTU,
 		MaxPathMTU: rocev2.MTU4096.Bytes(), ActivePathMTU: l.PathMTU.Bytes(),
-		Address: s.a.LocalAddress().String(), XDPMode: p.XDPMode(),
+		Address: s.a.LocalAddress().String(), XDPMode: p.XDPMode(), XDPFeatures: p.XDPFeatures(),
 		Served: true, Limits: &limits, GIDs: []GID{},
 		Versions: Versions{NDK: limits.Version.String(), Protocol: proto.Version, Daemon: s.cfg.Version, Go: runtime.Version(), Kernel: kernelRelease()},
 	}
@@ -317,7 +331,7 @@ func (s *Server) info() (*Info, error) {
 	}
 	x.Driver, x.DriverVersion, x.Firmware, x.BusInfo = driverInfo(x.Interface)
 	for _, q := range p.Queues() {
-		x.Queues = append(x.Queues, QueueInfo{Queue: q.Queue, Bind: q.Bind, MultiBuffer: q.MultiBuffer})
+		x.Queues = append(x.Queues, QueueInfo{Queue: q.Queue, Bind: q.Bind, BindReason: q.BindReason, MultiBuffer: q.MultiBuffer})
 	}
 	return x, nil
 }
@@ -440,7 +454,8 @@ func (s *Server) stats() (*Stats, error) {
 		if i < len(queues) {
 			q := queues[i].Socket
 			es.Socket = SocketStats{RxDropped: q.RxDropped, RxInvalid: q.RxInvalidDescs, TxInvalid: q.TxInvalidDescs,
-				RxRingFull: q.RxRingFull, FillRingEmpty: q.RxFillRingEmptyDescs, TxRingEmpty: q.TxRingEmptyDescs}
+				RxRingFull: q.RxRingFull, FillRingEmpty: q.RxFillRingEmptyDescs, TxRingEmpty: q.TxRingEmptyDescs,
+				TxFrames: queues[i].Port.TxFrames, TxInPlaceFrames: queues[i].Port.TxRefFrames, TxInPlaceBytes: queues[i].Port.TxRefBytes}
 		}
 		x.Engines = append(x.Engines, es)
 	}

@@ -135,6 +135,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		} {
 			counter("ndkxdp_xsk_"+m.name+"_total", "AF_XDP socket statistic "+m.name+" (XDP_STATISTICS).", labelsQueue, m.v, ifn, q)
 		}
+		counter("ndkxdp_xsk_tx_frames_total", "Frames the engine queued on the AF_XDP socket.", labelsQueue, x.Port.TxFrames, ifn, q)
+		counter("ndkxdp_xsk_tx_in_place_bytes_total", "Bytes sent in place from registered memory instead of copied into a UMEM frame (no copy at all on a zero-copy socket).", labelsQueue, x.Port.TxRefBytes, ifn, q)
 	}
 	if xc, err := p.XDPCounters(); err == nil {
 		for r, n := range xc {

@@ -103,6 +103,11 @@ func TestResultRow(t *testing.T) {
 	bw := bwHead + " 4096       10               0.00               34.60  \t\t   0.000554\n"
 	zero := bwHead + " 4096       10               0.00               0.00  \t\t   0.000000\n"
 	warn := "Correlation coefficient r^2: 0.889544 < 0.9\n"
+	// Debian 13's rxe client of a 1 MiB ib_read_lat under TCG: samples
+	// 25 ms to 115 ms apart, perftest's squared distance overflows an
+	// int (stdevOverflowed).
+	stdevNaN := head + " 4096    10          24953.93        115246.80      45997.45  	       53498.25     	-nan   		115246.80 		115246.80\n"
+	stdevNaNNarrow := head + " 4096    10          24953.93        71246.80      45997.45  	       53498.25     	-nan   		71246.80 		71246.80\n"
 	for _, tc := range []struct {
 		name         string
 		out, calib   string
@@ -120,6 +125,9 @@ func TestResultRow(t *testing.T) {
 		{"stdev -nan beside another void measure", head + " 4096    10          28183.84        inf      31440.26  	       346488.07     	-nan   		2221601.19 		2221601.19\n", "", false, false},
 		{"other size", strings.Replace(good, " 4096 ", " 4095 ", 1), good, false, false},
 		{"other iterations", strings.Replace(good, "    10    ", "    11    ", 1), good, false, false},
+		{"t_stdev overflowed", stdevNaN, stdevNaN, true, false},
+		{"t_stdev void, spread too small", stdevNaNNarrow, stdevNaNNarrow, false, false},
+		{"t_stdev and t_avg void", strings.Replace(stdevNaN, "53498.25", "-nan", 1), stdevNaN, false, false},
 	} {
 		row, uncal, err := resultRow(tc.out, tc.calib, p)
 		if (err == nil) != tc.ok || uncal != tc.uncalibr {

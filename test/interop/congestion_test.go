@@ -30,7 +30,7 @@ func TestInteropCongestion(t *testing.T) {
 	vm := sharedVM(t)
 	p := attachWith(t, vm, ccOptions)
 	t.Logf("ndkxdp on %s with congestion control on (DCQCN, ECT(0)) <-> rxe0 at %v", vm.Host.Tap, vm.Guest.IPv4)
-	t.Run("rping", func(t *testing.T) { testRping(t, p) })
+	t.Run("rping", func(t *testing.T) { testRping(t, p, fullSet.rpingSizes) })
 	t.Run("perftest", func(t *testing.T) {
 		testPerftestOf(t, p, []perfCase{
 			{"ib_write_bw", perftest.Write, perftest.BW},

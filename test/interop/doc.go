@@ -1,11 +1,11 @@
 // Package interop runs Linux Soft-RoCE (rdma_rxe) as an independent RoCEv2
-// peer for ndkxdp: a small Debian 12 VM under qemu whose NIC is a tap
+// peer for ndkxdp: a small Debian 12 or 13 VM under qemu whose NIC is a tap
 // device in a network namespace of its own, so ndkxdp code on the host side
 // of the tap talks RoCEv2 to the Linux kernel's implementation, with
 // rdma-core, librdmacm, perftest and the verbs utilities on the far side.
 //
-// The image (EnsureImage) is built with mmdebstrap from Debian 12 packages
-// only, through the host's own apt sources: the stock kernel (which has
+// The image (EnsureImage) is built with mmdebstrap from Debian 12 (or 13,
+// see Two peers) packages only, through the host's own apt sources: the stock kernel (which has
 // rdma_rxe and sch_netem as modules), kmod, rdma-core, ibverbs-providers,
 // ibverbs-utils, rdmacm-utils, perftest, iproute2 and iputils-ping. It is
 // packed as a kernel plus a zstd initramfs holding only the modules the
@@ -52,6 +52,67 @@
 //	out, _, code, err := srv.Wait(ctx)
 //	_ = vm.SetLoss(ctx, 5) // netem on the guest's egress
 //
+// # Two peers
+//
+// The Soft-RoCE peer is built from two Debian releases, the same package
+// list and guest init (ImageConfig.Suite): Debian 12 (DefaultSuite: kernel
+// 6.1's rxe, rdma-core 44, perftest 4.5+0.17), which most tests share, and
+// Debian 13 (Debian13Suite: kernel 6.12's rxe, rdma-core 56, perftest
+// 25.01), fetched from the same archive and cached the same way. What runs
+// where:
+//
+//	                               Debian 12          Debian 13
+//	MTU 1500 (IB path MTU 1024)    every case         every case
+//	                               TestInteropMTU1500 TestDebian13MTU1500
+//	MTU 9000 (IB path MTU 4096)    every case         jumbo/IPv6 checks,
+//	                               TestInteropMTU9000 smoke set
+//	                                                  TestDebian13MTU9000
+//	boot, GID, devinfo, versions,  TestBootRxeReady,  TestDebian13MTU1500's
+//	live REQs, rdma_cm in guest    TestLiveCMReqParses, ... first subtests
+//	jumbo frames and IPv6          TestBootJumboIPv6  TestDebian13MTU9000
+//	daemon, demo, agent, netem     shared VM only
+//	daemon host (systemd, virtio)  kernel 6.12: TestDaemonUnderSystemdOnVirtio,
+//	                               kernel 7.3 (backports): TestDaemonOnBackportsKernel
+//
+// Every case is rping (4 sizes, both ways), every perftest tool at 1 B to
+// 1 MiB both ways, perftest's -a and -D, --use-srq, SEND with Invalidate,
+// immediate data (and perftest's --write_with_imm, which only 25.01 has),
+// access errors, 5% loss and the frame checks; the smoke set is rping at
+// 4096 and 65535 bytes and every perftest tool at 64 KiB and 1 MiB, both
+// ways, and the frame checks (the cases whose frames the path MTU changes).
+// Debian 13's two tests take about 3 and 1 minutes under TCG on a 2-vCPU
+// machine (the image builds in about 40 s).
+//
+// Where the peers differ, measured on the live guests and pinned per peer
+// (peers_test.go):
+//
+//   - The REQ's LocalAckTimeout: rping's is 19 on Debian 12 (rdma_cm's RoCE
+//     packet lifetime still 18 in 6.1) and 17 on Debian 13 (16 in 6.12);
+//     perftest 25.01 sets rdma_cm's ACK timeout option to 14, which gives
+//     16 (4.5 sets none: 19). ndkxdp's passive side takes its QP's ACK
+//     timeout from the REQ, as cm.c does, so its retransmissions wait 2.1 s
+//     against Debian 12 and 0.27 or 0.54 s against Debian 13.
+//   - perftest announces version 6.06 (4.5+0.17) or 6.24 (25.01) in its
+//     prologue; the message flow of the tests ndkxdp runs is the same
+//     (25.01's extra handshakes belong to --write_with_imm, which 4.5
+//     lacks: a sync before the run, and after it only with -a; ndkxdp's
+//     perf synced after every run until Debian 13's rxe closed the
+//     connection at it).
+//   - Both perftests square each latency sample's distance from the
+//     average into an int, so a run with a sample 46341 us or more from
+//     the average prints t_stdev -nan; a 1 MiB ib_read_lat under TCG met it on
+//     Debian 13. The row passes only when its t_min or t_max lies that
+//     far from its t_avg (stdevOverflowed).
+//   - rxe in 6.12 reports flush and atomic write capabilities
+//     (device_cap_flags_ex 0x1C001223C76) and a 2 GiB max_msg_sz (8 MiB in
+//     6.1); the header of 25.01's reports has more lines and a warning
+//     that rxe implements no inline data. Neither reaches the wire.
+//
+// After each peer's cases the test log carries both sides' transport
+// counters (ndkxdp's engines, rxe0's hw_counters): under TCG they record
+// what a run met, retransmissions and out-of-sequence requests, and
+// measure nothing.
+//
 // The image also holds ndkxdp-sendinv (guest/sendinv.c, SendInvPath), a
 // small librdmacm client that sends IBV_WR_SEND_WITH_INV, which neither
 // perftest nor rping posts. It is compiled at image build in a second
@@ -94,22 +155,89 @@
 //     used.
 //   - AF_XDP binds in copy mode: 6.12's virtio_net refuses a bind with
 //     XDP_ZEROCOPY with EOPNOTSUPP (ndkxdp's -zero-copy required says
-//     "operation not supported (ENOTSUP)"), with or without
-//     iommu_platform=on; so does Debian 12's 6.1 (the peer image's kernel,
-//     tried by hand), which says the same of XDP's TX queues.
+//     "operation not supported (ENOTSUP)"), on a NIC that negotiated every
+//     feature its zero-copy code asks for; so does Debian 12's 6.1 (the
+//     peer image's kernel, tried by hand), which says the same of XDP's TX
+//     queues. Why is below (Zero copy on virtio-net).
 //   - The daemon did not start under the unit until it asked netlink for
 //     NETLINK_ROUTE only: its route handle also opened NETLINK_XFRM and
 //     NETLINK_NETFILTER, and this kernel, which has neither xfrm_user nor
 //     nfnetlink, refused them with EPROTONOSUPPORT. The unit's sandbox
 //     itself refused nothing the daemon needs.
 //
+// # Zero copy on virtio-net
+//
+// Read in Debian 13's kernel source (linux-source-6.12 6.12.118-1, the
+// daemon host's kernel; paths and lines of that tree), an AF_XDP bind with
+// XDP_ZEROCOPY reaches virtio_net only through xp_assign_dev
+// (net/xdp/xsk_buff_pool.c), which refuses:
+//
+//   - EOPNOTSUPP unless the device's xdp_features hold basic, redirect and
+//     xsk-zerocopy (NETDEV_XDP_ACT_ZC, lines 165-167 and 215-218), before
+//     the driver is asked. 6.12's virtio_net sets basic and redirect
+//     (virtio_net.c:6578) and rx-sg with mergeable buffers (6611), never
+//     xsk-zerocopy: its zero-copy code is there (virtnet_xsk_pool_enable,
+//     reached by XDP_SETUP_XSK_POOL at 5901) but nothing offers it, and
+//     it has no AF_XDP transmit (no xsk_tx_peek). This is the refusal the
+//     daemon host meets on every queue, whatever the device; the kernel
+//     logs nothing, the bind's errno is all it says. ndkxdp info shows
+//     the device's features (xdp_features, from the netdev generic
+//     netlink family) and each queue's reason.
+//   - EOPNOTSUPP for XDP_USE_SG where the driver takes one segment
+//     (xdp_zc_max_segs 1, 220-224); EINVAL where the MTU does not fit a
+//     chunk less its headroom (236-239); EBUSY for a queue whose channel
+//     serves a memory provider (241-243); whatever the driver returns
+//     (250-252); EINVAL if the driver mapped no pages (254-257).
+//
+// Where the feature is offered, virtnet_xsk_pool_enable (virtio_net.c
+// from 5655) refuses: EINVAL if the virtio header does not fit the pool's
+// headroom (5666); ENOENT in big-packets mode without mergeable buffers
+// (5672: an MTU over 1500 or guest GSO without VIRTIO_NET_F_MRG_RXBUF,
+// virtnet_set_big_packets 6443); EINVAL for a queue past the queue pairs
+// in use (5675); EINVAL when the RX and TX queues' DMA devices differ
+// (5688) or there is none (5691): virtqueue_dma_dev (virtio_ring.c:2338)
+// has one only when the ring uses the DMA API, which vring_use_dma_api
+// (280) grants when VIRTIO_F_ACCESS_PLATFORM was negotiated (qemu's
+// iommu_platform=on) or under Xen; ENOMEM or the DMA mapping's error
+// (5697-5710); then it resets the queue pair to swap buffers
+// (virtnet_rq_bind_xsk_pool 5590, virtnet_sq_bind_xsk_pool 5631, logging
+// "reset rx fail: rx queue index: %d err: %d" or "reset tx fail"), and
+// virtqueue_reset (virtio_ring.c:2856) fails with ENOENT unless the
+// transport can reset one queue, which virtio-pci's modern transport can
+// only with VIRTIO_F_RING_RESET negotiated (virtio_pci_modern.c:478,
+// qemu's queue_reset=on), and EPERM for a ring the driver does not own.
+//
+// So a device meets 6.12's conditions with mergeable buffers, VERSION_1,
+// ACCESS_PLATFORM and RING_RESET; the installed qemu (7.2) offers all
+// four (Config.ZeroCopyNIC: iommu_platform=on, queue_reset=on,
+// mrg_rxbuf=on). TestDaemonUnderSystemdOnVirtio boots the daemon host on
+// such a NIC, checks in the guest's sysfs that the four were negotiated,
+// and then requires, queue by queue, zero-copy where the device's XDP
+// features offer xsk-zerocopy and otherwise copy mode with the kernel's
+// EOPNOTSUPP as the reason; -zero-copy required must fail with it too.
+// On 6.12 both queues bind copy mode: queue 0's zero-copy bind is refused
+// with EOPNOTSUPP (the device's features: basic redirect ndo-xmit rx-sg
+// ndo-xmit-sg), queue 1 shares queue 0's UMEM and takes its mode, and the
+// kernel logs nothing about it.
+//
+// TestDaemonOnBackportsKernel runs the same on Debian 13's backports
+// kernel (7.3, ImageConfig.Sources BackportsSources, about 50 s to build),
+// whose virtio_net offers xsk-zerocopy on that NIC: both queues bind
+// zero-copy, and rping and write_bw through the daemon pass over them.
+// There the daemon host needed virtio_net's TX NAPI: with
+// virtio_net.napi_tx=0 (which the rxe peer boots with) the sockets bound
+// zero-copy, the host's REQ reached the daemon, and its REPs never reached
+// the wire; so only the rxe peer turns TX NAPI off. How many bytes left
+// the UMEM without a copy is not counted yet: the port counts them
+// (TxRefBytes), the daemon's stats do not show them.
+//
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
 // fast-registered MR, SEND and WRITE with immediate, ib_write_bw
-// --write_with_imm where the peer's perftest has it, access errors, loss;
-// and TestInteropUD: UD queue pairs through rdma_cm's SIDR, rdma-core's
-// udaddy and perftest's ib_send_bw and ib_send_lat -c UD, each side as
-// server and as client)
+// --write_with_imm where the peer's perftest has it, access errors, loss,
+// and UD queue pairs through rdma_cm's SIDR: rdma-core's udaddy and
+// perftest's ib_send_bw and ib_send_lat -c UD, each side as server and as
+// client, in every full case set)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
 // test, e.g. TestInteropMTU9000.pcap).

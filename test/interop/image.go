@@ -69,6 +69,11 @@ const imageFormat = "ndkxdp-interop-image-2"
 // whose stock kernel (6.1) ships rdma_rxe and sch_netem as modules.
 const DefaultSuite = "bookworm"
 
+// Debian13Suite is the second Soft-RoCE peer's release (ImageConfig{Suite:
+// Debian13Suite}, same packages): Debian 13, kernel 6.12's rxe, rdma-core
+// 56 and perftest 25.01.
+const Debian13Suite = "trixie"
+
 // DefaultPackages is what the peer runs: the kernel (rdma_rxe), kmod to load
 // it, rdma-core with the rxe provider, the verbs and rdma_cm tools, perftest,
 // iproute2 (ip, rdma, tc) and ping. mount is not Essential in Debian 12.
@@ -132,6 +137,11 @@ type ImageConfig struct {
 	Progress io.Writer
 	// BuildTimeout bounds a build; 0 means 15 minutes.
 	BuildTimeout time.Duration
+	// Sources are apt source lines ("deb URI SUITE COMPONENT") to build
+	// from instead of the host's apt sources that name Suite; they must
+	// name every suite the packages come from (a package may name its
+	// release, "linux-image-amd64/trixie-backports").
+	Sources []string
 	// Systemd builds the daemon host image instead of the Soft-RoCE peer:
 	// systemd is PID 1 and the agent one of its services (systemd.go).
 	// Its Suite defaults to SystemdSuite and its Packages to
@@ -279,6 +289,10 @@ func inputHash(cfg ImageConfig, sources []string) (string, error) {
 	put("dpkg-excludes", []byte(strings.Join(dpkgExcludes, "\n")))
 	put("pack-excludes", []byte(strings.Join(packExcludes, "\n")))
 	for _, f := range sources {
+		if strings.HasPrefix(f, "deb ") {
+			put("source line", []byte(f))
+			continue
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return "", fmt.Errorf("hash apt sources: %w", err)
@@ -304,6 +318,14 @@ func EnsureImage(ctx context.Context, cfg ImageConfig) (*Image, error) {
 	sources, err := aptSources(cfg.Suite)
 	if err != nil {
 		return nil, fmt.Errorf("interop image: %w", err)
+	}
+	if len(cfg.Sources) > 0 {
+		for _, l := range cfg.Sources {
+			if f := strings.Fields(l); len(f) < 4 || f[0] != "deb" || strings.ContainsAny(l, "\n") {
+				return nil, fmt.Errorf("interop image: apt source %q: want \"deb URI SUITE COMPONENT...\"", l)
+			}
+		}
+		sources = cfg.Sources
 	}
 	hash, err := inputHash(cfg, sources)
 	if err != nil {

@@ -270,11 +270,12 @@ func TestInputHashFollowsInputs(t *testing.T) {
 		t.Error("a missing sources file was hashed")
 	}
 	// The guest's tools: their source and the packages that build them.
-	src0, pk0 := guestSendInv, toolPackages
-	defer func() { guestSendInv, toolPackages = src0, pk0 }()
-	guestSendInv = append(append([]byte(nil), src0...), '\n')
+	// guestTools holds the sources the hash reads.
+	src0, pk0 := guestTools[0].src, toolPackages
+	defer func() { guestTools[0].src, toolPackages = src0, pk0 }()
+	guestTools[0].src = append(append([]byte(nil), src0...), '\n')
 	hTool, _ := inputHash(base, nil)
-	guestSendInv, toolPackages = src0, append(append([]string(nil), pk0...), "make")
+	guestTools[0].src, toolPackages = src0, append(append([]string(nil), pk0...), "make")
 	hToolPkgs, _ := inputHash(base, nil)
 	for name, h := range map[string]string{"sendinv source": hTool, "tool packages": hToolPkgs} {
 		if h == h0 {

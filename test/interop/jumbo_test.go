@@ -14,7 +14,11 @@ import (
 // and full-size frames must cross the tap unfragmented.
 func TestBootJumboIPv6(t *testing.T) {
 	requireVMTools(t)
-	vm := bootVM(t, 15*time.Minute, Config{MTU: 9000, IPv6: true})
+	testJumboIPv6(t, bootVM(t, 15*time.Minute, Config{MTU: 9000, IPv6: true}))
+}
+
+// testJumboIPv6 checks a VM booted with Config{MTU: 9000, IPv6: true}.
+func testJumboIPv6(t *testing.T, vm *VM) {
 	if vm.Host.MTU != 9000 || !vm.Host.IPv6.IsValid() || vm.Guest.IPv6 != GuestIPv6 {
 		t.Fatalf("host %+v guest %+v", vm.Host, vm.Guest)
 	}

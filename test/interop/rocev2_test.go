@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,15 +22,21 @@ func isToQP1(f Frame) bool {
 // TestLiveCMReqParses checks our codec against live rxe: an rdma_cm client
 // in the guest connects to the host, where nothing answers, and the CM REQ
 // it sends must parse (ICRC included) and decode to what rping asked for.
-func TestLiveCMReqParses(t *testing.T) {
-	vm := sharedVM(t)
+// The REQs of rping and of perftest carry the LocalAckTimeout the peer's
+// versions put there (peerFacts).
+func TestLiveCMReqParses(t *testing.T) { testLiveCMReq(t, sharedVM(t)) }
+
+// liveREQ runs cmd, an rdma_cm client, in the guest and returns the first
+// CM REQ it sends to the host, parsed and decoded.
+func liveREQ(t *testing.T, vm *VM, cmd string) (*rocev2.Packet, *rocev2.CMReq) {
+	t.Helper()
 	ctx := ctxFor(t, 2*time.Minute)
 	c, err := vm.Host.StartCapture()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	p, err := vm.Start(ctx, "exec rping -c -a "+HostIPv4.String()+" -C 1 -v")
+	p, err := vm.Start(ctx, "exec "+cmd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,17 +46,11 @@ func TestLiveCMReqParses(t *testing.T) {
 	f, err := c.WaitFor(wctx, isToQP1)
 	if err != nil {
 		out, errOut, _ := p.Output(ctx)
-		t.Fatalf("no RoCEv2 frame to QP1 from the guest: %v\nrping: %s%s", err, out, errOut)
+		t.Fatalf("no RoCEv2 frame to QP1 from the guest: %v\n%s: %s%s", err, cmd, out, errOut)
 	}
 	var pkt rocev2.Packet
 	if err := rocev2.Parse(f.Data, &pkt); err != nil {
 		t.Fatal(err)
-	}
-	if pkt.IP.Src != GuestIPv4 || pkt.IP.Dst != HostIPv4 {
-		t.Errorf("REQ from %v to %v, want %v to %v", pkt.IP.Src, pkt.IP.Dst, GuestIPv4, HostIPv4)
-	}
-	if pkt.BTH.Opcode != rocev2.UDSendOnly || pkt.DETH.QKey != rocev2.GSIQKey {
-		t.Errorf("REQ carried by opcode %v with Q_Key %#x, want UD SEND_ONLY with %#x", pkt.BTH.Opcode, pkt.DETH.QKey, rocev2.GSIQKey)
 	}
 	mad, err := rocev2.DecodeMAD(pkt.Payload)
 	if err != nil {
@@ -58,6 +59,30 @@ func TestLiveCMReqParses(t *testing.T) {
 	req, ok := mad.Message.(*rocev2.CMReq)
 	if !ok {
 		t.Fatalf("first MAD to QP1 is %v, want REQ", mad.Header.AttributeID)
+	}
+	return &pkt, req
+}
+
+func testLiveCMReq(t *testing.T, vm *VM) {
+	facts := factsOf(t, vm)
+	t.Run("perftest", func(t *testing.T) {
+		_, req := liveREQ(t, vm, fmt.Sprintf("ib_send_bw -R -d rxe0 -n 5 -p %d %v", perfPort, HostIPv4))
+		if ps, port, err := rocev2.ParseServiceID(req.ServiceID); err != nil || ps != rocev2.PortSpaceTCP || port != perfPort {
+			t.Errorf("ServiceID %#x: port space %v port %d (%v); want TCP port %d", req.ServiceID, ps, port, err, perfPort)
+		}
+		if got := req.Primary.LocalAckTimeout; got != facts.perftestAckTimeout {
+			t.Errorf("perftest's REQ has LocalAckTimeout %d, want %d on %s", got, facts.perftestAckTimeout, facts.name)
+		}
+	})
+	pkt, req := liveREQ(t, vm, "rping -c -a "+HostIPv4.String()+" -C 1 -v")
+	if pkt.IP.Src != GuestIPv4 || pkt.IP.Dst != HostIPv4 {
+		t.Errorf("REQ from %v to %v, want %v to %v", pkt.IP.Src, pkt.IP.Dst, GuestIPv4, HostIPv4)
+	}
+	if pkt.BTH.Opcode != rocev2.UDSendOnly || pkt.DETH.QKey != rocev2.GSIQKey {
+		t.Errorf("REQ carried by opcode %v with Q_Key %#x, want UD SEND_ONLY with %#x", pkt.BTH.Opcode, pkt.DETH.QKey, rocev2.GSIQKey)
+	}
+	if got := req.Primary.LocalAckTimeout; got != facts.rpingAckTimeout {
+		t.Errorf("rping's REQ has LocalAckTimeout %d, want %d on %s", got, facts.rpingAckTimeout, facts.name)
 	}
 	if ps, port, err := rocev2.ParseServiceID(req.ServiceID); err != nil || ps != rocev2.PortSpaceTCP || port != rpingPort {
 		t.Errorf("ServiceID %#x: port space %v port %d (%v); want TCP port %d", req.ServiceID, ps, port, err, rpingPort)
@@ -80,8 +105,9 @@ func TestLiveCMReqParses(t *testing.T) {
 
 // TestRdmaCMLoopbackOrdered runs an rdma_cm server and client inside the
 // guest over rxe0, starting the client only once the server listens.
-func TestRdmaCMLoopbackOrdered(t *testing.T) {
-	vm := sharedVM(t)
+func TestRdmaCMLoopbackOrdered(t *testing.T) { testRdmaCMLoopback(t, sharedVM(t)) }
+
+func testRdmaCMLoopback(t *testing.T, vm *VM) {
 	ctx := ctxFor(t, 2*time.Minute)
 	srv, err := vm.Start(ctx, "exec rping -s -a "+GuestIPv4.String()+" -C 3 -v")
 	if err != nil {

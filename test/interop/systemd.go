@@ -22,7 +22,7 @@ import (
 
 // SystemdSuite is the Debian release of the daemon host image: Debian 13,
 // whose kernel (6.12) has AF_XDP zero-copy in virtio_net (6.1 has none).
-const SystemdSuite = "trixie"
+const SystemdSuite = Debian13Suite
 
 // SystemdPackages are the daemon host image's packages: the kernel,
 // systemd and udev (the unit binds to eth0's device unit, which only udev
@@ -39,6 +39,29 @@ var SystemdPackages = []string{
 	"ethtool",
 	"mount",
 	"passwd",
+}
+
+// BackportsSources are Debian 13's archive with its backports, for a
+// daemon host with a newer kernel than 6.12 (BackportsSystemdPackages):
+// 6.12's virtio_net has AF_XDP zero-copy code that it never offers
+// (doc.go, Zero copy on virtio-net).
+var BackportsSources = []string{
+	"deb http://deb.debian.org/debian trixie main",
+	"deb http://deb.debian.org/debian trixie-updates main",
+	"deb http://deb.debian.org/debian-security trixie-security main",
+	"deb http://deb.debian.org/debian trixie-backports main",
+}
+
+// BackportsSystemdPackages are SystemdPackages with the kernel from
+// trixie-backports.
+func BackportsSystemdPackages() []string {
+	out := slices.Clone(SystemdPackages)
+	for i, p := range out {
+		if p == "linux-image-amd64" {
+			out[i] = p + "/trixie-backports"
+		}
+	}
+	return out
 }
 
 // systemdModules are the modules the daemon host image keeps: the NIC and

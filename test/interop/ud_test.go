@@ -18,28 +18,17 @@ import (
 
 const udaddyCount = 10
 
-// TestInteropUD runs rdma-core's udaddy (UD datagrams over rdma_cm's
+// runUD runs rdma-core's udaddy (UD datagrams over rdma_cm's
 // RDMA_PS_UDP) against ndkxdp's, and perftest's `ib_send_bw -c UD -R`
 // and `ib_send_lat -c UD -R` against ndkxdp perf's, each side as server
-// and as client.
+// and as client: a part of every peer's full case set (runCases), so at
+// both MTUs against Debian 12 and at path MTU 1024 against Debian 13.
 // Pinned rxe behaviours: rxe's SIDR_REP gives Q_Key 0x01234567
 // (RDMA_UDP_QKEY); rxe's datagrams arrive with the GRH rxe's receiver
 // expects, so ndkxdp's answers go to the QPN and address they name; and
 // rxe's udaddy server builds its reply address from the GRH ndkxdp's
 // engine wrote (ibv_create_ah_from_wc accepts our IPv4 header checksum)
 // and answers the QPN our SEND_WITH_IMM named.
-func TestInteropUD(t *testing.T) {
-	runUD(t, attach(t, sharedVM(t)))
-}
-
-// TestInteropUDMTU9000 runs TestInteropUD's cases at MTU 9000 (path MTU
-// 4096: datagrams of 4096 bytes, a frame over one UMEM chunk) on a VM of
-// its own.
-func TestInteropUDMTU9000(t *testing.T) {
-	requireVMTools(t)
-	runUD(t, attach(t, bootVM(t, 15*time.Minute, Config{MTU: 9000})))
-}
-
 func runUD(t *testing.T, p *peer) {
 	t.Run("perftest", func(t *testing.T) { testSendBWUD(t, p) })
 	t.Run("perftest_all_sizes", func(t *testing.T) { testSendBWUDAll(t, p) })

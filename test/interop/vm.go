@@ -65,6 +65,15 @@ type Config struct {
 	// Queues of the VM's NIC (queue pairs of a multi-queue virtio-net
 	// and of the tap); 0 means 1.
 	Queues int
+	// ZeroCopyNIC gives the NIC what Linux 6.12's virtio_net asks of a
+	// device before it binds AF_XDP in zero-copy mode (doc.go, Zero
+	// copy on virtio-net): VIRTIO_F_ACCESS_PLATFORM (iommu_platform=on:
+	// the rings go through the DMA API, so the queues have a DMA
+	// device), VIRTIO_F_RING_RESET (queue_reset=on: a queue is reset to
+	// swap in the UMEM's buffers) and mergeable receive buffers. qemu
+	// offers ACCESS_PLATFORM only on a modern-only device
+	// (disable-legacy=on).
+	ZeroCopyNIC bool
 	// Files are added to the guest's root file system at boot, over the
 	// image's (an archive of their own in front of the image's
 	// initramfs), so that what changes often stays out of the image.
@@ -343,13 +352,18 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd
 		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
 		"ndkxdp.mtu=" + strconv.Itoa(cfg.MTU),
 		"ndkxdp.port=" + agentPortName,
+	}
+	if !img.Systemd {
 		// virtio-net without TX NAPI orphans each skb when it transmits
 		// it. With TX NAPI an skb lives until the TX completion, and rxe's
 		// requester stops at 64 skbs in flight per QP until their
 		// destructors wake it (rxe_skb_tx_dtor): under TCG a large
 		// ib_send_bw from the guest then stalled for good now and then,
-		// its QP mid-message with every packet acknowledged.
-		"virtio_net.napi_tx=0",
+		// its QP mid-message with every packet acknowledged. The daemon
+		// host keeps TX NAPI: virtio_net transmits an AF_XDP socket's
+		// zero-copy frames from its TX NAPI, and without it they never
+		// left (kernel 7.3, REPs sent and never on the wire).
+		appendArgs = append(appendArgs, "virtio_net.napi_tx=0")
 	}
 	if cfg.IPv6 {
 		appendArgs = append(appendArgs, "ndkxdp.ip6="+GuestIPv6.String()+"/"+strconv.Itoa(PrefixLen6))
@@ -361,6 +375,9 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd
 	}
 	netdev := "tap,id=net0,ifname=" + host.Tap + ",script=no,downscript=no"
 	nic := fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", GuestMAC, cfg.MTU)
+	if cfg.ZeroCopyNIC {
+		nic += ",disable-legacy=on,iommu_platform=on,queue_reset=on,mrg_rxbuf=on"
+	}
 	if cfg.Queues > 1 {
 		// A vector per queue of each direction, one for the config
 		// and one for the control queue.

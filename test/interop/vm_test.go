@@ -106,8 +106,12 @@ func mustRun(t *testing.T, vm *VM, cmd string) string {
 	return out
 }
 
-func TestBootRxeReady(t *testing.T) {
-	vm := sharedVM(t)
+func TestBootRxeReady(t *testing.T) { checkRxeReady(t, sharedVM(t)) }
+
+// checkRxeReady: the agent's report of rxe0's RoCE v2 GID matches sysfs,
+// the guest's NIC runs without TX NAPI and has the harness's MAC.
+func checkRxeReady(t *testing.T, vm *VM) {
+	checkVersions(t, vm)
 	want := rocev2.GIDFromAddr(GuestIPv4)
 	if vm.Guest.GID != want {
 		t.Fatalf("GID %v, want %v", vm.Guest.GID, want)
@@ -137,8 +141,9 @@ func TestBootRxeReady(t *testing.T) {
 	}
 }
 
-func TestIbvDevinfoPortActive(t *testing.T) {
-	vm := sharedVM(t)
+func TestIbvDevinfoPortActive(t *testing.T) { checkDevinfo(t, sharedVM(t)) }
+
+func checkDevinfo(t *testing.T, vm *VM) {
 	out := mustRun(t, vm, "ibv_devinfo -d rxe0")
 	for _, want := range []string{"hca_id:\trxe0", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet"} {
 		if !strings.Contains(out, want) {

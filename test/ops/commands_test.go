@@ -70,10 +70,21 @@ func TestInfo(t *testing.T) {
 	if len(x.Queues) != max(h.Queues, 1) {
 		t.Errorf("%d queues, the interface has %d", len(x.Queues), h.Queues)
 	}
+	// veth has no zero-copy AF_XDP: the kernel says so in its features,
+	// and each queue says the zero-copy bind was refused for it.
+	if !strings.Contains(x.XDPFeatures, "basic") || strings.Contains(x.XDPFeatures, "xsk-zerocopy") {
+		t.Errorf("xdp features %q, want basic without xsk-zerocopy", x.XDPFeatures)
+	}
 	for _, q := range x.Queues {
-		if q.Bind != "copy" { // veth has no zero-copy AF_XDP
+		if q.Bind != "copy" {
 			t.Errorf("queue %d bound %q, want copy", q.Queue, q.Bind)
 		}
+		if !strings.Contains(q.BindReason, "zero-copy bind refused") || !strings.Contains(q.BindReason, "operation not supported") || !strings.Contains(q.BindReason, "lack xsk-zerocopy") {
+			t.Errorf("queue %d: bind reason %q, want the EOPNOTSUPP refusal and the missing xsk-zerocopy", q.Queue, q.BindReason)
+		}
+	}
+	if out := string(run(t, "info", "-daemon", bd.sock)); !strings.Contains(out, "xdp_features:") || !strings.Contains(out, "copy: zero-copy bind refused") {
+		t.Errorf("info's text lacks the XDP features or the queues' bind reasons:\n%s", out)
 	}
 	gids := map[string]string{}
 	for _, g := range x.GIDs {

@@ -135,10 +135,14 @@ func TestMetrics(t *testing.T) {
 	if redirect, _ := sum(f, "ndkxdp_xdp_frames_total", map[string]string{"verdict": "redirect"}); redirect != in {
 		t.Errorf("metrics: XDP redirected %v frames, engines received %v", redirect, in)
 	}
-	for _, name := range []string{"ndkxdp_xsk_rx_dropped_total", "ndkxdp_xsk_rx_ring_full_total", "ndkxdp_xsk_fill_ring_empty_total", "ndkxdp_xsk_tx_invalid_descs_total"} {
+	for _, name := range []string{"ndkxdp_xsk_rx_dropped_total", "ndkxdp_xsk_rx_ring_full_total", "ndkxdp_xsk_fill_ring_empty_total", "ndkxdp_xsk_tx_invalid_descs_total", "ndkxdp_xsk_tx_frames_total", "ndkxdp_xsk_tx_in_place_bytes_total"} {
 		if _, n := sum(f, name, map[string]string{"queue": "0"}); n != 1 {
 			t.Errorf("%s: %d series for queue 0", name, n)
 		}
+	}
+	// Every frame an engine sent went through its socket's TX ring.
+	if tx, _ := sum(f, "ndkxdp_xsk_tx_frames_total", nil); tx != out {
+		t.Errorf("metrics: sockets queued %v frames, engines sent %v", tx, out)
 	}
 	// Per-QP series: the connected QP by number, the other summed.
 	qpOut, n := sum(f, "ndkxdp_qp_frames_out_total", nil)

@@ -89,7 +89,9 @@ func clientBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result
 		}
 		res.addBW(rep, p.AllSizes)
 		PrintBW(out, rep, p.ReportGbits)
-		if (p.Verb == Send && p.AllSizes) || p.WriteImm {
+		// write_bw.c syncs after a WRITE_IMM size only under -a
+		// (RUN_ALL); a single size goes on to the closing handshake.
+		if p.AllSizes && (p.Verb == Send || p.WriteImm) {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
 			}
@@ -103,7 +105,7 @@ func clientBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result
 // server's (perftest 24.01 and later): every size's receives, of no
 // bytes ("Write w/imm completions have zero recieve buffer length",
 // ctx_set_recv_wqes), are posted after the connection and announced by
-// a handshake, and a handshake follows every size.
+// a handshake, and under -a a handshake follows every size.
 func serverSendBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result, out io.Writer) error {
 	for i, size := range p.sizes() {
 		q := p.at(size)
@@ -128,7 +130,7 @@ func serverSendBW(ctx context.Context, p *Params, ctl *control, d *data, res *Re
 		}
 		res.addBW(rep, p.AllSizes)
 		PrintBW(out, rep, p.ReportGbits)
-		if p.AllSizes || p.WriteImm {
+		if p.AllSizes {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
 			}

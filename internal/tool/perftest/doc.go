@@ -71,10 +71,11 @@
 // warm-up; after the three pingpong_dest handshakes the server posts -r
 // receives of no bytes ("Write w/imm completions have zero recieve
 // buffer length") and both sides handshake; the server then runs
-// run_iter_bw_server as send bw's does, reposting up to -n; a handshake
-// follows the run, each side prints its own row (no xchg_bw_reports), and
-// the closing handshake ends it. With -a every size has its receives, a
-// handshake before and one after. ib_write_lat --write_with_imm
+// run_iter_bw_server as send bw's does, reposting up to -n; each side
+// prints its own row (no xchg_bw_reports), and the closing handshake ends
+// it (RUN_REGULAR: no handshake after the run; live Debian 13 rxe closed
+// the connection at ours). With -a (RUN_ALL) every size has its
+// receives, a handshake before and one after. ib_write_lat --write_with_imm
 // (write_lat.c, run_iter_lat_write_imm): both sides post -r receives of
 // no bytes for each size and handshake, then ping-pong as write lat (the
 // server first), each learning of the peer's WRITE by the receive it

@@ -13,10 +13,12 @@ import (
 // later run it (write_bw.c with WRITE_IMM): no warm-up; the server posts
 // its receives of no bytes after the pingpong_dest handshakes and a
 // handshake tells the client; every WRITE with immediate consumes one;
-// another handshake follows the run; each side prints its own row and no
-// reports are exchanged. Against the same run without it: one handshake
-// more, the five report messages fewer. With -a, a handshake before and
-// after every size, and a server row for every size.
+// no handshake follows the run (write_bw.c's RUN_REGULAR), each side
+// prints its own row and no reports are exchanged. Against the same run
+// without it: as many handshakes (the sync before the run takes the place
+// of write_bw's after it), the five report messages fewer. With -a
+// (RUN_ALL), a handshake before and after every size, and a server row
+// for every size.
 func TestWriteWithImm(t *testing.T) {
 	plain := Params{Verb: Write, Kind: BW, Size: 3000, Iterations: 300, TxDepth: 16, CQMod: 4, RxDepth: 32}
 	imm := plain
@@ -39,11 +41,11 @@ func TestWriteWithImm(t *testing.T) {
 	if sdata.Posted.Receive != p.Iterations {
 		t.Errorf("server posted %d receives, want %d", sdata.Posted.Receive, p.Iterations)
 	}
-	if got, want := dests(pr.rec.sent), dests(wbw.rec.sent)+1; got != want {
-		t.Errorf("%d handshakes, want %d (write_bw's and one)", got, want)
+	if got, want := dests(pr.rec.sent), dests(wbw.rec.sent); got != want {
+		t.Errorf("%d handshakes, want %d (write_bw's)", got, want)
 	}
-	if got, want := len(pr.rec.sent), len(wbw.rec.sent)+1-5; got != want {
-		t.Errorf("client sent %d control messages, want %d (write_bw's %d, no reports, one handshake more)", got, want, len(wbw.rec.sent))
+	if got, want := len(pr.rec.sent), len(wbw.rec.sent)-5; got != want {
+		t.Errorf("client sent %d control messages, want %d (write_bw's %d without the reports)", got, want, len(wbw.rec.sent))
 	}
 
 	all := imm
@@ -54,8 +56,10 @@ func TestWriteWithImm(t *testing.T) {
 	if a.cerr != nil || a.serr != nil || o.cerr != nil || o.serr != nil {
 		t.Fatalf("-a: client %v server %v; without: %v %v", a.cerr, a.serr, o.cerr, o.serr)
 	}
-	if got := dests(a.rec.sent) - dests(o.rec.sent); got != 2*22 {
-		t.Errorf("-a added %d handshakes, want %d (one before and one after each further size)", got, 2*22)
+	// -a: one before and one after each of 23 sizes; one size: the one
+	// before.
+	if got := dests(a.rec.sent) - dests(o.rec.sent); got != 2*23-1 {
+		t.Errorf("-a added %d handshakes, want %d (one before and one after each size, against one before)", got, 2*23-1)
 	}
 	if got := rowSizes(a.sout.String()); fmt.Sprint(got) != fmt.Sprint(allSizes) {
 		t.Errorf("server's rows: sizes %v", got)

@@ -105,9 +105,13 @@
 //     counter (2 in the captures). The GSI PSN and the IPv4 identification
 //     count per adapter, so their values differ from any given capture.
 //   - LocalAckTimeout is 17, from the packet lifetime 16 that Linux uses
-//     since CMA_IBOE_PACKET_LIFETIME changed from 18; the montybeatnik
-//     captures come from an older kernel and show 19. Params.PacketLifeTime
-//     selects the old value (the capture test does so per capture).
+//     since CMA_IBOE_PACKET_LIFETIME changed from 18 (Debian 13's 6.12
+//     sends 17); the montybeatnik captures and Debian 12's 6.1 show 19.
+//     Params.PacketLifeTime selects the old value (the capture test does
+//     so per capture). As the passive side we take the QP's ACK timeout
+//     from the REQ, as cm.c does, so each peer gets its own: 19 from
+//     Debian 12, 17 from Debian 13's rping, 16 from perftest 25.01, which
+//     sets rdma_cm's ACK timeout option to 14 (TestPassiveAckTimeoutFromREQ).
 //   - PacketRate is always 0 (port current). rdma_cm derives it from the
 //     netdev speed; the rxe captures show 0.
 //   - The SRQ bit of REQ and REP is 0: the QP interface does not say whether

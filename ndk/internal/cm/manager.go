@@ -38,7 +38,9 @@ type Params struct {
 	// up (4 bits). rdma_cm: CMA_MAX_CM_RETRIES 15.
 	MaxCMRetries uint8
 	// PacketLifeTime is the path's packet lifetime exponent. rdma_cm over
-	// RoCE: CMA_IBOE_PACKET_LIFETIME, 16 since Linux 5.10 (18 before).
+	// RoCE: CMA_IBOE_PACKET_LIFETIME, 16 in Linux 6.12 (Debian 13's
+	// REQs carry LocalAckTimeout 17), still 18 in Debian 12's 6.1 (its
+	// REQs carry 19). A passive side takes the peer's value from the REQ.
 	PacketLifeTime uint8
 	// AckDelay is this CA's ACK delay exponent: REP TargetAckDelay, and an
 	// input of the REQ's LocalAckTimeout. rxe reports 15.

@@ -35,8 +35,11 @@ func (p *Provider) XDPCounters() (loader.Counters, error) {
 // Queue is one queue as an operator sees it: how its AF_XDP socket was
 // bound and the socket's and the port's counters.
 type Queue struct {
-	Queue       int
-	Bind        string // "zero-copy" or "copy"; "" over an in-memory port
+	Queue int
+	Bind  string // "zero-copy" or "copy"; "" over an in-memory port
+	// BindReason says why the socket bound as it did: the kernel's
+	// refusal of a zero-copy bind and what the device offers.
+	BindReason  string
 	MultiBuffer bool
 	Socket      afxdp.Statistics
 	SocketErr   error
@@ -54,10 +57,45 @@ func (p *Provider) Queues() []Queue {
 		}
 		s := x.Socket()
 		out[i].Bind, out[i].MultiBuffer = s.Mode().String(), s.MultiBuffer()
+		out[i].BindReason = p.bindReason(s)
 		out[i].Socket, out[i].SocketErr = s.Stats()
 		out[i].Port = x.Stats()
 	}
 	return out
+}
+
+// XDPFeatures says what the device offers XDP and AF_XDP, by the
+// kernel's names ("basic redirect rx-sg"), or why the kernel could not
+// say; "" over an in-memory port.
+func (p *Provider) XDPFeatures() string {
+	if p.xdp == nil {
+		return ""
+	}
+	if p.xdpFeaturesErr != nil {
+		return "unknown: " + p.xdpFeaturesErr.Error()
+	}
+	return p.xdpFeatures.String()
+}
+
+// bindReason says why s bound in its mode.
+func (p *Provider) bindReason(s *afxdp.Socket) string {
+	offers := "the device offers xsk-zerocopy"
+	switch {
+	case p.xdpFeaturesErr != nil:
+		offers = "the kernel did not say what the device offers (" + p.xdpFeaturesErr.Error() + ")"
+	case !p.xdpFeatures.ZeroCopy():
+		offers = "the device's XDP features (" + p.xdpFeatures.String() + ") lack xsk-zerocopy"
+	}
+	switch {
+	case s.Mode() == afxdp.ModeZeroCopy:
+		return offers
+	case s.SharesUMEM():
+		return "bound to the shared UMEM in its first socket's mode; " + offers
+	case s.ZeroCopyRefusal() != nil:
+		return "zero-copy bind refused (" + s.ZeroCopyRefusal().Error() + "); " + offers
+	default:
+		return "copy mode requested; " + offers
+	}
 }
 
 // QP is a QP's snapshot and the queue whose engine runs it.

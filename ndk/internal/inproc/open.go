@@ -174,6 +174,9 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	// The buffer pool's memory (AllocBuffer) stays put until the ACK that
 	// retires a request using it: the ports send it in place.
 	lo, hi := parts[cfg.Queues].Range()
+	// Asked here, in the interface's namespace: the queues' bind reasons
+	// name what the device offers (inspect.go).
+	p.xdpFeatures, p.xdpFeaturesErr = afxdp.QueryXDPFeatures(p.link.Ifindex)
 	for q := 0; q < cfg.Queues; q++ {
 		sc := afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi, Mode: cfg.BindMode}
 		if cfg.BusyPoll > 0 {

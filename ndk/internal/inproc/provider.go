@@ -83,16 +83,21 @@ type Config struct {
 // ports they run over, the steering program and UMEM when the ports are
 // AF_XDP sockets, and connection management on QP1.
 type Provider struct {
-	link    Link
-	xdp     *loader.XDP // nil over an in-memory port
-	umem    *afxdp.UMEM
-	ports   []port.Port
-	engines []*rc.Engine
-	buffers []byte
-	mgmt    *management                  // nil without connection management
-	capture *pcapfile.Writer             // shared by the ports; nil without Config.Capture
-	tap     atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
-	once    sync.Once
+	link Link
+	xdp  *loader.XDP // nil over an in-memory port
+	// xdpFeatures is what the device offers AF_XDP and XDP, as the
+	// kernel said when the sockets were bound (xdpFeaturesErr if it
+	// could not say).
+	xdpFeatures    afxdp.XDPFeatures
+	xdpFeaturesErr error
+	umem           *afxdp.UMEM
+	ports          []port.Port
+	engines        []*rc.Engine
+	buffers        []byte
+	mgmt           *management                  // nil without connection management
+	capture        *pcapfile.Writer             // shared by the ports; nil without Config.Capture
+	tap            atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
+	once           sync.Once
 
 	mu         sync.Mutex
 	closed     bool
