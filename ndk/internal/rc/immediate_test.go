@@ -185,3 +185,29 @@ func TestImmediate_WriteTakesSRQReceive(t *testing.T) {
 	r.recv[0].Stats() // orders the placement before the read below
 	sameBytes(t, "WRITE", dst, src.b)
 }
+
+// TestImmediate_BadKeyCompletesItsReceive: a WRITE_ONLY_WITH_IMMEDIATE
+// takes its receive before its key is checked (rxe's resource check comes
+// first); with a wrong key, that receive completes with the access error
+// and the next is flushed, as rxe's class C error completes the receive
+// it took with IB_WC_REM_ACCESS_ERR; the requester sees the remote access
+// NAK.
+func TestImmediate_BadKeyCompletesItsReceive(t *testing.T) {
+	a, b := newPair(t, pairOptions{})
+	src := a.buffer(100, 0, false)
+	dst := b.buffer(100, memreg.AccessRemoteWrite|memreg.AccessLocalWrite, false)
+	rbuf := b.buffer(16, memreg.AccessLocalWrite, false)
+	mustPost(t, b.qps[0].PostReceive(1, []SGE{rbuf.sge(0, 8)}))
+	mustPost(t, b.qps[0].PostReceive(2, []SGE{rbuf.sge(8, 8)}))
+	mustPost(t, a.qps[0].PostSend(&SendWR{Op: OpWriteImm, Context: 3, SGL: []SGE{src.sge(0, 100)},
+		RemoteAddr: dst.addr(0), RemoteToken: dst.tokens.Remote ^ 0x100, Imm: 7}))
+	checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusAccessViolation, ndkpi.OpWrite, 3)
+	got := waitCQ(t, b.rcq, 2, 5*time.Second)
+	checkEntry(t, got[0], ndkpi.StatusAccessViolation, ndkpi.OpReceiveWriteWithImmediate, 1)
+	if got[0].ProviderErrorCode != wcRemAccessErr || got[0].HasImmediate {
+		t.Fatalf("the receive the WRITE took: %+v, want IB_WC_REM_ACCESS_ERR and no immediate", got[0])
+	}
+	if got[1].Status != ndkpi.StatusCancelled || got[1].RequestContext != 2 {
+		t.Fatalf("the next receive: %+v, want it flushed", got[1])
+	}
+}

@@ -208,6 +208,13 @@ func (e *Engine) recvWrite(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 		if r.DMALen > 0 { // a zero-length WRITE checks no key (IBTA 9.4.3)
 			b, f := e.regions.CheckRemoteOn(q.cfg.PD, q.cfg.QPN, r.RKey, r.VA, r.DMALen, memreg.AccessRemoteWrite)
 			if f != memreg.OK {
+				if withImm {
+					// WRITE_ONLY_WITH_IMMEDIATE took its receive before its
+					// key (above): the receive completes with the error, the
+					// rest are flushed (rxe: class C, do_complete with
+					// IB_WC_REM_ACCESS_ERR).
+					e.completeRecv(q, ndkpi.StatusAccessViolation, wcRemAccessErr, 0, ndkpi.OpReceiveWriteWithImmediate, 0, false, noImm)
+				}
 				e.fatalNAK(q, psn, rocev2.NAKRemoteAccessError)
 				return
 			}
