@@ -132,6 +132,17 @@ func (d *Device) EndpointOn(q Depths, srq *SRQ) (*Endpoint, error) {
 }
 
 func (d *Device) endpoint(q Depths, srq *SRQ) (*Endpoint, error) {
+	return d.newEndpoint(q, "create qp", func(cfg ndk.QPConfig) (*ndk.QP, error) {
+		if srq != nil {
+			cfg.SRQ, cfg.ReceiveQueueDepth, cfg.MaxReceiveRequestSGE = srq.srq, 0, 0
+		}
+		return d.PD.CreateQP(cfg)
+	})
+}
+
+// newEndpoint makes an endpoint's two CQs (depths 1024 where q says 0),
+// then its QP with create, given the CQs and depths.
+func (d *Device) newEndpoint(q Depths, op string, create func(ndk.QPConfig) (*ndk.QP, error)) (*Endpoint, error) {
 	if q.Send == 0 {
 		q.Send = 1024
 	}
@@ -149,17 +160,13 @@ func (d *Device) endpoint(q Depths, srq *SRQ) (*Endpoint, error) {
 		scq.Close()
 		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
 	}
-	cfg := ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
+	qp, err := create(ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
 		ReceiveQueueDepth: q.Receive, InitiatorQueueDepth: q.Send,
-		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
-	if srq != nil {
-		cfg.SRQ, cfg.ReceiveQueueDepth, cfg.MaxReceiveRequestSGE = srq.srq, 0, 0
-	}
-	qp, err := d.PD.CreateQP(cfg)
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
 	if err != nil {
 		scq.Close()
 		rcq.Close()
-		return nil, fmt.Errorf("ndkverbs: create qp: %w", err)
+		return nil, fmt.Errorf("ndkverbs: %s: %w", op, err)
 	}
 	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq, wake: wake}, nil
 }

@@ -18,32 +18,9 @@ var (
 
 // udEndpoint is endpoint with a UD QP of rdma_cm's Q_Key.
 func (d *Device) udEndpoint(q Depths) (*Endpoint, error) {
-	if q.Send == 0 {
-		q.Send = 1024
-	}
-	if q.Receive == 0 {
-		q.Receive = 1024
-	}
-	wake := make(chan struct{}, 1)
-	notify := func(ndk.Status) { signal(wake) }
-	scq, err := d.Adapter.CreateCQ(q.Send, notify)
-	if err != nil {
-		return nil, fmt.Errorf("ndkverbs: create initiator cq: %w", err)
-	}
-	rcq, err := d.Adapter.CreateCQ(q.Receive, notify)
-	if err != nil {
-		scq.Close()
-		return nil, fmt.Errorf("ndkverbs: create receive cq: %w", err)
-	}
-	qp, err := d.PD.CreateUDQP(ndk.QPConfig{ReceiveCQ: rcq, InitiatorCQ: scq,
-		ReceiveQueueDepth: q.Receive, InitiatorQueueDepth: q.Send,
-		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey)
-	if err != nil {
-		scq.Close()
-		rcq.Close()
-		return nil, fmt.Errorf("ndkverbs: create ud qp: %w", err)
-	}
-	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq, wake: wake}, nil
+	return d.newEndpoint(q, "create ud qp", func(cfg ndk.QPConfig) (*ndk.QP, error) {
+		return d.PD.CreateUDQP(cfg, ndk.RDMAUDPQKey)
+	})
 }
 
 // ConnectUD implements verbs.UDConnector: a new UD endpoint, prepared with
