@@ -258,10 +258,14 @@ func (q *QP) Flush() {
 	q.doorbell()
 }
 
-// doorbell queues the QP for the engine and wakes it.
+// doorbell queues the QP for the engine and wakes it, or, under
+// PollProgress, runs the engine's turn here when no one else is running
+// one (progress.go): that turn takes the QP from the ready ring.
 func (q *QP) doorbell() {
 	if !q.ready.Swap(true) {
 		q.eng.ready.TryPush(&q) // never full: each QP is queued at most once
 	}
-	q.eng.port.Doorbell()
+	if ran, _ := q.eng.consumerTurn(); !ran {
+		q.eng.port.Doorbell()
+	}
 }
