@@ -284,6 +284,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+		drivenAt:    -int64(drivenNap), // no consumer turn yet
 		traffic:     cfg.Traffic,
 		cc:          cc,
 	}
