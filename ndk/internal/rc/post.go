@@ -259,13 +259,19 @@ func (q *QP) Flush() {
 }
 
 // doorbell queues the QP for the engine and wakes it, or, under
-// PollProgress, runs the engine's turn here when no one else is running
-// one (progress.go): that turn takes the QP from the ready ring.
+// PollProgress, runs the engine's turn here when the engine goroutine
+// sleeps and no one else is running a turn (progress.go): that turn takes
+// the QP from the ready ring. An engine that is awake takes it in its
+// next turn, with whatever else was posted meanwhile, in one kick.
 func (q *QP) doorbell() {
+	e := q.eng
 	if !q.ready.Swap(true) {
-		q.eng.ready.TryPush(&q) // never full: each QP is queued at most once
+		e.ready.TryPush(&q) // never full: each QP is queued at most once
 	}
-	if ran, _ := q.eng.consumerTurn(); !ran {
-		q.eng.port.Doorbell()
+	if e.poll == PollProgress && e.sleepUntil.Load() != 0 {
+		if ran, _ := e.consumerTurn(false); ran {
+			return
+		}
 	}
+	e.port.Doorbell()
 }

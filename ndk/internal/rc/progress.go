@@ -7,9 +7,9 @@ import (
 
 // Consumer-driven progress (PollProgress), as libfabric's manual progress
 // and UCX's worker progress: a consumer whose CQ poll finds nothing, or
-// whose post rings the doorbell, runs the engine's turn itself, on its
-// own thread, instead of waking the engine goroutine and waiting for the
-// scheduler to run it. The frame in, the completion and the frame out
+// whose post finds the engine goroutine asleep, runs the engine's turn
+// itself, on its own thread, instead of waking the engine goroutine and
+// waiting for the scheduler to run it. The frame in, the completion and the frame out
 // then need no other thread (doc.go, "Polling", has why that matters).
 //
 // The engine's state stays single-threaded: a turn runs only while its
@@ -21,7 +21,7 @@ import (
 // already past the ready ring cannot miss it).
 //
 // The engine goroutine stays the backstop, and sleeps with the token
-// released. While consumers drive it (a consumer turn within drivenNap)
+// released. While consumers drive it (a poll's turn within drivenNap)
 // it does not spin, and naps at most drivenNap on its doorbell alone
 // (port.DoorbellWaiter): a nap that frames ended would cost each
 // sender's kick a wake-up and take the turn from the consumer polling
@@ -59,17 +59,24 @@ const drivenNap = time.Millisecond
 // flush. It returns how much the turn did (frames, QPs, sends). It never
 // blocks and allocates nothing; any goroutine may call it.
 func (e *Engine) Progress() int {
-	_, work := e.consumerTurn()
+	_, work := e.consumerTurn(true)
 	return work
 }
 
-// consumerTurn is Progress, also reporting whether the turn ran.
-func (e *Engine) consumerTurn() (ran bool, work int) {
+// consumerTurn is Progress, also reporting whether the turn ran. A poll's
+// turn (poll) marks the engine as driven; a post's does not, so that an
+// engine whose consumer only posts is woken by the timers those posts
+// arm and then batches the posts that follow itself (QP.doorbell), one
+// kick for many, where a kick per post would cost the poster a system
+// call each.
+func (e *Engine) consumerTurn(poll bool) (ran bool, work int) {
 	if e.poll != PollProgress || !e.turn.CompareAndSwap(0, 1) {
 		return false, 0
 	}
 	e.now = e.clock()
-	e.drivenAt = e.now
+	if poll {
+		e.drivenAt = e.now
+	}
 	if e.blocking.Load() {
 		e.blocking.Store(false)
 	}

@@ -69,7 +69,7 @@ func TestProgressAllocatesNothing(t *testing.T) {
 // whose goroutine owns every turn.
 func TestProgressOffInOtherModes(t *testing.T) {
 	a, _ := newPair(t, pairOptions{})
-	if ran, _ := a.eng.consumerTurn(); ran {
+	if ran, _ := a.eng.consumerTurn(true); ran {
 		t.Fatal("a consumer ran a turn of a PollAdaptive engine")
 	}
 	if n := a.eng.Stats().ConsumerTurns; n != 0 {
