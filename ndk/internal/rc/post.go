@@ -259,16 +259,20 @@ func (q *QP) Flush() {
 }
 
 // doorbell queues the QP for the engine and wakes it, or, under
-// PollProgress, runs the engine's turn here when the engine goroutine
-// sleeps and no one else is running a turn (progress.go): that turn takes
-// the QP from the ready ring. An engine that is awake takes it in its
-// next turn, with whatever else was posted meanwhile, in one kick.
+// PollProgress, runs the engine's turn here when no one else is running
+// one (progress.go) and the engine goroutine sleeps or lags: the QP was
+// still queued from an earlier post, which no turn took since, as when
+// the engine's thread waits for a core that spinning consumers hold. That
+// turn takes the QP from the ready ring. An engine that is awake and
+// keeps up takes it in its next turn, with whatever else was posted
+// meanwhile, in one kick.
 func (q *QP) doorbell() {
 	e := q.eng
-	if !q.ready.Swap(true) {
+	queued := q.ready.Swap(true)
+	if !queued {
 		e.ready.TryPush(&q) // never full: each QP is queued at most once
 	}
-	if e.poll == PollProgress && e.sleepUntil.Load() != 0 {
+	if e.poll == PollProgress && (queued || e.sleepUntil.Load() != 0) {
 		if ran, _ := e.consumerTurn(false); ran {
 			return
 		}
