@@ -258,7 +258,7 @@
 // that polls its CQ and calls runtime.Gosched when it is empty) measured
 // p50 78, 80 and 96µs, p99 8.9, 9.1 and 48ms, and in three of six runs
 // no reply at all within its 5s deadline (20,100 round trips), where
-// GOMAXPROCS 2 gave p50 10.6-13.1µs, p99 20-67µs and GOMAXPROCS 1 7.0-7.2
+// GOMAXPROCS 2 gave p50 10.6-13.1µs, p99 13-67µs and GOMAXPROCS 1 7.0-7.2
 // and 9.3-11.7µs. perf sched record -a over 1.5s of the GOMAXPROCS 16
 // ping-pong, perf sched timehist: the test process ran on 18 threads,
 // which were switched in 18,966 times and waited, runnable, 2,064ms in
@@ -294,7 +294,7 @@
 //	                        RTT p50 µs      RTT p99 µs          64 B SEND msg/s  runs
 //	GOMAXPROCS 16 adaptive  78-96           8,853-48,029        62k-131k         6, 3 no reply
 //	GOMAXPROCS 16 progress  5.4-6.0         24-42 (one 248)     140k-672k        11, 1 no reply
-//	GOMAXPROCS 2  adaptive  10.6-13.1       20-67               656k-1.02M       4
+//	GOMAXPROCS 2  adaptive  10.6-13.1       13-67               555k-1.02M       5
 //	GOMAXPROCS 2  progress  6.0-6.2         38-127              368k-559k        4
 //	GOMAXPROCS 1  adaptive  7.0-7.2         9.3-11.7            979k-1.02M       3
 //	beside a spinning process on each CPU (timeout 120 taskset -c N sh -c 'while :; do :; done'):
@@ -305,12 +305,14 @@
 //	GOMAXPROCS 1  adaptive  29.7            3,434               128k             2, 1 no reply
 //
 // (progress rows: this branch's last two builds, which differ only in
-// when a post runs the turn; "no reply": none within the deadline.)
-// With progress the round trip no
-// longer depends on GOMAXPROCS or on the processes beside it: its p50 is
+// when a post runs the turn; "no reply": none within the deadline.) With
+// progress the round trip no longer depends on GOMAXPROCS or on the
+// processes beside it: its p50 is
 // 5.4-6.2µs in every row, 1.3-1.5x Go TCP's on veth, and its p99 stays
 // under 50µs beside the spinners, where adaptive polling's is 3-4ms. The
-// p99 that remains, 5-7x the p50, is near the machine's floor (above).
+// p99 that remains is 5-7x the p50, where the machine's floor alone
+// allows 2.2-4.8x (above), and the napping engines' wake-ups, a thousand
+// a second each, are the likely rest (a 10ms nap measured no better).
 // One P keeps the best idle tail, but only while nothing else runs, and
 // a process cannot keep its Ps for one library; progress on one P is
 // worse (p50 53µs, p99 1.2ms in one run): the engine's nap is a blocking
@@ -325,7 +327,7 @@
 // option, not the default: the default GOMAXPROCS of a 16-core host is
 // where it wins, and that host has not measured it yet; and one of the
 // eleven GOMAXPROCS 16 progress runs of this build got no reply within
-// the deadline, which ten runs since (the benchmark printing the
+// the deadline, which ten runs since (six of a build that printed the
 // engines' counters on failure) have not shown again, and which is not
 // explained. A consumer that finds the token held does not wait, so a
 // holder whose thread the kernel preempts mid-turn (the engine
