@@ -327,7 +327,7 @@
 // option, not the default: the default GOMAXPROCS of a 16-core host is
 // where it wins, and that host has not measured it yet; and one of the
 // eleven GOMAXPROCS 16 progress runs of this build got no reply within
-// the deadline, which ten runs since (six of a build that printed the
+// the deadline, which ten runs since (nine of a build that printed the
 // engines' counters on failure) have not shown again, and which is not
 // explained. A consumer that finds the token held does not wait, so a
 // holder whose thread the kernel preempts mid-turn (the engine
