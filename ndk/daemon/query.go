@@ -53,7 +53,8 @@ func Query(ctx context.Context, socket, op string, out any) error {
 // Dump streams the daemon's live capture: each frame the daemon's
 // engines move, received and sent, keeping the first snap bytes of each
 // (0: DefaultSnap), to frame, with the capture's counts so far, until ctx
-// ends (then it returns nil) or frame returns an error. It fails with
+// ends (then it returns nil) or frame returns an error. frame runs on a
+// goroutine of Dump's, one call at a time. It fails with
 // STATUS_SHARING_VIOLATION while another capture runs.
 func Dump(ctx context.Context, socket string, snap int, frame func(DumpFrame, DumpCounts) error) (DumpCounts, error) {
 	// The frames events are handled on the connection's reader, one at a
