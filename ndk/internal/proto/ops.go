@@ -68,9 +68,13 @@ func DecodeHeader(b []byte) (Header, error) {
 // Encode is the message of request req with ID id: the envelope and
 // req's fields.
 func Encode(id uint64, op string, req any) ([]byte, error) {
+	name, err := json.Marshal(op) // JSON's quoting, not Go's
+	if err != nil {
+		return nil, err
+	}
 	b := append([]byte(`{"id":`), strconv.FormatUint(id, 10)...)
 	b = append(b, `,"op":`...)
-	b = strconv.AppendQuote(b, op)
+	b = append(b, name...)
 	return splice(b, req)
 }
 

@@ -226,3 +226,29 @@ func TestDecodeHeader(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeHeader: any bytes decode to a header naming an op, or to an
+// error; never a panic, and a header read is the one an Encode wrote.
+func FuzzDecodeHeader(f *testing.F) {
+	for _, c := range requests {
+		f.Add([]byte(c.golden))
+	}
+	f.Add([]byte(`{"id":1}`))
+	f.Add([]byte(`{"op":"x","Timeout":"y"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := DecodeHeader(b)
+		if err != nil {
+			return
+		}
+		if h.Op == "" {
+			t.Fatalf("%q: header without op", b)
+		}
+		again, err := Encode(h.ID, h.Op, &Deadline{Timeout: h.Timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h2, err := DecodeHeader(again); err != nil || h2 != h {
+			t.Fatalf("%+v encodes to %s, read back as %+v (%v)", h, again, h2, err)
+		}
+	})
+}
