@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -21,7 +22,7 @@ var requests = []struct {
 	legacy Request
 	golden string
 }{
-	{&Hello{Version: Version}, Request{Version: Version}, `{"id":7,"op":"hello","version":2}`},
+	{&Hello{Version: Version}, Request{Version: Version}, `{"id":7,"op":"hello","version":` + strconv.Itoa(Version) + `}`},
 	{&Arena{Arena: 3, Size: 8192}, Request{Arena: 3, Size: 8192}, `{"id":7,"op":"arena","Arena":3,"Size":8192}`},
 	{&Cancel{Target: 5}, Request{Target: 5}, `{"id":7,"op":"cancel","Target":5}`},
 	{&Stats{}, Request{}, `{"id":7,"op":"stats"}`},
@@ -161,7 +162,7 @@ var replies = []struct {
 	{&None{}, Message{}, `{"id":7}`},
 	{&HelloReply{Version: Version, Addr: "198.18.0.1", MAC: "02:00:00:00:00:01", PathMTU: 1024, Raw: json.RawMessage(`{"x":1}`), Seg: &Segment{Size: 4096}},
 		Message{Version: Version, Addr: "198.18.0.1", MAC: "02:00:00:00:00:01", PathMTU: 1024, Raw: json.RawMessage(`{"x":1}`), Seg: &Segment{Size: 4096}},
-		`{"id":7,"Seg":{"size":4096},"Addr":"198.18.0.1","MAC":"02:00:00:00:00:01","PathMTU":1024,"Version":2,"Raw":{"x":1}}`},
+		`{"id":7,"Seg":{"size":4096},"Addr":"198.18.0.1","MAC":"02:00:00:00:00:01","PathMTU":1024,"Version":` + strconv.Itoa(Version) + `,"Raw":{"x":1}}`},
 	{&StatsReply{Raw: json.RawMessage(`{"a":1}`), Raw2: json.RawMessage(`{"b":2}`)}, Message{Raw: json.RawMessage(`{"a":1}`), Raw2: json.RawMessage(`{"b":2}`)},
 		`{"id":7,"Raw":{"a":1},"Raw2":{"b":2}}`},
 	{&CQReply{H: 2, Seg: &Segment{Size: 8192, Slots: 64}}, Message{H: 2, Seg: &Segment{Size: 8192, Slots: 64}}, `{"id":7,"H":2,"Seg":{"size":8192,"slots":64}}`},
