@@ -420,9 +420,14 @@ func (e *Endpoint) Wait(ctx context.Context) error {
 }
 
 // arm points the endpoint's notifications at *to and arms them; ready
-// says that news came before the arm and the caller must not block.
+// says that news came before the arm and the caller must not block. A
+// notification fires once for the completions that came since the last
+// one: where it went to another channel (a WaitAny's, or the endpoint's
+// own), the caller may not have seen it, so a switch counts as news.
 func (e *Endpoint) arm(to *chan struct{}) (ready bool, err error) {
-	e.wakeTo.Store(to)
+	if e.wakeTo.Swap(to) != to {
+		return true, nil
+	}
 	e.qp.ArmPeerWrites(*to)
 	if err := e.scq.Arm(ndk.CQNotifyAny); err != nil {
 		return false, fmt.Errorf("ndkverbs: arm initiator cq: %w", err)

@@ -72,7 +72,8 @@ type qpSet struct {
 	eps  []verbs.Endpoint
 	any  verbs.AnyWaiter
 	idle verbs.Backoff
-	n    []counts // per QP
+	n    []counts        // per QP
+	ats  []verbs.Atomics // per QP, atomic_bw
 }
 
 // Wait implements verbs.Waiter for the Backoff: any QP's news.
@@ -259,15 +260,17 @@ func perQPCounts(g *qpSet, f func(counts) int) []int {
 // window kept full up to TxDepth (for READ and atomics OutReads), each
 // signaling every CQMod-th and its last request, every post and signaled
 // completion stamped in the order it happens across the QPs. It
-// allocates nothing.
+// allocates nothing once g.ats is made.
 func postBWMulti(ctx context.Context, p *Params, g *qpSet, peers []Dest, posted, completed []uint64) error {
-	ats := make([]verbs.Atomics, len(g.ds))
+	if len(g.ats) != len(g.ds) {
+		g.ats = make([]verbs.Atomics, len(g.ds))
+	}
 	for i, d := range g.ds {
 		at, err := d.atomics(p)
 		if err != nil {
 			return err
 		}
-		ats[i] = at
+		g.ats[i] = at
 	}
 	for i := range g.n {
 		g.n[i] = counts{}
@@ -283,7 +286,7 @@ func postBWMulti(ctx context.Context, p *Params, g *qpSet, peers []Dest, posted,
 				if !p.NoPeak || totS == 0 {
 					posted[totS] = clk.now()
 				}
-				err := d.post(p, ats[i], &peers[i], signaled)
+				err := d.post(p, g.ats[i], &peers[i], signaled)
 				if errors.Is(err, verbs.ErrQueueFull) {
 					break
 				}

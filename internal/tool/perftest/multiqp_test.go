@@ -160,3 +160,51 @@ func (c plainConnector) Connect(ctx context.Context, port uint16, p verbs.ConnPa
 	}
 	return plainEndpoint{ep}, nil
 }
+
+// TestBWLoopSeveralQPsAllocatesNothing: postBWMulti, the -q client's
+// loop, allocates nothing per run.
+func TestBWLoopSeveralQPsAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	p := Params{Verb: Write, Kind: BW, Size: 512, Iterations: 128, TxDepth: 32, CQMod: 8, QPs: 3}
+	if err := p.normalize(); err != nil {
+		t.Fatal(err)
+	}
+	n := &verbstest.Network{}
+	l, err := n.Listen(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &qpSet{n: make([]counts, p.QPs)}
+	var peers []Dest
+	for range p.QPs {
+		var dc, ds data
+		a, err := n.Connect(ctx, 1, verbs.ConnParams{Prepare: prepareData(&dc, &p, DefaultCycleBuf)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Accept(ctx, verbs.ConnParams{Prepare: prepareData(&ds, &p, DefaultCycleBuf)}); err != nil {
+			t.Fatal(err)
+		}
+		g.ds, g.eps = append(g.ds, &dc), append(g.eps, a)
+		peers = append(peers, ds.dest(&p))
+	}
+	g.any = g.eps[0].(verbs.AnyWaiter)
+	tot := p.Iterations * p.QPs
+	posted, completed := make([]uint64, tot), make([]uint64, tot)
+	if err := postBWMulti(ctx, &p, g, peers, posted, completed); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := postBWMulti(ctx, &p, g, peers, posted, completed); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("postBWMulti allocates %v times per run", allocs)
+	}
+	for i, c := range g.n {
+		if c.done != p.Iterations || c.posted != p.Iterations {
+			t.Errorf("qp %d: posted %d, completed %d, want %d", i, c.posted, c.done, p.Iterations)
+		}
+	}
+}
