@@ -19,18 +19,23 @@ var qpsCases = []perfCase{
 	{"ib_write_bw", perftest.Write, perftest.BW},
 	{"ib_send_bw", perftest.Send, perftest.BW},
 	{"ib_read_bw", perftest.Read, perftest.BW},
+	{"ib_atomic_bw", perftest.Atomic, perftest.BW},
 }
 
 const qpsInterop = 2
 
 func testPerftestQPs(t *testing.T, p *peer) {
+	t.Run("ib_write_bw_q24/rxe_client", func(t *testing.T) { testPerftestManyQPs(t, p) })
 	retry := perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}
 	for _, c := range qpsCases {
 		prm := c.params(4096)
 		prm.Port, prm.MTU, prm.QPs = perfPort, p.dev.Adapter.PathMTU(), qpsInterop
 		row := prm
 		row.Iterations = prm.Iterations * qpsInterop
-		flags := fmt.Sprintf("-R -d rxe0 -F -q %d -n %d -s %d -p %d", qpsInterop, prm.Iterations, prm.Size, perfPort)
+		flags := fmt.Sprintf("-R -d rxe0 -F -q %d -n %d -p %d", qpsInterop, prm.Iterations, perfPort)
+		if c.verb != perftest.Atomic {
+			flags += fmt.Sprintf(" -s %d", prm.Size)
+		}
 		t.Run(c.tool+"/rxe_server", func(t *testing.T) {
 			var ours bytes.Buffer
 			var theirs string
@@ -72,4 +77,26 @@ func testPerftestQPs(t *testing.T, p *peer) {
 			}
 		})
 	}
+}
+
+// testPerftestManyQPs: rxe's client with -q 24 sends its 24 connect
+// requests at once; our server takes them all (its listener's backlog is
+// larger than that) and runs the test.
+func testPerftestManyQPs(t *testing.T, p *peer) {
+	const qps = 24
+	prm := perfCase{"ib_write_bw", perftest.Write, perftest.BW}.params(4096)
+	prm.Port, prm.MTU, prm.QPs = perfPort, p.dev.Adapter.PathMTU(), qps
+	row := prm
+	row.Iterations = prm.Iterations * qps
+	var ours bytes.Buffer
+	var theirs string
+	p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+	ctx := ctxFor(t, 2*time.Minute)
+	theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+		_, err := perftest.RunServer(ctx, prm, l, &ours)
+		return err
+	}, fmt.Sprintf("ib_write_bw -R -d rxe0 -F -q %d -n %d -s %d -p %d %v", qps, prm.Iterations, prm.Size, perfPort, HostIPv4))
+	t.Logf("rxe client:\n%s\nndkxdp server:\n%s", reportLines(theirs), reportLines(ours.String()))
+	requireRow(t, "rxe's client", theirs, theirs, row)
+	requireRow(t, "ndkxdp's server", ours.String(), theirs, row)
 }
