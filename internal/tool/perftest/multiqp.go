@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
@@ -125,12 +126,21 @@ func (g *qpSet) waits() uint64 {
 func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, cycle int, res Result, open func(func() (verbs.ConnParams, error)) (verbs.Endpoint, error), fail func(string, error) (Result, error)) (Result, error) {
 	g := &qpSet{ds: make([]*data, p.QPs), eps: make([]verbs.Endpoint, p.QPs), n: make([]counts, p.QPs)}
 	g.idle.Busy, g.idle.Spin = p.BusyPoll, p.Spin
+	// The QPs disconnect at once, not one after another: a peer that has
+	// gone without answering a DREQ (perftest 25.01's client exits right
+	// after the closing handshake) costs each close its wait for the DREP.
 	defer func() {
+		var wg sync.WaitGroup
 		for _, ep := range g.eps {
 			if ep != nil {
-				ep.Close()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ep.Close()
+				}()
 			}
 		}
+		wg.Wait()
 	}()
 	for i := range g.ds {
 		d := &data{}
