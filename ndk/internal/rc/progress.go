@@ -7,10 +7,11 @@ import (
 
 // Consumer-driven progress (PollProgress), as libfabric's manual progress
 // and UCX's worker progress: a consumer whose CQ poll finds nothing, or
-// whose post finds the engine goroutine asleep, runs the engine's turn
-// itself, on its own thread, instead of waking the engine goroutine and
-// waiting for the scheduler to run it. The frame in, the completion and the frame out
-// then need no other thread (doc.go, "Polling", has why that matters).
+// whose post finds the engine goroutine asleep or behind, runs the
+// engine's turn itself, on its own thread, instead of waking the engine
+// goroutine and waiting for the scheduler to run it. The frame in, the
+// completion and the frame out then need no other thread (doc.go,
+// "Polling", has why that matters).
 //
 // The engine's state stays single-threaded: a turn runs only while its
 // runner holds the turn token (Engine.turn, taken by CompareAndSwap,
@@ -21,18 +22,18 @@ import (
 // already past the ready ring cannot miss it).
 //
 // The engine goroutine stays the backstop, and sleeps with the token
-// released. While consumers drive it (a poll's turn within drivenNap)
-// it does not spin, and naps at most drivenNap on its doorbell alone
+// released. While consumers drive it (a poll's turn within drivenNap) it
+// does not spin, and naps at most drivenNap on its doorbell alone
 // (port.DoorbellWaiter): a nap that frames ended would cost each
 // sender's kick a wake-up and take the turn from the consumer polling
 // for them. Otherwise it is PollAdaptive, sleeping on the socket and the
 // doorbell, so that frames for consumers that stopped polling wake it. A
 // consumer that stops polling to block on a notification (a CQ's arm,
 // ArmPlacedWrites) says so (ConsumerBlocks), and the engine watches its
-// socket again from then until the next consumer turn. A consumer that
-// stops polling without blocking so leaves frames to the end of the
-// nap. A
-// consumer's turn may leave work due before the sleeping engine would
+// socket again from then until the next poll. A consumer that stops
+// polling without blocking so leaves frames to the end of the nap.
+//
+// A consumer's turn may leave work due before the sleeping engine would
 // look again (a timer it armed, frames the transmit ring had no room
 // for): it then rings the doorbell, unless the engine naps anyway, which
 // bounds how late a timer fires, once consumers stop polling, to
@@ -75,10 +76,12 @@ func (e *Engine) consumerTurn(poll bool) (ran bool, work int) {
 	}
 	e.now = e.clock()
 	if poll {
+		// Polling again: a consumer that said it would block
+		// (ConsumerBlocks) may have posted since, which does not count.
 		e.drivenAt = e.now
-	}
-	if e.blocking.Load() {
-		e.blocking.Store(false)
+		if e.blocking.Load() {
+			e.blocking.Store(false)
+		}
 	}
 	e.replayLeft = replayBudget
 	work = e.receive()
