@@ -11,6 +11,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -289,4 +290,81 @@ func TestProgressContended(t *testing.T) {
 	if a.eng.Stats().ConsumerTurns == 0 || b.eng.Stats().ConsumerTurns == 0 {
 		t.Fatal("no consumer turns")
 	}
+}
+
+// waitRecorder is a port that records how the engine sleeps: on its
+// socket and doorbell (Wait) or, napping for consumers, on its doorbell
+// alone (WaitDoorbell).
+type waitRecorder struct {
+	port.Port
+	mu    sync.Mutex
+	kinds []string
+}
+
+func (w *waitRecorder) record(k string) {
+	w.mu.Lock()
+	w.kinds = append(w.kinds, k)
+	w.mu.Unlock()
+}
+
+func (w *waitRecorder) Wait(d time.Duration) error {
+	w.record("wait")
+	return w.Port.Wait(d)
+}
+
+func (w *waitRecorder) WaitDoorbell(d time.Duration) error {
+	w.record("nap")
+	return w.Port.(port.DoorbellWaiter).WaitDoorbell(d)
+}
+
+// since returns the kinds recorded from index i on.
+func (w *waitRecorder) since(i int) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.kinds[min(i, len(w.kinds)):]...)
+}
+
+func (w *waitRecorder) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.kinds)
+}
+
+// TestProgressNapsWhileDrivenAndWatchesAfter: while a consumer polls,
+// the engine naps on its doorbell alone; once polls stop, it sleeps on
+// its socket again (the backstop for a consumer that stopped polling),
+// and the next polls make it nap again.
+func TestProgressNapsWhileDrivenAndWatchesAfter(t *testing.T) {
+	pipe, err := porttest.NewPipe(porttest.PipeConfig{Depth: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &waitRecorder{Port: pipe.A()}
+	e := newHost(t, w, "198.18.0.1", 1, &pairOptions{poll: PollProgress}).eng
+	await := func(what string, from int, ok func(last string) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+			last := ""
+			if k := w.since(from); len(k) > 0 {
+				last = k[len(k)-1]
+			}
+			if ok(last) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: sleeps %v", what, w.since(from))
+			}
+		}
+	}
+	// Each poll is followed by a ring so that the engine looks again (a
+	// poll's turn alone does not wake it).
+	poll := func(last string) bool {
+		e.Progress()
+		e.port.Doorbell()
+		return last == "nap"
+	}
+	await("nap while polled", 0, poll)
+	i := w.count()
+	await("wait on the socket once polls stopped", i, func(last string) bool { return last == "wait" })
+	await("nap when polled again", w.count(), poll)
 }
