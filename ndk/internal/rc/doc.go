@@ -293,7 +293,8 @@
 //
 //	                        RTT p50 µs      RTT p99 µs          64 B SEND msg/s  runs
 //	GOMAXPROCS 16 adaptive  78-96           8,853-48,029        62k-131k         6, 3 no reply
-//	GOMAXPROCS 16 progress  5.4-6.0         24-42 (one 248)     140k-672k        11, 1 no reply
+//	GOMAXPROCS 16 progress  5.4-6.1         24-47 (105, 248,    130k-672k        19, 1 no reply
+//	                                        5,918 once each)
 //	GOMAXPROCS 2  adaptive  10.6-13.1       13-67               555k-1.02M       5
 //	GOMAXPROCS 2  progress  6.0-6.2         38-127              368k-559k        4
 //	GOMAXPROCS 1  adaptive  7.0-7.2         9.3-11.7            979k-1.02M       3
@@ -321,17 +322,19 @@
 // system call that on veth carries the peer's receive too, per post, so
 // the 64 B stream is slower than adaptive's at GOMAXPROCS 2 (where the
 // engine, on the other CPU, batches), and 64 KiB WRITE bandwidth fell
-// from 16.4-16.7 to 11.8-12.7 Gbit/s there; a post runs the turn itself
-// only when the engine sleeps, or lags (the QP is still queued from an
-// earlier post), so that an engine that keeps up batches. It stays an
-// option, not the default: the default GOMAXPROCS of a 16-core host is
-// where it wins, and that host has not measured it yet; and one of the
-// eleven GOMAXPROCS 16 progress runs of this build got no reply within
-// the deadline, which ten runs since (nine of a build that printed the
-// engines' counters on failure) have not shown again, and which is not
-// explained. A consumer that finds the token held does not wait, so a
-// holder whose thread the kernel preempts mid-turn (the engine
-// goroutine, woken from a nap) stalls the round trip for a slice.
+// from 16.0-16.7 to 11.8-12.7 Gbit/s there (at GOMAXPROCS 16 it is
+// 3.6-12.9 against adaptive polling's 3.3-5.6); a post runs the turn
+// itself only when the engine sleeps, or lags (the QP is still queued
+// from an earlier post), so that an engine that keeps up batches. It
+// stays an option, not the default: the default GOMAXPROCS of a 16-core
+// host is where it wins, and that host has not measured it yet; and one
+// of the nineteen GOMAXPROCS 16 progress runs of this build got no reply
+// within the deadline, which the eighteen runs since (seventeen of a
+// build that printed the engines' counters on failure) have not shown
+// again, and which is not explained. A consumer that finds the token
+// held does not wait, so a holder whose thread the kernel preempts
+// mid-turn (the engine goroutine, woken from a nap) stalls the round
+// trip for a slice (the likely cause of the one 5.9ms p99 above).
 //
 // Between processes, perf's latency tests at GOMAXPROCS 16 (each side
 // one engine and a consumer that spins 20µs on its CQ, then arms it and
