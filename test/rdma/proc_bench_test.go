@@ -175,6 +175,10 @@ func procMain(spec string) int {
 			}
 			out, _ := json.Marshal(res)
 			fmt.Printf("result %s\n", out)
+			// Close nothing before the parent has both sides' results
+			// (it then closes standard input): a TCP receiver that
+			// closed first would reset its sender's last write.
+			_, _ = io.Copy(io.Discard, os.Stdin)
 			return 0
 		default:
 			return fail(fmt.Errorf("unknown command %q", in.Text()))
