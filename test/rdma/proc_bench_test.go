@@ -414,46 +414,102 @@ func (s *rdmaSide) close() {
 }
 
 // xdpSide is the raw AF_XDP reference: RoCEv2 frames of j.Frame bytes
-// steered to one socket, as ndkxdp's frames are, with nothing done to
-// them. The sender keeps its TX ring full, reserving up to xdpBatch
+// steered by ndkxdp's program to one socket per queue (j.Queues), as
+// ndkxdp's frames are, with nothing done to them. The sender keeps its TX ring full, reserving up to xdpBatch
 // frames a kick; the receiver takes up to xdpBatch descriptors a look and
 // refills the fill ring as it goes. Frames larger than a UMEM frame go
 // as multi-buffer chains (XDP_USE_SG), as ndkxdp's do. Both sides
 // busy-poll, yielding now and then.
 type xdpSide struct {
-	j procJob
-	e *rawxdp.Endpoint
+	j    procJob
+	e    *rawxdp.Endpoint
+	xsks []xsk // one per queue; the first is e's
+}
+
+// xsk is one queue's socket, its UMEM and the QP number its frames carry
+// (one per queue, each steered to its queue).
+type xsk struct {
+	sock   *afxdp.Socket
+	umem   *afxdp.UMEM
+	frames *afxdp.FrameAllocator
+	qpn    uint32
 }
 
 // xdpBatch is the most descriptors a raw side moves per ring operation.
 const xdpBatch = 64
 
 func newXDPSide(j procJob, h *vethpair.Host) (*xdpSide, error) {
-	e, err := rawxdp.Open(h, rawxdp.Config{Attach: loader.AttachAuto, MultiBuffer: j.Frame > 4096, BusyPoll: true})
+	mb := j.Frame > 4096
+	e, err := rawxdp.Open(h, rawxdp.Config{Attach: loader.AttachAuto, MultiBuffer: mb, BusyPoll: true})
 	if err != nil {
 		return nil, err
 	}
-	if err := e.XDP.AddQP(procQPN, 0); err != nil {
-		e.Close()
-		return nil, err
+	s := &xdpSide{j: j, e: e, xsks: []xsk{{sock: e.Sock, umem: e.UMEM, frames: e.Frames(), qpn: procQPN}}}
+	for q := 1; q < max(j.Queues, 1); q++ {
+		x := xsk{qpn: procQPN + uint32(q)}
+		err := h.Do(func() error {
+			var err error
+			if x.umem, err = afxdp.NewUMEM(afxdp.UMEMConfig{}); err != nil {
+				return err
+			}
+			sc := afxdp.SocketConfig{Ifindex: h.Ifindex, Queue: uint32(q), MultiBuffer: mb,
+				BusyPoll: &afxdp.BusyPollConfig{Timeout: 20 * time.Microsecond, Budget: 64, Prefer: true}}
+			if x.sock, err = afxdp.NewSocket(x.umem, sc); err != nil {
+				x.umem.Close()
+				return err
+			}
+			return e.XDP.RegisterSocket(uint32(q), x.sock.FD())
+		})
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		x.frames = x.umem.Allocator()
+		x.sock.Fill().FillFrom(x.frames, min(x.sock.Fill().Size(), x.frames.Available()/2))
+		s.xsks = append(s.xsks, x)
 	}
-	return &xdpSide{j: j, e: e}, nil
+	for q, x := range s.xsks {
+		if err := e.XDP.AddQP(x.qpn, uint32(q)); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func (s *xdpSide) info() string         { return "" }
 func (s *xdpSide) connect(string) error { return nil }
-func (s *xdpSide) close()               { s.e.Close() }
 
-func (s *xdpSide) run(stop <-chan struct{}, c *procCount) error {
-	runtime.LockOSThread()
-	if s.j.Role == "rx" {
-		return s.receive(stop, c)
+func (s *xdpSide) close() {
+	for _, x := range s.xsks[1:] {
+		x.sock.Close()
+		x.umem.Close()
 	}
-	return s.send(stop, c)
+	s.e.Close()
 }
 
-func (s *xdpSide) receive(stop <-chan struct{}, c *procCount) error {
-	rx, fill, frames := s.e.Sock.RX(), s.e.Sock.Fill(), s.e.Frames()
+// run serves each queue's socket on a thread of its own.
+func (s *xdpSide) run(stop <-chan struct{}, c *procCount) error {
+	errs := make(chan error, len(s.xsks))
+	for _, x := range s.xsks {
+		go func() {
+			runtime.LockOSThread()
+			if s.j.Role == "rx" {
+				errs <- s.receive(x, stop, c)
+			} else {
+				errs <- s.send(x, stop, c)
+			}
+		}()
+	}
+	var err error
+	for range s.xsks {
+		err = errors.Join(err, <-errs)
+	}
+	return err
+}
+
+func (s *xdpSide) receive(x xsk, stop <-chan struct{}, c *procCount) error {
+	rx, fill, frames := x.sock.RX(), x.sock.Fill(), x.frames
 	for spins := 0; ; spins++ {
 		if spins&1023 == 0 {
 			select {
@@ -466,7 +522,7 @@ func (s *xdpSide) receive(stop <-chan struct{}, c *procCount) error {
 		if got == 0 {
 			procSpin(spins)
 			if fill.NeedWakeup() {
-				if err := s.e.Sock.WakeupRX(); err != nil {
+				if err := x.sock.WakeupRX(); err != nil {
 					return err
 				}
 			}
@@ -486,27 +542,27 @@ func (s *xdpSide) receive(stop <-chan struct{}, c *procCount) error {
 	}
 }
 
-func (s *xdpSide) send(stop <-chan struct{}, c *procCount) error {
-	frame, err := baseline.RoCEFrame(&s.j.Host, &s.j.Peer, procQPN, s.j.Frame)
+func (s *xdpSide) send(x xsk, stop <-chan struct{}, c *procCount) error {
+	frame, err := baseline.RoCEFrame(&s.j.Host, &s.j.Peer, x.qpn, s.j.Frame)
 	if err != nil {
 		return err
 	}
 	// A ring of packets, each a chain of k UMEM frames written once:
 	// completions come back in order, so the oldest packet is free again
 	// once its k descriptors completed.
-	chunk := int(s.e.UMEM.FrameSize())
+	chunk := int(x.umem.FrameSize())
 	k := (len(frame) + chunk - 1) / chunk
-	tx, comp := s.e.Sock.TX(), s.e.Sock.Completion()
-	npkt := min(int(tx.Size())/k, int(s.e.Frames().Available())/k, 512)
+	tx, comp := x.sock.TX(), x.sock.Completion()
+	npkt := min(int(tx.Size())/k, int(x.frames.Available())/k, 512)
 	pkts := make([][]afxdp.Desc, npkt)
 	for i := range pkts {
 		for f := range k {
-			addr, ok := s.e.Frames().Alloc()
+			addr, ok := x.frames.Alloc()
 			if !ok {
 				return errors.New("out of UMEM frames")
 			}
 			part := frame[f*chunk : min(len(frame), (f+1)*chunk)]
-			copy(s.e.UMEM.Frame(addr), part)
+			copy(x.umem.Frame(addr), part)
 			pkts[i] = append(pkts[i], afxdp.Desc{Addr: addr, Len: uint32(len(part))})
 		}
 	}
@@ -520,8 +576,7 @@ func (s *xdpSide) send(stop <-chan struct{}, c *procCount) error {
 			default:
 			}
 		}
-		if start, got := comp.Peek(comp.Size()); got > 0 {
-			_ = start
+		if _, got := comp.Peek(comp.Size()); got > 0 {
 			comp.Release(got)
 			doneDescs += uint64(got)
 			n := doneDescs/uint64(k) - completed
@@ -529,8 +584,7 @@ func (s *xdpSide) send(stop <-chan struct{}, c *procCount) error {
 			c.add(n, n*uint64(s.j.Payload))
 		}
 		if free := npkt - int(submitted-completed); free > 0 {
-			want := min(free, xdpBatch/k, int(tx.Free())/k)
-			if want > 0 {
+			if want := min(free, xdpBatch/k, int(tx.Free())/k); want > 0 {
 				start, got := tx.Reserve(uint32(want * k))
 				if got < uint32(want*k) {
 					tx.Cancel(got)
@@ -543,7 +597,7 @@ func (s *xdpSide) send(stop <-chan struct{}, c *procCount) error {
 				}
 			}
 		}
-		if err := s.e.Sock.Kick(); err != nil && !errors.Is(err, afxdp.ErrTxBusy) {
+		if err := x.sock.Kick(); err != nil && !errors.Is(err, afxdp.ErrTxBusy) {
 			return err
 		}
 	}
