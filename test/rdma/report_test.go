@@ -44,11 +44,11 @@ type benchReport struct {
 
 type latencyJSON struct {
 	N                 int
-	P50NS, P99NS, Max int64
+	P50NS, P99NS, MaxNS int64
 }
 
 func latJSON(l baseline.Latency) latencyJSON {
-	return latencyJSON{N: l.N, P50NS: l.P50.Nanoseconds(), P99NS: l.P99.Nanoseconds(), Max: l.Max.Nanoseconds()}
+	return latencyJSON{N: l.N, P50NS: l.P50.Nanoseconds(), P99NS: l.P99.Nanoseconds(), MaxNS: l.Max.Nanoseconds()}
 }
 
 // BenchmarkReport is the one report of ndkxdp against its baselines, in
