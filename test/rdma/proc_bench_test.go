@@ -415,9 +415,10 @@ func (s *rdmaSide) close() {
 
 // xdpSide is the raw AF_XDP reference: RoCEv2 frames of j.Frame bytes
 // steered by ndkxdp's program to one socket per queue (j.Queues), as
-// ndkxdp's frames are, with nothing done to them. The sender keeps its TX ring full, reserving up to xdpBatch
-// frames a kick; the receiver takes up to xdpBatch descriptors a look and
-// refills the fill ring as it goes. Frames larger than a UMEM frame go
+// ndkxdp's frames are, with nothing done to them. The sender keeps its
+// TX ring full, reserving up to xdpTxBatch frames a kick; the receiver
+// takes up to xdpRxBatch frames a look and refills the fill ring as it
+// goes. Frames larger than a UMEM frame go
 // as multi-buffer chains (XDP_USE_SG), as ndkxdp's do. Both sides
 // busy-poll, yielding now and then.
 type xdpSide struct {
@@ -435,8 +436,13 @@ type xsk struct {
 	qpn    uint32
 }
 
-// xdpBatch is the most descriptors a raw side moves per ring operation.
-const xdpBatch = 64
+// The raw sides batch as ndkxdp's engine does (ndk/internal/rc): up to
+// 16 received frames a look at the RX ring (rxBatch) and up to 64 frames
+// a kick (qpBudget, one QP's frames per loop).
+const (
+	xdpRxBatch = 16
+	xdpTxBatch = 64
+)
 
 func newXDPSide(j procJob, h *vethpair.Host) (*xdpSide, error) {
 	mb := j.Frame > 4096
@@ -510,6 +516,7 @@ func (s *xdpSide) run(stop <-chan struct{}, c *procCount) error {
 
 func (s *xdpSide) receive(x xsk, stop <-chan struct{}, c *procCount) error {
 	rx, fill, frames := x.sock.RX(), x.sock.Fill(), x.frames
+	k := (s.j.Frame + int(x.umem.FrameSize()) - 1) / int(x.umem.FrameSize()) // descriptors a frame
 	for spins := 0; ; spins++ {
 		if spins&1023 == 0 {
 			select {
@@ -518,7 +525,7 @@ func (s *xdpSide) receive(x xsk, stop <-chan struct{}, c *procCount) error {
 			default:
 			}
 		}
-		start, got := rx.Peek(xdpBatch)
+		start, got := rx.Peek(uint32(xdpRxBatch * k))
 		if got == 0 {
 			procSpin(spins)
 			if fill.NeedWakeup() {
@@ -584,7 +591,7 @@ func (s *xdpSide) send(x xsk, stop <-chan struct{}, c *procCount) error {
 			c.add(n, n*uint64(s.j.Payload))
 		}
 		if free := npkt - int(submitted-completed); free > 0 {
-			if want := min(free, xdpBatch/k, int(tx.Free())/k); want > 0 {
+			if want := min(free, xdpTxBatch, int(tx.Free())/k); want > 0 {
 				start, got := tx.Reserve(uint32(want * k))
 				if got < uint32(want*k) {
 					tx.Cancel(got)

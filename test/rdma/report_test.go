@@ -43,7 +43,7 @@ type benchReport struct {
 }
 
 type latencyJSON struct {
-	N                 int
+	N                   int
 	P50NS, P99NS, MaxNS int64
 }
 
