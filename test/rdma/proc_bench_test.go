@@ -138,6 +138,7 @@ func procMain(spec string) int {
 	var r0 unix.Rusage
 	var m0, b0 uint64
 	var t0 time.Time
+	running := false
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		cmd, arg, _ := strings.Cut(in.Text(), " ")
@@ -148,6 +149,7 @@ func procMain(spec string) int {
 			}
 			fmt.Println("connected")
 		case "run":
+			running = true
 			go func() { ran <- side.run(stop, &c) }()
 		case "start":
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r0)
@@ -163,15 +165,16 @@ func procMain(spec string) int {
 				Bytes:    c.bytes.Load() - b0,
 			}
 			close(stop)
-			select {
-			case err := <-ran:
-				if err != nil {
-					return fail(err)
+			if running {
+				select {
+				case err := <-ran:
+					if err != nil {
+						return fail(err)
+					}
+				case <-time.After(5 * time.Second):
+					// A sender still blocked in the kernel: the window
+					// is over anyway, and exit ends it.
 				}
-			case <-time.After(5 * time.Second):
-				// A sender blocked in the kernel: the window is over anyway.
-			default:
-				// never ran (idle)
 			}
 			out, _ := json.Marshal(res)
 			fmt.Printf("result %s\n", out)
