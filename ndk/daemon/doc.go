@@ -95,13 +95,17 @@
 //
 // # Control path
 //
-// Requests are JSON objects, one per SOCK_SEQPACKET datagram
-// (proto.Request), each answered by a proto.Message with the same ID and
-// an NTSTATUS; events (CQ notifications, incoming connections, a peer's
-// disconnect, completed closes) are messages without an ID. Requests that
-// wait on the network (connect, accept, disconnect) run on goroutines of
-// their own, at most 64 at once per client, and the client can cancel
-// one.
+// Requests are JSON objects, one per SOCK_SEQPACKET datagram, each a
+// typed request of proto/ops.go answered by its reply type with the same
+// ID, or by a proto.Message with the failure's NTSTATUS; events (CQ
+// notifications, incoming connections, a peer's disconnect, completed
+// closes) are messages without an ID. One table (handlers.go) maps each
+// operation to its typed handler and says whether it blocks, needs a
+// hello, is an operator's or keeps the descriptors sent with it; an
+// operation not in it is answered "no such request". Requests that wait
+// on the network (connect, accept, disconnect) run on goroutines of their
+// own, at most 64 at once per client, under the request's deadline, and
+// the client can cancel one (proto.Cancel).
 //
 // # Failure handling
 //

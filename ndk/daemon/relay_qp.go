@@ -69,7 +69,7 @@ type sQP struct {
 	inline                     [proto.MaxInline]byte
 }
 
-func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request) (*sQP, error) {
+func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.CreateQP) (*sQP, error) {
 	q := &sQP{rcq: rcq, scq: scq, srq: srq}
 	// The QP's context in every daemon completion is q.
 	cfg := ndk.QPConfig{

@@ -21,7 +21,8 @@ func VersionMismatch(client, daemon int) string {
 const MaxMessage = 64 << 10
 
 // Operations a client asks of the daemon. Each names the NDK call it
-// carries out on the daemon's adapter.
+// carries out on the daemon's adapter; ops.go has its request and reply
+// types.
 const (
 	OpHello           = "hello"            // first message: version, AdapterInfo, wire; reply FDs: the relay's eventfd, the session segment (Seg.Size)
 	OpArena           = "arena"            // a memfd of client memory (FDs: the memfd)
@@ -105,8 +106,10 @@ type TrafficClass struct {
 	PCP    uint8  `json:"pcp,omitempty"`
 }
 
-// Request is a client's message. Fields not named by the operation are
-// ignored; the daemon checks every one it uses.
+// Request is any client message: the fields of every operation's request
+// (ops.go) under their wire names, for messages built by hand. Fields not
+// named by the operation are ignored; the daemon checks every one it
+// uses.
 type Request struct {
 	ID uint64 `json:"id"`
 	Op string `json:"op"`
