@@ -133,7 +133,7 @@
 // per read(2), so its cost per message falls as its rate rises. Per GB,
 // ndkxdp's receiving side costs about what Go TCP's does (0.67-1.46x at
 // MTU 9000 on one queue: the engine places WRITEs, the kernel has copied
-// each frame twice before), its sender 2.5-5x TCP's on one queue (a kick
+// each frame twice before), its sender 2.3-6.5x TCP's on one queue (a kick
 // per batch and an skb per frame in copy mode, where TCP sends 64 KiB GSO
 // segments). Over 4 queues ndkxdp and raw AF_XDP both gain at MTU 9000 (an
 // engine or socket thread per queue, the kernel's transmit work spread
