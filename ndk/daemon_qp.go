@@ -104,7 +104,7 @@ func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
 
 func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	const op = "create qp"
-	pd, r := b.pd, b.link
+	pd := b.pd
 	req := &proto.Request{
 		Op: proto.OpCreateQP, PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
 		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
@@ -113,23 +113,31 @@ func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	if cfg.SRQ != nil {
 		req.SRQ = cfg.SRQ.be.(*daemonSRQ).h
 	}
+	q, _, err := b.openQP(cfg, op, req)
+	return q, err
+}
+
+// openQP makes the daemon's QP req asks for (create_qp, create_ud_qp) and
+// maps its rings; the reply comes back for what a UD QP adds.
+func (b *daemonPD) openQP(cfg QPConfig, op string, req *proto.Request) (*QP, *proto.Message, error) {
+	pd, r := b.pd, b.link
 	m, fds, err := r.call(context.Background(), op, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(fds) != 1 || m.Seg == nil || m.Seg.SendSlots < 1 || m.Seg.RecvSlots < 1 || m.Seg.SendSlots > proto.MaxSlots || m.Seg.RecvSlots > proto.MaxSlots {
 		closeFDs(fds)
-		return nil, errorf(StatusInternalError, op, "daemon sent no QP segment")
+		return nil, nil, errorf(StatusInternalError, op, "daemon sent no QP segment")
 	}
 	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
 	if err != nil {
-		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+		return nil, nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	unix.Close(seg.TakeFD()) // the mapping is all we need
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
 	if m.Queue < 0 || m.Queue >= proto.MaxQueues || m.Slot < 0 || m.Slot >= proto.MaxQPSlots {
 		seg.Close()
-		return nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
+		return nil, nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
 	}
 	w, bit := proto.SlotWord(m.Slot)
 	rq := &daemonQP{link: r, h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
@@ -145,7 +153,7 @@ func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	}
 	if err != nil {
 		seg.Close()
-		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+		return nil, nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	rq.sendCtx = make([]any, 4*l.Send.Slots)
 	rq.sendInv = make([]uint32, len(rq.sendCtx))
@@ -156,7 +164,7 @@ func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	r.mu.Lock()
 	r.qps[m.H] = rq
 	r.mu.Unlock()
-	return q, nil
+	return q, m, nil
 }
 
 func (rq *daemonQP) qpn() uint32 { return rq.num }
@@ -185,6 +193,9 @@ func (rq *daemonQP) post(op string, wr rc.SendWR) error {
 		return r.goneErr(op)
 	case !rq.connectedAt.Load():
 		return postError(op, StatusConnectionInvalid)
+	}
+	if err := rq.checkUD(op, &wr); err != nil {
+		return err
 	}
 	responded := wr.Op == rc.OpRead || wr.Op == rc.OpCompareSwap || wr.Op == rc.OpFetchAdd
 	inline := wr.Flags&OpFlagInline != 0 && !responded
@@ -235,6 +246,7 @@ func (rq *daemonQP) post(op string, wr rc.SendWR) error {
 	s := &rq.sr
 	*s = proto.Send{Op: uint8(wr.Op), Flags: uint32(wr.Flags), Seq: rq.sendSeq, RemoteAddr: wr.RemoteAddr, RemoteToken: wr.RemoteToken,
 		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd, Imm: wr.Imm}
+	s.Dest = rq.udDest(&wr)
 	if inline {
 		off := 0
 		for i := range sgl {

@@ -116,6 +116,8 @@ func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) 
 		return nil, nil, nil
 	case proto.OpCreateQP:
 		return ss.createQP(req)
+	case proto.OpCreateUDQP, proto.OpServeUD, proto.OpUDAnswered, proto.OpCloseUDService, proto.OpResolveUD, proto.OpNextHop:
+		return ss.dispatchUD(ctx, req) // ud.go
 	case proto.OpCreateSRQ, proto.OpModifySRQ, proto.OpSRQLen, proto.OpCloseSRQ, proto.OpCreateMW, proto.OpCloseMW, proto.OpInitFastMR:
 		return ss.dispatchMemory(req)
 	case proto.OpCloseQP:
@@ -483,6 +485,11 @@ func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
 }
 
 func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
+	return ss.createQPWith(req, (*ndk.PD).CreateQP)
+}
+
+// createQPWith is createQP of the QP mk makes (a UD QP: ud.go).
+func (ss *session) createQPWith(req *proto.Request, mk func(*ndk.PD, ndk.QPConfig) (*ndk.QP, error)) (*proto.Message, []int, error) {
 	p, err := lookup[*sPD](ss, req.PD)
 	if err != nil {
 		return nil, nil, err
@@ -512,7 +519,7 @@ func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
 	if err := ss.take(resQPs, resMappings); err != nil {
 		return nil, nil, err
 	}
-	q, err := newSQP(ss, p, rcq, scq, srq, req)
+	q, err := newSQP(ss, p, rcq, scq, srq, req, mk)
 	if err != nil {
 		ss.give(resQPs, resMappings)
 		return nil, nil, err

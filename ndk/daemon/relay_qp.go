@@ -69,7 +69,7 @@ type sQP struct {
 	inline                     [proto.MaxInline]byte
 }
 
-func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request) (*sQP, error) {
+func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request, mk func(*ndk.PD, ndk.QPConfig) (*ndk.QP, error)) (*sQP, error) {
 	q := &sQP{rcq: rcq, scq: scq, srq: srq}
 	// The QP's context in every daemon completion is q.
 	cfg := ndk.QPConfig{
@@ -81,7 +81,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request) (
 	if srq != nil {
 		cfg.SRQ = srq.srq
 	}
-	qp, err := p.pd.CreateQP(cfg)
+	qp, err := mk(p.pd, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +253,9 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		sgl = q.sgl[:s.NSGE]
 	}
 	var err error
-	switch s.Op {
+	switch udOp(q, s) {
+	case opUDSend:
+		err = postUD(q, slot, sgl, s, flags) // ud.go
 	case proto.OpSend:
 		err = q.qp.Send(slot, sgl, flags)
 	case proto.OpSendInvalidate:

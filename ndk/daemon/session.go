@@ -145,7 +145,7 @@ func closeFDs(fds []int) {
 // goroutine of its own while the session goes on reading.
 func blocking(op string) bool {
 	switch op {
-	case proto.OpConnect, proto.OpAccept, proto.OpDisconnect, proto.OpConnectOOB, proto.OpCompleteConnect, proto.OpReject:
+	case proto.OpConnect, proto.OpAccept, proto.OpDisconnect, proto.OpConnectOOB, proto.OpCompleteConnect, proto.OpReject, proto.OpResolveUD:
 		return true
 	}
 	return false
@@ -345,6 +345,8 @@ func (ss *session) teardown() {
 			x.l.Close()
 		case *sEndpoint:
 			x.se.Close()
+		case *sUDService:
+			x.s.Close()
 		}
 	})
 	each(func(o any) {

@@ -8,7 +8,7 @@ import (
 
 // Version is the protocol version a client and the daemon must share; a
 // hello with another is refused.
-const Version = 2
+const Version = 3
 
 // VersionMismatch is what a client and a daemon of different protocol
 // versions say, whichever side finds out: the daemon refusing the hello,
@@ -138,6 +138,8 @@ type Request struct {
 	Remote             *Endpoint
 	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
 	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive
+
+	UD json.RawMessage `json:"ud,omitempty"` // the UD extension's requests (ud.go): their typed body
 }
 
 // Message is what the daemon sends: a reply (ID set) or an event (Ev set).
