@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // udEnd is a UD QP with memory for datagrams: the client's (through the
@@ -65,7 +69,12 @@ func (u *udEnd) recv(t *testing.T, n int) []ndk.SGE {
 func (u *udEnd) got() []byte { return u.mem[8192:] }
 
 func udPair(t *testing.T) (*bed, *client, *udEnd, *udEnd) {
-	bd := newBed(t)
+	return udPairOn(t, harness.Config{Queues: 1})
+}
+
+func udPairOn(t *testing.T, cfg harness.Config) (*bed, *client, *udEnd, *udEnd) {
+	t.Helper()
+	bd := newBedWith(t, cfg)
 	c := dial(t, bd.sock)
 	x := newUDEnd(t, c.a, c.pd, c.mem)
 	y := newUDEnd(t, bd.b.Adapter, bd.b.PD, make([]byte, 16384))
@@ -79,7 +88,15 @@ func udPair(t *testing.T) (*bed, *client, *udEnd, *udEnd) {
 // completion say it came from, and datagrams go both ways with the
 // sender's QPN and address in the receive, inline ones included.
 func TestUDThroughDaemon(t *testing.T) {
-	bd, _, x, y := udPair(t)
+	for _, c := range []struct{ mtu, n int }{{1500, 1000}, {9000, 4096}} {
+		t.Run(fmt.Sprint(c.mtu), func(t *testing.T) { testUDThroughDaemon(t, c.mtu, c.n) })
+	}
+}
+
+// At MTU 9000 a datagram is a whole 4096-byte path MTU, a frame over one
+// UMEM chunk (multi-buffer AF_XDP), as ndk's TestUDOverVeth sends.
+func testUDThroughDaemon(t *testing.T, mtu, n int) {
+	bd, _, x, y := udPairOn(t, harness.Config{Queues: 1, MTU: mtu})
 	ipX, ipY := bd.pair.A.IPv4, bd.pair.B.IPv4
 	if x.qp.UDMaxMessage() != y.qp.UDMaxMessage() || x.qp.UDMaxMessage() == 0 || x.qp.UDQKey() != ndk.RDMAUDPQKey {
 		t.Fatalf("client's UD QP: max message %d (in process %d), Q_Key %#x", x.qp.UDMaxMessage(), y.qp.UDMaxMessage(), x.qp.UDQKey())
@@ -146,7 +163,6 @@ func TestUDThroughDaemon(t *testing.T) {
 		t.Fatalf("client's reply destination %+v, %v; want %+v", back, err, toY)
 	}
 
-	n := 1000
 	copy(x.mem, bytes.Repeat([]byte("ping"), n/4))
 	copy(y.mem, bytes.Repeat([]byte("pong"), n/4))
 	for _, d := range []struct {
@@ -316,4 +332,60 @@ func badQKeys(a *ndk.Adapter) uint64 {
 		n += s.BadQKey
 	}
 	return n
+}
+
+// TestUDPostAndPollAllocateNothing: a daemon-backed UD QP's SendTo and
+// Receive, and the relay that carries them, allocate nothing
+// (AllocsPerRun counts the whole process, y's in-process QP included).
+func TestUDPostAndPollAllocateNothing(t *testing.T) {
+	bd, _, x, y := udPair(t)
+	s, err := y.a.ServeUD(netip.AddrPortFrom(bd.pair.B.IPv4, 7177), y.qp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	toY, err := x.a.ResolveUD(ctx, netip.AddrPortFrom(bd.pair.B.IPv4, 7177))
+	if err != nil {
+		t.Fatal(err)
+	}
+	toX := ndk.UDDestination{IP: bd.pair.A.IPv4, MAC: rocev2.MAC(bd.pair.A.MAC), QPN: x.qp.QPN(), QKey: ndk.RDMAUDPQKey}
+	xs, xr, ys, yr := x.send(t, 64), x.recv(t, ndk.UDGRHSize+64), y.send(t, 64), y.recv(t, ndk.UDGRHSize+64)
+	var res [1]ndk.Result
+	rctx := any(&res)
+	poll := func(cq *ndk.CQ) {
+		deadline := time.Now().Add(5 * time.Second)
+		for cq.GetResults(res[:]) == 0 {
+			if time.Now().After(deadline) {
+				panic("no completion")
+			}
+			runtime.Gosched() // AllocsPerRun runs on one P
+		}
+		if res[0].Status != ndk.StatusSuccess {
+			panic(res[0].Status)
+		}
+	}
+	step := func() {
+		if err := y.qp.Receive(nil, yr); err != nil {
+			panic(err)
+		}
+		if err := x.qp.Receive(rctx, xr); err != nil {
+			panic(err)
+		}
+		if err := x.qp.SendTo(rctx, xs, toY, 0); err != nil {
+			panic(err)
+		}
+		poll(x.icq)
+		poll(y.rcq)
+		if err := y.qp.SendTo(nil, ys, toX, 0); err != nil {
+			panic(err)
+		}
+		poll(x.rcq)
+		poll(y.icq)
+	}
+	step()
+	if n := testing.AllocsPerRun(200, step); n != 0 {
+		t.Fatalf("a UD ping-pong through the daemon allocates %.1f times", n)
+	}
 }
