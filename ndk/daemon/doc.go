@@ -93,13 +93,23 @@
 // on an SRQ, ends the SRQ) with STATUS_ACCESS_VIOLATION. SRQ notifications
 // are messages (they come from the SRQ's goroutine, not the relay).
 //
+// UD QPs (ud.go) are client QPs with the same rings: each SEND record of
+// a UD QP carries its destination (proto.UDDest: address, MAC, QPN,
+// Q_Key), and the relay posts it with SendTo on the daemon's UD QP.
+// Receives and their completions take the RC path: the engine writes the
+// GRH into the client's buffer, and the completion carries the sender's
+// QPN and any immediate. A client's UD services (ServeUD) answer SIDR_REQs
+// on the daemon's CM with the client's QP until closed or the session
+// ends; ResolveUD and UDReplyTo's next hop run on the daemon's CM and the
+// kernel's routes and neighbours of its namespace.
+//
 // # Control path
 //
 // Requests are JSON objects, one per SOCK_SEQPACKET datagram
 // (proto.Request), each answered by a proto.Message with the same ID and
 // an NTSTATUS; events (CQ notifications, incoming connections, a peer's
 // disconnect, completed closes) are messages without an ID. Requests that
-// wait on the network (connect, accept, disconnect) run on goroutines of
+// wait on the network (connect, accept, disconnect, resolve_ud) run on goroutines of
 // their own, at most 64 at once per client, and the client can cancel
 // one.
 //
