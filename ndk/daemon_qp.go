@@ -93,7 +93,7 @@ func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
 	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
 		return nil, &Error{Status: StatusInvalidHandle, Op: "create qp", Err: err}
 	}
-	q, err := b.newQP(cfg)
+	q, err := b.newQP(cfg, nil)
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
 		return nil, err
@@ -102,9 +102,9 @@ func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
 	return q, nil
 }
 
-func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
+func (b *daemonPD) newQP(cfg QPConfig, ud *udCreate) (*QP, error) {
 	const op = "create qp"
-	pd := b.pd
+	pd, r := b.pd, b.link
 	req := &proto.Request{
 		Op: proto.OpCreateQP, PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
 		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
@@ -113,31 +113,24 @@ func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	if cfg.SRQ != nil {
 		req.SRQ = cfg.SRQ.be.(*daemonSRQ).h
 	}
-	q, _, err := b.openQP(cfg, op, req)
-	return q, err
-}
-
-// openQP makes the daemon's QP req asks for (create_qp, create_ud_qp) and
-// maps its rings; the reply comes back for what a UD QP adds.
-func (b *daemonPD) openQP(cfg QPConfig, op string, req *proto.Request) (*QP, *proto.Message, error) {
-	pd, r := b.pd, b.link
+	req = ud.request(req) // daemon_ud.go
 	m, fds, err := r.call(context.Background(), op, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if len(fds) != 1 || m.Seg == nil || m.Seg.SendSlots < 1 || m.Seg.RecvSlots < 1 || m.Seg.SendSlots > proto.MaxSlots || m.Seg.RecvSlots > proto.MaxSlots {
 		closeFDs(fds)
-		return nil, nil, errorf(StatusInternalError, op, "daemon sent no QP segment")
+		return nil, errorf(StatusInternalError, op, "daemon sent no QP segment")
 	}
 	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
 	if err != nil {
-		return nil, nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	unix.Close(seg.TakeFD()) // the mapping is all we need
 	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
 	if m.Queue < 0 || m.Queue >= proto.MaxQueues || m.Slot < 0 || m.Slot >= proto.MaxQPSlots {
 		seg.Close()
-		return nil, nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
+		return nil, errorf(StatusInternalError, op, "daemon sent queue %d, slot %d", m.Queue, m.Slot)
 	}
 	w, bit := proto.SlotWord(m.Slot)
 	rq := &daemonQP{link: r, h: m.H, seg: seg, writes: r.sess.Word64(8 * m.Queue), wArm: seg.Word32(l.Words + 12), wAt: seg.Word64(l.Words + 40),
@@ -153,7 +146,7 @@ func (b *daemonPD) openQP(cfg QPConfig, op string, req *proto.Request) (*QP, *pr
 	}
 	if err != nil {
 		seg.Close()
-		return nil, nil, &Error{Status: StatusInternalError, Op: op, Err: err}
+		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
 	}
 	rq.sendCtx = make([]any, 4*l.Send.Slots)
 	rq.sendInv = make([]uint32, len(rq.sendCtx))
@@ -164,7 +157,8 @@ func (b *daemonPD) openQP(cfg QPConfig, op string, req *proto.Request) (*QP, *pr
 	r.mu.Lock()
 	r.qps[m.H] = rq
 	r.mu.Unlock()
-	return q, m, nil
+	ud.replied(m)
+	return q, nil
 }
 
 func (rq *daemonQP) qpn() uint32 { return rq.num }

@@ -33,14 +33,15 @@ func (b *daemonPD) createUDQP(cfg QPConfig, qkey uint32) (*QP, error) {
 	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
-	q, m, err := b.openQP(cfg, op, &proto.Request{Op: proto.OpCreateUDQP, UD: body})
+	ud := &udCreate{req: &proto.Request{Op: proto.OpCreateUDQP, UD: body}}
+	q, err := b.newQP(cfg, ud)
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
 		return nil, err
 	}
 	q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
 	var rep proto.CreateUDQPReply
-	if err := json.Unmarshal(m.Raw, &rep); err != nil || rep.MaxMessage == 0 {
+	if err := json.Unmarshal(ud.reply.Raw, &rep); err != nil || rep.MaxMessage == 0 {
 		_ = q.Close()
 		return nil, errorf(StatusInternalError, op, "daemon sent no UD datagram size (%v)", err)
 	}
@@ -48,6 +49,27 @@ func (b *daemonPD) createUDQP(cfg QPConfig, qkey uint32) (*QP, error) {
 	// A UD QP is ready at once: nothing connects it.
 	q.be.(*daemonQP).connectedAt.Store(true)
 	return q, nil
+}
+
+// udCreate is what newQP does differently for a UD QP: the request it
+// sends, and the reply kept for what a UD QP adds (proto.CreateUDQPReply).
+// A nil *udCreate is an RC QP's.
+type udCreate struct {
+	req   *proto.Request
+	reply *proto.Message
+}
+
+func (u *udCreate) request(rc *proto.Request) *proto.Request {
+	if u == nil {
+		return rc
+	}
+	return u.req
+}
+
+func (u *udCreate) replied(m *proto.Message) {
+	if u != nil {
+		u.reply = m
+	}
 }
 
 // checkUD is the engine's post-time check of a UD QP's request (rc's
