@@ -24,23 +24,25 @@ type daemonConnector struct {
 	disconnectedAt atomic.Bool // the peer's disconnect was delivered
 }
 
-func (rc *daemonConnector) addrs(m *proto.Message) {
+// addrs takes the connector's addresses from the daemon's answer: local
+// and peer, each empty while unknown.
+func (rc *daemonConnector) addrs(local, peer string) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if a, err := netip.ParseAddrPort(m.Addr); err == nil {
+	if a, err := netip.ParseAddrPort(local); err == nil {
 		rc.local = a
 	}
-	if a, err := netip.ParseAddrPort(m.Addr2); err == nil {
+	if a, err := netip.ParseAddrPort(peer); err == nil {
 		rc.peer = a
 	}
 }
 
 // newConnector makes the client's half of the daemon's connector h.
-func (r *daemonLink) newConnector(h uint32, m *proto.Message) *Connector {
+func (r *daemonLink) newConnector(h uint32, local, peer string) *Connector {
 	c := &Connector{a: r.a, done: make(chan struct{})}
 	rc := &daemonConnector{x: c, link: r, h: h}
 	c.be = rc
-	rc.addrs(m)
+	rc.addrs(local, peer)
 	r.mu.Lock()
 	r.connectors[h] = rc
 	r.mu.Unlock()
@@ -48,11 +50,11 @@ func (r *daemonLink) newConnector(h uint32, m *proto.Message) *Connector {
 }
 
 func (r *daemonLink) createConnector() (*Connector, error) {
-	m, err := r.do("create connector", &proto.Request{Op: proto.OpCreateConnector})
+	m, err := tell(r, "create connector", &proto.CreateConnector{})
 	if err != nil {
 		return nil, err
 	}
-	return r.newConnector(m.H, m), nil
+	return r.newConnector(m.H, m.Addr, m.Addr2), nil
 }
 
 // connect is Connect (se nil) and ConnectWithSharedEndpoint on a
@@ -65,18 +67,18 @@ func (rc *daemonConnector) connect(ctx context.Context, op string, qp *QP, src n
 	if len(pdata) > MaxCallerData {
 		return errorf(StatusInvalidParameter, op, "%d bytes of private data exceed MaxCallerData %d", len(pdata), MaxCallerData)
 	}
-	req := &proto.Request{Op: proto.OpConnect, H: rc.h, QP: qp.be.(*daemonQP).h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: rc.retry()}
+	req := &proto.Connect{H: rc.h, QP: qp.be.(*daemonQP).h, Addr2: dst.String(), IRD: ird, ORD: ord, Data: pdata, Opts: rc.retry()}
 	switch {
 	case se != nil:
 		req.SE = se.be.(*daemonEndpoint).h
 	case src.IsValid():
 		req.Addr = src.String()
 	}
-	m, _, err := rc.link.call(ctx, op, req)
+	m, _, err := ask(rc.link, ctx, op, req)
 	if err != nil {
 		return err
 	}
-	rc.addrs(m)
+	rc.addrs(m.Addr, m.Addr2)
 	c.bindQP(qp)
 	return nil
 }
@@ -86,7 +88,7 @@ func (rc *daemonConnector) completeConnect(onDisconnect func(DisconnectReason)) 
 	rc.mu.Lock()
 	rc.onDisconnect = c.event(onDisconnect)
 	rc.mu.Unlock()
-	if _, err := rc.link.do("complete connect", &proto.Request{Op: proto.OpCompleteConnect, H: rc.h}); err != nil {
+	if _, err := tell(rc.link, "complete connect", &proto.CompleteConnect{H: rc.h}); err != nil {
 		return err
 	}
 	if qp := c.QP(); qp != nil {
@@ -110,18 +112,18 @@ func (rc *daemonConnector) accept(ctx context.Context, qp *QP, ird, ord int, pda
 	// The QP is connected once the daemon's is; a SEND may arrive before
 	// Accept's reply, and receives were posted before.
 	rq := qp.be.(*daemonQP)
-	m, _, err := rc.link.call(ctx, op, &proto.Request{Op: proto.OpAccept, H: rc.h, QP: rq.h, IRD: ird, ORD: ord, Data: pdata, Opts: rc.retry()})
+	m, _, err := ask(rc.link, ctx, op, &proto.Accept{H: rc.h, QP: rq.h, IRD: ird, ORD: ord, Data: pdata, Opts: rc.retry()})
 	if err != nil {
 		return err
 	}
-	rc.addrs(m)
+	rc.addrs(m.Addr, m.Addr2)
 	c.bindQP(qp)
 	rq.connectedAt.Store(true)
 	return nil
 }
 
 func (rc *daemonConnector) reject(privateData []byte) error {
-	_, err := rc.link.do("reject", &proto.Request{Op: proto.OpReject, H: rc.h, Data: privateData})
+	_, err := tell(rc.link, "reject", &proto.Reject{H: rc.h, Data: privateData})
 	return err
 }
 
@@ -130,13 +132,13 @@ func (rc *daemonConnector) disconnect(ctx context.Context, abortive bool) error 
 	if abortive {
 		op = "abortive disconnect"
 	}
-	_, _, err := rc.link.call(ctx, op, &proto.Request{Op: proto.OpDisconnect, H: rc.h, Abortive: abortive})
+	_, _, err := ask(rc.link, ctx, op, &proto.Disconnect{H: rc.h, Abortive: abortive})
 	return err
 }
 
 func (rc *daemonConnector) connectionData(buf []byte) (int, int, int, error) {
 	const op = "get connection data"
-	m, err := rc.link.do(op, &proto.Request{Op: proto.OpConnData, H: rc.h})
+	m, err := tell(rc.link, op, &proto.ConnData{H: rc.h})
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -202,7 +204,7 @@ func (c *Connector) finishRemote() {
 }
 
 func (rc *daemonConnector) close() {
-	if _, err := rc.link.do("close connector", &proto.Request{Op: proto.OpCloseConnector, H: rc.h}); err != nil {
+	if _, err := tell(rc.link, "close connector", &proto.CloseConnector{H: rc.h}); err != nil {
 		rc.x.finishRemote()
 	}
 }
@@ -216,7 +218,7 @@ type daemonEndpoint struct {
 }
 
 func (r *daemonLink) createSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint, error) {
-	m, err := r.do("create shared endpoint", &proto.Request{Op: proto.OpCreateEndpoint, Addr: addr.String()})
+	m, err := tell(r, "create shared endpoint", &proto.CreateEndpoint{Addr: addr.String()})
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +230,7 @@ func (r *daemonLink) createSharedEndpoint(addr netip.AddrPort) (*SharedEndpoint,
 func (e *daemonEndpoint) localAddress() netip.AddrPort { return e.local }
 
 func (e *daemonEndpoint) close() {
-	_, _ = e.link.do("close shared endpoint", &proto.Request{Op: proto.OpCloseEndpoint, H: e.h})
+	_, _ = tell(e.link, "close shared endpoint", &proto.CloseEndpoint{H: e.h})
 }
 
 // daemonListener is a daemon-backed listener.
@@ -242,7 +244,7 @@ type daemonListener struct {
 }
 
 func (r *daemonLink) createListener(onConnect func(*Connector)) (*Listener, error) {
-	m, err := r.do("create listener", &proto.Request{Op: proto.OpCreateListener})
+	m, err := tell(r, "create listener", &proto.CreateListener{})
 	if err != nil {
 		return nil, err
 	}
@@ -256,12 +258,12 @@ func (r *daemonLink) createListener(onConnect func(*Connector)) (*Listener, erro
 }
 
 func (rl *daemonListener) incoming(m *proto.Message) {
-	c := rl.link.newConnector(m.H2, m)
+	c := rl.link.newConnector(m.H2, m.Addr, m.Addr2)
 	go rl.onConnect(c)
 }
 
 func (rl *daemonListener) listen(addr netip.AddrPort) error {
-	m, err := rl.link.do("listen", &proto.Request{Op: proto.OpListen, H: rl.h, Addr: addr.String()})
+	m, err := tell(rl.link, "listen", &proto.Listen{H: rl.h, Addr: addr.String()})
 	if err != nil {
 		return err
 	}
@@ -280,11 +282,11 @@ func (rl *daemonListener) localAddress() netip.AddrPort {
 }
 
 func (rl *daemonListener) controlConnectEvents(pause bool) {
-	_, _ = rl.link.do("control connect events", &proto.Request{Op: proto.OpPauseListener, H: rl.h, Pause: pause})
+	_, _ = tell(rl.link, "control connect events", &proto.PauseListener{H: rl.h, Pause: pause})
 }
 
 func (rl *daemonListener) close() {
-	if _, err := rl.link.do("close listener", &proto.Request{Op: proto.OpCloseListener, H: rl.h}); err != nil {
+	if _, err := tell(rl.link, "close listener", &proto.CloseListener{H: rl.h}); err != nil {
 		rl.x.finishRemote()
 	}
 }

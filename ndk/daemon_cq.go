@@ -47,7 +47,7 @@ type daemonCQ struct {
 
 func (r *daemonLink) createCQ(depth int, notify func(Status)) (*CQ, error) {
 	const op = "create cq"
-	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateCQ, Depth: depth})
+	m, fds, err := ask(r, context.Background(), op, &proto.CreateCQ{Depth: depth})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +227,7 @@ func (rq *daemonCQ) close() {
 	delete(r.cqs, rq.h)
 	r.mu.Unlock()
 	if live {
-		_, _ = r.do("close cq", &proto.Request{Op: proto.OpCloseCQ, H: rq.h})
+		_, _ = tell(r, "close cq", &proto.CloseCQ{H: rq.h})
 	}
 	rq.nextMu.Lock()
 	for _, nx := range rq.nexts {
@@ -281,7 +281,7 @@ func (rq *daemonCQ) resize(depth int) error {
 	if n := rq.ring.Len(); n > proto.Slots(depth) {
 		return errorf(StatusInvalidParameter, op, "depth %d below the %d completions queued", depth, n)
 	}
-	m, fds, err := rq.link.call(context.Background(), op, &proto.Request{Op: proto.OpResizeCQ, H: rq.h, Depth: depth})
+	m, fds, err := ask(rq.link, context.Background(), op, &proto.ResizeCQ{H: rq.h, Depth: depth})
 	if err != nil {
 		return err
 	}
@@ -310,6 +310,6 @@ func (rq *daemonCQ) resize(depth int) error {
 
 // moderate: the daemon's relay raises a daemon-backed CQ's notifications.
 func (rq *daemonCQ) moderate(interval time.Duration, count uint64) error {
-	_, err := rq.link.do("control cq interrupt moderation", &proto.Request{Op: proto.OpModerateCQ, H: rq.h, Timeout: int64(interval), Depth: int(count)})
+	_, err := tell(rq.link, "control cq interrupt moderation", &proto.ModerateCQ{H: rq.h, Timeout: int64(interval), Depth: int(count)})
 	return err
 }

@@ -48,7 +48,7 @@ func (r *daemonLink) newToken(cur, other uint32) uint32 {
 
 func (b *daemonPD) createMW() (*MW, error) {
 	pd, r := b.pd, b.link
-	m, err := r.do("create mw", &proto.Request{Op: proto.OpCreateMW, PD: pd.id})
+	m, err := tell(r, "create mw", &proto.CreateMW{PD: pd.id})
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (b *daemonPD) closeMW(mw *MW) {
 	mw.open = false
 	pd.mu.Unlock()
 	if open {
-		_, _ = b.link.do("close mw", &proto.Request{Op: proto.OpCloseMW, H: mw.rh})
+		_, _ = tell(b.link, "close mw", &proto.CloseMW{H: mw.rh})
 	}
 }
 
@@ -152,11 +152,11 @@ func (b *daemonPD) initFastRegister(m *MR, pages int, remoteAccess bool) error {
 		h = 0 // deregistered: the daemon dropped it, make a new one
 	}
 	pd.mu.Unlock()
-	req := &proto.Request{Op: proto.OpInitFastMR, PD: pd.id, H: h, Depth: pages}
+	req := &proto.InitFastMR{PD: pd.id, H: h, Depth: pages}
 	if remoteAccess {
 		req.Flags = 1
 	}
-	reply, err := r.do(op, req)
+	reply, err := tell(r, op, req)
 	if err != nil {
 		return err
 	}
@@ -319,7 +319,7 @@ func (rs *daemonSRQ) take(seq uint64) any {
 func (b *daemonPD) createSRQ(depth, maxSGE, threshold int, notify func(Status)) (*SRQ, error) {
 	const op = "create srq"
 	pd, r := b.pd, b.link
-	m, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpCreateSRQ, PD: pd.id, Depth: depth, RecvSGE: maxSGE, Threshold: threshold})
+	m, fds, err := ask(r, context.Background(), op, &proto.CreateSRQ{PD: pd.id, Depth: depth, RecvSGE: maxSGE, Threshold: threshold})
 	if err != nil {
 		return nil, err
 	}
@@ -414,7 +414,7 @@ func (rs *daemonSRQ) modify(depth, threshold int) error {
 	if rs.closedAt.Load() {
 		return errorf(StatusInvalidHandle, "modify srq", "srq closed")
 	}
-	_, err := rs.link.do("modify srq", &proto.Request{Op: proto.OpModifySRQ, H: rs.h, Depth: depth, Threshold: threshold})
+	_, err := tell(rs.link, "modify srq", &proto.ModifySRQ{H: rs.h, Depth: depth, Threshold: threshold})
 	if err == nil && depth != 0 {
 		rs.depth.Store(int64(depth))
 	}
@@ -424,7 +424,7 @@ func (rs *daemonSRQ) modify(depth, threshold int) error {
 func (rs *daemonSRQ) capacity() int { return rs.slots }
 
 func (rs *daemonSRQ) length() int {
-	m, err := rs.link.do("srq len", &proto.Request{Op: proto.OpSRQLen, H: rs.h})
+	m, err := tell(rs.link, "srq len", &proto.SRQLen{H: rs.h})
 	if err != nil {
 		return 0
 	}
@@ -440,7 +440,7 @@ func (rs *daemonSRQ) close() {
 	}
 	close(rs.stop)
 	<-rs.stopped
-	_, _ = rs.link.do("close srq", &proto.Request{Op: proto.OpCloseSRQ, H: rs.h})
+	_, _ = tell(rs.link, "close srq", &proto.CloseSRQ{H: rs.h})
 }
 
 // closed completes the close (the daemon's srq_closed event).

@@ -11,7 +11,7 @@ type daemonPD struct {
 }
 
 func (r *daemonLink) createPD() (*PD, error) {
-	m, err := r.do("create pd", &proto.Request{Op: proto.OpCreatePD})
+	m, err := tell(r, "create pd", &proto.CreatePD{})
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func (b *daemonPD) register(buf []byte, flags MRFlag, invalidatable bool) (*MR, 
 		return nil, errorf(StatusNotSupported, op, "a daemon-backed adapter registers only memory the daemon can map: take it from Adapter.Memory or AllocBuffer")
 	}
 	va := addrOf(buf)
-	m, err := r.do(op, &proto.Request{Op: proto.OpRegister, PD: pd.id, Arena: ar.id, Off: off, Len: uint64(len(buf)), VA: va, Flags: uint32(flags), Invalidatable: invalidatable})
+	m, err := tell(r, op, &proto.Register{PD: pd.id, Arena: ar.id, Off: off, Len: uint64(len(buf)), VA: va, Flags: uint32(flags), Invalidatable: invalidatable})
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (b *daemonPD) deregister(m *MR) error {
 	delete(pd.mrs, m)
 	pd.mu.Unlock()
 	r.removeMR(m)
-	_, err := r.do("deregister mr", &proto.Request{Op: proto.OpDeregister, H: m.rh})
+	_, err := tell(r, "deregister mr", &proto.Deregister{H: m.rh})
 	return err
 }
 
@@ -72,7 +72,7 @@ func (b *daemonPD) close() {
 	}
 	pd.closing = true
 	pd.mu.Unlock()
-	_, _ = b.link.do("close pd", &proto.Request{Op: proto.OpClosePD, H: pd.id})
+	_, _ = tell(b.link, "close pd", &proto.ClosePD{H: pd.id})
 }
 
 // finishIfIdleLocked does nothing: the close completes when the daemon's

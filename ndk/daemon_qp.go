@@ -105,16 +105,16 @@ func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
 func (b *daemonPD) newQP(cfg QPConfig, ud *udCreate) (*QP, error) {
 	const op = "create qp"
 	pd, r := b.pd, b.link
-	req := &proto.Request{
-		Op: proto.OpCreateQP, PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
+	req := &proto.CreateQP{
+		PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
 		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		RecvSGE: cfg.MaxReceiveRequestSGE, SendSGE: cfg.MaxInitiatorRequestSGE, Inline: cfg.InlineDataSize,
 	}
 	if cfg.SRQ != nil {
 		req.SRQ = cfg.SRQ.be.(*daemonSRQ).h
 	}
-	req = ud.request(req) // daemon_ud.go
-	m, fds, err := r.call(context.Background(), op, req)
+	ud.request(req) // daemon_ud.go
+	m, fds, err := ask(r, context.Background(), op, req)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func (rq *daemonQP) connected() bool {
 func (rq *daemonQP) peerWrites() uint64 { return rq.writes.Load() }
 
 func (rq *daemonQP) flush() {
-	_, _ = rq.link.do("flush qp", &proto.Request{Op: proto.OpFlushQP, H: rq.h})
+	_, _ = tell(rq.link, "flush qp", &proto.FlushQP{H: rq.h})
 }
 
 func (rq *daemonQP) ringDeferred() { rq.link.ringDeferred(rq) }
@@ -371,7 +371,7 @@ func (rq *daemonQP) receive(ctx any, sgl []SGE) error {
 // behind it, for each.
 func (rq *daemonQP) close() error {
 	r := rq.link
-	_, err := r.do("close qp", &proto.Request{Op: proto.OpCloseQP, H: rq.h})
+	_, err := tell(r, "close qp", &proto.CloseQP{H: rq.h})
 	r.mu.Lock()
 	delete(r.qps, rq.h)
 	r.mu.Unlock()
@@ -391,7 +391,7 @@ func (rq *daemonQP) connectOOB(remote Endpoint, opts ConnectOptions) error {
 	if tc := opts.TrafficClass; tc != nil {
 		o.Traffic = &proto.TrafficClass{DSCP: tc.DSCP, ECN: uint8(tc.ECN), VLAN: tc.VLAN, VLANID: tc.VLANID, PCP: tc.PCP}
 	}
-	_, err := rq.link.do("connect oob", &proto.Request{Op: proto.OpConnectOOB, H: rq.h, Remote: ep, Opts: o})
+	_, err := tell(rq.link, "connect oob", &proto.ConnectOOB{H: rq.h, Remote: ep, Opts: o})
 	if err == nil {
 		rq.connectedAt.Store(true)
 	}

@@ -2,7 +2,6 @@ package ndk
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"net/netip"
 
@@ -21,54 +20,43 @@ import (
 func (b *daemonPD) createUDQP(cfg QPConfig, qkey uint32) (*QP, error) {
 	const op = "create ud qp"
 	pd := b.pd
-	body, err := json.Marshal(&proto.CreateUDQP{
-		PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
-		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
-		RecvSGE: cfg.MaxReceiveRequestSGE, SendSGE: cfg.MaxInitiatorRequestSGE, Inline: cfg.InlineDataSize,
-		QKey: qkey,
-	})
-	if err != nil {
-		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
-	}
 	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
 		return nil, &Error{Status: StatusInvalidHandle, Op: op, Err: err}
 	}
-	ud := &udCreate{req: &proto.Request{Op: proto.OpCreateUDQP, UD: body}}
+	ud := &udCreate{qkey: qkey}
 	q, err := b.newQP(cfg, ud)
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
 		return nil, err
 	}
 	q.rcq, q.icq, q.done = cfg.ReceiveCQ, cfg.InitiatorCQ, make(chan struct{})
-	var rep proto.CreateUDQPReply
-	if err := json.Unmarshal(ud.reply.Raw, &rep); err != nil || rep.MaxMessage == 0 {
+	if ud.maxMessage == 0 {
 		_ = q.Close()
-		return nil, errorf(StatusInternalError, op, "daemon sent no UD datagram size (%v)", err)
+		return nil, errorf(StatusInternalError, op, "daemon sent no UD datagram size")
 	}
-	q.ud = &udInfo{qkey: qkey, mtu: rep.MaxMessage}
+	q.ud = &udInfo{qkey: qkey, mtu: ud.maxMessage}
 	// A UD QP is ready at once: nothing connects it.
 	q.be.(*daemonQP).connectedAt.Store(true)
 	return q, nil
 }
 
-// udCreate is what newQP does differently for a UD QP: the request it
-// sends, and the reply kept for what a UD QP adds (proto.CreateUDQPReply).
-// A nil *udCreate is an RC QP's.
+// udCreate is what newQP does differently for a UD QP: the create_qp
+// fields it sets, and what the reply adds (QPReply.MaxMessage). A nil
+// *udCreate is an RC QP's.
 type udCreate struct {
-	req   *proto.Request
-	reply *proto.Message
+	qkey       uint32
+	maxMessage uint32
 }
 
-func (u *udCreate) request(rc *proto.Request) *proto.Request {
-	if u == nil {
-		return rc
-	}
-	return u.req
-}
-
-func (u *udCreate) replied(m *proto.Message) {
+func (u *udCreate) request(req *proto.CreateQP) {
 	if u != nil {
-		u.reply = m
+		req.UD, req.QKey = true, u.qkey
+	}
+}
+
+func (u *udCreate) replied(m *proto.QPReply) {
+	if u != nil {
+		u.maxMessage = m.MaxMessage
 	}
 }
 
@@ -121,13 +109,13 @@ func (r *daemonLink) serveUD(addr netip.AddrPort, q *QP) (udServer, error) {
 	if q == nil || q.ud == nil || q.adapter.be != r {
 		return nil, errorf(StatusInvalidDeviceRequest, op, "not a UD QP of this adapter")
 	}
-	m, err := r.udCall(context.Background(), op, proto.OpServeUD, &proto.ServeUD{Addr: addr.String(), QP: q.be.(*daemonQP).h})
+	m, err := tell(r, op, &proto.ServeUD{Addr: addr.String(), QP: q.be.(*daemonQP).h})
 	if err != nil {
 		return nil, err
 	}
 	served, perr := netip.ParseAddrPort(m.Addr)
 	if perr != nil {
-		_, _ = r.do(op, &proto.Request{Op: proto.OpCloseUDService, H: m.H})
+		_, _ = tell(r, op, &proto.CloseUDService{H: m.H})
 		return nil, errorf(StatusInternalError, op, "daemon served %q: %v", m.Addr, perr)
 	}
 	return &daemonUDService{link: r, h: m.H, addr: served}, nil
@@ -138,30 +126,29 @@ func (s *daemonUDService) Addr() netip.AddrPort { return s.addr }
 // Answered asks the daemon; 0 once the daemon is gone or the service
 // closed.
 func (s *daemonUDService) Answered() uint64 {
-	m, err := s.link.do("ud service answered", &proto.Request{Op: proto.OpUDAnswered, H: s.h})
+	m, err := tell(s.link, "ud service answered", &proto.UDAnswered{H: s.h})
 	if err != nil {
 		return 0
 	}
-	var rep proto.UDAnsweredReply
-	if json.Unmarshal(m.Raw, &rep) != nil {
-		return 0
-	}
-	return rep.Answered
+	return m.Answered
 }
 
 // Close closes the daemon's service; a second Close does nothing, as in
 // process (the daemon refuses the handle it no longer has).
 func (s *daemonUDService) Close() {
-	_, _ = s.link.do("close ud service", &proto.Request{Op: proto.OpCloseUDService, H: s.h})
+	_, _ = tell(s.link, "close ud service", &proto.CloseUDService{H: s.h})
 }
 
+// resolveUD blocks in the daemon until ctx ends: the request carries
+// ctx's deadline, and the typed client cancels it when ctx ends first.
 func (r *daemonLink) resolveUD(ctx context.Context, dst netip.AddrPort) (UDDestination, error) {
 	const op = "resolve ud"
-	m, err := r.udCall(ctx, op, proto.OpResolveUD, &proto.ResolveUD{Addr: dst.String()})
+	m, fds, err := ask(r, ctx, op, &proto.ResolveUD{Addr: dst.String()})
+	closeFDs(fds)
 	if err != nil {
 		return UDDestination{}, err
 	}
-	d, perr := udDestination(m.Raw)
+	d, perr := udDestination(m)
 	if perr != nil {
 		return UDDestination{}, errorf(StatusInternalError, op, "daemon's answer: %v", perr)
 	}
@@ -170,41 +157,26 @@ func (r *daemonLink) resolveUD(ctx context.Context, dst netip.AddrPort) (UDDesti
 
 func (r *daemonLink) nextHop(ip netip.Addr) (rocev2.MAC, error) {
 	const op = "ud reply to"
-	m, err := r.udCall(context.Background(), op, proto.OpNextHop, &proto.NextHop{IP: ip.String()})
+	m, err := tell(r, op, &proto.NextHop{Addr: ip.String()})
 	if err != nil {
 		return rocev2.MAC{}, err
 	}
-	d, perr := udDestination(m.Raw)
+	d, perr := udDestination(m)
 	if perr != nil {
 		return rocev2.MAC{}, errorf(StatusInternalError, op, "daemon's answer: %v", perr)
 	}
 	return d.MAC, nil
 }
 
-// udCall sends a UD request with its typed body.
-func (r *daemonLink) udCall(ctx context.Context, op, pop string, body any) (*proto.Message, error) {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return nil, &Error{Status: StatusInternalError, Op: op, Err: err}
-	}
-	m, fds, err := r.call(ctx, op, &proto.Request{Op: pop, UD: b})
-	closeFDs(fds)
-	return m, err
-}
-
-func udDestination(raw json.RawMessage) (UDDestination, error) {
-	var rep proto.UDDestReply
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		return UDDestination{}, err
-	}
+func udDestination(rep *proto.UDDestReply) (UDDestination, error) {
 	var d UDDestination
 	hw, err := net.ParseMAC(rep.MAC)
 	if err != nil || len(hw) != 6 {
 		return UDDestination{}, &net.AddrError{Err: "bad MAC", Addr: rep.MAC}
 	}
 	d.MAC = rocev2.MAC(hw)
-	if rep.IP != "" {
-		if d.IP, err = netip.ParseAddr(rep.IP); err != nil {
+	if rep.Addr != "" {
+		if d.IP, err = netip.ParseAddr(rep.Addr); err != nil {
 			return UDDestination{}, err
 		}
 	}

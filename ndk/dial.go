@@ -113,7 +113,7 @@ func Dial(ctx context.Context, target string) (*Adapter, error) {
 		r.conn.Close()
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Err: err}
 	}
-	m, fds, err := r.call(ctx, op, &proto.Request{Op: proto.OpHello, Version: proto.Version}, efd)
+	m, fds, err := ask(r, ctx, op, &proto.Hello{Version: proto.Version}, efd)
 	if err == nil && m.Version != proto.Version {
 		closeFDs(fds)
 		err = &Error{Status: StatusNDISBadVersion, Op: op, Err: errors.New(proto.VersionMismatch(proto.Version, m.Version))}
@@ -208,7 +208,7 @@ func (r *daemonLink) goneErr(op string) error {
 	return &Error{Status: StatusConnectionReset, Op: op, Err: r.conn.Err()}
 }
 
-func (r *daemonLink) hello(m *proto.Message, fds []int) error {
+func (r *daemonLink) hello(m *proto.HelloReply, fds []int) error {
 	if len(fds) != 2 || m.Seg == nil || m.Seg.Size < proto.SessionSize {
 		closeFDs(fds)
 		return errors.New("daemon sent no session segment")
@@ -239,52 +239,61 @@ func (r *daemonLink) hello(m *proto.Message, fds []int) error {
 	return nil
 }
 
-// call sends a request and turns a failure status into the NDK error.
-func (r *daemonLink) call(ctx context.Context, op string, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
-	m, rfds, err := r.conn.Call(ctx, req, fds...)
-	var gone *client.GoneError
-	if errors.As(err, &gone) {
-		return nil, nil, &Error{Status: StatusConnectionReset, Op: op, Err: err}
-	}
+// ask sends a typed request and returns its typed reply, or the NDK error
+// of its failure.
+func ask[P any](r *daemonLink, ctx context.Context, op string, req proto.Call[P], fds ...int) (*P, []int, error) {
+	p, rfds, err := client.Do(ctx, r.conn, req, fds...)
 	if err != nil {
-		return nil, nil, &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "daemon", Err: err}
+		return nil, nil, r.failure(ctx, op, err)
 	}
-	if m.Status != 0 {
-		closeFDs(rfds)
-		if Status(m.Status) == StatusCancelled {
-			// The daemon gave up because ctx ended (its own timer for
-			// ctx's deadline may fire first): the error wraps ctx's, as
-			// in process.
-			if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-				<-ctx.Done()
-			}
-			if ctx.Err() != nil {
-				return nil, nil, &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
-			}
-		}
-		var cause error
-		if m.Msg != "" {
-			cause = errors.New(m.Msg)
-		}
-		if m.RejReason != 0 {
-			if cause == nil {
-				cause = errors.New(rocev2.RejectReason(m.RejReason).String())
-			}
-			// The daemon's CM was refused: the same RejectError as in
-			// process, so callers can tell reason 8 (nobody listens yet)
-			// from a refusal.
-			cause = &rejected{err: cause, rej: &RejectError{Reason: rocev2.RejectReason(m.RejReason), PrivateData: m.RejData}}
-		}
-		return nil, nil, &Error{Status: Status(m.Status), Op: op, Detail: m.Detail, Err: cause}
-	}
-	return m, rfds, nil
+	return p, rfds, nil
 }
 
-// do is call without a context, for requests the daemon answers at once.
-func (r *daemonLink) do(op string, req *proto.Request) (*proto.Message, error) {
-	m, fds, err := r.call(context.Background(), op, req)
+// tell is ask without a context, for requests the daemon answers at once
+// and that bring no descriptors back.
+func tell[P any](r *daemonLink, op string, req proto.Call[P]) (*P, error) {
+	p, fds, err := ask(r, context.Background(), op, req)
 	closeFDs(fds)
-	return m, err
+	return p, err
+}
+
+// failure is the NDK error of a request that failed with err: the daemon
+// went away, refused the request, or could not be asked.
+func (r *daemonLink) failure(ctx context.Context, op string, err error) error {
+	var gone *client.GoneError
+	if errors.As(err, &gone) {
+		return &Error{Status: StatusConnectionReset, Op: op, Err: err}
+	}
+	var refused *client.Refused
+	if !errors.As(err, &refused) {
+		return &Error{Status: StatusNDISAdapterNotReady, Op: op, Detail: "daemon", Err: err}
+	}
+	m := refused.Reply
+	if Status(m.Status) == StatusCancelled {
+		// The daemon gave up because ctx ended (its own timer for ctx's
+		// deadline may fire first): the error wraps ctx's, as in
+		// process.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			<-ctx.Done()
+		}
+		if ctx.Err() != nil {
+			return &Error{Status: StatusCancelled, Op: op, Detail: "context ended first", Err: ctx.Err()}
+		}
+	}
+	var cause error
+	if m.Msg != "" {
+		cause = errors.New(m.Msg)
+	}
+	if m.RejReason != 0 {
+		if cause == nil {
+			cause = errors.New(rocev2.RejectReason(m.RejReason).String())
+		}
+		// The daemon's CM was refused: the same RejectError as in
+		// process, so callers can tell reason 8 (nobody listens yet)
+		// from a refusal.
+		cause = &rejected{err: cause, rej: &RejectError{Reason: rocev2.RejectReason(m.RejReason), PrivateData: m.RejData}}
+	}
+	return &Error{Status: Status(m.Status), Op: op, Detail: m.Detail, Err: cause}
 }
 
 // event takes the daemon's events, on the connection's reader goroutine.
@@ -390,7 +399,7 @@ func (r *daemonLink) newArena(n int) (*arena, error) {
 	r.nextArena++
 	ar := &arena{id: r.nextArena, seg: seg, base: addrOf(seg.Bytes())}
 	r.mu.Unlock()
-	if _, fds, err := r.call(context.Background(), op, &proto.Request{Op: proto.OpArena, Arena: ar.id, Size: uint64(seg.Size())}, seg.FD()); err != nil {
+	if _, fds, err := ask(r, context.Background(), op, &proto.Arena{Arena: ar.id, Size: uint64(seg.Size())}, seg.FD()); err != nil {
 		seg.Close()
 		return nil, err
 	} else {
@@ -539,7 +548,7 @@ func (r *daemonLink) cmStats() CMStats {
 func (r *daemonLink) counters() ([]EngineStats, CMStats) {
 	var es []EngineStats
 	var cs CMStats
-	m, err := r.do("stats", &proto.Request{Op: proto.OpStats})
+	m, err := tell(r, "stats", &proto.Stats{})
 	if err != nil {
 		return []EngineStats{}, cs
 	}

@@ -131,6 +131,18 @@ func TestToolsThroughDaemon(t *testing.T) {
 			}
 		}
 	})
+	t.Run("send_bw_q3", func(t *testing.T) {
+		// -q 3 through the daemon: three data QPs of one client, each
+		// with its buffer in the daemon's memory, polled together.
+		cout, sout := runIn(t, p.A, []string{"perf", "send_bw", "-q", "3", "-n", "100", "-s", "4096", "-daemon", sock},
+			p.B, []string{"perf", "send_bw", "-q", "3", "-n", "100", "-s", "4096", p.A.IPv4.String(), "-dev", p.B.Link})
+		for _, out := range []string{cout, sout} {
+			row := resultRow(t, out, "BW average[")
+			if len(row) != 5 || row[0] != "4096" || row[1] != "300" {
+				t.Fatalf("send_bw -q 3 row %q, want 4096 bytes, 3 x 100 iterations:\n%s", row, out)
+			}
+		}
+	})
 	t.Run("write_bw_write_with_imm", func(t *testing.T) {
 		// The server, through the daemon, counts its receives, which the
 		// client's WRITEs with immediate complete.

@@ -22,7 +22,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -106,6 +106,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		return stepTimedOut(ctx, err, f.timeout, step)
 	}
 	defer d.Close()
+	// Through a daemon the engines' counters are the daemon's since it
+	// started: the run reports what changed during it.
+	engines := d.Adapter.Stats()
 	p := f.params
 	p.MTU = d.Adapter.PathMTU()
 	role := "server"
@@ -119,12 +122,15 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.WriteImm {
 		srq += ", RDMA WRITE with immediate (--write_with_imm)"
 	}
+	if p.QPs > 1 {
+		srq += fmt.Sprintf(", %d QPs over %d engine(s)", p.QPs, len(engines))
+	}
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin), procs, srq)
 	cmdline.EnterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	// Through a daemon the engines' counters are the daemon's since it
 	// started: the run reports what changed during it.
-	base := cmdline.SumStats(d.Adapter.Stats())
+	base := cmdline.SumStats(engines)
 	stopProgress := cmdline.Progress(stderr, progressLabel(name, p), d.Adapter)
 	defer stopProgress()
 	if peer.IsValid() {
@@ -140,6 +146,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	stopProgress()
 	if f.histogram {
 		perftest.PrintHistogram(stdout, res.Hist)
+	}
+	if p.QPs > 1 && err == nil {
+		printSpread(stdout, engines, d.Adapter.Stats())
 	}
 	printRunStats(stderr, cmdline.StatsSince(cmdline.SumStats(d.Adapter.Stats()), base), res.Waits, f.daemon != "")
 	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)
@@ -283,6 +292,20 @@ func parseWithAddr(fs *flag.FlagSet, args []string, stdout io.Writer) (string, e
 // and the transport's recoveries, during this run (s: statsSince).
 // Through a daemon the engines are shared: other clients' work at the
 // same time counts too, and the line says so.
+// printSpread shows how a -q run's frames spread over the engines: the
+// QPs go to the adapter's queues round-robin (ndk.PD.CreateQP), the
+// control QP to the first.
+func printSpread(w io.Writer, before, after []ndk.EngineStats) {
+	if len(before) != len(after) {
+		return
+	}
+	fmt.Fprintf(w, "ndkxdp perf: frames out, in per engine:")
+	for i := range after {
+		fmt.Fprintf(w, " %d: %d, %d;", i, after[i].FramesOut-before[i].FramesOut, after[i].FramesIn-before[i].FramesIn)
+	}
+	fmt.Fprintln(w)
+}
+
 func printRunStats(w io.Writer, s ndk.EngineStats, waits uint64, daemon bool) {
 	whose := "this run"
 	if daemon {

@@ -50,7 +50,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.StringVar(&f.ibDev, n, "", "perftest's RDMA device: here a network interface (as -dev), or an RDMA device whose interface is used")
 	})
 	both("q", "qp", func(n string) {
-		fs.IntVar(&f.qps, n, 1, "QPs per test, bw tests only (perftest's -q; latency tests refuse it as perftest does): 1 (for more, run more perf processes on other -p ports)")
+		fs.IntVar(&f.qps, n, 1, "QPs per test, bw tests only (perftest's -q; latency tests refuse it as perftest does): each its own rdma_cm connection, spread over the adapter's queues (-queues)")
 	})
 	both("i", "ib-port", func(n string) {
 		fs.IntVar(&f.ibPort, n, 1, "IB port: 1, the only one")
@@ -80,8 +80,6 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-q %d: Multiple QPs only available on bw tests (perftest's words; latency tests take no -q)", f.qps)
 	case f.qps < minQPs || f.qps > maxQPs:
 		return cmdline.Usagef("-q %d: num of Qps should be between %d and %d", f.qps, minQPs, maxQPs)
-	case f.qps != 1:
-		return cmdline.Usagef("-q %d: ndkxdp perf runs one QP per process; run %d perf processes, each on its own -p port", f.qps, f.qps)
 	case f.ibPort != 1:
 		return cmdline.Usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
 	case !strings.EqualFold(f.connection, "RC") && !strings.EqualFold(f.connection, "UD"):
@@ -91,6 +89,7 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	case f.gidIndex < 0:
 		return cmdline.Usagef("-x %d: not a GID index", f.gidIndex)
 	}
+	p.QPs = f.qps
 	p.GIDIndex = int32(f.gidIndex)
 	p.UD = strings.EqualFold(f.connection, "UD")
 	switch strings.ToUpper(f.atomicType) {

@@ -38,6 +38,9 @@ func TestPerftestCommandLines(t *testing.T) {
 		{"ib_write_bw -R -d lo -a -F --ib-dev lo", func(f perfTestFlags) bool { return f.params.AllSizes }},
 		{"ib_send_bw -R -d lo -c UD -n 20 198.18.0.1", func(f perfTestFlags) bool { return f.params.UD && f.params.Iterations == 20 }},
 		{"ib_write_lat --rdma_cm --CPU-freq --gid-index 1 --ib-dev lo 198.18.0.1", func(f perfTestFlags) bool { return f.params.GIDIndex == 1 }},
+		{"ib_send_bw -R -d lo -q 4 198.18.0.1", func(f perfTestFlags) bool { return f.params.QPs == 4 }},
+		{"ib_read_bw -R -d lo --qp 2 198.18.0.1", func(f perfTestFlags) bool { return f.params.QPs == 2 }},
+		{"ib_atomic_bw -R -d lo -q 3", func(f perfTestFlags) bool { return f.params.QPs == 3 && f.addr == "" }},
 	} {
 		t.Run(tc.line, func(t *testing.T) {
 			args := strings.Fields(tc.line)
@@ -53,7 +56,8 @@ func TestPerftestCommandLines(t *testing.T) {
 	}
 	for _, tc := range []struct{ line, want string }{
 		{"ib_send_bw -R -d lo --run_infinitely 198.18.0.1", "-D SECONDS runs for that long"},
-		{"ib_send_bw -R -d lo -q 4 198.18.0.1", "run 4 perf processes, each on its own -p port"},
+		{"ib_write_bw -R -d lo -q 4 -D 5 198.18.0.1", "-q 4 with -D"},
+		{"ib_send_bw -R -d lo -q 2 --use-srq 198.18.0.1", "-q 2 with --use-srq"},
 		{"ib_send_lat -R -d lo -q 1 198.18.0.1", "Multiple QPs only available on bw tests"},
 		{"ib_write_lat -R -d lo --qp 2 198.18.0.1", "Multiple QPs only available on bw tests"},
 		{"ib_read_bw -R -d lo -q 0 198.18.0.1", "num of Qps should be between 1 and 16384"},

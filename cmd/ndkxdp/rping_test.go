@@ -45,14 +45,14 @@ func TestToolInvocations(t *testing.T) {
 
 // runBoth runs the server command in namespace B and, once it listens,
 // the client command in namespace A.
-func runBoth(t *testing.T, p *harness.Pair, server, client []string) (string, string) {
+func runBoth(t testing.TB, p *harness.Pair, server, client []string) (string, string) {
 	t.Helper()
 	return runIn(t, p.B, server, p.A, client)
 }
 
 // runIn runs the server command in srvNS and, once it listens, the client
 // command in cliNS.
-func runIn(t *testing.T, srvNS *harness.Host, server []string, cliNS *harness.Host, client []string) (string, string) {
+func runIn(t testing.TB, srvNS *harness.Host, server []string, cliNS *harness.Host, client []string) (string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

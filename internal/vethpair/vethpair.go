@@ -313,6 +313,31 @@ func DoIn(ns netns.NsHandle, name string, fn func() error) error {
 	return <-errc
 }
 
+// Join returns a Host for the namespace that h names, opened by its
+// name under /var/run/netns: for a process other than the one that built
+// the pair (a benchmark's child process, measured on its own), which
+// copies h's exported fields to it. The Host's Do then works in that
+// process; Leave closes its handle.
+func Join(h Host) (*Host, error) {
+	ns, err := netns.GetFromPath(filepath.Join(netnsDir, h.Name))
+	if err != nil {
+		return nil, fmt.Errorf("join namespace %s: %w", h.Name, err)
+	}
+	h.ns = ns
+	return &h, nil
+}
+
+// Leave closes the namespace handle of a Host from Join; the namespace
+// itself stays, for the process that built it to delete.
+func (h *Host) Leave() error {
+	if h.ns < 0 {
+		return nil
+	}
+	err := h.ns.Close()
+	h.ns = -1
+	return err
+}
+
 // Command returns a command that runs name inside the host's namespace
 // (through `ip netns exec`).
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {

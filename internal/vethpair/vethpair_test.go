@@ -126,6 +126,43 @@ func TestDoRunsInNamespaceAndReturns(t *testing.T) {
 	}
 }
 
+// TestJoin: a Host from Join, built from another Host's exported fields
+// (as a child process gets them), runs Do in that namespace and finds its
+// link there; after Leave its Do fails and the namespace stays; a name
+// that is no namespace fails Join.
+func TestJoin(t *testing.T) {
+	p := harness.New(t, vethpair.Config{})
+	h, err := vethpair.Join(*p.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ifindex int
+	if err := h.Do(func() error {
+		l, err := net.InterfaceByName(h.Link)
+		if err == nil {
+			ifindex = l.Index
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ifindex != p.B.Ifindex {
+		t.Errorf("joined host's %s has ifindex %d, want %d", h.Link, ifindex, p.B.Ifindex)
+	}
+	if err := h.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Do(func() error { return nil }); err == nil {
+		t.Error("Do after Leave succeeded")
+	}
+	if err := p.B.Do(func() error { return nil }); err != nil {
+		t.Errorf("the pair's own host after Leave: %v", err)
+	}
+	if _, err := vethpair.Join(vethpair.Host{Name: vethpair.NamePrefix + "no-such-namespace"}); err == nil {
+		t.Error("Join of a missing namespace succeeded")
+	}
+}
+
 func TestStaticNeighbours(t *testing.T) {
 	p := harness.New(t, vethpair.Config{StaticNeighbours: true})
 	nl, err := p.A.Netlink()

@@ -30,14 +30,12 @@ import (
 // Config.Allow decide that): the answers name the clients' processes
 // and connections, never their memory.
 const (
-	OpAdminStatus = "admin_status" // reply Raw: Status
-	OpAdminInfo   = "admin_info"   // reply Raw: Info
-	OpAdminStats  = "admin_stats"  // reply Raw: Stats
-	OpAdminQPs    = "admin_qps"    // reply Raw: []QP
-	OpAdminDump   = "admin_dump"   // Len: snap length; then frame events (dump.go)
+	OpAdminStatus = proto.OpAdminStatus // reply Raw: Status
+	OpAdminInfo   = proto.OpAdminInfo   // reply Raw: Info
+	OpAdminStats  = proto.OpAdminStats  // reply Raw: Stats
+	OpAdminQPs    = proto.OpAdminQPs    // reply Raw: []QP
+	OpAdminDump   = proto.OpAdminDump   // Len: snap length; then frame events (dump.go)
 )
-
-func isAdmin(op string) bool { return strings.HasPrefix(op, "admin_") }
 
 // Status says how the daemon is doing (ndkxdp status).
 type Status struct {
@@ -197,30 +195,37 @@ type QP struct {
 	Command string `json:"comm,omitempty"`
 }
 
-// admin answers an operator request.
-func (ss *session) admin(req *proto.Request) *proto.Message {
-	var v any
-	var err error
-	switch req.Op {
-	case OpAdminStatus:
-		v = ss.srv.status()
-	case OpAdminInfo:
-		v, err = ss.srv.info()
-	case OpAdminStats:
-		v, err = ss.srv.stats()
-	case OpAdminQPs:
-		v, err = ss.srv.qps()
-	case OpAdminDump:
-		err = ss.dump(req)
-	default:
-		err = statusErr(ndk.StatusInvalidDeviceRequest, "unknown operator request %q", req.Op)
+// The operator requests' handlers: each answers with its report as JSON.
+
+func (ss *session) adminStatus(*call, *proto.AdminStatus) (*proto.Report, error) {
+	return report(ss.srv.status(), nil)
+}
+
+func (ss *session) adminInfo(*call, *proto.AdminInfo) (*proto.Report, error) {
+	return report(ss.srv.info())
+}
+
+func (ss *session) adminStats(*call, *proto.AdminStats) (*proto.Report, error) {
+	return report(ss.srv.stats())
+}
+
+func (ss *session) adminQPs(*call, *proto.AdminQPs) (*proto.Report, error) {
+	return report(ss.srv.qps())
+}
+
+func (ss *session) adminDump(_ *call, r *proto.AdminDump) (*proto.None, error) {
+	return nil, ss.dump(r)
+}
+
+func report[T any](v T, err error) (*proto.Report, error) {
+	if err != nil {
+		return nil, err
 	}
-	m := &proto.Message{ID: req.ID}
-	if err == nil && v != nil {
-		m.Raw, err = json.Marshal(v)
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
 	}
-	setErr(m, err)
-	return m
+	return &proto.Report{Raw: raw}, nil
 }
 
 // provider is the in-process provider the daemon's adapter runs on.

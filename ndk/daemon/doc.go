@@ -93,9 +93,10 @@
 // on an SRQ, ends the SRQ) with STATUS_ACCESS_VIOLATION. SRQ notifications
 // are messages (they come from the SRQ's goroutine, not the relay).
 //
-// UD QPs (ud.go) are client QPs with the same rings: each SEND record of
-// a UD QP carries its destination (proto.UDDest: address, MAC, QPN,
-// Q_Key), and the relay posts it with SendTo on the daemon's UD QP.
+// UD QPs (ud.go) are client QPs with the same rings, made by create_qp
+// with its UD fields: each SEND record of a UD QP carries its
+// destination (proto.UDDest: address, MAC, QPN, Q_Key), and the relay
+// posts it with SendTo on the daemon's UD QP.
 // Receives and their completions take the RC path: the engine writes the
 // GRH into the client's buffer, and the completion carries the sender's
 // QPN and any immediate. A client's UD services (ServeUD) answer SIDR_REQs
@@ -105,13 +106,17 @@
 //
 // # Control path
 //
-// Requests are JSON objects, one per SOCK_SEQPACKET datagram
-// (proto.Request), each answered by a proto.Message with the same ID and
-// an NTSTATUS; events (CQ notifications, incoming connections, a peer's
-// disconnect, completed closes) are messages without an ID. Requests that
-// wait on the network (connect, accept, disconnect, resolve_ud) run on goroutines of
-// their own, at most 64 at once per client, and the client can cancel
-// one.
+// Requests are JSON objects, one per SOCK_SEQPACKET datagram, each a
+// typed request of proto/ops.go answered by its reply type with the same
+// ID, or by a proto.Message with the failure's NTSTATUS; events (CQ
+// notifications, incoming connections, a peer's disconnect, completed
+// closes) are messages without an ID. One table (handlers.go) maps each
+// operation to its typed handler and says whether it blocks, needs a
+// hello, is an operator's or keeps the descriptors sent with it; an
+// operation not in it is answered "no such request". Requests that wait
+// on the network (connect, accept, disconnect, resolve_ud) run on
+// goroutines of their own, at most 64 at once per client, under the
+// request's deadline, and the client can cancel one (proto.Cancel).
 //
 // # Failure handling
 //

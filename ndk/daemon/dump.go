@@ -46,7 +46,7 @@ type DumpCounts struct {
 	Dropped uint64 `json:"dropped"`
 }
 
-func (ss *session) dump(req *proto.Request) error {
+func (ss *session) dump(req *proto.AdminDump) error {
 	// A capture holds other applications' payload bytes: only root or
 	// the daemon's own user may take one, not every member of the
 	// socket's group.

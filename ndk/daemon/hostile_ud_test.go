@@ -1,7 +1,6 @@
 package daemon_test
 
 import (
-	"encoding/json"
 	"net/netip"
 	"testing"
 	"time"
@@ -23,11 +22,10 @@ func (r *raw) udQP(pd uint32) *rawQP {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	body, _ := json.Marshal(proto.CreateUDQP{PD: pd, RecvCQ: cm.H, SendCQ: cm.H, Depth: 16, SendDepth: 16, RecvSGE: 1, SendSGE: 1, Inline: 64, QKey: ndk.RDMAUDPQKey})
-	m, fds := r.ok(&proto.Request{Op: proto.OpCreateUDQP, UD: body})
-	var rep proto.CreateUDQPReply
-	if err := json.Unmarshal(m.Raw, &rep); err != nil || rep.MaxMessage == 0 {
-		r.t.Fatalf("create_ud_qp reply %s: %v", m.Raw, err)
+	m, fds := r.ok(&proto.Request{Op: proto.OpCreateQP, PD: pd, RecvCQ: cm.H, SendCQ: cm.H, Depth: 16, SendDepth: 16, RecvSGE: 1, SendSGE: 1, Inline: 64,
+		UD: true, QKey: ndk.RDMAUDPQKey})
+	if m.MaxMessage == 0 {
+		r.t.Fatalf("create_qp of a UD QP: reply without its datagram size: %+v", m)
 	}
 	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
 	if err != nil {
@@ -61,14 +59,13 @@ func TestHostileUD(t *testing.T) {
 		req  *proto.Request
 		want ndk.Status
 	}{
-		{"create_ud_qp without a body", &proto.Request{Op: proto.OpCreateUDQP}, ndk.StatusInvalidParameter},
-		{"create_ud_qp of garbage", &proto.Request{Op: proto.OpCreateUDQP, UD: json.RawMessage(`[1,2]`)}, ndk.StatusInvalidParameter},
-		{"a controlled Q_Key", &proto.Request{Op: proto.OpCreateUDQP, UD: json.RawMessage(`{"pd":1,"qkey":2147483649}`)}, ndk.StatusInvalidParameter},
-		{"a PD never given", &proto.Request{Op: proto.OpCreateUDQP, UD: json.RawMessage(`{"pd":9999,"depth":1,"send_depth":1}`)}, ndk.StatusInvalidHandle},
-		{"serve_ud with a PD's handle", &proto.Request{Op: proto.OpServeUD, UD: json.RawMessage(`{"addr":"0.0.0.0:7174","qp":` + jsonU32(pd.H) + `}`)}, ndk.StatusInvalidHandle},
-		{"serve_ud of no address", &proto.Request{Op: proto.OpServeUD, UD: json.RawMessage(`{"addr":"nowhere","qp":1}`)}, ndk.StatusInvalidAddress},
-		{"resolve_ud of no address", &proto.Request{Op: proto.OpResolveUD, UD: json.RawMessage(`{"addr":""}`)}, ndk.StatusInvalidAddress},
-		{"next_hop of no address", &proto.Request{Op: proto.OpNextHop, UD: json.RawMessage(`{"ip":"x"}`)}, ndk.StatusInvalidAddress},
+		{"a UD QP on an SRQ", &proto.Request{Op: proto.OpCreateQP, UD: true, PD: pd.H, SRQ: 1, SendDepth: 1}, ndk.StatusNotSupported},
+		{"a controlled Q_Key", &proto.Request{Op: proto.OpCreateQP, UD: true, PD: 1, QKey: 0x80000001}, ndk.StatusInvalidParameter},
+		{"a PD never given", &proto.Request{Op: proto.OpCreateQP, UD: true, PD: 9999, Depth: 1, SendDepth: 1}, ndk.StatusInvalidHandle},
+		{"serve_ud with a PD's handle", &proto.Request{Op: proto.OpServeUD, Addr: "0.0.0.0:7174", QP: pd.H}, ndk.StatusInvalidHandle},
+		{"serve_ud of no address", &proto.Request{Op: proto.OpServeUD, Addr: "nowhere", QP: 1}, ndk.StatusInvalidAddress},
+		{"resolve_ud of no address", &proto.Request{Op: proto.OpResolveUD, Addr: ""}, ndk.StatusInvalidAddress},
+		{"next_hop of no address", &proto.Request{Op: proto.OpNextHop, Addr: "x"}, ndk.StatusInvalidAddress},
 		{"ud_answered of no service", &proto.Request{Op: proto.OpUDAnswered, H: pd.H}, ndk.StatusInvalidHandle},
 		{"close_ud_service of no service", &proto.Request{Op: proto.OpCloseUDService, H: 12345}, ndk.StatusInvalidHandle},
 	} {
@@ -144,5 +141,3 @@ func TestHostileUD(t *testing.T) {
 	}
 	bd.healthy(t)
 }
-
-func jsonU32(v uint32) string { b, _ := json.Marshal(v); return string(b) }

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -45,127 +44,90 @@ type (
 	}
 )
 
-// handle runs one request and returns the reply (nil: already sent).
-func (ss *session) handle(ctx context.Context, req *proto.Request, fds []int) *proto.Message {
-	m, rfds, err := ss.dispatch(ctx, req, fds)
-	if m == nil {
-		m = &proto.Message{}
-	}
-	m.ID = req.ID
-	if err != nil {
-		m = &proto.Message{ID: req.ID}
-		setErr(m, err)
-		closeFDs(rfds)
-		rfds = nil
-	}
-	if len(rfds) > 0 {
-		ss.send(m, rfds...)
-		return nil
-	}
-	return m
-}
-
-// dispatch carries out req. fds are the descriptors the request brought:
-// dispatch owns them. The descriptors it returns go out with the reply.
-func (ss *session) dispatch(ctx context.Context, req *proto.Request, fds []int) (*proto.Message, []int, error) {
-	if req.Op != proto.OpArena && req.Op != proto.OpHello {
-		closeFDs(fds)
-		fds = nil
-	}
+func (ss *session) stats(*call, *proto.Stats) (*proto.StatsReply, error) {
 	a := ss.srv.a
-	switch req.Op {
-	case proto.OpHello:
-		return ss.hello(req, fds)
-	case proto.OpArena:
-		return nil, nil, ss.arena(req, fds)
-	case proto.OpCreateCQ:
-		return ss.createCQ(req)
-	case proto.OpModerateCQ, proto.OpCloseCQ, proto.OpResizeCQ:
-		return ss.dispatchCQ(req)
-	case proto.OpCreatePD:
-		pd, err := a.CreatePD()
-		if err != nil {
-			return nil, nil, err
-		}
-		p := &sPD{pd: pd}
-		if p.h, err = ss.add(p); err != nil {
-			pd.Close()
-			return nil, nil, err
-		}
-		return &proto.Message{H: p.h}, nil, nil
-	case proto.OpClosePD:
-		p, err := lookup[*sPD](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		p.pd.Close()
-		ss.whenClosed(p.pd.Closed(), p.h, proto.EvPDClosed)
-		return nil, nil, nil
-	case proto.OpRegister:
-		return ss.register(req)
-	case proto.OpDeregister:
-		m, err := lookup[*sMR](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		// As in initFastMR: a fast MR's fields are the relay's too.
-		if err := ss.relay.hold(m.mr.Deregister); err != nil {
-			return nil, nil, err
-		}
-		ss.drop(req.H, resMRs, resTokens)
-		return nil, nil, nil
-	case proto.OpCreateQP:
-		return ss.createQP(req)
-	case proto.OpCreateUDQP, proto.OpServeUD, proto.OpUDAnswered, proto.OpCloseUDService, proto.OpResolveUD, proto.OpNextHop:
-		return ss.dispatchUD(ctx, req) // ud.go
-	case proto.OpCreateSRQ, proto.OpModifySRQ, proto.OpSRQLen, proto.OpCloseSRQ, proto.OpCreateMW, proto.OpCloseMW, proto.OpInitFastMR:
-		return ss.dispatchMemory(req)
-	case proto.OpCloseQP:
-		q, err := lookup[*sQP](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		ss.relay.removeQP(q)
-		err = q.qp.Close()
-		ss.drop(req.H, resQPs, resMappings)
-		q.seg.Close()
-		return nil, nil, err
-	case proto.OpFlushQP:
-		q, err := lookup[*sQP](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		q.qp.Flush()
-		ss.relay.syncState(q)
-		return nil, nil, nil
-	case proto.OpConnectOOB:
-		return nil, nil, ss.connectOOB(req)
-	case proto.OpStats:
-		raw, err := json.Marshal(a.Stats())
-		if err != nil {
-			return nil, nil, err
-		}
-		raw2, err := json.Marshal(a.CMStats())
-		if err != nil {
-			return nil, nil, err
-		}
-		return &proto.Message{Raw: raw, Raw2: raw2}, nil, nil
+	raw, err := json.Marshal(a.Stats())
+	if err != nil {
+		return nil, err
 	}
-	return ss.dispatchCM(ctx, req)
+	raw2, err := json.Marshal(a.CMStats())
+	if err != nil {
+		return nil, err
+	}
+	return &proto.StatsReply{Raw: raw, Raw2: raw2}, nil
 }
 
-func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, error) {
+func (ss *session) createPD(*call, *proto.CreatePD) (*proto.Handle, error) {
+	pd, err := ss.srv.a.CreatePD()
+	if err != nil {
+		return nil, err
+	}
+	p := &sPD{pd: pd}
+	if p.h, err = ss.add(p); err != nil {
+		pd.Close()
+		return nil, err
+	}
+	return &proto.Handle{H: p.h}, nil
+}
+
+func (ss *session) closePD(_ *call, r *proto.ClosePD) (*proto.None, error) {
+	p, err := lookup[*sPD](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	p.pd.Close()
+	ss.whenClosed(p.pd.Closed(), p.h, proto.EvPDClosed)
+	return nil, nil
+}
+
+func (ss *session) deregister(_ *call, r *proto.Deregister) (*proto.None, error) {
+	m, err := lookup[*sMR](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	// As in initFastMR: a fast MR's fields are the relay's too.
+	if err := ss.relay.hold(m.mr.Deregister); err != nil {
+		return nil, err
+	}
+	ss.drop(r.H, resMRs, resTokens)
+	return nil, nil
+}
+
+func (ss *session) closeQP(_ *call, r *proto.CloseQP) (*proto.None, error) {
+	q, err := lookup[*sQP](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	ss.relay.removeQP(q)
+	err = q.qp.Close()
+	ss.drop(r.H, resQPs, resMappings)
+	q.seg.Close()
+	return nil, err
+}
+
+func (ss *session) flushQP(_ *call, r *proto.FlushQP) (*proto.None, error) {
+	q, err := lookup[*sQP](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	q.qp.Flush()
+	ss.relay.syncState(q)
+	return nil, nil
+}
+
+func (ss *session) hello(c *call, req *proto.Hello) (*proto.HelloReply, error) {
+	fds := c.in
 	if ss.relay != nil {
 		closeFDs(fds)
-		return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "second hello")
+		return nil, statusErr(ndk.StatusInvalidDeviceRequest, "second hello")
 	}
 	if req.Version != proto.Version {
 		closeFDs(fds)
-		return nil, nil, statusErr(ndk.StatusNDISBadVersion, "%s", proto.VersionMismatch(req.Version, proto.Version))
+		return nil, statusErr(ndk.StatusNDISBadVersion, "%s", proto.VersionMismatch(req.Version, proto.Version))
 	}
 	if len(fds) > 1 {
 		closeFDs(fds)
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "hello brings at most the client's eventfd, not %d descriptors", len(fds))
+		return nil, statusErr(ndk.StatusInvalidParameter, "hello brings at most the client's eventfd, not %d descriptors", len(fds))
 	}
 	efd := -1
 	if len(fds) == 1 {
@@ -173,12 +135,12 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 	}
 	if err := ss.take(resMappings); err != nil {
 		closeFDs(fds)
-		return nil, nil, err
+		return nil, err
 	}
 	r, err := newRelay(ss, efd)
 	if err != nil {
 		ss.give(resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	ss.relay = r
 	ss.client.Store(true)
@@ -186,9 +148,9 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 	a := ss.srv.a
 	info, err := json.Marshal(a.Info())
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	m := &proto.Message{
+	m := &proto.HelloReply{
 		Version: proto.Version,
 		Addr:    a.LocalAddress().String(),
 		MAC:     a.MAC().String(),
@@ -196,10 +158,15 @@ func (ss *session) hello(req *proto.Request, fds []int) (*proto.Message, []int, 
 		Raw:     info,
 		Seg:     &proto.Segment{Size: r.seg.Size()},
 	}
-	return m, []int{dupFD(r.bell.FD()), dupFD(r.seg.FD())}, nil
+	c.out = []int{dupFD(r.bell.FD()), dupFD(r.seg.FD())}
+	return m, nil
 }
 
-func (ss *session) arena(req *proto.Request, fds []int) error {
+func (ss *session) arena(c *call, req *proto.Arena) (*proto.None, error) {
+	return nil, ss.mapArena(req, c.in)
+}
+
+func (ss *session) mapArena(req *proto.Arena, fds []int) error {
 	if len(fds) != 1 {
 		closeFDs(fds)
 		return statusErr(ndk.StatusInvalidParameter, "arena needs exactly one memfd, got %d descriptors", len(fds))
@@ -237,123 +204,121 @@ func (ss *session) arena(req *proto.Request, fds []int) error {
 	return nil
 }
 
-func (ss *session) register(req *proto.Request) (*proto.Message, []int, error) {
+func (ss *session) register(_ *call, req *proto.Register) (*proto.TokensReply, error) {
 	p, err := lookup[*sPD](ss, req.PD)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	ss.mu.Lock()
 	seg := ss.arenas[req.Arena]
 	ss.mu.Unlock()
 	if seg == nil {
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "no arena %d", req.Arena)
+		return nil, statusErr(ndk.StatusInvalidParameter, "no arena %d", req.Arena)
 	}
 	if req.Len == 0 || req.Off > uint64(seg.Size()) || req.Len > uint64(seg.Size())-req.Off {
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "bytes %d+%d outside arena %d (%d bytes)", req.Off, req.Len, req.Arena, seg.Size())
+		return nil, statusErr(ndk.StatusInvalidParameter, "bytes %d+%d outside arena %d (%d bytes)", req.Off, req.Len, req.Arena, seg.Size())
 	}
 	buf := seg.Bytes()[req.Off : req.Off+req.Len : req.Off+req.Len]
 	if err := ss.take(resMRs, resTokens); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	mr, err := ss.srv.be.RegisterAt(p.pd, req.VA, buf, req.Flags, req.Invalidatable)
 	if err != nil {
 		ss.give(resMRs, resTokens)
-		return nil, nil, err
+		return nil, err
 	}
 	x := &sMR{mr: mr}
 	if x.h, err = ss.add(x); err != nil {
 		_ = mr.Deregister()
 		ss.give(resMRs, resTokens)
-		return nil, nil, err
+		return nil, err
 	}
-	return &proto.Message{H: x.h, Local: mr.LocalToken(), Remote: mr.RemoteToken()}, nil, nil
+	return &proto.TokensReply{H: x.h, Local: mr.LocalToken(), Remote: mr.RemoteToken()}, nil
 }
 
-// dispatchMemory carries out the requests of SRQs, memory windows and
-// fast-register MRs.
-func (ss *session) dispatchMemory(req *proto.Request) (*proto.Message, []int, error) {
-	switch req.Op {
-	case proto.OpCreateSRQ:
-		return ss.createSRQ(req)
-	case proto.OpModifySRQ:
-		x, err := lookup[*sSRQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		return nil, nil, ss.relay.modifySRQ(x, req.Depth, req.Threshold)
-	case proto.OpSRQLen:
-		x, err := lookup[*sSRQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &proto.Message{Depth: ss.relay.srqLen(x)}, nil, nil
-	case proto.OpCloseSRQ:
-		x, err := lookup[*sSRQ](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		if ss.relay.removeSRQ(x) {
-			x.srq.Close()
-			x.seg.Close()
-			ss.give(resMappings)
-			ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed, resSRQs)
-		}
-		return nil, nil, nil
-	case proto.OpCreateMW:
-		p, err := lookup[*sPD](ss, req.PD)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := ss.take(resMWs, resTokens); err != nil {
-			return nil, nil, err
-		}
-		mw, err := p.pd.CreateMW()
-		if err != nil {
-			ss.give(resMWs, resTokens)
-			return nil, nil, err
-		}
-		x := &sMW{mw: mw}
-		if x.h, err = ss.add(x); err != nil {
-			mw.Close()
-			ss.give(resMWs, resTokens)
-			return nil, nil, err
-		}
-		return &proto.Message{H: x.h, Local: ss.srv.be.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: ss.srv.be.KeyBits(ss.srv.a)}, nil, nil
-	case proto.OpCloseMW:
-		x, err := lookup[*sMW](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		x.mw.Close()
-		ss.drop(req.H, resMWs, resTokens)
-		return nil, nil, nil
-	case proto.OpInitFastMR:
-		return ss.initFastMR(req)
+func (ss *session) modifySRQ(_ *call, r *proto.ModifySRQ) (*proto.None, error) {
+	x, err := lookup[*sSRQ](ss, r.H)
+	if err != nil {
+		return nil, err
 	}
-	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "no such request %q", req.Op)
+	return nil, ss.relay.modifySRQ(x, r.Depth, r.Threshold)
+}
+
+func (ss *session) srqLen(_ *call, r *proto.SRQLen) (*proto.SRQLenReply, error) {
+	x, err := lookup[*sSRQ](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	return &proto.SRQLenReply{Depth: ss.relay.srqLen(x)}, nil
+}
+
+func (ss *session) closeSRQ(_ *call, r *proto.CloseSRQ) (*proto.None, error) {
+	x, err := lookup[*sSRQ](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	if ss.relay.removeSRQ(x) {
+		x.srq.Close()
+		x.seg.Close()
+		ss.give(resMappings)
+		ss.whenClosed(x.srq.Closed(), x.h, proto.EvSRQClosed, resSRQs)
+	}
+	return nil, nil
+}
+
+func (ss *session) createMW(_ *call, r *proto.CreateMW) (*proto.TokensReply, error) {
+	p, err := lookup[*sPD](ss, r.PD)
+	if err != nil {
+		return nil, err
+	}
+	if err := ss.take(resMWs, resTokens); err != nil {
+		return nil, err
+	}
+	mw, err := p.pd.CreateMW()
+	if err != nil {
+		ss.give(resMWs, resTokens)
+		return nil, err
+	}
+	x := &sMW{mw: mw}
+	if x.h, err = ss.add(x); err != nil {
+		mw.Close()
+		ss.give(resMWs, resTokens)
+		return nil, err
+	}
+	return &proto.TokensReply{H: x.h, Local: ss.srv.be.WindowHandle(mw), Remote: mw.RemoteToken(), KeyBits: ss.srv.be.KeyBits(ss.srv.a)}, nil
+}
+
+func (ss *session) closeMW(_ *call, r *proto.CloseMW) (*proto.None, error) {
+	x, err := lookup[*sMW](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	x.mw.Close()
+	ss.drop(r.H, resMWs, resTokens)
+	return nil, nil
 }
 
 // initFastMR is NdkCreateMr(FastRegister=TRUE) for a new handle, then
 // NdkInitializeFastRegisterMr.
-func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error) {
+func (ss *session) initFastMR(_ *call, req *proto.InitFastMR) (*proto.TokensReply, error) {
 	var x *sMR
 	if req.H != 0 {
 		var err error
 		if x, err = lookup[*sMR](ss, req.H); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	} else {
 		p, err := lookup[*sPD](ss, req.PD)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if err := ss.take(resMRs, resTokens); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		mr, err := p.pd.CreateMR(true)
 		if err != nil {
 			ss.give(resMRs, resTokens)
-			return nil, nil, err
+			return nil, err
 		}
 		x = &sMR{mr: mr}
 	}
@@ -372,31 +337,31 @@ func (ss *session) initFastMR(req *proto.Request) (*proto.Message, []int, error)
 			_ = x.mr.Deregister()
 			ss.give(resMRs, resTokens)
 		}
-		return nil, nil, err
+		return nil, err
 	}
 	if x.h == 0 {
 		var err error
 		if x.h, err = ss.add(x); err != nil {
 			_ = x.mr.Deregister()
 			ss.give(resMRs, resTokens)
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return &proto.Message{H: x.h, Local: local, Remote: remote, KeyBits: ss.srv.be.KeyBits(ss.srv.a)}, nil, nil
+	return &proto.TokensReply{H: x.h, Local: local, Remote: remote, KeyBits: ss.srv.be.KeyBits(ss.srv.a)}, nil
 }
 
 // createSRQ is NdkCreateSrq: the daemon's SRQ on the client's PD, and the
 // segment with the ring the client posts its receives into.
-func (ss *session) createSRQ(req *proto.Request) (*proto.Message, []int, error) {
+func (ss *session) createSRQ(c *call, req *proto.CreateSRQ) (*proto.CQReply, error) {
 	p, err := lookup[*sPD](ss, req.PD)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if req.Depth < 1 || req.Depth > proto.MaxSlots {
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "SRQ depth %d outside [1, %d]", req.Depth, proto.MaxSlots)
+		return nil, statusErr(ndk.StatusInvalidParameter, "SRQ depth %d outside [1, %d]", req.Depth, proto.MaxSlots)
 	}
 	if err := ss.take(resSRQs, resMappings); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	x := &sSRQ{}
 	relay := ss.relay
@@ -405,25 +370,30 @@ func (ss *session) createSRQ(req *proto.Request) (*proto.Message, []int, error) 
 	})
 	if err != nil {
 		ss.give(resSRQs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	if err := x.init(srq, req.Depth); err != nil {
 		srq.Close()
 		ss.give(resSRQs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	if x.h, err = ss.add(x); err != nil {
 		srq.Close()
 		x.seg.Close()
 		ss.give(resSRQs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	x.hv.Store(x.h)
 	relay.addSRQ(x)
-	return &proto.Message{H: x.h, Seg: &proto.Segment{Size: x.seg.Size(), Slots: x.layout.Ring.Slots}}, []int{x.seg.TakeFD()}, nil
+	c.out = []int{x.seg.TakeFD()}
+	return &proto.CQReply{H: x.h, Seg: &proto.Segment{Size: x.seg.Size(), Slots: x.layout.Ring.Slots}}, nil
 }
 
-func (ss *session) connectOOB(req *proto.Request) error {
+func (ss *session) connectOOB(_ *call, req *proto.ConnectOOB) (*proto.None, error) {
+	return nil, ss.connectEndpoint(req)
+}
+
+func (ss *session) connectEndpoint(req *proto.ConnectOOB) error {
 	q, err := lookup[*sQP](ss, req.H)
 	if err != nil {
 		return err
@@ -461,86 +431,90 @@ type cqWords struct {
 	status *atomic.Uint32
 }
 
-func (ss *session) createCQ(req *proto.Request) (*proto.Message, []int, error) {
+func (ss *session) createCQ(cl *call, req *proto.CreateCQ) (*proto.CQReply, error) {
 	a := ss.srv.a
 	if req.Depth < 1 || req.Depth > int(a.Info().MaxCQDepth) {
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, a.Info().MaxCQDepth)
+		return nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, a.Info().MaxCQDepth)
 	}
 	if err := ss.take(resCQs, resMappings); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	c, err := newSCQ(ss, req.Depth)
 	if err != nil {
 		ss.give(resCQs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	if c.h, err = ss.add(c); err != nil {
 		c.cq.Close()
 		c.closeSegments()
 		ss.give(resCQs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	ss.relay.addCQ(c)
-	return &proto.Message{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, []int{c.seg.TakeFD()}, nil
+	cl.out = []int{c.seg.TakeFD()}
+	return &proto.CQReply{H: c.h, Seg: &proto.Segment{Size: c.seg.Size(), Slots: c.layout.Ring.Slots}}, nil
 }
 
-func (ss *session) createQP(req *proto.Request) (*proto.Message, []int, error) {
-	return ss.createQPWith(req, (*ndk.PD).CreateQP)
-}
-
-// createQPWith is createQP of the QP mk makes (a UD QP: ud.go).
-func (ss *session) createQPWith(req *proto.Request, mk func(*ndk.PD, ndk.QPConfig) (*ndk.QP, error)) (*proto.Message, []int, error) {
+func (ss *session) createQP(c *call, req *proto.CreateQP) (*proto.QPReply, error) {
+	if req.UD {
+		// ndk.PD.CreateUDQP's checks come first, as in process.
+		if err := checkUDQP(req); err != nil { // ud.go
+			return nil, err
+		}
+	}
 	p, err := lookup[*sPD](ss, req.PD)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rcq, err := lookup[*sCQ](ss, req.RecvCQ)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	scq, err := lookup[*sCQ](ss, req.SendCQ)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var srq *sSRQ
 	if req.SRQ != 0 {
 		if srq, err = lookup[*sSRQ](ss, req.SRQ); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if req.Depth != 0 || req.RecvSGE != 0 {
-			return nil, nil, statusErr(ndk.StatusInvalidParameter, "a QP on an SRQ has no receive queue: depth and SGEs 0")
+			return nil, statusErr(ndk.StatusInvalidParameter, "a QP on an SRQ has no receive queue: depth and SGEs 0")
 		}
 	} else if req.Depth < 1 {
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "receive queue depth %d", req.Depth)
+		return nil, statusErr(ndk.StatusInvalidParameter, "receive queue depth %d", req.Depth)
 	}
 	if req.Depth < 0 || req.SendDepth < 1 || req.Depth > proto.MaxSlots || req.SendDepth > proto.MaxSlots {
-		return nil, nil, statusErr(ndk.StatusInvalidParameter, "queue depths %d/%d", req.Depth, req.SendDepth)
+		return nil, statusErr(ndk.StatusInvalidParameter, "queue depths %d/%d", req.Depth, req.SendDepth)
 	}
 	if err := ss.take(resQPs, resMappings); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	q, err := newSQP(ss, p, rcq, scq, srq, req, mk)
+	q, err := newSQP(ss, p, rcq, scq, srq, req)
 	if err != nil {
 		ss.give(resQPs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	if q.h, err = ss.add(q); err != nil {
 		q.qp.Close()
 		q.seg.Close()
 		ss.give(resQPs, resMappings)
-		return nil, nil, err
+		return nil, err
 	}
 	if err := ss.relay.addQP(q); err != nil {
 		ss.drop(q.h, resQPs, resMappings)
 		q.qp.Close()
 		q.seg.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	m := &proto.Message{
+	m := &proto.QPReply{
 		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
-		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
+		Seg:        &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
+		MaxMessage: q.qp.UDMaxMessage(), // 0 but for a UD QP
 	}
-	return m, []int{q.seg.TakeFD()}, nil
+	c.out = []int{q.seg.TakeFD()}
+	return m, nil
 }
 
 func dupFD(fd int) int {
@@ -551,53 +525,60 @@ func dupFD(fd int) int {
 	return n
 }
 
-// dispatchCQ carries out the requests on an existing CQ: moderation,
-// close and resize.
-func (ss *session) dispatchCQ(req *proto.Request) (*proto.Message, []int, error) {
-	c, err := lookup[*sCQ](ss, req.H)
+func (ss *session) moderateCQ(_ *call, r *proto.ModerateCQ) (*proto.None, error) {
+	c, err := lookup[*sCQ](ss, r.H)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	switch req.Op {
-	case proto.OpModerateCQ:
-		// The relay raises the client's notifications (fireArm), so it
-		// holds them; the client mapped NDKPI's values to these bounds.
-		if req.Timeout < 0 || req.Depth < 0 {
-			return nil, nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(req.Timeout), req.Depth)
+	// The relay raises the client's notifications (fireArm), so it holds
+	// them; the client mapped NDKPI's values to these bounds.
+	if r.Timeout < 0 || r.Depth < 0 {
+		return nil, statusErr(ndk.StatusInvalidParameter, "moderation %v, %d: negative", time.Duration(r.Timeout), r.Depth)
+	}
+	c.modInterval.Store(r.Timeout)
+	c.modCount.Store(uint64(r.Depth))
+	return nil, nil
+}
+
+func (ss *session) closeCQ(_ *call, r *proto.CloseCQ) (*proto.None, error) {
+	c, err := lookup[*sCQ](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	ss.relay.removeCQ(c)
+	c.cq.Close()
+	if c.rseg != c.seg {
+		ss.give(resMappings) // the resized ring's
+	}
+	ss.drop(r.H, resCQs, resMappings)
+	c.closeSegments()
+	return nil, nil
+}
+
+func (ss *session) resizeCQ(cl *call, r *proto.ResizeCQ) (*proto.ResizeCQReply, error) {
+	c, err := lookup[*sCQ](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	if r.Depth < 1 || r.Depth > int(ss.srv.a.Info().MaxCQDepth) {
+		return nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", r.Depth, ss.srv.a.Info().MaxCQDepth)
+	}
+	// The first resize keeps the first segment (its arm and status words)
+	// mapped beside the new ring: one mapping more; a later one replaces
+	// the ring's.
+	first := c.rseg == c.seg
+	if first {
+		if err := ss.take(resMappings); err != nil {
+			return nil, err
 		}
-		c.modInterval.Store(req.Timeout)
-		c.modCount.Store(uint64(req.Depth))
-		return nil, nil, nil
-	case proto.OpCloseCQ:
-		ss.relay.removeCQ(c)
-		c.cq.Close()
-		if c.rseg != c.seg {
-			ss.give(resMappings) // the resized ring's
-		}
-		ss.drop(req.H, resCQs, resMappings)
-		c.closeSegments()
-		return nil, nil, nil
-	case proto.OpResizeCQ:
-		if req.Depth < 1 || req.Depth > int(ss.srv.a.Info().MaxCQDepth) {
-			return nil, nil, statusErr(ndk.StatusInvalidParameter, "CQ depth %d outside [1, %d]", req.Depth, ss.srv.a.Info().MaxCQDepth)
-		}
-		// The first resize keeps the first segment (its arm and status
-		// words) mapped beside the new ring: one mapping more; a later
-		// one replaces the ring's.
-		first := c.rseg == c.seg
+	}
+	seg, l, err := ss.relay.resize(c, r.Depth)
+	if err != nil {
 		if first {
-			if err := ss.take(resMappings); err != nil {
-				return nil, nil, err
-			}
+			ss.give(resMappings)
 		}
-		seg, l, err := ss.relay.resize(c, req.Depth)
-		if err != nil {
-			if first {
-				ss.give(resMappings)
-			}
-			return nil, nil, err
-		}
-		return &proto.Message{Seg: &proto.Segment{Size: seg.Size(), Slots: l.Ring.Slots}}, []int{seg.TakeFD()}, nil
+		return nil, err
 	}
-	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
+	cl.out = []int{seg.TakeFD()}
+	return &proto.ResizeCQReply{Seg: &proto.Segment{Size: seg.Size(), Slots: l.Ring.Slots}}, nil
 }

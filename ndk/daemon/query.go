@@ -5,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
-	"time"
-
-	"golang.org/x/sys/unix"
+	"sync"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/client"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
@@ -21,20 +19,32 @@ import (
 // SocketPath is where a daemon for ifname listens by default.
 func SocketPath(ifname string) string { return "/run/ndkxdp/" + ifname + ".sock" }
 
+// reports are the typed requests of the operator's reports.
+var reports = map[string]proto.Call[proto.Report]{
+	OpAdminStatus: &proto.AdminStatus{},
+	OpAdminInfo:   &proto.AdminInfo{},
+	OpAdminStats:  &proto.AdminStats{},
+	OpAdminQPs:    &proto.AdminQPs{},
+}
+
 // Query asks the daemon at socket (a path or unix://path) for op, one of
 // the OpAdmin* requests that answer with a report, and decodes the
 // answer into out.
 func Query(ctx context.Context, socket, op string, out any) error {
-	c, err := adminDial(ctx, socket)
+	req := reports[op]
+	if req == nil {
+		return fmt.Errorf("%q is not an operator's report (%s, %s, %s or %s)", op, OpAdminStatus, OpAdminInfo, OpAdminStats, OpAdminQPs)
+	}
+	c, err := adminDial(ctx, socket, func(*proto.Message) {})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	m, err := adminCall(ctx, c, &proto.Request{ID: 1, Op: op}, nil)
+	r, err := adminCall(ctx, c, req)
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(m.Raw, out); err != nil {
+	if err := json.Unmarshal(r.Raw, out); err != nil {
 		return fmt.Errorf("%s: decode answer: %w", op, err)
 	}
 	return nil
@@ -43,42 +53,53 @@ func Query(ctx context.Context, socket, op string, out any) error {
 // Dump streams the daemon's live capture: each frame the daemon's
 // engines move, received and sent, keeping the first snap bytes of each
 // (0: DefaultSnap), to frame, with the capture's counts so far, until ctx
-// ends (then it returns nil) or frame returns an error. It fails with
+// ends (then it returns nil) or frame returns an error. frame runs on a
+// goroutine of Dump's, one call at a time. It fails with
 // STATUS_SHARING_VIOLATION while another capture runs.
 func Dump(ctx context.Context, socket string, snap int, frame func(DumpFrame, DumpCounts) error) (DumpCounts, error) {
-	var last DumpCounts
-	c, err := adminDial(ctx, socket)
+	// The frames events are handled on the connection's reader, one at a
+	// time as they come: a slow frame holds the socket, and the daemon's
+	// capture ring drops and counts what does not fit, never waits.
+	var (
+		mu    sync.Mutex
+		last  DumpCounts
+		ferr  error
+		ended = make(chan struct{})
+	)
+	onEvent := func(m *proto.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.Ev != EvFrames || ferr != nil {
+			return
+		}
+		if onFrames(m, &last, frame, &ferr); ferr != nil {
+			close(ended)
+		}
+	}
+	counts := func() (DumpCounts, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return last, ferr
+	}
+	c, err := adminDial(ctx, socket, onEvent)
 	if err != nil {
 		return last, err
 	}
 	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
-	defer stop()
-	var ferr error
-	_, err = adminCall(ctx, c, &proto.Request{ID: 1, Op: OpAdminDump, Len: uint64(snap)}, func(m *proto.Message) bool {
-		return m.Ev == EvFrames && onFrames(m, &last, frame, &ferr)
-	})
-	if err != nil {
+	if _, err := adminCall(ctx, c, &proto.AdminDump{Len: uint64(snap)}); err != nil {
+		last, _ := counts()
 		return last, err
 	}
-	buf := make([]byte, proto.MaxMessage)
-	for ferr == nil {
-		n, err := readMessage(c, buf)
-		if err != nil {
-			if ctx.Err() != nil {
-				return last, nil
-			}
-			return last, fmt.Errorf("dump: %w", err)
-		}
-		var m proto.Message
-		if err := json.Unmarshal(buf[:n], &m); err != nil {
-			return last, fmt.Errorf("dump: %w", err)
-		}
-		if m.Ev == EvFrames {
-			onFrames(&m, &last, frame, &ferr)
-		}
+	select {
+	case <-ctx.Done():
+		last, _ := counts()
+		return last, nil
+	case <-ended:
+		return counts()
+	case <-c.Done():
+		last, _ := counts()
+		return last, fmt.Errorf("dump: %w", c.Err())
 	}
-	return last, ferr
 }
 
 func onFrames(m *proto.Message, last *DumpCounts, frame func(DumpFrame, DumpCounts) error, ferr *error) bool {
@@ -95,56 +116,31 @@ func onFrames(m *proto.Message, last *DumpCounts, frame func(DumpFrame, DumpCoun
 	return true
 }
 
-func adminDial(ctx context.Context, socket string) (*net.UnixConn, error) {
+func adminDial(ctx context.Context, socket string, onEvent func(*proto.Message)) (*client.Conn, error) {
 	socket = strings.TrimPrefix(socket, "unix://")
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unixpacket", socket)
+	c, err := client.Dial(ctx, socket, onEvent)
 	if err != nil {
 		return nil, fmt.Errorf("no daemon answers at %s: %w", socket, err)
 	}
-	return c.(*net.UnixConn), nil
+	return c, nil
 }
 
-// adminCall sends req and waits for its answer; events before it go to
-// ev (if it returns false, or ev is nil, they are ignored).
-func adminCall(ctx context.Context, c *net.UnixConn, req *proto.Request, ev func(*proto.Message) bool) (*proto.Message, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-		defer c.SetDeadline(time.Time{})
+// adminCall sends an operator's request and waits for its answer, or for
+// ctx to end (then the connection closes: an operator does not wait on a
+// daemon that does not answer).
+func adminCall[P any](ctx context.Context, c *client.Conn, req proto.Call[P]) (*P, error) {
+	stop := context.AfterFunc(ctx, c.Close)
+	defer stop()
+	p, fds, err := client.Do(ctx, c, req)
+	closeFDs(fds)
+	if refused := (*client.Refused)(nil); errors.As(err, &refused) {
+		return nil, &ndk.Error{Status: ndk.Status(refused.Reply.Status), Op: req.Op(), Detail: refused.Reply.Msg}
 	}
-	b, _ := json.Marshal(req)
-	if _, err := c.Write(b); err != nil {
-		return nil, fmt.Errorf("%s: %w", req.Op, err)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("%s: %w", req.Op(), err)
 	}
-	buf := make([]byte, proto.MaxMessage)
-	for range 1 << 20 {
-		n, err := readMessage(c, buf)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", req.Op, err)
-		}
-		var m proto.Message
-		if err := json.Unmarshal(buf[:n], &m); err != nil {
-			return nil, fmt.Errorf("%s: %w", req.Op, err)
-		}
-		if m.ID != req.ID {
-			if ev != nil {
-				ev(&m)
-			}
-			continue
-		}
-		if m.Status != 0 {
-			return nil, &ndk.Error{Status: ndk.Status(m.Status), Op: req.Op, Detail: m.Msg}
-		}
-		return &m, nil
-	}
-	return nil, fmt.Errorf("%s: no answer", req.Op)
-}
-
-// readMessage reads one datagram, refusing one cut short by buf.
-func readMessage(c *net.UnixConn, buf []byte) (int, error) {
-	n, _, flags, _, err := c.ReadMsgUnix(buf, nil)
-	if err == nil && flags&unix.MSG_TRUNC != 0 {
-		err = fmt.Errorf("message over %d bytes", len(buf))
-	}
-	return n, err
+	return p, nil
 }

@@ -69,7 +69,7 @@ type sQP struct {
 	inline                     [proto.MaxInline]byte
 }
 
-func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request, mk func(*ndk.PD, ndk.QPConfig) (*ndk.QP, error)) (*sQP, error) {
+func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.CreateQP) (*sQP, error) {
 	q := &sQP{rcq: rcq, scq: scq, srq: srq}
 	// The QP's context in every daemon completion is q.
 	cfg := ndk.QPConfig{
@@ -81,7 +81,13 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.Request, m
 	if srq != nil {
 		cfg.SRQ = srq.srq
 	}
-	qp, err := mk(p.pd, cfg)
+	var qp *ndk.QP
+	var err error
+	if req.UD {
+		qp, err = p.pd.CreateUDQP(cfg, req.QKey)
+	} else {
+		qp, err = p.pd.CreateQP(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -247,7 +247,7 @@ func refuse(c *net.UnixConn, err error) {
 		return
 	}
 	m := &proto.Message{}
-	if req, derr := proto.Decode(buf[:n]); derr == nil {
+	if req, derr := proto.DecodeHeader(buf[:n]); derr == nil {
 		m.ID = req.ID
 	}
 	setErr(m, err)

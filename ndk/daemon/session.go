@@ -86,53 +86,75 @@ func (ss *session) serve() {
 			closeFDs(fds)
 			return
 		}
-		req, err := proto.Decode(buf[:n])
+		hdr, err := proto.DecodeHeader(buf[:n])
 		if err != nil {
 			closeFDs(fds)
 			ss.end(reasonProtocol, fmt.Errorf("bad control message: %w", err))
 			return
 		}
-		if req.Op == proto.OpCancel {
+		h, ok := handlers[hdr.Op]
+		if !h.takesFDs {
 			closeFDs(fds)
-			ss.mu.Lock()
-			if c := ss.cancels[req.Target]; c != nil {
-				c()
-			}
-			ss.mu.Unlock()
+			fds = nil
+		}
+		switch {
+		case !ok:
+			ss.reply(hdr.ID, errNoSuchRequest(hdr.Op))
+			continue
+		case ss.relay == nil && !h.beforeHello:
+			closeFDs(fds)
+			ss.reply(hdr.ID, statusErr(ndk.StatusInvalidDeviceRequest, "hello first"))
 			continue
 		}
-		if isAdmin(req.Op) {
+		w, err := h.decode(buf[:n])
+		if err != nil {
 			closeFDs(fds)
-			ss.send(ss.admin(req))
-			continue
+			ss.end(reasonProtocol, fmt.Errorf("bad control message: %w", err))
+			return
 		}
-		if ss.relay == nil && req.Op != proto.OpHello {
-			closeFDs(fds)
-			ss.reply(req.ID, statusErr(ndk.StatusInvalidDeviceRequest, "hello first"))
-			continue
-		}
-		if blocking(req.Op) {
+		if h.blocks {
 			select {
 			case ss.sem <- struct{}{}:
 			case <-ss.ctx.Done():
 				closeFDs(fds)
 				return
 			}
-			ctx, cancel := ss.requestContext(req)
+			ctx, cancel := ss.requestContext(hdr)
 			ss.reqs.Add(1)
 			go func() {
 				defer ss.reqs.Done()
 				defer func() { <-ss.sem }()
-				defer ss.forget(req.ID, cancel)
-				defer ss.recovered(req.Op)
-				m := ss.handle(ctx, req, fds)
-				ss.send(m)
+				defer ss.forget(hdr.ID, cancel)
+				defer ss.recovered(hdr.Op)
+				ss.run(hdr.ID, h, w, &call{ctx: ctx, in: fds})
 			}()
 			continue
 		}
-		m := ss.handle(ss.ctx, req, fds)
-		ss.send(m)
+		ss.run(hdr.ID, h, w, &call{ctx: ss.ctx, in: fds})
 	}
+}
+
+// run carries out one request and sends its answer: the reply, with the
+// descriptors its handler handed out, or the error.
+func (ss *session) run(id uint64, h handler, w work, c *call) {
+	rep, err := w(ss, c)
+	if h.silent {
+		closeFDs(c.out)
+		return
+	}
+	if err != nil {
+		closeFDs(c.out)
+		ss.reply(id, err)
+		return
+	}
+	b, err := proto.EncodeReply(id, rep)
+	if err != nil {
+		closeFDs(c.out)
+		ss.log.Error("encode reply", "op", h.op, "err", err)
+		ss.reply(id, statusErr(ndk.StatusInternalError, "%s: encode reply: %v", h.op, err))
+		return
+	}
+	ss.write(b, c.out...)
 }
 
 func closeFDs(fds []int) {
@@ -141,23 +163,15 @@ func closeFDs(fds []int) {
 	}
 }
 
-// blocking reports whether op may wait on the network, and so runs on a
-// goroutine of its own while the session goes on reading.
-func blocking(op string) bool {
-	switch op {
-	case proto.OpConnect, proto.OpAccept, proto.OpDisconnect, proto.OpConnectOOB, proto.OpCompleteConnect, proto.OpReject, proto.OpResolveUD:
-		return true
-	}
-	return false
-}
-
-func (ss *session) requestContext(req *proto.Request) (context.Context, context.CancelFunc) {
+// requestContext is the context of a blocking request: the session's,
+// ended at the request's Deadline or by its OpCancel.
+func (ss *session) requestContext(hdr proto.Header) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ss.ctx)
-	if req.Timeout > 0 {
-		ctx, cancel = context.WithTimeout(ss.ctx, time.Duration(req.Timeout))
+	if hdr.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ss.ctx, time.Duration(hdr.Timeout))
 	}
 	ss.mu.Lock()
-	ss.cancels[req.ID] = cancel
+	ss.cancels[hdr.ID] = cancel
 	ss.mu.Unlock()
 	return ctx, cancel
 }
@@ -186,10 +200,16 @@ func (ss *session) send(m *proto.Message, fds ...int) {
 	b, err := json.Marshal(m)
 	if err != nil {
 		ss.log.Error("encode reply", "err", err)
+		closeFDs(fds)
 		return
 	}
+	ss.write(b, fds...)
+}
+
+// write sends message b with fds, which it closes after sending.
+func (ss *session) write(b []byte, fds ...int) {
 	ss.wmu.Lock()
-	err = shm.SendFDs(ss.conn, b, fds...)
+	err := shm.SendFDs(ss.conn, b, fds...)
 	ss.wmu.Unlock()
 	closeFDs(fds)
 	if err != nil && ss.ctx.Err() == nil {

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"context"
-	"encoding/json"
 	"net/netip"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
@@ -20,125 +18,91 @@ type sUDService struct {
 	s *ndk.UDService
 }
 
-// dispatchUD carries out the UD extension's control requests.
-func (ss *session) dispatchUD(ctx context.Context, req *proto.Request) (*proto.Message, []int, error) {
-	a := ss.srv.a
-	switch req.Op {
-	case proto.OpCreateUDQP:
-		var b proto.CreateUDQP
-		if err := udBody(req, &b); err != nil {
-			return nil, nil, err
-		}
-		if b.QKey&0x80000000 != 0 {
-			return nil, nil, statusErr(ndk.StatusInvalidParameter, "Q_Key %#x has the controlled bit set", b.QKey)
-		}
-		// The RC QP's checks and rings (a UD QP has no SRQ); only the
-		// daemon's QP differs.
-		m, fds, err := ss.createQPWith(&proto.Request{
-			PD: b.PD, RecvCQ: b.RecvCQ, SendCQ: b.SendCQ, Depth: b.Depth, SendDepth: b.SendDepth,
-			RecvSGE: b.RecvSGE, SendSGE: b.SendSGE, Inline: b.Inline,
-		}, func(pd *ndk.PD, cfg ndk.QPConfig) (*ndk.QP, error) { return pd.CreateUDQP(cfg, b.QKey) })
-		if err != nil {
-			return nil, nil, err
-		}
-		q, err := lookup[*sQP](ss, m.H)
-		if err == nil {
-			m.Raw, err = json.Marshal(proto.CreateUDQPReply{MaxMessage: q.qp.UDMaxMessage()})
-		}
-		if err != nil {
-			closeFDs(fds)
-			return nil, nil, err
-		}
-		return m, fds, nil
-	case proto.OpServeUD:
-		var b proto.ServeUD
-		if err := udBody(req, &b); err != nil {
-			return nil, nil, err
-		}
-		addr, err := netip.ParseAddrPort(b.Addr)
-		if err != nil {
-			return nil, nil, statusErr(ndk.StatusInvalidAddress, "UD service address %q: %v", b.Addr, err)
-		}
-		q, err := lookup[*sQP](ss, b.QP)
-		if err != nil {
-			return nil, nil, err
-		}
-		s, err := a.ServeUD(addr, q.qp)
-		if err != nil {
-			return nil, nil, err
-		}
-		x := &sUDService{s: s}
-		if x.h, err = ss.add(x); err != nil {
-			s.Close()
-			return nil, nil, err
-		}
-		return &proto.Message{H: x.h, Addr: s.Addr().String()}, nil, nil
-	case proto.OpUDAnswered:
-		x, err := lookup[*sUDService](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		raw, err := json.Marshal(proto.UDAnsweredReply{Answered: x.s.Answered()})
-		return &proto.Message{Raw: raw}, nil, err
-	case proto.OpCloseUDService:
-		x, err := lookup[*sUDService](ss, req.H)
-		if err != nil {
-			return nil, nil, err
-		}
-		ss.drop(x.h)
-		x.s.Close()
-		return nil, nil, nil
-	case proto.OpResolveUD:
-		var b proto.ResolveUD
-		if err := udBody(req, &b); err != nil {
-			return nil, nil, err
-		}
-		dst, err := netip.ParseAddrPort(b.Addr)
-		if err != nil {
-			return nil, nil, statusErr(ndk.StatusInvalidAddress, "UD service address %q: %v", b.Addr, err)
-		}
-		d, err := a.ResolveUD(ctx, dst)
-		if err != nil {
-			return nil, nil, err
-		}
-		return udDestMessage(d)
-	case proto.OpNextHop:
-		var b proto.NextHop
-		if err := udBody(req, &b); err != nil {
-			return nil, nil, err
-		}
-		ip, err := netip.ParseAddr(b.IP)
-		if err != nil {
-			return nil, nil, statusErr(ndk.StatusInvalidAddress, "next hop of %q: %v", b.IP, err)
-		}
-		// UDReplyTo is the adapter's next hop of the GRH's sender: give
-		// it a GRH that names ip.
-		d, err := a.UDReplyTo(grhFrom(ip), 1, 0)
-		if err != nil {
-			return nil, nil, err
-		}
-		return udDestMessage(ndk.UDDestination{MAC: d.MAC})
+// checkUDQP is what create_qp checks of a UD QP beyond an RC QP's: no
+// SRQ, and a Q_Key a client may use (ndk.PD.CreateUDQP's statuses).
+func checkUDQP(req *proto.CreateQP) error {
+	if req.SRQ != 0 {
+		return statusErr(ndk.StatusNotSupported, "a UD QP on an SRQ")
 	}
-	return nil, nil, statusErr(ndk.StatusInvalidDeviceRequest, "unknown operation %q", req.Op)
-}
-
-func udBody(req *proto.Request, v any) error {
-	if len(req.UD) == 0 {
-		return statusErr(ndk.StatusInvalidParameter, "%s without its body", req.Op)
-	}
-	if err := json.Unmarshal(req.UD, v); err != nil {
-		return statusErr(ndk.StatusInvalidParameter, "%s: %v", req.Op, err)
+	if req.QKey&0x80000000 != 0 {
+		return statusErr(ndk.StatusInvalidParameter, "Q_Key %#x has the controlled bit set", req.QKey)
 	}
 	return nil
 }
 
-func udDestMessage(d ndk.UDDestination) (*proto.Message, []int, error) {
-	r := proto.UDDestReply{MAC: d.MAC.String(), QPN: d.QPN, QKey: d.QKey}
-	if d.IP.IsValid() {
-		r.IP = d.IP.String()
+func (ss *session) serveUD(_ *call, r *proto.ServeUD) (*proto.AddrReply, error) {
+	addr, err := netip.ParseAddrPort(r.Addr)
+	if err != nil {
+		return nil, statusErr(ndk.StatusInvalidAddress, "UD service address %q: %v", r.Addr, err)
 	}
-	raw, err := json.Marshal(r)
-	return &proto.Message{Raw: raw}, nil, err
+	q, err := lookup[*sQP](ss, r.QP)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ss.srv.a.ServeUD(addr, q.qp)
+	if err != nil {
+		return nil, err
+	}
+	x := &sUDService{s: s}
+	if x.h, err = ss.add(x); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &proto.AddrReply{H: x.h, Addr: s.Addr().String()}, nil
+}
+
+func (ss *session) udAnswered(_ *call, r *proto.UDAnswered) (*proto.UDAnsweredReply, error) {
+	x, err := lookup[*sUDService](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	return &proto.UDAnsweredReply{Answered: x.s.Answered()}, nil
+}
+
+func (ss *session) closeUDService(_ *call, r *proto.CloseUDService) (*proto.None, error) {
+	x, err := lookup[*sUDService](ss, r.H)
+	if err != nil {
+		return nil, err
+	}
+	ss.drop(x.h)
+	x.s.Close()
+	return nil, nil
+}
+
+// resolveUD blocks (handlers.go): c.ctx ends at the request's deadline
+// or its cancel.
+func (ss *session) resolveUD(c *call, r *proto.ResolveUD) (*proto.UDDestReply, error) {
+	dst, err := netip.ParseAddrPort(r.Addr)
+	if err != nil {
+		return nil, statusErr(ndk.StatusInvalidAddress, "UD service address %q: %v", r.Addr, err)
+	}
+	d, err := ss.srv.a.ResolveUD(c.ctx, dst)
+	if err != nil {
+		return nil, err
+	}
+	return udDestReply(d), nil
+}
+
+func (ss *session) nextHop(_ *call, r *proto.NextHop) (*proto.UDDestReply, error) {
+	ip, err := netip.ParseAddr(r.Addr)
+	if err != nil {
+		return nil, statusErr(ndk.StatusInvalidAddress, "next hop of %q: %v", r.Addr, err)
+	}
+	// UDReplyTo is the adapter's next hop of the GRH's sender: give it a
+	// GRH that names ip.
+	d, err := ss.srv.a.UDReplyTo(grhFrom(ip), 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	return udDestReply(ndk.UDDestination{MAC: d.MAC}), nil
+}
+
+func udDestReply(d ndk.UDDestination) *proto.UDDestReply {
+	r := &proto.UDDestReply{MAC: d.MAC.String(), QPN: d.QPN, QKey: d.QKey}
+	if d.IP.IsValid() {
+		r.Addr = d.IP.String()
+	}
+	return r
 }
 
 // grhFrom is the GRH of a datagram from ip, as the engine writes it

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
+	"github.com/vishvananda/netlink"
 )
 
 // udEnd is a UD QP with memory for datagrams: the client's (through the
@@ -212,9 +214,9 @@ func testUDThroughDaemon(t *testing.T, mtu, n int) {
 // it refuses through the daemon, with the same status: a datagram over
 // the path MTU, SendTo on an RC QP or without a QPN, a WRITE or a SEND
 // without destination on a UD QP, Connect with a UD QP, ServeUD with an
-// RC QP or on a port served already, a resolution nobody answers, a
-// controlled Q_Key. A datagram with a foreign Q_Key is dropped and counted
-// by the receiver. A client's service ends with its session.
+// RC QP or on a port served already, a resolution nobody answers (ended
+// by its deadline, or by its cancel alone), a controlled Q_Key. A
+// datagram with a foreign Q_Key is dropped and counted by the receiver. A client's service ends with its session.
 func TestUDRefusalsThroughDaemon(t *testing.T) {
 	bd, c, x, y := udPair(t)
 	ipY := bd.pair.B.IPv4
@@ -277,6 +279,31 @@ func TestUDRefusalsThroughDaemon(t *testing.T) {
 	defer cancelShort()
 	if _, err := x.a.ResolveUD(short, netip.AddrPortFrom(netip.MustParseAddr("198.18.0.99"), 4242)); err == nil {
 		t.Fatal("resolving an address nobody has succeeded")
+	}
+	// Without a deadline only the client's cancel (proto.Cancel) ends the
+	// daemon's resolution, as ctx ends it in process. The daemon's
+	// namespace knows a MAC for silent (nobody has it), so the SIDR_REQs
+	// go out and nothing answers them.
+	silent := netip.MustParseAddr("198.18.0.98")
+	nl, err := bd.pair.A.Netlink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = nl.NeighSet(&netlink.Neigh{LinkIndex: bd.pair.A.Ifindex, State: netlink.NUD_PERMANENT, IP: silent.AsSlice(),
+		HardwareAddr: net.HardwareAddr{0x02, 0, 0, 0, 0, 0x98}})
+	nl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancelNow := context.WithCancel(context.Background())
+	stop := time.AfterFunc(300*time.Millisecond, cancelNow)
+	defer stop.Stop()
+	began := time.Now()
+	if _, err := x.a.ResolveUD(cctx, netip.AddrPortFrom(silent, 4242)); !errors.Is(err, context.Canceled) || status(err) != ndk.StatusCancelled {
+		t.Fatalf("resolving, cancelled: %v", err)
+	}
+	if took := time.Since(began); took > 3*time.Second { // under the first SIDR_REQ's resend
+		t.Fatalf("a cancelled resolution returned after %v", took)
 	}
 	if _, err := c.pd.CreateUDQP(ndk.QPConfig{ReceiveCQ: x.rcq, InitiatorCQ: x.icq, ReceiveQueueDepth: 1, InitiatorQueueDepth: 1}, 0x80000001); status(err) != ndk.StatusInvalidParameter {
 		t.Fatalf("controlled Q_Key: %v", err)

@@ -75,9 +75,10 @@
 //	                               kernel 7.3 (backports): TestDaemonOnBackportsKernel
 //
 // Every case is rping (4 sizes, both ways), every perftest tool at 1 B to
-// 1 MiB both ways, perftest's -a and -D, --use-srq, SEND with Invalidate,
-// immediate data (and perftest's --write_with_imm, which only 25.01 has),
-// access errors, 5% loss and the frame checks; the smoke set is rping at
+// 1 MiB both ways, perftest's -a and -D, -q 2 (write, send, read and
+// atomic bw, both ways; rxe's client also with -q 24), --use-srq, SEND
+// with Invalidate, immediate data (and perftest's --write_with_imm, which
+// only 25.01 has), access errors, 5% loss and the frame checks; the smoke set is rping at
 // 4096 and 65535 bytes and every perftest tool at 64 KiB and 1 MiB, both
 // ways, and the frame checks (the cases whose frames the path MTU changes).
 // Debian 13's two tests take about 3 and 1 minutes under TCG on a 2-vCPU

@@ -110,7 +110,9 @@ type Listener struct {
 var _ verbs.Listener = (*Listener)(nil)
 
 // listenBacklog is how many requests wait for Accept; more are rejected.
-const listenBacklog = 16
+// perftest's client with -q N sends N REQs at once (rdma_listen's backlog
+// on its own server is N): up to this many QPs it finds ours waiting.
+const listenBacklog = 256
 
 // Listen listens on port of every IPv4 address of dev's adapter.
 func Listen(dev *Device, port uint16, depths Depths) (*Listener, error) {

@@ -31,6 +31,13 @@
 //     QP made on it (QPConfig.SRQ), and its receive completions come from
 //     its own receive CQ as before. ndk has SRQs in process only, so
 //     through a daemon CreateSRQ fails.
+//   - Wait arms both CQs (NdkArmCq) and the QP's peer-write count onto
+//     the endpoint's token channel; WaitAny (verbs.AnyWaiter) points the
+//     notifications of several endpoints of the Device at the caller's
+//     channel and arms them all, so that perf -q sleeps on all its QPs.
+//     An endpoint whose notifications move to another channel reports
+//     news once (a notification fires once, and may have gone to the
+//     other channel unseen).
 //
 // It is not connection management: Device.Endpoint gives a QP that the
 // caller connects (ConnectOOB, or IB CM through ndk's Connector and

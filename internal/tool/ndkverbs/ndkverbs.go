@@ -102,6 +102,9 @@ type Endpoint struct {
 	// wake gets a token from the CQs' notifications, the QP's peer-write
 	// arm and the peer's disconnect; Wait blocks on it.
 	wake chan struct{}
+	// wakeTo is where those tokens go: wake, or the wake of the endpoint
+	// whose WaitAny last armed this one.
+	wakeTo *atomic.Pointer[chan struct{}]
 	// peeked is PeerWrites as the last Peek loaded it: Wait does not
 	// block if a WRITE was placed since.
 	peeked     uint64
@@ -150,7 +153,9 @@ func (d *Device) newEndpoint(q Depths, op string, create func(ndk.QPConfig) (*nd
 		q.Receive = 1024
 	}
 	wake := make(chan struct{}, 1)
-	notify := func(ndk.Status) { signal(wake) }
+	wakeTo := new(atomic.Pointer[chan struct{}])
+	wakeTo.Store(&wake)
+	notify := func(ndk.Status) { signal(*wakeTo.Load()) }
 	scq, err := d.Adapter.CreateCQ(q.Send, notify)
 	if err != nil {
 		return nil, fmt.Errorf("ndkverbs: create initiator cq: %w", err)
@@ -168,7 +173,7 @@ func (d *Device) newEndpoint(q Depths, op string, create func(ndk.QPConfig) (*nd
 		rcq.Close()
 		return nil, fmt.Errorf("ndkverbs: %s: %w", op, err)
 	}
-	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq, wake: wake}, nil
+	return &Endpoint{dev: d, qp: qp, scq: scq, rcq: rcq, wake: wake, wakeTo: wakeTo}, nil
 }
 
 // signal puts a token on ch unless one is there.
@@ -190,7 +195,7 @@ func (e *Endpoint) Connected(disconnect func() error) { e.disconnect = disconnec
 // from any goroutine.
 func (e *Endpoint) PeerDisconnected() {
 	e.gone.Store(true)
-	signal(e.wake)
+	signal(*e.wakeTo.Load())
 }
 
 // Alloc implements verbs.Endpoint: ndk.Adapter.Memory, Go memory on an
@@ -407,18 +412,55 @@ func (e *Endpoint) Peek(r verbs.Region, off int) byte {
 // once for completions already queued, and a WRITE placed since the last
 // Peek returns at once, so none is slept through.
 func (e *Endpoint) Wait(ctx context.Context) error {
-	e.qp.ArmPeerWrites(e.wake)
+	ready, err := e.arm(&e.wake)
+	if err != nil || ready {
+		return err
+	}
+	return e.block(ctx)
+}
+
+// arm points the endpoint's notifications at *to and arms them; ready
+// says that news came before the arm and the caller must not block. A
+// notification fires once for the completions that came since the last
+// one: where it went to another channel (a WaitAny's, or the endpoint's
+// own), the caller may not have seen it, so a switch counts as news.
+func (e *Endpoint) arm(to *chan struct{}) (ready bool, err error) {
+	if e.wakeTo.Swap(to) != to {
+		return true, nil
+	}
+	e.qp.ArmPeerWrites(*to)
 	if err := e.scq.Arm(ndk.CQNotifyAny); err != nil {
-		return fmt.Errorf("ndkverbs: arm initiator cq: %w", err)
+		return false, fmt.Errorf("ndkverbs: arm initiator cq: %w", err)
 	}
 	if err := e.rcq.Arm(ndk.CQNotifyAny); err != nil {
-		return fmt.Errorf("ndkverbs: arm receive cq: %w", err)
+		return false, fmt.Errorf("ndkverbs: arm receive cq: %w", err)
 	}
 	// The engine counts a placed WRITE before it looks at the arm: one
 	// placed before the arm shows in the count.
-	if e.gone.Load() || e.qp.PeerWrites() != e.peeked {
-		return nil
+	return e.gone.Load() || e.qp.PeerWrites() != e.peeked, nil
+}
+
+// WaitAny implements verbs.AnyWaiter for endpoints of e's Device: it
+// points the notifications of every endpoint in eps at e's token
+// channel, arms them all, and blocks as Wait does until one fires (the
+// arms fire at once for completions already queued, so none is slept
+// through). Each endpoint's own Wait points them back.
+func (e *Endpoint) WaitAny(ctx context.Context, eps []verbs.Endpoint) error {
+	for _, v := range eps {
+		x, ok := v.(*Endpoint)
+		if !ok || x.dev != e.dev {
+			return fmt.Errorf("ndkverbs: WaitAny over %T of another device: %w", v, verbs.ErrInvalid)
+		}
+		ready, err := x.arm(&e.wake)
+		if err != nil || ready {
+			return err
+		}
 	}
+	return e.block(ctx)
+}
+
+// block waits for a token on e.wake, the adapter's end or ctx's.
+func (e *Endpoint) block(ctx context.Context) error {
 	select {
 	case <-e.wake:
 		return nil

@@ -18,6 +18,9 @@ const (
 // counts tallies completions by kind; the data-path loops poll into it.
 type counts struct {
 	sends, recvs, rdma int
+	// posted and done are requests posted and completed (a signaled
+	// completion stands for CQMod of them) on one QP of a -q test.
+	posted, done int
 }
 
 // poll drains up to 16 completions into n without allocating. A failed

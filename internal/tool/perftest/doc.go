@@ -114,28 +114,41 @@
 // iterations mode. -D with -a is refused.
 //
 // What it is not: the test banner of ctx_print_test_info, bidirectional
-// mode (-b), several QPs (-q), -f (the margin is always perftest's
-// default), UD/UC/XRC/DC, and perftest's Ethernet-socket exchange
+// mode (-b), -f (the margin is always perftest's default), UD/UC/XRC/DC
+// beyond -c UD's send tests, and perftest's Ethernet-socket exchange
 // (without -R). The send bw server's row spans its first to its last
 // receive, without a peak.
 //
-// Several QPs, as perftest 4.5-0.17 and 25.01 do them (for whoever adds
-// -q > 1; ndkxdp perf refuses it today): only bw tests take -q, latency
-// tests refuse even -q 1 ("Multiple QPs only available on bw tests"),
-// 1..16384. With -R there is still one control connection. In
-// create_rdma_cm_connection, between the two zeroed handshakes, the
-// server listens once (backlog -q) and accepts -q connect requests in
-// arrival order, the n-th becoming QP n (cma_master.connection_index;
-// no private data of perftest's own); the client resolves and connects
-// -q cm_ids, retrying the whole set 10 times, 100 ms apart. Each
-// pingpong_dest handshake of step 4 is then one per QP, QP 0 first
-// (write_bw.c: for i < num_of_qps ctx_hand_shake(&my_dest[i],
-// &rem_dest[i])), and the dests are printed per QP. run_iter_bw posts
-// round-robin over the QPs, each up to -t outstanding, and every QP
-// runs the full -n (tot_iters = iters * num_of_qps), all on one CQ; the
-// send bw server expects -n receives per QP. The report counts
-// size * iters * num_of_qps bytes over the whole run (print_report_bw),
-// and xchg_bw_reports still sends one report.
+// Several QPs (-q, Params.QPs; multiqp.go), as perftest 4.5-0.17 and
+// 25.01 do them: only bw tests take -q, latency tests refuse even -q 1
+// ("Multiple QPs only available on bw tests"), 1..16384. With -R there
+// is still one control connection. In create_rdma_cm_connection, between
+// the two zeroed handshakes, perftest's server listens once (backlog -q)
+// and accepts -q connect requests in arrival order, the n-th becoming QP
+// n (cma_master.connection_index; no private data of perftest's own);
+// its client resolves and connects -q cm_ids at once, retrying the whole
+// set 10 times, 100 ms apart. Our client connects them one after another
+// (each retried on REJ reason 8 as the one connection is), so the REQs
+// reach the server in QP order; our server accepts -q on its listener.
+// The pingpong_dest handshakes of step 4 then go once per QP, QP 0
+// first, where the test's main() loops over its QPs (write_bw.c: for i <
+// num_of_qps ctx_hand_shake(&my_dest[i], &rem_dest[i])): write, read and
+// atomic bw gather per QP, print per QP, then one "after RTR" (2 x -q +
+// 1); send bw gathers per QP, one, prints per QP, one before the run
+// (2 x -q + 2). The dests are printed per QP, all local ones first. Each
+// QP advertises its own buffer (perftest's default carves one MR into
+// per-QP halves at buf + (num_of_qps + i) x BUFF_SIZE; the peer only
+// uses what each dest says). run_iter_bw posts round-robin over the QPs,
+// each up to -t outstanding (READ and atomics: -o), signaling every
+// -Q-th and the last of each QP, and every QP runs the full -n
+// (tot_iters = iters * num_of_qps); the send bw server expects -n
+// receives per QP and reposts each QP's own (run_iter_bw_server). The
+// report counts size * iters * num_of_qps bytes over the whole run
+// (print_report_bw, the peak over the stamps of all QPs in order), and
+// xchg_bw_reports still sends one report. -q > 1 is refused with -a, -D,
+// --write_with_imm, --use-srq and -c UD. The QPs are polled together and
+// the test sleeps on all of them (verbs.AnyWaiter); an ndk adapter with
+// several queues puts them on its engines round-robin.
 //
 // Example:
 //

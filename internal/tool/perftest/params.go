@@ -140,6 +140,11 @@ type Params struct {
 	// datagram QP, found through rdma_cm's UDP port space. The Connector
 	// or Listener must implement verbs.UDConnector or verbs.UDListener.
 	UD bool
+	// QPs is -q: the data QPs of a bandwidth test (multiqp.go), each
+	// with its own rdma_cm connection, buffer and pingpong_dest, each
+	// running the full Iterations; 0 means 1. Latency tests take one.
+	// More than one needs endpoints that implement verbs.AnyWaiter.
+	QPs int
 
 	// udSizeIsMTU: -c UD without -s, whose size becomes the path MTU
 	// once it is agreed, as perftest's check_mtu does.
@@ -181,6 +186,9 @@ func (p *Params) normalize() error {
 		return bad("--use-srq is for send tests, not %v", p.Verb)
 	}
 	if err := p.normalizeUD(); err != nil {
+		return err
+	}
+	if err := p.normalizeQPs(bad); err != nil {
 		return err
 	}
 	switch {

@@ -31,6 +31,12 @@ type Result struct {
 	AllLat []LatStats
 	// Hist is the distribution of Lat's samples (nil where Lat is).
 	Hist *Histogram
+	// Locals and Peers are every QP's pingpong_dest under -q, QP 0's
+	// also in Local and Peer; nil with one QP.
+	Locals, Peers []Dest
+	// PerQP is, under -q, how many requests each QP completed (the
+	// client) or receives it consumed (the send bw server).
+	PerQP []int
 	// Waits is how often the data path's polling blocked (verbs.Backoff):
 	// each costs a wake-up, which is where tails come from.
 	Waits uint64
@@ -278,6 +284,9 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 	var zero Dest
 	if _, err := ctl.handshake(ctx, &zero); err != nil {
 		return fail("sync before the data connection", err)
+	}
+	if p.QPs > 1 {
+		return multiSession(ctx, p, ctl, out, cycle, res, open, fail)
 	}
 	d := &data{}
 	// The SRQ is closed after the data QP made on it (deferred first).

@@ -1,8 +1,10 @@
-// Package client is the transport of a daemon-backed adapter: the control
-// connection to the ndkxdp daemon (requests, replies with descriptors,
-// events). Package ndk builds the adapter's objects on it; their data path
-// (work rings, CQ rings, the doorbell) is shared memory that the replies
-// bring (ndk/internal/proto, ndk/internal/shm).
+// Package client is the control connection to the ndkxdp daemon:
+// requests, replies with descriptors, events. Do sends a typed request of
+// ndk/internal/proto and returns its typed reply; package ndk builds a
+// daemon-backed adapter's objects with it, and ndk/daemon's Query and
+// Dump (the operator's requests) use it too. The objects' data path (work
+// rings, CQ rings, the doorbell) is shared memory that the replies bring
+// (ndk/internal/proto, ndk/internal/shm).
 package client
 
 import (
@@ -66,6 +68,7 @@ type Conn struct {
 
 type reply struct {
 	m   *proto.Message
+	raw []byte // the message, for the typed reply
 	fds []int
 }
 
@@ -129,7 +132,7 @@ func (c *Conn) read() {
 			closeFDs(fds)
 			continue
 		}
-		ch <- reply{m, fds}
+		ch <- reply{m, append([]byte(nil), buf[:n]...), fds}
 	}
 	c.mu.Lock()
 	if c.err == nil {
@@ -168,7 +171,7 @@ func (c *Conn) why(err error) error {
 	// takes time to die), and the kernel queues a connection on it that
 	// nobody accepts: only an answer shows a daemon that serves on. Any
 	// request answers; the operator's status needs no hello.
-	req, _ := json.Marshal(&proto.Request{ID: 1, Op: "admin_status"})
+	req, _ := proto.Encode(1, proto.OpAdminStatus, &proto.AdminStatus{})
 	_ = p.SetDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, werr := p.Write(req); werr != nil {
 		return err
@@ -195,52 +198,114 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Call sends req (with fds, which stay the caller's) and waits for the
-// reply. If ctx ends first the daemon is asked to give up the request and
-// Call still waits for its answer, so that nothing it did is left
-// unaccounted. The descriptors of the reply are the caller's to close.
+// Refused is the daemon's answer refusing a request: Reply has its
+// NTSTATUS (Status), the cause (Msg, Detail) and, for a connect or an
+// accept the peer refused, the CM REJ.
+type Refused struct {
+	Op    string
+	Reply *proto.Message
+}
+
+func (e *Refused) Error() string {
+	msg := e.Reply.Msg
+	if e.Reply.Detail != "" {
+		msg = e.Reply.Detail + ": " + msg
+	}
+	return fmt.Sprintf("%s: %s (status %#x)", e.Op, msg, e.Reply.Status)
+}
+
+// deadline is a request that may block, and so carries the time its
+// caller's context leaves it (proto.Deadline).
+type deadline interface{ SetTimeout(ns int64) }
+
+// Do sends req (with fds, which stay the caller's) and waits for its
+// reply, of the type req names: a failure status is a *Refused. If ctx
+// ends first the daemon is asked to give up the request and Do still
+// waits for its answer, so that nothing it did is left unaccounted. The
+// descriptors of the reply are the caller's to close.
+func Do[P any](ctx context.Context, c *Conn, req proto.Call[P], fds ...int) (*P, []int, error) {
+	if d, ok := req.(deadline); ok {
+		if dl, ok := ctx.Deadline(); ok {
+			d.SetTimeout(max(int64(time.Until(dl)), 1))
+		}
+	}
+	op := req.Op()
+	r, err := c.exchange(ctx, func(id uint64) ([]byte, error) { return proto.Encode(id, op, req) }, fds)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.m.Status != 0 {
+		closeFDs(r.fds)
+		return nil, nil, &Refused{Op: op, Reply: r.m}
+	}
+	p := new(P)
+	if err := json.Unmarshal(r.raw, p); err != nil {
+		closeFDs(r.fds)
+		return nil, nil, fmt.Errorf("%s: daemon sent a bad reply: %w", op, err)
+	}
+	return p, r.fds, nil
+}
+
+// Call is Do for a request built by hand (any fields, any op), answered
+// as a Message whatever its status: for tests and tools that speak the
+// protocol below its types.
 func (c *Conn) Call(ctx context.Context, req *proto.Request, fds ...int) (*proto.Message, []int, error) {
+	if dl, ok := ctx.Deadline(); ok && req.Timeout == 0 {
+		req.Timeout = max(int64(time.Until(dl)), 1)
+	}
+	r, err := c.exchange(ctx, func(id uint64) ([]byte, error) {
+		req.ID = id
+		return json.Marshal(req)
+	}, fds)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.m, r.fds, nil
+}
+
+// exchange sends the message encode makes for a fresh ID and waits for
+// the answer, cancelling the request if ctx ends first.
+func (c *Conn) exchange(ctx context.Context, encode func(id uint64) ([]byte, error), fds []int) (reply, error) {
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, nil, err
+		return reply{}, err
 	}
 	c.next++
-	req.ID = c.next
-	c.pending[req.ID] = ch
+	id := c.next
+	c.pending[id] = ch
 	c.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok && req.Timeout == 0 {
-		req.Timeout = max(int64(time.Until(dl)), 1)
+	b, err := encode(id)
+	if err == nil {
+		err = c.send(b, fds...)
 	}
-	if err := c.send(req, fds...); err != nil {
+	if err != nil {
 		c.mu.Lock()
-		delete(c.pending, req.ID)
+		delete(c.pending, id)
 		c.mu.Unlock()
-		return nil, nil, err
+		return reply{}, err
 	}
 	select {
 	case r, ok := <-ch:
 		if !ok {
-			return nil, nil, c.Err()
+			return reply{}, c.Err()
 		}
-		return r.m, r.fds, nil
+		return r, nil
 	case <-ctx.Done():
-		_ = c.send(&proto.Request{Op: proto.OpCancel, Target: req.ID})
+		if b, err := proto.Encode(0, proto.OpCancel, &proto.Cancel{Target: id}); err == nil {
+			_ = c.send(b)
+		}
 		r, ok := <-ch
 		if !ok {
-			return nil, nil, c.Err()
+			return reply{}, c.Err()
 		}
-		return r.m, r.fds, nil
+		return r, nil
 	}
 }
 
-func (c *Conn) send(req *proto.Request, fds ...int) error {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
+func (c *Conn) send(b []byte, fds ...int) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if err := shm.SendFDs(c.c, b, fds...); err != nil {

@@ -21,7 +21,8 @@ func VersionMismatch(client, daemon int) string {
 const MaxMessage = 64 << 10
 
 // Operations a client asks of the daemon. Each names the NDK call it
-// carries out on the daemon's adapter.
+// carries out on the daemon's adapter; ops.go has its request and reply
+// types.
 const (
 	OpHello           = "hello"            // first message: version, AdapterInfo, wire; reply FDs: the relay's eventfd, the session segment (Seg.Size)
 	OpArena           = "arena"            // a memfd of client memory (FDs: the memfd)
@@ -105,8 +106,10 @@ type TrafficClass struct {
 	PCP    uint8  `json:"pcp,omitempty"`
 }
 
-// Request is a client's message. Fields not named by the operation are
-// ignored; the daemon checks every one it uses.
+// Request is any client message: the fields of every operation's request
+// (ops.go) under their wire names, for messages built by hand. Fields not
+// named by the operation are ignored; the daemon checks every one it
+// uses.
 type Request struct {
 	ID uint64 `json:"id"`
 	Op string `json:"op"`
@@ -139,7 +142,8 @@ type Request struct {
 	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
 	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive
 
-	UD json.RawMessage `json:"ud,omitempty"` // the UD extension's requests (ud.go): their typed body
+	UD   bool   `json:"ud,omitempty"`   // create_qp: a UD QP
+	QKey uint32 `json:"qkey,omitempty"` // create_qp: the UD QP's Q_Key
 }
 
 // Message is what the daemon sends: a reply (ID set) or an event (Ev set).
@@ -181,6 +185,11 @@ type Message struct {
 	// error carries an ndk.RejectError as in process.
 	RejReason uint16 `json:",omitempty"`
 	RejData   []byte `json:",omitempty"`
+	// The UD extension (ud.go): a UDDestReply's Q_Key, a UD QP's
+	// datagram size, a UD service's count of answers.
+	QKey       uint32 `json:"qkey,omitempty"`
+	MaxMessage uint32 `json:"max_message,omitempty"`
+	Answered   uint64 `json:"answered,omitempty"`
 }
 
 // Segment is the layout of a shared segment: its size and, by kind, the

@@ -4,66 +4,70 @@ import "net/netip"
 
 // The UD extension through the daemon (ndk/ud.go): UD QPs, whose SENDs
 // carry their destination in the send record (UDDest), and rdma_cm's UD
-// service resolution (SIDR) on the daemon's CM, both ways. Each control
-// request's body is a typed struct in Request.UD, each reply's in
-// Message.Raw.
+// service resolution (SIDR) on the daemon's CM, both ways. A UD QP is
+// made by create_qp with CreateQP.UD set (its Q_Key in CreateQP.QKey,
+// the datagram size in QPReply.MaxMessage); the other requests are
+// typed here.
 const (
-	OpCreateUDQP     = "create_ud_qp"     // CreateUDQP; reply as create_qp's, Raw: CreateUDQPReply
-	OpServeUD        = "serve_ud"         // ServeUD; reply: H (the service), Addr (served)
-	OpUDAnswered     = "ud_answered"      // H (service); reply: Raw: UDAnsweredReply
-	OpCloseUDService = "close_ud_service" // H (service)
-	OpResolveUD      = "resolve_ud"       // ResolveUD (blocking; Timeout); reply: Raw: UDDestReply
-	OpNextHop        = "next_hop"         // NextHop; reply: Raw: UDDestReply (MAC only)
+	OpServeUD        = "serve_ud"         // ServeUD; reply: AddrReply (the service, the address served)
+	OpUDAnswered     = "ud_answered"      // UDAnswered; reply: UDAnsweredReply
+	OpCloseUDService = "close_ud_service" // CloseUDService
+	OpResolveUD      = "resolve_ud"       // ResolveUD (blocking; Timeout); reply: UDDestReply
+	OpNextHop        = "next_hop"         // NextHop; reply: UDDestReply (MAC only)
 )
 
-// CreateUDQP is ndk.PD.CreateUDQP: the create_qp fields of an RC QP on
-// no SRQ, and the Q_Key.
-type CreateUDQP struct {
-	PD        uint32 `json:"pd"`
-	RecvCQ    uint32 `json:"rcq"`
-	SendCQ    uint32 `json:"scq"`
-	Depth     int    `json:"depth"`
-	SendDepth int    `json:"send_depth"`
-	RecvSGE   int    `json:"recv_sge,omitempty"`
-	SendSGE   int    `json:"send_sge,omitempty"`
-	Inline    int    `json:"inline,omitempty"`
-	QKey      uint32 `json:"qkey"`
-}
-
-// CreateUDQPReply is what a UD QP adds to create_qp's reply: the most
-// bytes one datagram carries (ndk.QP.UDMaxMessage).
-type CreateUDQPReply struct {
-	MaxMessage uint32 `json:"max_message"`
-}
-
-// ServeUD is ndk.Adapter.ServeUD: the address served with QP (a handle).
+// ServeUD is ndk.Adapter.ServeUD: the address served (Addr) with QP.
 type ServeUD struct {
-	Addr string `json:"addr"`
-	QP   uint32 `json:"qp"`
+	QP   uint32 `json:"qp,omitempty"`
+	Addr string `json:",omitempty"`
 }
 
-// UDAnsweredReply is ndk.UDService.Answered.
+// UDAnswered is ndk.UDService.Answered of service H.
+type UDAnswered struct {
+	H uint32 `json:"h,omitempty"`
+}
+
+// UDAnsweredReply is the count of SIDR_REQs service H answered.
 type UDAnsweredReply struct {
-	Answered uint64 `json:"answered"`
+	Answered uint64 `json:"answered,omitempty"`
 }
 
-// ResolveUD is ndk.Adapter.ResolveUD of Addr.
+// CloseUDService closes service H.
+type CloseUDService struct {
+	H uint32 `json:"h,omitempty"`
+}
+
+// ResolveUD is ndk.Adapter.ResolveUD of Addr (an IP and port).
 type ResolveUD struct {
-	Addr string `json:"addr"`
+	Addr string `json:",omitempty"`
+	Deadline
 }
 
-// NextHop asks for the MAC of the next hop to IP (ndk.Adapter.UDReplyTo).
+// NextHop asks for the MAC of the next hop to the IP Addr
+// (ndk.Adapter.UDReplyTo).
 type NextHop struct {
-	IP string `json:"ip"`
+	Addr string `json:",omitempty"`
 }
 
-// UDDestReply is an ndk.UDDestination on the wire.
+// UDDestReply is an ndk.UDDestination on the wire: the IP in Addr.
 type UDDestReply struct {
-	IP   string `json:"ip,omitempty"`
-	MAC  string `json:"mac"`
-	QPN  uint32 `json:"qpn,omitempty"`
+	QPN  uint32 `json:",omitempty"`
+	Addr string `json:",omitempty"`
+	MAC  string `json:",omitempty"`
 	QKey uint32 `json:"qkey,omitempty"`
 }
+
+func (*ServeUD) Op() string        { return OpServeUD }
+func (*UDAnswered) Op() string     { return OpUDAnswered }
+func (*CloseUDService) Op() string { return OpCloseUDService }
+func (*ResolveUD) Op() string      { return OpResolveUD }
+func (*NextHop) Op() string        { return OpNextHop }
+
+func (*ServeUD) answer(*AddrReply)          {}
+func (*UDAnswered) answer(*UDAnsweredReply) {}
+func (*CloseUDService) answer(*None)        {}
+func (*ResolveUD) answer(*UDDestReply)      {}
+func (*NextHop) answer(*UDDestReply)        {}
 
 // UDDest is a UD SEND's destination in its send record (Send.Dest): the
 // address handle (IP, MAC), the remote QPN and the Q_Key. A UD QP's SEND

@@ -7,6 +7,8 @@
 // or Listener that implements SRQMaker makes SRQs, and an endpoint opened
 // with ConnParams.SRQ takes its receives from one (perf --use-srq).
 // verbstest's pair has none; the tools refuse the option there.
+// AnyWaiter is a third: one goroutine waiting on several endpoints at
+// once (perf -q); ndk's endpoints and a verbstest Network's have it.
 //
 // It is not an RDMA implementation. The ndk package provides the real one
 // (the wiring in cmd/ndkxdp adapts ndk.QP, ndk.CQ and ndk.MR to Endpoint);

@@ -142,6 +142,18 @@ type Endpoint interface {
 	Close() error
 }
 
+// AnyWaiter is the optional extension for tests that load several QPs
+// at once (perf -q): WaitAny blocks as Wait does, until something the
+// Poll or Peek of any endpoint in eps would see may have changed, or ctx
+// ends. eps are endpoints opened through the same Connector or Listener
+// as the receiver (the receiver among them or not). One goroutine polls
+// them all; an endpoint in eps may not be waited on by another goroutine
+// meanwhile. Endpoints without it do not implement it; the tools then
+// refuse more than one QP.
+type AnyWaiter interface {
+	WaitAny(ctx context.Context, eps []Endpoint) error
+}
+
 // Atomics is the optional extension for ib_atomic_bw: 8-byte fetch-and-add
 // and compare-and-swap on the peer's memory, the original value landing in
 // local (8 bytes). Endpoints without atomics do not implement it.

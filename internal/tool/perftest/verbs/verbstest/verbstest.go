@@ -79,11 +79,15 @@ type recvWR struct {
 
 // Pair returns two connected endpoints.
 func Pair(o Options) (*Endpoint, *Endpoint) {
+	return pairOn(o, new(sync.Mutex), &change{ch: make(chan struct{})})
+}
+
+// pairOn is Pair under a lock and change count shared with other pairs
+// (a Network's): Wait on any of them wakes on a call on any.
+func pairOn(o Options, mu *sync.Mutex, changed *change) (*Endpoint, *Endpoint) {
 	if o.QueueDepth <= 0 {
 		o.QueueDepth = 1024
 	}
-	mu := new(sync.Mutex)
-	changed := &change{ch: make(chan struct{})}
 	a := &Endpoint{mu: mu, changed: changed, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x100, nextVA: 0x7f0000000000}
 	b := &Endpoint{mu: mu, changed: changed, depth: o.QueueDepth, loseAck: o.LoseAck, keep: o.KeepOnPeerClose, regions: map[uint32]region{}, nextKey: 0x900, nextVA: 0x7e0000000000}
 	a.peer, b.peer = b, a
@@ -130,6 +134,43 @@ func (e *Endpoint) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// WaitAny implements verbs.AnyWaiter for endpoints of one Network (or
+// one pair): it returns at once if any of eps has a completion its Poll
+// would return or its peer closed, else once a call on any endpoint of
+// the Network follows, or ctx ends.
+func (e *Endpoint) WaitAny(ctx context.Context, eps []verbs.Endpoint) error {
+	e.mu.Lock()
+	for _, v := range eps {
+		x, ok := v.(*Endpoint)
+		if !ok || x.mu != e.mu {
+			e.mu.Unlock()
+			return fmt.Errorf("verbstest: WaitAny over %T of another network: %w", v, verbs.ErrInvalid)
+		}
+		if x.ready() {
+			e.mu.Unlock()
+			return nil
+		}
+	}
+	c := e.changed
+	c.waiting = true
+	ch := c.ch
+	e.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ready says whether Poll would return something now; e.mu is held.
+func (e *Endpoint) ready() bool {
+	if len(e.cq) > 0 || e.peer.closed || e.closed {
+		return true
+	}
+	return len(e.rcq) > 0 && (!e.sendOutstanding() || e.failed)
 }
 
 // Regions returns the regions registered on e, in registration order.
@@ -482,6 +523,11 @@ type Network struct {
 	// Connects counts Connect calls.
 	Connects int
 	Options  Options
+
+	// Every pair a Network makes shares one lock and change count, so
+	// that WaitAny spans them.
+	pairMu  sync.Mutex
+	changed *change
 }
 
 // Listener is a Network port.
@@ -543,11 +589,15 @@ func (n *Network) Connect(ctx context.Context, port uint16, p verbs.ConnParams) 
 	if reject {
 		n.RejectFirst--
 	}
+	if n.changed == nil {
+		n.changed = &change{ch: make(chan struct{})}
+	}
+	changed := n.changed
 	n.mu.Unlock()
 	if l == nil || reject {
 		return nil, &verbs.RejectError{Reason: verbs.RejectInvalidServiceID}
 	}
-	a, b := Pair(n.Options)
+	a, b := pairOn(n.Options, &n.pairMu, changed)
 	if p.Prepare != nil {
 		if err := p.Prepare(a); err != nil {
 			return nil, fmt.Errorf("connect: prepare: %w", err)

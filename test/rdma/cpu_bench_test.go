@@ -1,0 +1,275 @@
+package rdma
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// TestMain runs a benchmark's child process (procEnv) instead of the
+// tests when the test binary was started as one.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(procEnv); spec != "" {
+		os.Exit(procMain(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// CPU benchmark parameters: the warm-up before each window, the window,
+// and the idle adapter's window.
+const (
+	cpuWarm       = 300 * time.Millisecond
+	cpuWindow     = time.Second
+	cpuIdleWindow = 10 * time.Second
+	cpuIdleQPs    = 4
+)
+
+// costRow is one contender's CPU cost of 64 B messages, each side a
+// process of its own.
+type costRow struct {
+	Name       string
+	MsgPerS    float64 // messages the receiver took per second
+	RxCPUPerM  float64 // receiver's CPU-seconds per million messages
+	TxCPUPerM  float64 // sender's
+	RxCPUShare float64 // receiver's CPU-seconds per second (1 = a core)
+	TxCPUShare float64
+}
+
+// bulkRow is one contender's bulk transfer at one MTU and queue count.
+type bulkRow struct {
+	Name       string
+	MTU        int
+	Queues     int
+	Frame      int // bytes on the wire per full frame
+	Gbps       float64
+	RxCPUPerGB float64 // CPU-seconds per GB (1e9 bytes of payload)
+	TxCPUPerGB float64
+}
+
+// idleRow is what an idle adapter with connected QPs costs.
+type idleRow struct {
+	QPs                  int
+	Seconds              float64
+	CorePctA, CorePctB   float64 // CPU-seconds per second, in % of a core
+	CPUSecondsA, CPUSecB float64
+}
+
+func sides(p *harness.Pair, j procJob) (rx, tx procJob) {
+	rx, tx = j, j
+	rx.Role, rx.Host, rx.Peer = "rx", *p.B, *p.A
+	tx.Role, tx.Host, tx.Peer = "tx", *p.A, *p.B
+	return rx, tx
+}
+
+// measureCost measures the CPU cost of 64 B messages of ndkxdp (SEND),
+// raw AF_XDP, Go UDP and Go TCP on p, in that order, every message the
+// same frame size on the wire as a 64 B RC SEND.
+func measureCost(tb testing.TB, p *harness.Pair) []costRow {
+	frame := rdmaFrame(benchMsg)
+	busy := os.Getenv("NDKXDP_BENCH_POLL") == "busy"
+	jobs := []procJob{
+		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Busy: busy},
+		{Kind: "xdp", Frame: frame, Payload: benchMsg},
+		{Kind: "udp", Frame: frame, Payload: benchMsg},
+		{Kind: "tcp", Frame: frame, Payload: benchMsg},
+	}
+	var rows []costRow
+	for _, j := range jobs {
+		rx, tx := sides(p, j)
+		r, t, err := runProcs(rx, tx, cpuWarm, cpuWindow)
+		if err != nil {
+			tb.Fatalf("%s: %v", j.Kind, err)
+		}
+		if r.Messages == 0 {
+			tb.Fatalf("%s: no message received in the window", j.Kind)
+		}
+		m := float64(r.Messages) / 1e6
+		rows = append(rows, costRow{Name: contender(j.Kind), MsgPerS: float64(r.Messages) / r.ElapsedS,
+			RxCPUPerM: r.CPU() / m, TxCPUPerM: t.CPU() / m,
+			RxCPUShare: r.CPU() / r.ElapsedS, TxCPUShare: t.CPU() / t.ElapsedS})
+	}
+	return rows
+}
+
+// measureIdle connects cpuIdleQPs QP pairs between two adapters in
+// adaptive mode, each in a process of its own, and measures both over
+// cpuIdleWindow with nothing to do.
+func measureIdle(tb testing.TB, p *harness.Pair) idleRow {
+	rx, tx := sides(p, procJob{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: cpuIdleQPs})
+	rx.Role, tx.Role = "idle", "idle"
+	a, b, err := runProcs(tx, rx, cpuWarm, cpuIdleWindow)
+	if err != nil {
+		tb.Fatalf("idle: %v", err)
+	}
+	return idleRow{QPs: cpuIdleQPs, Seconds: a.ElapsedS,
+		CorePctA: 100 * a.CPU() / a.ElapsedS, CorePctB: 100 * b.CPU() / b.ElapsedS,
+		CPUSecondsA: a.CPU(), CPUSecB: b.CPU()}
+}
+
+// measureBulk moves data from A to B on a fresh pair of the given MTU and
+// queue count: ndkxdp's 64 KiB WRITEs over one QP per queue; raw AF_XDP
+// over one socket per queue, each on a thread of its own, with frames of
+// the size ndkxdp sends at that MTU (a full path-MTU payload); Go TCP's
+// 64 KiB writes on one connection; and on one queue Go UDP with
+// datagrams of that frame size. Each side is a process of its own.
+func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
+	p := harness.New(tb, harness.Config{MTU: mtu, Queues: queues, StaticNeighbours: true})
+	pm, ok := rocev2.MTUForNetdev(mtu)
+	if !ok {
+		tb.Fatalf("no path MTU fits in %d", mtu)
+	}
+	frame := rdmaFrame(pm.Bytes())
+	jobs := []procJob{{Kind: "rdma", Op: "write", Size: benchWrite, Queues: queues, QPs: queues,
+		Busy: os.Getenv("NDKXDP_BENCH_POLL") == "busy"}}
+	jobs = append(jobs, procJob{Kind: "xdp", Frame: frame, Payload: pm.Bytes(), Queues: queues})
+	if queues == 1 {
+		jobs = append(jobs, procJob{Kind: "udp", Frame: frame, Payload: frame - procUDPHeaders})
+	}
+	jobs = append(jobs, procJob{Kind: "tcp", Size: benchWrite})
+	var rows []bulkRow
+	for _, j := range jobs {
+		rx, tx := sides(p, j)
+		r, t, err := runProcs(rx, tx, cpuWarm, cpuWindow)
+		if err != nil {
+			tb.Fatalf("%s bulk at MTU %d, %d queues: %v", j.Kind, mtu, queues, err)
+		}
+		bytes := r.Bytes
+		if j.Kind == "rdma" { // the receiving consumer sees no WRITE
+			bytes = t.Bytes
+		}
+		if bytes == 0 {
+			tb.Fatalf("%s bulk at MTU %d: nothing moved in the window", j.Kind, mtu)
+		}
+		gb := float64(bytes) / 1e9
+		f := frame
+		if j.Kind == "tcp" {
+			f = mtu + 14
+		}
+		rows = append(rows, bulkRow{Name: contender(j.Kind), MTU: mtu, Queues: queues, Frame: f,
+			Gbps: 8 * gb / t.ElapsedS, RxCPUPerGB: r.CPU() / gb, TxCPUPerGB: t.CPU() / gb})
+	}
+	return rows
+}
+
+func contender(kind string) string {
+	return map[string]string{"rdma": "ndkxdp", "xdp": "raw AF_XDP", "udp": "Go UDP", "tcp": "Go TCP"}[kind]
+}
+
+func findCost(rows []costRow, name string) costRow {
+	for _, r := range rows {
+		if r.Name == name {
+			return r
+		}
+	}
+	return costRow{}
+}
+
+func findBulk(rows []bulkRow, name string, mtu, queues int) (bulkRow, bool) {
+	for _, r := range rows {
+		if r.Name == name && r.MTU == mtu && r.Queues == queues {
+			return r, true
+		}
+	}
+	return bulkRow{}, false
+}
+
+// costTable prints the CPU cost rows with each contender's ratio to
+// ndkxdp's.
+func costTable(rows []costRow, idle idleRow) string {
+	var t strings.Builder
+	nd := findCost(rows, "ndkxdp")
+	fmt.Fprintf(&t, "CPU cost of 64 B messages (%d-byte frames), each side a process, getrusage over %v:\n", rdmaFrame(benchMsg), cpuWindow)
+	fmt.Fprintf(&t, "%-12s %10s %14s %14s %10s %10s %12s\n", "", "msg/s", "rx CPU-s/1M", "tx CPU-s/1M", "rx cores", "tx cores", "ndkxdp rx/x")
+	for _, r := range rows {
+		fmt.Fprintf(&t, "%-12s %10.0f %14.3f %14.3f %10.2f %10.2f %12.2f\n", r.Name, r.MsgPerS, r.RxCPUPerM, r.TxCPUPerM, r.RxCPUShare, r.TxCPUShare, nd.RxCPUPerM/r.RxCPUPerM)
+	}
+	fmt.Fprintf(&t, "idle adapter, %d connected QPs, adaptive, %.1f s: %.3f%% and %.3f%% of a core (A, B)\n",
+		idle.QPs, idle.Seconds, idle.CorePctA, idle.CorePctB)
+	return t.String()
+}
+
+func bulkTable(rows []bulkRow) string {
+	var t strings.Builder
+	fmt.Fprintf(&t, "bulk A->B, each side a process, %v windows (ndkxdp: 64 KiB WRITEs, one QP per queue; Go TCP: 64 KiB writes, one stream):\n", cpuWindow)
+	fmt.Fprintf(&t, "%-12s %5s %6s %6s %8s %12s %12s %10s %10s\n", "", "MTU", "queues", "frame", "Gbit/s", "rx CPU-s/GB", "tx CPU-s/GB", "vs TCP", "vs AF_XDP")
+	for _, r := range rows {
+		vs := func(name string) string {
+			ref, ok := findBulk(rows, name, r.MTU, r.Queues)
+			if !ok || ref.Gbps == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", r.Gbps/ref.Gbps)
+		}
+		fmt.Fprintf(&t, "%-12s %5d %6d %6d %8.2f %12.3f %12.3f %10s %10s\n", r.Name, r.MTU, r.Queues, r.Frame, r.Gbps, r.RxCPUPerGB, r.TxCPUPerGB, vs("Go TCP"), vs("raw AF_XDP"))
+	}
+	return t.String()
+}
+
+// reportCost reports ndkxdp's CPU per message against each baseline's,
+// per side, and the idle adapter's share of a core.
+func reportCost(b *testing.B, rows []costRow, idle idleRow) {
+	nd := findCost(rows, "ndkxdp")
+	for _, r := range rows[1:] {
+		k := map[string]string{"raw AF_XDP": "xdp", "Go UDP": "udp", "Go TCP": "tcp"}[r.Name]
+		b.ReportMetric(nd.RxCPUPerM/r.RxCPUPerM, "rx-cpu/"+k+"-rx-cpu")
+		b.ReportMetric(nd.TxCPUPerM/r.TxCPUPerM, "tx-cpu/"+k+"-tx-cpu")
+	}
+	b.ReportMetric(nd.RxCPUPerM, "rx-cpu-s/M-msg")
+	b.ReportMetric(nd.TxCPUPerM, "tx-cpu-s/M-msg")
+	b.ReportMetric(max(idle.CorePctA, idle.CorePctB), "idle-%core")
+}
+
+func reportBulk(b *testing.B, rows []bulkRow) {
+	for _, r := range rows {
+		if r.Name != "ndkxdp" {
+			continue
+		}
+		suffix := fmt.Sprintf("-mtu%d-q%d", r.MTU, r.Queues)
+		if ref, ok := findBulk(rows, "Go TCP", r.MTU, r.Queues); ok {
+			b.ReportMetric(r.Gbps/ref.Gbps, "write/tcp"+suffix)
+			b.ReportMetric(r.RxCPUPerGB/ref.RxCPUPerGB, "rx-cpu/tcp-rx-cpu"+suffix)
+		}
+		if ref, ok := findBulk(rows, "raw AF_XDP", r.MTU, r.Queues); ok {
+			b.ReportMetric(r.Gbps/ref.Gbps, "write/xdp"+suffix)
+		}
+	}
+}
+
+// BenchmarkCPUCost measures, in one run on one veth pair (MTU 9000), what
+// a 64 B message costs each side in CPU time, for ndkxdp (SEND, adaptive
+// polling unless NDKXDP_BENCH_POLL=busy), raw AF_XDP, Go UDP and Go TCP,
+// each side a process of its own measured with getrusage; and what an
+// idle adapter with connected QPs costs over 10 s. It reports ndkxdp's
+// CPU per message as ratios to each baseline's. Run it with -benchtime 1x.
+func BenchmarkCPUCost(b *testing.B) {
+	p := harness.New(b, harness.Config{MTU: benchMTU, StaticNeighbours: true})
+	for b.Loop() {
+		rows := measureCost(b, p)
+		idle := measureIdle(b, p)
+		fmt.Print(costTable(rows, idle))
+		reportCost(b, rows, idle)
+	}
+}
+
+// BenchmarkBulk measures 64 KiB WRITE throughput and CPU per GB at MTU
+// 4096 and 9000, over one queue and over four (a 4-queue veth pair,
+// Options.Queues 4, one QP per queue), against Go TCP's single stream and
+// raw AF_XDP moving frames of the size ndkxdp's are over as many queues,
+// in the same run. Run it with -benchtime 1x.
+func BenchmarkBulk(b *testing.B) {
+	for b.Loop() {
+		var rows []bulkRow
+		for _, mtu := range []int{4096, benchMTU} {
+			for _, q := range []int{1, 4} {
+				rows = append(rows, measureBulk(b, mtu, q)...)
+			}
+		}
+		fmt.Print(bulkTable(rows))
+		reportBulk(b, rows)
+	}
+}
