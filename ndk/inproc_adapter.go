@@ -102,7 +102,7 @@ func (b *inprocAdapter) createCQ(depth int, notify func(Status)) (*CQ, error) {
 		return nil, &Error{Status: StatusInsufficientResources, Op: op, Detail: "completion ring", Err: err}
 	}
 	c := &CQ{adapter: a, done: make(chan struct{})}
-	c.be = &inprocCQ{c: c, core: core}
+	c.be = &inprocCQ{c: c, core: core, prov: b.prov}
 	a.cqs[c] = struct{}{}
 	return c, nil
 }

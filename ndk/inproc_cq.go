@@ -12,6 +12,9 @@ import (
 type inprocCQ struct {
 	c    *CQ
 	core *cq.CQ
+	// prov runs the engines' turns when a poll finds nothing (a no-op
+	// unless they poll PollProgress); nil without a provider.
+	prov provider
 }
 
 // core returns the completion ring of an in-process CQ, nil for a
@@ -25,7 +28,22 @@ func (c *CQ) core() *cq.CQ {
 
 func (b *inprocCQ) depth() int { return b.core.Cap() }
 
+// progressed runs the engines' turns for a poll that found the CQ empty
+// (consumer-driven progress: rc's progress.go) and reports whether a
+// completion may have come of it.
+func (b *inprocCQ) progressed() bool {
+	return b.prov != nil && b.prov.Progress() > 0
+}
+
 func (b *inprocCQ) getResults(results []Result) int {
+	n := b.popResults(results)
+	if n == 0 && b.progressed() {
+		n = b.popResults(results)
+	}
+	return n
+}
+
+func (b *inprocCQ) popResults(results []Result) int {
 	var e cq.Entry
 	n := 0
 	for n < len(results) && b.core.Pop(&e) {
@@ -41,6 +59,14 @@ func (b *inprocCQ) getResults(results []Result) int {
 }
 
 func (b *inprocCQ) getResultsEx(results []ResultEx) int {
+	n := b.popResultsEx(results)
+	if n == 0 && b.progressed() {
+		n = b.popResultsEx(results)
+	}
+	return n
+}
+
+func (b *inprocCQ) popResultsEx(results []ResultEx) int {
 	var e cq.Entry
 	n := 0
 	for n < len(results) && b.core.Pop(&e) {
@@ -64,6 +90,11 @@ func (b *inprocCQ) getResultsEx(results []ResultEx) int {
 }
 
 func (b *inprocCQ) arm(n CQNotify) error {
+	if b.prov != nil {
+		// The consumer will wait for the notification instead of polling:
+		// engines that consumers drove must watch their sockets again.
+		b.prov.ConsumerBlocks()
+	}
 	if !b.core.Arm(n) {
 		if b.c.closed.Load() {
 			return errorf(StatusInvalidHandle, "arm cq", "cq closed")

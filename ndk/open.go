@@ -24,6 +24,18 @@ const (
 	PollAdaptive PollingMode = iota
 	// PollBusy never sleeps: the lowest latency, a core per engine.
 	PollBusy
+	// PollProgress is consumer-driven progress, as libfabric's manual
+	// progress and UCX's worker progress: a GetResults that finds the CQ
+	// empty, and a post, run the engine's turn (receive, completions,
+	// transmit) on the caller's own thread when no turn is running,
+	// instead of waking the engine's goroutine and waiting for it to be
+	// scheduled, so that a round trip needs no other thread and its
+	// latency does not depend on GOMAXPROCS. While consumers poll, the
+	// engine goroutine sleeps (waking at least every millisecond for
+	// timers); when they stop, it is PollAdaptive. It holds in process
+	// only: through a daemon the client cannot run the daemon's engine,
+	// and the daemon's engines poll adaptively.
+	PollProgress
 )
 
 // XDPMode selects where the kernel runs the steering program.
@@ -201,6 +213,9 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.MaxQPs < 0 {
 		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
 	}
+	if opts.Polling < PollAdaptive || opts.Polling > PollProgress {
+		return nil, errorf(StatusInvalidParameter, op, "polling mode %d", opts.Polling)
+	}
 	if !(opts.InjectLoss >= 0 && opts.InjectLoss <= 1) {
 		return nil, errorf(StatusInvalidParameter, op, "InjectLoss %v outside [0, 1]", opts.InjectLoss)
 	}
@@ -233,10 +248,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 
 // providerConfig is what the options ask of the in-process provider.
 func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
-	poll := rc.PollAdaptive
-	if opts.Polling == PollBusy {
-		poll = rc.PollBusy
-	}
+	poll := map[PollingMode]rc.PollMode{PollAdaptive: rc.PollAdaptive, PollBusy: rc.PollBusy, PollProgress: rc.PollProgress}[opts.Polling]
 	mode := map[XDPMode]loader.AttachMode{XDPAuto: loader.AttachAuto, XDPDriver: loader.AttachDriver, XDPGeneric: loader.AttachGeneric}[opts.XDPMode]
 	return inproc.Config{
 		Regions:    regions,

@@ -43,6 +43,13 @@ type provider interface {
 	ConnectionQP(q *rc.QP, psn uint32) cm.QP
 	// MADDrops counts the MADs lost locally, received and sent.
 	MADDrops() (queue, send uint64)
+	// Progress runs a turn of each engine that polls PollProgress and
+	// is not in a turn already, on the caller's goroutine, and returns
+	// the work they did (rc.Engine.Progress). It never blocks.
+	Progress() int
+	// ConsumerBlocks tells the engines that a consumer is about to block
+	// on a notification rather than poll (rc.Engine.ConsumerBlocks).
+	ConsumerBlocks()
 
 	// Close stops connection management, then the engines (cancelling
 	// what QPs still hold), and releases the wire.

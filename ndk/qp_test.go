@@ -17,12 +17,18 @@ import (
 // pipe end instead of AF_XDP: the public API without privileges.
 func pipeAdapter(t testing.TB, end port.Port, ip string, mac byte) *Adapter {
 	t.Helper()
+	return pipeAdapterWith(t, end, ip, mac, Options{})
+}
+
+// pipeAdapterWith is pipeAdapter with opts.
+func pipeAdapterWith(t testing.TB, end port.Port, ip string, mac byte, opts Options) *Adapter {
+	t.Helper()
 	a, err := newAdapter(defaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	link := inproc.Link{Addr: netip.MustParseAddr(ip), MAC: rocev2.MAC{2, 0, 0, 0, 0, mac}, MTU: 1500, PathMTU: rocev2.MTU1024}
-	p, err := inproc.OverPort(end, link, providerConfig(Options{}, a.regions))
+	p, err := inproc.OverPort(end, link, providerConfig(opts, a.regions))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +66,18 @@ func newSide(t testing.TB, a *Adapter) *side {
 
 func pipePair(t testing.TB, connect bool) (*side, *side) {
 	t.Helper()
+	return pipePairWith(t, connect, Options{})
+}
+
+// pipePairWith is pipePair with opts on both adapters.
+func pipePairWith(t testing.TB, connect bool, opts Options) (*side, *side) {
+	t.Helper()
 	p, err := porttest.NewPipe(porttest.PipeConfig{Depth: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := newSide(t, pipeAdapter(t, p.A(), "198.18.0.1", 1))
-	y := newSide(t, pipeAdapter(t, p.B(), "198.18.0.2", 2))
+	x := newSide(t, pipeAdapterWith(t, p.A(), "198.18.0.1", 1, opts))
+	y := newSide(t, pipeAdapterWith(t, p.B(), "198.18.0.2", 2, opts))
 	if connect {
 		if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
 			t.Fatal(err)

@@ -119,6 +119,10 @@ type EngineStats struct {
 	// (internal/spin).
 	SlowYields uint64
 
+	// consumer_turns (turns): Engine turns a consumer ran on its own thread:
+	// a CQ poll that found nothing, or a post (polling mode progress).
+	ConsumerTurns uint64
+
 	// forwarded_out (frames): Frames that arrived on this engine's queue for
 	// a QP of another engine of the adapter (RSS chose the queue) and were
 	// handed to it.

@@ -187,6 +187,11 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 	if err != nil {
 		return opts, 0, nil, err
 	}
+	if o.Polling == ndk.PollProgress {
+		// The consumers are the clients, in other processes: they cannot
+		// run the daemon's engines' turns.
+		return opts, 0, nil, errors.New("daemon: -polling progress needs the consumers in the engine's process; the daemon's clients are not (use adaptive or busy)")
+	}
 	opts = o
 	if c.Spin != "" {
 		d, err := time.ParseDuration(c.Spin)

@@ -22,7 +22,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy|progress] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -197,7 +197,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
-	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each)")
+	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each); progress: the test's polls and posts run the engine's turn on its own thread (ndk.PollProgress; in process only)")
 	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the test spins before it sleeps, and the engines at least (they spin up to 200µs while work keeps coming); through -daemon, the test's only")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.nic.Register(fs)
@@ -214,8 +214,8 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, cmdline.Usagef("-p %d: not a port", *port)
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
-	case f.polling != "adaptive" && f.polling != "busy":
-		return f, cmdline.Usagef("unknown -polling %q (want adaptive or busy)", f.polling)
+	case f.polling != "adaptive" && f.polling != "busy" && f.polling != "progress":
+		return f, cmdline.Usagef("unknown -polling %q (want adaptive, busy or progress)", f.polling)
 	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
 		return f, cmdline.Usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
 	}
@@ -227,8 +227,11 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		// The default bounds the setup and the report, not -D's run.
 		f.timeout += p.Duration
 	}
-	if f.polling == "busy" {
+	switch f.polling {
+	case "busy":
 		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true
+	case "progress":
+		f.opts.Polling = ndk.PollProgress
 	}
 	f.opts.SpinTime, p.Spin = f.spin, f.spin
 	p.Port = uint16(*port)
@@ -317,8 +320,11 @@ func printRunStats(w io.Writer, s ndk.EngineStats, waits uint64, daemon bool) {
 
 // pollingText says how the run waits, as the tools print it.
 func pollingText(mode string, spin time.Duration) string {
-	if mode == "busy" {
+	switch mode {
+	case "busy":
 		return "busy polling"
+	case "progress":
+		return fmt.Sprintf("consumer-driven progress (test spins %v, then sleeps)", spin)
 	}
 	return fmt.Sprintf("adaptive polling (spin %v, then sleep)", spin)
 }

@@ -64,6 +64,7 @@ func TestOpen_Options(t *testing.T) {
 			{"Generic", ndk.Options{XDPMode: ndk.XDPGeneric}},
 			{"Driver", ndk.Options{XDPMode: ndk.XDPDriver}},
 			{"BusyPoll", ndk.Options{Polling: ndk.PollBusy}},
+			{"Progress", ndk.Options{Polling: ndk.PollProgress}},
 			{"TwoQueues", ndk.Options{Queues: 2}},
 			{"LockedThreads", ndk.Options{ThreadLocking: ndk.LockAlways}},
 			{"UnlockedThreads", ndk.Options{ThreadLocking: ndk.LockNever}},

@@ -44,7 +44,9 @@ type figures struct {
 // ndkxdp on both ends: the 64 B SEND message rate, the 64 B SEND
 // ping-pong and the 64 KiB WRITE bandwidth. It prints a table and reports
 // each ratio as a metric. Run it with -benchtime 1x: one iteration
-// measures everything. NDKXDP_BENCH_POLL=busy makes the engines busy-poll.
+// measures everything. NDKXDP_BENCH_POLL=busy makes the engines busy-poll,
+// NDKXDP_BENCH_POLL=progress lets the consumers run the engines' turns
+// (ndk.PollProgress).
 func BenchmarkRDMAvsBaseline(b *testing.B) {
 	p := harness.New(b, harness.Config{MTU: benchMTU, StaticNeighbours: true})
 	frame := rdmaFrame(benchMsg)
@@ -110,8 +112,11 @@ func BenchmarkRDMAvsBaseline(b *testing.B) {
 // measureRDMA opens ndkxdp on both hosts of p and measures it.
 func measureRDMA(b *testing.B, p *harness.Pair) figures {
 	s := setup{}
-	if os.Getenv("NDKXDP_BENCH_POLL") == "busy" {
+	switch os.Getenv("NDKXDP_BENCH_POLL") {
+	case "busy":
 		s.opts.Polling = ndk.PollBusy
+	case "progress":
+		s.opts.Polling = ndk.PollProgress
 	}
 	x := openHost(b, p.A, s, nil)
 	y := openHost(b, p.B, s, nil)

@@ -134,8 +134,10 @@ func AdapterOptions(mode, polling string) (ndk.Options, error) {
 		o.Polling = ndk.PollAdaptive
 	case "busy":
 		o.Polling = ndk.PollBusy
+	case "progress":
+		o.Polling = ndk.PollProgress
 	default:
-		return o, Usagef("unknown -polling %q (want adaptive or busy)", polling)
+		return o, Usagef("unknown -polling %q (want adaptive, busy or progress)", polling)
 	}
 	return o, nil
 }

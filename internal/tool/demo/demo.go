@@ -73,7 +73,7 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	fs.IntVar(&f.rdmaSize, "rdma-size", 64<<10, "bytes per WRITE and READ")
 	fs.IntVar(&f.rdmaOps, "rdma-ops", 500, "WRITEs and READs to run and verify")
 	fs.IntVar(&f.pings, "pings", 5000, "SEND ping-pong round trips to time")
-	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive or busy")
+	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive, busy or progress (the consumer runs the engine's turns: ndk.PollProgress)")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy); with -dev, every frame this host sends or receives")
 	if demoOnDev(args) {
 		fs.StringVar(&f.socket, "daemon", "", "with -dev: run this side through the ndkxdp daemon serving IF at this unix socket")

@@ -48,6 +48,8 @@ type Engine struct {
 	EncodeErrors uint64 `counter:"encode_errors" unit:"frames" help:"Frames that could not be encoded."`
 	Sleeps       uint64 `counter:"sleeps" unit:"sleeps" help:"Adaptive-mode waits: the engine slept in poll(2)."`
 	SlowYields   uint64 `counter:"slow_yields" unit:"yields" help:"Idle yields another thread answered with a whole time slice: a core shared with a thread that does not yield (internal/spin)."`
+	// Consumer-driven progress (rc/progress.go).
+	ConsumerTurns uint64 `counter:"consumer_turns" unit:"turns" help:"Engine turns a consumer ran on its own thread: a CQ poll that found nothing, or a post (polling mode progress)."`
 
 	// Forwarding between the engines of an adapter (rc/forward.go).
 	ForwardedOut uint64 `counter:"forwarded_out" unit:"frames" help:"Frames that arrived on this engine's queue for a QP of another engine of the adapter (RSS chose the queue) and were handed to it."`

@@ -13,7 +13,7 @@ func TestNames(t *testing.T) {
 	engine := []string{"frames_in", "frames_out", "malformed", "bad_icrc", "not_rc", "unknown_qp", "not_connected",
 		"wrong_source", "bad_pkey", "stale", "duplicates", "out_of_seq", "naks_sent", "rnr_sent", "access_violations",
 		"access_limited", "atomics", "atomic_replays", "retransmits", "timeouts", "naks_received", "rnr_received",
-		"completions", "tx_full", "tx_errors", "rx_errors", "encode_errors", "sleeps", "slow_yields", "forwarded_out",
+		"completions", "tx_full", "tx_errors", "rx_errors", "encode_errors", "sleeps", "slow_yields", "consumer_turns", "forwarded_out",
 		"forwarded_in", "forward_drops", "cnps", "retry_exceeded", "rnr_retry_exceeded", "local_access_errors",
 		"remote_access_errors", "sequence_errors", "bad_syndromes", "wrong_destination", "replays_deferred"}
 	qp := []string{"frames_in", "frames_out", "retransmits", "ack_timeouts", "naks_sent", "naks_received",

@@ -367,6 +367,27 @@ func (p *Provider) close() {
 	}
 }
 
+// Progress runs a turn of each engine on the caller's goroutine where
+// the engine polls rc.PollProgress and no turn is running
+// (rc.Engine.Progress), and returns the work done. The engines are fixed
+// once Open returns, so it reads them without the lock and allocates
+// nothing.
+func (p *Provider) Progress() int {
+	n := 0
+	for _, e := range p.engines {
+		n += e.Progress()
+	}
+	return n
+}
+
+// ConsumerBlocks tells each engine that a consumer is about to block on
+// a notification (rc.Engine.ConsumerBlocks).
+func (p *Provider) ConsumerBlocks() {
+	for _, e := range p.engines {
+		e.ConsumerBlocks()
+	}
+}
+
 // Engines returns the engines, by queue; the slice is the caller's.
 func (p *Provider) Engines() []*rc.Engine {
 	p.mu.Lock()

@@ -23,8 +23,11 @@ var (
 )
 
 // Port is one queue's frame I/O. All methods except Doorbell are called by
-// the one goroutine that owns the port (the engine of that queue); Doorbell
-// may be called from any goroutine.
+// whoever owns the port, one at a time (the engine of that queue, or a
+// consumer running the engine's turn: rc.PollProgress); Doorbell may be
+// called from any goroutine, and Wait by the engine goroutine while a
+// consumer holding the turn calls the others, so Wait must touch no state
+// of theirs.
 type Port interface {
 	// Receive stores up to len(out) received frames in out and returns how
 	// many. It never blocks. Each frame is contiguous and stays valid until
@@ -56,4 +59,16 @@ type Port interface {
 	MaxFrame() int
 	// Close releases the port's resources.
 	Close() error
+}
+
+// DoorbellWaiter is a Port that can also sleep on its doorbell alone, not
+// on received frames. rc's consumer-driven progress (rc.PollProgress)
+// naps its engine so while consumers receive the frames themselves: a
+// sleeper that woke for each frame would cost the sender's kick a
+// wake-up and take the turn from the consumer it was meant for.
+type DoorbellWaiter interface {
+	// WaitDoorbell is Wait, except that a received frame does not end
+	// it. Wrappers (Capture, Tap) need not forward it: they change
+	// nothing of a wait (Inner).
+	WaitDoorbell(timeout time.Duration) error
 }

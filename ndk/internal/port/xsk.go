@@ -95,10 +95,12 @@ type XSKStats struct {
 // kernel.
 //
 // Like the rings it owns, an XSK belongs to one goroutine, the queue's
-// engine; only Doorbell and Stats may be called from others. Receive and
-// Release return no error, so a failure of theirs (a frame the allocator
-// does not know, a failed fill-ring wakeup) is returned by the next Flush
-// or Wait.
+// engine; only Doorbell and Stats may be called from others, and Wait
+// from one goroutine while another, holding the engine's turn, calls the
+// rest (consumer-driven progress, rc.PollProgress): Wait touches nothing
+// of theirs. Receive and Release return no error, so a failure of theirs
+// (a frame the allocator does not know, a failed fill-ring wakeup) is
+// returned by the next Flush.
 type XSK struct {
 	sock   *afxdp.Socket
 	umem   *afxdp.UMEM
@@ -135,7 +137,7 @@ type XSK struct {
 		rxFrames, rxChained, rxJoined, rxInvalid, txFrames, txChained, txRefFrames, txRefBytes,
 		txFull, kickBusy, rxWakeups, doorbells, waitWakes, waitPolled atomic.Uint64
 	}
-	deferred error // a data-path failure reported by the next Flush or Wait
+	deferred error // a data-path failure reported by the next Flush
 
 	bell *Bell
 	efd  int
@@ -152,7 +154,10 @@ type XSK struct {
 	closed  atomic.Bool
 }
 
-var _ Port = (*XSK)(nil)
+var (
+	_ Port           = (*XSK)(nil)
+	_ DoorbellWaiter = (*XSK)(nil)
+)
 
 // NewXSK makes a Port of sock, which is already bound (and registered in
 // the program's socket map by the caller). The XSK takes sock over (Close
@@ -296,7 +301,7 @@ func flush(shared *atomic.Uint64, local *uint64) {
 	}
 }
 
-// fault keeps the first data-path failure for the next Flush or Wait.
+// fault keeps the first data-path failure for the next Flush.
 func (x *XSK) fault(err error) {
 	if x.deferred == nil {
 		x.deferred = err
@@ -307,9 +312,21 @@ func (x *XSK) fault(err error) {
 // frames) and on the doorbell's eventfd. The poll also lets the kernel
 // make progress on copy-mode TX and need-wakeup (xsk_poll, net/xdp/xsk.c).
 func (x *XSK) Wait(timeout time.Duration) error {
+	return x.wait(timeout, unix.POLLIN)
+}
+
+// WaitDoorbell implements DoorbellWaiter: Wait without the socket's
+// POLLIN.
+func (x *XSK) WaitDoorbell(timeout time.Duration) error {
+	return x.wait(timeout, 0)
+}
+
+// wait is Wait, polling the socket for rx (POLLIN or 0).
+func (x *XSK) wait(timeout time.Duration, rx int16) error {
 	if x.closed.Load() {
 		return ErrClosed
 	}
+	x.pfds[0].Events = rx
 	if timeout == 0 || !x.bell.Sleep() {
 		return nil
 	}
@@ -340,9 +357,7 @@ func (x *XSK) Wait(timeout time.Duration) error {
 	case n > 0 && (x.pfds[0].Revents|x.pfds[1].Revents)&(unix.POLLERR|unix.POLLNVAL) != 0:
 		return fmt.Errorf("port: wait on queue %d of ifindex %d: revents %#x, %#x", x.sock.Queue(), x.sock.Ifindex(), x.pfds[0].Revents, x.pfds[1].Revents)
 	}
-	err := x.deferred
-	x.deferred = nil
-	return err
+	return nil
 }
 
 // Watch makes Wait return also when efd, an eventfd of another ringer's

@@ -878,3 +878,52 @@ func TestXSKJoinsChainsInPlace(t *testing.T) {
 		})
 	}
 }
+
+// TestXSKWaitDoorbell: a frame does not end WaitDoorbell (it stays in the
+// ring for a consumer's turn), its doorbell does, and the next Wait still
+// sees the frame (rc.PollProgress naps its engine so).
+func TestXSKWaitDoorbell(t *testing.T) {
+	_, a, b := xskPair(t, harness.Config{}, xskOptions{mode: loader.AttachDriver})
+	f := roceFrame(t, a.host, b.host, 0, pattern(64, 3))
+	if err := a.port.Transmit([][]byte{f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.port.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := b.port.WaitDoorbell(50 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond {
+		t.Fatalf("WaitDoorbell returned after %v with a frame waiting: the frame ended it", d)
+	}
+	woke := make(chan time.Duration)
+	go func() {
+		start := time.Now()
+		if err := b.port.WaitDoorbell(10 * time.Second); err != nil {
+			t.Error(err)
+		}
+		woke <- time.Since(start)
+	}()
+	time.Sleep(50 * time.Millisecond) // let it block in ppoll
+	b.port.Doorbell()
+	select {
+	case d := <-woke:
+		if d > 5*time.Second {
+			t.Fatalf("WaitDoorbell returned after %v", d)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the doorbell did not end WaitDoorbell")
+	}
+	start = time.Now()
+	if err := b.port.Wait(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Wait with a frame waiting took %v", d)
+	}
+	if got := receive(t, b.port, 1); !sameFrame(got[0], f) {
+		t.Fatalf("received %x, sent %x", got[0], f)
+	}
+}

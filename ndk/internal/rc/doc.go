@@ -73,6 +73,8 @@
 //	ud.go         UD QPs (an ndkxdp extension): ActivateUD, datagrams out and
 //	              in, the GRH, Q_Key checks
 //	stats.go      the engine's live counters (declared in ndk/internal/counters) and Stats
+//	progress.go   consumer-driven progress (PollProgress): the turn token,
+//	              Progress, ConsumerBlocks
 //	congestion.go traffic class, ECN notification point, DCQCN reaction
 //	              point and pacer
 //	violations.go access violations per source: the bounded table of token
@@ -248,6 +250,113 @@
 // the consumer its completion on its own thread. perf's latency tests run
 // so (cmd/ndkxdp latencyProcs): send_lat p99 72.7 -> 25.5µs and write_lat
 // 77.1 -> 29.4µs in process, medians of six runs.
+//
+// Where a round trip goes at a high GOMAXPROCS. A Go service runs at
+// GOMAXPROCS = the core count, and a library cannot ask for one P. At
+// GOMAXPROCS 16 on the 2-vCPU VM, test/rdma's in-process ping-pong (two
+// adapters over a veth pair; on each an engine goroutine and a consumer
+// that polls its CQ and calls runtime.Gosched when it is empty) measured
+// p50 78, 80 and 96µs, p99 8.9, 9.1 and 48ms, and in three of six runs
+// no reply at all within its 5s deadline (20,100 round trips), where
+// GOMAXPROCS 2 gave p50 10.6-13.1µs, p99 13-67µs and GOMAXPROCS 1 7.0-7.2
+// and 9.3-11.7µs. perf sched record -a over 1.5s of the GOMAXPROCS 16
+// ping-pong, perf sched timehist: the test process ran on 18 threads,
+// which were switched in 18,966 times and waited, runnable, 2,064ms in
+// all for a CPU (637 waits over 1ms, the longest 12.8ms): more than one
+// of its threads was always waiting for one of the two CPUs. The four
+// polling goroutines each have a P and so a thread, and more threads are
+// woken for idle Ps (wakep); a consumer's Gosched returns at once when no
+// goroutine waits for its P, so to the kernel its thread never stops,
+// and each hop of the round trip (engine receives, consumer sees the
+// completion, consumer posts, engine transmits) waits until the kernel's
+// time slice gives the thread that must take it a CPU. At GOMAXPROCS 2
+// the same four goroutines share two threads and Gosched switches
+// between them in the runtime, in nanoseconds. The engine's adaptive
+// spin, its thread yields and busy polling cannot help: the hand-off
+// between threads is the cost. Commands (2-vCPU VM, under flock
+// /tmp/ndkxdp-heavy.lock):
+//
+//	GOMAXPROCS=16 NDKXDP_BENCH_POLL=adaptive go test -run '^$' -bench RDMAvsBaseline -benchtime 1x ./test/rdma
+//	perf sched record -a -- sleep 1.5   # during its ping-pong
+//	perf sched timehist -i perf.data    # per thread: wait time, sch delay, run time
+//
+// Consumer-driven progress (PollProgress, progress.go; ndk.PollProgress)
+// takes the hand-off out of the hot path: a consumer whose CQ poll finds
+// nothing, or whose post finds the engine asleep or behind, runs the
+// engine's turn on its own thread under the turn token (a
+// CompareAndSwap), so a frame in, its completion and the answer out need
+// no other thread, and the engine goroutine naps on its doorbell while
+// consumers poll. The same benchmark with NDKXDP_BENCH_POLL=progress, in
+// the same hour, runs of one setting each (the raw AF_XDP reference,
+// which blocks in poll(2) between frames, measured 3.7-72µs at p50 in
+// the same runs and is no steady yardstick here; Go TCP 4.2-4.4µs):
+//
+//	                        RTT p50 µs      RTT p99 µs          64 B SEND msg/s  runs
+//	GOMAXPROCS 16 adaptive  78-96           8,853-48,029        62k-131k         6, 3 no reply
+//	GOMAXPROCS 16 progress  5.4-6.1         24-47 (105, 248,    130k-672k        19, 1 no reply
+//	                                        5,918 once each)
+//	GOMAXPROCS 2  adaptive  10.6-13.1       13-67               555k-1.02M       5
+//	GOMAXPROCS 2  progress  6.0-6.2         38-127              368k-559k        4
+//	GOMAXPROCS 1  adaptive  7.0-7.2         9.3-11.7            979k-1.02M       3
+//	beside a spinning process on each CPU (timeout 120 taskset -c N sh -c 'while :; do :; done'):
+//	GOMAXPROCS 16 adaptive  56              25,216              83k              1 (in 1 more the UDP reference failed)
+//	GOMAXPROCS 16 progress  5.9-6.0         33-43               61k-82k          2
+//	GOMAXPROCS 2  adaptive  30-55           3,960-3,994         187k-243k        2
+//	GOMAXPROCS 2  progress  6.0-6.2         38-47               176k-239k        2
+//	GOMAXPROCS 1  adaptive  29.7            3,434               128k             2, 1 no reply
+//
+// (progress rows: this branch's last two builds, which differ only in
+// when a post runs the turn; "no reply": none within the deadline.) With
+// progress the round trip no longer depends on GOMAXPROCS or on the
+// processes beside it: its p50 is
+// 5.4-6.2µs in every row, 1.3-1.5x Go TCP's on veth, and its p99 stays
+// under 50µs beside the spinners, where adaptive polling's is 3-4ms. The
+// p99 that remains is 5-7x the p50, where the machine's floor alone
+// allows 2.2-4.8x (above), and the napping engines' wake-ups, a thousand
+// a second each, are the likely rest (a 10ms nap measured no better).
+// One P keeps the best idle tail, but only while nothing else runs, and
+// a process cannot keep its Ps for one library; progress on one P is
+// worse (p50 53µs, p99 1.2ms in one run): the engine's nap is a blocking
+// system call, and its P waits for sysmon to take it back. What progress
+// costs: a poster without an engine awake to batch for it runs a kick, a
+// system call that on veth carries the peer's receive too, per post, so
+// the 64 B stream is slower than adaptive's at GOMAXPROCS 2 (where the
+// engine, on the other CPU, batches), and 64 KiB WRITE bandwidth fell
+// from 16.0-16.7 to 11.8-12.7 Gbit/s there (at GOMAXPROCS 16 it is
+// 3.6-12.9 against adaptive polling's 3.3-5.6); a post runs the turn
+// itself only when the engine sleeps, or lags (the QP is still queued
+// from an earlier post), so that an engine that keeps up batches. It
+// stays an option, not the default: the default GOMAXPROCS of a 16-core
+// host is where it wins, and that host has not measured it yet; and one
+// of the nineteen GOMAXPROCS 16 progress runs of this build got no reply
+// within the deadline, which the eighteen runs since (seventeen of a
+// build that printed the engines' counters on failure) have not shown
+// again, and which is not explained. A consumer that finds the token
+// held does not wait, so a holder whose thread the kernel preempts
+// mid-turn (the engine goroutine, woken from a nap) stalls the round
+// trip for a slice (the likely cause of the one 5.9ms p99 above).
+//
+// Between processes, perf's latency tests at GOMAXPROCS 16 (each side
+// one engine and a consumer that spins 20µs on its CQ, then arms it and
+// blocks: ConsumerBlocks wakes the napping engine to watch its socket),
+// two runs each, p50/p99 in µs (send_lat and write_lat half round trips,
+// read_lat whole ones):
+//
+//	                      send_lat             write_lat            read_lat
+//	idle      adaptive    5.3-5.7 / 26-27      6.4-6.7 / 27-29      8.6-9.5 / 30-83
+//	          progress    4.3-5.1 / 29         4.6-4.7 / 29-31      5.0-5.3 / 22-46
+//	beside a  adaptive    9.7-10.9 / 31-41     10.1-11.7 / 32-46    10.1-11.4 / 44-55
+//	spinner   progress    4.2-4.4 / 26-29      4.8-5.6 / 27-31      6.7 / 37-47
+//
+// with Go TCP's tcp_lat at 3.6-4.7 / 14-72 in the same runs:
+//
+//	GOMAXPROCS=16 go test -run '^$' -bench 'BenchmarkLatency$' -benchtime 1x ./test/latency -args -perf-args "-polling progress"
+//
+// Through the daemon the consumer is another process: it cannot run the
+// daemon's engine's turn, whose state lives in the daemon, and the
+// daemon's relay runs on the engine goroutine only (Poller). The daemon
+// refuses -polling progress; its clients' round trip still crosses the
+// daemon's threads.
 //
 // # Transport (ROCEV2.md §2, rxe semantics)
 //

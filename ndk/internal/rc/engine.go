@@ -186,6 +186,21 @@ type Engine struct {
 	stop       atomic.Bool
 	done       chan struct{}
 
+	// The turn token (progress.go): 1 while the engine goroutine or a
+	// consumer (Progress) runs a turn. Everything below marked "engine
+	// goroutine only" is the token holder's.
+	turn atomic.Uint32
+	// sleepUntil is, while the engine goroutine sleeps, the clock reading
+	// its sleep ends at (noDeadline: none); 0 while it is awake. A
+	// consumer's turn that leaves work due earlier wakes it (Progress).
+	sleepUntil atomic.Int64
+	drivenAt   int64 // e.now of the last consumer turn; token holder only
+	// blocking: a consumer is about to block on a notification
+	// (ConsumerBlocks), so the engine must watch its socket again even
+	// while other consumers drive it; the next consumer turn clears it.
+	blocking atomic.Bool
+	napper   port.DoorbellWaiter // the port's, or nil
+
 	c          liveCounters
 	replayLeft int            // replayBudget left this loop; engine goroutine only
 	violations violationTable // engine goroutine only
@@ -269,12 +284,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
+		drivenAt:    -int64(drivenNap), // no consumer turn yet
 		traffic:     cfg.Traffic,
 		cc:          cc,
 	}
 	if len(cfg.Addrs) > 0 {
 		e.SetAddrs(cfg.Addrs)
 	}
+	e.napper, _ = port.Inner(cfg.Port).(port.DoorbellWaiter)
 	if cfg.Owner != nil {
 		if err := e.initForwarding(); err != nil {
 			return nil, err
@@ -332,6 +349,12 @@ func (e *Engine) run() {
 
 	var idleSince int64 // e.now when the engine last had work
 	for !e.stop.Load() {
+		if !e.turn.CompareAndSwap(0, 1) {
+			// A consumer runs the turn (PollProgress): let it finish on
+			// the core.
+			e.yield.Yield()
+			continue
+		}
 		e.now = e.clock()
 		e.replayLeft = replayBudget
 		// Pollers first: receives a daemon client posted reach their QPs
@@ -355,6 +378,7 @@ func (e *Engine) run() {
 		}
 		if work > 0 {
 			idleSince = e.now
+			e.turn.Store(0)
 			// Yield after every busy turn, as after every idle one. A
 			// goroutine the engine wakes (a peer engine's doorbell, a
 			// CQ's notifier, a consumer blocked in a wait) waits on this
@@ -368,7 +392,9 @@ func (e *Engine) run() {
 			e.yield.YieldP()
 			continue
 		}
-		if e.poll == PollBusy || (e.now-idleSince < e.spin && !e.yield.Quiet()) {
+		driven := e.poll == PollProgress && e.now-e.drivenAt < int64(drivenNap) && !e.blocking.Load()
+		if !driven && (e.poll == PollBusy || (e.now-idleSince < e.spin && !e.yield.Quiet())) {
+			e.turn.Store(0)
 			// Hand the P over on every idle loop: with as many polling
 			// goroutines as GOMAXPROCS (engines and consumers), a
 			// goroutine with work would otherwise wait for our next
@@ -385,9 +411,16 @@ func (e *Engine) run() {
 		for _, p := range e.pollers {
 			p.Idle()
 		}
-		slept := e.sleep()
+		slept := e.sleep(driven) // ends the turn
 		idleSince = e.clock()
-		e.adaptSpin(slept)
+		if !driven {
+			e.adaptSpin(slept)
+		}
+	}
+	// The last turn is the engine's, and it keeps the token: Progress
+	// finds it taken from now on.
+	for !e.turn.CompareAndSwap(0, 1) {
+		e.yield.Yield()
 	}
 	e.shutdown()
 }
@@ -410,23 +443,42 @@ func (e *Engine) adaptSpin(slept int64) {
 	}
 }
 
-// sleep waits for a frame, a doorbell or the next deadline, and returns
-// how long it slept in ns (-1: the deadline had passed).
-func (e *Engine) sleep() int64 {
+// sleep ends the turn and waits for a frame, a doorbell or the next
+// deadline; it returns how long it slept in ns (-1: the deadline had
+// passed). While consumers drive the engine (driven), it sleeps at most
+// drivenNap (progress.go).
+func (e *Engine) sleep(driven bool) int64 {
 	timeout := time.Duration(-1)
 	if len(e.active) > 0 {
 		timeout = blockedWait
 	} else if e.nextTimer != noDeadline {
 		timeout = max(time.Duration(e.nextTimer-e.clock()), 0)
 	}
+	if driven && (timeout < 0 || timeout > drivenNap) {
+		timeout = drivenNap
+	}
 	if timeout == 0 {
+		e.turn.Store(0)
 		return -1
 	}
 	atomic.AddUint64(&e.c.Sleeps, 1)
 	start := e.clock()
-	if err := e.port.Wait(timeout); err != nil {
+	until := int64(noDeadline)
+	if timeout > 0 {
+		until = start + int64(timeout)
+	}
+	e.sleepUntil.Store(until)
+	e.turn.Store(0)
+	var err error
+	if driven && e.napper != nil {
+		err = e.napper.WaitDoorbell(timeout)
+	} else {
+		err = e.port.Wait(timeout)
+	}
+	if err != nil {
 		atomic.AddUint64(&e.c.RxErrors, 1)
 	}
+	e.sleepUntil.Store(0)
 	return e.clock() - start
 }
 

@@ -258,10 +258,24 @@ func (q *QP) Flush() {
 	q.doorbell()
 }
 
-// doorbell queues the QP for the engine and wakes it.
+// doorbell queues the QP for the engine and wakes it, or, under
+// PollProgress, runs the engine's turn here when no one else is running
+// one (progress.go) and the engine goroutine sleeps or lags: the QP was
+// still queued from an earlier post, which no turn took since, as when
+// the engine's thread waits for a core that spinning consumers hold. That
+// turn takes the QP from the ready ring. An engine that is awake and
+// keeps up takes it in its next turn, with whatever else was posted
+// meanwhile, in one kick.
 func (q *QP) doorbell() {
-	if !q.ready.Swap(true) {
-		q.eng.ready.TryPush(&q) // never full: each QP is queued at most once
+	e := q.eng
+	queued := q.ready.Swap(true)
+	if !queued {
+		e.ready.TryPush(&q) // never full: each QP is queued at most once
 	}
-	q.eng.port.Doorbell()
+	if e.poll == PollProgress && (queued || e.sleepUntil.Load() != 0) {
+		if ran, _ := e.consumerTurn(false); ran {
+			return
+		}
+	}
+	e.port.Doorbell()
 }

@@ -29,7 +29,10 @@ func (q *QP) PlacedWrites() uint64 { return q.eng.c.writesPlaced.Load() }
 // on ch: the engine increments PlacedWrites before it looks at the arm,
 // and both are sequentially consistent atomics, so either the check sees
 // the bytes or the engine sees the arm.
-func (q *QP) ArmPlacedWrites(ch *chan struct{}) { q.writeArm.Store(ch) }
+func (q *QP) ArmPlacedWrites(ch *chan struct{}) {
+	q.writeArm.Store(ch)
+	q.eng.ConsumerBlocks()
+}
 
 // wakeArmed fires and clears a one-shot arm.
 func wakeArmed(arm *atomic.Pointer[chan struct{}]) {

@@ -97,6 +97,12 @@ const (
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: lowest latency, one core per engine.
 	PollBusy
+	// PollProgress is consumer-driven progress (progress.go): a consumer
+	// whose CQ poll finds nothing, or whose post finds no turn running,
+	// runs the engine's turn itself on its own thread (Engine.Progress);
+	// the engine goroutine naps while consumers drive it and is
+	// PollAdaptive when they do not.
+	PollProgress
 )
 
 // Endpoint is one side of a connection as exchanged out of band (the way

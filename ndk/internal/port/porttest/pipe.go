@@ -399,15 +399,26 @@ func (e *PipeEnd) Flush() error {
 
 // Wait implements port.Port.
 func (e *PipeEnd) Wait(timeout time.Duration) error {
+	return e.wait(timeout, true)
+}
+
+// WaitDoorbell implements port.DoorbellWaiter: Wait without looking at
+// the wire. A delivery still ends it, since the sending end rings this
+// end's doorbell for each (Transmit).
+func (e *PipeEnd) WaitDoorbell(timeout time.Duration) error {
+	return e.wait(timeout, false)
+}
+
+func (e *PipeEnd) wait(timeout time.Duration, rx bool) error {
 	if e.closed.Load() {
 		return port.ErrClosed
 	}
-	if timeout == 0 || e.rx.wire.Len() > 0 || !e.bell.Sleep() {
+	if timeout == 0 || (rx && e.rx.wire.Len() > 0) || !e.bell.Sleep() {
 		return nil
 	}
 	// A frame queued between the check above and sleep rang the bell;
 	// one queued before it is seen here.
-	if e.rx.wire.Len() > 0 {
+	if rx && e.rx.wire.Len() > 0 {
 		e.bell.Awake()
 		return nil
 	}
