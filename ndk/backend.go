@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -49,7 +48,7 @@ type adapterBackend interface {
 	// management (ud.go): SIDR both ways, and the next hop's MAC for an
 	// address.
 	// serveUD's q is the caller's, unchecked.
-	serveUD(addr netip.AddrPort, q *QP) (*cm.UDService, error)
+	serveUD(addr netip.AddrPort, q *QP) (udServer, error)
 	resolveUD(ctx context.Context, dst netip.AddrPort) (UDDestination, error)
 	nextHop(ip netip.Addr) (rocev2.MAC, error)
 	// gone and err are Adapter.Gone and Adapter.Err.

@@ -93,7 +93,7 @@ func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
 	if err := holdSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ); err != nil {
 		return nil, &Error{Status: StatusInvalidHandle, Op: "create qp", Err: err}
 	}
-	q, err := b.newQP(cfg)
+	q, err := b.newQP(cfg, nil)
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)
 		return nil, err
@@ -102,7 +102,7 @@ func (b *daemonPD) createQP(cfg QPConfig) (*QP, error) {
 	return q, nil
 }
 
-func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
+func (b *daemonPD) newQP(cfg QPConfig, ud *udCreate) (*QP, error) {
 	const op = "create qp"
 	pd, r := b.pd, b.link
 	req := &proto.CreateQP{
@@ -113,6 +113,7 @@ func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	if cfg.SRQ != nil {
 		req.SRQ = cfg.SRQ.be.(*daemonSRQ).h
 	}
+	ud.request(req) // daemon_ud.go
 	m, fds, err := ask(r, context.Background(), op, req)
 	if err != nil {
 		return nil, err
@@ -156,6 +157,7 @@ func (b *daemonPD) newQP(cfg QPConfig) (*QP, error) {
 	r.mu.Lock()
 	r.qps[m.H] = rq
 	r.mu.Unlock()
+	ud.replied(m)
 	return q, nil
 }
 
@@ -185,6 +187,9 @@ func (rq *daemonQP) post(op string, wr rc.SendWR) error {
 		return r.goneErr(op)
 	case !rq.connectedAt.Load():
 		return postError(op, StatusConnectionInvalid)
+	}
+	if err := rq.checkUD(op, &wr); err != nil {
+		return err
 	}
 	responded := wr.Op == rc.OpRead || wr.Op == rc.OpCompareSwap || wr.Op == rc.OpFetchAdd
 	inline := wr.Flags&OpFlagInline != 0 && !responded
@@ -235,6 +240,7 @@ func (rq *daemonQP) post(op string, wr rc.SendWR) error {
 	s := &rq.sr
 	*s = proto.Send{Op: uint8(wr.Op), Flags: uint32(wr.Flags), Seq: rq.sendSeq, RemoteAddr: wr.RemoteAddr, RemoteToken: wr.RemoteToken,
 		InvToken: wr.InvalidateToken, Compare: wr.Compare, SwapAdd: wr.SwapAdd, Imm: wr.Imm}
+	s.Dest = rq.udDest(&wr)
 	if inline {
 		off := 0
 		for i := range sgl {

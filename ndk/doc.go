@@ -46,7 +46,8 @@
 //     PD.CreateUDQP, QP.SendTo and SendToWithImmediate to a
 //     UDDestination, receives with the GRH ahead of the payload (UDSource,
 //     Adapter.UDReplyTo), and rdma_cm's UD service resolution (SIDR) both
-//     ways, Adapter.ServeUD and Adapter.ResolveUD; in process only;
+//     ways, Adapter.ServeUD and Adapter.ResolveUD; in process and
+//     through a daemon alike;
 //   - the immediate-data extension (immediate.go): QP.SendWithImmediate
 //     and QP.WriteWithImmediate; the receive's ResultEx has
 //     ResultWithImmediate and Immediate, and a WRITE's receive Type

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 
-	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -28,7 +27,7 @@ func (b *inprocPD) createUDQP(cfg QPConfig, qkey uint32) (*QP, error) {
 	return q, nil
 }
 
-func (b *inprocAdapter) serveUD(addr netip.AddrPort, q *QP) (*cm.UDService, error) {
+func (b *inprocAdapter) serveUD(addr netip.AddrPort, q *QP) (udServer, error) {
 	const op = "serve ud"
 	m := b.manager()
 	switch {

@@ -30,8 +30,9 @@ import (
 //
 // Datagrams with another Q_Key than the QP's, and datagrams that find no
 // receive large enough, are dropped and counted (EngineStats BadQKey and
-// UDDropped). UD QPs run in process only: through a daemon, CreateUDQP,
-// ServeUD and ResolveUD fail with STATUS_NOT_SUPPORTED.
+// UDDropped). Through a daemon all of it works as in process: the
+// daemon's QP sends each datagram to the destination its send record
+// names, and ServeUD and ResolveUD run on the daemon's CM.
 
 // UDGRHSize is the room a UD receive gives the GRH ahead of the payload:
 // post receives of UDGRHSize more bytes than the largest datagram.
@@ -174,15 +175,22 @@ func (a *Adapter) UDReplyTo(grh []byte, srcQPN, qkey uint32) (UDDestination, err
 // with a UD QP (ndkxdp extension; rdma_listen on RDMA_PS_UDP with every
 // request accepted).
 type UDService struct {
-	s *cm.UDService
+	s udServer
+}
+
+// udServer is a provider's UD service: the CM's in process
+// (*cm.UDService), the daemon's through one (daemon_ud.go).
+type udServer interface {
+	Addr() netip.AddrPort
+	Answered() uint64
+	Close()
 }
 
 // ServeUD answers SIDR_REQs for addr (an unspecified address serves every
 // address of the adapter; the port must not be 0) with q's number and
 // Q_Key, until Close. It fails with STATUS_INVALID_DEVICE_REQUEST for a
 // QP that is not UD, STATUS_ADDRESS_ALREADY_EXISTS for a port served
-// already, STATUS_NOT_SUPPORTED without connection management or through
-// a daemon.
+// already, STATUS_NOT_SUPPORTED without connection management.
 func (a *Adapter) ServeUD(addr netip.AddrPort, q *QP) (*UDService, error) {
 	s, err := a.backend().serveUD(addr, q)
 	if err != nil {

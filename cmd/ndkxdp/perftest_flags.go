@@ -59,7 +59,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.IntVar(&f.mtu, n, 0, "perftest's path MTU: here it follows the interface's MTU (1500: 1024, 9000: 4096)")
 	})
 	both("c", "connection", func(n string) {
-		fs.StringVar(&f.connection, n, "RC", "connection type: RC, or UD (send_bw and send_lat, with -dev: UD runs in process, not through a daemon)")
+		fs.StringVar(&f.connection, n, "RC", "connection type: RC, or UD (send_bw and send_lat)")
 	})
 	both("A", "atomic_type", func(n string) {
 		fs.StringVar(&f.atomicType, n, "", "atomic_bw: FETCH_AND_ADD (default) or CMP_AND_SWAP")
@@ -82,8 +82,6 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-q %d: num of Qps should be between %d and %d", f.qps, minQPs, maxQPs)
 	case f.ibPort != 1:
 		return cmdline.Usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
-	case strings.EqualFold(f.connection, "UD") && daemon != "":
-		return cmdline.Usagef("-c UD: UD queue pairs run in process only, not through a daemon; give -dev IF")
 	case !strings.EqualFold(f.connection, "RC") && !strings.EqualFold(f.connection, "UD"):
 		return cmdline.Usagef("-c %s: ndkxdp runs RC and UD connections only", f.connection)
 	case f.mtu != 0:

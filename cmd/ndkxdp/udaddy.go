@@ -12,18 +12,21 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-capture FILE] -dev IFNAME`
+const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-capture FILE] -dev IFNAME
+       ndkxdp udaddy [-s ADDR] [-port PORT] [-C count] [-S size] -daemon SOCKET`
 
 const udaddySynopsis = udaddyUsage + `
 
-librdmacm's udaddy over ndkxdp's UD queue pairs on IFNAME: without -s it
-serves (on -b, an address of the interface, or on all of them); -s ADDR
-resolves the server's UD QP at ADDR through rdma_cm's SIDR, sends -C
-datagrams of -S bytes and waits for as many answers. Either side may be
-Linux udaddy. UD runs in process only, not through a daemon.`
+librdmacm's udaddy over ndkxdp's UD queue pairs on IFNAME, or through the
+ndkxdp daemon serving at SOCKET: without -s it serves (on -b, an address
+of the interface, or on all of them; through a daemon, on the daemon's
+address); -s ADDR resolves the server's UD QP at ADDR through rdma_cm's
+SIDR, sends -C datagrams of -S bytes and waits for as many answers.
+Either side may be Linux udaddy.`
 
 type udaddyFlags struct {
 	dst, bind, dev, capture string
+	daemon                  string
 	port                    uint
 	cfg                     udaddy.Config
 	timeout                 time.Duration
@@ -38,6 +41,7 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 	fs.IntVar(&f.cfg.Count, "C", udaddy.DefaultCount, "datagrams each way")
 	fs.IntVar(&f.cfg.Size, "S", udaddy.DefaultSize, "datagram size in bytes (at most the path MTU)")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
+	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
@@ -50,10 +54,8 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 		return f, cmdline.Usagef("-C %d -S %d: both must be positive", f.cfg.Count, f.cfg.Size)
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
-	case f.dev == "":
-		return f, cmdline.Usagef("-dev IFNAME is required: UD runs in process, not through a daemon\n%s", udaddyUsage)
 	}
-	return f, checkAdapterFlags(f.dev, "", f.capture, udaddyUsage)
+	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, udaddyUsage)
 }
 
 // runUdaddy is librdmacm's udaddy, client (-s) or server, on an ndkxdp
@@ -76,11 +78,13 @@ func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if bind, err = cmdline.LookupAddr(ctx, "-b", f.bind); err != nil {
 			return err
 		}
-		if err := checkLocalAddr(f.dev, bind); err != nil {
-			return err
+		if f.dev != "" {
+			if err := checkLocalAddr(f.dev, bind); err != nil {
+				return err
+			}
 		}
 	}
-	if err := cmdline.ToolNeedsCaps(""); err != nil {
+	if err := cmdline.ToolNeedsCaps(f.daemon); err != nil {
 		return err
 	}
 	var opts ndk.Options
@@ -91,11 +95,15 @@ func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if capture != nil {
 		defer capture.Close()
 	}
-	a, err := ndk.Open(f.dev, opts)
+	d, err := cmdline.OpenDevice(ctx, f.dev, f.daemon, opts)
 	if err != nil {
 		return err
 	}
-	defer a.Close()
+	defer d.Close()
+	a := d.Adapter
+	if f.daemon != "" && !bind.IsUnspecified() && bind != a.LocalAddress() {
+		return cmdline.Usagef("-b %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v; leave out -b to serve on it", bind, f.daemon, a.LocalAddress())
+	}
 	var st udaddy.Stats
 	if peer.IsValid() {
 		st, err = udaddy.RunClient(ctx, a, netip.AddrPortFrom(peer, uint16(f.port)), f.cfg, stdout)

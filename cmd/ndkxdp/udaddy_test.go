@@ -23,7 +23,8 @@ func TestUdaddyFlags(t *testing.T) {
 	}{
 		{[]string{"-C", "0", "-dev", "lo"}, "must be positive"},
 		{[]string{"-port", "70000", "-dev", "lo"}, "not a port"},
-		{[]string{"-s", "198.18.0.2"}, "not through a daemon"},
+		{[]string{"-s", "198.18.0.2"}, "-dev or -daemon is required"},
+		{[]string{"-s", "198.18.0.2", "-dev", "lo", "-daemon", "/tmp/x.sock"}, "give one of -dev and -daemon"},
 		{[]string{"-dev", "nosuchif0"}, "no such network interface"},
 	} {
 		_, err := parseUdaddy(tc.args, io.Discard, io.Discard)

@@ -93,6 +93,17 @@
 // on an SRQ, ends the SRQ) with STATUS_ACCESS_VIOLATION. SRQ notifications
 // are messages (they come from the SRQ's goroutine, not the relay).
 //
+// UD QPs (ud.go) are client QPs with the same rings, made by create_qp
+// with its UD fields: each SEND record of a UD QP carries its
+// destination (proto.UDDest: address, MAC, QPN, Q_Key), and the relay
+// posts it with SendTo on the daemon's UD QP.
+// Receives and their completions take the RC path: the engine writes the
+// GRH into the client's buffer, and the completion carries the sender's
+// QPN and any immediate. A client's UD services (ServeUD) answer SIDR_REQs
+// on the daemon's CM with the client's QP until closed or the session
+// ends; ResolveUD and UDReplyTo's next hop run on the daemon's CM and the
+// kernel's routes and neighbours of its namespace.
+//
 // # Control path
 //
 // Requests are JSON objects, one per SOCK_SEQPACKET datagram, each a
@@ -103,9 +114,9 @@
 // operation to its typed handler and says whether it blocks, needs a
 // hello, is an operator's or keeps the descriptors sent with it; an
 // operation not in it is answered "no such request". Requests that wait
-// on the network (connect, accept, disconnect) run on goroutines of their
-// own, at most 64 at once per client, under the request's deadline, and
-// the client can cancel one (proto.Cancel).
+// on the network (connect, accept, disconnect, resolve_ud) run on
+// goroutines of their own, at most 64 at once per client, under the
+// request's deadline, and the client can cancel one (proto.Cancel).
 //
 // # Failure handling
 //

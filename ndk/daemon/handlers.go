@@ -42,6 +42,13 @@ var handlers = table(
 	on((*session).flushQP),
 	on((*session).connectOOB, blocks),
 
+	// The UD extension (ud.go); a UD QP is create_qp's.
+	on((*session).serveUD),
+	on((*session).udAnswered),
+	on((*session).closeUDService),
+	on((*session).resolveUD, blocks),
+	on((*session).nextHop),
+
 	on((*session).createConnector),
 	on((*session).connect, blocks),
 	on((*session).completeConnect, blocks),

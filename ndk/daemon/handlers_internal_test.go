@@ -9,9 +9,9 @@ import (
 
 // TestHandlerTable: the operations that may wait on the network (and so
 // run on their own goroutine, under a deadline, and can be cancelled)
-// are the CM exchanges; those a client may send before its hello are the
-// hello, a cancel and the operator's requests; only hello and arena keep
-// the descriptors sent with them.
+// are the CM exchanges and a UD resolution (SIDR); those a client may
+// send before its hello are the hello, a cancel and the operator's
+// requests; only hello and arena keep the descriptors sent with them.
 func TestHandlerTable(t *testing.T) {
 	var blocking, early, fds, admins []string
 	for op, h := range handlers {
@@ -35,7 +35,7 @@ func TestHandlerTable(t *testing.T) {
 		what      string
 		got, want []string
 	}{
-		{"blocking", blocking, []string{proto.OpAccept, proto.OpCompleteConnect, proto.OpConnect, proto.OpConnectOOB, proto.OpDisconnect, proto.OpReject}},
+		{"blocking", blocking, []string{proto.OpAccept, proto.OpCompleteConnect, proto.OpConnect, proto.OpConnectOOB, proto.OpDisconnect, proto.OpReject, proto.OpResolveUD}},
 		{"before hello", early, []string{OpAdminDump, OpAdminInfo, OpAdminQPs, OpAdminStats, OpAdminStatus, proto.OpCancel, proto.OpHello}},
 		{"with descriptors", fds, []string{proto.OpArena, proto.OpHello}},
 		{"operator", admins, []string{OpAdminDump, OpAdminInfo, OpAdminQPs, OpAdminStats, OpAdminStatus}},

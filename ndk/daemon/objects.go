@@ -456,6 +456,12 @@ func (ss *session) createCQ(cl *call, req *proto.CreateCQ) (*proto.CQReply, erro
 }
 
 func (ss *session) createQP(c *call, req *proto.CreateQP) (*proto.QPReply, error) {
+	if req.UD {
+		// ndk.PD.CreateUDQP's checks come first, as in process.
+		if err := checkUDQP(req); err != nil { // ud.go
+			return nil, err
+		}
+	}
 	p, err := lookup[*sPD](ss, req.PD)
 	if err != nil {
 		return nil, err
@@ -504,7 +510,8 @@ func (ss *session) createQP(c *call, req *proto.CreateQP) (*proto.QPReply, error
 	}
 	m := &proto.QPReply{
 		H: q.h, QPN: q.qp.QPN(), PSN: q.qp.LocalEndpoint().PSN, Queue: q.qp.Queue(), Slot: q.slot,
-		Seg: &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
+		Seg:        &proto.Segment{Size: q.seg.Size(), SendSlots: q.layout.Send.Slots, RecvSlots: q.layout.Recv.Slots},
+		MaxMessage: q.qp.UDMaxMessage(), // 0 but for a UD QP
 	}
 	c.out = []int{q.seg.TakeFD()}
 	return m, nil

@@ -81,7 +81,13 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.CreateQP) 
 	if srq != nil {
 		cfg.SRQ = srq.srq
 	}
-	qp, err := p.pd.CreateQP(cfg)
+	var qp *ndk.QP
+	var err error
+	if req.UD {
+		qp, err = p.pd.CreateUDQP(cfg, req.QKey)
+	} else {
+		qp, err = p.pd.CreateQP(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +259,9 @@ func (r *relay) postSend(q *sQP, s *proto.Send) ndk.Status {
 		sgl = q.sgl[:s.NSGE]
 	}
 	var err error
-	switch s.Op {
+	switch udOp(q, s) {
+	case opUDSend:
+		err = postUD(q, slot, sgl, s, flags) // ud.go
 	case proto.OpSend:
 		err = q.qp.Send(slot, sgl, flags)
 	case proto.OpSendInvalidate:

@@ -365,6 +365,8 @@ func (ss *session) teardown() {
 			x.l.Close()
 		case *sEndpoint:
 			x.se.Close()
+		case *sUDService:
+			x.s.Close()
 		}
 	})
 	each(func(o any) {

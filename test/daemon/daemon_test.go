@@ -37,7 +37,14 @@ func newBenchBed(t testing.TB) *bed { return newQueuesBed(t, 1) }
 // pair of as many queues.
 func newQueuesBed(t testing.TB, queues int) *bed {
 	t.Helper()
-	p := harness.New(t, harness.Config{Queues: queues})
+	return newBedWith(t, harness.Config{Queues: queues})
+}
+
+// newBedWith is a bed on a veth pair of cfg (its Queues engines).
+func newBedWith(t testing.TB, cfg harness.Config) *bed {
+	t.Helper()
+	queues := cfg.Queues
+	p := harness.New(t, cfg)
 	var a *ndk.Adapter
 	if err := p.A.Do(func() error {
 		var err error

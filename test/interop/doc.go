@@ -238,7 +238,8 @@
 // --write_with_imm where the peer's perftest has it, access errors, loss,
 // and UD queue pairs through rdma_cm's SIDR: rdma-core's udaddy and
 // perftest's ib_send_bw and ib_send_lat -c UD, each side as server and as
-// client, in every full case set)
+// client, in every full case set; and, on the shared VM, the same UD
+// cases through an `ndkxdp daemon` process, TestInteropUDThroughDaemon)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
 // test, e.g. TestInteropMTU9000.pcap).

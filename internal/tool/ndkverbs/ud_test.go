@@ -5,13 +5,18 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // TestSendBWOverUD runs perftest's ib_send_bw and ib_send_lat -c UD
@@ -19,9 +24,16 @@ import (
 // the data QP, datagrams up to the path MTU (send_bw's default size
 // becomes it), the latency test's server answering where the client's
 // first datagram came from; and a UD port nobody serves refused as REJ
-// reason 8 is, so that the client retries it.
+// reason 8 is, so that the client retries it. Both sides run in process,
+// then the client, then the server, through a daemon on its end.
 func TestSendBWOverUD(t *testing.T) {
-	a, b := newSides(t, 1500)
+	t.Run("in process", func(t *testing.T) { a, b := newSides(t, 1500); testSendBWOverUD(t, a, b) })
+	t.Run("client through a daemon", func(t *testing.T) { a, b := newDaemonSides(t, 1500); testSendBWOverUD(t, a, b) })
+	t.Run("server through a daemon", func(t *testing.T) { a, b := newDaemonSides(t, 1500); testSendBWOverUD(t, b, a) })
+}
+
+// testSendBWOverUD runs the cases with a as client and b as server.
+func testSendBWOverUD(t *testing.T, a, b *side) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var peer netip.Addr
@@ -96,4 +108,49 @@ func TestSendBWOverUD(t *testing.T) {
 			t.Errorf("%+v: %v, want ErrUnsupported", bad, err)
 		}
 	}
+}
+
+// newDaemonSides is newSides whose first side is a client of a daemon
+// serving A's veth end.
+func newDaemonSides(t *testing.T, mtu int) (*side, *side) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: mtu, StaticNeighbours: true})
+	var served *ndk.Adapter
+	if err := p.A.Do(func() (err error) { served, err = ndk.Open(p.A.Link, ndk.Options{}); return err }); err != nil {
+		t.Fatalf("open the daemon's adapter: %v", err)
+	}
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := daemon.Listen(sock, 0o600, -1)
+	if err != nil {
+		served.Close()
+		t.Fatal(err)
+	}
+	srv := daemon.New(served, daemon.Config{})
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		served.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d, err := Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	var b *ndk.Adapter
+	if err := p.B.Do(func() (err error) { b, err = ndk.Open(p.B.Link, ndk.Options{}); return err }); err != nil {
+		t.Fatalf("open %s: %v", p.B.Name, err)
+	}
+	t.Cleanup(b.Close)
+	bd, err := New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &side{h: p.A, dev: d}, &side{h: p.B, dev: bd}
 }

@@ -92,8 +92,15 @@ func newNode(a *ndk.Adapter, cfg Config) (*node, error) {
 		n.close()
 		return nil, fmt.Errorf("udaddy: message_size %d is larger than active mtu %d", cfg.Size, max)
 	}
-	n.recv = make([]byte, cfg.Count*n.slot)
-	n.send = make([]byte, cfg.Size)
+	// Adapter.Memory: Go memory in process, memory the daemon maps
+	// through one.
+	if n.recv, err = a.Memory(cfg.Count * n.slot); err == nil {
+		n.send, err = a.Memory(cfg.Size)
+	}
+	if err != nil {
+		n.close()
+		return nil, err
+	}
 	for i := range n.send {
 		n.send[i] = byte(i)
 	}

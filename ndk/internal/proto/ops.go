@@ -288,17 +288,23 @@ type CreateQP struct {
 	RecvSGE   int    `json:",omitempty"`
 	SendSGE   int    `json:",omitempty"`
 	Inline    int    `json:",omitempty"`
+	// UD makes a UD QP (ndk.PD.CreateUDQP) of Q_Key QKey: no SRQ, and
+	// each SEND record names its destination (UDDest).
+	UD   bool   `json:"ud,omitempty"`
+	QKey uint32 `json:"qkey,omitempty"`
 }
 
 // QPReply is a new QP: its handle, number, first PSN, engine queue, slot
-// in the session's bitmaps and segment (its memfd sent along).
+// in the session's bitmaps and segment (its memfd sent along); a UD QP's
+// also the most bytes one datagram carries (ndk.QP.UDMaxMessage).
 type QPReply struct {
-	H     uint32   `json:",omitempty"`
-	Seg   *Segment `json:",omitempty"`
-	QPN   uint32   `json:",omitempty"`
-	PSN   uint32   `json:",omitempty"`
-	Slot  int      `json:",omitempty"`
-	Queue int      `json:",omitempty"`
+	H          uint32   `json:",omitempty"`
+	Seg        *Segment `json:",omitempty"`
+	QPN        uint32   `json:",omitempty"`
+	PSN        uint32   `json:",omitempty"`
+	Slot       int      `json:",omitempty"`
+	Queue      int      `json:",omitempty"`
+	MaxMessage uint32   `json:"max_message,omitempty"`
 }
 
 // CloseQP closes QP H.

@@ -8,7 +8,7 @@ import (
 
 // Version is the protocol version a client and the daemon must share; a
 // hello with another is refused.
-const Version = 2
+const Version = 3
 
 // VersionMismatch is what a client and a daemon of different protocol
 // versions say, whichever side finds out: the daemon refusing the hello,
@@ -141,6 +141,9 @@ type Request struct {
 	Remote             *Endpoint
 	Opts               *ConnOpts // connect_oob; connect and accept: the retry counts only
 	Abortive           bool      `json:",omitempty"` // disconnect: NDK_FN_DISCONNECT_EX's Abortive
+
+	UD   bool   `json:"ud,omitempty"`   // create_qp: a UD QP
+	QKey uint32 `json:"qkey,omitempty"` // create_qp: the UD QP's Q_Key
 }
 
 // Message is what the daemon sends: a reply (ID set) or an event (Ev set).
@@ -182,6 +185,11 @@ type Message struct {
 	// error carries an ndk.RejectError as in process.
 	RejReason uint16 `json:",omitempty"`
 	RejData   []byte `json:",omitempty"`
+	// The UD extension (ud.go): a UDDestReply's Q_Key, a UD QP's
+	// datagram size, a UD service's count of answers.
+	QKey       uint32 `json:"qkey,omitempty"`
+	MaxMessage uint32 `json:"max_message,omitempty"`
+	Answered   uint64 `json:"answered,omitempty"`
 }
 
 // Segment is the layout of a shared segment: its size and, by kind, the

@@ -52,6 +52,7 @@ type Send struct {
 	Length      uint64 // Bind, FastRegister (SwapAdd's bytes)
 	ArenaOff    uint64 // FastRegister (Compare's bytes)
 	Imm         uint32 // OpSendImm, OpWriteImm: the immediate data
+	Dest        UDDest // a UD QP's OpSend, OpSendImm: where it goes (ud.go)
 	SGL         [MaxSGE]SGE
 	Inline      [MaxInline]byte
 }
@@ -85,6 +86,7 @@ func (s *Send) Encode(b []byte) {
 		le.PutUint64(b[sendCmp:], s.ArenaOff)
 		le.PutUint64(b[sendSwap:], s.Length)
 	}
+	s.Dest.encode(b)
 	putSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
 	if s.InlineLen > 0 {
 		copy(b[sendData:], s.Inline[:min(s.InlineLen, MaxInline)])
@@ -108,6 +110,7 @@ func (s *Send) Decode(b []byte) {
 	s.Arena = le.Uint32(b[sendArena:])
 	s.Imm = le.Uint32(b[sendImm:])
 	s.ArenaOff, s.Length = s.Compare, s.SwapAdd
+	s.Dest.decode(b)
 	getSGL(b[sendSGL:], s.SGL[:min(int(s.NSGE), MaxSGE)])
 	if n := min(s.InlineLen, MaxInline); n > 0 {
 		copy(s.Inline[:n], b[sendData:])

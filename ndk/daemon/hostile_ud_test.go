@@ -1,0 +1,143 @@
+package daemon_test
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
+)
+
+// udQP makes a UD QP for a raw client, as rawQP does an RC one.
+func (r *raw) udQP(pd uint32) *rawQP {
+	r.t.Helper()
+	cm, cfds := r.ok(&proto.Request{Op: proto.OpCreateCQ, Depth: 64})
+	cqSeg, err := shm.MapSegment(cfds[0], cm.Seg.Size)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cring, err := shm.NewConsumer(cqSeg, proto.NewCQLayout(cm.Seg.Slots).Ring)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, fds := r.ok(&proto.Request{Op: proto.OpCreateQP, PD: pd, RecvCQ: cm.H, SendCQ: cm.H, Depth: 16, SendDepth: 16, RecvSGE: 1, SendSGE: 1, Inline: 64,
+		UD: true, QKey: ndk.RDMAUDPQKey})
+	if m.MaxMessage == 0 {
+		r.t.Fatalf("create_qp of a UD QP: reply without its datagram size: %+v", m)
+	}
+	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
+	send, err := shm.NewProducer(seg, l.Send)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		seg.Close()
+		cqSeg.Close()
+	})
+	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l, cq: cm.H}
+}
+
+// TestHostileUD: a client's UD control requests and SEND records that no
+// correct client makes are refused with a status, each record completing
+// with the status the in-process post gives inline (a destination without
+// address or QPN, no destination, a WRITE on a UD QP, a destination of
+// the other address family); the QP goes on sending what is right, and
+// the daemon goes on serving.
+func TestHostileUD(t *testing.T) {
+	bd := newBed(t)
+	r := dialRaw(t, bd.sock)
+	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+
+	for _, c := range []struct {
+		name string
+		req  *proto.Request
+		want ndk.Status
+	}{
+		{"a UD QP on an SRQ", &proto.Request{Op: proto.OpCreateQP, UD: true, PD: pd.H, SRQ: 1, SendDepth: 1}, ndk.StatusNotSupported},
+		{"a controlled Q_Key", &proto.Request{Op: proto.OpCreateQP, UD: true, PD: 1, QKey: 0x80000001}, ndk.StatusInvalidParameter},
+		{"a PD never given", &proto.Request{Op: proto.OpCreateQP, UD: true, PD: 9999, Depth: 1, SendDepth: 1}, ndk.StatusInvalidHandle},
+		{"serve_ud with a PD's handle", &proto.Request{Op: proto.OpServeUD, Addr: "0.0.0.0:7174", QP: pd.H}, ndk.StatusInvalidHandle},
+		{"serve_ud of no address", &proto.Request{Op: proto.OpServeUD, Addr: "nowhere", QP: 1}, ndk.StatusInvalidAddress},
+		{"resolve_ud of no address", &proto.Request{Op: proto.OpResolveUD, Addr: ""}, ndk.StatusInvalidAddress},
+		{"next_hop of no address", &proto.Request{Op: proto.OpNextHop, Addr: "x"}, ndk.StatusInvalidAddress},
+		{"ud_answered of no service", &proto.Request{Op: proto.OpUDAnswered, H: pd.H}, ndk.StatusInvalidHandle},
+		{"close_ud_service of no service", &proto.Request{Op: proto.OpCloseUDService, H: 12345}, ndk.StatusInvalidHandle},
+	} {
+		if m, _ := r.call(c.req); ndk.Status(m.Status) != c.want {
+			t.Errorf("%s: status %#x (%s), want %v", c.name, m.Status, m.Msg, c.want)
+		}
+	}
+
+	q := r.udQP(pd.H)
+	// B's UD QP, in process, receives what is right.
+	bpd, err := bd.b.CreatePD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcq, err := bd.b.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bq, err := bpd.CreateUDQP(ndk.QPConfig{ReceiveCQ: bcq, InitiatorCQ: bcq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4, MaxReceiveRequestSGE: 1}, ndk.RDMAUDPQKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, 256)
+	mr, err := bpd.RegisterMR(mem, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bq.Close(); _ = mr.Deregister(); bpd.Close(); bcq.Close() })
+	sge, _ := mr.SGE(0, 256)
+	if err := bq.Receive("r", []ndk.SGE{sge}); err != nil {
+		t.Fatal(err)
+	}
+	to := proto.UDDest{Set: true, IP: bd.b.LocalAddress(), MAC: [6]byte(bd.b.MAC()), QPN: bq.QPN(), QKey: ndk.RDMAUDPQKey}
+	v6 := to
+	v6.IP = netip.MustParseAddr("2001:2::9")
+	noAddr, noQPN := to, to
+	noAddr.IP, noQPN.QPN = netip.Addr{}, 0
+	inline := uint32(ndk.OpFlagInline)
+	for i, c := range []struct {
+		name string
+		rec  proto.Send
+		want ndk.Status
+	}{
+		{"a destination without address", proto.Send{Op: proto.OpSend, Flags: inline, InlineLen: 4, Dest: noAddr}, ndk.StatusInvalidParameter},
+		{"a destination without QPN", proto.Send{Op: proto.OpSend, Flags: inline, InlineLen: 4, Dest: noQPN}, ndk.StatusInvalidParameter},
+		{"no destination", proto.Send{Op: proto.OpSend, Flags: inline, InlineLen: 4}, ndk.StatusInvalidParameter},
+		{"a WRITE", proto.Send{Op: proto.OpWrite, Flags: inline, InlineLen: 4, RemoteAddr: 1 << 20, RemoteToken: 3}, ndk.StatusNotSupported},
+		{"an IPv6 destination from an IPv4 QP", proto.Send{Op: proto.OpSend, Flags: inline, InlineLen: 4, Dest: v6}, ndk.StatusInvalidAddress},
+		{"a datagram to B", proto.Send{Op: proto.OpSendImm, Flags: inline, InlineLen: 4, Imm: 0xbeef, Dest: to}, ndk.StatusSuccess},
+	} {
+		c.rec.Seq = uint64(i)
+		copy(c.rec.Inline[:], "ping")
+		c.rec.Encode(q.send.Reserve())
+		q.send.Publish()
+		r.post(q)
+		got := q.completion(t, c.name)
+		if ndk.Status(got.Status) != c.want || got.Seq != uint64(i) || got.Kind != proto.KindSend {
+			t.Errorf("%s: completed %#x seq %d kind %d, want %v seq %d", c.name, got.Status, got.Seq, got.Kind, c.want, i)
+		}
+	}
+	var res [1]ndk.ResultEx
+	deadline := time.Now().Add(5 * time.Second)
+	for bcq.GetResultsEx(res[:]) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("B received nothing")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	bd.b.Stats()
+	if res[0].Status != ndk.StatusSuccess || res[0].Immediate != 0xbeef || res[0].TypeSpecificCompletionOutput != uint64(q.qpn) ||
+		string(mem[ndk.UDGRHSize:ndk.UDGRHSize+4]) != "ping" {
+		t.Fatalf("B's receive: %+v, payload %q", res[0], mem[ndk.UDGRHSize:ndk.UDGRHSize+4])
+	}
+	bd.healthy(t)
+}
