@@ -35,6 +35,30 @@
 // (ndk.CongestionOptions.AIRateMbps, HAIRateMbps), scaled to the
 // bottleneck.
 //
+// Why DCQCN's probe p99 stays high here (2-vCPU VM, quiet spell, two
+// runs of the command above, 2026-11-28): the queue the probe waits in is
+// the flows' windows, not a rate's excess. The p99s with DCQCN were 25,
+// 50 and 106ms at 2, 4 and 8 flows, which is what 1, 2 and 4 MiB (the
+// flows' eight 64 KiB WRITEs each) take to drain at 300 Mbit/s (28, 56,
+// 112ms); at 8 flows the 4 MB FIFO overflowed (61 frames dropped full)
+// and three flows starved (Jain 0.74). The machine was not the limit: both
+// vCPUs together were 51-82% busy during the run (/proc/stat every 5s),
+// and one flow alone filled 0.99 of the bottleneck. DCQCN's timers (300µs
+// increase, 55µs alpha) are sized for microsecond round trips; here a CE
+// mark is set on enqueue and reaches the receiver only after the queue
+// ahead of it (7-100ms), so a cut rate recovers within a few increase
+// periods, long before the next signal, and the windows fill the queue
+// again. With increase steps a hundredth of the hardware's (0.05/0.5
+// Mb/s instead of the bed's 0.5/5) the same run gave p99 22, 22 and 28ms
+// (dcqcn/off 1.36, 0.50, 0.92), Jain 1.00 at 8 flows and resends 0.002-
+// 0.06 of off's, but goodput 0.88, 0.78 and 0.89: slower increase alone
+// trades goodput for queue. The 0.3x target needs a queue below what off's
+// drops leave (16-44ms p99 here), i.e. a marking threshold under 256 KB or
+// marking on dequeue, and DCQCN's increase timer and byte counter scaled
+// to the bed's round trip as options of the bed (ndk.CongestionOptions
+// exposes only the increase steps today). Goodput with the bed's steps was
+// 0.92, 0.90 and 0.96 at 2, 4 and 8 flows in the first of these runs.
+//
 // Every link lives in the namespaces the bed creates (198.18.0.0/24,
 // 2001:2::/64, no default route, nothing joined to a real interface) and
 // is deleted with them when the test ends. Tests need root and tc
