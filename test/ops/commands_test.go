@@ -119,7 +119,7 @@ func TestInfo(t *testing.T) {
 	if !reflect.DeepEqual(l, c) {
 		t.Errorf("limits %+v; the client's adapter has %+v", l, c)
 	}
-	if x.Versions.Protocol != 2 || x.Versions.NDK != "2.1" || x.Versions.Kernel == "" || x.Versions.Daemon == "" {
+	if x.Versions.Protocol != 3 || x.Versions.NDK != "2.1" || x.Versions.Kernel == "" || x.Versions.Daemon == "" {
 		t.Errorf("versions %+v", x.Versions)
 	}
 	text := string(run(t, "info", "-daemon", bd.sock))
