@@ -73,9 +73,20 @@ type CongestionOptions struct {
 	// flows overshoot it before the marks of a queue milliseconds long
 	// come back: scale them with the bottleneck (test/congestion's doc).
 	AIRateMbps, HAIRateMbps float64
+	// IncreaseTimer (RPG_TIME_RESET, default 300µs), ByteCounter
+	// (RPG_BYTE_RESET, in bytes, default 32767 units of 64 B) and
+	// AlphaTimer (DCE_TCP_RTT, default 55µs) pace the rate's recovery
+	// and alpha's decay. The defaults suit round trips of microseconds;
+	// where a marked frame reaches the receiver only after milliseconds
+	// of queue, a rate recovers long before the next signal and the
+	// queue refills: scale them with the round trip (test/congestion's
+	// doc).
+	IncreaseTimer time.Duration
+	ByteCounter   uint64
+	AlphaTimer    time.Duration
 }
 
 func (c CongestionOptions) rc() rc.CCConfig {
 	return rc.CCConfig{Mode: rc.CCMode(c.Mode), CNPInterval: c.CNPInterval, LineRate: c.LineRateMbps, RPGMinRate: c.MinRateMbps,
-		RPGAIRate: c.AIRateMbps, RPGHAIRate: c.HAIRateMbps}
+		RPGAIRate: c.AIRateMbps, RPGHAIRate: c.HAIRateMbps, RPGTimeReset: c.IncreaseTimer, RPGByteReset: c.ByteCounter, DCETCPRTT: c.AlphaTimer}
 }

@@ -13,7 +13,8 @@ import (
 //
 //	"traffic_class": {"dscp": 26, "ecn": "ect0", "vlan": true, "vlan_id": 100, "pcp": 3,
 //	                  "congestion": "on", "cnp_interval": "50us", "line_rate_mbps": 25000,
-//	                  "ai_rate_mbps": 5, "hai_rate_mbps": 50}
+//	                  "ai_rate_mbps": 5, "hai_rate_mbps": 50, "increase_timer": "300us",
+//	                  "byte_counter": 2097088, "alpha_timer": "55us"}
 type trafficClassConfig struct {
 	DSCP         uint8   `json:"dscp"`
 	ECN          string  `json:"ecn"` // "" or "none", "ect0", "ect1"
@@ -28,6 +29,12 @@ type trafficClassConfig struct {
 	// 10 Gb/s.
 	AIRateMbps  float64 `json:"ai_rate_mbps"`
 	HAIRateMbps float64 `json:"hai_rate_mbps"`
+	// IncreaseTimer, ByteCounter (bytes) and AlphaTimer are DCQCN's
+	// recovery timers (ndk.CongestionOptions), to scale with a round
+	// trip longer than microseconds.
+	IncreaseTimer string `json:"increase_timer"`
+	ByteCounter   uint64 `json:"byte_counter"`
+	AlphaTimer    string `json:"alpha_timer"`
 }
 
 // apply puts the key's settings into opts.
@@ -49,13 +56,24 @@ func (c *trafficClassConfig) apply(opts *ndk.Options) error {
 	if !ok {
 		return fmt.Errorf("daemon: traffic_class congestion %q: want off, notify or on", c.Congestion)
 	}
-	opts.Congestion = ndk.CongestionOptions{Mode: m, LineRateMbps: c.LineRateMbps, AIRateMbps: c.AIRateMbps, HAIRateMbps: c.HAIRateMbps}
-	if c.CNPInterval != "" {
-		d, err := time.ParseDuration(c.CNPInterval)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("daemon: traffic_class cnp_interval %q: want a positive duration", c.CNPInterval)
+	opts.Congestion = ndk.CongestionOptions{Mode: m, LineRateMbps: c.LineRateMbps, AIRateMbps: c.AIRateMbps, HAIRateMbps: c.HAIRateMbps,
+		ByteCounter: c.ByteCounter}
+	for _, p := range []struct {
+		key, v string
+		d      *time.Duration
+	}{
+		{"cnp_interval", c.CNPInterval, &opts.Congestion.CNPInterval},
+		{"increase_timer", c.IncreaseTimer, &opts.Congestion.IncreaseTimer},
+		{"alpha_timer", c.AlphaTimer, &opts.Congestion.AlphaTimer},
+	} {
+		if p.v == "" {
+			continue
 		}
-		opts.Congestion.CNPInterval = d
+		d, err := time.ParseDuration(p.v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("daemon: traffic_class %s %q: want a positive duration", p.key, p.v)
+		}
+		*p.d = d
 	}
 	if c.LineRateMbps < 0 || c.AIRateMbps < 0 || c.HAIRateMbps < 0 {
 		return fmt.Errorf("daemon: traffic_class line_rate_mbps %v, ai_rate_mbps %v, hai_rate_mbps %v: a rate is negative", c.LineRateMbps, c.AIRateMbps, c.HAIRateMbps)
