@@ -119,9 +119,16 @@
 // SEND ping-pong took 10.2-14.5 us at p50 and 23-54 us at p99 (Go TCP
 // 4.3-4.6 us at p50, so 2.4-3.3x; the raw AF_XDP ping-pong, whose sides
 // sleep in poll(2), 4.2-74 us) and ndkxdp sent 0.70-1.0M msg/s (1.17-1.6x
-// raw AF_XDP's rate). With GOMAXPROCS=16 on the 2 cores the report stops
-// at that ping-pong ("no reply before the deadline"), as ndk/internal/rc's
-// progress model does today.
+// raw AF_XDP's rate). With GOMAXPROCS=16 on the 2 cores the adaptive
+// engine's ping-pong is slow enough that it used to run out of its 5s
+// budget mid-wait and fail ("no reply before the deadline"); it ends
+// between round trips now, as the raw reference's does, and the table
+// says how many it made. Two runs each (GOMAXPROCS=16 go test ./test/rdma
+// -run '^$' -bench RDMAvsBaseline -benchtime 1x, a quiet machine):
+// adaptive p50 76-93us, 19.9-23.4x raw AF_XDP's, p99 20ms, 1,648-2,036
+// round trips of 20,000 in 5s; with NDKXDP_BENCH_POLL=progress p50
+// 5.3-5.5us (1.30x raw AF_XDP's where the reference was steady, 1.23-1.27x
+// Go TCP's), p99 38-45us, all 20,000.
 //
 // What the figures say. Per message, ndkxdp's sides cost 3-30x Go TCP's
 // and 3-9x raw AF_XDP's. Between processes ndkxdp sends 0.07-0.16 of what
