@@ -104,10 +104,20 @@ func guestServerCmd(t *testing.T, ctx context.Context, vm *VM, guest string, por
 // returns the guest's output and the server's once both succeeded.
 func hostServerCmd(t *testing.T, ctx context.Context, vm *VM, server *exec.Cmd, guest string) (theirs, ours string) {
 	t.Helper()
+	theirs, ours, err := hostServerTry(ctx, vm, server, guest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return theirs, ours
+}
+
+// hostServerTry is hostServerCmd returning its failure, with both sides'
+// output, instead of ending the test.
+func hostServerTry(ctx context.Context, vm *VM, server *exec.Cmd, guest string) (theirs, ours string, _ error) {
 	var sout strings.Builder
 	server.Stdout, server.Stderr = &sout, &sout
 	if err := server.Start(); err != nil {
-		t.Fatal(err)
+		return "", "", err
 	}
 	done := make(chan error, 1)
 	go func() { done <- server.Wait() }()
@@ -124,7 +134,7 @@ func hostServerCmd(t *testing.T, ctx context.Context, vm *VM, server *exec.Cmd, 
 		serr = <-done
 	}
 	if serr != nil || err != nil || code != 0 {
-		t.Fatalf("%v: %v\n%s\nguest %q: exit %d (%v)\n%s%s", server.Args, serr, sout.String(), guest, code, err, out, errOut)
+		return out + errOut, sout.String(), fmt.Errorf("%v: %v\n%s\nguest %q: exit %d (%v)\n%s%s", server.Args, serr, sout.String(), guest, code, err, out, errOut)
 	}
-	return out + errOut, sout.String()
+	return out + errOut, sout.String(), nil
 }
