@@ -239,8 +239,9 @@
 // reason says in-place is off for the kernel's limit, and the test
 // requires that and tx_in_place_bytes 0 on every zero-copy queue. (A
 // daemon client's memory is never in the daemon's UMEM either.) At an MTU
-// that needs multi-buffer, the default bind is copy mode with
-// multi-buffer, the zero-copy bind refused for the same limit.
+// that needs multi-buffer, afxdp's ModeAuto falls back to copy mode with
+// multi-buffer, the zero-copy bind refused for the same limit (read in
+// the code; no test boots that MTU on this kernel).
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
