@@ -60,6 +60,7 @@ const (
 	netdevCmdDevGet        = 1
 	netdevAttrIfindex      = 1
 	netdevAttrXDPFeatures  = 3
+	netdevAttrXDPZCMaxSegs = 4 // NETDEV_A_DEV_XDP_ZC_MAX_SEGS, u32
 	genlFamilyNetdev       = "netdev"
 	netdevFamilyMinVersion = 1
 )
@@ -68,43 +69,79 @@ const (
 // netdev generic netlink family (before 6.3), which cannot say.
 var ErrNoNetdevFamily = errors.New("the kernel has no netdev generic netlink family (Linux 6.3 or newer reports XDP features)")
 
+// XDPDevice is what the netdev family says of one device.
+type XDPDevice struct {
+	Features XDPFeatures
+	// ZCMaxSegs is the device's xdp_zc_max_segs: how many buffers one
+	// zero-copy frame may span. The kernel reports it only for a device
+	// with xsk-zerocopy (0 here otherwise, veth's case). Where it is 1,
+	// xp_assign_dev (net/xdp/xsk_buff_pool.c) refuses XDP_USE_SG with
+	// XDP_ZEROCOPY (EOPNOTSUPP), so a zero-copy socket has no
+	// multi-buffer and cannot send a UMEM-resident payload in place.
+	ZCMaxSegs uint32
+}
+
 // QueryXDPFeatures asks the kernel for the XDP features of the interface
 // ifindex in the calling thread's network namespace.
 func QueryXDPFeatures(ifindex int) (XDPFeatures, error) {
+	d, err := QueryXDPDevice(ifindex)
+	return d.Features, err
+}
+
+// QueryXDPDevice asks the kernel for the XDP features and zero-copy
+// segment limit of the interface ifindex in the calling thread's network
+// namespace.
+func QueryXDPDevice(ifindex int) (XDPDevice, error) {
 	if ifindex <= 0 {
-		return 0, fmt.Errorf("xdp features: bad ifindex %d", ifindex)
+		return XDPDevice{}, fmt.Errorf("xdp features: bad ifindex %d", ifindex)
 	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_GENERIC)
 	if err != nil {
-		return 0, fmt.Errorf("xdp features: generic netlink socket: %w", err)
+		return XDPDevice{}, fmt.Errorf("xdp features: generic netlink socket: %w", err)
 	}
 	defer unix.Close(fd)
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, fmt.Errorf("xdp features: bind netlink socket: %w", err)
+		return XDPDevice{}, fmt.Errorf("xdp features: bind netlink socket: %w", err)
 	}
 	attrs, err := genlRequest(fd, unix.GENL_ID_CTRL, unix.CTRL_CMD_GETFAMILY, 1,
 		nlAttr(unix.CTRL_ATTR_FAMILY_NAME, append([]byte(genlFamilyNetdev), 0)))
 	if errors.Is(err, unix.ENOENT) {
-		return 0, ErrNoNetdevFamily
+		return XDPDevice{}, ErrNoNetdevFamily
 	}
 	if err != nil {
-		return 0, fmt.Errorf("xdp features: resolve the netdev family: %w", err)
+		return XDPDevice{}, fmt.Errorf("xdp features: resolve the netdev family: %w", err)
 	}
 	id, ok := attrs[unix.CTRL_ATTR_FAMILY_ID]
 	if !ok || len(id) < 2 {
-		return 0, fmt.Errorf("xdp features: the kernel's family reply has no family ID")
+		return XDPDevice{}, fmt.Errorf("xdp features: the kernel's family reply has no family ID")
 	}
 	var ifi [4]byte
 	binary.NativeEndian.PutUint32(ifi[:], uint32(ifindex))
 	attrs, err = genlRequest(fd, binary.NativeEndian.Uint16(id), netdevCmdDevGet, netdevFamilyMinVersion, nlAttr(netdevAttrIfindex, ifi[:]))
 	if err != nil {
-		return 0, fmt.Errorf("xdp features of ifindex %d: %w", ifindex, err)
+		return XDPDevice{}, fmt.Errorf("xdp features of ifindex %d: %w", ifindex, err)
 	}
+	d, err := xdpDeviceFromAttrs(attrs)
+	if err != nil {
+		return XDPDevice{}, fmt.Errorf("xdp features of ifindex %d: %w", ifindex, err)
+	}
+	return d, nil
+}
+
+// xdpDeviceFromAttrs reads a NETDEV_CMD_DEV_GET reply's attributes.
+func xdpDeviceFromAttrs(attrs map[uint16][]byte) (XDPDevice, error) {
 	v, ok := attrs[netdevAttrXDPFeatures]
 	if !ok || len(v) < 8 {
-		return 0, fmt.Errorf("xdp features of ifindex %d: the reply carries none", ifindex)
+		return XDPDevice{}, errors.New("the reply carries none")
 	}
-	return XDPFeatures(binary.NativeEndian.Uint64(v)), nil
+	d := XDPDevice{Features: XDPFeatures(binary.NativeEndian.Uint64(v))}
+	if v, ok := attrs[netdevAttrXDPZCMaxSegs]; ok {
+		if len(v) < 4 {
+			return XDPDevice{}, fmt.Errorf("xdp_zc_max_segs attribute of %d bytes, want 4", len(v))
+		}
+		d.ZCMaxSegs = binary.NativeEndian.Uint32(v)
+	}
+	return d, nil
 }
 
 // nlAttr encodes one netlink attribute, padded to 4 bytes.

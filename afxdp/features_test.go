@@ -1,7 +1,9 @@
 package afxdp
 
 import (
+	"encoding/binary"
 	"errors"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -50,6 +52,16 @@ func TestQueryXDPFeaturesOnVeth(t *testing.T) {
 			t.Errorf("veth reports %v (%#x); want basic and redirect without xsk-zerocopy", f, uint64(f))
 		}
 		t.Logf("veth: %v", f)
+		// veth has no xsk-zerocopy, and the kernel puts
+		// NETDEV_A_DEV_XDP_ZC_MAX_SEGS only in the reply of a device
+		// that has: the attribute is absent, read as 0.
+		d, err := QueryXDPDevice(p.A.Ifindex)
+		if err != nil {
+			return err
+		}
+		if d.Features != f || d.ZCMaxSegs != 0 {
+			t.Errorf("veth: QueryXDPDevice = %+v; want features %v and no xdp_zc_max_segs", d, f)
+		}
 		if _, err := QueryXDPFeatures(9999); !errors.Is(err, unix.ENODEV) {
 			t.Errorf("ifindex 9999: %v, want ENODEV", err)
 		}
@@ -64,5 +76,60 @@ func TestQueryXDPFeaturesOnVeth(t *testing.T) {
 	_, socks := openOn(t, p.A, UMEMConfig{NumFrames: 64}, SocketConfig{Queue: 0})
 	if socks[0].Mode() != ModeCopy || !errors.Is(socks[0].ZeroCopyRefusal(), unix.EOPNOTSUPP) {
 		t.Fatalf("ModeAuto on veth: %v mode, zero-copy refusal %v; want copy after EOPNOTSUPP", socks[0].Mode(), socks[0].ZeroCopyRefusal())
+	}
+}
+
+// TestXDPDeviceReply parses crafted NETDEV_CMD_DEV_GET replies: one of a
+// zero-copy device, which carries xdp_zc_max_segs, one without it, and
+// malformed ones.
+func TestXDPDeviceReply(t *testing.T) {
+	u32 := func(v uint32) []byte { b := make([]byte, 4); binary.NativeEndian.PutUint32(b, v); return b }
+	u64 := func(v uint64) []byte { b := make([]byte, 8); binary.NativeEndian.PutUint64(b, v); return b }
+	// reply frames attrs as the kernel does: nlmsghdr, genlmsghdr, then
+	// the attributes; parsed the way genlRequest parses.
+	reply := func(attrs ...[]byte) (map[uint16][]byte, error) {
+		var body []byte
+		body = append(body, netdevCmdDevGet, netdevFamilyMinVersion, 0, 0)
+		for _, a := range attrs {
+			body = append(body, a...)
+		}
+		msg := make([]byte, unix.SizeofNlMsghdr, unix.SizeofNlMsghdr+len(body))
+		binary.NativeEndian.PutUint32(msg[0:], uint32(unix.SizeofNlMsghdr+len(body)))
+		binary.NativeEndian.PutUint16(msg[4:], 0x20)
+		binary.NativeEndian.PutUint32(msg[8:], 1)
+		msg = append(msg, body...)
+		msgs, err := syscall.ParseNetlinkMessage(msg)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("crafted message: %d messages, %v", len(msgs), err)
+		}
+		return parseAttrs(msgs[0].Data[4:])
+	}
+	zc := XDPBasic | XDPRedirect | XDPNdoXmit | XDPXSKZeroCopy
+	for _, tc := range []struct {
+		name  string
+		attrs [][]byte
+		want  XDPDevice
+		bad   bool
+	}{
+		{"virtio-net zero copy", [][]byte{nlAttr(netdevAttrIfindex, u32(2)), nlAttr(netdevAttrXDPFeatures, u64(uint64(zc))), nlAttr(netdevAttrXDPZCMaxSegs, u32(1))}, XDPDevice{Features: zc, ZCMaxSegs: 1}, false},
+		{"multi-buffer zero copy", [][]byte{nlAttr(netdevAttrIfindex, u32(3)), nlAttr(netdevAttrXDPFeatures, u64(uint64(zc|XDPRxSG))), nlAttr(netdevAttrXDPZCMaxSegs, u32(17))}, XDPDevice{Features: zc | XDPRxSG, ZCMaxSegs: 17}, false},
+		{"no zero copy", [][]byte{nlAttr(netdevAttrIfindex, u32(4)), nlAttr(netdevAttrXDPFeatures, u64(uint64(XDPBasic)))}, XDPDevice{Features: XDPBasic}, false},
+		{"no features", [][]byte{nlAttr(netdevAttrIfindex, u32(4))}, XDPDevice{}, true},
+		{"short segs", [][]byte{nlAttr(netdevAttrXDPFeatures, u64(uint64(zc))), nlAttr(netdevAttrXDPZCMaxSegs, []byte{1, 0})}, XDPDevice{}, true},
+	} {
+		attrs, err := reply(tc.attrs...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		d, err := xdpDeviceFromAttrs(attrs)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%s: accepted as %+v", tc.name, d)
+			}
+			continue
+		}
+		if err != nil || d != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, d, err, tc.want)
+		}
 	}
 }

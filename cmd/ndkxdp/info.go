@@ -47,6 +47,9 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if x.XDPFeatures != "" {
 		line("xdp_features", x.XDPFeatures)
 	}
+	if x.XDPZCMaxSegs != 0 {
+		line("xdp_zc_max_segs", x.XDPZCMaxSegs)
+	}
 	line("queues", len(x.Queues))
 	for _, q := range x.Queues {
 		mb := ""

@@ -93,9 +93,14 @@ type Info struct {
 	XDPMode       string `json:"xdp_mode"`
 	// XDPFeatures is what the device offers XDP and AF_XDP, by the
 	// kernel's names; xsk-zerocopy is what a zero-copy bind needs.
-	XDPFeatures string      `json:"xdp_features,omitempty"`
-	Queues      []QueueInfo `json:"queues"`
-	GIDs        []GID       `json:"gids"`
+	XDPFeatures string `json:"xdp_features,omitempty"`
+	// XDPZCMaxSegs is the device's xdp_zc_max_segs, how many buffers
+	// one zero-copy frame may span (1: zero copy has no multi-buffer,
+	// so no in-place sends); 0 where the kernel reports none (a device
+	// without xsk-zerocopy).
+	XDPZCMaxSegs uint32      `json:"xdp_zc_max_segs,omitempty"`
+	Queues       []QueueInfo `json:"queues"`
+	GIDs         []GID       `json:"gids"`
 	// Served says whether a daemon answered; without one (Describe),
 	// the queues are not bound and there are no limits.
 	Served   bool             `json:"served"`
@@ -326,7 +331,7 @@ func (s *Server) info() (*Info, error) {
 	x := &Info{
 		Interface: s.cfg.Interface, Ifindex: l.Ifindex, MAC: s.a.MAC().String(), MTU: l.MTU,
 		MaxPathMTU: rocev2.MTU4096.Bytes(), ActivePathMTU: l.PathMTU.Bytes(),
-		Address: s.a.LocalAddress().String(), XDPMode: p.XDPMode(), XDPFeatures: p.XDPFeatures(),
+		Address: s.a.LocalAddress().String(), XDPMode: p.XDPMode(), XDPFeatures: p.XDPFeatures(), XDPZCMaxSegs: p.XDPZCMaxSegs(),
 		Served: true, Limits: &limits, GIDs: []GID{},
 		Versions: Versions{NDK: limits.Version.String(), Protocol: proto.Version, Daemon: s.cfg.Version, Go: runtime.Version(), Kernel: kernelRelease()},
 	}

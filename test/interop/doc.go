@@ -228,9 +228,20 @@
 // There the daemon host needed virtio_net's TX NAPI: with
 // virtio_net.napi_tx=0 (which the rxe peer boots with) the sockets bound
 // zero-copy, the host's REQ reached the daemon, and its REPs never reached
-// the wire; so only the rxe peer turns TX NAPI off. How many bytes left
-// the UMEM without a copy is not counted yet: the port counts them
-// (TxRefBytes), the daemon's stats do not show them.
+// the wire; so only the rxe peer turns TX NAPI off. The daemon's stats
+// show how many bytes each queue sent in place (tx_in_place_bytes), and
+// on this kernel no zero-copy socket can send any: virtio_net leaves
+// xdp_zc_max_segs at 1 (ndkxdp info shows it, from the netdev family's
+// NETDEV_A_DEV_XDP_ZC_MAX_SEGS), so xp_assign_dev refuses XDP_USE_SG with
+// XDP_ZEROCOPY (EOPNOTSUPP), and a port sends a UMEM-resident payload in
+// place only as a second descriptor on a multi-buffer socket. At MTU 1500
+// the daemon's sockets bind zero-copy without multi-buffer; each queue's
+// reason says in-place is off for the kernel's limit, and the test
+// requires that and tx_in_place_bytes 0 on every zero-copy queue. (A
+// daemon client's memory is never in the daemon's UMEM either.) At an MTU
+// that needs multi-buffer, afxdp's ModeAuto falls back to copy mode with
+// multi-buffer, the zero-copy bind refused for the same limit (read in
+// the code; no test boots that MTU on this kernel).
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a

@@ -136,6 +136,7 @@ func runDaemonHost(t *testing.T, img *Image) {
 		guestRping(t, vm, dev, 10)
 	}
 	t.Logf("traffic through the daemon took %v", time.Since(start).Round(time.Millisecond))
+	checkNoInPlace(t, vm, &info)
 
 	stopWithConnection(t, vm, dev)
 	if info.Queues[0].Bind == "copy" {
@@ -293,6 +294,23 @@ func queuesServed(t *testing.T, vm *VM, last bool) bool {
 	return served
 }
 
+// checkNoInPlace: where the device's xdp_zc_max_segs is 1, a
+// zero-copy socket has no multi-buffer, and so its port sent no byte in
+// place (port.XSK.referable), whatever the traffic was.
+func checkNoInPlace(t *testing.T, vm *VM, info *daemon.Info) {
+	t.Helper()
+	if info.XDPZCMaxSegs != 1 {
+		return
+	}
+	var stats daemon.Stats
+	guestJSON(t, vm, "ndkxdp stats -j -dev eth0", &stats)
+	for _, e := range stats.Engines {
+		if e.Queue < len(info.Queues) && info.Queues[e.Queue].Bind == "zero-copy" && (e.Socket.TxInPlaceFrames != 0 || e.Socket.TxInPlaceBytes != 0) {
+			t.Errorf("queue %d: zero copy without multi-buffer, yet %d frames with %d bytes sent in place", e.Queue, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
+		}
+	}
+}
+
 // stopWithConnection stops the unit while the host's rping client is
 // connected to a client of the daemon: the daemon disconnects it (the
 // host receives a DREQ), exits 0, detaches and unpins, and logged nothing
@@ -400,10 +418,28 @@ func checkZeroCopy(t *testing.T, vm *VM, info *daemon.Info) {
 	}
 	t.Logf("zero copy: the NIC negotiated %s; the device's XDP features: %s", strings.Join(have, ", "), info.XDPFeatures)
 	if strings.Contains(info.XDPFeatures, "xsk-zerocopy") {
+		t.Logf("zero copy: the device's xdp_zc_max_segs: %d", info.XDPZCMaxSegs)
 		for _, q := range info.Queues {
 			if q.Bind != "zero-copy" {
 				t.Errorf("queue %d bound %s although the device offers xsk-zerocopy: %s", q.Queue, q.Bind, q.BindReason)
 			}
+			t.Logf("queue %d: %s (multi-buffer %v): %s", q.Queue, q.Bind, q.MultiBuffer, q.BindReason)
+		}
+		switch {
+		case info.XDPZCMaxSegs == 0:
+			t.Errorf("the device offers xsk-zerocopy, but info shows no xdp_zc_max_segs (the kernel sends it with xsk-zerocopy)")
+		case info.XDPZCMaxSegs == 1:
+			// The kernel's limit: xp_assign_dev refuses XDP_USE_SG with
+			// XDP_ZEROCOPY, so the zero-copy sockets have no
+			// multi-buffer and can send nothing in place, and info says
+			// why (checkNoInPlace checks the counters after traffic).
+			for _, q := range info.Queues {
+				if q.Bind == "zero-copy" && (q.MultiBuffer || !strings.Contains(q.BindReason, "xdp_zc_max_segs 1")) {
+					t.Errorf("queue %d: zero copy, multi-buffer %v, reason %q; with xdp_zc_max_segs 1 want no multi-buffer and the reason naming it", q.Queue, q.MultiBuffer, q.BindReason)
+				}
+			}
+		default:
+			t.Errorf("xdp_zc_max_segs %d: zero copy could have multi-buffer here, and no test sends in place from a zero-copy socket on this kernel yet", info.XDPZCMaxSegs)
 		}
 		return
 	}

@@ -75,6 +75,11 @@ func TestInfo(t *testing.T) {
 	if !strings.Contains(x.XDPFeatures, "basic") || strings.Contains(x.XDPFeatures, "xsk-zerocopy") {
 		t.Errorf("xdp features %q, want basic without xsk-zerocopy", x.XDPFeatures)
 	}
+	// The kernel reports xdp_zc_max_segs only for a device with
+	// xsk-zerocopy: veth has none, and info shows none.
+	if x.XDPZCMaxSegs != 0 {
+		t.Errorf("veth: xdp_zc_max_segs %d, want none reported", x.XDPZCMaxSegs)
+	}
 	for _, q := range x.Queues {
 		if q.Bind != "copy" {
 			t.Errorf("queue %d bound %q, want copy", q.Queue, q.Bind)

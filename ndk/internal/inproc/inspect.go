@@ -2,6 +2,7 @@ package inproc
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/ndkxdp/ndkxdp/afxdp"
 	"github.com/ndkxdp/ndkxdp/loader"
@@ -77,8 +78,43 @@ func (p *Provider) XDPFeatures() string {
 	return p.xdpFeatures.String()
 }
 
-// bindReason says why s bound in its mode.
+// XDPZCMaxSegs is the device's xdp_zc_max_segs, how many buffers one
+// zero-copy frame may span; 0 where the kernel did not report it (a
+// device without xsk-zerocopy, or an in-memory port).
+func (p *Provider) XDPZCMaxSegs() uint32 {
+	if p.xdp == nil {
+		return 0
+	}
+	return p.xdpZCMaxSegs
+}
+
+// bindReason says why s bound in its mode, and why its port sends no
+// UMEM-resident payload in place where it cannot (port.XSK.referable
+// needs a multi-buffer socket).
 func (p *Provider) bindReason(s *afxdp.Socket) string {
+	return p.bindModeReason(s) + inPlaceReason(s.Mode(), s.MultiBuffer(), p.xdpZCMaxSegs)
+}
+
+// inPlaceReason says why a socket bound in mode, with multi-buffer or
+// not, on a device whose xdp_zc_max_segs is zcMaxSegs, sends no payload
+// in place; "" where it may.
+func inPlaceReason(mode afxdp.BindMode, multi bool, zcMaxSegs uint32) string {
+	switch {
+	case multi:
+		return ""
+	case mode == afxdp.ModeZeroCopy && zcMaxSegs == 1:
+		// xp_assign_dev (net/xdp/xsk_buff_pool.c) refuses XDP_USE_SG
+		// with XDP_ZEROCOPY here: no configuration of this device
+		// sends in place in zero copy.
+		return "; no in-place sends: zero copy without multi-buffer, the kernel's limit (xdp_zc_max_segs 1 refuses XDP_USE_SG with XDP_ZEROCOPY)"
+	case mode == afxdp.ModeZeroCopy:
+		return fmt.Sprintf("; no in-place sends: no multi-buffer (the MTU fits one frame; xdp_zc_max_segs %d)", zcMaxSegs)
+	default:
+		return "; no in-place sends: no multi-buffer (the MTU fits one frame)"
+	}
+}
+
+func (p *Provider) bindModeReason(s *afxdp.Socket) string {
 	offers := "the device offers xsk-zerocopy"
 	switch {
 	case p.xdpFeaturesErr != nil:
@@ -91,6 +127,8 @@ func (p *Provider) bindReason(s *afxdp.Socket) string {
 		return offers
 	case s.SharesUMEM():
 		return "bound to the shared UMEM in its first socket's mode; " + offers
+	case s.ZeroCopyRefusal() != nil && s.MultiBuffer() && p.xdpZCMaxSegs == 1:
+		return "zero-copy bind refused (" + s.ZeroCopyRefusal().Error() + "): multi-buffer needs copy mode, the device's xdp_zc_max_segs is 1; " + offers
 	case s.ZeroCopyRefusal() != nil:
 		return "zero-copy bind refused (" + s.ZeroCopyRefusal().Error() + "); " + offers
 	default:

@@ -176,7 +176,8 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	lo, hi := parts[cfg.Queues].Range()
 	// Asked here, in the interface's namespace: the queues' bind reasons
 	// name what the device offers (inspect.go).
-	p.xdpFeatures, p.xdpFeaturesErr = afxdp.QueryXDPFeatures(p.link.Ifindex)
+	dev, err := afxdp.QueryXDPDevice(p.link.Ifindex)
+	p.xdpFeatures, p.xdpZCMaxSegs, p.xdpFeaturesErr = dev.Features, dev.ZCMaxSegs, err
 	for q := 0; q < cfg.Queues; q++ {
 		sc := afxdp.SocketConfig{Ifindex: p.link.Ifindex, Queue: uint32(q), MultiBuffer: multi, Mode: cfg.BindMode}
 		if cfg.BusyPoll > 0 {

@@ -90,14 +90,17 @@ type Provider struct {
 	// could not say).
 	xdpFeatures    afxdp.XDPFeatures
 	xdpFeaturesErr error
-	umem           *afxdp.UMEM
-	ports          []port.Port
-	engines        []*rc.Engine
-	buffers        []byte
-	mgmt           *management                  // nil without connection management
-	capture        *pcapfile.Writer             // shared by the ports; nil without Config.Capture
-	tap            atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
-	once           sync.Once
+	// xdpZCMaxSegs is the device's xdp_zc_max_segs (0 where the kernel
+	// did not report it: a device without xsk-zerocopy).
+	xdpZCMaxSegs uint32
+	umem         *afxdp.UMEM
+	ports        []port.Port
+	engines      []*rc.Engine
+	buffers      []byte
+	mgmt         *management                  // nil without connection management
+	capture      *pcapfile.Writer             // shared by the ports; nil without Config.Capture
+	tap          atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
+	once         sync.Once
 
 	mu         sync.Mutex
 	closed     bool
