@@ -2,6 +2,7 @@ package ndk
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"golang.org/x/sys/unix"
 )
 
 // PollingMode is how the engines wait for work.
@@ -70,6 +72,13 @@ type Options struct {
 	// to its OS thread (DESIGN.md, Engine and threads). The default,
 	// LockAuto, locks when every engine can have a core to itself.
 	ThreadLocking ThreadLocking
+	// EngineCPUs pins the engines' threads: queue i's engine runs only on
+	// CPU EngineCPUs[i % len(EngineCPUs)] (sched_setaffinity(2)), locked
+	// to its thread whatever ThreadLocking says. Pin each engine next to
+	// its queue's interrupt and away from the consumers; by default the
+	// engines run wherever the Go scheduler puts them. Each CPU must be
+	// one the process may run on.
+	EngineCPUs []int
 	// Capture, if set, records every frame the engines send and receive
 	// as a pcap stream (ndkxdp demo -capture): Open writes the file header
 	// (Ethernet, nanosecond timestamps), then each frame is one record in
@@ -216,6 +225,9 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.Polling < PollAdaptive || opts.Polling > PollProgress {
 		return nil, errorf(StatusInvalidParameter, op, "polling mode %d", opts.Polling)
 	}
+	if err := checkCPUs(opts.EngineCPUs); err != nil {
+		return nil, &Error{Status: StatusInvalidParameter, Op: op, Err: err}
+	}
 	if !(opts.InjectLoss >= 0 && opts.InjectLoss <= 1) {
 		return nil, errorf(StatusInvalidParameter, op, "InjectLoss %v outside [0, 1]", opts.InjectLoss)
 	}
@@ -268,7 +280,26 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		SpinTime:   opts.SpinTime,
 		Traffic:    opts.TrafficClass.rc(),
 		CC:         opts.Congestion.rc(),
+		EngineCPUs: opts.EngineCPUs,
 	}
+}
+
+// checkCPUs refuses a CPU the process may not run on (its affinity mask,
+// which a cpuset or taskset narrows).
+func checkCPUs(cpus []int) error {
+	if len(cpus) == 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return fmt.Errorf("engine CPUs: sched_getaffinity: %w", err)
+	}
+	for _, c := range cpus {
+		if c < 0 || c >= len(set)*64 || !set.IsSet(c) {
+			return fmt.Errorf("engine CPU %d is not one this process may run on (%d allowed)", c, set.Count())
+		}
+	}
+	return nil
 }
 
 // LocalAddress returns the IP address the adapter's QPs send from.

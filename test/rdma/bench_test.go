@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -119,8 +120,21 @@ func measureRDMA(b *testing.B, p *harness.Pair) figures {
 	case "progress":
 		s.opts.Polling = ndk.PollProgress
 	}
-	x := openHost(b, p.A, s, nil)
-	y := openHost(b, p.B, s, nil)
+	// NDKXDP_BENCH_ENGINE_CPUS="0;1" pins host A's engines to CPU 0 and
+	// host B's to CPU 1 (ndk.Options.EngineCPUs, lists as taskset -c's).
+	sa, sb := s, s
+	if v := os.Getenv("NDKXDP_BENCH_ENGINE_CPUS"); v != "" {
+		la, lb, _ := strings.Cut(v, ";")
+		var err error
+		if sa.opts.EngineCPUs, err = cmdline.CPUList(la); err != nil {
+			b.Fatal(err)
+		}
+		if sb.opts.EngineCPUs, err = cmdline.CPUList(lb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	x := openHost(b, p.A, sa, nil)
+	y := openHost(b, p.B, sb, nil)
 	defer x.Close()
 	defer y.Close()
 	var f figures
