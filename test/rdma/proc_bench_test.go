@@ -85,6 +85,44 @@ type procResult struct {
 	ElapsedS    float64
 	Messages    uint64 // messages (frames, writes) completed or received
 	Bytes       uint64 // their payload bytes
+	// Engine is, for rdma, what its engines counted over the window.
+	Engine *engineCounts `json:",omitempty"`
+}
+
+// engineCounts are the engine counters that say where a stream's time
+// goes: wake-ups, recovery, a full transmit ring.
+type engineCounts struct {
+	FramesIn, FramesOut, Sleeps, SlowYields     uint64
+	RNRSent, RNRReceived, Retransmits, OutOfSeq uint64
+	TxFull, Timeouts                            uint64
+}
+
+func (c engineCounts) String() string {
+	return fmt.Sprintf("frames in %d, out %d, sleeps %d, slow yields %d, RNR NAKs sent %d, received %d, retransmissions %d, out of sequence %d, tx full %d, ACK timeouts %d",
+		c.FramesIn, c.FramesOut, c.Sleeps, c.SlowYields, c.RNRSent, c.RNRReceived, c.Retransmits, c.OutOfSeq, c.TxFull, c.Timeouts)
+}
+
+func (s *rdmaSide) counts() engineCounts {
+	var c engineCounts
+	for _, e := range s.x.Adapter.Stats() {
+		c.FramesIn += e.FramesIn
+		c.FramesOut += e.FramesOut
+		c.Sleeps += e.Sleeps
+		c.SlowYields += e.SlowYields
+		c.RNRSent += e.RNRSent
+		c.RNRReceived += e.RNRReceived
+		c.Retransmits += e.Retransmits
+		c.OutOfSeq += e.OutOfSeq
+		c.TxFull += e.TxFull
+		c.Timeouts += e.Timeouts
+	}
+	return c
+}
+
+func (c engineCounts) sub(o engineCounts) *engineCounts {
+	return &engineCounts{c.FramesIn - o.FramesIn, c.FramesOut - o.FramesOut, c.Sleeps - o.Sleeps,
+		c.SlowYields - o.SlowYields, c.RNRSent - o.RNRSent, c.RNRReceived - o.RNRReceived,
+		c.Retransmits - o.Retransmits, c.OutOfSeq - o.OutOfSeq, c.TxFull - o.TxFull, c.Timeouts - o.Timeouts}
 }
 
 func (r procResult) CPU() float64 { return r.UserS + r.SysS }
@@ -138,6 +176,8 @@ func procMain(spec string) int {
 	var r0 unix.Rusage
 	var m0, b0 uint64
 	var t0 time.Time
+	rs, _ := side.(*rdmaSide)
+	var e0 engineCounts
 	running := false
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -154,6 +194,9 @@ func procMain(spec string) int {
 		case "start":
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r0)
 			m0, b0, t0 = c.messages.Load(), c.bytes.Load(), time.Now()
+			if rs != nil {
+				e0 = rs.counts()
+			}
 		case "stop":
 			var r1 unix.Rusage
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r1)
@@ -163,6 +206,9 @@ func procMain(spec string) int {
 				ElapsedS: time.Since(t0).Seconds(),
 				Messages: c.messages.Load() - m0,
 				Bytes:    c.bytes.Load() - b0,
+			}
+			if rs != nil {
+				res.Engine = rs.counts().sub(e0)
 			}
 			close(stop)
 			if running {
