@@ -84,7 +84,7 @@ func (e *Engine) Progress() int {
 // (each an engine and a consumer on two Ps, four polling threads on two
 // cores), the engines that owe the consumer its completions, its own and
 // the peer process's, wait for the kernel's time slice on a core the
-// consumer holds. test/rdma's BenchmarkCPUCost moved 62k-180k 64 B SENDs
+// consumer holds. test/rdma's BenchmarkCPUCost moved 62k-161k 64 B SENDs
 // a second so, at 5.4-7.7 CPU-seconds a million on the receiver, and
 // about a million a second at 0.3-0.9 with the yield (doc.go,
 // "Polling"). A yield with a goroutine waiting would cost the in-process
