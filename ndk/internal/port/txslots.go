@@ -75,9 +75,9 @@ func (s *TxSlots) Unmark(i int) {
 	}
 }
 
-// whole returns the slot whose allocation is exactly the n bytes at rel
-// (an offset into the pool).
-func (s *TxSlots) whole(rel uint64, n int) (int, bool) {
+// Whole returns the slot whose allocation is exactly the n bytes at rel
+// (an offset into the pool), and false when there is none.
+func (s *TxSlots) Whole(rel uint64, n int) (int, bool) {
 	if rel < TxHeadroom || (rel-TxHeadroom)%TxSlotSize != 0 {
 		return 0, false
 	}

@@ -88,7 +88,7 @@ func (x *XSK) slotted(segs [][]byte, n int) (bool, error) {
 	if !ok || off < x.refLo || off+uint64(len(pay)) > x.refHi {
 		return false, nil
 	}
-	i, ok := x.slots.whole(off-x.refLo, len(pay))
+	i, ok := x.slots.Whole(off-x.refLo, len(pay))
 	if !ok {
 		return false, nil
 	}
