@@ -294,9 +294,13 @@ func queuesServed(t *testing.T, vm *VM, last bool) bool {
 	return served
 }
 
-// checkNoInPlace: where the device's xdp_zc_max_segs is 1, a
-// zero-copy socket has no multi-buffer, and so its port sent no byte in
-// place (port.XSK.referable), whatever the traffic was.
+// checkNoInPlace: the daemon's ports send a payload in place only from
+// the daemon's own UMEM (one descriptor over a whole AllocBuffer buffer's
+// headroom on any socket, chains only with multi-buffer), and a daemon
+// client's memory, its AllocBuffer pool included, is a shared-memory
+// arena outside it: traffic through the daemon is copied, whatever the
+// socket. The zero-copy queues, which the backports kernel's
+// xdp_zc_max_segs of 1 leaves without multi-buffer, must say so.
 func checkNoInPlace(t *testing.T, vm *VM, info *daemon.Info) {
 	t.Helper()
 	if info.XDPZCMaxSegs != 1 {
@@ -306,7 +310,7 @@ func checkNoInPlace(t *testing.T, vm *VM, info *daemon.Info) {
 	guestJSON(t, vm, "ndkxdp stats -j -dev eth0", &stats)
 	for _, e := range stats.Engines {
 		if e.Queue < len(info.Queues) && info.Queues[e.Queue].Bind == "zero-copy" && (e.Socket.TxInPlaceFrames != 0 || e.Socket.TxInPlaceBytes != 0) {
-			t.Errorf("queue %d: zero copy without multi-buffer, yet %d frames with %d bytes sent in place", e.Queue, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
+			t.Errorf("queue %d: zero copy, only daemon clients' memory (never in the UMEM), yet %d frames with %d bytes sent in place", e.Queue, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
 		}
 	}
 }
@@ -431,8 +435,9 @@ func checkZeroCopy(t *testing.T, vm *VM, info *daemon.Info) {
 		case info.XDPZCMaxSegs == 1:
 			// The kernel's limit: xp_assign_dev refuses XDP_USE_SG with
 			// XDP_ZEROCOPY, so the zero-copy sockets have no
-			// multi-buffer and can send nothing in place, and info says
-			// why (checkNoInPlace checks the counters after traffic).
+			// multi-buffer and send in place only whole AllocBuffer
+			// buffers as one descriptor, and info says why
+			// (checkNoInPlace checks the counters after traffic).
 			for _, q := range info.Queues {
 				if q.Bind == "zero-copy" && (q.MultiBuffer || !strings.Contains(q.BindReason, "xdp_zc_max_segs 1")) {
 					t.Errorf("queue %d: zero copy, multi-buffer %v, reason %q; with xdp_zc_max_segs 1 want no multi-buffer and the reason naming it", q.Queue, q.MultiBuffer, q.BindReason)
