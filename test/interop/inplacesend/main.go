@@ -94,7 +94,7 @@ func run(ctx context.Context, dev string, queues int, peer string, size, count i
 		return err
 	}
 	// The host's REP names its sink: address and token.
-	var pdata [64]byte
+	var pdata [256]byte // a REP carries 196 bytes of private data, padded
 	_, _, n, err := c.GetConnectionData(pdata[:])
 	if err != nil || n < 12 {
 		return fmt.Errorf("the host's private data: %d bytes, %v", n, err)
