@@ -50,6 +50,9 @@ type bulkRow struct {
 	Gbps       float64
 	RxCPUPerGB float64 // CPU-seconds per GB (1e9 bytes of payload)
 	TxCPUPerGB float64
+	// Engine is ndkxdp's engine counters over the window, both sides
+	// summed.
+	Engine *procEngine `json:",omitempty"`
 }
 
 // idleRow is what an idle adapter with connected QPs costs.
@@ -157,6 +160,10 @@ func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
 		}
 		rows = append(rows, bulkRow{Name: contender(j.Kind), Op: strings.ToUpper(j.Op), MTU: mtu, Queues: queues, Frame: f,
 			Gbps: 8 * gb / t.ElapsedS, RxCPUPerGB: r.CPU() / gb, TxCPUPerGB: t.CPU() / gb})
+		if r.Engine != nil && t.Engine != nil {
+			e := r.Engine.plus(*t.Engine)
+			rows[len(rows)-1].Engine = &e
+		}
 	}
 	return rows
 }
@@ -218,6 +225,12 @@ func bulkTable(rows []bulkRow) string {
 			op = "-"
 		}
 		fmt.Fprintf(&t, "%-12s %5s %5d %6d %6d %8.2f %12.3f %12.3f %10s %10s\n", r.Name, op, r.MTU, r.Queues, r.Frame, r.Gbps, r.RxCPUPerGB, r.TxCPUPerGB, vs("Go TCP"), vs("raw AF_XDP"))
+	}
+	for _, r := range rows {
+		if e := r.Engine; e != nil {
+			fmt.Fprintf(&t, "  ndkxdp %s MTU %d, %d queues, engines of both sides: %d frames out, %d retransmission rounds (%d ACK timeouts), %d NAKs sent, %d out of sequence, %d answered again, %d RNR NAKs, %d TX ring full\n",
+				r.Op, r.MTU, r.Queues, e.FramesOut, e.Retransmits, e.Timeouts, e.NAKsSent, e.OutOfSeq, e.Duplicates, e.RNRSent, e.TxFull)
+		}
 	}
 	return t.String()
 }

@@ -87,6 +87,44 @@ type procResult struct {
 	ElapsedS    float64
 	Messages    uint64 // messages (frames, writes) completed or received
 	Bytes       uint64 // their payload bytes
+	// Engine is rdma's engine counters over the window, summed over its
+	// queues: the evidence of loss and recovery behind a rate.
+	Engine *procEngine `json:",omitempty"`
+}
+
+// procEngine is the part of ndk.EngineStats a bulk transfer's rate
+// depends on.
+type procEngine struct {
+	FramesOut, Retransmits, Timeouts, NAKsSent, NAKsReceived uint64
+	OutOfSeq, Duplicates, RNRSent, TxFull                    uint64
+}
+
+func engineCounters(st []ndk.EngineStats) procEngine {
+	var e procEngine
+	for _, s := range st {
+		e.FramesOut += s.FramesOut
+		e.Retransmits += s.Retransmits
+		e.Timeouts += s.Timeouts
+		e.NAKsSent += s.NAKsSent
+		e.NAKsReceived += s.NAKsReceived
+		e.OutOfSeq += s.OutOfSeq
+		e.Duplicates += s.Duplicates
+		e.RNRSent += s.RNRSent
+		e.TxFull += s.TxFull
+	}
+	return e
+}
+
+func (e procEngine) minus(o procEngine) procEngine {
+	return procEngine{e.FramesOut - o.FramesOut, e.Retransmits - o.Retransmits, e.Timeouts - o.Timeouts,
+		e.NAKsSent - o.NAKsSent, e.NAKsReceived - o.NAKsReceived, e.OutOfSeq - o.OutOfSeq,
+		e.Duplicates - o.Duplicates, e.RNRSent - o.RNRSent, e.TxFull - o.TxFull}
+}
+
+func (e procEngine) plus(o procEngine) procEngine {
+	return procEngine{e.FramesOut + o.FramesOut, e.Retransmits + o.Retransmits, e.Timeouts + o.Timeouts,
+		e.NAKsSent + o.NAKsSent, e.NAKsReceived + o.NAKsReceived, e.OutOfSeq + o.OutOfSeq,
+		e.Duplicates + o.Duplicates, e.RNRSent + o.RNRSent, e.TxFull + o.TxFull}
 }
 
 func (r procResult) CPU() float64 { return r.UserS + r.SysS }
@@ -139,6 +177,8 @@ func procMain(spec string) int {
 	ran := make(chan error, 1)
 	var r0 unix.Rusage
 	var m0, b0 uint64
+	var e0 procEngine
+	rs, _ := side.(*rdmaSide)
 	var t0 time.Time
 	running := false
 	in := bufio.NewScanner(os.Stdin)
@@ -156,6 +196,9 @@ func procMain(spec string) int {
 		case "start":
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r0)
 			m0, b0, t0 = c.messages.Load(), c.bytes.Load(), time.Now()
+			if rs != nil {
+				e0 = engineCounters(rs.x.Adapter.Stats())
+			}
 		case "stop":
 			var r1 unix.Rusage
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r1)
@@ -165,6 +208,10 @@ func procMain(spec string) int {
 				ElapsedS: time.Since(t0).Seconds(),
 				Messages: c.messages.Load() - m0,
 				Bytes:    c.bytes.Load() - b0,
+			}
+			if rs != nil {
+				e := engineCounters(rs.x.Adapter.Stats()).minus(e0)
+				res.Engine = &e
 			}
 			close(stop)
 			if running {
