@@ -16,9 +16,10 @@
 // pair. BenchmarkCPUCost and BenchmarkBulk run each side of a transfer as
 // a process of its own (the test binary started again; TestMain and
 // proc_bench_test.go) and measure it with getrusage: CPU-seconds per
-// million 64 B messages and per GB written for ndkxdp, raw AF_XDP, Go UDP
-// and Go TCP, an idle adapter's share of a core, and 64 KiB WRITE at MTU
-// 4096 and 9000 over 1 and 4 queues. BenchmarkReport runs all of these
+// million 64 B messages and per GB moved for ndkxdp, raw AF_XDP, Go UDP
+// and Go TCP, an idle adapter's share of a core, and 64 KiB WRITE and
+// READ at MTU 4096 and 9000 over 1 and 4 queues, with both engines'
+// retransmission counters. BenchmarkReport runs all of these
 // and prints them as one table, with the core count and GOMAXPROCS, and
 // as JSON to the file NDKXDP_BENCH_JSON names.
 //
@@ -133,7 +134,7 @@
 // READ moves what WRITE moves or more in most runs: the copy-mode
 // transmit is the ceiling for both (above), and a READ's responder runs
 // only its engine where a WRITE's sender also runs the consumer that
-// posts (WRITE's tx 1.2-1.8 CPU-s/GB on one queue); the CPU moves to the
+// posts (WRITE's tx 1.0-1.8 CPU-s/GB on one queue); the CPU moves to the
 // requester, whose consumer polls (WRITE's receiving side 0.27-0.39).
 // The bulk rows carry both engines' counters over the window: WRITE lost
 // no frame in any run, READ over 4 queues went back 1-38 times a window
