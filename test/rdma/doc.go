@@ -188,6 +188,31 @@
 // about ndkxdp. The spread from run to run comes from the shared machine;
 // compare ratios within one run.
 //
+// # Measured: beside a CPU hog (2-vCPU)
+//
+// BenchmarkUnderHog measures the 64 B SEND rate and ping-pong of ndkxdp,
+// raw AF_XDP and (ping-pong) Go TCP first on the quiet machine, then
+// beside one busy-loop process per CPU, and reports each contender's
+// degradation (rate quiet/loaded, RTT p50 loaded/quiet) and ndkxdp's over
+// the references'. `GOMAXPROCS=N go test ./test/rdma -run XXX -bench
+// UnderHog -benchtime 1x`, the default polling (ndk.PollAuto: adaptive at
+// GOMAXPROCS 2, progress at 16), 2026-11-28, helpers' work beside it
+// (load average 4.5-6.9), two runs each:
+//
+//	                    ndkxdp msg/s degr.   raw msg/s degr.   ratio       ndkxdp RTT p50 quiet/loaded   its degr.   TCP's   ratio
+//	GOMAXPROCS 2        1.26-4.00            1.29-2.55         0.98-1.57   11.7-13.7 / 11.3-31.1µs       0.83-2.67   0.98    0.84-2.72
+//	GOMAXPROCS 16       3.04-3.73            1.97-2.84         1.07-1.89   5.7-6.0 / 5.8-5.9µs           0.98-1.02   0.94-1.00  1.02-1.04
+//
+// Issue 27 asks for ndkxdp's degradation within 3x the reference's: the
+// rate's is 0.98-1.89x raw AF_XDP's, the round trip's 0.84-2.72x Go TCP's.
+// Against the raw AF_XDP ping-pong the ratio means nothing here: that
+// reference sleeps in poll(2) between frames, and on the quiet VM every
+// wake-up finds a halted vCPU (53-73µs at p50, rc's doc, "Polling"),
+// while beside the hogs no vCPU halts and it measured 4.2-4.9µs, so its
+// "degradation" is 0.06-0.50. Earlier runs with adaptive polling at
+// GOMAXPROCS 16 (before ndk.PollAuto) kept the p50 (89µs quiet and
+// loaded) but not the tail (p99 8ms quiet, 24ms loaded).
+//
 // # Engine scheduling
 //
 // Two choices in ndk/internal/rc rest on these measurements, on the same
@@ -218,4 +243,5 @@
 //	go test ./test/rdma -run TestSizes -v
 //	go test ./test/rdma -run XXX -bench RDMAvsBaseline -benchtime 1x
 //	go test ./test/rdma -run XXX -bench 'CPUCost|Bulk|Report' -benchtime 1x
+//	go test ./test/rdma -run XXX -bench UnderHog -benchtime 1x
 package rdma
