@@ -242,10 +242,11 @@
 // requires tx_in_place_bytes 0 on its zero-copy queues. Then, with the
 // daemon stopped, inplacesend (test/interop/inplacesend) attaches ndkxdp
 // in process to the guest's NIC, serves its adapter as the daemon does,
-// and SENDs and WRITEs twenty whole 1000-byte AllocBuffer buffers to the
-// host, one at a time: both queues bind zero-copy again, `ndkxdp stats`
-// counts exactly the 40000 posted bytes in 40 frames as sent in place,
-// and the host receives every byte intact. At an MTU that needs
+// and SENDs 20 and WRITEs 20 whole 1000-byte AllocBuffer buffers to the
+// host, one request at a time, each buffer its own: both queues bind
+// zero-copy again, `ndkxdp stats` counts exactly the 40000 posted bytes
+// in 40 frames as sent in place (a retransmission, none so far, would
+// add its own), and the host receives every byte intact. At an MTU that needs
 // multi-buffer, afxdp's ModeAuto falls back to copy mode with
 // multi-buffer, the zero-copy bind refused for the same limit (read in
 // the code; no test boots that MTU on this kernel).

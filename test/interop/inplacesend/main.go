@@ -2,8 +2,8 @@
 // (TestDaemonOnBackportsKernel): it attaches ndkxdp in process to a NIC,
 // serves the adapter as the daemon does (so that `ndkxdp stats` and
 // `ndkxdp info` report its queues), connects to a listener of the host's,
-// and SENDs and WRITEs whole AllocBuffer buffers, each posted once and
-// completed before the next, so that each packet's payload is one whole
+// and SENDs and WRITEs whole AllocBuffer buffers, each posted once, one
+// request at a time, so that each packet's payload is one whole
 // allocation the port may send in place as one descriptor. It prints one
 // JSON object: the payload bytes posted from AllocBuffer memory, and what
 // `ndkxdp info -j` and `ndkxdp stats -j` said afterwards.
@@ -101,27 +101,39 @@ func run(ctx context.Context, dev string, queues int, peer string, size, count i
 	}
 	sink, token := binary.BigEndian.Uint64(pdata[:8]), binary.BigEndian.Uint32(pdata[8:12])
 
+	// Every SEND and every WRITE has a buffer of its own, held to the
+	// end: no buffer is posted while an earlier frame of it may still
+	// await its transmit completion, which would make the port copy it.
 	rep := Report{}
+	bufs := make([]*ndk.Buffer, 0, 2*count)
+	defer func() {
+		for _, b := range bufs {
+			b.Free()
+		}
+	}()
 	for i := range count {
-		buf, err := a.AllocBuffer(pd, size, 0)
-		if err != nil {
-			return err
+		var sges [2]ndk.SGE
+		for k := range sges {
+			buf, err := a.AllocBuffer(pd, size, 0)
+			if err != nil {
+				return err
+			}
+			bufs = append(bufs, buf)
+			b := buf.Bytes()
+			for j := range b {
+				b[j] = byte(i*31 + j*7)
+			}
+			if sges[k], err = buf.SGE(0, size); err != nil {
+				return err
+			}
 		}
-		b := buf.Bytes()
-		for j := range b {
-			b[j] = byte(i*31 + j*7)
-		}
-		sge, err := buf.SGE(0, size)
-		if err != nil {
-			return err
-		}
-		if err := qp.Send(nil, []ndk.SGE{sge}, 0); err != nil {
+		if err := qp.Send(nil, sges[:1], 0); err != nil {
 			return err
 		}
 		if err := wait(ctx, cq, "send"); err != nil {
 			return err
 		}
-		if err := qp.Write(nil, []ndk.SGE{sge}, sink+uint64(i*size), token, 0); err != nil {
+		if err := qp.Write(nil, sges[1:], sink+uint64(i*size), token, 0); err != nil {
 			return err
 		}
 		if err := wait(ctx, cq, "write"); err != nil {
@@ -129,9 +141,6 @@ func run(ctx context.Context, dev string, queues int, peer string, size, count i
 		}
 		rep.Posted += 2 * uint64(size)
 		rep.Ops += 2
-		if err := buf.Free(); err != nil {
-			return err
-		}
 	}
 	a.Stats() // the engines publish their ports' counts per batch
 	if rep.Info, err = exec.CommandContext(ctx, "ndkxdp", "info", "-j", "-dev", dev).Output(); err != nil {
