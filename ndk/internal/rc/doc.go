@@ -615,11 +615,18 @@
 // # Left to do
 //
 //   - FLUSH and ATOMIC_WRITE are refused with an invalid request NAK.
-//   - Zero copy stops at the XSK port: AllocBuffer payloads leave in place
-//     (port.XSKConfig.TxReference) and a frame over one 4 KiB chunk is
-//     joined where it lies, so receive places each payload with one copy;
-//     but a chain whose chunks are not adjacent (once per round of the
-//     fill ring) is still gathered.
+//   - Zero copy stops at the XSK port: a packet whose payload is a whole
+//     AllocBuffer buffer leaves as one descriptor, its headers in the
+//     pool's headroom (port.TxSlots), on any socket, zero-copy ones
+//     without multi-buffer included (virtio_net); other AllocBuffer
+//     payloads leave in place only as descriptor chains on a multi-buffer
+//     socket (port.XSKConfig.TxReference), so on a zero-copy socket of a
+//     device whose xdp_zc_max_segs is 1 a part of a buffer (a message
+//     over the path MTU, an SGE that is not the whole buffer) is copied,
+//     and a daemon client's memory, outside the daemon's UMEM, always is.
+//     A frame over one 4 KiB chunk is joined where it lies, so receive
+//     places each payload with one copy; but a chain whose chunks are not
+//     adjacent (once per round of the fill ring) is still gathered.
 //   - Credits: ACKs advertise "no credit information" (like rxe) and
 //     incoming credit counts are ignored.
 //   - WRITE bandwidth on veth falls short of Go TCP's: the sending
