@@ -497,9 +497,9 @@ func mb(xs []float64) []float64 {
 }
 
 // TestBed_MarksNotifiesCuts checks the bed's mechanics with DCQCN on: two
-// flows into the receiver overfill the bottleneck, its phantom queue marks their
-// ECT(0) frames CE, the receiver answers with CNPs, the senders receive
-// them and cut their rates, and every byte arrives.
+// flows into the receiver overfill the bottleneck, its phantom queue
+// marks their ECT(0) frames CE, the receiver answers with CNPs, the
+// senders receive them and cut their rates, and every byte arrives.
 func TestBed_MarksNotifiesCuts(t *testing.T) {
 	b := newBed(t, defaultBottleneck)
 	f := b.run(t, ccOn, 2, 500*time.Millisecond, false)

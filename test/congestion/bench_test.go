@@ -14,9 +14,9 @@ import (
 // with DCQCN as a share of no-CC's (p99-N-dcqcn/off, target <= 0.3;
 // p99-N-settled-dcqcn/off beside it counts only the probes posted after
 // the first windows left the queue, to tell the start's burst from the
-// steady state, not as the target) and the bytes sent again likewise (resent-N-dcqcn/off, target <= 0.1); and
-// a single flow's share of the bottleneck alone with DCQCN (goodput-1,
-// target >= 0.9). Run with -benchtime 1x under the shared lock.
+// steady state, not as the target) and the bytes sent again likewise
+// (resent-N-dcqcn/off, target <= 0.1); and a single flow's share of the
+// bottleneck alone with DCQCN (goodput-1, target >= 0.9). Run with -benchtime 1x under the shared lock.
 func BenchmarkIncast(b *testing.B) {
 	bd := newBed(b, defaultBottleneck)
 	const d = 2 * time.Second
