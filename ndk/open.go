@@ -2,6 +2,7 @@ package ndk
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -13,15 +14,29 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
+	"golang.org/x/sys/unix"
 )
 
 // PollingMode is how the engines wait for work.
 type PollingMode int
 
 const (
+	// PollAuto, the default, is PollProgress where the process runs more
+	// goroutines in parallel than the adapter has engines plus one
+	// (GOMAXPROCS > Queues+1, when ThreadLocking's LockAuto gives each
+	// engine a thread of its own), and PollAdaptive otherwise. With
+	// threads to spare, a completion that waits for a woken engine, and a
+	// consumer that waits for the engine's thread to be scheduled, cost a
+	// hand-off between threads at every hop of a round trip, which at
+	// GOMAXPROCS 16 made a ping-pong 15-20x slower than with the
+	// consumer running the turn (ndk/internal/rc's doc, "Polling"); with
+	// as few Ps as engines and a consumer, goroutines hand off on one
+	// thread in the runtime, and an engine batching on its own is faster
+	// for streams. Through a daemon the daemon's engines poll adaptively.
+	PollAuto PollingMode = iota
 	// PollAdaptive spins briefly when idle, then sleeps in poll(2) on the
 	// AF_XDP socket and a doorbell until a frame, a post or a timer.
-	PollAdaptive PollingMode = iota
+	PollAdaptive
 	// PollBusy never sleeps: the lowest latency, a core per engine.
 	PollBusy
 	// PollProgress is consumer-driven progress, as libfabric's manual
@@ -38,6 +53,33 @@ const (
 	PollProgress
 )
 
+// Resolve says what the mode is for an adapter of queues engines opened
+// in this process now: PollAuto's choice (by GOMAXPROCS), else m.
+func (m PollingMode) Resolve(queues int) PollingMode {
+	if m != PollAuto {
+		return m
+	}
+	if runtime.GOMAXPROCS(0) > max(queues, 1)+1 {
+		return PollProgress
+	}
+	return PollAdaptive
+}
+
+// String names the mode as the tools' -polling flag does.
+func (m PollingMode) String() string {
+	switch m {
+	case PollAuto:
+		return "auto"
+	case PollAdaptive:
+		return "adaptive"
+	case PollBusy:
+		return "busy"
+	case PollProgress:
+		return "progress"
+	}
+	return fmt.Sprintf("PollingMode(%d)", int(m))
+}
+
 // XDPMode selects where the kernel runs the steering program.
 type XDPMode int
 
@@ -47,8 +89,8 @@ const (
 	XDPGeneric                // generic (skb) mode: any device, slower
 )
 
-// Options configure Open. The zero value is one queue, adaptive polling
-// and automatic XDP mode.
+// Options configure Open. The zero value is one queue, automatic polling
+// (PollAuto) and automatic XDP mode.
 type Options struct {
 	// Queues is the number of device queues, each with its own AF_XDP
 	// socket and engine (default 1). QPs are spread over the engines
@@ -70,6 +112,13 @@ type Options struct {
 	// to its OS thread (DESIGN.md, Engine and threads). The default,
 	// LockAuto, locks when every engine can have a core to itself.
 	ThreadLocking ThreadLocking
+	// EngineCPUs pins the engines' threads: queue i's engine runs only on
+	// CPU EngineCPUs[i % len(EngineCPUs)] (sched_setaffinity(2)), locked
+	// to its thread whatever ThreadLocking says. Pin each engine next to
+	// its queue's interrupt and away from the consumers; by default the
+	// engines run wherever the Go scheduler puts them. Each CPU must be
+	// one the process may run on.
+	EngineCPUs []int
 	// Capture, if set, records every frame the engines send and receive
 	// as a pcap stream (ndkxdp demo -capture): Open writes the file header
 	// (Ethernet, nanosecond timestamps), then each frame is one record in
@@ -213,8 +262,11 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.MaxQPs < 0 {
 		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
 	}
-	if opts.Polling < PollAdaptive || opts.Polling > PollProgress {
+	if opts.Polling < PollAuto || opts.Polling > PollProgress {
 		return nil, errorf(StatusInvalidParameter, op, "polling mode %d", opts.Polling)
+	}
+	if err := checkCPUs(opts.EngineCPUs); err != nil {
+		return nil, &Error{Status: StatusInvalidParameter, Op: op, Err: err}
 	}
 	if !(opts.InjectLoss >= 0 && opts.InjectLoss <= 1) {
 		return nil, errorf(StatusInvalidParameter, op, "InjectLoss %v outside [0, 1]", opts.InjectLoss)
@@ -248,7 +300,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 
 // providerConfig is what the options ask of the in-process provider.
 func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
-	poll := map[PollingMode]rc.PollMode{PollAdaptive: rc.PollAdaptive, PollBusy: rc.PollBusy, PollProgress: rc.PollProgress}[opts.Polling]
+	poll := map[PollingMode]rc.PollMode{PollAdaptive: rc.PollAdaptive, PollBusy: rc.PollBusy, PollProgress: rc.PollProgress}[opts.Polling.Resolve(opts.Queues)]
 	mode := map[XDPMode]loader.AttachMode{XDPAuto: loader.AttachAuto, XDPDriver: loader.AttachDriver, XDPGeneric: loader.AttachGeneric}[opts.XDPMode]
 	return inproc.Config{
 		Regions:    regions,
@@ -268,7 +320,26 @@ func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
 		SpinTime:   opts.SpinTime,
 		Traffic:    opts.TrafficClass.rc(),
 		CC:         opts.Congestion.rc(),
+		EngineCPUs: opts.EngineCPUs,
 	}
+}
+
+// checkCPUs refuses a CPU the process may not run on (its affinity mask,
+// which a cpuset or taskset narrows).
+func checkCPUs(cpus []int) error {
+	if len(cpus) == 0 {
+		return nil
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return fmt.Errorf("engine CPUs: sched_getaffinity: %w", err)
+	}
+	for _, c := range cpus {
+		if c < 0 || c >= len(set)*64 || !set.IsSet(c) {
+			return fmt.Errorf("engine CPU %d is not one this process may run on (%d allowed)", c, set.Count())
+		}
+	}
+	return nil
 }
 
 // LocalAddress returns the IP address the adapter's QPs send from.

@@ -36,6 +36,7 @@ type daemonConfig struct {
 	PinRoot     string     `json:"pin_root"`     // bpffs directory; default /sys/fs/bpf/ndkxdp
 	ZeroCopy    string     `json:"zero_copy"`    // preferred, required or off
 	BusyPoll    string     `json:"busy_poll"`    // SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL, e.g. "50us"; "" or "0" off
+	EngineCPUs  string     `json:"engine_cpus"`  // CPUs for the engines' threads, as taskset -c lists them ("2,3", "2-5"); "" unpinned
 	Metrics     string     `json:"metrics"`      // Prometheus /metrics address; "" (default) serves none, ":PORT" loopback
 	// MetricsQPs bounds the QPs with series of their own (default 64); the
 	// rest are summed under qpn="other".
@@ -109,20 +110,21 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := cmdline.NewFlagSet("daemon", "usage: ndkxdp daemon -dev IF [-socket PATH] [-config FILE] [flags]\n\n"+
 		"Serves the ndkxdp adapter on IF to local applications (ndk.Dial) until SIGINT or SIGTERM.\n"+
 		"In a network namespace, start it with `nsenter --net=/var/run/netns/NS`, not `ip netns exec`.", stderr)
-	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, metrics, metrics_qp_series, allow_users, allow_groups, quotas, traffic_class); flags override it")
+	cfgPath := fs.String("config", "", "JSON configuration file (keys: interface, socket, socket_group, queues, xdp_mode, polling, spin, log_format, log_level, pin_root, zero_copy, busy_poll, engine_cpus, metrics, metrics_qp_series, allow_users, allow_groups, quotas, traffic_class); flags override it")
 	var set daemonConfig
 	fs.StringVar(&set.Interface, "dev", "", "interface to serve (required, here or in the config)")
 	fs.StringVar(&set.Socket, "socket", "", "unix socket clients dial (default /run/ndkxdp/IF.sock)")
 	fs.StringVar(&set.SocketGroup, "group", "", "group that owns the socket (mode 0660)")
 	fs.StringVar((*string)(&set.Queues), "queues", "", `receive queues to bind: "all" (default) or a count`)
 	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
-	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
+	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default; auto is adaptive here) or busy")
 	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps, at least (default 20µs; it spins up to 200µs while work keeps coming)")
 	fs.StringVar(&set.LogFormat, "log-format", "", "log format: text (default) or json")
 	fs.StringVar(&set.LogLevel, "log-level", "", "log level: debug, info (default), warn or error")
 	fs.StringVar(&set.PinRoot, "pin-root", "", "bpffs directory for the pinned attachment (default /sys/fs/bpf/ndkxdp)")
 	fs.StringVar(&set.ZeroCopy, "zero-copy", "", "AF_XDP bind mode: preferred (default: zero-copy where the driver has it), required or off")
 	fs.StringVar(&set.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
+	fs.StringVar(&set.EngineCPUs, "engine-cpus", "", `pin the engines' threads to these CPUs, as taskset -c lists them ("2,3" or "2-5"): queue i's engine on the i-th, round-robin (default: unpinned)`)
 	fs.StringVar(&set.Metrics, "metrics", "", `serve Prometheus /metrics on this address (off by default; ":9464" is loopback port 9464)`)
 	fs.IntVar(&set.MetricsQPs, "metrics-qps", 0, `QPs with metric series of their own (default 64); the rest are summed under qpn="other"`)
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
@@ -162,7 +164,7 @@ func overlay(c *daemonConfig, set daemonConfig) {
 		{(*string)(&c.Queues), string(set.Queues)}, {&c.XDPMode, set.XDPMode}, {&c.Polling, set.Polling},
 		{&c.Spin, set.Spin},
 		{&c.LogFormat, set.LogFormat}, {&c.LogLevel, set.LogLevel}, {&c.PinRoot, set.PinRoot},
-		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll},
+		{&c.ZeroCopy, set.ZeroCopy}, {&c.BusyPoll, set.BusyPoll}, {&c.EngineCPUs, set.EngineCPUs},
 		{&c.Metrics, set.Metrics},
 	} {
 		if f.v != "" {
@@ -192,6 +194,10 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		// run the daemon's engines' turns.
 		return opts, 0, nil, errors.New("daemon: -polling progress needs the consumers in the engine's process; the daemon's clients are not (use adaptive or busy)")
 	}
+	if o.Polling == ndk.PollAuto {
+		// Auto's other choice, progress, is not the daemon's to make.
+		o.Polling = ndk.PollAdaptive
+	}
 	opts = o
 	if c.Spin != "" {
 		d, err := time.ParseDuration(c.Spin)
@@ -209,6 +215,9 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 	}
 	if opts.BusyPoll, err = cmdline.BusyPoll(c.BusyPoll); err != nil {
 		return opts, 0, nil, err
+	}
+	if opts.EngineCPUs, err = cmdline.CPUList(c.EngineCPUs); err != nil {
+		return opts, 0, nil, fmt.Errorf("daemon: engine_cpus %v", err)
 	}
 	if err := c.TrafficClass.apply(&opts); err != nil {
 		return opts, 0, nil, err

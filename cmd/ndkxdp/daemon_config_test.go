@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,5 +85,31 @@ func TestDaemonConfigQueues(t *testing.T) {
 		if n, _ := strconv.Atoi(tc.want); err != nil || opts.Queues != n {
 			t.Errorf("%s: resolved to %d queues, %v", tc.json, opts.Queues, err)
 		}
+	}
+}
+
+// TestDaemonEngineCPUs: the config's engine_cpus (or -engine-cpus over
+// it) pins the daemon's engines; a list that is no CPU list is refused
+// before anything touches the system.
+func TestDaemonEngineCPUs(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "ndkxdp.json")
+	if err := os.WriteFile(cfg, []byte(`{"interface": "lo", "engine_cpus": "0,2-3"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := defaultDaemonConfig()
+	if err := loadDaemonConfig(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	opts, _, _, err := c.resolve(io.Discard)
+	if err != nil || !slices.Equal(opts.EngineCPUs, []int{0, 2, 3}) {
+		t.Fatalf("config engine_cpus 0,2-3: %v, %v", opts.EngineCPUs, err)
+	}
+	overlay(&c, daemonConfig{EngineCPUs: "1"})
+	if opts, _, _, err = c.resolve(io.Discard); err != nil || !slices.Equal(opts.EngineCPUs, []int{1}) {
+		t.Fatalf("-engine-cpus 1 over the config: %v, %v", opts.EngineCPUs, err)
+	}
+	c.EngineCPUs = "two"
+	if _, _, _, err := c.resolve(io.Discard); err == nil || !strings.Contains(err.Error(), "engine_cpus") {
+		t.Fatalf("engine_cpus two: %v, want an error naming engine_cpus", err)
 	}
 }

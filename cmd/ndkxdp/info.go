@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
@@ -55,6 +56,9 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		mb := ""
 		if q.MultiBuffer {
 			mb = ", multi-buffer"
+		}
+		if len(q.EngineCPUs) > 0 {
+			mb += fmt.Sprintf(", engine on CPU %s", cmdline.FormatCPUList(q.EngineCPUs))
 		}
 		if q.BindReason != "" {
 			mb += ": " + q.BindReason

@@ -116,6 +116,8 @@ type QueueInfo struct {
 	// and what the device offers.
 	BindReason  string `json:"bind_reason,omitempty"`
 	MultiBuffer bool   `json:"multi_buffer"`
+	// EngineCPUs are the CPUs the queue's engine is pinned to.
+	EngineCPUs []int `json:"engine_cpus,omitempty"`
 }
 
 // GID is one entry of the port's GID table, as rxe builds it from the
@@ -341,7 +343,7 @@ func (s *Server) info() (*Info, error) {
 	}
 	x.Driver, x.DriverVersion, x.Firmware, x.BusInfo = driverInfo(x.Interface)
 	for _, q := range p.Queues() {
-		x.Queues = append(x.Queues, QueueInfo{Queue: q.Queue, Bind: q.Bind, BindReason: q.BindReason, MultiBuffer: q.MultiBuffer})
+		x.Queues = append(x.Queues, QueueInfo{Queue: q.Queue, Bind: q.Bind, BindReason: q.BindReason, MultiBuffer: q.MultiBuffer, EngineCPUs: q.EngineCPUs})
 	}
 	return x, nil
 }

@@ -161,17 +161,25 @@ type rawQP struct {
 
 func (r *raw) qp(pd uint32) *rawQP {
 	r.t.Helper()
+	q, _ := r.qpWith(proto.Request{Op: proto.OpCreateQP, PD: pd, Depth: 16, SendDepth: 16, RecvSGE: 2, SendSGE: 2})
+	return q
+}
+
+// qpWith makes a CQ and a QP of req (its CQ handles filled in) and maps
+// both rings, returning the QP and create_qp's reply.
+func (r *raw) qpWith(req proto.Request) (*rawQP, *proto.Message) {
+	r.t.Helper()
 	cm, cfds := r.ok(&proto.Request{Op: proto.OpCreateCQ, Depth: 64})
 	cqSeg, err := shm.MapSegment(cfds[0], cm.Seg.Size)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cl := proto.NewCQLayout(cm.Seg.Slots)
-	cring, err := shm.NewConsumer(cqSeg, cl.Ring)
+	cring, err := shm.NewConsumer(cqSeg, proto.NewCQLayout(cm.Seg.Slots).Ring)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	m, fds := r.ok(&proto.Request{Op: proto.OpCreateQP, PD: pd, RecvCQ: cm.H, SendCQ: cm.H, Depth: 16, SendDepth: 16, RecvSGE: 2, SendSGE: 2})
+	req.RecvCQ, req.SendCQ = cm.H, cm.H
+	m, fds := r.ok(&req)
 	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
 	if err != nil {
 		r.t.Fatal(err)
@@ -185,7 +193,7 @@ func (r *raw) qp(pd uint32) *rawQP {
 		seg.Close()
 		cqSeg.Close()
 	})
-	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l, cq: cm.H}
+	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, psn: m.PSN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l, cq: cm.H}, m
 }
 
 // completion waits for the next entry of q's CQ ring.

@@ -7,40 +7,17 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
-	"github.com/ndkxdp/ndkxdp/ndk/internal/shm"
 )
 
 // udQP makes a UD QP for a raw client, as rawQP does an RC one.
 func (r *raw) udQP(pd uint32) *rawQP {
 	r.t.Helper()
-	cm, cfds := r.ok(&proto.Request{Op: proto.OpCreateCQ, Depth: 64})
-	cqSeg, err := shm.MapSegment(cfds[0], cm.Seg.Size)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	cring, err := shm.NewConsumer(cqSeg, proto.NewCQLayout(cm.Seg.Slots).Ring)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	m, fds := r.ok(&proto.Request{Op: proto.OpCreateQP, PD: pd, RecvCQ: cm.H, SendCQ: cm.H, Depth: 16, SendDepth: 16, RecvSGE: 1, SendSGE: 1, Inline: 64,
+	q, m := r.qpWith(proto.Request{Op: proto.OpCreateQP, PD: pd, Depth: 16, SendDepth: 16, RecvSGE: 1, SendSGE: 1, Inline: 64,
 		UD: true, QKey: ndk.RDMAUDPQKey})
 	if m.MaxMessage == 0 {
 		r.t.Fatalf("create_qp of a UD QP: reply without its datagram size: %+v", m)
 	}
-	seg, err := shm.MapSegment(fds[0], m.Seg.Size)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	l := proto.NewQPLayout(m.Seg.SendSlots, m.Seg.RecvSlots)
-	send, err := shm.NewProducer(seg, l.Send)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() {
-		seg.Close()
-		cqSeg.Close()
-	})
-	return &rawQP{h: m.H, slot: m.Slot, qpn: m.QPN, seg: seg, send: send, cqRing: cring, cqSeg: cqSeg, layout: l, cq: cm.H}
+	return q
 }
 
 // TestHostileUD: a client's UD control requests and SEND records that no

@@ -23,19 +23,7 @@ import (
 // from netlink there.
 func TestInteropThroughDaemon(t *testing.T) {
 	vm := sharedVM(t)
-	bin := testenv.Ndkxdp(t)
-	sock := filepath.Join(t.TempDir(), "ndkxdp.sock")
-	d := daemonproc.StartDaemonIn(t, vm.Host.NS, vm.Host.Tap, sock, daemonproc.PinRoot(t))
-	d.Dial(t).Close()
-	defer func() {
-		_ = d.Cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-d.Done; err != nil {
-			t.Errorf("daemon after SIGTERM: %v\n%s", err, d.Logs)
-		}
-	}()
-	host := func(ctx context.Context, args ...string) *exec.Cmd {
-		return vm.Host.Command(ctx, bin, append(args, "-daemon", sock)...)
-	}
+	_, host := hostDaemon(t, vm)
 
 	t.Run("rping/rxe_server", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
@@ -69,6 +57,25 @@ func TestInteropThroughDaemon(t *testing.T) {
 			theirs, _ := hostServerCmd(t, ctx, vm, host(ctx, ours...), c.tool+" "+guestArgs(prm)+" "+HostIPv4.String())
 			requireRow(t, "rxe's client", theirs, theirs, prm)
 		})
+	}
+}
+
+// hostDaemon starts an `ndkxdp daemon` on the VM's tap in the host
+// namespace, stopped with SIGTERM (and required to exit cleanly) when the
+// test ends, and returns it with a builder of its client commands.
+func hostDaemon(t *testing.T, vm *VM) (*daemonproc.Daemon, func(ctx context.Context, args ...string) *exec.Cmd) {
+	t.Helper()
+	bin := testenv.Ndkxdp(t)
+	d := daemonproc.StartDaemonIn(t, vm.Host.NS, vm.Host.Tap, filepath.Join(t.TempDir(), "ndkxdp.sock"), daemonproc.PinRoot(t))
+	d.Dial(t).Close()
+	t.Cleanup(func() {
+		_ = d.Cmd.Process.Signal(syscall.SIGTERM)
+		if err := <-d.Done; err != nil {
+			t.Errorf("daemon after SIGTERM: %v\n%s", err, d.Logs)
+		}
+	})
+	return d, func(ctx context.Context, args ...string) *exec.Cmd {
+		return vm.Host.Command(ctx, bin, append(args, "-daemon", d.Sock)...)
 	}
 }
 

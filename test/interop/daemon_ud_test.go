@@ -1,19 +1,13 @@
 package interop
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
-	"github.com/ndkxdp/ndkxdp/test/daemonproc"
 )
 
 // TestInteropUDThroughDaemon runs rxe's udaddy, `ib_send_bw -c UD -R` and
@@ -24,19 +18,7 @@ import (
 // resolves rxe's services, and every datagram arrives both ways.
 func TestInteropUDThroughDaemon(t *testing.T) {
 	vm := sharedVM(t)
-	bin := testenv.Ndkxdp(t)
-	sock := filepath.Join(t.TempDir(), "ndkxdp.sock")
-	d := daemonproc.StartDaemonIn(t, vm.Host.NS, vm.Host.Tap, sock, daemonproc.PinRoot(t))
-	d.Dial(t).Close()
-	defer func() {
-		_ = d.Cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-d.Done; err != nil {
-			t.Errorf("daemon after SIGTERM: %v\n%s", err, d.Logs)
-		}
-	}()
-	host := func(ctx context.Context, args ...string) *exec.Cmd {
-		return vm.Host.Command(ctx, bin, append(args, "-daemon", sock)...)
-	}
+	d, host := hostDaemon(t, vm)
 	a := d.Dial(t)
 	pmtu := a.PathMTU()
 	a.Close()
@@ -99,7 +81,7 @@ func TestInteropUDThroughDaemon(t *testing.T) {
 						break
 					}
 					sctx := ctxFor(t, 30*time.Second)
-					stats, serr := vm.Host.Command(sctx, bin, "stats", "-daemon", sock).CombinedOutput()
+					stats, serr := host(sctx, "stats").CombinedOutput()
 					if attempt == 2 {
 						t.Fatalf("attempt %d: %v\ndaemon stats (%v):\n%s", attempt, err, serr, stats)
 					}

@@ -56,6 +56,7 @@ type bed struct {
 	pair    *harness.Pair
 	sock    string
 	logs    *daemonproc.SyncBuffer // the daemon's
+	pid     int                    // the daemon's
 	b       *ndkhost.Host
 	capture *syncBuffer
 	a       *ndk.Adapter // the client's, from ndk.Dial
@@ -80,7 +81,7 @@ func newBed(t *testing.T, daemonArgs ...string) *bed {
 	t.Cleanup(bd.b.Close)
 	bd.sock = filepath.Join(t.TempDir(), "d.sock")
 	d := daemonproc.StartDaemon(t, p.A, bd.sock, daemonproc.PinRoot(t), daemonArgs...)
-	bd.logs = d.Logs
+	bd.logs, bd.pid = d.Logs, d.Cmd.Process.Pid
 	bd.a = d.Dial(t)
 	t.Cleanup(bd.a.Close)
 	bd.connect(t)

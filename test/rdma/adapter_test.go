@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -68,6 +69,7 @@ func TestOpen_Options(t *testing.T) {
 			{"TwoQueues", ndk.Options{Queues: 2}},
 			{"LockedThreads", ndk.Options{ThreadLocking: ndk.LockAlways}},
 			{"UnlockedThreads", ndk.Options{ThreadLocking: ndk.LockNever}},
+			{"PinnedEngines", ndk.Options{Queues: 2, EngineCPUs: testenv.AllowedCPUs(t)}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				p := harness.New(t, harness.Config{Queues: max(c.opts.Queues, 1), StaticNeighbours: true})

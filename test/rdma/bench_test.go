@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
+	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -44,9 +45,8 @@ type figures struct {
 // ndkxdp on both ends: the 64 B SEND message rate, the 64 B SEND
 // ping-pong and the 64 KiB WRITE bandwidth. It prints a table and reports
 // each ratio as a metric. Run it with -benchtime 1x: one iteration
-// measures everything. NDKXDP_BENCH_POLL=busy makes the engines busy-poll,
-// NDKXDP_BENCH_POLL=progress lets the consumers run the engines' turns
-// (ndk.PollProgress).
+// measures everything. The environment sets polling and engine CPUs
+// (benchSetups).
 func BenchmarkRDMAvsBaseline(b *testing.B) {
 	p := harness.New(b, harness.Config{MTU: benchMTU, StaticNeighbours: true})
 	frame := rdmaFrame(benchMsg)
@@ -112,15 +112,9 @@ func BenchmarkRDMAvsBaseline(b *testing.B) {
 
 // measureRDMA opens ndkxdp on both hosts of p and measures it.
 func measureRDMA(b *testing.B, p *harness.Pair) figures {
-	s := setup{}
-	switch os.Getenv("NDKXDP_BENCH_POLL") {
-	case "busy":
-		s.opts.Polling = ndk.PollBusy
-	case "progress":
-		s.opts.Polling = ndk.PollProgress
-	}
-	x := openHost(b, p.A, s, nil)
-	y := openHost(b, p.B, s, nil)
+	sa, sb := benchSetups(b)
+	x := openHost(b, p.A, sa, nil)
+	y := openHost(b, p.B, sb, nil)
 	defer x.Close()
 	defer y.Close()
 	var f figures
@@ -143,6 +137,32 @@ func measureRDMA(b *testing.B, p *harness.Pair) figures {
 		b.Fatal(err)
 	}
 	return f
+}
+
+// benchSetups are the two hosts' settings from the environment:
+// NDKXDP_BENCH_POLL=busy or progress (ndk.PollBusy, ndk.PollProgress), and
+// NDKXDP_BENCH_ENGINE_CPUS="0;1", which pins host A's engines to CPU 0 and
+// host B's to CPU 1 (ndk.Options.EngineCPUs, lists as taskset -c's).
+func benchSetups(b *testing.B) (sa, sb setup) {
+	var s setup
+	switch os.Getenv("NDKXDP_BENCH_POLL") {
+	case "busy":
+		s.opts.Polling = ndk.PollBusy
+	case "progress":
+		s.opts.Polling = ndk.PollProgress
+	}
+	sa, sb = s, s
+	if v := os.Getenv("NDKXDP_BENCH_ENGINE_CPUS"); v != "" {
+		la, lb, _ := strings.Cut(v, ";")
+		var err error
+		if sa.opts.EngineCPUs, err = cmdline.CPUList(la); err != nil {
+			b.Fatal(err)
+		}
+		if sb.opts.EngineCPUs, err = cmdline.CPUList(lb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return sa, sb
 }
 
 func (x *host) freshCQs() {

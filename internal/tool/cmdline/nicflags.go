@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/loader"
@@ -12,9 +13,10 @@ import (
 
 // NICFlags are what a tool that attaches to a real NIC needs: how many of
 // its queues, where the XDP program runs, how the AF_XDP sockets bind, and
-// busy polling. With -daemon they belong to the daemon and are refused.
+// busy polling, and where the engines run. With -daemon they belong to the
+// daemon and are refused.
 type NICFlags struct {
-	Queues, XDPMode, ZeroCopy, BusyPoll string
+	Queues, XDPMode, ZeroCopy, BusyPoll, EngineCPUs string
 }
 
 // Register adds the flags to fs.
@@ -23,18 +25,19 @@ func (n *NICFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&n.XDPMode, "xdp-mode", "auto", "XDP attach mode: auto, driver or generic")
 	fs.StringVar(&n.ZeroCopy, "zero-copy", "preferred", "AF_XDP bind mode: preferred (zero-copy where the driver has it), required or off")
 	fs.StringVar(&n.BusyPoll, "busy-poll", "", "SO_BUSY_POLL per poll with SO_PREFER_BUSY_POLL (e.g. 50us; default off)")
+	fs.StringVar(&n.EngineCPUs, "engine-cpus", "", `pin the engines' threads to these CPUs, as taskset -c lists them ("2,3" or "2-5"): queue i's engine on the i-th, round-robin (default: unpinned)`)
 }
 
 // set reports whether any NIC flag differs from its default.
 func (n *NICFlags) Set() bool {
-	return n.Queues != "1" || n.XDPMode != "auto" || n.ZeroCopy != "preferred" || n.BusyPoll != ""
+	return n.Queues != "1" || n.XDPMode != "auto" || n.ZeroCopy != "preferred" || n.BusyPoll != "" || n.EngineCPUs != ""
 }
 
 // check validates the flags before anything touches the system; daemon
 // is the -daemon socket, if any.
 func (n *NICFlags) Check(daemon string) error {
 	if daemon != "" && n.Set() {
-		return Usagef("-queues, -xdp-mode, -zero-copy and -busy-poll set how the daemon attaches: give them to `ndkxdp daemon`, not with -daemon")
+		return Usagef("-queues, -xdp-mode, -zero-copy, -busy-poll and -engine-cpus set how the daemon attaches: give them to `ndkxdp daemon`, not with -daemon")
 	}
 	if n.Queues != "all" {
 		if q, err := strconv.Atoi(n.Queues); err != nil || q < 1 || q > 64 {
@@ -58,6 +61,9 @@ func (n *NICFlags) Apply(o *ndk.Options, dev string) error {
 	}
 	if o.BusyPoll, err = BusyPoll(n.BusyPoll); err != nil {
 		return Usagef("%v", err)
+	}
+	if o.EngineCPUs, err = CPUList(n.EngineCPUs); err != nil {
+		return Usagef("-engine-cpus %v", err)
 	}
 	switch {
 	case n.Queues == "all" && dev != "":
@@ -130,6 +136,8 @@ func AdapterOptions(mode, polling string) (ndk.Options, error) {
 		return o, Usagef("unknown -xdp-mode %q (want auto, driver or generic)", mode)
 	}
 	switch polling {
+	case "auto":
+		o.Polling = ndk.PollAuto
 	case "adaptive":
 		o.Polling = ndk.PollAdaptive
 	case "busy":
@@ -137,7 +145,51 @@ func AdapterOptions(mode, polling string) (ndk.Options, error) {
 	case "progress":
 		o.Polling = ndk.PollProgress
 	default:
-		return o, Usagef("unknown -polling %q (want adaptive, busy or progress)", polling)
+		return o, Usagef("unknown -polling %q (want auto, adaptive, busy or progress)", polling)
 	}
 	return o, nil
+}
+
+// CPUList reads a CPU list as taskset -c and cpuset.cpus write one:
+// numbers and ranges, comma-separated ("0,2-4" is 0, 2, 3, 4). "" is none.
+func CPUList(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var cpus []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a || b >= 4096 {
+			return nil, fmt.Errorf("%q: want CPU numbers and ranges such as 0,2-4", s)
+		}
+		for c := a; c <= b; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// FormatCPUList writes cpus as CPUList reads them, ranges joined.
+func FormatCPUList(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			b.WriteString("-" + strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
 }

@@ -42,9 +42,12 @@ type Queue struct {
 	// refusal of a zero-copy bind and what the device offers.
 	BindReason  string
 	MultiBuffer bool
-	Socket      afxdp.Statistics
-	SocketErr   error
-	Port        port.XSKStats
+	// EngineCPUs are the CPUs the queue's engine is pinned to; nil when
+	// the Go scheduler places it.
+	EngineCPUs []int
+	Socket     afxdp.Statistics
+	SocketErr  error
+	Port       port.XSKStats
 }
 
 // Queues describes each engine's queue.
@@ -52,6 +55,9 @@ func (p *Provider) Queues() []Queue {
 	out := make([]Queue, len(p.ports))
 	for i, pt := range p.ports {
 		out[i].Queue = i
+		if i < len(p.engines) {
+			out[i].EngineCPUs = p.engines[i].CPUs()
+		}
 		x, ok := port.Inner(pt).(*port.XSK)
 		if !ok {
 			continue

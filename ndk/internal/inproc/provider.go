@@ -44,6 +44,8 @@ type Config struct {
 	Queues     int
 	Poll       rc.PollMode
 	LockThread bool
+	// EngineCPUs pins engine i to CPU EngineCPUs[i % len] (rc.Config.CPUs).
+	EngineCPUs []int
 	// AnySource and MaxQPs are rc.Config's.
 	AnySource bool
 	MaxQPs    int
@@ -178,6 +180,9 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	p.ports = append(p.ports, pt)
 	rcfg := rc.Config{Port: pt, Regions: cfg.Regions, Poll: cfg.Poll, LockThread: cfg.LockThread, AnySource: cfg.AnySource,
 		SpinTime: cfg.SpinTime, MaxQPs: cfg.MaxQPs, MAC: p.link.MAC, Traffic: cfg.Traffic, CC: cfg.CC}
+	if n := len(cfg.EngineCPUs); n > 0 {
+		rcfg.CPUs = []int{cfg.EngineCPUs[len(p.engines)%n]}
+	}
 	if p.link.Addr.IsValid() {
 		rcfg.Addrs = []netip.Addr{p.link.Addr}
 	}

@@ -325,13 +325,43 @@
 // from 16.0-16.7 to 11.8-12.7 Gbit/s there (at GOMAXPROCS 16 it is
 // 3.6-12.9 against adaptive polling's 3.3-5.6); a post runs the turn
 // itself only when the engine sleeps, or lags (the QP is still queued
-// from an earlier post), so that an engine that keeps up batches. It
-// stays an option, not the default: the default GOMAXPROCS of a 16-core
-// host is where it wins, and that host has not measured it yet; and one
-// of the nineteen GOMAXPROCS 16 progress runs of this build got no reply
-// within the deadline, which the eighteen runs since (seventeen of a
-// build that printed the engines' counters on failure) have not shown
-// again, and which is not explained. A consumer that finds the token
+// from an earlier post), so that an engine that keeps up batches.
+//
+// So ndk's default, ndk.PollAuto, picks progress where GOMAXPROCS
+// exceeds the adapter's engines plus one (where ndk.LockAuto gives each
+// engine a thread of its own, and every hop between an engine and a
+// consumer is a hand-off between threads) and adaptive polling below
+// that, where goroutines hand off on one thread and an engine batching
+// beside the consumers streams faster. A 16-core host at its default
+// GOMAXPROCS gets progress; the 2-vCPU VM, at GOMAXPROCS 2, keeps
+// adaptive. At GOMAXPROCS 16 on the 2-vCPU VM, ten runs of progress in a
+// row (2026-11-28, the command above with NDKXDP_BENCH_POLL=progress)
+// measured p50 5.5-5.8µs, p99 26-39µs, 544k-664k msg/s, 64 KiB WRITE
+// 6.0-15.2 Gbit/s, every run complete, against adaptive's 83-96µs, 7.8-8.0ms,
+// 113k-130k msg/s and 4.8-4.9 Gbit/s in the same hour. One of nineteen
+// progress runs of an earlier build got no reply within the deadline;
+// none of the 36 since (26 in the last stop, these ten) has, and the
+// cause was not found.
+//
+// Pinning the engines' threads (Config.CPUs; ndk.Options.EngineCPUs,
+// the tools' -engine-cpus) is for a host with cores to spare: on the
+// 2-vCPU VM it only took cores from the consumers. The same benchmark,
+// two runs each (NDKXDP_BENCH_ENGINE_CPUS="A;B": host A's engines on A,
+// B's on B), RTT p50 and 64 B msg/s:
+//
+//	GOMAXPROCS 2   adaptive, unpinned      14.4-14.7µs     946k-961k
+//	GOMAXPROCS 2   adaptive, engines 0;1   167-173µs       55k-73k
+//	GOMAXPROCS 2   adaptive, engines 1;1   180µs           205k (one run)
+//	GOMAXPROCS 16  adaptive, unpinned      83-96µs         113k-130k
+//	GOMAXPROCS 16  adaptive, engines 0;1   981-1,406µs     107k-128k
+//	GOMAXPROCS 16  progress, engines 0;1   5.7µs           558k (one run)
+//	GOMAXPROCS 16  progress, unpinned      5.6µs           574k (one run)
+//
+// A pinned engine cannot move off a CPU where a consumer spins, and a
+// locked thread's yield is a futex hand-off; with progress the engine
+// naps while the consumers run its turns, so where it sits matters
+// little. Where each engine can have a core near its queue's interrupt,
+// pinning keeps it there; that host has not measured it. A consumer that finds the token
 // held does not wait, so a holder whose thread the kernel preempts
 // mid-turn (the engine goroutine, woken from a nap) stalls the round
 // trip for a slice (the likely cause of the one 5.9ms p99 above).

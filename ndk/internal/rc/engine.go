@@ -16,6 +16,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/queue"
 	"github.com/ndkxdp/ndkxdp/rocev2"
+	"golang.org/x/sys/unix"
 )
 
 // Errors of the control path.
@@ -58,6 +59,12 @@ type Config struct {
 	// doc has the numbers). Lock when each engine has a core of its own,
 	// which is what ndk.Open's default, ndk.LockAuto, decides per adapter.
 	LockThread bool
+	// CPUs, if set, pins the engine's thread to these CPUs
+	// (sched_setaffinity(2)) and locks the engine to it, as LockThread.
+	// NewEngine fails if the kernel refuses the set (a CPU offline or
+	// outside the process's cpuset). When the engine ends, the thread
+	// gets its mask back before the runtime may reuse it.
+	CPUs []int
 	// GSI and FirstPacket connect the engine to connection management
 	// (see gsi.go); both run on the engine goroutine and must not block.
 	GSI         func(p *rocev2.Packet)
@@ -160,6 +167,7 @@ type Engine struct {
 	maxQPs  int
 
 	lockThread bool
+	cpus       *unix.CPUSet // Config.CPUs; nil: not pinned
 	anySource  bool
 	traffic    TrafficClass                 // Config.Traffic
 	cc         CCConfig                     // Config.CC with its defaults
@@ -297,8 +305,47 @@ func NewEngine(cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
-	go e.run()
+	if len(cfg.CPUs) > 0 {
+		set, err := cpuSet(cfg.CPUs)
+		if err != nil {
+			return nil, err
+		}
+		e.cpus = set
+	}
+	started := make(chan error, 1)
+	go e.run(started)
+	if err := <-started; err != nil {
+		<-e.done
+		return nil, err
+	}
 	return e, nil
+}
+
+// cpuSet makes the affinity mask of cpus.
+func cpuSet(cpus []int) (*unix.CPUSet, error) {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		if c < 0 || c >= len(set)*64 {
+			return nil, fmt.Errorf("%w: CPU %d out of range 0-%d", ErrBadConfig, c, len(set)*64-1)
+		}
+		set.Set(c)
+	}
+	return &set, nil
+}
+
+// CPUs returns the CPUs the engine's thread is pinned to (Config.CPUs),
+// nil when it is not pinned.
+func (e *Engine) CPUs() []int {
+	if e.cpus == nil {
+		return nil
+	}
+	var cs []int
+	for c := 0; c < len(e.cpus)*64; c++ {
+		if e.cpus.IsSet(c) {
+			cs = append(cs, c)
+		}
+	}
+	return cs
 }
 
 // Close stops the engine. QPs still open complete every pending request
@@ -340,12 +387,38 @@ func (e *Engine) runControl() {
 
 func (e *Engine) clock() int64 { return int64(time.Since(e.epoch)) }
 
-func (e *Engine) run() {
-	if e.lockThread {
+// run is the engine goroutine. It reports on started whether it could
+// take its CPUs; if not, it stops at once.
+func (e *Engine) run(started chan<- error) {
+	if e.lockThread || e.cpus != nil {
 		runtime.LockOSThread()
+	}
+	var err error
+	if e.cpus != nil {
+		var was unix.CPUSet
+		err = unix.SchedGetaffinity(0, &was)
+		if err == nil {
+			err = unix.SchedSetaffinity(0, e.cpus)
+		}
+		if err != nil {
+			err = fmt.Errorf("%w: pin the engine's thread to CPUs %v: %w", ErrBadConfig, e.CPUs(), err)
+			e.stop.Store(true)
+		} else {
+			// The thread goes back to the runtime with its mask as it
+			// was; if that fails it stays locked and the runtime ends
+			// it with the goroutine.
+			defer func() {
+				if unix.SchedSetaffinity(0, &was) == nil {
+					runtime.UnlockOSThread()
+				}
+			}()
+		}
+	}
+	if e.lockThread && e.cpus == nil {
 		defer runtime.UnlockOSThread()
 	}
 	defer close(e.done)
+	started <- err
 
 	var idleSince int64 // e.now when the engine last had work
 	for !e.stop.Load() {

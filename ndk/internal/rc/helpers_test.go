@@ -49,6 +49,7 @@ type pairOptions struct {
 	cc      CCConfig
 	traffic TrafficClass
 	v6      bool
+	cpus    []int // Config.CPUs of both engines
 	// qpFailed is Config.QPFailed, told which host (1: A, 2: B) it is.
 	qpFailed func(host byte, qpn, wcStatus uint32)
 }
@@ -59,7 +60,7 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource, CC: o.cc, Traffic: o.traffic}
+	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource, CC: o.cc, Traffic: o.traffic, CPUs: o.cpus}
 	if f := o.qpFailed; f != nil {
 		cfg.QPFailed = func(qpn, wc uint32) { f(mac, qpn, wc) }
 	}

@@ -120,11 +120,17 @@ func (e *Endpoint) unlock() {
 // of the pair has followed e's last call, or when ctx ends.
 func (e *Endpoint) Wait(ctx context.Context) error {
 	e.mu.Lock()
-	c := e.changed
-	if c.gen != e.seen {
+	if e.changed.gen != e.seen {
 		e.mu.Unlock()
 		return nil
 	}
+	return e.park(ctx)
+}
+
+// park arms the Network's change channel, unlocks e.mu (held by the
+// caller) and waits for the next change or ctx's end.
+func (e *Endpoint) park(ctx context.Context) error {
+	c := e.changed
 	c.waiting = true
 	ch := c.ch
 	e.mu.Unlock()
@@ -153,16 +159,7 @@ func (e *Endpoint) WaitAny(ctx context.Context, eps []verbs.Endpoint) error {
 			return nil
 		}
 	}
-	c := e.changed
-	c.waiting = true
-	ch := c.ch
-	e.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return e.park(ctx)
 }
 
 // ready says whether Poll would return something now; e.mu is held.
