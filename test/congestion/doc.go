@@ -82,12 +82,15 @@
 // (a trace of its cuts: alpha 0.04 to 0.29), then climbs back by
 // additive increase (0.5 Mb/s per 300µs) for 200-300ms; with several
 // flows their additive steps add up and keep the link fuller. What
-// bounds that cascade gives the queue back (one run each, phantom,
-// alpha 55µs; goodput at 1/2/4/8 flows; p99 at 2/4/8):
+// bounds that cascade gives the queue back (one run each, phantom;
+// goodput at 1/2/4/8 flows; p99 at 2/4/8):
 //
+//	alpha 550µs, RateReduceMonitorPeriod 500µs: 0.78 0.77 0.89 0.90; 0.47 0.52 0.32 (resent at 8 0.20)
+//	alpha 550µs, RateReduceMonitorPeriod 1ms:   0.84 0.87 0.95 0.94; 0.51 3.56 1.39 (Jain at 8 0.74)
+//	alpha 55µs, and:
 //	RateReduceMonitorPeriod 300µs:  0.70 0.74 0.85 0.94; 0.43 0.59 1.25
 //	RateReduceMonitorPeriod 1ms:    0.92 0.98 0.99 0.92; 2.09 0.76 1.41 (Jain at 8 0.94, resent 0.55)
-//	CNPInterval 1ms, 2 and 8 flows: 0.92 0.99, 0.95; 2.54, 2.55 (Jain at 8 0.70; before the timer catch-up)
+//	CNPInterval 1ms, 1, 2, 8 flows: 0.92 0.99, 0.95; 2.54, 2.55 (Jain at 8 0.70; before the timer catch-up)
 //	the hardware's steps (5, 50):   0.53 0.77 0.94 0.92; 0.98 0.72 1.87 (Jain at 8 0.82)
 //	γ 0.98:                         0.48 0.61 0.81 0.96; 0.25 0.89 1.22
 //	phantom capped at Kmax, the real queue's RED marking too:
