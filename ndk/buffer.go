@@ -1,25 +1,45 @@
 package ndk
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
+)
 
 // bufferPool hands out page-aligned pieces of the UMEM's buffer partition:
-// first fit over a sorted free list. It is a control-path allocator.
+// first fit over a sorted free list. It is a control-path allocator. With
+// slots (the ports' port.TxSlots), an allocation of up to
+// port.MaxTxSlotted bytes starts port.TxHeadroom bytes into its page and
+// ends at least port.TxTailroom bytes before the next: the engine writes a
+// frame's headers and ICRC there and sends a whole allocation as one
+// descriptor. The user's slice is capped at its length, so neither room is
+// reachable through it.
 type bufferPool struct {
-	mu   sync.Mutex
-	mem  []byte
-	free []span // sorted by offset, coalesced
+	mu    sync.Mutex
+	mem   []byte
+	free  []span // sorted by offset, coalesced
+	slots *port.TxSlots
 }
 
 type span struct{ off, n int }
 
 const bufferAlign = 4096
 
-func newBufferPool(mem []byte) *bufferPool {
-	return &bufferPool{mem: mem, free: []span{{0, len(mem)}}}
+func newBufferPool(mem []byte, slots *port.TxSlots) *bufferPool {
+	return &bufferPool{mem: mem, free: []span{{0, len(mem)}}, slots: slots}
+}
+
+// room is where an allocation of n bytes starts in its span, and the
+// span's size.
+func (p *bufferPool) room(n int) (head, size int) {
+	if p.slots != nil && n <= port.MaxTxSlotted {
+		head = port.TxHeadroom
+	}
+	return head, (head + n + bufferAlign - 1) / bufferAlign * bufferAlign
 }
 
 func (p *bufferPool) alloc(n int) ([]byte, bool) {
-	size := (n + bufferAlign - 1) / bufferAlign * bufferAlign
+	head, size := p.room(n)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, s := range p.free {
@@ -31,18 +51,23 @@ func (p *bufferPool) alloc(n int) ([]byte, bool) {
 		} else {
 			p.free[i] = span{s.off + size, s.n - size}
 		}
-		b := p.mem[s.off : s.off+size : s.off+size]
-		clear(b)
-		return b[:n], true
+		clear(p.mem[s.off : s.off+size])
+		if head != 0 {
+			p.slots.Mark(s.off/port.TxSlotSize, n)
+		}
+		return p.mem[s.off+head : s.off+head+n : s.off+head+n], true
 	}
 	return nil, false
 }
 
 func (p *bufferPool) release(b []byte) {
-	off := int(addrOf(b[:1]) - addrOf(p.mem[:1]))
-	size := (cap(b) + bufferAlign - 1) / bufferAlign * bufferAlign
+	head, size := p.room(cap(b))
+	off := int(addrOf(b[:1])-addrOf(p.mem[:1])) - head
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if head != 0 {
+		p.slots.Unmark(off / port.TxSlotSize)
+	}
 	i := 0
 	for i < len(p.free) && p.free[i].off < off {
 		i++
@@ -70,11 +95,17 @@ type Buffer struct {
 
 // AllocBuffer allocates n bytes of packet memory (in the UMEM, outside the
 // Go heap) and registers them with pd and flags. The point is zero-copy
-// transmit: each packet of a SEND, WRITE or READ response whose payload
-// lies in one such buffer leaves as a descriptor chain (a header frame,
-// the payload in place, a trailer with the ICRC), so the engine copies
+// transmit. A packet whose payload is a whole buffer of up to
+// port.MaxTxSlotted bytes (a SEND or WRITE of one buffer that fits the
+// path MTU) leaves as one descriptor over the buffer, its headers written
+// into headroom the pool keeps in front of it and the ICRC into room
+// behind it, on every socket; the same buffer in flight twice at once
+// (posted again, retransmitted before the first frame left) is copied the
+// second time. Each other packet whose payload lies in one such buffer
+// leaves as a descriptor chain (a header frame, the payload in place, a
+// trailer with the ICRC) on a multi-buffer socket, so the engine copies
 // nothing; payloads under port.MinTxReference bytes, and sockets without
-// multi-buffer (MTU up to 3800 bytes), still copy. Zero-copy AF_XDP
+// multi-buffer (MTU up to 3800 bytes), copy those. Zero-copy AF_XDP
 // drivers then read the payload straight from the buffer; veth, which
 // has only copy mode, copies it in the kernel instead of in the engine.
 // As in verbs, the bytes must not change until the request completes: a

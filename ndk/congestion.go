@@ -84,9 +84,17 @@ type CongestionOptions struct {
 	IncreaseTimer time.Duration
 	ByteCounter   uint64
 	AlphaTimer    time.Duration
+	// RateReduceMonitorPeriod is the least time between two of a QP's
+	// rate cuts (rate_reduce_monitor_period, default 4µs). The default
+	// suits a network whose marks reach the sender microseconds after
+	// its rate changed; where that takes milliseconds, every CNP of the
+	// marks still in flight cuts again, and a rate halved once is cut
+	// to the floor: set it near the round trip (test/congestion's doc).
+	RateReduceMonitorPeriod time.Duration
 }
 
 func (c CongestionOptions) rc() rc.CCConfig {
 	return rc.CCConfig{Mode: rc.CCMode(c.Mode), CNPInterval: c.CNPInterval, LineRate: c.LineRateMbps, RPGMinRate: c.MinRateMbps,
-		RPGAIRate: c.AIRateMbps, RPGHAIRate: c.HAIRateMbps, RPGTimeReset: c.IncreaseTimer, RPGByteReset: c.ByteCounter, DCETCPRTT: c.AlphaTimer}
+		RPGAIRate: c.AIRateMbps, RPGHAIRate: c.HAIRateMbps, RPGTimeReset: c.IncreaseTimer, RPGByteReset: c.ByteCounter, DCETCPRTT: c.AlphaTimer,
+		RateReduceMonitorPeriod: c.RateReduceMonitorPeriod}
 }

@@ -110,7 +110,7 @@ func (r *daemonLink) bufferPool() (*bufferPool, error) {
 	}
 	r.mu.Lock()
 	if a.buffers == nil {
-		a.buffers = newBufferPool(ar.seg.Bytes())
+		a.buffers = newBufferPool(ar.seg.Bytes(), nil)
 	}
 	p = a.buffers
 	r.mu.Unlock()

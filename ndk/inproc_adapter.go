@@ -22,7 +22,7 @@ type inprocAdapter struct {
 func (a *Adapter) attach(p provider) {
 	a.be.(*inprocAdapter).prov = p
 	if b := p.Buffers(); b != nil {
-		a.buffers = newBufferPool(b)
+		a.buffers = newBufferPool(b, p.BufferSlots())
 	}
 }
 

@@ -21,9 +21,22 @@ import (
 type PollingMode int
 
 const (
+	// PollAuto, the default, is PollProgress where the process runs more
+	// goroutines in parallel than the adapter has engines plus one
+	// (GOMAXPROCS > Queues+1, when ThreadLocking's LockAuto gives each
+	// engine a thread of its own), and PollAdaptive otherwise. With
+	// threads to spare, a completion that waits for a woken engine, and a
+	// consumer that waits for the engine's thread to be scheduled, cost a
+	// hand-off between threads at every hop of a round trip, which at
+	// GOMAXPROCS 16 made a ping-pong 15-20x slower than with the
+	// consumer running the turn (ndk/internal/rc's doc, "Polling"); with
+	// as few Ps as engines and a consumer, goroutines hand off on one
+	// thread in the runtime, and an engine batching on its own is faster
+	// for streams. Through a daemon the daemon's engines poll adaptively.
+	PollAuto PollingMode = iota
 	// PollAdaptive spins briefly when idle, then sleeps in poll(2) on the
 	// AF_XDP socket and a doorbell until a frame, a post or a timer.
-	PollAdaptive PollingMode = iota
+	PollAdaptive
 	// PollBusy never sleeps: the lowest latency, a core per engine.
 	PollBusy
 	// PollProgress is consumer-driven progress, as libfabric's manual
@@ -40,6 +53,33 @@ const (
 	PollProgress
 )
 
+// Resolve says what the mode is for an adapter of queues engines opened
+// in this process now: PollAuto's choice (by GOMAXPROCS), else m.
+func (m PollingMode) Resolve(queues int) PollingMode {
+	if m != PollAuto {
+		return m
+	}
+	if runtime.GOMAXPROCS(0) > max(queues, 1)+1 {
+		return PollProgress
+	}
+	return PollAdaptive
+}
+
+// String names the mode as the tools' -polling flag does.
+func (m PollingMode) String() string {
+	switch m {
+	case PollAuto:
+		return "auto"
+	case PollAdaptive:
+		return "adaptive"
+	case PollBusy:
+		return "busy"
+	case PollProgress:
+		return "progress"
+	}
+	return fmt.Sprintf("PollingMode(%d)", int(m))
+}
+
 // XDPMode selects where the kernel runs the steering program.
 type XDPMode int
 
@@ -49,8 +89,8 @@ const (
 	XDPGeneric                // generic (skb) mode: any device, slower
 )
 
-// Options configure Open. The zero value is one queue, adaptive polling
-// and automatic XDP mode.
+// Options configure Open. The zero value is one queue, automatic polling
+// (PollAuto) and automatic XDP mode.
 type Options struct {
 	// Queues is the number of device queues, each with its own AF_XDP
 	// socket and engine (default 1). QPs are spread over the engines
@@ -222,7 +262,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 	if opts.MaxQPs < 0 {
 		return nil, errorf(StatusInvalidParameter, op, "MaxQPs %d", opts.MaxQPs)
 	}
-	if opts.Polling < PollAdaptive || opts.Polling > PollProgress {
+	if opts.Polling < PollAuto || opts.Polling > PollProgress {
 		return nil, errorf(StatusInvalidParameter, op, "polling mode %d", opts.Polling)
 	}
 	if err := checkCPUs(opts.EngineCPUs); err != nil {
@@ -260,7 +300,7 @@ func Open(ifname string, opts Options) (*Adapter, error) {
 
 // providerConfig is what the options ask of the in-process provider.
 func providerConfig(opts Options, regions *memreg.Table) inproc.Config {
-	poll := map[PollingMode]rc.PollMode{PollAdaptive: rc.PollAdaptive, PollBusy: rc.PollBusy, PollProgress: rc.PollProgress}[opts.Polling]
+	poll := map[PollingMode]rc.PollMode{PollAdaptive: rc.PollAdaptive, PollBusy: rc.PollBusy, PollProgress: rc.PollProgress}[opts.Polling.Resolve(opts.Queues)]
 	mode := map[XDPMode]loader.AttachMode{XDPAuto: loader.AttachAuto, XDPDriver: loader.AttachDriver, XDPGeneric: loader.AttachGeneric}[opts.XDPMode]
 	return inproc.Config{
 		Regions:    regions,

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/ndkxdp/ndkxdp/ndk/internal/cm"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -23,6 +24,9 @@ type provider interface {
 	// Buffers is memory the wire sends from in place (AllocBuffer), or
 	// nil.
 	Buffers() []byte
+	// BufferSlots is the layout the ports expect of Buffers'
+	// allocations (headroom for one-descriptor sends), or nil.
+	BufferSlots() *port.TxSlots
 
 	// CreateQP creates a QP with a number of the provider's choosing
 	// (cfg.QPN is ignored) and returns it with its queue.

@@ -1,6 +1,7 @@
 package ndk
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 
@@ -47,6 +48,41 @@ func TestOpen_EngineCPUsRefused(t *testing.T) {
 		}
 		if st := StatusOf(err); st != StatusInvalidParameter || !strings.Contains(err.Error(), "engine CPU") {
 			t.Errorf("EngineCPUs %v: %v (%v), want STATUS_INVALID_PARAMETER naming the engine CPU", cpus, err, st)
+		}
+	}
+}
+
+// TestPollingPolicy: PollAuto, the zero value, is progress where
+// GOMAXPROCS exceeds the engines plus one and adaptive elsewhere; an
+// explicit mode stays as given; each mode is named as -polling names it.
+func TestPollingPolicy(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	if (Options{}).Polling != PollAuto {
+		t.Fatalf("the zero Options poll %v, want auto", (Options{}).Polling)
+	}
+	for _, c := range []struct {
+		mode          PollingMode
+		queues, procs int
+		want          PollingMode
+	}{
+		{PollAuto, 1, 2, PollAdaptive}, // the engine and a consumer on 2 Ps
+		{PollAuto, 1, 3, PollProgress},
+		{PollAuto, 0, 3, PollProgress}, // Queues 0 is one queue
+		{PollAuto, 1, 16, PollProgress},
+		{PollAuto, 4, 5, PollAdaptive},
+		{PollAuto, 4, 6, PollProgress},
+		{PollAdaptive, 1, 16, PollAdaptive},
+		{PollBusy, 1, 16, PollBusy},
+		{PollProgress, 1, 1, PollProgress},
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		if got := c.mode.Resolve(c.queues); got != c.want {
+			t.Errorf("%v with %d queues at GOMAXPROCS %d: %v, want %v", c.mode, c.queues, c.procs, got, c.want)
+		}
+	}
+	for m, name := range map[PollingMode]string{PollAuto: "auto", PollAdaptive: "adaptive", PollBusy: "busy", PollProgress: "progress", 9: "PollingMode(9)"} {
+		if m.String() != name {
+			t.Errorf("%d named %q, want %q", int(m), m.String(), name)
 		}
 	}
 }

@@ -117,7 +117,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&set.SocketGroup, "group", "", "group that owns the socket (mode 0660)")
 	fs.StringVar((*string)(&set.Queues), "queues", "", `receive queues to bind: "all" (default) or a count`)
 	fs.StringVar(&set.XDPMode, "xdp-mode", "", "XDP attach mode: auto (default), driver or generic")
-	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default) or busy")
+	fs.StringVar(&set.Polling, "polling", "", "engine polling: adaptive (default; auto is adaptive here) or busy")
 	fs.StringVar(&set.Spin, "spin", "", "adaptive polling: how long an idle engine spins before it sleeps, at least (default 20µs; it spins up to 200µs while work keeps coming)")
 	fs.StringVar(&set.LogFormat, "log-format", "", "log format: text (default) or json")
 	fs.StringVar(&set.LogLevel, "log-level", "", "log level: debug, info (default), warn or error")
@@ -193,6 +193,10 @@ func (c *daemonConfig) resolve(stderr io.Writer) (ndk.Options, int, *slog.Logger
 		// The consumers are the clients, in other processes: they cannot
 		// run the daemon's engines' turns.
 		return opts, 0, nil, errors.New("daemon: -polling progress needs the consumers in the engine's process; the daemon's clients are not (use adaptive or busy)")
+	}
+	if o.Polling == ndk.PollAuto {
+		// Auto's other choice, progress, is not the daemon's to make.
+		o.Polling = ndk.PollAdaptive
 	}
 	opts = o
 	if c.Spin != "" {

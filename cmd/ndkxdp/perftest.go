@@ -197,7 +197,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev (-polling then sets the test's polling; the daemon's engines poll as it was started)")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Minute, "give up after this long")
-	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; busy: they never sleep (a core each); progress: the test's polls and posts run the engine's turn on its own thread (ndk.PollProgress; in process only)")
+	fs.StringVar(&f.polling, "polling", "adaptive", "adaptive: engines and the test spin briefly, then sleep until there is work; auto: progress where GOMAXPROCS exceeds the engines plus one, else adaptive (ndk.PollAuto); busy: they never sleep (a core each); progress: the test's polls and posts run the engine's turn on its own thread (ndk.PollProgress; in process only)")
 	fs.DurationVar(&f.spin, "spin", verbs.DefaultSpin, "adaptive polling: how long the test spins before it sleeps, and the engines at least (they spin up to 200µs while work keeps coming); through -daemon, the test's only")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.nic.Register(fs)
@@ -228,6 +228,10 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		f.timeout += p.Duration
 	}
 	switch f.polling {
+	case "adaptive":
+		f.opts.Polling = ndk.PollAdaptive
+	case "auto":
+		f.opts.Polling = ndk.PollAuto
 	case "busy":
 		f.opts.Polling, p.BusyPoll = ndk.PollBusy, true
 	case "progress":

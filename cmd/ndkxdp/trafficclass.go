@@ -14,7 +14,8 @@ import (
 //	"traffic_class": {"dscp": 26, "ecn": "ect0", "vlan": true, "vlan_id": 100, "pcp": 3,
 //	                  "congestion": "on", "cnp_interval": "50us", "line_rate_mbps": 25000,
 //	                  "ai_rate_mbps": 5, "hai_rate_mbps": 50, "increase_timer": "300us",
-//	                  "byte_counter": 2097088, "alpha_timer": "55us"}
+//	                  "byte_counter": 2097088, "alpha_timer": "55us",
+//	                  "rate_reduce_monitor_period": "4us"}
 type trafficClassConfig struct {
 	DSCP         uint8   `json:"dscp"`
 	ECN          string  `json:"ecn"` // "" or "none", "ect0", "ect1"
@@ -35,6 +36,9 @@ type trafficClassConfig struct {
 	IncreaseTimer string `json:"increase_timer"`
 	ByteCounter   uint64 `json:"byte_counter"`
 	AlphaTimer    string `json:"alpha_timer"`
+	// RateReducePeriod is the least time between two rate cuts of a QP
+	// (ndk.CongestionOptions.RateReduceMonitorPeriod).
+	RateReducePeriod string `json:"rate_reduce_monitor_period"`
 }
 
 // apply puts the key's settings into opts.
@@ -65,6 +69,7 @@ func (c *trafficClassConfig) apply(opts *ndk.Options) error {
 		{"cnp_interval", c.CNPInterval, &opts.Congestion.CNPInterval},
 		{"increase_timer", c.IncreaseTimer, &opts.Congestion.IncreaseTimer},
 		{"alpha_timer", c.AlphaTimer, &opts.Congestion.AlphaTimer},
+		{"rate_reduce_monitor_period", c.RateReducePeriod, &opts.Congestion.RateReduceMonitorPeriod},
 	} {
 		if p.v == "" {
 			continue

@@ -18,7 +18,8 @@ func TestDaemonConfigTrafficClass(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "ndkxdp.json")
 	body := `{"interface": "lo", "traffic_class": {"dscp": 26, "ecn": "ect0", "vlan": true, "vlan_id": 100, "pcp": 3,
 		"congestion": "on", "cnp_interval": "20us", "line_rate_mbps": 25000, "ai_rate_mbps": 0.5, "hai_rate_mbps": 5,
-		"increase_timer": "3ms", "byte_counter": 1048576, "alpha_timer": "550us"}}`
+		"increase_timer": "3ms", "byte_counter": 1048576, "alpha_timer": "550us",
+		"rate_reduce_monitor_period": "500us"}}`
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,8 @@ func TestDaemonConfigTrafficClass(t *testing.T) {
 	opts, _, _, err := c.resolve(io.Discard)
 	want := ndk.TrafficClass{DSCP: 26, ECN: ndk.ECT0, VLAN: true, VLANID: 100, PCP: 3}
 	wantCC := ndk.CongestionOptions{Mode: ndk.CongestionOn, CNPInterval: 20 * time.Microsecond, LineRateMbps: 25000, AIRateMbps: 0.5, HAIRateMbps: 5,
-		IncreaseTimer: 3 * time.Millisecond, ByteCounter: 1 << 20, AlphaTimer: 550 * time.Microsecond}
+		IncreaseTimer: 3 * time.Millisecond, ByteCounter: 1 << 20, AlphaTimer: 550 * time.Microsecond,
+		RateReduceMonitorPeriod: 500 * time.Microsecond}
 	if err != nil || opts.TrafficClass != want || opts.Congestion != wantCC {
 		t.Fatalf("traffic class %+v, congestion %+v, %v; want %+v, %+v", opts.TrafficClass, opts.Congestion, err, want, wantCC)
 	}
@@ -45,6 +47,7 @@ func TestDaemonConfigTrafficClass(t *testing.T) {
 		{trafficClassConfig{AIRateMbps: -1}, "ai_rate_mbps -1"},
 		{trafficClassConfig{IncreaseTimer: "0s"}, `increase_timer "0s"`},
 		{trafficClassConfig{AlphaTimer: "soon"}, `alpha_timer "soon"`},
+		{trafficClassConfig{RateReducePeriod: "-4us"}, `rate_reduce_monitor_period "-4us"`},
 	} {
 		c := defaultDaemonConfig()
 		c.Interface, c.TrafficClass = "lo", &tc.key

@@ -96,7 +96,7 @@ type Info struct {
 	XDPFeatures string `json:"xdp_features,omitempty"`
 	// XDPZCMaxSegs is the device's xdp_zc_max_segs, how many buffers
 	// one zero-copy frame may span (1: zero copy has no multi-buffer,
-	// so no in-place sends); 0 where the kernel reports none (a device
+	// so in place only whole AllocBuffer buffers); 0 where the kernel reports none (a device
 	// without xsk-zerocopy).
 	XDPZCMaxSegs uint32      `json:"xdp_zc_max_segs,omitempty"`
 	Queues       []QueueInfo `json:"queues"`

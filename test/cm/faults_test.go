@@ -70,16 +70,17 @@ func (l *lossy) counts() (dropped, doubled int) {
 func TestLossyConnections(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		la, lb := newLossy(1, 0.25, 0.25, 15*time.Millisecond), newLossy(2, 0.25, 0.25, 15*time.Millisecond)
-		cmA := fastCM
+		cmA, cmB := fastCM, fastCM
 		if m.daemon {
 			// The RTU leaves on the client's CompleteConnect, two
 			// messages over the daemon's socket after the REP came: the
 			// listener's REP retries (15 of 2^(ResponseTimeout-8) ms,
-			// ResponseTimeout from A's REQ) must outlast a stall of the
-			// client on a loaded machine, 60 ms do not.
-			cmA.ResponseTimeout = 12
+			// ResponseTimeout from A's REQ, capped by B's own) must
+			// outlast a stall of the client on a loaded machine, 60 ms
+			// do not.
+			cmA.ResponseTimeout, cmB.ResponseTimeout = 12, 12
 		}
-		p, a, b := pair(t, m, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmA}, ndk.Options{CM: fastCM})
+		p, a, b := pair(t, m, harness.Config{StaticNeighbours: true}, ndk.Options{CM: cmA}, ndk.Options{CM: cmB})
 		testhooks.SetMADFaults(a.Served, la.fault)
 		testhooks.SetMADFaults(b.Served, lb.fault)
 		srv := serve(t, b, netip.AddrPortFrom(p.B.IPv4, 7100), nil)

@@ -38,25 +38,27 @@ const (
 )
 
 // Bottleneck is the hub's egress toward the receiver: an htb class at
-// RateMbit whose queue holds LimitBytes, behind the marker (marker_test.go):
-// RED with ecn, probability 0 up to MinBytes of queue, MaxP at MaxBytes,
-// 1 beyond.
+// RateMbit whose queue holds LimitBytes, behind the marker
+// (marker_test.go), HULL's phantom queue: ECN-capable frames are marked
+// by RED (Mark) over a phantom queue draining at Gamma times RateMbit,
+// the others dropped by RED (Drop) over the real queue. Gamma 1 with
+// Mark the same as Drop is RED with ecn on the real queue.
 type Bottleneck struct {
-	RateMbit                       int
-	MinBytes, MaxBytes, LimitBytes int
-	MaxP                           float64
+	RateMbit   int
+	LimitBytes int
+	Gamma      float64
+	Mark, Drop red
 }
 
 // defaultBottleneck: 300 Mbit/s, which the two senders of a 2-core machine
-// exceed several times over. Marking starts at 256 KB of queue (7ms),
-// every frame is marked past 1 MB, and the queue holds 4 MB, what 8 flows
-// keep in flight (a window's resend is the rate's to prevent, not the
-// queue's). Frames reach
-// the hub in batches of up to 64 (a NAPI poll of the sender's veth, 256
-// KB of 4 KiB frames), and a threshold below a batch marks paced senders
-// as if they overran it (16 KB: one flow reached 0.24 of the bottleneck,
-// 128 KB 0.5, 256 KB 0.78, in runs of 1s).
-var defaultBottleneck = Bottleneck{RateMbit: 300, MinBytes: 256000, MaxBytes: 1000000, LimitBytes: 4000000, MaxP: 0.2}
+// exceed several times over; the queue holds 4 MB, what 8 flows keep in
+// flight (a window's resend is the rate's to prevent, not the queue's).
+// The phantom drains at 0.95 of it, HULL's γ, and marks by DCQCN's
+// published switch settings (Kmin 5 KB, Kmax 200 KB, Pmax 1%). Frames
+// that are not ECN-capable are dropped from 256 KB of real queue (7ms)
+// with a probability rising to 0.2 at 1 MB, every one beyond.
+var defaultBottleneck = Bottleneck{RateMbit: 300, LimitBytes: 4000000, Gamma: 0.95,
+	Mark: red{Min: 5000, Max: 200000, MaxP: 0.01}, Drop: red{Min: 256000, Max: 1000000, MaxP: 0.2}}
 
 // bed is the star, its bottleneck shaped and marked.
 type bed struct {
@@ -100,7 +102,7 @@ func newBed(t testing.TB, bn Bottleneck) *bed {
 		if err != nil {
 			return fmt.Errorf("find %s: %w", port, err)
 		}
-		b.marker, err = newMarker(l.Attrs().Index, bn.RateMbit*1e6/8, bn.MinBytes, bn.MaxBytes, bn.MaxP)
+		b.marker, err = newMarker(l.Attrs().Index, bn.RateMbit*1e6/8, int(bn.Gamma*float64(bn.RateMbit)*1e6/8), bn.Mark, bn.Drop)
 		return err
 	})
 	if err != nil {
@@ -150,7 +152,7 @@ type cc struct {
 
 var (
 	ccOn = cc{"dcqcn", ndk.Options{TrafficClass: ndk.TrafficClass{ECN: ndk.ECT0},
-		Congestion: ndk.CongestionOptions{Mode: ndk.CongestionOn, AIRateMbps: aiRate, HAIRateMbps: haiRate}}}
+		Congestion: ndk.CongestionOptions{Mode: ndk.CongestionOn, AIRateMbps: aiRate, HAIRateMbps: haiRate, AlphaTimer: alphaTimer}}}
 	ccOff = cc{"off", ndk.Options{}}
 )
 
@@ -161,15 +163,28 @@ var (
 // those and 0.99 with these, at the same goodput (0.94 of the bottleneck).
 const aiRate, haiRate = 0.5, 5
 
+// alphaTimer is DCE_TCP_RTT scaled to the bed's frames. DCQCN's alpha
+// counts the periods in which a CNP came, and its period (55µs) is set
+// just above the CNP interval (50µs) so that a flow whose every frame is
+// marked sees a CNP in every period and is cut by up to half (Zhu et al.,
+// SIGCOMM 2015, section 5). Here a flow can have a CNP only per frame it
+// sends, and at 8 flows a flow sends one 4 KiB frame every 0.9ms: with
+// 55µs periods alpha stayed near 0.07 with every frame marked, each cut
+// (3%) no more than the additive increase until the next, and 8 flows
+// held the real queue at 0.7-0.8 MB (doc.go).
+const alphaTimer = 550 * time.Microsecond
+
 // figures are one run's.
 type figures struct {
 	goodputMbps float64   // payload bytes the flows completed, over the run
 	perFlow     []float64 // each flow's payload bytes
 	probeRTTs   []time.Duration
-	resentBytes float64 // data frames the senders sent beyond the first copy, in payload bytes
-	cnpsSent    uint64  // by the receiver
-	cnpsIn      uint64  // at the senders
-	rateCuts    uint64  // at the senders
+	probeAt     []time.Duration // when each probe READ was posted, from the start
+	queue       []int64         // the real queue in bytes, every queueEvery (marker.realQueue)
+	resentBytes float64         // data frames the senders sent beyond the first copy, in payload bytes
+	cnpsSent    uint64          // by the receiver
+	cnpsIn      uint64          // at the senders
+	rateCuts    uint64          // at the senders
 	lossCuts    uint64
 	q           qdiscStats
 	// failed lists the flows (and the probe) whose connection failed.
@@ -190,6 +205,25 @@ func jain(xs []float64) float64 {
 		return 0
 	}
 	return s * s / (float64(len(xs)) * s2)
+}
+
+// settle is how long the first windows take to leave the bottleneck: 8
+// flows' 4 MB, sent before any mark can come back, take 107ms at 300
+// Mbit/s.
+const settle = 200 * time.Millisecond
+
+// queueEvery is how often a run samples the real queue.
+const queueEvery = 5 * time.Millisecond
+
+// settledRTTs are the probe's round trips posted after settle.
+func (f figures) settledRTTs() []time.Duration {
+	var ds []time.Duration
+	for i, at := range f.probeAt {
+		if at >= settle {
+			ds = append(ds, f.probeRTTs[i])
+		}
+	}
+	return ds
 }
 
 func p99(ds []time.Duration) time.Duration {
@@ -385,10 +419,24 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 					return
 				}
 				fig.probeRTTs = append(fig.probeRTTs, time.Since(t0))
+				fig.probeAt = append(fig.probeAt, t0.Sub(start))
 				time.Sleep(probeEvery)
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for time.Now().Before(stop) {
+			q, err := b.marker.realQueue(b.bn.RateMbit * 1e6 / 8)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			fig.queue = append(fig.queue, q)
+			time.Sleep(queueEvery)
+		}
+	}()
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
@@ -430,8 +478,14 @@ func sum(es []ndk.EngineStats) ndk.EngineStats {
 }
 
 func (f figures) String() string {
-	return fmt.Sprintf("goodput %.0f Mb/s, failed %q, flows %.1f MB, probe p99 %v of %d, resent %.2f MB, CNPs %d sent %d received, cuts %d DCQCN %d loss, bottleneck %d bytes sent, %d marked, %d dropped early, %d dropped full",
-		f.goodputMbps, f.failed, mb(f.perFlow), p99(f.probeRTTs), len(f.probeRTTs), f.resentBytes/1e6, f.cnpsSent, f.cnpsIn, f.rateCuts, f.lossCuts, f.q.sent, f.q.marked, f.q.dropped, f.q.tailDropped)
+	qs := slices.Clone(f.queue)
+	slices.Sort(qs)
+	var qmed, q90 int64
+	if len(qs) > 0 {
+		qmed, q90 = qs[len(qs)/2], qs[len(qs)*9/10]
+	}
+	return fmt.Sprintf("goodput %.0f Mb/s, failed %q, flows %.1f MB, probe p99 %v of %d (%v after %v), queue median %d KB, p90 %d KB, resent %.2f MB, CNPs %d sent %d received, cuts %d DCQCN %d loss, bottleneck %d bytes sent, %d marked, %d dropped early, %d dropped full",
+		f.goodputMbps, f.failed, mb(f.perFlow), p99(f.probeRTTs), len(f.probeRTTs), p99(f.settledRTTs()), settle, qmed/1000, q90/1000, f.resentBytes/1e6, f.cnpsSent, f.cnpsIn, f.rateCuts, f.lossCuts, f.q.sent, f.q.marked, f.q.dropped, f.q.tailDropped)
 }
 
 func mb(xs []float64) []float64 {
@@ -443,9 +497,9 @@ func mb(xs []float64) []float64 {
 }
 
 // TestBed_MarksNotifiesCuts checks the bed's mechanics with DCQCN on: two
-// flows into the receiver overfill the bottleneck, its RED marks their
-// ECT(0) frames CE, the receiver answers with CNPs, the senders receive
-// them and cut their rates, and every byte arrives.
+// flows into the receiver overfill the bottleneck, its phantom queue
+// marks their ECT(0) frames CE, the receiver answers with CNPs, the
+// senders receive them and cut their rates, and every byte arrives.
 func TestBed_MarksNotifiesCuts(t *testing.T) {
 	b := newBed(t, defaultBottleneck)
 	f := b.run(t, ccOn, 2, 500*time.Millisecond, false)

@@ -229,17 +229,25 @@
 // virtio_net.napi_tx=0 (which the rxe peer boots with) the sockets bound
 // zero-copy, the host's REQ reached the daemon, and its REPs never reached
 // the wire; so only the rxe peer turns TX NAPI off. The daemon's stats
-// show how many bytes each queue sent in place (tx_in_place_bytes), and
-// on this kernel no zero-copy socket can send any: virtio_net leaves
-// xdp_zc_max_segs at 1 (ndkxdp info shows it, from the netdev family's
-// NETDEV_A_DEV_XDP_ZC_MAX_SEGS), so xp_assign_dev refuses XDP_USE_SG with
-// XDP_ZEROCOPY (EOPNOTSUPP), and a port sends a UMEM-resident payload in
-// place only as a second descriptor on a multi-buffer socket. At MTU 1500
-// the daemon's sockets bind zero-copy without multi-buffer; each queue's
-// reason says in-place is off for the kernel's limit, and the test
-// requires that and tx_in_place_bytes 0 on every zero-copy queue. (A
-// daemon client's memory is never in the daemon's UMEM either.) At an MTU
-// that needs multi-buffer, afxdp's ModeAuto falls back to copy mode with
+// show how many bytes each queue sent in place (tx_in_place_bytes).
+// virtio_net leaves xdp_zc_max_segs at 1 (ndkxdp info shows it, from the
+// netdev family's NETDEV_A_DEV_XDP_ZC_MAX_SEGS), so xp_assign_dev refuses
+// XDP_USE_SG with XDP_ZEROCOPY (EOPNOTSUPP): at MTU 1500 the daemon's
+// sockets bind zero-copy without multi-buffer, and a port sends in place
+// only a payload that is a whole AllocBuffer buffer, as one descriptor
+// with its headers in the pool's headroom (port.TxSlots); a part of a
+// buffer would need a chain. Each queue's reason says so, naming the
+// kernel's limit. A daemon client's memory is never in the daemon's UMEM,
+// so the daemon's own traffic sends nothing in place, and the test
+// requires tx_in_place_bytes 0 on its zero-copy queues. Then, with the
+// daemon stopped, inplacesend (test/interop/inplacesend) attaches ndkxdp
+// in process to the guest's NIC, serves its adapter as the daemon does,
+// and SENDs 20 and WRITEs 20 whole 1000-byte AllocBuffer buffers to the
+// host, one request at a time, each buffer its own: both queues bind
+// zero-copy again, `ndkxdp stats` counts exactly the 40000 posted bytes
+// in 40 frames as sent in place (a retransmission, none so far, would
+// add its own), and the host receives every byte intact. At an MTU that needs
+// multi-buffer, afxdp's ModeAuto falls back to copy mode with
 // multi-buffer, the zero-copy bind refused for the same limit (read in
 // the code; no test boots that MTU on this kernel).
 //

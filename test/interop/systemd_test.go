@@ -3,9 +3,11 @@ package interop
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,7 +79,7 @@ func TestDaemonUnderSystemdOnVirtio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runDaemonHost(t, img)
+	runDaemonHost(t, img, nil)
 }
 
 // TestDaemonOnBackportsKernel is TestDaemonUnderSystemdOnVirtio on Debian
@@ -90,13 +92,17 @@ func TestDaemonOnBackportsKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runDaemonHost(t, img)
+	runDaemonHost(t, img, inPlaceSends)
 }
 
 // runDaemonHost installs and drives the daemon in a daemon host VM of
-// img (TestDaemonUnderSystemdOnVirtio).
-func runDaemonHost(t *testing.T, img *Image) {
+// img (TestDaemonUnderSystemdOnVirtio); then, with the daemon stopped,
+// after runs if given.
+func runDaemonHost(t *testing.T, img *Image, after func(*testing.T, *VM, *ndkverbs.Device)) {
 	files := daemonFiles(t)
+	if after != nil {
+		files = append(files, inPlaceSendFile(t))
+	}
 	vm := bootVM(t, 4*time.Minute, Config{Image: img, Queues: 2, CPUs: 2, MemoryMB: 1024, Files: files, ZeroCopyNIC: true})
 	t.Logf("daemon host: Debian %s, kernel %s, image built in %.0fs (built by this run: %v)", img.Suite, img.KernelRelease, img.BuildSeconds, img.Built)
 
@@ -142,6 +148,152 @@ func runDaemonHost(t *testing.T, img *Image) {
 	if info.Queues[0].Bind == "copy" {
 		probeZeroCopy(t, vm)
 	}
+	if after != nil {
+		after(t, vm, dev)
+	}
+}
+
+// inPlaceSendFile builds test/interop/inplacesend, static, staged beside
+// the daemon's files.
+func inPlaceSendFile(t *testing.T) File {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "inplacesend")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/ndkxdp/ndkxdp/test/interop/inplacesend")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build ./test/interop/inplacesend: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return File{Path: stageDir + "/inplacesend", Mode: 0o755, Data: b}
+}
+
+// inPlacePort is where the host listens for inplacesend.
+const inPlacePort = 7175
+
+// inPlaceSends: with the daemon stopped, ndkxdp attached in process to the
+// guest's NIC (inplacesend, which serves its adapter as the daemon does)
+// SENDs and WRITEs whole AllocBuffer buffers of one packet each to the
+// host. Every queue still binds zero copy without multi-buffer
+// (xdp_zc_max_segs 1), and the queues' tx_in_place_bytes, as `ndkxdp
+// stats` reports them, add up to exactly the bytes posted: each packet
+// left as one descriptor over its buffer, headers in the pool's headroom,
+// no byte copied. The host receives every byte intact (its engine checked
+// each ICRC).
+func inPlaceSends(t *testing.T, vm *VM, dev *ndkverbs.Device) {
+	t.Helper()
+	const size, count = 1000, 20
+	ctx := ctxFor(t, 3*time.Minute)
+	a, pd := dev.Adapter, dev.PD
+	sink := make([]byte, size*count)
+	recv := make([]byte, size*count)
+	sinkMR, err := pd.RegisterMR(sink, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sinkMR.Deregister()
+	recvMR, err := pd.RegisterMR(recv, ndk.MRFlagAllowLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recvMR.Deregister()
+	cq, err := a.CreateCQ(2*count, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Close()
+	qp, err := pd.CreateQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq, ReceiveQueueDepth: count, InitiatorQueueDepth: 4,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Close()
+	for i := range count {
+		sge, _ := recvMR.SGE(i*size, size)
+		if err := qp.Receive(nil, []ndk.SGE{sge}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accepted := make(chan error, 1)
+	l, err := a.CreateListener(func(c *ndk.Connector) {
+		var pdata [12]byte
+		binary.BigEndian.PutUint64(pdata[:8], sinkMR.Addr())
+		binary.BigEndian.PutUint32(pdata[8:], sinkMR.RemoteToken())
+		accepted <- c.Accept(ctx, qp, 0, 0, pdata[:], nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Listen(netip.AddrPortFrom(a.LocalAddress(), inPlacePort)); err != nil {
+		t.Fatal(err)
+	}
+	cmd := fmt.Sprintf("%s/inplacesend -dev eth0 -queues %d -peer %s -size %d -count %d",
+		stageDir, vm.Host.Queues, netip.AddrPortFrom(a.LocalAddress(), inPlacePort), size, count)
+	out, errOut, code, err := vm.Run(ctx, cmd)
+	if err != nil || code != 0 {
+		t.Fatalf("%s: exit %d (%v)\nstdout: %s\nstderr: %s", cmd, code, err, out, errOut)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatalf("host accept: %v", err)
+	}
+	var rep struct {
+		Posted uint64
+		Ops    int
+		Info   daemon.Info
+		Stats  daemon.Stats
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("inplacesend's report: %v\n%s", err, out)
+	}
+	// What the host got: every SEND, every WRITE, the bytes the guest
+	// wrote into each buffer.
+	var r [1]ndk.ResultEx
+	for i := range count {
+		if cq.GetResultsEx(r[:]) == 0 {
+			t.Fatalf("host: %d receives of %d completed", i, count)
+		}
+		if r[0].Status != ndk.StatusSuccess || r[0].BytesTransferred != size {
+			t.Fatalf("host receive %d: %+v", i, r[0])
+		}
+	}
+	a.Stats() // orders our reads with the engine that placed the bytes
+	for i := range count {
+		for j := range size {
+			if want := byte(i*31 + j*7); recv[i*size+j] != want || sink[i*size+j] != want {
+				t.Fatalf("buffer %d byte %d: received %#x, written %#x, want %#x", i, j, recv[i*size+j], sink[i*size+j], want)
+			}
+		}
+	}
+	var inPlace, frames, rounds uint64
+	for _, q := range rep.Info.Queues {
+		t.Logf("in process: queue %d %s (multi-buffer %v): %s", q.Queue, q.Bind, q.MultiBuffer, q.BindReason)
+		if q.Bind != "zero-copy" || q.MultiBuffer {
+			t.Errorf("in process: queue %d bound %s, multi-buffer %v; want zero-copy without (xdp_zc_max_segs %d)", q.Queue, q.Bind, q.MultiBuffer, rep.Info.XDPZCMaxSegs)
+		}
+	}
+	for _, e := range rep.Stats.Engines {
+		t.Logf("in process: queue %d: frames out %d, retransmission rounds %d; tx_frames %d, %d with %d bytes sent in place",
+			e.Queue, e.Engine["frames_out"], e.Engine["retransmits"], e.Socket.TxFrames, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
+		inPlace += e.Socket.TxInPlaceBytes
+		frames += e.Socket.TxInPlaceFrames
+		rounds += e.Engine["retransmits"]
+	}
+	// A retransmitted packet leaves in place again (its buffer's
+	// headroom is free once the first frame completed), so only without
+	// retransmissions are the counts exactly the posts.
+	switch {
+	case rep.Posted != 2*size*count || rep.Ops != 2*count:
+		t.Fatalf("inplacesend posted %d bytes in %d requests, want %d in %d", rep.Posted, rep.Ops, 2*size*count, 2*count)
+	case rounds == 0 && (inPlace != rep.Posted || frames != uint64(rep.Ops)):
+		t.Fatalf("posted %d bytes in %d SENDs and WRITEs from AllocBuffer memory; sent in place %d bytes in %d frames: want all of them", rep.Posted, rep.Ops, inPlace, frames)
+	case inPlace < rep.Posted || frames < uint64(rep.Ops):
+		t.Fatalf("posted %d bytes in %d SENDs and WRITEs from AllocBuffer memory; sent in place %d bytes in %d frames (%d retransmission rounds): want at least all of them", rep.Posted, rep.Ops, inPlace, frames, rounds)
+	}
+	t.Logf("in process on zero-copy virtio_net (xdp_zc_max_segs %d): %d SENDs and WRITEs of whole %d-byte AllocBuffer buffers, %d bytes, all sent in place, one descriptor each",
+		rep.Info.XDPZCMaxSegs, rep.Ops, size, inPlace)
 }
 
 // waitDaemon waits until the unit is active and its daemon answers on
@@ -294,9 +446,13 @@ func queuesServed(t *testing.T, vm *VM, last bool) bool {
 	return served
 }
 
-// checkNoInPlace: where the device's xdp_zc_max_segs is 1, a
-// zero-copy socket has no multi-buffer, and so its port sent no byte in
-// place (port.XSK.referable), whatever the traffic was.
+// checkNoInPlace: the daemon's ports send a payload in place only from
+// the daemon's own UMEM (one descriptor over a whole AllocBuffer buffer's
+// headroom on any socket, chains only with multi-buffer), and a daemon
+// client's memory, its AllocBuffer pool included, is a shared-memory
+// arena outside it: traffic through the daemon is copied, whatever the
+// socket. The zero-copy queues, which the backports kernel's
+// xdp_zc_max_segs of 1 leaves without multi-buffer, must say so.
 func checkNoInPlace(t *testing.T, vm *VM, info *daemon.Info) {
 	t.Helper()
 	if info.XDPZCMaxSegs != 1 {
@@ -306,7 +462,7 @@ func checkNoInPlace(t *testing.T, vm *VM, info *daemon.Info) {
 	guestJSON(t, vm, "ndkxdp stats -j -dev eth0", &stats)
 	for _, e := range stats.Engines {
 		if e.Queue < len(info.Queues) && info.Queues[e.Queue].Bind == "zero-copy" && (e.Socket.TxInPlaceFrames != 0 || e.Socket.TxInPlaceBytes != 0) {
-			t.Errorf("queue %d: zero copy without multi-buffer, yet %d frames with %d bytes sent in place", e.Queue, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
+			t.Errorf("queue %d: zero copy, only daemon clients' memory (never in the UMEM), yet %d frames with %d bytes sent in place", e.Queue, e.Socket.TxInPlaceFrames, e.Socket.TxInPlaceBytes)
 		}
 	}
 }
@@ -431,8 +587,9 @@ func checkZeroCopy(t *testing.T, vm *VM, info *daemon.Info) {
 		case info.XDPZCMaxSegs == 1:
 			// The kernel's limit: xp_assign_dev refuses XDP_USE_SG with
 			// XDP_ZEROCOPY, so the zero-copy sockets have no
-			// multi-buffer and can send nothing in place, and info says
-			// why (checkNoInPlace checks the counters after traffic).
+			// multi-buffer and send in place only whole AllocBuffer
+			// buffers as one descriptor, and info says why
+			// (checkNoInPlace checks the counters after traffic).
 			for _, q := range info.Queues {
 				if q.Bind == "zero-copy" && (q.MultiBuffer || !strings.Contains(q.BindReason, "xdp_zc_max_segs 1")) {
 					t.Errorf("queue %d: zero copy, multi-buffer %v, reason %q; with xdp_zc_max_segs 1 want no multi-buffer and the reason naming it", q.Queue, q.MultiBuffer, q.BindReason)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
-	"golang.org/x/sys/unix"
 )
 
 // TestOpen_InfoFilled checks that an opened adapter reports every
@@ -69,7 +69,7 @@ func TestOpen_Options(t *testing.T) {
 			{"TwoQueues", ndk.Options{Queues: 2}},
 			{"LockedThreads", ndk.Options{ThreadLocking: ndk.LockAlways}},
 			{"UnlockedThreads", ndk.Options{ThreadLocking: ndk.LockNever}},
-			{"PinnedEngines", ndk.Options{Queues: 2, EngineCPUs: allowedCPUs(t)}},
+			{"PinnedEngines", ndk.Options{Queues: 2, EngineCPUs: testenv.AllowedCPUs(t)}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				p := harness.New(t, harness.Config{Queues: max(c.opts.Queues, 1), StaticNeighbours: true})
@@ -198,20 +198,4 @@ func TestOpen_QueuesCrossed(t *testing.T) {
 			}
 		}
 	})
-}
-
-// allowedCPUs lists the CPUs the process may run on.
-func allowedCPUs(t *testing.T) []int {
-	t.Helper()
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
-	var cs []int
-	for c := 0; c < len(set)*64; c++ {
-		if set.IsSet(c) {
-			cs = append(cs, c)
-		}
-	}
-	return cs
 }

@@ -43,12 +43,16 @@ type costRow struct {
 // bulkRow is one contender's bulk transfer at one MTU and queue count.
 type bulkRow struct {
 	Name       string
+	Op         string `json:",omitempty"` // ndkxdp's: "WRITE" or "READ"
 	MTU        int
 	Queues     int
 	Frame      int // bytes on the wire per full frame
 	Gbps       float64
 	RxCPUPerGB float64 // CPU-seconds per GB (1e9 bytes of payload)
 	TxCPUPerGB float64
+	// Engine is ndkxdp's engine counters over the window, both sides
+	// summed.
+	Engine *procEngine `json:",omitempty"`
 }
 
 // idleRow is what an idle adapter with connected QPs costs.
@@ -115,7 +119,10 @@ func measureIdle(tb testing.TB, p *harness.Pair) idleRow {
 }
 
 // measureBulk moves data from A to B on a fresh pair of the given MTU and
-// queue count: ndkxdp's 64 KiB WRITEs over one QP per queue; raw AF_XDP
+// queue count: ndkxdp's 64 KiB WRITEs from A over one QP per queue, and
+// 64 KiB READs by B of A's memory (procReadDepth posted and procReadLimit
+// on the wire per QP, as ib_read_bw runs), whose responses flow from A
+// to B in the same frames as the WRITEs; raw AF_XDP
 // over one socket per queue, each on a thread of its own, with frames of
 // the size ndkxdp sends at that MTU (a full path-MTU payload); Go TCP's
 // 64 KiB writes on one connection; and on one queue Go UDP with
@@ -127,8 +134,9 @@ func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
 		tb.Fatalf("no path MTU fits in %d", mtu)
 	}
 	frame := rdmaFrame(pm.Bytes())
-	jobs := []procJob{{Kind: "rdma", Op: "write", Size: benchWrite, Queues: queues, QPs: queues,
-		Busy: os.Getenv("NDKXDP_BENCH_POLL") == "busy"}}
+	busy := os.Getenv("NDKXDP_BENCH_POLL") == "busy"
+	jobs := []procJob{{Kind: "rdma", Op: "write", Size: benchWrite, Queues: queues, QPs: queues, Busy: busy},
+		{Kind: "rdma", Op: "read", Size: benchWrite, Queues: queues, QPs: queues, Busy: busy}}
 	jobs = append(jobs, procJob{Kind: "xdp", Frame: frame, Payload: pm.Bytes(), Queues: queues})
 	if queues == 1 {
 		jobs = append(jobs, procJob{Kind: "udp", Frame: frame, Payload: frame - procUDPHeaders})
@@ -142,7 +150,7 @@ func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
 			tb.Fatalf("%s bulk at MTU %d, %d queues: %v", j.Kind, mtu, queues, err)
 		}
 		bytes := r.Bytes
-		if j.Kind == "rdma" { // the receiving consumer sees no WRITE
+		if j.Op == "write" { // the receiving consumer sees no WRITE
 			bytes = t.Bytes
 		}
 		if bytes == 0 {
@@ -153,8 +161,12 @@ func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
 		if j.Kind == "tcp" {
 			f = mtu + 14
 		}
-		rows = append(rows, bulkRow{Name: contender(j.Kind), MTU: mtu, Queues: queues, Frame: f,
+		rows = append(rows, bulkRow{Name: contender(j.Kind), Op: strings.ToUpper(j.Op), MTU: mtu, Queues: queues, Frame: f,
 			Gbps: 8 * gb / t.ElapsedS, RxCPUPerGB: r.CPU() / gb, TxCPUPerGB: t.CPU() / gb})
+		if r.Engine != nil && t.Engine != nil {
+			e := r.Engine.plus(*t.Engine)
+			rows[len(rows)-1].Engine = &e
+		}
 	}
 	return rows
 }
@@ -196,10 +208,13 @@ func costTable(rows []costRow, idle idleRow) string {
 	return t.String()
 }
 
+// bulkTable prints the bulk rows with each one's rate as a ratio to Go
+// TCP's and raw AF_XDP's at the same MTU and queue count. rx is the side
+// the data flows to (a READ's requester), tx the side it comes from.
 func bulkTable(rows []bulkRow) string {
 	var t strings.Builder
-	fmt.Fprintf(&t, "bulk A->B, each side a process, %v windows (ndkxdp: 64 KiB WRITEs, one QP per queue; Go TCP: 64 KiB writes, one stream):\n", cpuWindow)
-	fmt.Fprintf(&t, "%-12s %5s %6s %6s %8s %12s %12s %10s %10s\n", "", "MTU", "queues", "frame", "Gbit/s", "rx CPU-s/GB", "tx CPU-s/GB", "vs TCP", "vs AF_XDP")
+	fmt.Fprintf(&t, "bulk A->B, each side a process, %v windows (ndkxdp: 64 KiB WRITEs by A, 64 KiB READs by B with %d posted and %d on the wire, one QP per queue; Go TCP: 64 KiB writes, one stream):\n", cpuWindow, procReadDepth, procReadLimit)
+	fmt.Fprintf(&t, "%-12s %5s %5s %6s %6s %8s %12s %12s %10s %10s\n", "", "op", "MTU", "queues", "frame", "Gbit/s", "rx CPU-s/GB", "tx CPU-s/GB", "vs TCP", "vs AF_XDP")
 	for _, r := range rows {
 		vs := func(name string) string {
 			ref, ok := findBulk(rows, name, r.MTU, r.Queues)
@@ -208,7 +223,17 @@ func bulkTable(rows []bulkRow) string {
 			}
 			return fmt.Sprintf("%.2f", r.Gbps/ref.Gbps)
 		}
-		fmt.Fprintf(&t, "%-12s %5d %6d %6d %8.2f %12.3f %12.3f %10s %10s\n", r.Name, r.MTU, r.Queues, r.Frame, r.Gbps, r.RxCPUPerGB, r.TxCPUPerGB, vs("Go TCP"), vs("raw AF_XDP"))
+		op := r.Op
+		if op == "" {
+			op = "-"
+		}
+		fmt.Fprintf(&t, "%-12s %5s %5d %6d %6d %8.2f %12.3f %12.3f %10s %10s\n", r.Name, op, r.MTU, r.Queues, r.Frame, r.Gbps, r.RxCPUPerGB, r.TxCPUPerGB, vs("Go TCP"), vs("raw AF_XDP"))
+	}
+	for _, r := range rows {
+		if e := r.Engine; e != nil {
+			fmt.Fprintf(&t, "  ndkxdp %s MTU %d, %d queues, engines of both sides: %d frames out, %d retransmission rounds (%d ACK timeouts), %d NAKs sent, %d out of sequence, %d answered again, %d RNR NAKs, %d TX ring full\n",
+				r.Op, r.MTU, r.Queues, e.FramesOut, e.Retransmits, e.Timeouts, e.NAKsSent, e.OutOfSeq, e.Duplicates, e.RNRSent, e.TxFull)
+		}
 	}
 	return t.String()
 }
@@ -227,19 +252,54 @@ func reportCost(b *testing.B, rows []costRow, idle idleRow) {
 	b.ReportMetric(max(idle.CorePctA, idle.CorePctB), "idle-%core")
 }
 
-func reportBulk(b *testing.B, rows []bulkRow) {
+// bulkMetrics are ndkxdp's bulk figures for the metrics and the report's
+// ratios, for each op (write, read), MTU and queue count: the rate over
+// Go TCP's and raw AF_XDP's, READ's over WRITE's, and each side's CPU
+// per GB, absolute and over Go TCP's.
+func bulkMetrics(rows []bulkRow) map[string]float64 {
+	m := map[string]float64{}
+	ratio := func(name string, x, y float64) {
+		if y != 0 {
+			m[name] = x / y
+		}
+	}
 	for _, r := range rows {
 		if r.Name != "ndkxdp" {
 			continue
 		}
-		suffix := fmt.Sprintf("-mtu%d-q%d", r.MTU, r.Queues)
+		op := strings.ToLower(r.Op)
+		sfx := fmt.Sprintf("-mtu%d-q%d", r.MTU, r.Queues)
 		if ref, ok := findBulk(rows, "Go TCP", r.MTU, r.Queues); ok {
-			b.ReportMetric(r.Gbps/ref.Gbps, "write/tcp"+suffix)
-			b.ReportMetric(r.RxCPUPerGB/ref.RxCPUPerGB, "rx-cpu/tcp-rx-cpu"+suffix)
+			ratio(op+"/tcp"+sfx, r.Gbps, ref.Gbps)
+			ratio(op+"-rx-cpu-per-gb/tcp"+sfx, r.RxCPUPerGB, ref.RxCPUPerGB)
+			ratio(op+"-tx-cpu-per-gb/tcp"+sfx, r.TxCPUPerGB, ref.TxCPUPerGB)
 		}
 		if ref, ok := findBulk(rows, "raw AF_XDP", r.MTU, r.Queues); ok {
-			b.ReportMetric(r.Gbps/ref.Gbps, "write/xdp"+suffix)
+			ratio(op+"/xdp"+sfx, r.Gbps, ref.Gbps)
 		}
+		m[op+"-rx-cpu-s/GB"+sfx] = r.RxCPUPerGB
+		m[op+"-tx-cpu-s/GB"+sfx] = r.TxCPUPerGB
+		if r.Op == "READ" {
+			if w, ok := findBulkOp(rows, "WRITE", r.MTU, r.Queues); ok {
+				ratio("read/write"+sfx, r.Gbps, w.Gbps)
+			}
+		}
+	}
+	return m
+}
+
+func findBulkOp(rows []bulkRow, op string, mtu, queues int) (bulkRow, bool) {
+	for _, r := range rows {
+		if r.Name == "ndkxdp" && r.Op == op && r.MTU == mtu && r.Queues == queues {
+			return r, true
+		}
+	}
+	return bulkRow{}, false
+}
+
+func reportBulk(b *testing.B, rows []bulkRow) {
+	for k, v := range bulkMetrics(rows) {
+		b.ReportMetric(v, k)
 	}
 }
 
@@ -259,11 +319,12 @@ func BenchmarkCPUCost(b *testing.B) {
 	}
 }
 
-// BenchmarkBulk measures 64 KiB WRITE throughput and CPU per GB at MTU
-// 4096 and 9000, over one queue and over four (a 4-queue veth pair,
-// Options.Queues 4, one QP per queue), against Go TCP's single stream and
-// raw AF_XDP moving frames of the size ndkxdp's are over as many queues,
-// in the same run. Run it with -benchtime 1x.
+// BenchmarkBulk measures 64 KiB WRITE and READ throughput and each
+// side's CPU per GB at MTU 4096 and 9000, over one queue and over four (a
+// 4-queue veth pair, Options.Queues 4, one QP per queue), against Go
+// TCP's single stream and raw AF_XDP moving frames of the size ndkxdp's
+// are over as many queues in the same direction, in the same run. Run it
+// with -benchtime 1x.
 func BenchmarkBulk(b *testing.B) {
 	for b.Loop() {
 		var rows []bulkRow

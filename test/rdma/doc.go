@@ -16,9 +16,10 @@
 // pair. BenchmarkCPUCost and BenchmarkBulk run each side of a transfer as
 // a process of its own (the test binary started again; TestMain and
 // proc_bench_test.go) and measure it with getrusage: CPU-seconds per
-// million 64 B messages and per GB written for ndkxdp, raw AF_XDP, Go UDP
-// and Go TCP, an idle adapter's share of a core, and 64 KiB WRITE at MTU
-// 4096 and 9000 over 1 and 4 queues. BenchmarkReport runs all of these
+// million 64 B messages and per GB moved for ndkxdp, raw AF_XDP, Go UDP
+// and Go TCP, an idle adapter's share of a core, and 64 KiB WRITE and
+// READ at MTU 4096 and 9000 over 1 and 4 queues, with both engines'
+// retransmission counters. BenchmarkReport runs all of these
 // and prints them as one table, with the core count and GOMAXPROCS, and
 // as JSON to the file NDKXDP_BENCH_JSON names.
 //
@@ -126,6 +127,43 @@
 //	MTU 9000, 1 queue              0.25-0.46  0.91-1.44   0.23-0.37  0.27-0.40
 //	MTU 9000, 4 queues             0.22-0.38  0.47-0.60   0.21-0.35  0.21-0.35
 //
+// 64 KiB READ beside WRITE (B reads A's memory: the responses flow A to
+// B in the frames the WRITEs take, so the raw AF_XDP and Go TCP rows are
+// the same references; 128 READs posted and 16 on the wire per QP, as
+// ib_read_bw runs). `go test ./test/rdma -run XXX -bench Bulk -benchtime
+// 1x` and the report, under /tmp/ndkxdp-heavy.lock, on the same 2-vCPU VM
+// on 2026-11-28, beside other helpers' work (load average 2.3-6.1): six
+// runs. rx is the requester (its consumer polls the CQ), tx the
+// responder (its engine alone answers):
+//
+//	64 KiB READ, Gbit/s    READ        READ/WRITE  READ/raw    READ/TCP    rx CPU-s/GB  tx CPU-s/GB
+//	MTU 4096, 1 queue      6.2-9.0     1.01-1.25   0.54-0.94   0.42-0.62   1.03-1.33    0.66-0.73
+//	MTU 4096, 4 queues     4.0-12.8    0.38-1.27   0.34-1.09   0.25-0.64   0.40-0.63    0.74-0.84
+//	MTU 9000, 1 queue      3.9-11.1    0.64-1.23   0.24-1.42   0.34-0.79   0.79-1.13    0.46-0.66
+//	MTU 9000, 4 queues     10.5-17.2   0.68-1.30   0.85-1.33   0.57-1.14   0.30-0.50    0.57-0.64
+//
+// READ moves what WRITE moves or more in most runs: the copy-mode
+// transmit is the ceiling for both (above), and a READ's responder runs
+// only its engine where a WRITE's sender also runs the consumer that
+// posts (WRITE's tx 1.0-1.8 CPU-s/GB on one queue); the CPU moves to the
+// requester, whose consumer polls (WRITE's receiving side 0.27-0.39).
+// The bulk rows carry both engines' counters over the window: WRITE lost
+// no frame in any run, READ over 4 queues went back 1-38 times a window
+// (0-4 ACK timeouts), on one queue 0-2: 16 READs of 32 responses each
+// are 512 frames a QP in flight that the responder sends as fast as it
+// builds them, 2,048 over 4 QPs, and the requester's process also runs
+// its polling consumer. The low ratios (0.38 and 0.64 READ/WRITE) came
+// with load from other work on the machine, the 0.38 with 38 go-backs
+// and 4 ACK timeouts (268 ms of the 1s window) while raw AF_XDP ran 11.6
+// Gbit/s; beside 1, 2 or 4 busy loops of its own (MTU 4096, 4 queues,
+// three runs each) READ/WRITE was 0.90-1.16 with 3-11 go-backs and no
+// ACK timeout, so the collapse was not reproduced on demand and no
+// engine change is founded on it. Holding READ requests by the
+// requester's cut loss window (as WRITE's packets are) was tried and not
+// kept: no run without uncontrolled load lost enough to show a
+// difference. The raw reference itself varies 2x between runs (6.2-16.8
+// Gbit/s in one configuration), so compare within a run.
+//
 // In process (BenchmarkRDMAvsBaseline's figures in the same runs) the 64 B
 // SEND ping-pong took 10.2-14.5 us at p50 and 23-54 us at p99 (Go TCP
 // 4.3-4.6 us at p50, so 2.4-3.3x; the raw AF_XDP ping-pong, whose sides
@@ -170,6 +208,31 @@
 // about ndkxdp. The spread from run to run comes from the shared machine;
 // compare ratios within one run.
 //
+// # Measured: beside a CPU hog (2-vCPU)
+//
+// BenchmarkUnderHog measures the 64 B SEND rate and ping-pong of ndkxdp,
+// raw AF_XDP and (ping-pong) Go TCP first on the quiet machine, then
+// beside one busy-loop process per CPU, and reports each contender's
+// degradation (rate quiet/loaded, RTT p50 loaded/quiet) and ndkxdp's over
+// the references'. `GOMAXPROCS=N go test ./test/rdma -run XXX -bench
+// UnderHog -benchtime 1x`, the default polling (ndk.PollAuto: adaptive at
+// GOMAXPROCS 2, progress at 16), 2026-11-28, helpers' work beside it
+// (load average 4.5-6.9), two runs each:
+//
+//	                    ndkxdp msg/s degr.   raw msg/s degr.   ratio       ndkxdp RTT p50 quiet/loaded   its degr.   TCP's   ratio
+//	GOMAXPROCS 2        1.26-4.00            1.29-2.55         0.98-1.57   11.7-13.7 / 11.3-31.1µs       0.83-2.67   0.98    0.84-2.72
+//	GOMAXPROCS 16       3.04-3.73            1.97-2.84         1.07-1.89   5.7-6.0 / 5.8-5.9µs           0.98-1.02   0.94-1.00  1.02-1.04
+//
+// Issue 27 asks for ndkxdp's degradation within 3x the reference's: the
+// rate's is 0.98-1.89x raw AF_XDP's, the round trip's 0.84-2.72x Go TCP's.
+// Against the raw AF_XDP ping-pong the ratio means nothing here: that
+// reference sleeps in poll(2) between frames, and on the quiet VM every
+// wake-up finds a halted vCPU (53-73µs at p50, rc's doc, "Polling"),
+// while beside the hogs no vCPU halts and it measured 4.2-4.9µs, so its
+// "degradation" is 0.06-0.50. Earlier runs with adaptive polling at
+// GOMAXPROCS 16 (before ndk.PollAuto) kept the p50 (89µs quiet and
+// loaded) but not the tail (p99 8ms quiet, 24ms loaded).
+//
 // # Engine scheduling
 //
 // Two choices in ndk/internal/rc rest on these measurements, on the same
@@ -200,4 +263,5 @@
 //	go test ./test/rdma -run TestSizes -v
 //	go test ./test/rdma -run XXX -bench RDMAvsBaseline -benchtime 1x
 //	go test ./test/rdma -run XXX -bench 'CPUCost|Bulk|Report' -benchtime 1x
+//	go test ./test/rdma -run XXX -bench UnderHog -benchtime 1x
 package rdma

@@ -70,7 +70,9 @@ type procJob struct {
 	// Size is an rdma message's size, and the size of each tcp write in
 	// bulk mode.
 	Size int
-	// Op is rdma's operation: "send" or "write".
+	// Op is rdma's operation: "send", "write" or "read". A READ's
+	// requester is the "rx" side (the data flows to it), its responder
+	// the "tx" side, as for the other contenders.
 	Op string
 	// Queues is rdma's ndk.Options.Queues; QPs the QPs each side
 	// connects, spread over the queues.
@@ -85,44 +87,45 @@ type procResult struct {
 	ElapsedS    float64
 	Messages    uint64 // messages (frames, writes) completed or received
 	Bytes       uint64 // their payload bytes
-	// Engine is, for rdma, what its engines counted over the window.
-	Engine *engineCounts `json:",omitempty"`
+	// Engine is rdma's engine counters over the window, summed over its
+	// queues: the evidence of loss and recovery behind a rate.
+	Engine *procEngine `json:",omitempty"`
 }
 
-// engineCounts are the engine counters that say where a stream's time
-// goes: wake-ups, recovery, a full transmit ring.
-type engineCounts struct {
-	FramesIn, FramesOut, Sleeps, SlowYields     uint64
-	RNRSent, RNRReceived, Retransmits, OutOfSeq uint64
-	TxFull, Timeouts                            uint64
+// procEngine is the part of ndk.EngineStats a transfer's rate depends
+// on: loss and recovery, and the engines' wake-ups (Sleeps, SlowYields).
+type procEngine struct {
+	FramesIn, FramesOut, Retransmits, Timeouts, NAKsSent, NAKsReceived uint64
+	OutOfSeq, Duplicates, RNRSent, RNRReceived, TxFull                 uint64
+	Sleeps, SlowYields                                                 uint64
 }
 
-func (c engineCounts) String() string {
-	return fmt.Sprintf("frames in %d, out %d, sleeps %d, slow yields %d, RNR NAKs sent %d, received %d, retransmissions %d, out of sequence %d, tx full %d, ACK timeouts %d",
-		c.FramesIn, c.FramesOut, c.Sleeps, c.SlowYields, c.RNRSent, c.RNRReceived, c.Retransmits, c.OutOfSeq, c.TxFull, c.Timeouts)
-}
-
-func (s *rdmaSide) counts() engineCounts {
-	var c engineCounts
-	for _, e := range s.x.Adapter.Stats() {
-		c.FramesIn += e.FramesIn
-		c.FramesOut += e.FramesOut
-		c.Sleeps += e.Sleeps
-		c.SlowYields += e.SlowYields
-		c.RNRSent += e.RNRSent
-		c.RNRReceived += e.RNRReceived
-		c.Retransmits += e.Retransmits
-		c.OutOfSeq += e.OutOfSeq
-		c.TxFull += e.TxFull
-		c.Timeouts += e.Timeouts
+func engineCounters(st []ndk.EngineStats) procEngine {
+	var e procEngine
+	for _, s := range st {
+		e = e.plus(procEngine{s.FramesIn, s.FramesOut, s.Retransmits, s.Timeouts, s.NAKsSent, s.NAKsReceived,
+			s.OutOfSeq, s.Duplicates, s.RNRSent, s.RNRReceived, s.TxFull, s.Sleeps, s.SlowYields})
 	}
-	return c
+	return e
 }
 
-func (c engineCounts) sub(o engineCounts) *engineCounts {
-	return &engineCounts{c.FramesIn - o.FramesIn, c.FramesOut - o.FramesOut, c.Sleeps - o.Sleeps,
-		c.SlowYields - o.SlowYields, c.RNRSent - o.RNRSent, c.RNRReceived - o.RNRReceived,
-		c.Retransmits - o.Retransmits, c.OutOfSeq - o.OutOfSeq, c.TxFull - o.TxFull, c.Timeouts - o.Timeouts}
+func (e procEngine) minus(o procEngine) procEngine {
+	return procEngine{e.FramesIn - o.FramesIn, e.FramesOut - o.FramesOut, e.Retransmits - o.Retransmits,
+		e.Timeouts - o.Timeouts, e.NAKsSent - o.NAKsSent, e.NAKsReceived - o.NAKsReceived,
+		e.OutOfSeq - o.OutOfSeq, e.Duplicates - o.Duplicates, e.RNRSent - o.RNRSent,
+		e.RNRReceived - o.RNRReceived, e.TxFull - o.TxFull, e.Sleeps - o.Sleeps, e.SlowYields - o.SlowYields}
+}
+
+func (e procEngine) plus(o procEngine) procEngine {
+	return procEngine{e.FramesIn + o.FramesIn, e.FramesOut + o.FramesOut, e.Retransmits + o.Retransmits,
+		e.Timeouts + o.Timeouts, e.NAKsSent + o.NAKsSent, e.NAKsReceived + o.NAKsReceived,
+		e.OutOfSeq + o.OutOfSeq, e.Duplicates + o.Duplicates, e.RNRSent + o.RNRSent,
+		e.RNRReceived + o.RNRReceived, e.TxFull + o.TxFull, e.Sleeps + o.Sleeps, e.SlowYields + o.SlowYields}
+}
+
+func (e procEngine) String() string {
+	return fmt.Sprintf("frames in %d, out %d, sleeps %d, slow yields %d, RNR NAKs sent %d, received %d, retransmission rounds %d, ACK timeouts %d, out of sequence %d, TX ring full %d",
+		e.FramesIn, e.FramesOut, e.Sleeps, e.SlowYields, e.RNRSent, e.RNRReceived, e.Retransmits, e.Timeouts, e.OutOfSeq, e.TxFull)
 }
 
 func (r procResult) CPU() float64 { return r.UserS + r.SysS }
@@ -175,9 +178,9 @@ func procMain(spec string) int {
 	ran := make(chan error, 1)
 	var r0 unix.Rusage
 	var m0, b0 uint64
-	var t0 time.Time
+	var e0 procEngine
 	rs, _ := side.(*rdmaSide)
-	var e0 engineCounts
+	var t0 time.Time
 	running := false
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -195,7 +198,7 @@ func procMain(spec string) int {
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r0)
 			m0, b0, t0 = c.messages.Load(), c.bytes.Load(), time.Now()
 			if rs != nil {
-				e0 = rs.counts()
+				e0 = engineCounters(rs.x.Adapter.Stats())
 			}
 		case "stop":
 			var r1 unix.Rusage
@@ -208,7 +211,8 @@ func procMain(spec string) int {
 				Bytes:    c.bytes.Load() - b0,
 			}
 			if rs != nil {
-				res.Engine = rs.counts().sub(e0)
+				e := engineCounters(rs.x.Adapter.Stats()).minus(e0)
+				res.Engine = &e
 			}
 			close(stop)
 			if running {
@@ -268,9 +272,24 @@ type rdmaSide struct {
 	qps []*ndk.QP
 	buf *ndk.MR // rx: the receive or WRITE target; tx: the source
 
-	remoteAddr  uint64 // tx of WRITEs: the peer's buffer
+	remoteAddr  uint64 // tx of WRITEs, rx of READs: the peer's buffer
 	remoteToken uint32
 }
+
+// initiator says whether the side posts the operation that moves the
+// data: a WRITE's sender or a READ's requester.
+func (s *rdmaSide) initiator() bool {
+	return (s.j.Op == "write" && s.j.Role == "tx") || (s.j.Op == "read" && s.j.Role == "rx")
+}
+
+// procReadDepth is how many READs the requester keeps posted on each QP,
+// as ib_read_bw keeps its send queue (tx depth 128) full; the engine has
+// at most procReadLimit of them on the wire at once, perftest's
+// outstanding-reads limit (16, what rxe and most adapters advertise).
+const (
+	procReadDepth = 128
+	procReadLimit = 16
+)
 
 // procRecvDepth is each receiving QP's receive queue: deep, so that the
 // receiving consumer's scheduling hiccups cost no RNR NAK round trips.
@@ -289,7 +308,8 @@ func newRDMASide(j procJob, h *vethpair.Host) (*rdmaSide, error) {
 	c := defaultQP
 	c.ReceiveQueueDepth = procRecvDepth
 	c.ReceiveCQ, c.InitiatorCQ = x.RCQ, x.ICQ
-	for range max(j.QPs, 1) {
+	for i := range max(j.QPs, 1) {
+		c.Context = i
 		q, err := x.PD.CreateQP(c)
 		if err != nil {
 			s.close()
@@ -306,7 +326,11 @@ func newRDMASide(j procJob, h *vethpair.Host) (*rdmaSide, error) {
 		s.close()
 		return nil, err
 	}
-	if s.buf, err = x.PD.RegisterMR(mem, ndk.MRFlagAllowLocalWrite|ndk.MRFlagAllowRemoteWrite); err != nil {
+	flags := ndk.MRFlagAllowLocalWrite | ndk.MRFlagAllowRemoteWrite
+	if j.Op == "read" && j.Role == "tx" { // the responder's memory, read remotely
+		flags = ndk.MRFlagAllowLocalWrite | ndk.MRFlagAllowRemoteRead
+	}
+	if s.buf, err = x.PD.RegisterMR(mem, flags); err != nil {
 		s.close()
 		return nil, err
 	}
@@ -351,11 +375,12 @@ func (s *rdmaSide) connect(peer string) error {
 		if err != nil {
 			return err
 		}
-		if err := s.x.Net.Do(func() error { return q.ConnectOOB(ep, ndk.ConnectOptions{}) }); err != nil {
+		o := ndk.ConnectOptions{InboundReadLimit: procReadLimit, OutboundReadLimit: procReadLimit}
+		if err := s.x.Net.Do(func() error { return q.ConnectOOB(ep, o) }); err != nil {
 			return err
 		}
 	}
-	if s.j.Role == "tx" && s.j.Op == "write" {
+	if s.initiator() {
 		addr, err1 := strconv.ParseUint(f[1], 10, 64)
 		token, err2 := strconv.ParseUint(f[2], 10, 32)
 		if err := errors.Join(err1, err2); err != nil {
@@ -368,10 +393,13 @@ func (s *rdmaSide) connect(peer string) error {
 
 func (s *rdmaSide) run(stop <-chan struct{}, c *procCount) error {
 	switch {
-	case s.j.Role == "idle" || (s.j.Role == "rx" && s.j.Op == "write"):
-		// The engine places WRITEs without the consumer.
+	case s.j.Role == "idle" || (s.j.Op != "send" && !s.initiator()):
+		// The engine places WRITEs and answers READs without the
+		// consumer.
 		<-stop
 		return nil
+	case s.j.Op == "read":
+		return s.read(stop, c)
 	case s.j.Role == "rx":
 		return s.receive(stop, c)
 	case s.j.Op == "send":
@@ -450,6 +478,50 @@ func (s *rdmaSide) write(stop <-chan struct{}, c *procCount) error {
 		}
 		c.add(uint64(n), uint64(n*s.j.Size))
 		if err != nil && n == 0 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// read keeps procReadDepth READs of the peer's buffer posted on each QP,
+// posting again as they complete.
+func (s *rdmaSide) read(stop <-chan struct{}, c *procCount) error {
+	sgl := s.sgl(0)
+	rs := make([]ndk.Result, 64)
+	posted := make([]int, len(s.qps))
+	for i := 0; ; i++ {
+		if i&15 == 0 {
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+		}
+		full := 0
+		for qi, q := range s.qps {
+			for posted[qi] < procReadDepth {
+				err := q.Read(nil, sgl, s.remoteAddr, s.remoteToken, 0)
+				if errors.Is(err, ndk.ErrInsufficientResources) {
+					break
+				}
+				if err != nil {
+					return err
+				}
+				posted[qi]++
+			}
+			if posted[qi] >= procReadDepth {
+				full++
+			}
+		}
+		n := s.x.ICQ.GetResults(rs)
+		for _, r := range rs[:n] {
+			if r.Status != ndk.StatusSuccess {
+				return fmt.Errorf("read: %v", r.Status)
+			}
+			posted[r.QPContext.(int)]--
+		}
+		c.add(uint64(n), uint64(n*s.j.Size))
+		if n == 0 && full == len(s.qps) {
 			runtime.Gosched()
 		}
 	}

@@ -54,7 +54,7 @@ func latJSON(l baseline.Latency) latencyJSON {
 // BenchmarkReport is the one report of ndkxdp against its baselines, in
 // one run: the 64 B SEND round trip (p50, p99) and message rate in
 // process; the CPU cost of 64 B messages and of an idle adapter, each
-// side a process (BenchmarkCPUCost); and 64 KiB WRITE bulk at MTU 4096
+// side a process (BenchmarkCPUCost); and 64 KiB WRITE and READ bulk at MTU 4096
 // and 9000 over 1 and 4 queues (BenchmarkBulk). It prints one table,
 // headed by the machine's core count and GOMAXPROCS, writes the same as
 // JSON to the file NDKXDP_BENCH_JSON names (if set), and reports the
@@ -136,18 +136,8 @@ func measureReport(b *testing.B) *benchReport {
 		ratio("tx-cpu-per-msg/"+k, ndc.TxCPUPerM, c.TxCPUPerM)
 	}
 	r.Ratios["idle-%core"] = max(r.Idle.CorePctA, r.Idle.CorePctB)
-	for _, w := range r.Bulk {
-		if w.Name != "ndkxdp" {
-			continue
-		}
-		sfx := fmt.Sprintf("-mtu%d-q%d", w.MTU, w.Queues)
-		if t, ok := findBulk(r.Bulk, "Go TCP", w.MTU, w.Queues); ok {
-			ratio("write/tcp"+sfx, w.Gbps, t.Gbps)
-			ratio("write-rx-cpu-per-gb/tcp"+sfx, w.RxCPUPerGB, t.RxCPUPerGB)
-		}
-		if x, ok := findBulk(r.Bulk, "raw AF_XDP", w.MTU, w.Queues); ok {
-			ratio("write/xdp"+sfx, w.Gbps, x.Gbps)
-		}
+	for k, v := range bulkMetrics(r.Bulk) {
+		r.Ratios[k] = v
 	}
 	return r
 }

@@ -136,6 +136,8 @@ func AdapterOptions(mode, polling string) (ndk.Options, error) {
 		return o, Usagef("unknown -xdp-mode %q (want auto, driver or generic)", mode)
 	}
 	switch polling {
+	case "auto":
+		o.Polling = ndk.PollAuto
 	case "adaptive":
 		o.Polling = ndk.PollAdaptive
 	case "busy":
@@ -143,7 +145,7 @@ func AdapterOptions(mode, polling string) (ndk.Options, error) {
 	case "progress":
 		o.Polling = ndk.PollProgress
 	default:
-		return o, Usagef("unknown -polling %q (want adaptive, busy or progress)", polling)
+		return o, Usagef("unknown -polling %q (want auto, adaptive, busy or progress)", polling)
 	}
 	return o, nil
 }

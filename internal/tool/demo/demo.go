@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/baseline"
@@ -73,7 +74,7 @@ func parseDemo(args []string, stdout, stderr io.Writer) (demoFlags, ndk.Options,
 	fs.IntVar(&f.rdmaSize, "rdma-size", 64<<10, "bytes per WRITE and READ")
 	fs.IntVar(&f.rdmaOps, "rdma-ops", 500, "WRITEs and READs to run and verify")
 	fs.IntVar(&f.pings, "pings", 5000, "SEND ping-pong round trips to time")
-	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive, busy or progress (the consumer runs the engine's turns: ndk.PollProgress)")
+	fs.StringVar(&f.polling, "polling", "auto", "engine polling: auto (progress where GOMAXPROCS exceeds the engines plus one, else adaptive: ndk.PollAuto), adaptive, busy or progress (the consumer runs the engine's turns: ndk.PollProgress)")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the hosts exchange to this pcap file, once (the sender's copy); with -dev, every frame this host sends or receives")
 	if demoOnDev(args) {
 		fs.StringVar(&f.socket, "daemon", "", "with -dev: run this side through the ndkxdp daemon serving IF at this unix socket")
@@ -190,6 +191,10 @@ func openDemo(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.Writ
 		return nil, err
 	}
 	fmt.Fprintf(stdout, "hosts: %s %s <-> %s %s (veth, MTU %d)\n", d.pair.A.Name, d.pair.A.IPv4, d.pair.B.Name, d.pair.B.IPv4, f.mtu)
+	if f.daemon && opts.Polling == ndk.PollAuto {
+		// The daemons' clients cannot run their engines' turns.
+		opts.Polling = ndk.PollAdaptive
+	}
 	optsA, optsB := opts, opts
 	if d.file != nil {
 		d.capture = &sharedCapture{w: d.file}
@@ -201,7 +206,11 @@ func openDemo(ctx context.Context, f demoFlags, opts ndk.Options, stdout io.Writ
 	if d.served[1], err = OpenAdapterOn(d.pair.B, optsB); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", d.pair.A.Link, d.pair.B.Link, d.served[0].PathMTU(), f.polling)
+	polling := opts.Polling.Resolve(opts.Queues).String()
+	if opts.Polling == ndk.PollAuto {
+		polling += fmt.Sprintf(" (auto, GOMAXPROCS %d)", runtime.GOMAXPROCS(0))
+	}
+	fmt.Fprintf(stdout, "adapters: ndkxdp on %s and %s, path MTU %d, %s polling\n", d.pair.A.Link, d.pair.B.Link, d.served[0].PathMTU(), polling)
 	if f.daemon {
 		return d, d.startDaemons(stdout)
 	}

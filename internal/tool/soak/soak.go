@@ -46,7 +46,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&f.loss, "loss", 0.01, "fraction of received frames each host drops (0 to 0.5)")
 	fs.IntVar(&f.mtu, "mtu", 1500, "MTU of the embedded veth pair")
 	fs.IntVar(&f.maxSize, "max-size", 64<<10, "largest message, WRITE and READ in bytes")
-	fs.StringVar(&f.polling, "polling", "adaptive", "engine polling: adaptive, busy or progress (the consumer runs the engine's turns: ndk.PollProgress)")
+	fs.StringVar(&f.polling, "polling", "auto", "engine polling: auto (progress where GOMAXPROCS exceeds the engines plus one, else adaptive: ndk.PollAuto), adaptive, busy or progress (the consumer runs the engine's turns: ndk.PollProgress)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the message sizes and contents")
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return err

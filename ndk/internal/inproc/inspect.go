@@ -94,29 +94,32 @@ func (p *Provider) XDPZCMaxSegs() uint32 {
 	return p.xdpZCMaxSegs
 }
 
-// bindReason says why s bound in its mode, and why its port sends no
-// UMEM-resident payload in place where it cannot (port.XSK.referable
-// needs a multi-buffer socket).
+// bindReason says why s bound in its mode, and which UMEM-resident
+// payloads its port sends in place: on every socket a whole AllocBuffer
+// buffer that fits a frame, as one descriptor over the pool's headroom
+// (port.TxSlots); only on a multi-buffer socket a part of one, as a
+// descriptor chain (port.XSK.referable).
 func (p *Provider) bindReason(s *afxdp.Socket) string {
 	return p.bindModeReason(s) + inPlaceReason(s.Mode(), s.MultiBuffer(), p.xdpZCMaxSegs)
 }
 
-// inPlaceReason says why a socket bound in mode, with multi-buffer or
-// not, on a device whose xdp_zc_max_segs is zcMaxSegs, sends no payload
-// in place; "" where it may.
+// inPlaceReason says what a socket bound in mode, with multi-buffer or
+// not, on a device whose xdp_zc_max_segs is zcMaxSegs, sends in place
+// when it cannot chain; "" where it can.
 func inPlaceReason(mode afxdp.BindMode, multi bool, zcMaxSegs uint32) string {
+	const whole = "; in place only whole AllocBuffer buffers, one descriptor each over the pool's headroom"
 	switch {
 	case multi:
 		return ""
 	case mode == afxdp.ModeZeroCopy && zcMaxSegs == 1:
 		// xp_assign_dev (net/xdp/xsk_buff_pool.c) refuses XDP_USE_SG
 		// with XDP_ZEROCOPY here: no configuration of this device
-		// sends in place in zero copy.
-		return "; no in-place sends: zero copy without multi-buffer, the kernel's limit (xdp_zc_max_segs 1 refuses XDP_USE_SG with XDP_ZEROCOPY)"
+		// chains in zero copy.
+		return whole + ": zero copy without multi-buffer, the kernel's limit (xdp_zc_max_segs 1 refuses XDP_USE_SG with XDP_ZEROCOPY)"
 	case mode == afxdp.ModeZeroCopy:
-		return fmt.Sprintf("; no in-place sends: no multi-buffer (the MTU fits one frame; xdp_zc_max_segs %d)", zcMaxSegs)
+		return fmt.Sprintf("%s: no multi-buffer (the MTU fits one frame; xdp_zc_max_segs %d)", whole, zcMaxSegs)
 	default:
-		return "; no in-place sends: no multi-buffer (the MTU fits one frame)"
+		return whole + ": no multi-buffer (the MTU fits one frame)"
 	}
 }
 

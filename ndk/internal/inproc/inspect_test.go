@@ -7,10 +7,11 @@ import (
 	"github.com/ndkxdp/ndkxdp/afxdp"
 )
 
-// TestInPlaceReason: a queue's bind reason says why its port sends no
-// UMEM-resident payload in place (port.XSK.referable needs a
-// multi-buffer socket), naming xdp_zc_max_segs 1 where zero copy cannot
-// have multi-buffer at all, and says nothing where in-place may happen.
+// TestInPlaceReason: a queue's bind reason says that without multi-buffer
+// its port sends only whole AllocBuffer buffers in place (one descriptor;
+// port.XSK.referable needs a multi-buffer socket to chain), naming
+// xdp_zc_max_segs 1 where zero copy cannot have multi-buffer at all, and
+// says nothing where chains may be sent.
 func TestInPlaceReason(t *testing.T) {
 	for _, tc := range []struct {
 		mode  afxdp.BindMode
@@ -18,9 +19,9 @@ func TestInPlaceReason(t *testing.T) {
 		segs  uint32
 		want  []string // substrings; none means ""
 	}{
-		{afxdp.ModeZeroCopy, false, 1, []string{"no in-place sends", "zero copy without multi-buffer", "xdp_zc_max_segs 1"}},
-		{afxdp.ModeZeroCopy, false, 17, []string{"no in-place sends", "MTU fits one frame", "xdp_zc_max_segs 17"}},
-		{afxdp.ModeCopy, false, 0, []string{"no in-place sends", "MTU fits one frame"}},
+		{afxdp.ModeZeroCopy, false, 1, []string{"in place only whole AllocBuffer buffers", "zero copy without multi-buffer", "xdp_zc_max_segs 1"}},
+		{afxdp.ModeZeroCopy, false, 17, []string{"in place only whole AllocBuffer buffers", "MTU fits one frame", "xdp_zc_max_segs 17"}},
+		{afxdp.ModeCopy, false, 0, []string{"in place only whole AllocBuffer buffers", "MTU fits one frame"}},
 		{afxdp.ModeZeroCopy, true, 17, nil},
 		{afxdp.ModeCopy, true, 1, nil},
 	} {

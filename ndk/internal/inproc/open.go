@@ -174,6 +174,12 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 	// The buffer pool's memory (AllocBuffer) stays put until the ACK that
 	// retires a request using it: the ports send it in place.
 	lo, hi := parts[cfg.Queues].Range()
+	// The pool's allocations carry headroom and tailroom (port.TxSlots):
+	// a payload that is one whole allocation leaves as one descriptor,
+	// which a zero-copy socket without multi-buffer can send.
+	if p.bufferSlots, err = port.NewTxSlots(int(hi - lo)); err != nil {
+		return err
+	}
 	// Asked here, in the interface's namespace: the queues' bind reasons
 	// name what the device offers (inspect.go).
 	dev, err := afxdp.QueryXDPDevice(p.link.Ifindex)
@@ -191,7 +197,7 @@ func (p *Provider) openXDP(ifname string, cfg Config) error {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)
 		}
-		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}})
+		xsk, err := port.NewXSK(sock, parts[q], port.XSKConfig{MTU: p.link.MTU, TxReference: [2]uint64{lo, hi}, TxSlots: p.bufferSlots})
 		if err != nil {
 			sock.Close()
 			return fmt.Errorf("queue %d: %w", q, err)

@@ -99,6 +99,7 @@ type Provider struct {
 	ports        []port.Port
 	engines      []*rc.Engine
 	buffers      []byte
+	bufferSlots  *port.TxSlots
 	mgmt         *management                  // nil without connection management
 	capture      *pcapfile.Writer             // shared by the ports; nil without Config.Capture
 	tap          atomic.Pointer[port.TapRing] // a live capture's ring, or nil (inspect.go)
@@ -241,6 +242,15 @@ func (p *Provider) PathMTU() rocev2.MTU { return p.link.PathMTU }
 // Buffers returns the UMEM's buffer partition, which the ports send from
 // in place, or nil over an in-memory port.
 func (p *Provider) Buffers() []byte { return p.buffers }
+
+// BufferSlots returns the layout of Buffers' allocations the ports send
+// whole allocations from in one descriptor, or nil.
+func (p *Provider) BufferSlots() *port.TxSlots {
+	if p.buffers == nil {
+		return nil
+	}
+	return p.bufferSlots
+}
 
 // Ports returns the engines' ports, by queue, without the wrappers
 // (capture, tap) the engines see them through.

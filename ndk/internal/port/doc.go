@@ -14,8 +14,9 @@
 // Close); xsk_rx.go its receive side (Receive, joining or gathering
 // descriptor chains, Release, the fill ring); xsk_tx.go its transmit side
 // (Transmit, descriptor layout, Flush, completions); xsk_unsafe.go the
-// package's unsafe conversions; capture.go Capture. The in-memory Pipe is
-// in porttest.
+// package's unsafe conversions; txslots.go the buffer pool's layout for
+// one-descriptor sends (TxSlots); capture.go Capture. The in-memory Pipe
+// is in porttest.
 //
 // # Zero-copy transmit
 //
@@ -29,6 +30,26 @@
 // the kernel copies the payload into an skb instead (xsk_build_skb,
 // net/xdp/xsk.c, one page per fragment). test/rdma's doc has what this
 // saves on the 64 KiB WRITE stream over veth.
+//
+// A chain needs a multi-buffer socket, which a zero-copy socket cannot
+// have on a device whose xdp_zc_max_segs is 1 (virtio_net: xp_assign_dev,
+// net/xdp/xsk_buff_pool.c, refuses XDP_USE_SG with XDP_ZEROCOPY). So, as
+// kernel stacks build headers in an skb's headroom, the pool's allocations
+// of up to MaxTxSlotted bytes carry TxHeadroom bytes before and
+// TxTailroom after that the user never sees (TxSlots, ndk's AllocBuffer
+// lays them out). A frame whose payload is exactly one allocation has its
+// headers written into the headroom and its pad and ICRC into the
+// tailroom, and leaves as one descriptor over the three, on any socket,
+// as long as it stays inside one chunk (xp_aligned_validate_desc,
+// net/xdp/xsk_queue.h; virtio_net's xsk transmit takes a descriptor at any
+// offset, its virtio header from a buffer of its own). Before writing the
+// headroom the port takes the allocation's mark (shared by every queue's
+// port of the pool), and the descriptor's completion gives it back; a
+// frame that finds the mark taken (the buffer posted twice, a
+// retransmission before the first frame completed, another engine) is
+// copied. XSKStats counts such frames as TxSlotted and in TxRefFrames and
+// TxRefBytes, which the daemon shows as tx_in_place_frames and
+// tx_in_place_bytes.
 //
 // On receive, a frame over one chunk arrives as a descriptor chain. When
 // the chunks are neighbours in the UMEM, which Release arranges by giving

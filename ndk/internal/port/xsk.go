@@ -65,6 +65,12 @@ type XSKConfig struct {
 	// frame, the payload in place, a trailer). It must not overlap the
 	// allocator's frames. Zero: every byte is copied.
 	TxReference [2]uint64
+	// TxSlots, with TxReference, is the layout of the pool's allocations
+	// (headroom, tailroom: see TxSlotSize), shared by the ports of one
+	// pool. A frame whose payload is exactly one allocation leaves as one
+	// descriptor, headers in the headroom, pad and ICRC in the tailroom,
+	// on any socket. Its size must be TxReference's.
+	TxSlots *TxSlots
 }
 
 // XSKStats counts an XSK's frames. The data path adds to them once per
@@ -76,8 +82,10 @@ type XSKStats struct {
 	RxInvalid   uint64 // descriptors dropped: outside the UMEM, or a chain longer than MaxFrame
 	TxFrames    uint64 // frames queued by Transmit and flushed
 	TxChained   uint64 // of those, frames that took more than one chunk
-	TxRefFrames uint64 // of those, frames with a segment referenced in place (TxReference)
+	TxRefFrames uint64 // of those, frames with a segment referenced in place (TxReference), one descriptor (TxSlots) or a chain
 	TxRefBytes  uint64 // bytes those references carried: copies saved
+	TxSlotted   uint64 // of TxRefFrames, frames sent as one descriptor over an allocation's headroom (TxSlots)
+	TxSlotBusy  uint64 // frames whose payload was a whole allocation but copied: its headroom was in flight
 	TxFull      uint64 // Transmit calls refused with ErrTxFull
 	KickBusy    uint64 // Flush calls whose kick left frames pending (afxdp.ErrTxBusy)
 	RxWakeups   uint64 // fill-ring wakeups made for the kernel (need-wakeup)
@@ -122,6 +130,7 @@ type XSK struct {
 	// flight that point into it (a frame holding a header and a trailer
 	// is freed when both completed, whatever order completions come in).
 	refLo, refHi uint64
+	slots        *TxSlots
 	frLo, frHi   uint64
 	txRefs       []uint8
 
@@ -135,7 +144,7 @@ type XSK struct {
 	local   XSKStats // engine-side counts, published per batch
 	stats   struct {
 		rxFrames, rxChained, rxJoined, rxInvalid, txFrames, txChained, txRefFrames, txRefBytes,
-		txFull, kickBusy, rxWakeups, doorbells, waitWakes, waitPolled atomic.Uint64
+		txSlotted, txSlotBusy, txFull, kickBusy, rxWakeups, doorbells, waitWakes, waitPolled atomic.Uint64
 	}
 	deferred error // a data-path failure reported by the next Flush
 
@@ -255,6 +264,14 @@ func (x *XSK) configure(cfg XSKConfig) error {
 			return fmt.Errorf("TxReference [%#x, %#x) overlaps the port's frames [%#x, %#x)", lo, hi, x.frLo, x.frHi)
 		}
 		x.refLo, x.refHi = lo, hi
+		if cfg.TxSlots != nil {
+			if uint64(cfg.TxSlots.Size()) != hi-lo {
+				return fmt.Errorf("TxSlots for %d bytes, TxReference [%#x, %#x) has %d", cfg.TxSlots.Size(), lo, hi, hi-lo)
+			}
+			x.slots = cfg.TxSlots
+		}
+	} else if cfg.TxSlots != nil {
+		return errors.New("TxSlots without a TxReference range")
 	}
 	x.scratch = make([][]byte, cfg.Scratch)
 	for i := range x.scratch {
@@ -273,6 +290,7 @@ func (x *XSK) Stats() XSKStats {
 		RxFrames: s.rxFrames.Load(), RxChained: s.rxChained.Load(), RxJoined: s.rxJoined.Load(), RxInvalid: s.rxInvalid.Load(),
 		TxFrames: s.txFrames.Load(), TxChained: s.txChained.Load(), TxFull: s.txFull.Load(),
 		TxRefFrames: s.txRefFrames.Load(), TxRefBytes: s.txRefBytes.Load(),
+		TxSlotted: s.txSlotted.Load(), TxSlotBusy: s.txSlotBusy.Load(),
 		KickBusy: s.kickBusy.Load(), RxWakeups: s.rxWakeups.Load(), Doorbells: s.doorbells.Load(),
 		WaitWakes: s.waitWakes.Load(), WaitPolled: s.waitPolled.Load(),
 	}
@@ -289,6 +307,8 @@ func (x *XSK) publish() {
 	flush(&s.txChained, &l.TxChained)
 	flush(&s.txRefFrames, &l.TxRefFrames)
 	flush(&s.txRefBytes, &l.TxRefBytes)
+	flush(&s.txSlotted, &l.TxSlotted)
+	flush(&s.txSlotBusy, &l.TxSlotBusy)
 	flush(&s.txFull, &l.TxFull)
 	flush(&s.kickBusy, &l.KickBusy)
 	flush(&s.rxWakeups, &l.RxWakeups)

@@ -39,6 +39,10 @@ type xskOptions struct {
 	// ref gives the port half of the UMEM's frames and makes the other
 	// half its TxReference, as ndk.Open does with its buffer pool.
 	ref bool
+	// slots lays the TxReference half out as a buffer pool with
+	// headroom (TxSlots); frameSize is the UMEM's chunk (default 4096).
+	slots     bool
+	frameSize uint32
 	// scatter orders the allocator's free frames so that no two it hands
 	// out in a row are neighbours in the UMEM.
 	scatter bool
@@ -55,7 +59,7 @@ func openXSK(t testing.TB, h *harness.Host, o xskOptions) *xskEnd {
 		if e.xdp, err = loader.Attach(h.Link, loader.Options{Mode: o.mode}); err != nil {
 			return err
 		}
-		if e.umem, err = afxdp.NewUMEM(afxdp.UMEMConfig{}); err != nil {
+		if e.umem, err = afxdp.NewUMEM(afxdp.UMEMConfig{FrameSize: o.frameSize}); err != nil {
 			return err
 		}
 		sock, err = afxdp.NewSocket(e.umem, afxdp.SocketConfig{Ifindex: h.Ifindex, Queue: 0, MultiBuffer: o.multi, TxRingSize: o.txRing})
@@ -92,6 +96,11 @@ func openXSK(t testing.TB, h *harness.Host, o xskOptions) *xskEnd {
 		lo, hi := parts[1].Range()
 		o.cfg.TxReference = [2]uint64{lo, hi}
 		e.ref = e.umem.Bytes()[lo:hi]
+		if o.slots {
+			if o.cfg.TxSlots, err = NewTxSlots(int(hi - lo)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if o.scatter {
 		// Alloc pops the last freed: freeing the even frames, then the
@@ -599,6 +608,15 @@ func TestNewXSKRejectsBadConfig(t *testing.T) {
 	}
 	t.Cleanup(func() { umem.Close() })
 	frames := umem.Allocator()
+	slots, err := NewTxSlots(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, -4096, 4095, 6000} {
+		if _, err := NewTxSlots(n); err == nil {
+			t.Errorf("NewTxSlots(%d) succeeded", n)
+		}
+	}
 	for _, tc := range []struct {
 		cfg  XSKConfig
 		want string
@@ -611,6 +629,7 @@ func TestNewXSKRejectsBadConfig(t *testing.T) {
 		{XSKConfig{TxReference: [2]uint64{4096, 8192}}, "overlaps the port's frames"},
 		{XSKConfig{TxReference: [2]uint64{8192, 4096}}, "is not a range inside"},
 		{XSKConfig{TxReference: [2]uint64{0, 1 << 40}}, "is not a range inside"},
+		{XSKConfig{TxSlots: slots}, "TxSlots without a TxReference range"},
 	} {
 		x, err := NewXSK(sock, frames, tc.cfg)
 		if err == nil {

@@ -6,11 +6,14 @@ import (
 	"github.com/ndkxdp/ndkxdp/afxdp"
 )
 
-// Transmit implements Port. It copies the frame into one UMEM frame, or a
-// chain of them on a multi-buffer socket, and reserves TX descriptors;
-// Flush publishes them. Segments inside TxReference are not copied but
-// referenced by descriptors of their own. It never blocks: ErrTxFull when
-// the TX ring, the TX frame budget or the completion ring is exhausted.
+// Transmit implements Port. A frame of header, payload and trailer whose
+// payload is exactly one allocation of the pool (TxSlots) leaves as one
+// descriptor around it (slotted). Otherwise Transmit copies the frame
+// into one UMEM frame, or a chain of them on a multi-buffer socket, and
+// reserves TX descriptors; Flush publishes them. There, segments inside
+// TxReference are not copied but referenced by descriptors of their own.
+// It never blocks: ErrTxFull when the TX ring, the TX frame budget or the
+// completion ring is exhausted.
 func (x *XSK) Transmit(segs [][]byte) error {
 	if x.closed.Load() {
 		return ErrClosed
@@ -29,6 +32,11 @@ func (x *XSK) Transmit(segs [][]byte) error {
 		return ErrEmptyFrame
 	case n > x.maxFrame:
 		return ErrTooLarge
+	}
+	if x.slots != nil && len(segs) == 3 {
+		if sent, err := x.slotted(segs, n); sent {
+			return err
+		}
 	}
 	k := x.layout(segs, refd, false)
 	if refd != 0 && k > maxChain {
@@ -62,6 +70,62 @@ func (x *XSK) Transmit(segs [][]byte) error {
 		x.local.TxRefBytes += uint64(n - copied)
 	}
 	return nil
+}
+
+// slotted sends segs (header, payload, trailer; n bytes) as one
+// descriptor when the payload is exactly one allocation of the pool and
+// the header and trailer fit its headroom and tailroom inside one chunk (a
+// descriptor never crosses one: xp_aligned_validate_desc,
+// net/xdp/xsk_queue.h). It takes the allocation's mark first, so that no
+// other transmission writes that headroom until the kernel completes this
+// descriptor (reclaim). It reports false when the frame must be copied.
+func (x *XSK) slotted(segs [][]byte, n int) (bool, error) {
+	hdr, pay, tail := segs[0], segs[1], segs[2]
+	if len(hdr) >= TxHeadroom || len(tail) > TxTailroom || len(pay) == 0 {
+		return false, nil
+	}
+	off, ok := umemOffset(x.umem.Bytes(), pay)
+	if !ok || off < x.refLo || off+uint64(len(pay)) > x.refHi {
+		return false, nil
+	}
+	i, ok := x.slots.Whole(off-x.refLo, len(pay))
+	if !ok {
+		return false, nil
+	}
+	addr := off - uint64(len(hdr))
+	if chunk := uint64(x.chunk); addr/chunk != (addr+uint64(n)-1)/chunk {
+		return false, nil
+	}
+	if x.txInFlight+1 > x.comp.Size() {
+		x.reclaim()
+		if x.txInFlight+1 > x.comp.Size() {
+			x.local.TxFull++
+			return true, ErrTxFull
+		}
+	}
+	if !x.slots.take(i, addr) {
+		x.local.TxSlotBusy++
+		return false, nil
+	}
+	start, got := x.tx.Reserve(1)
+	if got < 1 {
+		x.tx.Cancel(got)
+		x.slots.done(i, addr)
+		x.local.TxFull++
+		return true, ErrTxFull
+	}
+	mem := x.umem.Bytes()
+	copy(mem[addr:off], hdr)
+	end := off + uint64(len(pay))
+	copy(mem[end:end+uint64(len(tail))], tail)
+	x.txDescs[0] = afxdp.Desc{Addr: addr, Len: uint32(n)}
+	x.tx.SetPacket(start, x.txDescs[:1])
+	x.txInFlight++
+	x.local.TxFrames++
+	x.local.TxRefFrames++
+	x.local.TxRefBytes += uint64(len(pay))
+	x.local.TxSlotted++
+	return true, nil
 }
 
 // referable reports whether Transmit may send s in place: a multi-buffer
@@ -156,7 +220,8 @@ func (x *XSK) Flush() error {
 // reclaim takes the completed descriptors: each one into the port's
 // frames drops its frame's count, and the frame is freed at zero;
 // referenced bytes (TxReference) belong to their owner, who learns from
-// the peer's ACK that they may change.
+// the peer's ACK that they may change; a slotted descriptor gives its
+// allocation's headroom back.
 func (x *XSK) reclaim() {
 	start, got := x.comp.Peek(x.comp.Size())
 	for j := range got {
@@ -176,6 +241,8 @@ func (x *XSK) reclaim() {
 			}
 		case addr < x.refLo || addr >= x.refHi:
 			x.fault(afxdp.ErrFrameOutOfRange)
+		case x.slots != nil:
+			x.slots.done(int((addr-x.refLo)/TxSlotSize), addr)
 		}
 	}
 	x.comp.Release(got)

@@ -899,3 +899,42 @@ func TestLossPacing_NoRiseWhileUnused(t *testing.T) {
 		t.Fatalf("a CNP-set rate stopped its timers unused (next %d, limited %v)", n, e.limited)
 	}
 }
+
+// TestDCQCN_LateTimerPassCatchesUp: a timer pass that comes several
+// periods late runs the alpha decays and increase events of every period
+// it missed, as the hardware's timers would have, and leaves the QP
+// where passes on time would have.
+func TestDCQCN_LateTimerPassCatchesUp(t *testing.T) {
+	c, err := (&CCConfig{Mode: CCOn, LineRate: 10000}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cut far below the line rate, so that ten events do not reach it.
+	var late, onTime dcqcn
+	for _, d := range []*dcqcn{&late, &onTime} {
+		d.onCNP(&c, 0)
+		d.rt = 200
+		d.setRate(100)
+	}
+	const periods = 10
+	end := int64(periods) * int64(c.RPGTimeReset)
+	for next := onTime.tick(&c, onTime.alphaAt); next <= end; next = onTime.tick(&c, next) {
+	}
+	late.tick(&c, end)
+	if late.t != onTime.t || late.t != periods {
+		t.Fatalf("increase events: late pass %d, on time %d, want %d", late.t, onTime.t, periods)
+	}
+	if !near(late.rc, onTime.rc) || !near(late.rt, onTime.rt) || !near(late.alpha, onTime.alpha) {
+		t.Fatalf("late pass: rc %v rt %v alpha %v; on time: %v %v %v", late.rc, late.rt, late.alpha, onTime.rc, onTime.rt, onTime.alpha)
+	}
+	// The first alpha period saw the CNP; every later one decays.
+	k := float64(c.DCETCPG) / 1024
+	quiet := end/int64(c.DCETCPRTT) - 1
+	want := (float64(c.InitialAlphaValue)/1023*(1-(1-k)) + (1 - k)) * math.Pow(k, float64(quiet))
+	if !near(late.alpha, want) {
+		t.Fatalf("alpha after %d quiet periods %v, want %v", quiet, late.alpha, want)
+	}
+	if late.riseAt != end+int64(c.RPGTimeReset) || late.alphaAt <= end || late.alphaAt > end+int64(c.DCETCPRTT) {
+		t.Fatalf("next deadlines: rise %d alpha %d after a pass at %d", late.riseAt, late.alphaAt, end)
+	}
+}

@@ -325,13 +325,43 @@
 // from 16.0-16.7 to 11.8-12.7 Gbit/s there (at GOMAXPROCS 16 it is
 // 3.6-12.9 against adaptive polling's 3.3-5.6); a post runs the turn
 // itself only when the engine sleeps, or lags (the QP is still queued
-// from an earlier post), so that an engine that keeps up batches. It
-// stays an option, not the default: the default GOMAXPROCS of a 16-core
-// host is where it wins, and that host has not measured it yet; and one
-// of the nineteen GOMAXPROCS 16 progress runs of this build got no reply
-// within the deadline, which the eighteen runs since (seventeen of a
-// build that printed the engines' counters on failure) have not shown
-// again, and which is not explained. A consumer that finds the token
+// from an earlier post), so that an engine that keeps up batches.
+//
+// So ndk's default, ndk.PollAuto, picks progress where GOMAXPROCS
+// exceeds the adapter's engines plus one (where ndk.LockAuto gives each
+// engine a thread of its own, and every hop between an engine and a
+// consumer is a hand-off between threads) and adaptive polling below
+// that, where goroutines hand off on one thread and an engine batching
+// beside the consumers streams faster. A 16-core host at its default
+// GOMAXPROCS gets progress; the 2-vCPU VM, at GOMAXPROCS 2, keeps
+// adaptive. At GOMAXPROCS 16 on the 2-vCPU VM, ten runs of progress in a
+// row (2026-11-28, the command above with NDKXDP_BENCH_POLL=progress)
+// measured p50 5.5-5.8µs, p99 26-39µs, 544k-664k msg/s, 64 KiB WRITE
+// 6.0-15.2 Gbit/s, every run complete, against adaptive's 83-96µs, 7.8-8.0ms,
+// 113k-130k msg/s and 4.8-4.9 Gbit/s in the same hour. One of nineteen
+// progress runs of an earlier build got no reply within the deadline;
+// none of the 36 since (26 in the last stop, these ten) has, and the
+// cause was not found.
+//
+// Pinning the engines' threads (Config.CPUs; ndk.Options.EngineCPUs,
+// the tools' -engine-cpus) is for a host with cores to spare: on the
+// 2-vCPU VM it only took cores from the consumers. The same benchmark,
+// two runs each (NDKXDP_BENCH_ENGINE_CPUS="A;B": host A's engines on A,
+// B's on B), RTT p50 and 64 B msg/s:
+//
+//	GOMAXPROCS 2   adaptive, unpinned      14.4-14.7µs     946k-961k
+//	GOMAXPROCS 2   adaptive, engines 0;1   167-173µs       55k-73k
+//	GOMAXPROCS 2   adaptive, engines 1;1   180µs           205k (one run)
+//	GOMAXPROCS 16  adaptive, unpinned      83-96µs         113k-130k
+//	GOMAXPROCS 16  adaptive, engines 0;1   981-1,406µs     107k-128k
+//	GOMAXPROCS 16  progress, engines 0;1   5.7µs           558k (one run)
+//	GOMAXPROCS 16  progress, unpinned      5.6µs           574k (one run)
+//
+// A pinned engine cannot move off a CPU where a consumer spins, and a
+// locked thread's yield is a futex hand-off; with progress the engine
+// naps while the consumers run its turns, so where it sits matters
+// little. Where each engine can have a core near its queue's interrupt,
+// pinning keeps it there; that host has not measured it. A consumer that finds the token
 // held does not wait, so a holder whose thread the kernel preempts
 // mid-turn (the engine goroutine, woken from a nap) stalls the round
 // trip for a slice (the likely cause of the one 5.9ms p99 above).
@@ -585,31 +615,37 @@
 // requester keeps up.
 //
 // test/congestion's BenchmarkIncast (its doc has the bed: 300 Mbit/s,
-// RED with ecn from 256 KB; flock /tmp/ndkxdp-heavy.lock go test
-// ./test/congestion -run XXX -bench Incast -benchtime 1x), on the 2-vCPU
-// VM beside other work, DCQCN (ECT(0), increase steps a tenth of the
-// defaults) against off (no ECN: RED drops), runs of 2s, two runs (the
-// second in a quieter spell):
+// HULL's phantom queue draining at 0.95 of it, marked by RED from 5 KB;
+// flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run XXX -bench
+// Incast -benchtime 1x), on the 2-vCPU VM beside other work (load
+// average 1-7), 2026-11-28, DCQCN (ECT(0), increase steps a tenth of the
+// defaults, alpha period 550µs) against off (no ECN: RED drops on the
+// real queue), runs of 2s, three runs, as DCQCN's share or ratio to off:
 //
-//	flows  goodput/bottleneck     Jain's index          probe p99 ms      MB resent
-//	       dcqcn      off         dcqcn      off        dcqcn   off       dcqcn     off
-//	1      0.92/0.98  -           -          -          -       -         0/0       -
-//	2      0.95/0.94  0.89/0.93   1.00/1.00  1.00/1.00  30/27   16/15     0/0       3.4/4.1
-//	4      0.72/0.87  0.69/0.91   1.00/1.00  0.99/0.98  38/38   37/16     0.02/0    6.1/7.5
-//	8      0.67/0.97  0.73/0.83   0.98/0.94  0.99/1.00  56/104  79/26     0.6/1.5   13/18
+//	flows  goodput/bottleneck  Jain's index  probe p99 dcqcn/off  resent dcqcn/off
+//	1      0.36-0.46           -             -                    -
+//	2      0.52-0.62           1.00          0.08-0.23            0
+//	4      0.69-0.81           0.98-1.00     0.34-0.38            0
+//	8      0.88-0.92           0.98-1.00     0.15-0.24            0.07-0.20
 //
-// DCQCN keeps the queue from overflowing (next to nothing resent: 0-0.08
-// of off's, target 0.1) and is fair (Jain 0.94-1.00, target 0.95); a
-// single flow fills 0.92-0.98 of the bottleneck (target 0.9); goodput
-// with 2-8 flows reached the 0.9 target in the quieter run only, beside
-// off's 0.69-0.93. The probe's p99 is not below off's (1.0-3.9x, target
-// 0.3x): DCQCN's queue sits where RED marks, 256 KB to 1 MB (7-27ms at
-// 300 Mbit/s), while off's drops halve the senders' windows and drain
-// it; thresholds low enough for a short queue marked the senders' NAPI
-// batches (above) and cost single-flow goodput. Before the loss window
-// (cutWindow), off collapsed instead (0.13-0.28 of the bottleneck, 52-212
-// MB resent, p99 67-160ms: ACK timeouts), and so did DCQCN at 8 flows
-// while a loss could raise a rate to 1/100 of the line rate (0.32-0.34).
+// The phantom queue keeps the real one short (median 3-135 KB against
+// off's 144-300 KB) and marks every flow in proportion, so fairness and
+// the probe's p99 meet their goals but at 4 flows; goodput with few flows
+// does not: a mark reaches the sender milliseconds after the rate it
+// reports, so a flow past the phantom's rate is cut once per frame of
+// its own backlog, about a hundred times, to the 1 Mb/s floor, and
+// climbs back by additive increase for 200-300ms. With RED on the real
+// queue from 256 KB instead (and the hardware's alpha period), goodput
+// was 0.83-0.99 but Jain's index at 8 flows 0.72-0.93 and the probe's
+// p99 1.4-4.2 times off's. Bounding the cascade (RateReduceMonitorPeriod
+// 1ms: goodput 0.92-0.99) gives the queue back (p99 0.76-2.1 times
+// off's); test/congestion's doc has the rows.
+//
+// The alpha and increase timers are the engine's timer list, which a
+// loop on a shared core may reach late (on the 2-vCPU VM alpha decayed
+// once per 380µs where DCE_TCP_RTT said 55µs): tick runs every period a
+// late pass missed, as the hardware's timers would have fired, up to 64
+// increase events a pass (TestDCQCN_LateTimerPassCatchesUp).
 //
 // Pacing costs no timer per packet and no allocation: each QP keeps the
 // time its next data frame may leave (paceAt), which each frame moves by
@@ -634,11 +670,18 @@
 // # Left to do
 //
 //   - FLUSH and ATOMIC_WRITE are refused with an invalid request NAK.
-//   - Zero copy stops at the XSK port: AllocBuffer payloads leave in place
-//     (port.XSKConfig.TxReference) and a frame over one 4 KiB chunk is
-//     joined where it lies, so receive places each payload with one copy;
-//     but a chain whose chunks are not adjacent (once per round of the
-//     fill ring) is still gathered.
+//   - Zero copy stops at the XSK port: a packet whose payload is a whole
+//     AllocBuffer buffer leaves as one descriptor, its headers in the
+//     pool's headroom (port.TxSlots), on any socket, zero-copy ones
+//     without multi-buffer included (virtio_net); other AllocBuffer
+//     payloads leave in place only as descriptor chains on a multi-buffer
+//     socket (port.XSKConfig.TxReference), so on a zero-copy socket of a
+//     device whose xdp_zc_max_segs is 1 a part of a buffer (a message
+//     over the path MTU, an SGE that is not the whole buffer) is copied,
+//     and a daemon client's memory, outside the daemon's UMEM, always is.
+//     A frame over one 4 KiB chunk is joined where it lies, so receive
+//     places each payload with one copy; but a chain whose chunks are not
+//     adjacent (once per round of the fill ring) is still gathered.
 //   - Credits: ACKs advertise "no credit information" (like rxe) and
 //     incoming credit counts are ignored.
 //   - WRITE bandwidth on veth falls short of Go TCP's: the sending

@@ -2,57 +2,21 @@ package rc
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"golang.org/x/sys/unix"
 )
 
-// threadsOn counts the process's threads whose affinity is exactly the
-// one CPU c (/proc/self/task/*/status, Cpus_allowed_list).
+// threadsOn counts this process's threads pinned to CPU c alone.
 func threadsOn(t *testing.T, c int) int {
-	t.Helper()
-	tasks, err := filepath.Glob("/proc/self/task/*/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok && strings.TrimSpace(v) == strconv.Itoa(c) {
-				n++
-			}
-		}
-	}
+	n, _ := testenv.ThreadsPinnedTo(t, 0, c)
 	return n
-}
-
-// allowedCPUs lists the CPUs the process may run on.
-func allowedCPUs(t *testing.T) []int {
-	t.Helper()
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
-	var cs []int
-	for c := 0; c < len(set)*64; c++ {
-		if set.IsSet(c) {
-			cs = append(cs, c)
-		}
-	}
-	return cs
 }
 
 // TestPinnedEngines: engines with Config.CPUs run on a thread of their own
@@ -61,7 +25,7 @@ func allowedCPUs(t *testing.T) []int {
 // process stays pinned); a CPU out of range or not the process's is refused at
 // NewEngine with ErrBadConfig and the kernel's errno.
 func TestPinnedEngines(t *testing.T) {
-	cpus := allowedCPUs(t)
+	cpus := testenv.AllowedCPUs(t)
 	c := cpus[len(cpus)-1]
 	before := threadsOn(t, c)
 	a, b := newPair(t, pairOptions{cpus: []int{c}})

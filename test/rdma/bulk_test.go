@@ -1,0 +1,46 @@
+package rdma
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// TestBulkProcs_WriteAndReadMoveData runs BenchmarkBulk's ndkxdp jobs
+// briefly over a 2-queue pair: A's WRITEs into B's memory and B's READs
+// of A's memory, each side a process, must complete (a child that sees
+// an error completion, such as a READ of memory not registered for
+// remote read, fails the run) and move full 64 KiB messages, the frames
+// leaving from A's engines in both cases (for a READ, as its
+// responses).
+func TestBulkProcs_WriteAndReadMoveData(t *testing.T) {
+	p := harness.New(t, harness.Config{MTU: 4096, Queues: 2, StaticNeighbours: true})
+	pm, _ := rocev2.MTUForNetdev(4096)
+	perMsg := uint64((benchWrite + pm.Bytes() - 1) / pm.Bytes())
+	for _, op := range []string{"write", "read"} {
+		rx, tx := sides(p, procJob{Kind: "rdma", Op: op, Size: benchWrite, Queues: 2, QPs: 2})
+		r, w, err := runProcs(rx, tx, 100*time.Millisecond, 300*time.Millisecond)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		// The side that posts counts its completions.
+		done := w
+		if op == "read" {
+			done = r
+		}
+		if done.Messages == 0 || done.Bytes != done.Messages*benchWrite {
+			t.Fatalf("%s: %d messages, %d bytes in the window; want some, %d bytes each", op, done.Messages, done.Bytes, benchWrite)
+		}
+		if w.Engine == nil || r.Engine == nil {
+			t.Fatalf("%s: a side reported no engine counters", op)
+		}
+		// Messages in flight at the window's edges were partly sent
+		// outside it: half their frames is a bound no other sender
+		// reaches.
+		if w.Engine.FramesOut < done.Messages*perMsg/2 {
+			t.Fatalf("%s: A's engines sent %d frames for %d messages of %d frames", op, w.Engine.FramesOut, done.Messages, perMsg)
+		}
+	}
+}
