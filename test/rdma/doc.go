@@ -96,21 +96,26 @@
 // the wire for every contender (Go TCP: 68-byte writes on one stream).
 //
 //	CPU-seconds per million 64 B messages    receiver     sender      msg/s
-//	ndkxdp SEND (adaptive)                   0.33-0.93    0.84-0.93   831k-1.18M
-//	raw AF_XDP                               0.75-1.16    0.74-1.27   554k-1.18M
-//	Go UDP                                   0.65-1.82    1.66-3.15   303k-437k
+//	ndkxdp SEND (adaptive)                   0.33-0.93    0.84-1.01   653k-1.18M
+//	raw AF_XDP                               0.63-1.16    0.73-1.27   554k-1.31M
+//	Go UDP                                   0.65-1.82    1.66-3.45   262k-437k
 //	Go TCP                                   0.24-1.28    0.47-1.80   491k-1.69M
 //	ndkxdp / Go TCP                          0.48-3.6     0.52-2.0    (target <= 0.5, receiver)
-//	ndkxdp / raw AF_XDP                      0.30-1.14    0.68-1.16
+//	ndkxdp / raw AF_XDP                      0.30-1.14    0.68-1.39
 //	idle adapter, 4 connected QPs, 10 s      0.013-0.035% of a core (target < 1%)
 //
-// (CPU rows: five runs of `go test ./test/rdma -run XXX -bench CPUCost
+// (CPU rows: six runs of `go test ./test/rdma -run XXX -bench CPUCost
 // -benchtime 1x` on 2026-11-28, same VM, other work beside it; ratios
-// within one run: receiver 0.48, 0.72, 0.85, 3.63, 1.08 of Go TCP's. Go
+// within one run: receiver 0.48, 0.72, 0.85, 3.63, 1.08, 1.51 of Go
+// TCP's. Go
 // TCP's receiver costs 0.24 a million when its rate reaches 1.7M, many
 // messages a read; ndkxdp's receiver, an engine and a consumer that
 // poll, uses 0.85-0.99 of a core while the stream is fast, so its cost
-// per message is about the inverse of its rate. Before ndk/internal/rc's
+// per message is about the inverse of its rate. In one run of six the
+// receiving consumer, having yielded its thread, waited long enough for
+// a core that its 4,096 posted receives ran out: 93 RNR NAKs, 44,762
+// frames dropped out of sequence behind them, 653k msg/s (BenchmarkCPUCost
+// prints each side's engine counters). Before ndk/internal/rc's
 // consumer yield (its doc, "Polling": the consumers' Gosched held the
 // cores the engines waited for) ndkxdp measured 5.4-7.7 on the receiver,
 // 5.6-9.0 on the sender, at 62k-161k msg/s, 4.4-30x Go TCP's.)
@@ -180,7 +185,7 @@
 // Go TCP's), p99 38-45us, all 20,000.
 //
 // What the figures say. Between processes ndkxdp now sends about what it
-// sends in process (0.83-1.18M against 0.70-1.0M msg/s), 0.98-1.5x the
+// sends in process (0.65-1.18M against 0.70-1.0M msg/s), 0.50-1.5x the
 // raw AF_XDP reference's rate in the same run: a reference slower than
 // what it bounds is a floor, not a ceiling (it spins on a locked thread
 // a side, copying nothing, and the runs differ in what else the two

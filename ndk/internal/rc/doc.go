@@ -423,11 +423,14 @@
 // empty poll took the in-process ping-pong's p50 from 10.8-13.3µs to
 // 13.7-15.5µs; with the check it measured 11.6-13.8µs against
 // 13.8-14.2µs before, alternating runs). Over the same benchmark after
-// it, five runs: 0.83-1.18M msg/s at 0.33-0.93 CPU-seconds per million
+// it, six runs: 0.65-1.18M msg/s at 0.33-0.93 CPU-seconds per million
 // on the receiver (0.48-3.6x Go TCP's in the same run, whose receiver's
-// cost falls to 0.24 as its rate rises), no RNR NAK or retransmission,
-// the engines sleeping 3-5,786 times a 1s window, the idle adapter at
-// 0.013-0.035% of a core.
+// cost falls to 0.24 as its rate rises), the engines sleeping 3-5,786
+// times a 1s window, the idle adapter at 0.013-0.035% of a core. No
+// retransmission and, in five runs, no RNR NAK; in one the receiving
+// consumer, its thread yielded, waited for a core until its 4,096
+// receives ran out (93 RNR NAKs, 44,762 frames dropped out of sequence
+// behind them, 653k msg/s).
 // The receiver's engine and consumer still poll a core between them
 // when the stream is fast (0.85-0.99 of a core): what it costs per
 // message then is the spin, and the benchmark's consumer's Gosched
