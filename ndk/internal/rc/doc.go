@@ -431,6 +431,14 @@
 // consumer, its thread yielded, waited for a core until its 4,096
 // receives ran out (93 RNR NAKs, 44,762 frames dropped out of sequence
 // behind them, 653k msg/s).
+// At GOMAXPROCS 16 in process (same VM, load average 4-5 from other
+// work) the ping-pong's p50 stayed 5.5-7.0µs, and its p99 was 7-11ms in
+// four runs of five against three of five before (47-71µs in the
+// others): not told apart in so few runs. Stopping the consumers' yields
+// for spin.Quiet after one that came back slow, as the engine does its
+// own, brought the stream between processes back to 73k msg/s at 8.4
+// CPU-seconds a million: there a slow yield is the peer's engine at
+// work, which is what the yield is for.
 // The receiver's engine and consumer still poll a core between them
 // when the stream is fast (0.85-0.99 of a core): what it costs per
 // message then is the spin, and the benchmark's consumer's Gosched
