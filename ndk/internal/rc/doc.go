@@ -421,8 +421,10 @@
 // caller's Gosched hands this process's engines the P, and a thread
 // yield costs a ping-pong a system call for nothing (a yield on every
 // empty poll took the in-process ping-pong's p50 from 10.8-13.3µs to
-// 13.7-15.5µs; with the check it measured 11.6-13.8µs against
-// 13.8-14.2µs before, alternating runs). Over the same benchmark after
+// 13.7-15.5µs; with the check, five alternating pairs measured
+// 11.6-15.9µs against 13.8-14.3µs before, 2.50-3.55x Go TCP's p50 in the
+// same run against 2.92-3.24x, medians 3.16 and 3.19: no change told
+// apart). Over the same benchmark after
 // it, six runs: 0.65-1.18M msg/s at 0.33-0.93 CPU-seconds per million
 // on the receiver (0.48-3.6x Go TCP's in the same run, whose receiver's
 // cost falls to 0.24 as its rate rises), the engines sleeping 3-5,786
