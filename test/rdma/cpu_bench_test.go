@@ -92,6 +92,9 @@ func measureCost(tb testing.TB, p *harness.Pair) []costRow {
 		if r.Messages == 0 {
 			tb.Fatalf("%s: no message received in the window", j.Kind)
 		}
+		if r.Engine != nil && t.Engine != nil {
+			fmt.Printf("ndkxdp engines over the window: receiver: %v; sender: %v\n", r.Engine, t.Engine)
+		}
 		m := float64(r.Messages) / 1e6
 		rows = append(rows, costRow{Name: contender(j.Kind), MsgPerS: float64(r.Messages) / r.ElapsedS,
 			RxCPUPerM: r.CPU() / m, TxCPUPerM: t.CPU() / m,

@@ -96,13 +96,29 @@
 // the wire for every contender (Go TCP: 68-byte writes on one stream).
 //
 //	CPU-seconds per million 64 B messages    receiver     sender      msg/s
-//	ndkxdp SEND (adaptive)                   5.4-7.7      5.6-9.0     62k-161k
-//	raw AF_XDP                               0.69-2.3     0.69-1.5    358k-1.46M
-//	Go UDP                                   1.7-2.2      2.9-4.5     239k-353k
-//	Go TCP                                   0.26-1.4     0.43-2.1    489k-1.61M
-//	ndkxdp / Go TCP                          4.4-30       2.9-15      (target <= 0.5, receiver)
-//	ndkxdp / raw AF_XDP                      3.3-8.8      5.6-9.0
-//	idle adapter, 4 connected QPs, 10 s      0.001-0.017% of a core (target < 1%)
+//	ndkxdp SEND (adaptive)                   0.33-0.93    0.84-1.01   653k-1.18M
+//	raw AF_XDP                               0.63-1.16    0.73-1.27   554k-1.31M
+//	Go UDP                                   0.65-1.82    1.66-3.45   262k-437k
+//	Go TCP                                   0.24-1.28    0.47-1.80   491k-1.69M
+//	ndkxdp / Go TCP                          0.48-3.6     0.52-2.0    (target <= 0.5, receiver)
+//	ndkxdp / raw AF_XDP                      0.30-1.14    0.68-1.39
+//	idle adapter, 4 connected QPs, 10 s      0.013-0.035% of a core (target < 1%)
+//
+// (CPU rows: six runs of `go test ./test/rdma -run XXX -bench CPUCost
+// -benchtime 1x` on 2026-11-28, same VM, other work beside it; ratios
+// within one run: receiver 0.48, 0.72, 0.85, 3.63, 1.08, 1.51 of Go
+// TCP's. Go
+// TCP's receiver costs 0.24 a million when its rate reaches 1.7M, many
+// messages a read; ndkxdp's receiver, an engine and a consumer that
+// poll, uses 0.85-0.99 of a core while the stream is fast, so its cost
+// per message is about the inverse of its rate. In one run of six the
+// receiving consumer, having yielded its thread, waited long enough for
+// a core that its 4,096 posted receives ran out: 93 RNR NAKs, 44,762
+// frames dropped out of sequence behind them, 653k msg/s (BenchmarkCPUCost
+// prints each side's engine counters). Before ndk/internal/rc's
+// consumer yield (its doc, "Polling": the consumers' Gosched held the
+// cores the engines waited for) ndkxdp measured 5.4-7.7 on the receiver,
+// 5.6-9.0 on the sender, at 62k-161k msg/s, 4.4-30x Go TCP's.)
 //
 //	64 KiB WRITE, Gbit/s           ndkxdp     raw AF_XDP  Go TCP     ndkxdp/raw  ndkxdp/TCP
 //	MTU 4096, 1 queue              4.7-8.2    10.0-15.5   13.8-22.5  0.46-0.70   0.31-0.42
@@ -168,14 +184,23 @@
 // 5.3-5.5us (1.30x raw AF_XDP's where the reference was steady, 1.23-1.27x
 // Go TCP's), p99 38-45us, all 20,000.
 //
-// What the figures say. Per message, ndkxdp's sides cost 3-30x Go TCP's
-// and 3-9x raw AF_XDP's. Between processes ndkxdp sends 0.07-0.16 of what
-// it sends in process while each side uses 0.42-0.98 of a core: each
-// process runs an engine and a polling consumer on 2 Ps of its own, and
-// the two processes' spinning threads share the 2 cores through the
-// kernel's scheduler rather than Go's, so most of that CPU is likely spent
-// waiting (not traced here). Go TCP's receiver reads many 68-byte messages
-// per read(2), so its cost per message falls as its rate rises. Per GB,
+// What the figures say. Between processes ndkxdp now sends about what it
+// sends in process (0.65-1.18M against 0.70-1.0M msg/s), 0.50-1.5x the
+// raw AF_XDP reference's rate in the same run: a reference slower than
+// what it bounds is a floor, not a ceiling (it spins on a locked thread
+// a side, copying nothing, and the runs differ in what else the two
+// cores ran). It used to send 0.07-0.16 of it:
+// each process runs an engine and a polling consumer on 2 Ps of its own,
+// the two processes' four spinning threads share the 2 cores through the
+// kernel's scheduler, and a consumer that spins with runtime.Gosched
+// keeps its thread, so the engines that owed it completions waited for
+// the kernel's slice (perf record -a -g: a third of the receiver's
+// samples in goschedImpl; the engines' counters: thousands of sleeps, no
+// RNR NAK or retransmission). An adaptive engine's empty poll and a post
+// to a full send queue now yield the thread when no goroutine waits for a
+// P. Per message the receiver still spins: 0.48-3.6x Go TCP's, whose
+// receiver reads many 68-byte messages per read(2), so that its cost
+// per message falls as its rate rises. Per GB,
 // ndkxdp's receiving side costs about what Go TCP's does (0.67-1.46x at
 // MTU 9000 on one queue: the engine places WRITEs, the kernel has copied
 // each frame twice before), its sender 2.3-6.5x TCP's on one queue (a kick

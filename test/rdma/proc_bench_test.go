@@ -92,39 +92,40 @@ type procResult struct {
 	Engine *procEngine `json:",omitempty"`
 }
 
-// procEngine is the part of ndk.EngineStats a bulk transfer's rate
-// depends on.
+// procEngine is the part of ndk.EngineStats a transfer's rate depends
+// on: loss and recovery, and the engines' wake-ups (Sleeps, SlowYields).
 type procEngine struct {
-	FramesOut, Retransmits, Timeouts, NAKsSent, NAKsReceived uint64
-	OutOfSeq, Duplicates, RNRSent, TxFull                    uint64
+	FramesIn, FramesOut, Retransmits, Timeouts, NAKsSent, NAKsReceived uint64
+	OutOfSeq, Duplicates, RNRSent, RNRReceived, TxFull                 uint64
+	Sleeps, SlowYields                                                 uint64
 }
 
 func engineCounters(st []ndk.EngineStats) procEngine {
 	var e procEngine
 	for _, s := range st {
-		e.FramesOut += s.FramesOut
-		e.Retransmits += s.Retransmits
-		e.Timeouts += s.Timeouts
-		e.NAKsSent += s.NAKsSent
-		e.NAKsReceived += s.NAKsReceived
-		e.OutOfSeq += s.OutOfSeq
-		e.Duplicates += s.Duplicates
-		e.RNRSent += s.RNRSent
-		e.TxFull += s.TxFull
+		e = e.plus(procEngine{s.FramesIn, s.FramesOut, s.Retransmits, s.Timeouts, s.NAKsSent, s.NAKsReceived,
+			s.OutOfSeq, s.Duplicates, s.RNRSent, s.RNRReceived, s.TxFull, s.Sleeps, s.SlowYields})
 	}
 	return e
 }
 
 func (e procEngine) minus(o procEngine) procEngine {
-	return procEngine{e.FramesOut - o.FramesOut, e.Retransmits - o.Retransmits, e.Timeouts - o.Timeouts,
-		e.NAKsSent - o.NAKsSent, e.NAKsReceived - o.NAKsReceived, e.OutOfSeq - o.OutOfSeq,
-		e.Duplicates - o.Duplicates, e.RNRSent - o.RNRSent, e.TxFull - o.TxFull}
+	return procEngine{e.FramesIn - o.FramesIn, e.FramesOut - o.FramesOut, e.Retransmits - o.Retransmits,
+		e.Timeouts - o.Timeouts, e.NAKsSent - o.NAKsSent, e.NAKsReceived - o.NAKsReceived,
+		e.OutOfSeq - o.OutOfSeq, e.Duplicates - o.Duplicates, e.RNRSent - o.RNRSent,
+		e.RNRReceived - o.RNRReceived, e.TxFull - o.TxFull, e.Sleeps - o.Sleeps, e.SlowYields - o.SlowYields}
 }
 
 func (e procEngine) plus(o procEngine) procEngine {
-	return procEngine{e.FramesOut + o.FramesOut, e.Retransmits + o.Retransmits, e.Timeouts + o.Timeouts,
-		e.NAKsSent + o.NAKsSent, e.NAKsReceived + o.NAKsReceived, e.OutOfSeq + o.OutOfSeq,
-		e.Duplicates + o.Duplicates, e.RNRSent + o.RNRSent, e.TxFull + o.TxFull}
+	return procEngine{e.FramesIn + o.FramesIn, e.FramesOut + o.FramesOut, e.Retransmits + o.Retransmits,
+		e.Timeouts + o.Timeouts, e.NAKsSent + o.NAKsSent, e.NAKsReceived + o.NAKsReceived,
+		e.OutOfSeq + o.OutOfSeq, e.Duplicates + o.Duplicates, e.RNRSent + o.RNRSent,
+		e.RNRReceived + o.RNRReceived, e.TxFull + o.TxFull, e.Sleeps + o.Sleeps, e.SlowYields + o.SlowYields}
+}
+
+func (e procEngine) String() string {
+	return fmt.Sprintf("frames in %d, out %d, sleeps %d, slow yields %d, RNR NAKs sent %d, received %d, retransmission rounds %d, ACK timeouts %d, out of sequence %d, TX ring full %d",
+		e.FramesIn, e.FramesOut, e.Sleeps, e.SlowYields, e.RNRSent, e.RNRReceived, e.Retransmits, e.Timeouts, e.OutOfSeq, e.TxFull)
 }
 
 func (r procResult) CPU() float64 { return r.UserS + r.SysS }

@@ -388,6 +388,68 @@
 // refuses -polling progress; its clients' round trip still crosses the
 // daemon's threads.
 //
+// The 64 B SEND stream between processes (test/rdma BenchmarkCPUCost: a
+// sender and a receiver, each a process with an adaptive engine and a
+// consumer at GOMAXPROCS 2, on the 2-vCPU VM, 2026-11-28) moved 62k-161k
+// msg/s at 5.4-7.7 CPU-seconds per million messages on the receiver,
+// where one process moves 0.7-1.0M. The engines' counters over the runs
+// showed no recovery at all (no RNR NAK, retransmission, ACK timeout or
+// full transmit ring; one ACK per 30-56 frames) but wake-ups: the
+// receiver's engine slept 1,437-6,081 times and the sender's 2,165-40,377
+// times in about 1.5s. perf record -a -g over both processes: a third of
+// the receiver's samples in runtime.goschedImpl (its lock2/unlock2,
+// wakep, findRunnable), the engine's receive path 1.5%; the sender's in
+// wakep, casgstatus and the failed posts' error path. Both consumers
+// spin with runtime.Gosched between polls (the receiver on its empty CQ,
+// the sender on its full send queue), Go's idiom, which yields the P but
+// not the thread: with each process's two goroutines on two Ps, four
+// polling threads on two cores, the engines that owe a consumer its
+// completions (its own, and the peer process's, which sends the ACKs
+// that free the sender's queue) wait for the kernel's time slice on a
+// core the consumer holds, and a Gosched while the engine sleeps wakes a
+// thread for its idle P each time. A consumer that yields its thread
+// (internal/spin's Yielder, in the benchmark's loops as an experiment)
+// moved 1.02-1.06M msg/s at 0.84-0.92 on the receiver; PollProgress with
+// the Gosched consumers 0.68-0.71M at 1.4; PollBusy changed nothing
+// (0.17M at 5.5-5.7): the threads, not the engine's sleeps, were the
+// cost.
+//
+// So an adaptive engine's empty poll (Progress, which every in-process
+// CQ poll that finds nothing calls) yields the caller's thread, every
+// fourth time (consumerIdle), and so does a post that finds the send
+// queue full (sendQueueFull), unless a goroutine waits for a P: then the
+// caller's Gosched hands this process's engines the P, and a thread
+// yield costs a ping-pong a system call for nothing (a yield on every
+// empty poll took the in-process ping-pong's p50 from 10.8-13.3µs to
+// 13.7-15.5µs; with the check, five alternating pairs measured
+// 11.6-15.9µs against 13.8-14.3µs before, 2.50-3.55x Go TCP's p50 in the
+// same run against 2.92-3.24x, medians 3.16 and 3.19: no change told
+// apart). Over the same benchmark after
+// it, six runs: 0.65-1.18M msg/s at 0.33-0.93 CPU-seconds per million
+// on the receiver (0.48-3.6x Go TCP's in the same run, whose receiver's
+// cost falls to 0.24 as its rate rises), the engines sleeping 3-5,786
+// times a 1s window, the idle adapter at 0.013-0.035% of a core. No
+// retransmission and, in five runs, no RNR NAK; in one the receiving
+// consumer, its thread yielded, waited for a core until its 4,096
+// receives ran out (93 RNR NAKs, 44,762 frames dropped out of sequence
+// behind them, 653k msg/s).
+// At GOMAXPROCS 16 in process (same VM, load average 4-5 from other
+// work) the ping-pong's p50 stayed 5.5-7.0µs, and its p99 was 7-11ms in
+// four runs of five against three of five before (47-71µs in the
+// others): not told apart in so few runs. Stopping the consumers' yields
+// for spin.Quiet after one that came back slow, as the engine does its
+// own, brought the stream between processes back to 73k msg/s at 8.4
+// CPU-seconds a million: there a slow yield is the peer's engine at
+// work, which is what the yield is for.
+// The receiver's engine and consumer still poll a core between them
+// when the stream is fast (0.85-0.99 of a core): what it costs per
+// message then is the spin, and the benchmark's consumer's Gosched
+// while its engine sleeps still wakes a thread (wakep, 7% of its
+// samples). Commands (under flock /tmp/ndkxdp-heavy.lock):
+//
+//	go test ./test/rdma -run XXX -bench CPUCost -benchtime 1x   # prints the engines' counters
+//	perf record -a -g -- sleep 1.5                              # during its ndkxdp rows
+//
 // # Transport (ROCEV2.md §2, rxe semantics)
 //
 //   - Segmentation by path MTU; FIRST/MIDDLE carry exactly one PMTU. PSNs

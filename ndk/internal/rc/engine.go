@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,6 +210,14 @@ type Engine struct {
 	blocking atomic.Bool
 	napper   port.DoorbellWaiter // the port's, or nil
 
+	// emptyPolls counts consumers' polls that found a CQ empty
+	// (consumerIdle), on a cache line of its own: consumers spin on it.
+	_          [64]byte
+	emptyPolls atomic.Uint32
+	idleLook   atomic.Bool       // a consumer reads idleSample
+	idleSample [1]metrics.Sample // runnableMetric
+	_          [64]byte
+
 	c          liveCounters
 	replayLeft int            // replayBudget left this loop; engine goroutine only
 	violations violationTable // engine goroutine only
@@ -293,6 +302,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
 		drivenAt:    -int64(drivenNap), // no consumer turn yet
+		idleSample:  [1]metrics.Sample{{Name: runnableMetric}},
 		traffic:     cfg.Traffic,
 		cc:          cc,
 	}

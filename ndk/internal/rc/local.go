@@ -34,6 +34,7 @@ func (q *QP) postLocal(wr *SendWR) ndkpi.Status {
 	}
 	w := q.sq.reserve()
 	if w == nil {
+		q.sendQueueFull()
 		return ndkpi.StatusInsufficientResources
 	}
 	status := ndkpi.StatusSuccess

@@ -116,6 +116,7 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 	}
 	w := q.sq.reserve()
 	if w == nil {
+		q.sendQueueFull()
 		return ndkpi.StatusInsufficientResources
 	}
 	if inline {
@@ -278,4 +279,16 @@ func (q *QP) doorbell() {
 		}
 	}
 	e.port.Doorbell()
+}
+
+// sendQueueFull is what a post that found the send queue full does: on an
+// adaptive engine, with no goroutine waiting for a P, it yields the
+// caller's thread. Room comes only with the peer's ACK, which the engines
+// of both ends must run to send and take; a producer that retries at
+// once, with runtime.Gosched between, keeps the core they wait for
+// (consumerIdle has why and the figures).
+func (q *QP) sendQueueFull() {
+	if e := q.eng; e.poll == PollAdaptive && !goroutineWaits(e) {
+		yieldThread()
+	}
 }

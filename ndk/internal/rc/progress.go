@@ -1,8 +1,11 @@
 package rc
 
 import (
+	"runtime/metrics"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Consumer-driven progress (PollProgress), as libfabric's manual progress
@@ -54,15 +57,75 @@ import (
 // polling, and costs a napping engine a thousand wake-ups a second.
 const drivenNap = time.Millisecond
 
-// Progress runs one turn of the engine on the caller's goroutine, if the
-// engine polls so (PollProgress) and no other turn is running: receive,
-// the ready QPs, transmit, the timers that are due, and the port's
-// flush. It returns how much the turn did (frames, QPs, sends). It never
-// blocks and allocates nothing; any goroutine may call it.
+// Progress is what a consumer's poll that found its CQ empty does on the
+// engine. It runs one turn of the engine on the caller's goroutine, if
+// the engine polls so (PollProgress) and no other turn is running:
+// receive, the ready QPs, transmit, the timers that are due, and the
+// port's flush; an adaptive engine has the caller yield its thread now
+// and then instead (consumerIdle). It returns how much the turn did
+// (frames, QPs, sends). It never blocks and allocates nothing; any
+// goroutine may call it.
 func (e *Engine) Progress() int {
+	if e.poll == PollAdaptive {
+		e.consumerIdle()
+		return 0
+	}
 	_, work := e.consumerTurn(true)
 	return work
 }
+
+// consumerIdle is an adaptive engine's part of a poll that found its CQ
+// empty: every idleYieldEvery-th such poll, if no goroutine waits for a
+// P, yields the caller's thread (sched_yield), as the engine's own idle
+// loop does. A consumer that spins on its CQ with runtime.Gosched between
+// polls, Go's idiom, yields its P but keeps its thread. Where this
+// process's engines wait for a P, that hands them one; but where each has
+// a P of its own and its thread waits for a core, as between processes
+// (each an engine and a consumer on two Ps, four polling threads on two
+// cores), the engines that owe the consumer its completions, its own and
+// the peer process's, wait for the kernel's time slice on a core the
+// consumer holds. test/rdma's BenchmarkCPUCost moved 62k-161k 64 B SENDs
+// a second so, at 5.4-7.7 CPU-seconds a million on the receiver, and
+// about a million a second at 0.3-0.9 with the yield (doc.go,
+// "Polling"). A yield with a goroutine waiting would cost the in-process
+// ping-pong, whose goroutines share the Ps, a system call for nothing:
+// its p50 rose from 10.8-13.3µs to 13.7-15.5µs. PollBusy promises a core
+// per engine and does not yield; PollProgress runs the turn instead.
+func (e *Engine) consumerIdle() {
+	if e.emptyPolls.Add(1)%idleYieldEvery != 0 {
+		return
+	}
+	if !goroutineWaits(e) {
+		yieldThread()
+	}
+}
+
+// goroutineWaits reports whether a goroutine waits for a P; a variable
+// so that a test can choose. One caller at a time reads the count into
+// the engine's sample (about 50ns, no allocation); another reports false
+// without looking.
+var goroutineWaits = func(e *Engine) bool {
+	if !e.idleLook.CompareAndSwap(false, true) {
+		return false
+	}
+	metrics.Read(e.idleSample[:])
+	v := e.idleSample[0].Value
+	e.idleLook.Store(false)
+	return v.Kind() == metrics.KindUint64 && v.Uint64() > 0
+}
+
+// runnableMetric counts the goroutines waiting for a P.
+const runnableMetric = "/sched/goroutines/runnable:goroutines"
+
+// idleYieldEvery is how many empty polls a consumer's thread yield comes
+// in: a sched_yield costs a system call, and a ping-pong consumer that
+// polls in a loop should meet its answer outside one.
+const idleYieldEvery = 4
+
+// yieldThread yields the calling thread; a variable so that a test can
+// count the yields. sched_yield never blocks: a raw system call, which
+// the runtime does not see (internal/spin's schedYield has why).
+var yieldThread = func() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // consumerTurn is Progress, also reporting whether the turn ran. A poll's
 // turn (poll) marks the engine as driven; a post's does not, so that an
