@@ -385,17 +385,21 @@ func (s *Socket) bindFlags(sa *unix.SockaddrXDP, flags uint16) error {
 // AF_XDP socket frees its claim on the device queue from a workqueue
 // (xp_put_pool -> xp_release_deferred in net/xdp/xsk_buff_pool.c), so a
 // queue closed a moment ago can still be busy; a queue another live socket
-// holds stays busy and fails after the bound.
+// holds stays busy and fails after the bound. The bound is a second of
+// wall time: on a loaded machine the workqueue ran later than 200ms.
 func bindBusyRetry(fd int, sa *unix.SockaddrXDP) error {
-	const attempts, pause = 100, 2 * time.Millisecond
-	var err error
-	for range attempts {
-		if err = unix.Bind(fd, sa); !errors.Is(err, unix.EBUSY) {
+	const bound, pause = time.Second, 2 * time.Millisecond
+	start := time.Now()
+	for {
+		err := unix.Bind(fd, sa)
+		if !errors.Is(err, unix.EBUSY) {
 			return err
+		}
+		if waited := time.Since(start); waited >= bound {
+			return fmt.Errorf("queue busy for %v: another AF_XDP socket holds it: %w", waited.Round(time.Millisecond), err)
 		}
 		time.Sleep(pause)
 	}
-	return fmt.Errorf("queue busy for %v: another AF_XDP socket holds it: %w", attempts*pause, err)
 }
 
 func (s *Socket) setBusyPoll(bp *BusyPollConfig) error {
