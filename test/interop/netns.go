@@ -231,7 +231,19 @@ func (h *Host) bridgeTap() error {
 	if err := enslave(h.Tap); err != nil {
 		return err
 	}
+	if err := quietIPv6(joinBridge); err != nil {
+		return err
+	}
 	return netlink.LinkSetUp(br)
+}
+
+// quietIPv6 turns IPv6 off on link name (in the current namespace), so
+// that it sends no router solicitations or MLD reports onto the segment.
+func quietIPv6(name string) error {
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1"), 0); err != nil {
+		return fmt.Errorf("disable IPv6 on %s: %w", name, err)
+	}
+	return nil
 }
 
 // enslave puts link name under joinBridge and sets it up.
@@ -246,6 +258,11 @@ func enslave(name string) error {
 	}
 	if err := netlink.LinkSetMaster(link, br); err != nil {
 		return fmt.Errorf("bridge %s: %w", name, err)
+	}
+	if link.Type() == "veth" {
+		if err := quietIPv6(name); err != nil {
+			return err
+		}
 	}
 	return netlink.LinkSetUp(link)
 }
