@@ -71,6 +71,11 @@ type node struct {
 	cfg     Config
 	slot    int // receive buffer size
 	results [8]ndk.ResultEx
+	// early holds receive completions polled while sends were awaited:
+	// sends and receives share the CQ, as in rdma-core's udaddy, and a
+	// peer's answer can complete before our last send's completion is
+	// seen (through a daemon, whose relay hands both over in its turns).
+	early []ndk.ResultEx
 }
 
 func newNode(a *ndk.Adapter, cfg Config) (*node, error) {
@@ -158,9 +163,21 @@ func (n *node) sendAll(ctx context.Context, d ndk.UDDestination) error {
 }
 
 // poll waits for want completions of type typ, handing each receive's
-// buffer to got.
+// buffer to got. A receive completion that comes while sends are awaited
+// is kept for the receive phase (rdma-core's udaddy polls the shared CQ
+// for a count of completions of either type); any other type is an error.
 func (n *node) poll(ctx context.Context, want int, typ ndk.OperationType, got func(buf []byte, r *ndk.ResultEx) error) error {
-	for done := 0; done < want; {
+	done := 0
+	if typ == ndk.OpReceive {
+		early := n.early
+		n.early = nil
+		for i := range early {
+			if err := n.take(&early[i], typ, got, &done); err != nil {
+				return err
+			}
+		}
+	}
+	for done < want {
 		k := n.cq.GetResultsEx(n.results[:])
 		if k == 0 {
 			select {
@@ -171,22 +188,35 @@ func (n *node) poll(ctx context.Context, want int, typ ndk.OperationType, got fu
 			continue
 		}
 		for i := 0; i < k; i++ {
-			r := &n.results[i]
-			if r.Status != ndk.StatusSuccess {
-				return fmt.Errorf("udaddy: completion failed: status %#x", uint32(r.Status))
+			if err := n.take(&n.results[i], typ, got, &done); err != nil {
+				return err
 			}
-			if r.Type != typ {
-				return fmt.Errorf("udaddy: completion of type %v, want %v", r.Type, typ)
-			}
-			if got != nil {
-				slot := r.RequestContext.(int)
-				if err := got(n.recv[slot*n.slot:(slot+1)*n.slot], r); err != nil {
-					return err
-				}
-			}
-			done++
 		}
 	}
+	return nil
+}
+
+// take is poll's handling of one completion r while completions of type
+// typ are awaited: counted in done, a receive's buffer handed to got, or
+// a receive kept for later while sends are awaited.
+func (n *node) take(r *ndk.ResultEx, typ ndk.OperationType, got func(buf []byte, r *ndk.ResultEx) error, done *int) error {
+	if r.Status != ndk.StatusSuccess {
+		return fmt.Errorf("udaddy: completion failed: status %#x", uint32(r.Status))
+	}
+	if r.Type != typ {
+		if typ == ndk.OpSend && r.Type == ndk.OpReceive && len(n.early) < n.cfg.Count {
+			n.early = append(n.early, *r)
+			return nil
+		}
+		return fmt.Errorf("udaddy: completion of type %v, want %v", r.Type, typ)
+	}
+	if got != nil {
+		slot := r.RequestContext.(int)
+		if err := got(n.recv[slot*n.slot:(slot+1)*n.slot], r); err != nil {
+			return err
+		}
+	}
+	*done++
 	return nil
 }
 

@@ -85,3 +85,51 @@ func TestMessageOverMTURefused(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestAnswersBeforeSendCompletions: sends and receives share the CQ, as
+// in rdma-core's udaddy, so a peer's answers may complete before the
+// last of our sends does; they are kept while the sends are awaited and
+// counted, in order, in the receive phase. A completion of another type,
+// or a receive beyond Count, is an error.
+func TestAnswersBeforeSendCompletions(t *testing.T) {
+	n := &node{cfg: Config{Count: 2, Size: 4}, slot: 4 + ndk.UDGRHSize}
+	n.recv = make([]byte, 2*n.slot)
+	done := 0
+	for _, r := range []ndk.ResultEx{
+		{Type: ndk.OpSend, Result: ndk.Result{Status: ndk.StatusSuccess}},
+		{Type: ndk.OpReceive, Result: ndk.Result{Status: ndk.StatusSuccess, RequestContext: 1}},
+		{Type: ndk.OpReceive, Result: ndk.Result{Status: ndk.StatusSuccess, RequestContext: 0}},
+		{Type: ndk.OpSend, Result: ndk.Result{Status: ndk.StatusSuccess}},
+	} {
+		if err := n.take(&r, ndk.OpSend, nil, &done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if done != 2 || len(n.early) != 2 {
+		t.Fatalf("send phase: %d sends counted, %d receives kept; want 2 and 2", done, len(n.early))
+	}
+	var slots []int
+	if err := n.poll(context.Background(), 2, ndk.OpReceive, func(buf []byte, r *ndk.ResultEx) error {
+		slots = append(slots, r.RequestContext.(int))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(slots) != 2 || slots[0] != 1 || slots[1] != 0 || n.early != nil {
+		t.Fatalf("receive phase took slots %v (kept %d), want [1 0] from the kept receives", slots, len(n.early))
+	}
+	done = 0
+	n.early = make([]ndk.ResultEx, 2)
+	for _, c := range []struct {
+		r    ndk.ResultEx
+		want ndk.OperationType
+	}{
+		{ndk.ResultEx{Type: ndk.OpReceive, Result: ndk.Result{Status: ndk.StatusSuccess}}, ndk.OpSend}, // beyond Count
+		{ndk.ResultEx{Type: ndk.OpSend, Result: ndk.Result{Status: ndk.StatusSuccess}}, ndk.OpReceive},
+		{ndk.ResultEx{Type: ndk.OpSend, Result: ndk.Result{Status: ndk.StatusCancelled}}, ndk.OpSend},
+	} {
+		if err := n.take(&c.r, c.want, nil, &done); err == nil {
+			t.Errorf("%v %v awaiting %v: no error", c.r.Type, c.r.Status, c.want)
+		}
+	}
+}
