@@ -92,7 +92,7 @@
 // target kept, 0.80-0.87 with both, 0.84-0.87 with the late-wake credit
 // too; with the phantom's Pmax at 1 (every frame at Kmax, no step) the
 // rate held at 270-300 Mb/s without a cascade, the real queue's p90 at
-// 5 KB, 0.82-0.87, and in one -bench Incast/phantom run goodput 0.81,
+// 5 KB, 0.86-0.87, and in one -bench Incast/phantom run goodput 0.81,
 // 0.86, 0.91, 0.86, Jain 1.00, p99 0.04, 0.09, 0.08 of off's, resent at
 // 8 0.25 (not adopted: one run, and goodput still short). What a
 // single flow still misses is the start (the first 150ms, from the line
