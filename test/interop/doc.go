@@ -251,6 +251,23 @@
 // multi-buffer, the zero-copy bind refused for the same limit (read in
 // the code; no test boots that MTU on this kernel).
 //
+// TestGuestsOnOneSegment puts that daemon host on one Ethernet segment
+// with two more guests (JoinGuests: a bridge in the daemon host's
+// namespace holding its tap and one end of a veth pair per other guest,
+// whose other end is bridged with that guest's tap in its own namespace;
+// the taps lose their host addresses, and each guest has its own address
+// and MAC, Config.GuestIPv4 and GuestMAC): Debian 12's rxe guest and a
+// second guest of the backports image running ndkxdp in process on its
+// own zero-copy virtio_net. It logs each of the daemon host's queues as
+// info reports it (zero-copy, no multi-buffer, the reason naming
+// xdp_zc_max_segs 1), then runs rping both ways with rxe, every perftest
+// tool of the matrix (send, write, read and atomic bandwidth; send, write
+// and read latency; 4096 bytes) with rxe as server against `ndkxdp perf`
+// through the daemon and the other way round, and rping and write_bw from
+// the second ndkxdp guest to the daemon's clients; the daemon's counters
+// (retransmission rounds, out of sequence, frames sent in place) go to
+// the log.
+//
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
 // fast-registered MR, SEND and WRITE with immediate, ib_write_bw
