@@ -92,11 +92,16 @@ func TestGuestsOnOneSegment(t *testing.T) {
 			requireRow(t, "rxe's client", theirs, theirs, prm)
 		})
 	}
+	// The second guest's clients try again while refused (the daemon's
+	// server may not listen yet); a try that hears nothing gives up after
+	// 30 s so that another, with a fresh attach, fits in the subtest's
+	// two minutes, which the daemon's server outlasts.
 	inproc := stageDir + "/ndkxdp"
+	serving := func(args string) string { return "ndkxdp " + args + " -daemon " + daemonSocket + " -timeout 115s" }
 	t.Run("ndkxdp_guest/rping", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
-		srv := startServer(t, ctx, dh, ours(fmt.Sprintf("rping -s -C %d", rpingCount)), 0)
-		out := retryGuest(t, ctx, second, fmt.Sprintf("%s rping -c -dev eth0 -a %s -S 64 -C %d -V -v -timeout 90s", inproc, dhIP, rpingCount))
+		srv := startServer(t, ctx, dh, serving(fmt.Sprintf("rping -s -C %d -d", rpingCount)), 0)
+		out := guestClient(t, ctx, second, fmt.Sprintf("%s rping -c -dev eth0 -a %s -S 64 -C %d -V -v -d -timeout 30s", inproc, dhIP, rpingCount), srv, dh)
 		waitServer(t, ctx, srv, "the daemon's rping server")
 		if n := strings.Count(out, "ping data: rdma-ping-"); n != rpingCount {
 			t.Fatalf("the second ndkxdp guest verified %d pings, want %d:\n%s", n, rpingCount, out)
@@ -105,8 +110,8 @@ func TestGuestsOnOneSegment(t *testing.T) {
 	t.Run("ndkxdp_guest/write_bw", func(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
 		prm := perfCases[1].params(4096)
-		srv := startServer(t, ctx, dh, ours(fmt.Sprintf("perf write_bw -n %d -s %d", prm.Iterations, prm.Size)), 0)
-		out := retryGuest(t, ctx, second, fmt.Sprintf("%s perf write_bw -dev eth0 -n %d -s %d -timeout 90s %s", inproc, prm.Iterations, prm.Size, dhIP))
+		srv := startServer(t, ctx, dh, serving(fmt.Sprintf("perf write_bw -n %d -s %d", prm.Iterations, prm.Size)), 0)
+		out := guestClient(t, ctx, second, fmt.Sprintf("%s perf write_bw -dev eth0 -n %d -s %d -timeout 30s %s", inproc, prm.Iterations, prm.Size, dhIP), srv, dh)
 		waitServer(t, ctx, srv, "the daemon's perf server")
 		requireRow(t, "the second ndkxdp guest's client", out, out, prm)
 	})
@@ -165,4 +170,51 @@ func mustRunCtx(t *testing.T, ctx context.Context, vm *VM, cmd string) string {
 func retryGuest(t *testing.T, ctx context.Context, vm *VM, cmd string) string {
 	t.Helper()
 	return mustRunCtx(t, ctx, vm, fmt.Sprintf("for i in $(seq 50); do %s && exit 0; sleep 0.2; done; exit 1", cmd))
+}
+
+// guestClient runs cmd in client's guest as retryGuest does, each try
+// stamped with the guest's clock. If it fails or ctx ends first it
+// fails the test with what the tries printed so far, what srv (running
+// in server's guest) printed, and both guests' view of the segment and
+// of ndkxdp (guestDiagnostics).
+func guestClient(t *testing.T, ctx context.Context, client *VM, cmd string, srv *GuestProcess, server *VM) string {
+	t.Helper()
+	p, err := client.Start(ctx, fmt.Sprintf("for i in $(seq 50); do echo \"try $i at $(date +%%T.%%N)\" >&2; %s && exit 0; echo \"try $i: exit $? at $(date +%%T.%%N)\" >&2; sleep 0.2; done; exit 1", cmd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Kill() })
+	out, errOut, code, err := p.Wait(ctx)
+	if err == nil && code == 0 {
+		t.Logf("%s:\n%s", cmd, errOut)
+		return out + errOut
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err != nil {
+		out, errOut, _ = p.Output(dctx)
+	}
+	sOut, sErr, _ := srv.Output(dctx)
+	t.Fatalf("%s: exit %d (%v):\n%s%s\nthe server's output so far:\n%s%s\n%s", cmd, code, err, out, errOut, sOut, sErr, guestDiagnostics(dctx, server, client))
+	return ""
+}
+
+// guestDiagnostics collects, from each of vms, what says why a connection
+// between them stalls: the kernel's log, links, neighbours and the
+// NIC's per-queue counters (ethtool -S: what the driver posted to each
+// send queue, from the stack and from AF_XDP, and how often it kicked
+// the device), qemu's view of the same queues (VirtioQueues), and the
+// daemon's counters, QPs and journal where one runs.
+func guestDiagnostics(ctx context.Context, vms ...*VM) string {
+	const cmd = "set -x; ip -s link show eth0; ip neigh; ethtool -S eth0 | grep -v ': 0$'; dmesg | tail -n 40; " +
+		"if systemctl is-active -q " + daemonUnit + " 2>/dev/null; then ndkxdp stats -dev eth0; ndkxdp qp -dev eth0; journalctl -u " + daemonUnit + " --no-pager | tail -n 40; fi; " +
+		"ps -eo pid,stat,etime,time,args | grep -v ']$'"
+	var b strings.Builder
+	for _, vm := range vms {
+		out, errOut, code, err := vm.Run(ctx, cmd)
+		fmt.Fprintf(&b, "=== guest %v (exit %d, %v)\n%s%s", vm.Guest.IPv4, code, err, out, errOut)
+		q, err := vm.VirtioQueues(ctx)
+		fmt.Fprintf(&b, "=== qemu's virtqueues of guest %v (%v)\n%s", vm.Guest.IPv4, err, q)
+	}
+	return b.String()
 }

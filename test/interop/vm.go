@@ -418,6 +418,8 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd
 		// No checksum or segmentation offload: every frame on the tap is
 		// a complete frame as a NIC would put it on the wire.
 		"-device", nic,
+		// qemu's own view of the NIC's virtqueues (VirtioQueues).
+		"-qmp", "unix:" + filepath.Join(dir, qmpSocket) + ",server=on,wait=off",
 		// The command channel: virtio-serial, not the test network.
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-device", "virtio-serial-pci",
