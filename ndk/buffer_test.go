@@ -18,25 +18,8 @@ import (
 func TestAllocBufferTransmitsInPlace(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{MTU: 9000, StaticNeighbours: true})
-	open := func(h *harness.Host) *side {
-		var a *Adapter
-		if err := h.Do(func() error {
-			var err error
-			a, err = Open(h.Link, Options{})
-			return err
-		}); err != nil {
-			t.Fatalf("open %s: %v", h.Name, err)
-		}
-		t.Cleanup(a.Close)
-		return newSide(t, a)
-	}
-	x, y := open(p.A), open(p.B)
-	if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := y.qp.ConnectOOB(x.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	x, y := vethSide(t, p.A), vethSide(t, p.B)
+	connectSides(t, x, y)
 	referenced := func() uint64 {
 		return x.a.provider().(*inproc.Provider).Ports()[0].(*port.XSK).Stats().TxRefBytes
 	}
@@ -164,25 +147,8 @@ func TestBufferPoolHeadroom(t *testing.T) {
 func TestAllocBufferSlotted(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{StaticNeighbours: true})
-	open := func(h *harness.Host) *side {
-		var a *Adapter
-		if err := h.Do(func() error {
-			var err error
-			a, err = Open(h.Link, Options{})
-			return err
-		}); err != nil {
-			t.Fatalf("open %s: %v", h.Name, err)
-		}
-		t.Cleanup(a.Close)
-		return newSide(t, a)
-	}
-	x, y := open(p.A), open(p.B)
-	if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := y.qp.ConnectOOB(x.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	x, y := vethSide(t, p.A), vethSide(t, p.B)
+	connectSides(t, x, y)
 	xsk := x.a.provider().(*inproc.Provider).Ports()[0].(*port.XSK)
 	if xsk.Socket().MultiBuffer() {
 		t.Fatal("a 1500-byte MTU socket has multi-buffer: the test would not show the one-descriptor path")

@@ -11,6 +11,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
 	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // pipeAdapter opens an adapter whose one engine runs over an in-memory
@@ -64,6 +65,33 @@ func newSide(t testing.TB, a *Adapter) *side {
 	return s
 }
 
+// vethSide opens an adapter on a harness host's link, closed with the
+// test, and gives it a side.
+func vethSide(t testing.TB, h *harness.Host) *side {
+	t.Helper()
+	var a *Adapter
+	if err := h.Do(func() error {
+		var err error
+		a, err = Open(h.Link, Options{})
+		return err
+	}); err != nil {
+		t.Fatalf("open %s: %v", h.Name, err)
+	}
+	t.Cleanup(a.Close)
+	return newSide(t, a)
+}
+
+// connectSides connects x's QP and y's to each other out of band.
+func connectSides(t testing.TB, x, y *side) {
+	t.Helper()
+	if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.qp.ConnectOOB(x.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func pipePair(t testing.TB, connect bool) (*side, *side) {
 	t.Helper()
 	return pipePairWith(t, connect, Options{})
@@ -79,12 +107,7 @@ func pipePairWith(t testing.TB, connect bool, opts Options) (*side, *side) {
 	x := newSide(t, pipeAdapterWith(t, p.A(), "198.18.0.1", 1, opts))
 	y := newSide(t, pipeAdapterWith(t, p.B(), "198.18.0.2", 2, opts))
 	if connect {
-		if err := x.qp.ConnectOOB(y.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := y.qp.ConnectOOB(x.qp.LocalEndpoint(), ConnectOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		connectSides(t, x, y)
 	}
 	return x, y
 }

@@ -234,18 +234,6 @@ func TestUDOverVeth(t *testing.T) {
 func testUDOverVeth(t *testing.T, mtu, n int) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{MTU: mtu})
-	open := func(h *harness.Host) *side {
-		var a *Adapter
-		if err := h.Do(func() error {
-			var err error
-			a, err = Open(h.Link, Options{})
-			return err
-		}); err != nil {
-			t.Fatalf("open %s: %v", h.Name, err)
-		}
-		t.Cleanup(a.Close)
-		return newSide(t, a)
-	}
-	x, y := newUDSide(t, open(p.A)), newUDSide(t, open(p.B))
+	x, y := newUDSide(t, vethSide(t, p.A)), newUDSide(t, vethSide(t, p.B))
 	exchangeUD(t, x, y, x.a.provider().Address(), y.a.provider().Address(), n)
 }

@@ -412,10 +412,8 @@ func (s *rdmaSide) run(stop <-chan struct{}, c *procCount) error {
 func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 	rs := make([]ndk.Result, 64)
 	for {
-		select {
-		case <-stop:
+		if stopped(stop) {
 			return nil
-		default:
 		}
 		n := s.x.RCQ.GetResults(rs)
 		for _, r := range rs[:n] {
@@ -437,12 +435,8 @@ func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 func (s *rdmaSide) send(stop <-chan struct{}) error {
 	sgl := s.sgl(0)
 	for i := 0; ; i++ {
-		if i&63 == 0 {
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
+		if i&63 == 0 && stopped(stop) {
+			return nil
 		}
 		err := s.qps[i%len(s.qps)].Send(nil, sgl, ndk.OpFlagSilentSuccess)
 		if errors.Is(err, ndk.ErrInsufficientResources) {
@@ -459,12 +453,8 @@ func (s *rdmaSide) write(stop <-chan struct{}, c *procCount) error {
 	sgl := s.sgl(0)
 	rs := make([]ndk.Result, 64)
 	for i := 0; ; i++ {
-		if i&15 == 0 {
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
+		if i&15 == 0 && stopped(stop) {
+			return nil
 		}
 		err := s.qps[i%len(s.qps)].Write(nil, sgl, s.remoteAddr, s.remoteToken, 0)
 		if err != nil && !errors.Is(err, ndk.ErrInsufficientResources) {
@@ -490,12 +480,8 @@ func (s *rdmaSide) read(stop <-chan struct{}, c *procCount) error {
 	rs := make([]ndk.Result, 64)
 	posted := make([]int, len(s.qps))
 	for i := 0; ; i++ {
-		if i&15 == 0 {
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
+		if i&15 == 0 && stopped(stop) {
+			return nil
 		}
 		full := 0
 		for qi, q := range s.qps {
@@ -639,12 +625,8 @@ func (s *xdpSide) receive(x xsk, stop <-chan struct{}, c *procCount) error {
 	rx, fill, frames := x.sock.RX(), x.sock.Fill(), x.frames
 	k := (s.j.Frame + int(x.umem.FrameSize()) - 1) / int(x.umem.FrameSize()) // descriptors a frame
 	for spins := 0; ; spins++ {
-		if spins&1023 == 0 {
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
+		if spins&1023 == 0 && stopped(stop) {
+			return nil
 		}
 		start, got := rx.Peek(uint32(xdpRxBatch * k))
 		if got == 0 {
@@ -697,12 +679,8 @@ func (s *xdpSide) send(x xsk, stop <-chan struct{}, c *procCount) error {
 	var submitted, completed uint64 // packets
 	var doneDescs uint64
 	for spins := 0; ; spins++ {
-		if spins&255 == 0 {
-			select {
-			case <-stop:
-				return nil
-			default:
-			}
+		if spins&255 == 0 && stopped(stop) {
+			return nil
 		}
 		if _, got := comp.Peek(comp.Size()); got > 0 {
 			comp.Release(got)
@@ -779,10 +757,8 @@ func (s *udpSide) run(stop <-chan struct{}, c *procCount) error {
 	msg := make([]byte, s.j.Frame-procUDPHeaders)
 	dst := net.UDPAddrFromAddrPort(netip.AddrPortFrom(s.j.Peer.IPv4, procPort))
 	for {
-		select {
-		case <-stop:
+		if stopped(stop) {
 			return nil
-		default:
 		}
 		if _, err := s.c.WriteToUDP(msg, dst); err != nil {
 			if errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.EAGAIN) {
@@ -898,10 +874,8 @@ func (s *tcpSide) run(stop <-chan struct{}, c *procCount) error {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return nil
 			}
-			select {
-			case <-stop:
+			if stopped(stop) {
 				return nil
-			default:
 			}
 			return err
 		}
@@ -1043,4 +1017,15 @@ func runProcs(rx, tx procJob, warm, window time.Duration) (rxr, txr procResult, 
 		}
 	}
 	return res[0], res[1], nil
+}
+
+// stopped reports whether stop is closed, without blocking: the load
+// loops check it every so many iterations.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
