@@ -272,19 +272,23 @@
 // NIC's per-queue counters (ethtool -S), neighbours, kernel log, the
 // daemon's stats, QPs and journal, and qemu's own view of each virtqueue
 // (VM.VirtioQueues, over QMP). In a package run the second guest's first
-// rping once heard nothing for its two minutes. Reproduced on fresh
-// guest pairs (2 of about 25): frames an AF_XDP zero-copy socket had
-// just been bound to send never reached the tap. Once it was the second
-// guest's REQs, once the daemon host's REJs: its driver counted them as
-// posted to send queue 0 and kicked (tx0_xdp_tx 5, tx0_kicks 7), yet
-// neither they nor the kernel's ICMP reply on that queue appeared on the
-// tap, while its ARP on send queue 1 did; every later frame on that queue
-// was lost too. The same frames crossed in every other run, and 25 tries
-// in a row that each resolved the neighbour anew (the kernel's datagram
-// and the socket's frame back to back on one queue) never stalled, so it
-// is neither ARP, the bridge, steering nor the CM. Whether qemu 7.2's
-// queue reset (which the zero-copy bind performs) or the guest's
-// virtio_net leaves the queue stuck is what VirtioQueues now tells.
+// rping once heard nothing for its two minutes. Reproduced on 3 of 31
+// fresh guest pairs, each time at the first zero-copy bind since boot:
+// frames an AF_XDP socket had just been bound to send never reached the
+// tap or the peer, though the driver, where read, counted them as posted
+// to send queue 0 and kicked the device (ethtool -S tx0_xdp_tx,
+// tx0_kicks).
+// Twice it was the second guest's REQs, right after its neighbour probe
+// had crossed on that same queue; once the daemon host's REJs, and the
+// kernel's ICMP reply on its queue 0 was lost too while its ARP on queue
+// 1 crossed. In one pair the stall outlived the client that bound: two
+// more clients, each binding anew, were not heard either. Every other
+// run carried the same frames, and 25 tries in a row that each resolved
+// the neighbour anew never stalled, so it is not ARP, the bridge, XDP
+// steering or the CM, but the guest's virtio_net (kernel 7.3.4) or qemu
+// 7.2's device under it. qemu's indices for a stalled queue were not yet
+// seen mid-stall (the client's exit resets the queue); VirtioQueues
+// prints them the next time.
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a
