@@ -44,6 +44,16 @@ func TestGuestsOnOneSegment(t *testing.T) {
 	if err := JoinGuests(dh, rxe, second); err != nil {
 		t.Fatal(err)
 	}
+	// A failed case (the rxe ones time out when a queue of the daemon
+	// host stalls) leaves the three guests' state in the log; the VMs
+	// close after this runs.
+	t.Cleanup(func() {
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			t.Logf("after the failure:\n%s", guestDiagnostics(ctx, dh, rxe, second))
+		}
+	})
 	mustRun(t, dh, operatorInstall)
 	waitDaemon(t, dh)
 	var info daemon.Info
