@@ -132,12 +132,16 @@ func (x *Listener) AcceptUD(ctx context.Context, p verbs.ConnParams) (verbs.Endp
 			return nil, fmt.Errorf("prepare endpoint: %w", err)
 		}
 	}
+	beforeServeUD()
 	svc, err := x.dev.Adapter.ServeUD(x.l.LocalAddress(), ep.qp)
 	if err != nil {
 		ep.Close()
 		return nil, fmt.Errorf("serve UD on %v: %w", x.l.LocalAddress(), err)
 	}
 	ep.Connected(func() error { svc.Close(); return nil })
+	if p.Served != nil {
+		p.Served()
+	}
 	for svc.Answered() == 0 {
 		select {
 		case <-ctx.Done():
@@ -166,3 +170,7 @@ func (x *Listener) AcceptUD(ctx context.Context, p verbs.ConnParams) (verbs.Endp
 	}
 	return ep, nil
 }
+
+// beforeServeUD runs in AcceptUD just before the service answers; a test
+// delays it to show that a server's client never resolves before then.
+var beforeServeUD = func() {}

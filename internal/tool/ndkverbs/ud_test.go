@@ -154,3 +154,40 @@ func newDaemonSides(t *testing.T, mtu int) (*side, *side) {
 	}
 	return &side{h: p.A, dev: d}, &side{h: p.B, dev: bd}
 }
+
+// TestUDServerServesBeforeItsSync runs send_bw and send_lat -c UD with a
+// client that does not retry a refused resolution, as perftest's does not
+// (RDMA_CM_EVENT_UNREACHABLE ends it), against a server whose accept is
+// slow to serve its UD port: the server's sync before the data connection
+// waits until the port is served, so the client's SIDR_REQ, sent as the
+// sync ends, is answered with the QP and never refused.
+func TestUDServerServesBeforeItsSync(t *testing.T) {
+	a, b := newSides(t, 1500)
+	defer func(f func()) { beforeServeUD = f }(beforeServeUD)
+	beforeServeUD = func() { time.Sleep(300 * time.Millisecond) }
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var peer netip.Addr
+	if err := b.h.Do(func() error { peer = b.dev.Adapter.LocalAddress(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	conn := &Connector{Dev: a.dev, Peer: peer}
+	for _, kind := range []perftest.Kind{perftest.BW, perftest.Lat} {
+		var l *Listener
+		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
+			t.Fatal(err)
+		}
+		p := perftest.Params{Verb: perftest.Send, Kind: kind, Size: 64, Iterations: 50, UD: true}
+		var sout, cout bytes.Buffer
+		var serr, cerr error
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _, serr = perftest.RunServer(ctx, p, l, &sout) }()
+		_ = a.h.Do(func() error { _, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
+		wg.Wait()
+		l.Close()
+		if cerr != nil || serr != nil {
+			t.Fatalf("%v: client: %v\nserver: %v\n%s\n%s", kind, cerr, serr, cout.String(), sout.String())
+		}
+	}
+}

@@ -123,7 +123,7 @@ func (g *qpSet) waits() uint64 {
 
 // multiSession is session's part from the data connections on, for
 // p.QPs > 1.
-func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, cycle int, res Result, open func(func() (verbs.ConnParams, error)) (verbs.Endpoint, error), fail func(string, error) (Result, error)) (Result, error) {
+func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, cycle int, res Result, open opener, fail func(string, error) (Result, error)) (Result, error) {
 	g := &qpSet{ds: make([]*data, p.QPs), eps: make([]verbs.Endpoint, p.QPs), n: make([]counts, p.QPs)}
 	g.idle.Busy, g.idle.Spin = p.BusyPoll, p.Spin
 	// The QPs disconnect at once, not one after another: a peer that has
@@ -144,7 +144,7 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 	}()
 	for i := range g.ds {
 		d := &data{}
-		ep, err := open(func() (verbs.ConnParams, error) { return connParams(p, prepareData(d, p, cycle)), nil })
+		ep, err := open(ctx, func() (verbs.ConnParams, error) { return connParams(p, prepareData(d, p, cycle)), nil })
 		if err != nil {
 			return fail(fmt.Sprintf("data connection of qp %d", i), err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
@@ -192,7 +193,7 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 	defer ep.Close()
 	ctx, cancel := durationBound(ctx, &p)
 	defer cancel()
-	res, err := session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+	res, err := session(ctx, &p, ctl, out, mk, func(ctx context.Context, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
 		return connectData(ctx, dc, &p, params)
 	})
 	return res, boundErr(ctx, err)
@@ -222,7 +223,7 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 	defer ep.Close()
 	ctx, cancel := durationBound(ctx, &p)
 	defer cancel()
-	res, err := session(ctx, &p, ctl, out, mk, func(params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
+	res, err := session(ctx, &p, ctl, out, mk, func(ctx context.Context, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
 		cp, err := params()
 		if err != nil {
 			return nil, err
@@ -265,7 +266,7 @@ func boundErr(ctx context.Context, err error) error {
 // parameters its argument gives, once per attempt. With an SRQ maker the
 // data QP is made on an SRQ of RxDepth receives (create_srq before the
 // QPs, as perftest does), a new one for each attempt.
-func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk verbs.SRQMaker, open func(func() (verbs.ConnParams, error)) (verbs.Endpoint, error)) (Result, error) {
+func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk verbs.SRQMaker, open opener) (Result, error) {
 	res := Result{Params: *p}
 	fail := func(what string, err error) (Result, error) {
 		return res, fmt.Errorf("perftest %v %v %s: %s: %w", p.Verb, kindName(p.Kind), role(ctl.client), what, err)
@@ -282,10 +283,14 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 	// create_rdma_cm_connection: a handshake of zeroed dests, the data
 	// connection, another zeroed handshake.
 	var zero Dest
-	if _, err := ctl.handshake(ctx, &zero); err != nil {
-		return fail("sync before the data connection", err)
+	syncPeers := func() error {
+		_, err := ctl.handshake(ctx, &zero)
+		return err
 	}
 	if p.QPs > 1 {
+		if err := syncPeers(); err != nil {
+			return fail("sync before the data connection", err)
+		}
 		return multiSession(ctx, p, ctl, out, cycle, res, open, fail)
 	}
 	d := &data{}
@@ -295,7 +300,7 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 			d.srq.Close()
 		}
 	}()
-	dep, err := open(func() (verbs.ConnParams, error) {
+	params := func() (verbs.ConnParams, error) {
 		cp := connParams(p, prepareData(d, p, cycle))
 		if mk == nil {
 			return cp, nil
@@ -312,7 +317,20 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 		}
 		d.srq, cp.SRQ = srq, srq
 		return cp, nil
-	})
+	}
+	var dep verbs.Endpoint
+	if p.UD && !ctl.client {
+		var syncErr error
+		dep, syncErr, err = acceptServedBeforeSync(ctx, open, params, syncPeers)
+		if syncErr != nil {
+			return fail("sync before the data connection", syncErr)
+		}
+	} else {
+		if err := syncPeers(); err != nil {
+			return fail("sync before the data connection", err)
+		}
+		dep, err = open(ctx, params)
+	}
 	if err != nil {
 		return fail("data connection", err)
 	}
@@ -462,4 +480,58 @@ func cHex(v uint64, width int) string {
 		return fmt.Sprintf("%0*d", width, 0)
 	}
 	return fmt.Sprintf("%#0*x", width, v)
+}
+
+// opener opens the data connection with the parameters params gives, once
+// per attempt.
+type opener func(ctx context.Context, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error)
+
+// acceptServedBeforeSync accepts a UD data connection whose service
+// answers before the sync that lets the client resolve it, as perftest's
+// server listens on rdma_cm's UDP port space before that sync and the
+// kernel holds a SIDR_REQ for a listener until the accept. Otherwise a
+// client quicker than the accept's preparation has its SIDR_REQ answered
+// IB_SIDR_UNSUPPORTED, and perftest's client, which does not retry,
+// fails with RDMA_CM_EVENT_UNREACHABLE while this server waits for it.
+// An endpoint that never says it is served (Served not called) is synced
+// after it is accepted. syncErr is the sync's failure, err the accept's.
+func acceptServedBeforeSync(ctx context.Context, open opener, params func() (verbs.ConnParams, error), syncPeers func() error) (ep verbs.Endpoint, syncErr, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan struct{})
+	var once sync.Once
+	type accepted struct {
+		ep  verbs.Endpoint
+		err error
+	}
+	done := make(chan accepted, 1)
+	go func() {
+		ep, err := open(ctx, func() (verbs.ConnParams, error) {
+			cp, err := params()
+			cp.Served = func() { once.Do(func() { close(served) }) }
+			return cp, err
+		})
+		done <- accepted{ep, err}
+	}()
+	select {
+	case <-served:
+	case a := <-done:
+		if a.err != nil {
+			return nil, nil, a.err
+		}
+		if err := syncPeers(); err != nil {
+			a.ep.Close()
+			return nil, err, nil
+		}
+		return a.ep, nil, nil
+	}
+	if err := syncPeers(); err != nil {
+		cancel()
+		if a := <-done; a.err == nil {
+			a.ep.Close()
+		}
+		return nil, err, nil
+	}
+	a := <-done
+	return a.ep, nil, a.err
 }

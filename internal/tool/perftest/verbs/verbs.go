@@ -198,6 +198,12 @@ type ConnParams struct {
 	// ahead of Prepare's, waits for it and sends to its sender from then
 	// on. UD endpoints only.
 	UDAnnounce bool
+	// Served, if set, is called by a UDListener's AcceptUD once the new
+	// endpoint answers resolution requests, before AcceptUD waits for
+	// one: a server that lets its client resolve only after that (as
+	// perftest's server listens on the UDP port space before its sync)
+	// never has a client's request refused. UD endpoints only.
+	Served func()
 }
 
 // SRQ is a shared receive queue (NdkCreateSrq): receives posted once and
