@@ -23,9 +23,10 @@ TCP port -p), with HOST (an address or host name) it connects to the
 server there. The two sides swap LID:QPN:PSN:GID over that TCP
 connection, as the C tools do, and connect their %[2]s QPs out of band
 (no rdma_cm), then ping-pong -n messages of -s bytes. Either side may be
-ibv_%[1]s. RoCE needs -g on both sides: a RoCE v2 GID index as rxe's
-show_gids numbers them (0 and 1 the link-local GID, 3 the interface's
-first IPv4 address).`
+ibv_%[1]s. RoCE needs -g on both sides: a GID index as rxe numbers
+them (show_gids; 0 the link-local GID made from the MAC, 1 the
+interface's first IPv4 address), here the index of the adapter's
+address.`
 
 type pingpongFlags struct {
 	dev, daemon, capture, ibDev string
@@ -71,7 +72,7 @@ func parsePingpong(mode pingpong.Mode, args []string, stdout, stderr io.Writer) 
 		fs.BoolVar(&f.cfg.Events, n, false, "sleep on CQ events (NdkArmCq) instead of polling")
 	})
 	both("g", "gid-idx", func(n string) {
-		fs.IntVar(&f.gidIndex, n, -1, "local port GID index, as rxe's show_gids numbers them (the interface's RoCE v2 GID of the adapter's address)")
+		fs.IntVar(&f.gidIndex, n, -1, "local port GID index, as rxe numbers them (show_gids: 1 is the first IPv4 address); ndkxdp takes its adapter's address")
 	})
 	both("c", "chk", func(n string) { fs.BoolVar(&f.cfg.Validate, n, false, "validate received buffer") })
 	both("d", "ib-dev", func(n string) {

@@ -20,9 +20,9 @@ import (
 // TestPingpongFlags: the C tools' flags parse to the run they mean, the
 // host may come anywhere among them, and bad ones are usage errors.
 func TestPingpongFlags(t *testing.T) {
-	f, err := parsePingpong(pingpong.RC, []string{"-g", "3", "198.18.0.2", "-s", "100", "--iters", "7", "-e", "-c", "-m", "512", "-dev", "lo"}, io.Discard, io.Discard)
+	f, err := parsePingpong(pingpong.RC, []string{"-g", "1", "198.18.0.2", "-s", "100", "--iters", "7", "-e", "-c", "-m", "512", "-dev", "lo"}, io.Discard, io.Discard)
 	if err != nil || f.cfg.Server != "198.18.0.2" || f.cfg.Size != 100 || f.cfg.Iters != 7 || !f.cfg.Events || !f.cfg.Validate ||
-		f.cfg.MTU != 512 || f.gidIndex != 3 || f.cfg.Port != pingpong.DefaultPort || f.cfg.RxDepth != pingpong.DefaultRxDepth {
+		f.cfg.MTU != 512 || f.gidIndex != 1 || f.cfg.Port != pingpong.DefaultPort || f.cfg.RxDepth != pingpong.DefaultRxDepth {
 		t.Fatalf("parsed %+v, %v", f, err)
 	}
 	if f, err := parsePingpong(pingpong.UD, []string{"-dev", "lo"}, io.Discard, io.Discard); err != nil || f.cfg.Size != pingpong.DefaultUDSize || f.gidIndex != -1 || f.cfg.Server != "" {
@@ -75,7 +75,7 @@ func TestPingpongCommands(t *testing.T) {
 		{"ud_pingpong", 200, []string{"-s", "500", "-e"}, 500},
 	} {
 		t.Run(fmt.Sprintf("%s/%dB", tc.cmd, tc.size), func(t *testing.T) {
-			common := append([]string{"-g", "3", "-c", "-n", fmt.Sprint(tc.iters), "-timeout", "40s"}, tc.extra...)
+			common := append([]string{"-g", "1", "-c", "-n", fmt.Sprint(tc.iters), "-timeout", "40s"}, tc.extra...)
 			cout, sout := runIn(t, p.B, append([]string{tc.cmd, "-dev", p.B.Link}, common...),
 				p.A, append(append([]string{tc.cmd, "-dev", p.A.Link}, common...), srvAddr))
 			t.Logf("client:\n%sserver:\n%s", cout, sout)
@@ -135,7 +135,7 @@ func TestPingpongCommands(t *testing.T) {
 	// The UD datagram may not exceed the path MTU: the C tool's words.
 	t.Run("ud_size_over_mtu", func(t *testing.T) {
 		err := p.A.Do(func() error {
-			return run(context.Background(), []string{"ud_pingpong", "-dev", p.A.Link, "-g", "3", "-s", "2048", srvAddr}, io.Discard, io.Discard)
+			return run(context.Background(), []string{"ud_pingpong", "-dev", p.A.Link, "-g", "1", "-s", "2048", srvAddr}, io.Discard, io.Discard)
 		})
 		if err == nil || !strings.Contains(err.Error(), "requested size larger than port MTU (1024)") {
 			t.Fatalf("%v", err)

@@ -12,27 +12,24 @@ import (
 type GID struct {
 	Index int
 	GID   [16]byte
-	V2    bool // RoCE v2 (UDP); false: RoCE v1
 	Addr  netip.Addr
 }
 
-// Type names the entry's type as sysfs's gid_attrs/types does.
-func (g GID) Type() string {
-	if g.V2 {
-		return "RoCE v2"
-	}
-	return "RoCE v1"
-}
+// Type names the entry's type as sysfs's gid_attrs/types does: rxe's
+// port is RoCE v2 (UDP encapsulation) only, so are all its GIDs.
+func (g GID) Type() string { return "RoCE v2" }
 
 // GIDTable is the table the kernel's RoCE GID management
 // (drivers/infiniband/core/roce_gid_mgmt.c) gives an rxe device on an
 // interface with this MAC and these addresses, in the interface's order:
 // first the default GID, the link-local address made from the MAC
-// (EUI-64), as RoCE v1 at index 0 and RoCE v2 at 1; then each address,
-// IPv4 ones IPv4-mapped, as a RoCE v1 and a RoCE v2 entry, IPv4 before
-// IPv6, an address whose GID is there already skipped (an IPv6 link-local
-// address made from the MAC is the default GID). So index 3 is the first
-// IPv4 address's RoCE v2 GID, as show_gids lists it.
+// (EUI-64), at index 0; then each address, IPv4 ones IPv4-mapped, IPv4
+// before IPv6, an address whose GID is there already skipped (an IPv6
+// link-local address made from the MAC is the default GID). rxe's port
+// does RoCE v2 only, so each GID has one entry (a NIC that also does
+// RoCE v1 lists each twice, v1 first). So index 1 is the first IPv4
+// address's GID, as show_gids lists it for rxe; test/interop compares
+// this table with rxe0's.
 func GIDTable(mac net.HardwareAddr, addrs []netip.Addr) []GID {
 	var out []GID
 	add := func(g [16]byte, a netip.Addr) {
@@ -41,7 +38,7 @@ func GIDTable(mac net.HardwareAddr, addrs []netip.Addr) []GID {
 				return
 			}
 		}
-		out = append(out, GID{Index: len(out), GID: g, Addr: a}, GID{Index: len(out) + 1, GID: g, V2: true, Addr: a})
+		out = append(out, GID{Index: len(out), GID: g, Addr: a})
 	}
 	if len(mac) == 6 {
 		g := [16]byte{0: 0xfe, 1: 0x80, 8: mac[0] ^ 2, 9: mac[1], 10: mac[2], 11: 0xff, 12: 0xfe, 13: mac[3], 14: mac[4], 15: mac[5]}
@@ -100,8 +97,8 @@ func GIDsOfMAC(mac net.HardwareAddr, addr netip.Addr) []GID {
 	return GIDTable(mac, []netip.Addr{addr})
 }
 
-// PickGID is -g: the entry at idx of table, which must be a RoCE v2 GID
-// of local, the address the adapter sends from. idx -1 (no -g) is the
+// PickGID is -g: the entry at idx of table, which must be the GID of
+// local, the address the adapter sends from. idx -1 (no -g) is the
 // zero GID, as the C tools send without -g.
 func PickGID(table []GID, idx int, local netip.Addr) ([16]byte, error) {
 	if idx < 0 {
@@ -114,14 +111,10 @@ func PickGID(table []GID, idx int, local netip.Addr) ([16]byte, error) {
 	if idx >= len(table) {
 		return [16]byte{}, fmt.Errorf("can't read sgid of index %d: the table has %d entries:%s", idx, len(table), list.String())
 	}
-	e := table[idx]
-	switch {
-	case !e.V2:
-		return [16]byte{}, fmt.Errorf("-g %d: %s is a RoCE v1 GID and ndkxdp speaks RoCE v2 only; its RoCE v2 entry is index %d:%s", idx, GIDString(e.GID), idx+1, list.String())
-	case e.Addr != local.Unmap():
-		return [16]byte{}, fmt.Errorf("-g %d: %s is not the address ndkxdp sends from (%v):%s", idx, GIDString(e.GID), local, list.String())
+	if e := table[idx]; e.Addr != local.Unmap() {
+		return [16]byte{}, fmt.Errorf("-g %d: %s is not the GID of the address ndkxdp sends from (%v):%s", idx, GIDString(e.GID), local, list.String())
 	}
-	return e.GID, nil
+	return table[idx].GID, nil
 }
 
 // gidAddr is the IP address a peer's GID names: IPv4 for an IPv4-mapped

@@ -21,8 +21,9 @@
 // N" as the C tools do (i / page_size % sizeof(char) is 0), here also an
 // error.
 //
-// -g's index means what rxe's GID table gives (GIDTable); ndkxdp takes
-// only the RoCE v2 entry of the address it sends from. Without -g a side
+// -g's index means what rxe's GID table gives (GIDTable: 0 the
+// link-local GID, 1 the first IPv4 address); ndkxdp takes only the entry
+// of the address it sends from. Without -g a side
 // sends the zero GID, as the C tools do, and a RoCE peer cannot be
 // addressed: the tools then fail to reach RTR, and ndkxdp says to give
 // -g.
@@ -409,7 +410,7 @@ func (r *run) postSend() error {
 // (RC), or the address handle to the peer (UD).
 func (r *run) connect(rem, my Dest) error {
 	if rem.GID == ([16]byte{}) {
-		return fmt.Errorf("couldn't connect to remote QP: the peer sent no GID (LID %#04x) and RoCE addresses peers by GID: run both sides with -g (a RoCE v2 index of show_gids)", rem.LID)
+		return fmt.Errorf("couldn't connect to remote QP: the peer sent no GID (LID %#04x) and RoCE addresses peers by GID: run both sides with -g (a GID index of show_gids)", rem.LID)
 	}
 	ip := gidAddr(rem.GID)
 	if r.cfg.Mode == UD {
@@ -421,7 +422,7 @@ func (r *run) connect(rem, my Dest) error {
 		return nil
 	}
 	if my.GID == ([16]byte{}) {
-		return errors.New("failed to modify QP to RTR: RoCE needs a source GID: give -g (a RoCE v2 index of show_gids)")
+		return errors.New("failed to modify QP to RTR: RoCE needs a source GID: give -g (a GID index of show_gids)")
 	}
 	seven := 7
 	err := r.qp.ConnectOOB(ndk.Endpoint{IP: ip, QPN: rem.QPN, PSN: rem.PSN}, ndk.ConnectOptions{
