@@ -132,6 +132,31 @@ func TestPingpongCommands(t *testing.T) {
 			t.Fatalf("the server's local line has no zero GID:\n%s", sout.String())
 		}
 	})
+	// -c on the server alone: the client wrote no zeros at its page
+	// starts, so the server finds the C tools' 0x7b filler there, says
+	// so as they do, and fails.
+	t.Run("validate_detects", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var sout, serr, cout, cerr bytes.Buffer
+		done := make(chan error, 1)
+		go func() {
+			done <- p.B.Do(func() error {
+				return run(ctx, []string{"rc_pingpong", "-dev", p.B.Link, "-g", "1", "-c", "-n", "10", "-s", "9000", "-p", "18517"}, &sout, &serr)
+			})
+		}()
+		time.Sleep(300 * time.Millisecond)
+		cliErr := p.A.Do(func() error {
+			return run(ctx, []string{"rc_pingpong", "-dev", p.A.Link, "-g", "1", "-n", "10", "-s", "9000", "-p", "18517", srvAddr}, &cout, &cerr)
+		})
+		srvErr := <-done
+		if cliErr != nil || !errors.Is(srvErr, pingpong.ErrInvalidData) {
+			t.Fatalf("client: %v; server: %v, want invalid data", cliErr, srvErr)
+		}
+		if !strings.Contains(sout.String(), "invalid data in page 0\ninvalid data in page 1\ninvalid data in page 2\n") {
+			t.Fatalf("the server did not name pages 0-2:\n%s", sout.String())
+		}
+	})
 	// The UD datagram may not exceed the path MTU: the C tool's words.
 	t.Run("ud_size_over_mtu", func(t *testing.T) {
 		err := p.A.Do(func() error {
