@@ -167,3 +167,35 @@ func TestPingpongCommands(t *testing.T) {
 		}
 	})
 }
+
+// TestPingpongThroughDaemon runs the pingpong tools with -daemon against
+// a daemon on A's veth end, the peer attached to B's with -dev, the
+// daemon's client as client (RC) and as server (UD, on CQ events), with
+// -c: -g indexes the daemon's interface, and both sides finish.
+func TestPingpongThroughDaemon(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	sock := serveDaemonOn(t, p.A)
+	a, b := p.A.IPv4.String(), p.B.IPv4.String()
+	finished := func(t *testing.T, out string, size, iters int) {
+		t.Helper()
+		if !strings.Contains(out, fmt.Sprintf("%d bytes in ", size*iters*2)) || !strings.Contains(out, fmt.Sprintf("%d iters in ", iters)) {
+			t.Fatalf("no result lines for %d x %d bytes:\n%s", iters, size, out)
+		}
+	}
+	t.Run("rc_pingpong client through the daemon", func(t *testing.T) {
+		cout, sout := runIn(t, p.B, []string{"rc_pingpong", "-g", "1", "-c", "-n", "300", "-dev", p.B.Link},
+			p.A, []string{"rc_pingpong", "-g", "1", "-c", "-n", "300", "-daemon", sock, b})
+		finished(t, cout, 4096, 300)
+		finished(t, sout, 4096, 300)
+		if !strings.Contains(cout, "GID ::ffff:"+a) {
+			t.Fatalf("the daemon's client does not name its address:\n%s", cout)
+		}
+	})
+	t.Run("ud_pingpong server through the daemon", func(t *testing.T) {
+		cout, sout := runIn(t, p.A, []string{"ud_pingpong", "-g", "1", "-c", "-e", "-n", "300", "-daemon", sock},
+			p.B, []string{"ud_pingpong", "-g", "1", "-c", "-n", "300", "-dev", p.B.Link, a})
+		finished(t, cout, 1024, 300)
+		finished(t, sout, 1024, 300)
+	})
+}

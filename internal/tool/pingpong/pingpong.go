@@ -424,8 +424,16 @@ func (r *run) connect(rem, my Dest) error {
 	if my.GID == ([16]byte{}) {
 		return errors.New("failed to modify QP to RTR: RoCE needs a source GID: give -g (a GID index of show_gids)")
 	}
+	// The address vector, as RTR's ah_attr: the next hop's MAC through
+	// the adapter's own route and neighbour lookup (as Connect's), which
+	// a daemon makes in its namespace, where ConnectOOB left to resolve
+	// it would probe from the caller's.
+	ah, err := r.a.UDDestinationTo(ip, rem.QPN, 0)
+	if err != nil {
+		return fmt.Errorf("failed to modify QP to RTR: %w", err)
+	}
 	seven := 7
-	err := r.qp.ConnectOOB(ndk.Endpoint{IP: ip, QPN: rem.QPN, PSN: rem.PSN}, ndk.ConnectOptions{
+	err = r.qp.ConnectOOB(ndk.Endpoint{IP: ip, MAC: ah.MAC[:], QPN: rem.QPN, PSN: rem.PSN}, ndk.ConnectOptions{
 		PathMTU:          r.cfg.MTU,
 		InboundReadLimit: 1, OutboundReadLimit: 1, // max_dest_rd_atomic, max_rd_atomic
 		AckTimeout:  4096 * time.Nanosecond << 14, // timeout 14
