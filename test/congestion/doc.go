@@ -61,7 +61,45 @@
 // (BenchmarkIncast's p99-N-settled-dcqcn/off), to tell a standing queue
 // from the start's burst.
 //
-// Measured (2-vCPU VM, 2026-11-28, the command above, beside other
+// Measured now (2-vCPU VM, 2026-11-28 15:04-15:08, load average 1.4-1.7,
+// flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run XXX -bench
+// Incast/phantom -benchtime 1x, two runs; p99 and resent as dcqcn/off):
+//
+//	          goodput 1 / 2 / 4 / 8 flows    Jain at 2/4/8   p99 at 2 / 4 / 8        resent at 8
+//	phantom:  0.89-0.90 0.79-0.82 0.83 0.89-0.90  1.00 1.00 1.00  0.32-0.34 0.22-0.40 0.03-0.12  0.22-0.27
+//	red, 1 run (-bench Incast/red):
+//	          0.97 0.99 0.92 0.94             1.00 1.00 0.66  2.53 2.73 1.29            0.45
+//
+// (RED on the real queue marks only past 256 KB, so its probe waits
+// behind that queue whatever the senders do; its fairness at 8 flows is
+// not yet understood.)
+//
+// What held a single flow at 0.4-0.5 before (a trace of its rate, alpha,
+// CNPs and both queues every millisecond): the phantom's RED marks 1%
+// of frames at most below Kmax, about one mark per 11ms at this port's
+// 9,155 frames a second, so marking began only at Kmax, 200 KB of
+// phantom, when the real queue already held 130-200 KB (3.5-5.5ms).
+// Those marked frames reached the receiver behind that queue, one CNP
+// per frame for 3-9ms, 50-70 cuts, Rc from 560 to 1 Mb/s. Three things
+// in the reaction point turned that into a 150-250ms climb (rc's doc,
+// "Congestion control", has them and what changed): each cut also set
+// Rt = Rc, so recovery aimed at 1 Mb/s and climbed by additive
+// increase; a frame paced at 1 Mb/s held the QP for 33ms however fast
+// the rate then rose; and the pacer forgave a late wake only 20µs, so a
+// QP paced at 285 Mb/s sent 220-240 (ppoll's wakes come 50µs and more
+// late). In single-flow trace runs of 2s (same machine, same law):
+// 0.52-0.56 with only the pacer's recharge, 0.53-0.59 with only the
+// target kept, 0.80-0.87 with both, 0.84-0.87 with the late-wake credit
+// too; with the phantom's Pmax at 1 (every frame at Kmax, no step) the
+// rate held at 270-300 Mb/s without a cascade, the real queue's p90 at
+// 5 KB, 0.86-0.87, and in one -bench Incast/phantom run goodput 0.81,
+// 0.86, 0.91, 0.86, Jain 1.00, p99 0.04, 0.09, 0.08 of off's, resent at
+// 8 0.25 (not adopted: one run, and goodput still short). What a
+// single flow still misses is the start (the first 150ms, from the line
+// rate into a 512 KB window) and stalls of the whole process on this VM
+// (no sample, no frame, for 10-15ms at a time).
+//
+// Measured before those changes (2-vCPU VM, 2026-11-28, the command above, beside other
 // helpers' work at load average 1-7 but for two of the first row's runs,
 // which the previous figures took in a quiet spell; ranges over the runs;
 // p99 and resent as dcqcn/off):

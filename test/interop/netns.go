@@ -160,3 +160,109 @@ func (h *Host) Do(fn func() error) error {
 func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.NS, name}, args...)...)
 }
+
+// JoinGuests puts the guests of vms on one Ethernet segment, as hosts on
+// one switch: in the first VM's namespace a bridge holds its tap and, for
+// each other VM, one end of a veth pair whose other end is bridged with
+// that VM's tap in its own namespace. The taps lose their host addresses
+// (every namespace has the same one), so the segment carries only the
+// guests' traffic. The links go with the namespaces when the VMs close.
+// Each guest needs an address and MAC of its own (Config.GuestIPv4,
+// GuestMAC).
+func JoinGuests(vms ...*VM) error {
+	if len(vms) < 2 {
+		return errors.New("interop: JoinGuests needs two VMs or more")
+	}
+	hub := vms[0].Host
+	for _, vm := range vms {
+		h := vm.Host
+		if err := h.Do(func() error { return h.bridgeTap() }); err != nil {
+			return err
+		}
+	}
+	for i, vm := range vms[1:] {
+		spoke := vm.Host
+		nsFd, err := netns.GetFromName(spoke.NS)
+		if err != nil {
+			return fmt.Errorf("interop: open namespace %s: %w", spoke.NS, err)
+		}
+		hubEnd, spokeEnd := fmt.Sprintf("ndkj%d", i), "ndkjoin"
+		err = hub.Do(func() error {
+			v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: hubEnd, MTU: hub.MTU}, PeerName: spokeEnd, PeerNamespace: netlink.NsFd(nsFd)}
+			if err := netlink.LinkAdd(v); err != nil {
+				return fmt.Errorf("%s: add veth %s to %s: %w", hub.NS, hubEnd, spoke.NS, err)
+			}
+			return enslave(hubEnd)
+		})
+		nsFd.Close()
+		if err != nil {
+			return err
+		}
+		if err := spoke.Do(func() error { return enslave(spokeEnd) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// joinBridge is the bridge JoinGuests makes in each VM's namespace.
+const joinBridge = "ndkbr0"
+
+// bridgeTap makes joinBridge in h's namespace, moves the tap's addresses
+// off it and bridges it; it runs inside the namespace.
+func (h *Host) bridgeTap() error {
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: joinBridge, MTU: h.MTU}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return fmt.Errorf("%s: add bridge: %w", h.NS, err)
+	}
+	tap, err := netlink.LinkByName(h.Tap)
+	if err != nil {
+		return fmt.Errorf("%s: find %s: %w", h.NS, h.Tap, err)
+	}
+	addrs, err := netlink.AddrList(tap, netlink.FAMILY_ALL)
+	if err != nil {
+		return fmt.Errorf("%s: addresses of %s: %w", h.NS, h.Tap, err)
+	}
+	for _, a := range addrs {
+		if err := netlink.AddrDel(tap, &a); err != nil {
+			return fmt.Errorf("%s: remove %s from %s: %w", h.NS, a.IPNet, h.Tap, err)
+		}
+	}
+	if err := enslave(h.Tap); err != nil {
+		return err
+	}
+	if err := quietIPv6(joinBridge); err != nil {
+		return err
+	}
+	return netlink.LinkSetUp(br)
+}
+
+// quietIPv6 turns IPv6 off on link name (in the current namespace), so
+// that it sends no router solicitations or MLD reports onto the segment.
+func quietIPv6(name string) error {
+	if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", []byte("1"), 0); err != nil {
+		return fmt.Errorf("disable IPv6 on %s: %w", name, err)
+	}
+	return nil
+}
+
+// enslave puts link name under joinBridge and sets it up.
+func enslave(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", name, err)
+	}
+	br, err := netlink.LinkByName(joinBridge)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", joinBridge, err)
+	}
+	if err := netlink.LinkSetMaster(link, br); err != nil {
+		return fmt.Errorf("bridge %s: %w", name, err)
+	}
+	if link.Type() == "veth" {
+		if err := quietIPv6(name); err != nil {
+			return err
+		}
+	}
+	return netlink.LinkSetUp(link)
+}

@@ -78,6 +78,11 @@ type Config struct {
 	// image's (an archive of their own in front of the image's
 	// initramfs), so that what changes often stays out of the image.
 	Files []File
+	// GuestIPv4 and GuestMAC are the guest's address and MAC; zero means
+	// GuestIPv4 and GuestMAC. Guests that JoinGuests puts on one link
+	// need their own.
+	GuestIPv4 netip.Addr
+	GuestMAC  net.HardwareAddr
 }
 
 // Guest describes the VM's end of the link and its RDMA device.
@@ -138,6 +143,15 @@ func Boot(ctx context.Context, cfg Config) (*VM, error) {
 	}
 	if cfg.Queues == 0 {
 		cfg.Queues = 1
+	}
+	if !cfg.GuestIPv4.IsValid() {
+		cfg.GuestIPv4 = GuestIPv4
+	}
+	if cfg.GuestMAC == nil {
+		cfg.GuestMAC = GuestMAC
+	}
+	if !cfg.GuestIPv4.Is4() || !netip.PrefixFrom(HostIPv4, PrefixLen4).Masked().Contains(cfg.GuestIPv4) || cfg.GuestIPv4 == HostIPv4 || len(cfg.GuestMAC) != 6 {
+		return nil, fmt.Errorf("interop: guest address %v and MAC %v: want an IPv4 address of %v other than the host's, and a MAC", cfg.GuestIPv4, cfg.GuestMAC, netip.PrefixFrom(HostIPv4, PrefixLen4).Masked())
 	}
 	if cfg.Queues < 1 || cfg.Queues > 16 {
 		return nil, fmt.Errorf("interop: %d NIC queues: want 1..16", cfg.Queues)
@@ -263,7 +277,7 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 		Accel:  accel,
 		Image:  img,
 		exited: make(chan struct{}),
-		Guest:  Guest{IPv4: GuestIPv4, MAC: GuestMAC, Device: "rxe0"},
+		Guest:  Guest{IPv4: cfg.GuestIPv4, MAC: cfg.GuestMAC, Device: "rxe0"},
 	}
 	if cfg.IPv6 {
 		vm.Guest.IPv6 = GuestIPv6
@@ -336,7 +350,7 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 	if err != nil {
 		return vm, vm.bootError(err)
 	}
-	if want := rocev2.GIDFromAddr(GuestIPv4); gid != want {
+	if want := rocev2.GIDFromAddr(vm.Guest.IPv4); gid != want {
 		return vm, vm.bootError(fmt.Errorf("guest reported GID %v, want %v", gid, want))
 	}
 	vm.Guest.GID, vm.Guest.GIDIndex = gid, r.gidIndex
@@ -349,7 +363,7 @@ func boot(ctx context.Context, cfg Config, img *Image, accel Accel) (vm *VM, err
 func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd string) []string {
 	appendArgs := []string{
 		"console=ttyS0", "quiet", "panic=-1", "no_timer_check",
-		"ndkxdp.ip=" + GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
+		"ndkxdp.ip=" + cfg.GuestIPv4.String() + "/" + strconv.Itoa(PrefixLen4),
 		"ndkxdp.mtu=" + strconv.Itoa(cfg.MTU),
 		"ndkxdp.port=" + agentPortName,
 	}
@@ -374,7 +388,7 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd
 		appendArgs = append(appendArgs, "net.ifnames=0", "ndkxdp.rxe=0")
 	}
 	netdev := "tap,id=net0,ifname=" + host.Tap + ",script=no,downscript=no"
-	nic := fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", GuestMAC, cfg.MTU)
+	nic := fmt.Sprintf("virtio-net-pci,netdev=net0,mac=%s,csum=off,guest_csum=off,host_mtu=%d,romfile=", cfg.GuestMAC, cfg.MTU)
 	if cfg.ZeroCopyNIC {
 		nic += ",disable-legacy=on,iommu_platform=on,queue_reset=on,mrg_rxbuf=on"
 	}
@@ -404,6 +418,8 @@ func qemuArgs(cfg Config, img *Image, accel Accel, host *Host, dir, sock, initrd
 		// No checksum or segmentation offload: every frame on the tap is
 		// a complete frame as a NIC would put it on the wire.
 		"-device", nic,
+		// qemu's own view of the NIC's virtqueues (VirtioQueues).
+		"-qmp", "unix:" + filepath.Join(dir, qmpSocket) + ",server=on,wait=off",
 		// The command channel: virtio-serial, not the test network.
 		"-chardev", "socket,id=agent,path=" + sock + ",server=on,wait=off",
 		"-device", "virtio-serial-pci",

@@ -126,6 +126,14 @@ type CCConfig struct {
 	// InitialAlphaValue is alpha on the first CNP, in 1023rds (default
 	// 1023: 1.0).
 	InitialAlphaValue int
+	// ClampTgtRate is CLAMP_TGT_RATE: every cut sets the target rate to
+	// the current rate first (Rt = Rc), as the paper's Algorithm 1 does.
+	// Off (the hardware's default, 0), a cut does so only if an increase
+	// event, of the timer or the byte counter, came since the last cut
+	// (CLAMP_TGT_RATE_AFTER_TIME_INC, whose default 1 this engine
+	// keeps): the CNPs of one congestion episode lower Rc, not the rate
+	// recovery returns to.
+	ClampTgtRate bool
 }
 
 func (c *CCConfig) withDefaults() (CCConfig, error) {
@@ -209,6 +217,9 @@ type dcqcn struct {
 	nsPerByte float64
 	paceAt    int64
 	paceWait  bool
+	// lastLen is the wire length of the last frame charged (0: none
+	// since the QP was limited), whose gap setRate charges again.
+	lastLen int
 	// Notification point: when this QP last sent a CNP.
 	cnpAt   int64
 	cnpSent bool
@@ -219,9 +230,20 @@ type dcqcn struct {
 // of one per loop.
 const paceBurst = int64(20 * time.Microsecond)
 
+// setRate sets Rc. The last frame's gap, which paceAt holds as charged
+// at the old rate, is charged again at the new one: a frame sent at the
+// 1 Mb/s floor (33ms for 4 KiB) would otherwise hold the QP for that
+// long after recovery had raised the rate a hundredfold (test/congestion
+// measured it: the pacer, not DCQCN, halved a flow's goodput). The HPCC
+// simulator's rate limiter does the same on every rate change (rdma-hw.cc
+// ChangeRate: nextAvail += txTime(lastPkt, new) - txTime(lastPkt, old)).
 func (d *dcqcn) setRate(r float64) {
+	nsPerByte := 8000 / r
+	if d.lastLen != 0 {
+		d.paceAt += int64(float64(d.lastLen) * (nsPerByte - d.nsPerByte))
+	}
 	d.rc = r
-	d.nsPerByte = 8000 / r
+	d.nsPerByte = nsPerByte
 }
 
 // onCNP is the reaction to a CNP at now; it reports whether it cut the
@@ -231,6 +253,7 @@ func (d *dcqcn) onCNP(c *CCConfig, now int64) bool {
 	d.loss = false
 	if !d.limited {
 		d.limited = true
+		d.lastLen = 0 // frames sent unpaced left no gap behind
 		d.alpha = float64(c.InitialAlphaValue) / 1023
 		d.rt = c.LineRate
 		d.setRate(c.LineRate)
@@ -253,7 +276,9 @@ func (d *dcqcn) onCNP(c *CCConfig, now int64) bool {
 // alpha = (1-g)alpha + g; the increase stages start over.
 func (d *dcqcn) cut(c *CCConfig, now int64, reduce bool) {
 	if reduce {
-		d.rt = d.rc
+		if c.ClampTgtRate || d.t > 0 || d.bc > 0 {
+			d.rt = d.rc
+		}
 		f := max(1-d.alpha/2, 1-float64(c.RPGMinDecFac)/100)
 		d.setRate(max(d.rc*f, c.RPGMinRate))
 		g := 1 - float64(c.DCETCPG)/1024
@@ -286,6 +311,7 @@ const lossProbe = 32
 func (d *dcqcn) onLoss(c *CCConfig, now int64, took float64) bool {
 	if !d.limited {
 		d.limited = true
+		d.lastLen = 0 // frames sent unpaced left no gap behind
 		d.alpha = float64(c.InitialAlphaValue) / 1023
 		d.setRate(c.LineRate)
 		d.alphaAt = now + int64(c.DCETCPRTT)
@@ -359,10 +385,12 @@ func (d *dcqcn) sent(c *CCConfig, n int, now int64) (woke bool) {
 		d.alphaAt = now + int64(c.DCETCPRTT)
 		d.riseAt = now + int64(c.RPGTimeReset)
 	}
-	if d.paceAt < now-paceBurst {
-		d.paceAt = now - paceBurst
+	gap := int64(float64(n) * d.nsPerByte)
+	if credit := max(paceBurst, gap); d.paceAt < now-credit {
+		d.paceAt = now - credit
 	}
-	d.paceAt += int64(float64(n) * d.nsPerByte)
+	d.paceAt += gap
+	d.lastLen = n
 	d.bytes += uint64(n)
 	if d.bytes >= c.RPGByteReset {
 		d.bytes = 0

@@ -558,7 +558,16 @@
 // and is unpaced until its first CNP. Each CNP, at most one per
 // RateReduceMonitorPeriod (4µs): Rt = Rc, Rc = Rc(1 - alpha/2) (never
 // below Rc(1 - RPG_MIN_DEC_FAC) nor RPG_MIN_RATE), alpha = (1-g)alpha +
-// g. Alpha decays, alpha = (1-g)alpha, every DCE_TCP_RTT without a CNP.
+// g, except that Rt = Rc only if an increase event (timer or byte
+// counter) came since the last cut: the hardware's CLAMP_TGT_RATE 0 with
+// CLAMP_TGT_RATE_AFTER_TIME_INC 1 (the same mlxconfig dump as DCQCN.md's
+// other values; the HPCC simulator's ClampTargetRate false does the
+// same in CheckRateDecreaseMlx). The paper's Algorithm 1 sets Rt on every
+// cut; Config.CC.ClampTgtRate asks for that. Where a mark comes back
+// milliseconds after the rate it reports, one episode sends a CNP per
+// frame of the queue behind it, and with Rt = Rc on each of them Rt
+// followed Rc to the floor and recovery was additive for 150ms and more
+// (test/congestion's doc). Alpha decays, alpha = (1-g)alpha, every DCE_TCP_RTT without a CNP.
 // Increase events come from a timer (RPG_TIME_RESET, 300µs) and a byte
 // counter (RPG_BYTE_RESET), each counted since the last cut (T, BC):
 // fast recovery while max(T, BC) <= F (RPG_THRESHOLD, 1), hyper increase
@@ -635,6 +644,12 @@
 // defaults, alpha period 550µs) against off (no ECN: RED drops on the
 // real queue), runs of 2s, three runs, as DCQCN's share or ratio to off:
 //
+// With the target kept through an episode and the pacer's recharge
+// (2026-11-28 15:04-15:08, two runs of -bench Incast/phantom, load
+// average 1.4-1.7): goodput 0.89-0.90, 0.79-0.82, 0.83, 0.89-0.90 at
+// 1/2/4/8 flows; Jain's index 1.00; p99 0.32-0.34, 0.22-0.40, 0.03-0.12
+// of off's; resent at 8 0.22-0.27 of off's. Before them:
+//
 //	flows  goodput/bottleneck  Jain's index  probe p99 dcqcn/off  resent dcqcn/off
 //	1      0.36-0.46           -             -                    -
 //	2      0.52-0.62           1.00          0.08-0.23            0
@@ -664,8 +679,14 @@
 // time its next data frame may leave (paceAt), which each frame moves by
 // its wire length over Rc; a sender that finds it ahead stops and puts
 // the QP on the engine's timer list with that deadline, and the timer
-// pass (timers.go) schedules it again. A QP may run up to 20µs ahead of
-// its rate after an idle spell, so a loop's frames leave in one kick.
+// pass (timers.go) schedules it again. A QP may run up to 20µs, or one
+// frame's gap at Rc if longer, ahead of its rate after an idle spell or
+// a late pass, so a loop's frames leave in one kick and a wake that
+// ppoll's slack delays costs nothing (with 20µs alone, a QP paced at 285
+// Mb/s sent 220-240 on the 2-vCPU VM). A rate change charges the last
+// frame's gap again at the new rate (the HPCC simulator's ChangeRate): a
+// frame sent at the 1 Mb/s floor no longer holds the QP for 33ms after
+// recovery raised the rate (TestDCQCN_RateChangeRechargesTheLastGap).
 // ACKs, NAKs and CNPs are not paced. TestCongestionControlAllocatesNothing
 // runs round trips with CNPs and pacing under testing.AllocsPerRun.
 //
