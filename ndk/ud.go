@@ -171,6 +171,26 @@ func (a *Adapter) UDReplyTo(grh []byte, srcQPN, qkey uint32) (UDDestination, err
 	return UDDestination{IP: ip, MAC: mac, QPN: srcQPN, QKey: qkey}, nil
 }
 
+// UDDestinationTo is verbs' ibv_create_ah for a peer known by its
+// address: the destination of UD QP qpn with Q_Key qkey at ip, whose next
+// hop's MAC comes from the kernel's routes and neighbours, as for Connect.
+// Tools that exchange GIDs out of band (ibv_ud_pingpong) address their
+// peer so. It fails with STATUS_INVALID_PARAMETER for an invalid address
+// or a QPN outside [1, 2^24), and as Connect when no route or neighbour is
+// found.
+func (a *Adapter) UDDestinationTo(ip netip.Addr, qpn, qkey uint32) (UDDestination, error) {
+	const op = "ud destination"
+	ip = ip.Unmap()
+	if !ip.IsValid() || ip.IsUnspecified() || qpn == 0 || qpn > rocev2.PSNMask {
+		return UDDestination{}, errorf(StatusInvalidParameter, op, "destination %v QPN %#x: an address and a QPN in [1, 2^24) are needed", ip, qpn)
+	}
+	mac, err := a.backend().nextHop(ip)
+	if err != nil {
+		return UDDestination{}, err
+	}
+	return UDDestination{IP: ip, MAC: mac, QPN: qpn, QKey: qkey}, nil
+}
+
 // UDService answers rdma_cm's UD service resolution (SIDR) for one port
 // with a UD QP (ndkxdp extension; rdma_listen on RDMA_PS_UDP with every
 // request accepted).

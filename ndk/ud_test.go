@@ -183,6 +183,14 @@ func TestUDRefusals(t *testing.T) {
 	if _, err := x.a.ResolveUD(context.Background(), netip.AddrPortFrom(pipeIPB, 4242)); status(err) != StatusConnectionRefused {
 		t.Fatalf("resolving a port nobody serves: %v", err)
 	}
+	for _, d := range []struct {
+		ip  netip.Addr
+		qpn uint32
+	}{{netip.Addr{}, 5}, {netip.IPv4Unspecified(), 5}, {pipeIPB, 0}, {pipeIPB, 1 << 24}} {
+		if _, err := x.a.UDDestinationTo(d.ip, d.qpn, RDMAUDPQKey); status(err) != StatusInvalidParameter {
+			t.Fatalf("UDDestinationTo(%v, %#x): %v", d.ip, d.qpn, err)
+		}
+	}
 	if _, err := x.pd.CreateUDQP(QPConfig{ReceiveCQ: x.rcq, InitiatorCQ: x.icq, ReceiveQueueDepth: 1, InitiatorQueueDepth: 1}, 0x80000001); status(err) != StatusInvalidParameter {
 		t.Fatalf("controlled Q_Key: %v", err)
 	}

@@ -78,7 +78,11 @@
 // 1 MiB both ways, perftest's -a and -D, -q 2 (write, send, read and
 // atomic bw, both ways; rxe's client also with -q 24), --use-srq, SEND
 // with Invalidate, immediate data (and perftest's --write_with_imm, which
-// only 25.01 has), access errors, 5% loss and the frame checks; the smoke set is rping at
+// only 25.01 has), access errors, 5% loss, ibverbs-utils' ibv_rc_pingpong
+// and ibv_ud_pingpong (no rdma_cm: addresses swapped over TCP; at the
+// default size and one other, both ways, with rxe0's GID table compared
+// with the one ndkxdp's -g indexes; about 10 s under TCG) and the frame
+// checks; the smoke set is rping at
 // 4096 and 65535 bytes and every perftest tool at 64 KiB and 1 MiB, both
 // ways, and the frame checks (the cases whose frames the path MTU changes).
 // Debian 13's two tests take about 3 and 1 minutes under TCG on a 2-vCPU
@@ -306,7 +310,8 @@
 // --write_with_imm where the peer's perftest has it, access errors, loss,
 // and UD queue pairs through rdma_cm's SIDR: rdma-core's udaddy and
 // perftest's ib_send_bw and ib_send_lat -c UD, each side as server and as
-// client, in every full case set; and, on the shared VM, the same UD
+// client, in every full case set; ibv_rc_pingpong and ibv_ud_pingpong
+// against ndkxdp's, both ways, pingpong_test.go; and, on the shared VM, the same UD
 // cases through an `ndkxdp daemon` process, TestInteropUDThroughDaemon)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
