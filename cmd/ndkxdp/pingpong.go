@@ -9,7 +9,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/pingpong"
-	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
 const pingpongUsage = `usage: ndkxdp %[1]s [-p PORT] [-s SIZE] [-r RX_DEPTH] [-n ITERS] [-g GID_IDX] [-e] [-c]%[2]s [-capture FILE] -dev IFNAME [HOST]
@@ -168,22 +167,11 @@ func runPingpong(ctx context.Context, mode pingpong.Mode, args []string, stdout,
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	if err := cmdline.ToolNeedsCaps(f.daemon); err != nil {
-		return err
-	}
-	var opts ndk.Options
-	capture, err := cmdline.OpenCapture(f.capture, &opts)
+	d, closeDevice, err := cmdline.OpenTool(ctx, f.dev, f.daemon, f.capture)
 	if err != nil {
 		return err
 	}
-	if capture != nil {
-		defer capture.Close()
-	}
-	d, err := cmdline.OpenDevice(ctx, f.dev, f.daemon, opts)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
+	defer closeDevice()
 	a := d.Adapter
 	if f.gidIndex >= 0 {
 		var table []pingpong.GID

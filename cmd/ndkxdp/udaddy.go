@@ -9,7 +9,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
-	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
 const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-capture FILE] -dev IFNAME
@@ -84,22 +83,11 @@ func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 	}
-	if err := cmdline.ToolNeedsCaps(f.daemon); err != nil {
-		return err
-	}
-	var opts ndk.Options
-	capture, err := cmdline.OpenCapture(f.capture, &opts)
+	d, closeDevice, err := cmdline.OpenTool(ctx, f.dev, f.daemon, f.capture)
 	if err != nil {
 		return err
 	}
-	if capture != nil {
-		defer capture.Close()
-	}
-	d, err := cmdline.OpenDevice(ctx, f.dev, f.daemon, opts)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
+	defer closeDevice()
 	a := d.Adapter
 	if f.daemon != "" && !bind.IsUnspecified() && bind != a.LocalAddress() {
 		return cmdline.Usagef("-b %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v; leave out -b to serve on it", bind, f.daemon, a.LocalAddress())

@@ -99,6 +99,32 @@ func LookupAddr(ctx context.Context, flagName, host string) (netip.Addr, error) 
 	return addrs[0], nil
 }
 
+// OpenTool gives a tool without NIC flags its adapter: the capabilities
+// check (none through a daemon), the -capture file, then OpenDevice.
+// closeDevice closes the device and then the capture.
+func OpenTool(ctx context.Context, dev, socket, capture string) (d *ndkverbs.Device, closeDevice func(), err error) {
+	if err := ToolNeedsCaps(socket); err != nil {
+		return nil, nil, err
+	}
+	var opts ndk.Options
+	f, err := OpenCapture(capture, &opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d, err = OpenDevice(ctx, dev, socket, opts); err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, nil, err
+	}
+	return d, func() {
+		d.Close()
+		if f != nil {
+			f.Close()
+		}
+	}, nil
+}
+
 // OpenCapture creates the -capture file; nil without the flag.
 func OpenCapture(path string, opts *ndk.Options) (*os.File, error) {
 	if path == "" {
