@@ -55,29 +55,14 @@ func testSendBWOverUD(t *testing.T, a, b *side) {
 	}{{perftest.BW, 0, false}, {perftest.BW, 64, false}, {perftest.Lat, 1, false}, {perftest.Lat, 1024, false},
 		{perftest.BW, 0, true}, {perftest.Lat, 0, true}} {
 		size := c.size
-		var l *Listener
-		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
-			t.Fatal(err)
-		}
 		p := perftest.Params{Verb: perftest.Send, Kind: c.kind, Size: size, Iterations: 200, UD: true, AllSizes: c.all,
 			ConnectRetry: perftest.Retry{Attempts: 20, Interval: 50 * time.Millisecond}}
-		var sout, cout bytes.Buffer
-		var srv, cli perftest.Result
-		var serr, cerr error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); srv, serr = perftest.RunServer(ctx, p, l, &sout) }()
-		_ = a.h.Do(func() error { cli, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
-		wg.Wait()
-		l.Close()
-		if cerr != nil || serr != nil {
-			t.Fatalf("size %d: client: %v\nserver: %v\n%s\n%s", size, cerr, serr, cout.String(), sout.String())
-		}
+		cli, srv, cout, sout := runUD(t, ctx, a, b, conn, p)
 		want := size
 		if size == 0 {
 			want = 1024 // the path MTU at MTU 1500
-			if !strings.Contains(cout.String(), "Changing to this MTU") {
-				t.Fatalf("client output:\n%s", cout.String())
+			if !strings.Contains(cout, "Changing to this MTU") {
+				t.Fatalf("client output:\n%s", cout)
 			}
 		}
 		switch {
@@ -91,7 +76,7 @@ func testSendBWOverUD(t *testing.T, a, b *side) {
 		case c.kind == perftest.BW && (cli.BW == nil || srv.BW == nil || cli.BW.Size != uint64(want) || srv.BW.Iters != 200):
 			t.Fatalf("size %d: client %+v server %+v", size, cli.BW, srv.BW)
 		}
-		t.Logf("client:\n%s\nserver:\n%s", cout.String(), sout.String())
+		t.Logf("client:\n%s\nserver:\n%s", cout, sout)
 	}
 	p := perftest.Params{Verb: perftest.Send, Kind: perftest.BW, Size: 2048, UD: true}
 	if err := (perftest.Params{Verb: perftest.Send, Kind: perftest.BW, UD: true, UseSRQ: true}).Check(); !errors.Is(err, perftest.ErrUnsupported) {
@@ -173,21 +158,28 @@ func TestUDServerServesBeforeItsSync(t *testing.T) {
 	}
 	conn := &Connector{Dev: a.dev, Peer: peer}
 	for _, kind := range []perftest.Kind{perftest.BW, perftest.Lat} {
-		var l *Listener
-		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
-			t.Fatal(err)
-		}
-		p := perftest.Params{Verb: perftest.Send, Kind: kind, Size: 64, Iterations: 50, UD: true}
-		var sout, cout bytes.Buffer
-		var serr, cerr error
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); _, serr = perftest.RunServer(ctx, p, l, &sout) }()
-		_ = a.h.Do(func() error { _, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
-		wg.Wait()
-		l.Close()
-		if cerr != nil || serr != nil {
-			t.Fatalf("%v: client: %v\nserver: %v\n%s\n%s", kind, cerr, serr, cout.String(), sout.String())
-		}
+		runUD(t, ctx, a, b, conn, perftest.Params{Verb: perftest.Send, Kind: kind, Size: 64, Iterations: 50, UD: true})
 	}
+}
+
+// runUD runs one perftest test with a as client through conn and b as
+// server on a fresh listener, failing t if either side fails.
+func runUD(t *testing.T, ctx context.Context, a, b *side, conn *Connector, p perftest.Params) (cli, srv perftest.Result, cout, sout string) {
+	t.Helper()
+	var l *Listener
+	if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, perftest.DefaultPort, Depths{}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	var so, co bytes.Buffer
+	var serr, cerr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); srv, serr = perftest.RunServer(ctx, p, l, &so) }()
+	_ = a.h.Do(func() error { cli, cerr = perftest.RunClient(ctx, p, conn, &co); return nil })
+	wg.Wait()
+	l.Close()
+	if cerr != nil || serr != nil {
+		t.Fatalf("%v %v size %d: client: %v\nserver: %v\n%s\n%s", p.Verb, p.Kind, p.Size, cerr, serr, co.String(), so.String())
+	}
+	return cli, srv, co.String(), so.String()
 }
