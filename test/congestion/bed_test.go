@@ -51,14 +51,36 @@ type Bottleneck struct {
 }
 
 // defaultBottleneck: 300 Mbit/s, which the two senders of a 2-core machine
-// exceed several times over; the queue holds 4 MB, what 8 flows keep in
-// flight (a window's resend is the rate's to prevent, not the queue's).
-// The phantom drains at 0.95 of it, HULL's γ, and marks by DCQCN's
-// published switch settings (Kmin 5 KB, Kmax 200 KB, Pmax 1%). Frames
-// that are not ECN-capable are dropped from 256 KB of real queue (7ms)
-// with a probability rising to 0.2 at 1 MB, every one beyond.
-var defaultBottleneck = Bottleneck{RateMbit: 300, LimitBytes: 4000000, Gamma: 0.95,
-	Mark: red{Min: 5000, Max: 200000, MaxP: 0.01}, Drop: red{Min: 256000, Max: 1000000, MaxP: 0.2}}
+// exceed several times over; the queue holds 4.5 MB, what 8 flows keep in
+// flight with their headers (8 x 512 KiB of payload in 1,024 frames: 4.28
+// MB), so that the start's burst, sent before any mark can come back, is
+// queued, not dropped. The phantom drains at γ = 0.98 of the port's rate
+// and marks by DCQCN's published switch thresholds (Kmin 5 KB, Kmax 200
+// KB) with Pmax scaled to the port: 1 (pmax says why). Frames that are not
+// ECN-capable are dropped from 256 KB of real queue (7ms) with a
+// probability rising to 0.2 at 1 MB, every one beyond.
+var defaultBottleneck = Bottleneck{RateMbit: 300, LimitBytes: 4500000, Gamma: 0.98,
+	Mark: red{Min: 5000, Max: 200000, MaxP: pmax}, Drop: red{Min: 256000, Max: 1000000, MaxP: 0.2}}
+
+// pmax is the phantom's marking probability at Kmax. DCQCN's 1% is set
+// for a 40 Gbit/s port, where a flow sends tens of frames per CNP
+// interval (50µs) and 1% of them is a CNP in a fair share of intervals;
+// at this port's 9,155 frames a second, 1% is one mark per 11ms, so
+// marking began in earnest only past Kmax, where every frame is marked and
+// a flow is cut once per frame of its backlog (doc.go). Scaling Pmax by the
+// ports' frame rates (about 130) caps it at 1: the marks rise with the
+// phantom queue from Kmin to Kmax, as the published law's do at its port.
+const pmax = 1
+
+// flowAckTimeout is the flows' local ACK timeout: rdma_cm's for RoCE
+// (packet lifetime CMA_IBOE_PACKET_LIFETIME 16, plus one: timeout code
+// 17, about 537ms), since the bottleneck's queue holds 120ms, and the
+// default 67ms (code 14) would have the flows whose frames wait behind the
+// start's burst send their windows again into that queue (go-back-N).
+// The probe keeps the default: a probe READ lost in a RED drop is asked
+// again after an eighth of it (rc's doc), which is the tail no-CC's p99
+// measures.
+const flowAckTimeout = 4096 * time.Nanosecond << 17
 
 // bed is the star, its bottleneck shaped and marked.
 type bed struct {
@@ -171,7 +193,7 @@ const aiRate, haiRate = 0.5, 5
 // sends, and at 8 flows a flow sends one 4 KiB frame every 0.9ms: with
 // 55µs periods alpha stayed near 0.07 with every frame marked, each cut
 // (3%) no more than the additive increase until the next, and 8 flows
-// held the real queue at 0.7-0.8 MB (doc.go).
+// held the real queue at 0.7-0.8 MB.
 const alphaTimer = 550 * time.Microsecond
 
 // figures are one run's.
@@ -208,7 +230,7 @@ func jain(xs []float64) float64 {
 }
 
 // settle is how long the first windows take to leave the bottleneck: 8
-// flows' 4 MB, sent before any mark can come back, take 107ms at 300
+// flows' 4.28 MB, sent before any mark can come back, take 114ms at 300
 // Mbit/s.
 const settle = 200 * time.Millisecond
 
@@ -260,7 +282,7 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 		t.Fatal(err)
 	}
 	qpc := ndk.QPConfig{ReceiveQueueDepth: 16, InitiatorQueueDepth: 64, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
-	connect := func(x *ndkhost.Host, ctx any) *ndk.QP {
+	connect := func(x *ndkhost.Host, ctx any, opts ndk.ConnectOptions) *ndk.QP {
 		t.Helper()
 		cfg := qpc
 		cfg.ReceiveCQ, cfg.InitiatorCQ, cfg.Context = x.RCQ, x.ICQ, ctx
@@ -274,10 +296,10 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 			t.Fatal(err)
 		}
 		eq, er := q.LocalEndpoint(), r.LocalEndpoint()
-		if err := x.Net.Do(func() error { return q.ConnectOOB(er, ndk.ConnectOptions{}) }); err != nil {
+		if err := x.Net.Do(func() error { return q.ConnectOOB(er, opts) }); err != nil {
 			t.Fatal(err)
 		}
-		if err := recv.Net.Do(func() error { return r.ConnectOOB(eq, ndk.ConnectOptions{}) }); err != nil {
+		if err := recv.Net.Do(func() error { return r.ConnectOOB(eq, opts) }); err != nil {
 			t.Fatal(err)
 		}
 		return q
@@ -306,7 +328,7 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 	for f := range flows {
 		s := senders[f%2]
 		s.ids = append(s.ids, f)
-		s.qps = append(s.qps, connect(s.x, f))
+		s.qps = append(s.qps, connect(s.x, f, ndk.ConnectOptions{AckTimeout: flowAckTimeout}))
 	}
 	for _, s := range senders {
 		s.start = sum(s.x.Adapter.Stats())
@@ -386,7 +408,7 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 	if probe {
 		wg.Add(1)
 		px := hs[probeHost]
-		q := connect(px, "probe")
+		q := connect(px, "probe", ndk.ConnectOptions{})
 		mem, err := px.Adapter.Memory(probeSize)
 		if err != nil {
 			t.Fatal(err)

@@ -17,9 +17,10 @@ import (
 // burst from the steady state, not as the target) and the bytes sent
 // again likewise (resent-N-dcqcn/off, target <= 0.1); and a single flow's
 // share of the bottleneck alone with DCQCN (goodput-1, target >= 0.9).
-// The laws (aqms) are sub-benchmarks: neither meets every target here,
-// and each misses different ones (doc.go). Run with -benchtime 1x under
-// the shared lock; -bench Incast/phantom runs one.
+// The laws (aqms) are sub-benchmarks: the phantom queue is the bed's, and
+// RED on the real queue shows what the phantom buys, the probe's tail
+// (doc.go has both measured). Run with -benchtime 1x under the shared
+// lock; -bench Incast/phantom runs one.
 func BenchmarkIncast(b *testing.B) {
 	for _, q := range aqms {
 		b.Run(q.name, func(b *testing.B) { incast(b, q) })

@@ -579,7 +579,8 @@
 // milliseconds after the rate it reports, one episode sends a CNP per
 // frame of the queue behind it, and with Rt = Rc on each of them Rt
 // followed Rc to the floor and recovery was additive for 150ms and more
-// (test/congestion's doc). Alpha decays, alpha = (1-g)alpha, every DCE_TCP_RTT without a CNP.
+// (a trace of test/congestion's single flow). Alpha decays, alpha =
+// (1-g)alpha, every DCE_TCP_RTT without a CNP.
 // Increase events come from a timer (RPG_TIME_RESET, 300µs) and a byte
 // counter (RPG_BYTE_RESET), each counted since the last cut (T, BC):
 // fast recovery while max(T, BC) <= F (RPG_THRESHOLD, 1), hyper increase
@@ -649,37 +650,30 @@
 // requester keeps up.
 //
 // test/congestion's BenchmarkIncast (its doc has the bed: 300 Mbit/s,
-// HULL's phantom queue draining at 0.95 of it, marked by RED from 5 KB;
-// flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run XXX -bench
-// Incast -benchtime 1x), on the 2-vCPU VM beside other work (load
-// average 1-7), 2026-11-28, DCQCN (ECT(0), increase steps a tenth of the
-// defaults, alpha period 550µs) against off (no ECN: RED drops on the
-// real queue), runs of 2s, three runs, as DCQCN's share or ratio to off:
-//
-// With the target kept through an episode and the pacer's recharge
-// (2026-11-28 15:04-15:08, two runs of -bench Incast/phantom, load
-// average 1.4-1.7): goodput 0.89-0.90, 0.79-0.82, 0.83, 0.89-0.90 at
-// 1/2/4/8 flows; Jain's index 1.00; p99 0.32-0.34, 0.22-0.40, 0.03-0.12
-// of off's; resent at 8 0.22-0.27 of off's. Before them:
+// HULL's phantom queue draining at 0.98 of it, marked by RED from 5 KB
+// to 200 KB; flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run
+// XXX -bench Incast -benchtime 1x), on the 2-vCPU VM, 2026-11-28, DCQCN
+// (ECT(0), increase steps a tenth of the defaults, alpha period 550µs)
+// against off (no ECN: RED drops on the real queue), runs of 2s, five
+// runs, as DCQCN's share or ratio to off:
 //
 //	flows  goodput/bottleneck  Jain's index  probe p99 dcqcn/off  resent dcqcn/off
-//	1      0.36-0.46           -             -                    -
-//	2      0.52-0.62           1.00          0.08-0.23            0
-//	4      0.69-0.81           0.98-1.00     0.34-0.38            0
-//	8      0.88-0.92           0.98-1.00     0.15-0.24            0.07-0.20
+//	1      0.84-0.93           -             -                    -
+//	2      0.91-0.93           1.00          0.03-0.05            0
+//	4      0.93-0.95           1.00          0.02-0.13            0
+//	8      0.95-0.96           1.00          0.06-0.29            0
 //
-// The phantom queue keeps the real one short (median 3-135 KB against
-// off's 144-300 KB) and marks every flow in proportion, so fairness and
-// the probe's p99 meet their goals but at 4 flows; goodput with few flows
-// does not: a mark reaches the sender milliseconds after the rate it
-// reports, so a flow past the phantom's rate is cut once per frame of
-// its own backlog, about a hundred times, to the 1 Mb/s floor, and
-// climbs back by additive increase for 200-300ms. With RED on the real
-// queue from 256 KB instead (and the hardware's alpha period), goodput
-// was 0.83-0.99 but Jain's index at 8 flows 0.72-0.93 and the probe's
-// p99 1.4-4.2 times off's. Bounding the cascade (RateReduceMonitorPeriod
-// 1ms: goodput 0.92-0.99) gives the queue back (p99 0.76-2.1 times
-// off's); test/congestion's doc has the rows.
+// A mark reaches the sender milliseconds after the rate it reports (the
+// engines share two vCPUs), so an episode sends a CNP per frame of the
+// queue behind it; what the reaction point does with those is above (the
+// target kept through an episode, the pacer's recharge). What a flow
+// still loses is the start, from the line rate into its window: its
+// rate is cut to a few Mb/s within 100ms and the queue runs empty for
+// about 60ms. With RED on the real queue from 256 KB instead (and the
+// hardware's alpha period), goodput was 0.93-0.99 but the probe waits
+// behind that queue: its p99 1.4-3.3 times off's. Bounding the cascade
+// (RateReduceMonitorPeriod near the round trip) keeps goodput and gives
+// the queue back the same way; test/congestion's doc has the rows.
 //
 // The alpha and increase timers are the engine's timer list, which a
 // loop on a shared core may reach late (on the 2-vCPU VM alpha decayed
