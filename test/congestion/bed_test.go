@@ -198,7 +198,10 @@ const alphaTimer = 550 * time.Microsecond
 
 // figures are one run's.
 type figures struct {
-	goodputMbps float64   // payload bytes the flows completed, over the run
+	goodputMbps float64 // payload bytes the flows completed, over the run
+	// settledMbps counts only what completed after settle, over the rest
+	// of the run: the steady state without the start's burst.
+	settledMbps float64
 	perFlow     []float64 // each flow's payload bytes
 	probeRTTs   []time.Duration
 	probeAt     []time.Duration // when each probe READ was posted, from the start
@@ -214,6 +217,8 @@ type figures struct {
 }
 
 func (f figures) share(bn Bottleneck) float64 { return f.goodputMbps / float64(bn.RateMbit) }
+
+func (f figures) settledShare(bn Bottleneck) float64 { return f.settledMbps / float64(bn.RateMbit) }
 
 // jain is Jain's fairness index of xs: 1 when all are equal, 1/n when one
 // has everything.
@@ -342,6 +347,7 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 	stop := start.Add(d)
 	var last time.Time
 	var posted [2]int
+	var earlyBytes float64
 	for k, s := range senders {
 		if len(s.qps) == 0 {
 			continue
@@ -354,6 +360,8 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 			dead := make([]bool, len(s.qps))
 			rs := make([]ndk.Result, 64)
 			deadline := stop.Add(20 * time.Second)
+			var early float64 // completed before settle
+			settled := false
 			for now := time.Now(); ; now = time.Now() {
 				busy := false
 				for i, q := range s.qps {
@@ -384,6 +392,12 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 					}
 					done[i] += writeSize
 				}
+				if !settled && now.Sub(start) >= settle {
+					settled = true
+					for _, x := range done {
+						early += x
+					}
+				}
 				if !now.Before(stop) && !slices.ContainsFunc(out, func(n int) bool { return n > 0 }) {
 					break
 				}
@@ -399,6 +413,7 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 			for i, id := range s.ids {
 				fig.perFlow[id] = done[i]
 			}
+			earlyBytes += early
 			if t := time.Now(); t.After(last) {
 				last = t
 			}
@@ -468,6 +483,7 @@ func (b *bed) run(t testing.TB, c cc, flows int, d time.Duration, probe bool) fi
 		total += x
 	}
 	fig.goodputMbps = total * 8 / last.Sub(start).Seconds() / 1e6
+	fig.settledMbps = (total - earlyBytes) * 8 / last.Sub(start.Add(settle)).Seconds() / 1e6
 	pmtu := float64(hs[1].Adapter.PathMTU())
 	for k, s := range senders {
 		e := sum(s.x.Adapter.Stats())
@@ -506,8 +522,8 @@ func (f figures) String() string {
 	if len(qs) > 0 {
 		qmed, q90 = qs[len(qs)/2], qs[len(qs)*9/10]
 	}
-	return fmt.Sprintf("goodput %.0f Mb/s, failed %q, flows %.1f MB, probe p99 %v of %d (%v after %v), queue median %d KB, p90 %d KB, resent %.2f MB, CNPs %d sent %d received, cuts %d DCQCN %d loss, bottleneck %d bytes sent, %d marked, %d dropped early, %d dropped full",
-		f.goodputMbps, f.failed, mb(f.perFlow), p99(f.probeRTTs), len(f.probeRTTs), p99(f.settledRTTs()), settle, qmed/1000, q90/1000, f.resentBytes/1e6, f.cnpsSent, f.cnpsIn, f.rateCuts, f.lossCuts, f.q.sent, f.q.marked, f.q.dropped, f.q.tailDropped)
+	return fmt.Sprintf("goodput %.0f Mb/s (%.0f after %v), failed %q, flows %.1f MB, probe p99 %v of %d (%v after %v), queue median %d KB, p90 %d KB, resent %.2f MB, CNPs %d sent %d received, cuts %d DCQCN %d loss, bottleneck %d bytes sent, %d marked, %d dropped early, %d dropped full",
+		f.goodputMbps, f.settledMbps, settle, f.failed, mb(f.perFlow), p99(f.probeRTTs), len(f.probeRTTs), p99(f.settledRTTs()), settle, qmed/1000, q90/1000, f.resentBytes/1e6, f.cnpsSent, f.cnpsIn, f.rateCuts, f.lossCuts, f.q.sent, f.q.marked, f.q.dropped, f.q.tailDropped)
 }
 
 func mb(xs []float64) []float64 {

@@ -17,6 +17,9 @@ import (
 // burst from the steady state, not as the target) and the bytes sent
 // again likewise (resent-N-dcqcn/off, target <= 0.1); and a single flow's
 // share of the bottleneck alone with DCQCN (goodput-1, target >= 0.9).
+// Beside the goodputs, goodput-N-settled(-dcqcn) counts only what
+// completed after the first windows left the queue (settle): the steady
+// state, to tell the start's loss from it, not as the target.
 // The laws (aqms) are sub-benchmarks: the phantom queue is the bed's, and
 // RED on the real queue shows what the phantom buys, the probe's tail
 // (doc.go has both measured). Run with -benchtime 1x under the shared
@@ -61,11 +64,13 @@ func incast(b *testing.B, q aqm) {
 		one := bd.run(b, q.on, 1, d, false)
 		fmt.Printf("%s: 1 flow, dcqcn: %v\n", q.name, one)
 		b.ReportMetric(one.share(bd.bn), "goodput-1")
+		b.ReportMetric(one.settledShare(bd.bn), "goodput-1-settled")
 		for _, n := range []int{2, 4, 8} {
 			on := bd.run(b, q.on, n, d, true)
 			off := bd.run(b, ccOff, n, d, true)
 			fmt.Printf("%s: %d flows, dcqcn: %v\n%s: %d flows, off:   %v\n", q.name, n, on, q.name, n, off)
 			b.ReportMetric(on.share(bd.bn), fmt.Sprintf("goodput-%d-dcqcn", n))
+			b.ReportMetric(on.settledShare(bd.bn), fmt.Sprintf("goodput-%d-settled-dcqcn", n))
 			b.ReportMetric(off.share(bd.bn), fmt.Sprintf("goodput-%d-off", n))
 			b.ReportMetric(jain(on.perFlow), fmt.Sprintf("jain-%d-dcqcn", n))
 			b.ReportMetric(jain(off.perFlow), fmt.Sprintf("jain-%d-off", n))

@@ -654,12 +654,12 @@
 // to 200 KB; flock /tmp/ndkxdp-heavy.lock go test ./test/congestion -run
 // XXX -bench Incast -benchtime 1x), on the 2-vCPU VM, 2026-11-28, DCQCN
 // (ECT(0), increase steps a tenth of the defaults, alpha period 550µs)
-// against off (no ECN: RED drops on the real queue), runs of 2s, five
+// against off (no ECN: RED drops on the real queue), runs of 2s, eight
 // runs, as DCQCN's share or ratio to off:
 //
 //	flows  goodput/bottleneck  Jain's index  probe p99 dcqcn/off  resent dcqcn/off
-//	1      0.84-0.93           -             -                    -
-//	2      0.91-0.93           1.00          0.03-0.05            0
+//	1      0.84-0.94           -             -                    -
+//	2      0.91-0.94           1.00          0.02-0.05            0
 //	4      0.93-0.95           1.00          0.02-0.13            0
 //	8      0.95-0.96           1.00          0.06-0.29            0
 //
