@@ -67,7 +67,9 @@
 // resent 10-15 MB at 8 flows. The single flow met its goal in six runs
 // of eight; after the first 200ms it made 0.89-0.94 in three, so what it
 // misses is not only the start: its sawtooth under the phantom's 0.98,
-// and the VM's stalls of the whole process.)
+// and the VM's stalls of the whole process. With γ 0.99, three runs:
+// 0.90-0.93 alone, the rest alike, the real queue's median a little
+// longer; not taken on three runs.)
 //
 // The phantom marks every flow early and in proportion to its frames, so
 // the real queue stays short (median 2-106 KB against no-CC's 190-295 KB;
