@@ -44,3 +44,27 @@ func TestBulkProcs_WriteAndReadMoveData(t *testing.T) {
 		}
 	}
 }
+
+// TestCostProcs_NotifyReceiverWaits runs BenchmarkCPUCost's ndkxdp SEND
+// job with a sender that pauses between bursts: the Notify receiver must
+// receive the messages and, between bursts, wait for its CQ's
+// notification instead of polling; the polling receiver never waits.
+func TestCostProcs_NotifyReceiverWaits(t *testing.T) {
+	p := harness.New(t, harness.Config{MTU: 4096, StaticNeighbours: true})
+	for _, notify := range []bool{false, true} {
+		rx, tx := sides(p, procJob{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Notify: notify, Pause: time.Millisecond})
+		r, _, err := runProcs(rx, tx, 100*time.Millisecond, 300*time.Millisecond)
+		if err != nil {
+			t.Fatalf("notify %v: %v", notify, err)
+		}
+		t.Logf("notify %v: %d messages, %d waits, receiver %.3f CPU-s", notify, r.Messages, r.Waits, r.CPU())
+		switch {
+		case r.Messages == 0:
+			t.Fatalf("notify %v: nothing received in the window", notify)
+		case notify && r.Waits == 0:
+			t.Fatal("the Notify receiver never waited for a notification though its sender paused 1ms every 64 messages")
+		case !notify && r.Waits != 0:
+			t.Fatalf("the polling receiver waited %d times", r.Waits)
+		}
+	}
+}

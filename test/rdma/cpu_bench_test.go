@@ -78,6 +78,7 @@ func measureCost(tb testing.TB, p *harness.Pair) []costRow {
 	busy := os.Getenv("NDKXDP_BENCH_POLL") == "busy"
 	jobs := []procJob{
 		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Busy: busy},
+		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Busy: busy, Notify: true},
 		{Kind: "xdp", Frame: frame, Payload: benchMsg},
 		{Kind: "udp", Frame: frame, Payload: benchMsg},
 		{Kind: "tcp", Frame: frame, Payload: benchMsg},
@@ -92,11 +93,15 @@ func measureCost(tb testing.TB, p *harness.Pair) []costRow {
 		if r.Messages == 0 {
 			tb.Fatalf("%s: no message received in the window", j.Kind)
 		}
+		name := contender(j.Kind)
+		if j.Notify {
+			name = notifyName
+		}
 		if r.Engine != nil && t.Engine != nil {
-			fmt.Printf("ndkxdp engines over the window: receiver: %v; sender: %v\n", r.Engine, t.Engine)
+			fmt.Printf("%s engines over the window: receiver: %v; sender: %v; receiver's CQ waits %d\n", name, r.Engine, t.Engine, r.Waits)
 		}
 		m := float64(r.Messages) / 1e6
-		rows = append(rows, costRow{Name: contender(j.Kind), MsgPerS: float64(r.Messages) / r.ElapsedS,
+		rows = append(rows, costRow{Name: name, MsgPerS: float64(r.Messages) / r.ElapsedS,
 			RxCPUPerM: r.CPU() / m, TxCPUPerM: t.CPU() / m,
 			RxCPUShare: r.CPU() / r.ElapsedS, TxCPUShare: t.CPU() / t.ElapsedS})
 	}
@@ -171,6 +176,13 @@ func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
 	return rows
 }
 
+// notifyName is the cost row of ndkxdp whose receiver waits for CQ
+// notifications when idle (procJob.Notify), beside the polling one.
+const notifyName = "ndkxdp notify"
+
+// baselineKeys name the baselines in metrics and ratios.
+var baselineKeys = map[string]string{"raw AF_XDP": "xdp", "Go UDP": "udp", "Go TCP": "tcp"}
+
 func contender(kind string) string {
 	return map[string]string{"rdma": "ndkxdp", "xdp": "raw AF_XDP", "udp": "Go UDP", "tcp": "Go TCP"}[kind]
 }
@@ -241,13 +253,20 @@ func bulkTable(rows []bulkRow) string {
 // reportCost reports ndkxdp's CPU per message against each baseline's,
 // per side, and the idle adapter's share of a core.
 func reportCost(b *testing.B, rows []costRow, idle idleRow) {
-	nd := findCost(rows, "ndkxdp")
-	for _, r := range rows[1:] {
-		k := map[string]string{"raw AF_XDP": "xdp", "Go UDP": "udp", "Go TCP": "tcp"}[r.Name]
+	nd, nn := findCost(rows, "ndkxdp"), findCost(rows, notifyName)
+	for _, r := range rows {
+		k, ok := baselineKeys[r.Name]
+		if !ok {
+			continue
+		}
 		b.ReportMetric(nd.RxCPUPerM/r.RxCPUPerM, "rx-cpu/"+k+"-rx-cpu")
 		b.ReportMetric(nd.TxCPUPerM/r.TxCPUPerM, "tx-cpu/"+k+"-tx-cpu")
+		if k == "tcp" && nn.RxCPUPerM != 0 {
+			b.ReportMetric(nn.RxCPUPerM/r.RxCPUPerM, "notify-rx-cpu/tcp-rx-cpu")
+		}
 	}
 	b.ReportMetric(nd.RxCPUPerM, "rx-cpu-s/M-msg")
+	b.ReportMetric(nn.RxCPUPerM, "notify-rx-cpu-s/M-msg")
 	b.ReportMetric(nd.TxCPUPerM, "tx-cpu-s/M-msg")
 	b.ReportMetric(max(idle.CorePctA, idle.CorePctB), "idle-%core")
 }

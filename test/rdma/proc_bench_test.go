@@ -79,7 +79,19 @@ type procJob struct {
 	Queues, QPs int
 	// Busy makes rdma's engines busy-poll (ndk.PollBusy).
 	Busy bool
+	// Notify makes rdma's receiver wait for a CQ notification (Arm,
+	// CQNotifyAny) once its CQ has been empty for notifySpins polls,
+	// as a receiver that blocks in a read does, instead of polling on.
+	Notify bool
+	// Pause makes rdma's SEND sender sleep this long after every 64
+	// posts, so that its receiver goes idle between bursts (tests).
+	Pause time.Duration
 }
+
+// notifySpins is how many empty polls a Notify receiver makes before it
+// arms its CQ and waits: a few microseconds, about what the engine's
+// adaptive polling spins before it sleeps.
+const notifySpins = 64
 
 // procResult is what a child measured over the window.
 type procResult struct {
@@ -87,6 +99,8 @@ type procResult struct {
 	ElapsedS    float64
 	Messages    uint64 // messages (frames, writes) completed or received
 	Bytes       uint64 // their payload bytes
+	// Waits counts a Notify receiver's waits for a CQ notification.
+	Waits uint64 `json:",omitempty"`
 	// Engine is rdma's engine counters over the window, summed over its
 	// queues: the evidence of loss and recovery behind a rate.
 	Engine *procEngine `json:",omitempty"`
@@ -141,7 +155,7 @@ type procSide interface {
 	close()
 }
 
-type procCount struct{ messages, bytes atomic.Uint64 }
+type procCount struct{ messages, bytes, waits atomic.Uint64 }
 
 func (c *procCount) add(m, b uint64) {
 	c.messages.Add(m)
@@ -177,7 +191,7 @@ func procMain(spec string) int {
 	stop := make(chan struct{})
 	ran := make(chan error, 1)
 	var r0 unix.Rusage
-	var m0, b0 uint64
+	var m0, b0, w0 uint64
 	var e0 procEngine
 	rs, _ := side.(*rdmaSide)
 	var t0 time.Time
@@ -196,7 +210,7 @@ func procMain(spec string) int {
 			go func() { ran <- side.run(stop, &c) }()
 		case "start":
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r0)
-			m0, b0, t0 = c.messages.Load(), c.bytes.Load(), time.Now()
+			m0, b0, w0, t0 = c.messages.Load(), c.bytes.Load(), c.waits.Load(), time.Now()
 			if rs != nil {
 				e0 = engineCounters(rs.x.Adapter.Stats())
 			}
@@ -209,6 +223,7 @@ func procMain(spec string) int {
 				ElapsedS: time.Since(t0).Seconds(),
 				Messages: c.messages.Load() - m0,
 				Bytes:    c.bytes.Load() - b0,
+				Waits:    c.waits.Load() - w0,
 			}
 			if rs != nil {
 				e := engineCounters(rs.x.Adapter.Stats()).minus(e0)
@@ -274,6 +289,9 @@ type rdmaSide struct {
 
 	remoteAddr  uint64 // tx of WRITEs, rx of READs: the peer's buffer
 	remoteToken uint32
+
+	// wake has the receive CQ's notifications (Notify).
+	wake chan struct{}
 }
 
 // initiator says whether the side posts the operation that moves the
@@ -300,11 +318,22 @@ func newRDMASide(j procJob, h *vethpair.Host) (*rdmaSide, error) {
 	if j.Busy {
 		o.Polling = ndk.PollBusy
 	}
-	x, err := ndkhost.Open(h, ndkhost.Config{Options: o})
+	s := &rdmaSide{j: j}
+	cfg := ndkhost.Config{Options: o}
+	if j.Notify {
+		s.wake = make(chan struct{}, 1)
+		cfg.ReceiveNotify = func(ndk.Status) {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	x, err := ndkhost.Open(h, cfg)
 	if err != nil {
 		return nil, err
 	}
-	s := &rdmaSide{j: j, x: x}
+	s.x = x
 	c := defaultQP
 	c.ReceiveQueueDepth = procRecvDepth
 	c.ReceiveCQ, c.InitiatorCQ = x.RCQ, x.ICQ
@@ -411,7 +440,7 @@ func (s *rdmaSide) run(stop <-chan struct{}, c *procCount) error {
 
 func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 	rs := make([]ndk.Result, 64)
-	for {
+	for empty := 0; ; {
 		if stopped(stop) {
 			return nil
 		}
@@ -426,8 +455,25 @@ func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 			}
 		}
 		c.add(uint64(n), uint64(n*s.j.Size))
-		if n == 0 {
+		switch {
+		case n > 0:
+			empty = 0
+		case !s.j.Notify || empty < notifySpins:
+			empty++
 			runtime.Gosched()
+		default:
+			// The arm fires at once for completions that came since
+			// the last poll, so none is waited past.
+			empty = 0
+			if err := s.x.RCQ.Arm(ndk.CQNotifyAny); err != nil {
+				return err
+			}
+			c.waits.Add(1)
+			select {
+			case <-s.wake:
+			case <-stop:
+				return nil
+			}
 		}
 	}
 }
@@ -435,8 +481,13 @@ func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 func (s *rdmaSide) send(stop <-chan struct{}) error {
 	sgl := s.sgl(0)
 	for i := 0; ; i++ {
-		if i&63 == 0 && stopped(stop) {
-			return nil
+		if i&63 == 0 {
+			if stopped(stop) {
+				return nil
+			}
+			if s.j.Pause > 0 && i > 0 {
+				time.Sleep(s.j.Pause)
+			}
 		}
 		err := s.qps[i%len(s.qps)].Send(nil, sgl, ndk.OpFlagSilentSuccess)
 		if errors.Is(err, ndk.ErrInsufficientResources) {

@@ -129,11 +129,15 @@ func measureReport(b *testing.B) *benchReport {
 	ratio("rtt-p50/tcp", float64(nd.P50NS), float64(r.RTT["Go TCP"].P50NS))
 	ratio("rtt-p99/p50", float64(nd.P99NS), float64(nd.P50NS))
 	ratio("send-rate/xdp", r.Rate["ndkxdp"], r.Rate["raw AF_XDP"])
-	ndc := findCost(r.CPU, "ndkxdp")
-	for _, c := range r.CPU[1:] {
-		k := map[string]string{"raw AF_XDP": "xdp", "Go UDP": "udp", "Go TCP": "tcp"}[c.Name]
+	ndc, ndn := findCost(r.CPU, "ndkxdp"), findCost(r.CPU, notifyName)
+	for _, c := range r.CPU {
+		k, ok := baselineKeys[c.Name]
+		if !ok {
+			continue
+		}
 		ratio("rx-cpu-per-msg/"+k, ndc.RxCPUPerM, c.RxCPUPerM)
 		ratio("tx-cpu-per-msg/"+k, ndc.TxCPUPerM, c.TxCPUPerM)
+		ratio("notify-rx-cpu-per-msg/"+k, ndn.RxCPUPerM, c.RxCPUPerM)
 	}
 	r.Ratios["idle-%core"] = max(r.Idle.CorePctA, r.Idle.CorePctB)
 	for k, v := range bulkMetrics(r.Bulk) {
