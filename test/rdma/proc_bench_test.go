@@ -10,7 +10,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -162,6 +164,36 @@ func (c *procCount) add(m, b uint64) {
 	c.bytes.Add(b)
 }
 
+// profileEnv names a directory where each child writes a CPU profile of
+// its window, KIND-ROLE[-OP][-notify].pprof (go tool pprof reads it;
+// SIGPROF counts kernel time too, under the syscall's frame).
+const profileEnv = "NDKXDP_BENCH_CPUPROFILE"
+
+// startProfile starts j's CPU profile if asked for; the returned func
+// stops it.
+func startProfile(j procJob) (stop func(), err error) {
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		return func() {}, nil
+	}
+	name := j.Kind + "-" + j.Role
+	if j.Op != "" {
+		name += "-" + j.Op
+	}
+	if j.Notify {
+		name += "-notify"
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // procMain is a child's main: it returns the exit status.
 func procMain(spec string) int {
 	time.AfterFunc(procLimit, func() {
@@ -195,6 +227,7 @@ func procMain(spec string) int {
 	var e0 procEngine
 	rs, _ := side.(*rdmaSide)
 	var t0 time.Time
+	stopProfile := func() {}
 	running := false
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
@@ -209,6 +242,9 @@ func procMain(spec string) int {
 			running = true
 			go func() { ran <- side.run(stop, &c) }()
 		case "start":
+			if stopProfile, err = startProfile(j); err != nil {
+				return fail(err)
+			}
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r0)
 			m0, b0, w0, t0 = c.messages.Load(), c.bytes.Load(), c.waits.Load(), time.Now()
 			if rs != nil {
@@ -217,6 +253,7 @@ func procMain(spec string) int {
 		case "stop":
 			var r1 unix.Rusage
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &r1)
+			stopProfile()
 			res := procResult{
 				UserS:    tvSeconds(r1.Utime) - tvSeconds(r0.Utime),
 				SysS:     tvSeconds(r1.Stime) - tvSeconds(r0.Stime),
