@@ -2,9 +2,11 @@ package rdma
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"io"
 	"net"
 	"net/netip"
@@ -81,19 +83,15 @@ type procJob struct {
 	Queues, QPs int
 	// Busy makes rdma's engines busy-poll (ndk.PollBusy).
 	Busy bool
-	// Notify makes rdma's receiver wait for a CQ notification (Arm,
-	// CQNotifyAny) once its CQ has been empty for notifySpins polls,
-	// as a receiver that blocks in a read does, instead of polling on.
+	// Notify makes rdma's receiver block for a CQ notification (Arm,
+	// CQNotifyAny) once its CQ has been empty for a spin, as the tools'
+	// consumers do (verbs.Backoff) and a receiver blocking in a read
+	// does, instead of polling on.
 	Notify bool
 	// Pause makes rdma's SEND sender sleep this long after every 64
 	// posts, so that its receiver goes idle between bursts (tests).
 	Pause time.Duration
 }
-
-// notifySpins is how many empty polls a Notify receiver makes before it
-// arms its CQ and waits: a few microseconds, about what the engine's
-// adaptive polling spins before it sleeps.
-const notifySpins = 64
 
 // procResult is what a child measured over the window.
 type procResult struct {
@@ -477,7 +475,17 @@ func (s *rdmaSide) run(stop <-chan struct{}, c *procCount) error {
 
 func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 	rs := make([]ndk.Result, 64)
-	for empty := 0; ; {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var idle verbs.Backoff
+	for {
 		if stopped(stop) {
 			return nil
 		}
@@ -494,24 +502,38 @@ func (s *rdmaSide) receive(stop <-chan struct{}, c *procCount) error {
 		c.add(uint64(n), uint64(n*s.j.Size))
 		switch {
 		case n > 0:
-			empty = 0
-		case !s.j.Notify || empty < notifySpins:
-			empty++
+			idle.Reset()
+		case !s.j.Notify:
 			runtime.Gosched()
 		default:
-			// The arm fires at once for completions that came since
-			// the last poll, so none is waited past.
-			empty = 0
-			if err := s.x.RCQ.Arm(ndk.CQNotifyAny); err != nil {
+			if err := idle.Idle(ctx, cqWaiter{s, c}); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return err
 			}
-			c.waits.Add(1)
-			select {
-			case <-s.wake:
-			case <-stop:
-				return nil
-			}
 		}
+	}
+}
+
+// cqWaiter blocks a Notify receiver until its receive CQ has news.
+type cqWaiter struct {
+	s *rdmaSide
+	c *procCount // counts the waits
+}
+
+func (w cqWaiter) Wait(ctx context.Context) error {
+	// The arm fires at once for completions that came since the last
+	// poll, so none is waited past.
+	if err := w.s.x.RCQ.Arm(ndk.CQNotifyAny); err != nil {
+		return err
+	}
+	w.c.waits.Add(1)
+	select {
+	case <-w.s.wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
