@@ -120,6 +120,29 @@
 // cores the engines waited for) ndkxdp measured 5.4-7.7 on the receiver,
 // 5.6-9.0 on the sender, at 62k-161k msg/s, 4.4-30x Go TCP's.)
 //
+// The cost table has a second ndkxdp row, "ndkxdp notify", whose
+// receiving consumer blocks on its CQ's notification (Arm, CQNotifyAny)
+// after verbs.Backoff's 20µs spin, as the tools' consumers do and as Go
+// TCP's receiver blocks in read, where the first row's consumer polls on
+// (procJob.Notify; TestCostProcs_NotifyReceiverWaits: with a sender that
+// pauses 1ms every 64 SENDs, 264 waits and 0.036 CPU-s against the
+// polling receiver's 0.29 for the same messages). Quiet machine,
+// 2026-11-28 18:05-18:25, five runs of `go test ./test/rdma -run XXX
+// -bench CPUCost -benchtime 1x`, CPU-seconds per million on the
+// receiver: ndkxdp 0.75-0.80, notify 0.77-0.80, raw AF_XDP 0.61-1.20, Go
+// TCP 0.94-1.36 (at 500k-656k msg/s against ndkxdp's 1.19M-1.28M), so
+// 0.57-0.82 of Go TCP's (goal 0.5). Under a stream the notify receiver
+// still blocks 2,232-2,343 times a second and its process uses 0.94-0.99
+// of a core: a CPU profile of its window (NDKXDP_BENCH_CPUPROFILE=DIR,
+// go tool pprof -top DIR/rdma-rx-send-notify.pprof) puts 38% of it in
+// spin.Yielder.Yield, the engine's idle spin between receive batches
+// (22%) and the consumer's Backoff spin (16%), most of that sched_yield
+// and the runtime/metrics read behind YieldP; receiving, checking and
+// completing the frames and reposting the receives is the other 0.47µs
+// a message, about 0.35-0.5 of Go TCP's. The receiver outruns this
+// sender, so it spins in the gaps the sender leaves; spinning less would
+// trade the latency the spins buy (rc's doc, "Polling").
+//
 //	64 KiB WRITE, Gbit/s           ndkxdp     raw AF_XDP  Go TCP     ndkxdp/raw  ndkxdp/TCP
 //	MTU 4096, 1 queue              4.7-8.2    10.0-15.5   13.8-22.5  0.46-0.70   0.31-0.42
 //	MTU 4096, 4 queues             6.5-13.9   11.4-15.7   12.8-20.5  0.53-0.93   0.47-0.79
