@@ -48,12 +48,16 @@ func TestBulkProcs_WriteAndReadMoveData(t *testing.T) {
 // TestCostProcs_NotifyReceiverWaits runs BenchmarkCPUCost's ndkxdp SEND
 // job with a sender that pauses between bursts: the Notify receiver must
 // receive the messages and, between bursts, wait for its CQ's
-// notification instead of polling; the polling receiver never waits.
+// notification instead of polling; the polling receiver never waits. The
+// pauses are long (200ms): verbs.Backoff looks at its spin's time every
+// 16 yields, and beside processes that keep the cores each yield can
+// take a slice (3-4ms), so with 1ms and 20ms pauses loaded runs found the
+// CQ emptied again before the spin ended.
 func TestCostProcs_NotifyReceiverWaits(t *testing.T) {
 	p := harness.New(t, harness.Config{MTU: 4096, StaticNeighbours: true})
 	for _, notify := range []bool{false, true} {
-		rx, tx := sides(p, procJob{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Notify: notify, Pause: time.Millisecond})
-		r, _, err := runProcs(rx, tx, 100*time.Millisecond, 300*time.Millisecond)
+		rx, tx := sides(p, procJob{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Notify: notify, Pause: 200 * time.Millisecond})
+		r, _, err := runProcs(rx, tx, 100*time.Millisecond, time.Second)
 		if err != nil {
 			t.Fatalf("notify %v: %v", notify, err)
 		}
@@ -62,7 +66,7 @@ func TestCostProcs_NotifyReceiverWaits(t *testing.T) {
 		case r.Messages == 0:
 			t.Fatalf("notify %v: nothing received in the window", notify)
 		case notify && r.Waits == 0:
-			t.Fatal("the Notify receiver never waited for a notification though its sender paused 1ms every 64 messages")
+			t.Fatal("the Notify receiver never waited for a notification though its sender paused 200ms every 64 messages")
 		case !notify && r.Waits != 0:
 			t.Fatalf("the polling receiver waited %d times", r.Waits)
 		}
