@@ -125,8 +125,8 @@
 // after verbs.Backoff's 20µs spin, as the tools' consumers do and as Go
 // TCP's receiver blocks in read, where the first row's consumer polls on
 // (procJob.Notify; TestCostProcs_NotifyReceiverWaits: with a sender that
-// pauses 1ms every 64 SENDs, 264 waits and 0.036 CPU-s against the
-// polling receiver's 0.29 for the same messages). Quiet machine,
+// pauses 200ms every 64 SENDs, over 1s 5 waits and 0.011 CPU-s against
+// the polling receiver's 0.29 for the same messages). Quiet machine,
 // 2026-11-28 18:05-18:25, five runs of `go test ./test/rdma -run XXX
 // -bench CPUCost -benchtime 1x`, CPU-seconds per million on the
 // receiver: ndkxdp 0.75-0.80, notify 0.77-0.80, raw AF_XDP 0.61-1.20, Go
