@@ -300,9 +300,19 @@
 // bring it back: that points at Debian 12's qemu 7.2, the first with
 // queue reset, rather than at ndkxdp or the guest's driver. Hence the
 // second guest binds in copy mode, which resets no queue. The daemon
-// host still binds zero-copy, once at boot; a stall there shows as
-// timeouts of the rxe cases (3 of the 31 pairs: once). A newer qemu
-// (Debian 13's) is what would let both guests bind zero-copy.
+// host still binds zero-copy, once at boot; a stall there showed as
+// timeouts of the rxe cases (3 of the 31 pairs: once; and in one CI run
+// every case, the daemon host's queue 0 having sent 395 frames that
+// nobody heard while it heard 167). So after the daemon binds, the test
+// asks (VM.SendQueueStalls, stall.go) whether qemu still reads the daemon
+// host's send queues: the guest sends a few datagrams from each CPU,
+// which XPS maps to send queue i, and a queue whose used index in qemu
+// stood still while the driver kicked it, or while its CPU sent, is
+// stalled in the device. Then the guests are booted anew, at most three
+// times, and the log shows each queue's figures either way;
+// runDaemonHost (TestDaemonUnderSystemdOnVirtio, TestDaemonOnBackportsKernel)
+// checks its daemon host the same way. A newer qemu (Debian 13's) is what
+// would let both guests bind zero-copy.
 //
 // The tests (ndkxdp against rxe: rping, perftest, perftest's -a and -D,
 // perftest --use-srq against an SRQ server, SEND with Invalidate of a window and a

@@ -14,18 +14,47 @@ import (
 // qmpSocket is qemu's QMP socket in the VM's directory.
 const qmpSocket = "qmp.sock"
 
+// VirtqueueStatus is qemu's side of one virtio-net queue
+// (x-query-virtio-queue-status): how far the device has taken descriptors
+// (LastAvail) and returned them (Used), and what it has read of the
+// guest's available index (ShadowAvail).
+type VirtqueueStatus struct {
+	Kind         string // rx0, tx0, rx1, ..., control
+	Pair         int    // the queue pair; -1 for the control queue
+	Path         string // the device's QOM path
+	Index        int    `json:"queue-index"`
+	Inuse        int
+	LastAvail    int `json:"last-avail-idx"`
+	ShadowAvail  int `json:"shadow-avail-idx"`
+	Used         int `json:"used-idx"`
+	SignalledUse int `json:"signalled-used"`
+}
+
+func (q VirtqueueStatus) String() string {
+	return fmt.Sprintf("%s %s: last-avail-idx %d shadow-avail-idx %d used-idx %d signalled-used %d inuse %d",
+		q.Path, q.Kind, q.LastAvail, q.ShadowAvail, q.Used, q.SignalledUse, q.Inuse)
+}
+
 // VirtioQueues reports qemu's side of the guest's virtio-net queues, one
-// line per queue (x-query-virtio-queue-status): how far the device has
-// taken descriptors (last-avail-idx) and returned them (used-idx), and
-// what the guest has made available (shadow-avail-idx). A queue whose
-// guest keeps posting and kicking while qemu's indices stand still is
-// stalled in the device, not in the guest; the guest's own counters
-// (ethtool -S) tell the other half.
+// line per queue (VirtqueueStatus). A queue whose guest keeps posting and
+// kicking while qemu's indices stand still is stalled in the device, not
+// in the guest; the guest's own counters (ethtool -S) tell the other half.
 func (vm *VM) VirtioQueues(ctx context.Context) (string, error) {
+	qs, err := vm.VirtqueueStatus(ctx)
+	var b strings.Builder
+	for _, q := range qs {
+		fmt.Fprintln(&b, q)
+	}
+	return b.String(), err
+}
+
+// VirtqueueStatus asks qemu, over QMP, for the state of every queue of
+// the guest's virtio-net devices.
+func (vm *VM) VirtqueueStatus(ctx context.Context) ([]VirtqueueStatus, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", filepath.Join(vm.dir, qmpSocket))
 	if err != nil {
-		return "", fmt.Errorf("interop: qmp: %w", err)
+		return nil, fmt.Errorf("interop: qmp: %w", err)
 	}
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -35,7 +64,7 @@ func (vm *VM) VirtioQueues(ctx context.Context) (string, error) {
 	_ = c.SetDeadline(deadline)
 	r := bufio.NewReader(c)
 	if _, err := r.ReadString('\n'); err != nil { // the greeting
-		return "", fmt.Errorf("interop: qmp greeting: %w", err)
+		return nil, fmt.Errorf("interop: qmp greeting: %w", err)
 	}
 	call := func(cmd string, args any, reply any) error {
 		req, err := json.Marshal(map[string]any{"execute": cmd, "arguments": args})
@@ -70,13 +99,13 @@ func (vm *VM) VirtioQueues(ctx context.Context) (string, error) {
 		}
 	}
 	if err := call("qmp_capabilities", map[string]any{}, nil); err != nil {
-		return "", err
+		return nil, err
 	}
 	var devs []struct{ Path, Name string }
 	if err := call("x-query-virtio", map[string]any{}, &devs); err != nil {
-		return "", err
+		return nil, err
 	}
-	var b strings.Builder
+	var out []VirtqueueStatus
 	for _, dev := range devs {
 		if dev.Name != "virtio-net" {
 			continue
@@ -84,27 +113,19 @@ func (vm *VM) VirtioQueues(ctx context.Context) (string, error) {
 		// Queues 2i and 2i+1 are pair i's receive and send queues; the
 		// control queue follows the last pair.
 		for q := 0; ; q++ {
-			var st struct {
-				Index        int `json:"queue-index"`
-				Inuse        int
-				LastAvail    int `json:"last-avail-idx"`
-				ShadowAvail  int `json:"shadow-avail-idx"`
-				UsedIdx      int `json:"used-idx"`
-				SignalledUse int `json:"signalled-used"`
-			}
+			var st VirtqueueStatus
 			if err := call("x-query-virtio-queue-status", map[string]any{"path": dev.Path, "queue": q}, &st); err != nil {
 				break // past the last queue
 			}
-			kind := "control"
+			st.Path, st.Kind, st.Pair = dev.Path, "control", -1
 			switch {
 			case q/2 < vm.Host.Queues && q%2 == 0:
-				kind = fmt.Sprintf("rx%d", q/2)
+				st.Kind, st.Pair = fmt.Sprintf("rx%d", q/2), q/2
 			case q/2 < vm.Host.Queues:
-				kind = fmt.Sprintf("tx%d", q/2)
+				st.Kind, st.Pair = fmt.Sprintf("tx%d", q/2), q/2
 			}
-			fmt.Fprintf(&b, "%s %s: last-avail-idx %d shadow-avail-idx %d used-idx %d signalled-used %d inuse %d\n",
-				dev.Path, kind, st.LastAvail, st.ShadowAvail, st.UsedIdx, st.SignalledUse, st.Inuse)
+			out = append(out, st)
 		}
 	}
-	return b.String(), nil
+	return out, nil
 }
