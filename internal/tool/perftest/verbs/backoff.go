@@ -19,7 +19,11 @@ const DefaultSpin = 20 * time.Microsecond
 // Endpoint.Wait. A goroutine that only yields keeps its OS thread, so
 // when the polling threads of several processes outnumber the cores each
 // one waits for the kernel's time slice, milliseconds; blocking lets the
-// thread with work run at once. Busy never blocks (busy polling, a core
+// thread with work run at once. The spin's clock is read every 16 calls,
+// and at the call after a thread yield that came back slow (another
+// thread held the core for a slice, spin.SlowYield), so that beside a
+// computing process a consumer blocks after one slice rather than 16.
+// Busy never blocks (busy polling, a core
 // per consumer). The zero Backoff spins for DefaultSpin.
 type Backoff struct {
 	Spin time.Duration
@@ -49,7 +53,12 @@ func (b *Backoff) Idle(ctx context.Context, ep Waiter) error {
 	}
 	b.n++
 	if b.n&15 != 0 {
-		b.yield.Yield()
+		if yieldThread(&b.yield) {
+			// The yield came back slow: another thread held the core
+			// for a slice, longer than a spin, so the next empty poll
+			// looks at the clock rather than one up to 15 slices on.
+			b.n |= 15
+		}
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -67,6 +76,10 @@ func (b *Backoff) Idle(ctx context.Context, ep Waiter) error {
 	b.Waits++
 	return ep.Wait(ctx)
 }
+
+// yieldThread is spin.Yielder.Yield; a variable so that a test can make
+// its yields slow.
+var yieldThread = (*spin.Yielder).Yield
 
 // quiet is spin.Yielder.Quiet; a variable so that a test can hold the
 // spin's timing apart from how loaded the machine is.

@@ -23,13 +23,16 @@ func (w *waitCounter) Wait(ctx context.Context) error {
 // TestBackoffSpinsThenWaits: Idle returns without waiting while the spin
 // lasts, then blocks in Wait; Reset starts a new spin; a quiet Yielder
 // (slow yields beside a computing process) ends the spin at once; Busy
-// never waits; an ended context is returned.
+// never waits; a slow yield has the next call look at the clock; an
+// ended context is returned.
 func TestBackoffSpinsThenWaits(t *testing.T) {
 	ctx := context.Background()
 	// The spin's timing, apart from the machine's load: on a loaded
 	// machine the Yielder may turn quiet, which the last part tests.
 	restore := verbs.SetQuiet(false)
 	defer restore()
+	restoreYields := verbs.SetSlowYields(false)
+	defer restoreYields()
 	ep := &waitCounter{}
 	b := verbs.Backoff{Spin: 5 * time.Millisecond}
 	start := time.Now()
@@ -87,6 +90,29 @@ func TestBackoffSpinsThenWaits(t *testing.T) {
 	}
 	if ep.waits != 3 {
 		t.Fatalf("a quiet Yielder: %d waits in 16 calls of an hour's spin, want 1", ep.waits-2)
+	}
+
+	// A slow yield (a slice another thread held, past a 20µs spin):
+	// the next empty poll looks at the clock and waits, where it looked
+	// only every 16 calls.
+	verbs.SetQuiet(false)
+	verbs.SetSlowYields(true)
+	ep = &waitCounter{}
+	s := verbs.Backoff{Spin: 20 * time.Microsecond}
+	s.Idle(ctx, ep)
+	time.Sleep(time.Millisecond) // the slice the stubbed yield stands for
+	s.Idle(ctx, ep)
+	if ep.waits != 1 {
+		t.Fatalf("after a slow yield past the spin: %d waits in 2 calls, want 1", ep.waits)
+	}
+	// A spin longer than the slice goes on after it.
+	ep = &waitCounter{}
+	long := verbs.Backoff{Spin: time.Hour}
+	for range 64 {
+		long.Idle(ctx, ep)
+	}
+	if ep.waits != 0 {
+		t.Fatalf("slow yields within an hour's spin: %d waits, want 0", ep.waits)
 	}
 
 	ep = &waitCounter{}
