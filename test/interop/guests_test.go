@@ -242,7 +242,7 @@ func sendQueuesStalled(t *testing.T, dh *VM, peer netip.Addr, boot int) bool {
 		t.Fatalf("check the daemon host's send queues: %v", err)
 	}
 	if len(stalled) == 0 {
-		t.Logf("the daemon host's send queues after its zero-copy bind (boot %d):\n%s", boot, detail)
+		t.Logf("the daemon host's send queues after the daemon bound its queues (boot %d):\n%s", boot, detail)
 		return false
 	}
 	q, _ := dh.VirtioQueues(ctx)
