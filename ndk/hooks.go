@@ -67,6 +67,12 @@ func (serverBackend) QPQueued(q *QP) (uint64, uint64) {
 	return 0, 0
 }
 
+func (serverBackend) SetReceiveRefill(q *QP, f func() bool) {
+	if e := q.engine(); e != nil {
+		e.SetReceiveRefill(f)
+	}
+}
+
 func (serverBackend) Provider(a *Adapter) *inproc.Provider {
 	p, _ := a.provider().(*inproc.Provider)
 	return p

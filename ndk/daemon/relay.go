@@ -172,6 +172,9 @@ func (r *relay) addQP(q *sQP) error {
 	}
 	r.slots[q.slot] = q
 	r.queues[q.queue]++
+	if q.srq == nil {
+		r.be.SetReceiveRefill(q.qp, func() bool { return r.refill(q) })
+	}
 	return nil
 }
 

@@ -194,6 +194,35 @@ func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
 	return n, false
 }
 
+// refill moves q's posted receives now, on the goroutine of the engine
+// that found q's receive queue empty under a datagram (rc's
+// SetReceiveRefill): a receive the client posted before the datagram
+// arrived must take it, as in process, though the relay's pass may not
+// have run since (the engine's thread was preempted between the pass
+// and its receive, the pass was skipped for control, or q is on another
+// queue's engine), and UD has no retry to make up for it. It gives way
+// where the pass would not move receives yet: the mutex held (a pass or
+// control), q out of its slot or broken, or send records waiting, which
+// the pass moves first (a receive may use the token of a FastRegister
+// posted before it). It reports whether it posted a receive.
+func (r *relay) refill(q *sQP) (posted bool) {
+	if !r.mu.TryLock() {
+		return false
+	}
+	defer r.mu.Unlock()
+	if r.stopped || q.removed || q.broken || q.stalledSend || q.stalledRecv || q.send.Len() != 0 {
+		return false
+	}
+	defer r.contain()
+	n, more := r.pumpRecv(q)
+	if more {
+		w, bit := proto.SlotWord(q.slot)
+		r.again[w] |= bit
+	}
+	r.publish(q)
+	return n > 0
+}
+
 // breakQP answers a client that broke its own rings: its QP goes to the
 // error state (its requests complete CANCELLED) and the relay reads its
 // rings no more. Nothing else of the client's, or of anyone's, is touched.

@@ -62,6 +62,10 @@ type Backend[A, PD, MR, MW, CQ, QP any] interface {
 	// QPQueued returns how many requests qp's send and receive queues
 	// hold, posted and not retired.
 	QPQueued(qp QP) (send, recv uint64)
+	// SetReceiveRefill has qp's engine call f, on the engine's goroutine,
+	// when a datagram finds qp's receive queue empty, before it drops
+	// it; f reports whether it posted receives (rc.QP.SetReceiveRefill).
+	SetReceiveRefill(qp QP, f func() bool)
 	// Provider returns the in-process provider a runs on, nil for a
 	// daemon-backed adapter: the operator's view reads the wire, queues
 	// and QPs from it.

@@ -122,6 +122,10 @@ type QP struct {
 	drained  chan struct{} // closed by the engine: see Drained
 
 	udMTU atomic.Uint32 // a UD QP's path MTU once active (ud.go)
+	// recvRefill, when set, is asked to post the receives its consumer
+	// has queued elsewhere when a datagram finds the receive queue empty
+	// (SetReceiveRefill).
+	recvRefill atomic.Pointer[func() bool]
 
 	// Send-side producer state.
 	deferred bool // a DEFER post since the last doorbell

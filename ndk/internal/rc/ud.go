@@ -27,11 +27,29 @@ import (
 // completion counts both (verbs' byte_len), names the source QPN in
 // TypeSpecificCompletionOutput and is Type Receive, with the immediate
 // of a SEND_ONLY_WITH_IMMEDIATE. Without a posted
-// receive, or with one too small, the datagram is dropped and counted in
+// receive (once the QP's receive refill, if it has one, posted none:
+// SetReceiveRefill), or with one too small, the datagram is dropped and counted in
 // Stats.UDDropped and the receive stays posted (rxe class D: drop_msg); a
 // QP on an SRQ instead completes the receive it took with
 // STATUS_BUFFER_OVERFLOW (rxe class E, IB_WC_REM_INV_REQ_ERR). No
 // datagram ever moves a UD QP to the error state.
+
+// SetReceiveRefill gives the QP a consumer that posts its receives from
+// a queue of its own, as the daemon's relay moves a client's from the
+// client's ring: when a datagram finds the receive queue empty, the
+// engine calls f on its own goroutine, and takes a receive f posted (f
+// reports whether it posted any) before it drops the datagram. A receive
+// the client posted before the datagram arrived then takes it, as it
+// would on a QP the client posts to directly; UD has no retry to make up
+// for a relay that had not yet moved it. f must not block.
+func (q *QP) SetReceiveRefill(f func() bool) { q.recvRefill.Store(&f) }
+
+// refill asks the receive refill, if any, for receives, and reports
+// whether the receive queue now holds one.
+func (q *QP) refill() bool {
+	f := q.recvRefill.Load()
+	return f != nil && (*f)() && q.t.rqHead != q.rq.tail.Load()
+}
 
 // GRHLen is the room a UD receive gives the GRH ahead of the payload.
 const GRHLen = 40
@@ -202,7 +220,7 @@ func (e *Engine) udReceive(frame []byte, mayForward bool) {
 			atomic.AddUint64(&e.c.UDDropped, 1)
 			return
 		}
-	} else if t.rqHead == q.rq.tail.Load() {
+	} else if t.rqHead == q.rq.tail.Load() && !q.refill() {
 		atomic.AddUint64(&e.c.UDDropped, 1)
 		return
 	}

@@ -298,3 +298,44 @@ func TestUD_SendWithImmediate(t *testing.T) {
 		t.Fatalf("opcode and immediate on the wire %#x", got)
 	}
 }
+
+// TestUD_ReceiveRefill: a datagram that finds the receive queue empty
+// asks the QP's receive refill, on the engine's goroutine, before it is
+// dropped: a receive the refill posts takes it; a refill that posts
+// nothing leaves the drop as it was.
+func TestUD_ReceiveRefill(t *testing.T) {
+	a, b, qa, qb := udPair(t, pairOptions{mtu: rocev2.MTU1024}, testQKey, testQKey)
+	src := a.buffer(2048, memreg.AccessRemoteRead, false)
+	dst := b.buffer(GRHLen+100, memreg.AccessLocalWrite, false)
+	to := b.dest(qb, testQKey)
+	var calls atomic.Int32
+	var post atomic.Bool
+	qb.SetReceiveRefill(func() bool {
+		calls.Add(1)
+		if !post.Swap(false) {
+			return false
+		}
+		mustPost(t, qb.PostReceive("refilled", []SGE{dst.sge(0, GRHLen+100)}))
+		return true
+	})
+	mustPost(t, qa.PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 100)}, UD: to}))
+	waitUDDropped(t, b, 1)
+	if calls.Load() != 1 {
+		t.Fatalf("refill called %d times for one datagram on an empty queue, want 1", calls.Load())
+	}
+	post.Store(true)
+	mustPost(t, qa.PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 100)}, UD: to}))
+	r := waitCQ(t, b.rcq, 1, 5*time.Second)[0]
+	checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceive, "refilled")
+	if r.BytesTransferred != GRHLen+100 || b.eng.Stats().UDDropped != 1 || calls.Load() != 2 {
+		t.Fatalf("completion %+v, ud_dropped %d, refill calls %d", r, b.eng.Stats().UDDropped, calls.Load())
+	}
+	// A posted receive is taken without asking.
+	mustPost(t, qb.PostReceive("posted", []SGE{dst.sge(0, GRHLen+100)}))
+	mustPost(t, qa.PostSend(&SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 100)}, UD: to}))
+	checkEntry(t, waitCQ(t, b.rcq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpReceive, "posted")
+	if calls.Load() != 2 {
+		t.Fatalf("refill called with a receive posted: %d calls", calls.Load())
+	}
+	waitCQ(t, a.scq, 3, 5*time.Second)
+}
