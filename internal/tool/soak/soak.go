@@ -103,7 +103,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s.sample(stdout, start)
 	var runErr error
 	for time.Now().Before(end) && ctx.Err() == nil && runErr == nil {
+		t0 := time.Now()
 		cn, err := demo.ConnectCM(ctx, a, b, srv)
+		slowCM(stdout, start, t0, s.conns+1, "connect")
 		if err != nil {
 			if ctx.Err() == nil {
 				runErr = fmt.Errorf("connection %d: %w", s.conns+1, err)
@@ -125,13 +127,31 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				nextReport = now.Add(f.report)
 			}
 		}
+		t0 = time.Now()
 		if err := cn.Disconnect(ctx); err != nil && runErr == nil && ctx.Err() == nil {
 			runErr = fmt.Errorf("connection %d: %w", s.conns, err)
 		}
+		slowCM(stdout, start, t0, s.conns, "disconnect")
 	}
 	s.sample(stdout, start)
 	s.summary(ctx, stdout, a, b, runErr)
 	return runErr
+}
+
+// slowCMStep is how long a connect or disconnect takes before the soak
+// says so: without loss one takes milliseconds, and under loss a CM
+// message that is lost waits out the CM response timeout (IB timeout
+// code 20, 4.3 s, as rdma_cm's) before it is resent, while no round runs
+// and no report is due.
+const slowCMStep = time.Second
+
+// slowCM prints a line when the connect or disconnect of connection n,
+// begun at t0, took slowCMStep or more.
+func slowCM(w io.Writer, start, t0 time.Time, n int, what string) {
+	if d := time.Since(t0); d >= slowCMStep {
+		fmt.Fprintf(w, "  t=%-8v connection %d: %s took %.1fs (under loss a CM message waits out its 4.3s response timeout before it is resent)\n",
+			t0.Sub(start).Round(time.Second), n, what, d.Seconds())
+	}
 }
 
 // summary prints what the run moved and how memory and goroutines went.

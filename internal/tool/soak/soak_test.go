@@ -10,14 +10,17 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 )
 
-// TestSoakShort runs the soak for 4 seconds with 2% loss and two-second
+// TestSoakShort runs the soak for 10 seconds with 2% loss and two-second
 // connections: it must move and verify bytes over more than one
 // connection, report RSS, heap and goroutines at the start, on the way
-// and at the end, and see retransmissions (the loss is real).
+// and at the end, and see retransmissions (the loss is real). The loss
+// takes CM messages too, and one lost costs the CM response timeout
+// (4.3 s) before it is resent: in 4 s a lost DREQ left room for no
+// second connection.
 func TestSoakShort(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out, errOut bytes.Buffer
-	err := Run(context.Background(), []string{"-duration", "4s", "-report", "1s", "-reconnect", "2s",
+	err := Run(context.Background(), []string{"-duration", "10s", "-report", "1s", "-reconnect", "2s",
 		"-loss", "0.02", "-max-size", "16384"}, &out, &errOut)
 	if err != nil {
 		t.Fatalf("soak: %v\n%s%s", err, out.String(), errOut.String())
