@@ -172,7 +172,7 @@ func (r *relay) addQP(q *sQP) error {
 	}
 	r.slots[q.slot] = q
 	r.queues[q.queue]++
-	if q.srq == nil {
+	if q.srq == nil && q.qp.UDMaxMessage() != 0 { // only a datagram asks (rc's udReceive)
 		r.be.SetReceiveRefill(q.qp, func() bool { return r.refill(q) })
 	}
 	return nil
