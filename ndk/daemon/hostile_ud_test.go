@@ -20,6 +20,32 @@ func (r *raw) udQP(pd uint32) *rawQP {
 	return q
 }
 
+// peerUDQP makes an in-process UD QP on B (depth 4, one SGE each way)
+// with its CQ, and registers mem for it with flags; all close when the
+// test ends.
+func (bd *bed) peerUDQP(t *testing.T, mem []byte, flags ndk.MRFlag) (*ndk.QP, *ndk.CQ, *ndk.MR) {
+	t.Helper()
+	pd, err := bd.b.CreatePD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := bd.b.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateUDQP(ndk.QPConfig{ReceiveCQ: cq, InitiatorCQ: cq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegisterMR(mem, flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qp.Close(); _ = mr.Deregister(); pd.Close(); cq.Close() })
+	return qp, cq, mr
+}
+
 // TestHostileUD: a client's UD control requests and SEND records that no
 // correct client makes are refused with a status, each record completing
 // with the status the in-process post gives inline (a destination without
@@ -53,24 +79,8 @@ func TestHostileUD(t *testing.T) {
 
 	q := r.udQP(pd.H)
 	// B's UD QP, in process, receives what is right.
-	bpd, err := bd.b.CreatePD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bcq, err := bd.b.CreateCQ(16, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bq, err := bpd.CreateUDQP(ndk.QPConfig{ReceiveCQ: bcq, InitiatorCQ: bcq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4, MaxReceiveRequestSGE: 1}, ndk.RDMAUDPQKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mem := make([]byte, 256)
-	mr, err := bpd.RegisterMR(mem, ndk.MRFlagAllowLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bq.Close(); _ = mr.Deregister(); bpd.Close(); bcq.Close() })
+	bq, bcq, mr := bd.peerUDQP(t, mem, ndk.MRFlagAllowLocalWrite)
 	sge, _ := mr.SGE(0, 256)
 	if err := bq.Receive("r", []ndk.SGE{sge}); err != nil {
 		t.Fatal(err)

@@ -38,24 +38,7 @@ func TestUDReceivePostedBeforeThePass(t *testing.T) {
 	rr.Encode(recv.Reserve())
 	recv.Publish()
 
-	bpd, err := bd.b.CreatePD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bcq, err := bd.b.CreateCQ(16, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bq, err := bpd.CreateUDQP(ndk.QPConfig{ReceiveCQ: bcq, InitiatorCQ: bcq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem := []byte("ping")
-	bmr, err := bpd.RegisterMR(mem, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bq.Close(); _ = bmr.Deregister(); bpd.Close(); bcq.Close() })
+	bq, _, bmr := bd.peerUDQP(t, []byte("ping"), 0)
 	sge, _ := bmr.SGE(0, 4)
 	to := ndk.UDDestination{IP: bd.a.LocalAddress(), MAC: rocev2.MAC(bd.a.MAC()), QPN: q.qpn, QKey: ndk.RDMAUDPQKey}
 	if err := bq.SendToWithImmediate("s", []ndk.SGE{sge}, to, 0xfeed, 0); err != nil {
