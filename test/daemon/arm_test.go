@@ -146,7 +146,8 @@ func memfdMappings(t *testing.T) int {
 
 // TestClosedObjectsLeaveNoMapping: a client that makes and closes QPs,
 // CQs and SRQs keeps no mapping of their segments (and so no memfd pages)
-// once each close has returned.
+// once each close has completed (a QP's and an SRQ's when Closed says so,
+// a CQ's when Close returns).
 func TestClosedObjectsLeaveNoMapping(t *testing.T) {
 	bd := newBed(t)
 	c := dial(t, bd.sock)
@@ -175,6 +176,13 @@ func TestClosedObjectsLeaveNoMapping(t *testing.T) {
 		}
 		<-qp.Closed()
 		srq.Close()
+		// An SRQ's close completes with the daemon's event (NdkCloseSrq is
+		// asynchronous): its mapping goes then, not when Close returns.
+		select {
+		case <-srq.Closed():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("cycle %d: the SRQ's close did not complete in 5 s", i)
+		}
 		cq.Close()
 	}
 	if got := memfdMappings(t); got != before {
