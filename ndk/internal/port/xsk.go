@@ -157,6 +157,13 @@ type XSK struct {
 	one     [8]byte // the eventfd increment, never written after NewXSK
 	drained [8]byte
 
+	// A nap (WaitDoorbell) parks the goroutine in the runtime, on napWake
+	// and napTimer, rather than in ppoll: napping tells Doorbell which
+	// one to wake.
+	napping  atomic.Bool
+	napWake  chan struct{}
+	napTimer *time.Timer
+
 	// closeMu keeps Close from closing the eventfd under a Doorbell
 	// that is writing to it (the number could be reused by then).
 	closeMu sync.RWMutex
@@ -196,6 +203,9 @@ func NewXSK(sock *afxdp.Socket, frames *afxdp.FrameAllocator, cfg XSKConfig) (*X
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	x.bell = new(Bell)
+	x.napWake = make(chan struct{}, 1)
+	x.napTimer = time.NewTimer(time.Hour)
+	x.napTimer.Stop()
 	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("%s: doorbell eventfd: %w", where, err)
@@ -338,7 +348,65 @@ func (x *XSK) Wait(timeout time.Duration) error {
 // WaitDoorbell implements DoorbellWaiter: Wait without the socket's
 // POLLIN.
 func (x *XSK) WaitDoorbell(timeout time.Duration) error {
-	return x.wait(timeout, 0)
+	if len(x.pfds) > 2 {
+		return x.wait(timeout, 0) // eventfds to watch: only ppoll sees them
+	}
+	return x.nap(timeout)
+}
+
+// nap is WaitDoorbell with nothing to watch but the doorbell: the
+// goroutine parks in the runtime, on napWake and napTimer, instead of
+// blocking its thread in ppoll. A goroutine blocked in a system call
+// keeps its P until the runtime's monitor takes it back, 20µs to 10ms
+// later (retake in runtime/proc.go), and a consumer that was to run the
+// engine's turns waited for it that long: with fewer Ps than polling
+// goroutines, the consumers' round trip under PollProgress measured p50
+// 1.2-2.3ms at GOMAXPROCS 1 and p99 0.3-1.2ms at 2 (ndk/internal/rc's
+// doc, "Polling"). A parked goroutine gives its P back at once. The
+// price is the runtime's timer granularity: with nothing else to run, a
+// timeout under a millisecond ends after about one (the netpoller waits
+// in whole milliseconds), which the nap's bound, drivenNap in rc, already
+// allows: a nap is taken only while consumers drive the engine and fire
+// its timers in their turns.
+func (x *XSK) nap(timeout time.Duration) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	if timeout == 0 {
+		return nil
+	}
+	select {
+	case <-x.napWake: // a ring that came after the last nap had ended
+	default:
+	}
+	x.napping.Store(true)
+	if !x.bell.Sleep() {
+		x.napping.Store(false)
+		return nil
+	}
+	x.stats.waitPolled.Add(1)
+	rung := false
+	if timeout < 0 {
+		<-x.napWake
+		rung = true
+	} else {
+		x.napTimer.Reset(timeout)
+		select {
+		case <-x.napWake:
+			rung = true
+		case <-x.napTimer.C:
+		}
+		x.napTimer.Stop()
+	}
+	x.bell.Awake()
+	x.napping.Store(false)
+	if rung {
+		x.stats.waitWakes.Add(1)
+	}
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // wait is Wait, polling the socket for rx (POLLIN or 0).
@@ -406,6 +474,14 @@ func (x *XSK) Doorbell() {
 	if !x.bell.Ring() {
 		return
 	}
+	if x.napping.Load() {
+		select {
+		case x.napWake <- struct{}{}:
+		default:
+		}
+		x.stats.doorbells.Add(1)
+		return
+	}
 	x.closeMu.RLock()
 	if !x.closed.Load() {
 		// EAGAIN means the counter is saturated, which wakes the poll
@@ -427,6 +503,10 @@ func (x *XSK) Close() error {
 	defer x.closeMu.Unlock()
 	if x.closed.Swap(true) {
 		return nil
+	}
+	select {
+	case x.napWake <- struct{}{}: // a nap ends with ErrClosed
+	default:
 	}
 	var errs []error
 	if err := x.sock.Close(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/loader"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
+	"golang.org/x/sys/unix"
 )
 
 // testQPN is the destination QP of the test frames; each end's steering
@@ -945,4 +947,90 @@ func TestXSKWaitDoorbell(t *testing.T) {
 	if got := receive(t, b.port, 1); !sameFrame(got[0], f) {
 		t.Fatalf("received %x, sent %x", got[0], f)
 	}
+}
+
+// TestXSKNapHoldsNoP: WaitDoorbell with nothing watched parks in the
+// runtime rather than blocking in a system call, which would keep its P
+// from the goroutines that are to run the engine's turns until the
+// runtime's monitor took it back (rc.PollProgress naps its engine so); a
+// doorbell ends the nap, an eventfd being watched is still seen (it needs
+// ppoll), and Close ends a nap that has no timeout.
+func TestXSKNapHoldsNoP(t *testing.T) {
+	_, _, b := xskPair(t, harness.Config{}, xskOptions{mode: loader.AttachDriver})
+	sample := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
+	notInGo := func() uint64 {
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			t.Fatalf("%s is not supported by this runtime", sample[0].Name)
+		}
+		return sample[0].Value.Uint64()
+	}
+	ended := func(what string, woke <-chan time.Duration, within time.Duration) time.Duration {
+		t.Helper()
+		select {
+		case d := <-woke:
+			return d
+		case <-time.After(within):
+			t.Fatalf("%s did not end the nap within %v", what, within)
+			return 0
+		}
+	}
+	nap := func(timeout time.Duration, want error) <-chan time.Duration {
+		woke := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			if err := b.port.WaitDoorbell(timeout); !errors.Is(err, want) {
+				t.Errorf("WaitDoorbell: %v, want %v", err, want)
+			}
+			woke <- time.Since(start)
+		}()
+		return woke
+	}
+
+	base := notInGo()
+	woke := nap(10*time.Second, nil)
+	time.Sleep(20 * time.Millisecond) // let it park
+	samples, seen := 0, 0
+	for start := time.Now(); time.Since(start) < 200*time.Millisecond; samples++ {
+		if notInGo() > base {
+			seen++
+		}
+	}
+	b.port.Doorbell()
+	if d := ended("the doorbell", woke, 5*time.Second); d < 200*time.Millisecond {
+		t.Fatalf("the nap ended after %v, before its doorbell", d)
+	}
+	// Blocked in ppoll, the napper is in a system call in every sample;
+	// another goroutine of the test binary may be, now and then.
+	if seen > samples/10 {
+		t.Fatalf("%d of %d samples saw a goroutine in a system call while one napped (none before)", seen, samples)
+	}
+
+	if d := ended("its timeout", nap(30*time.Millisecond, nil), 5*time.Second); d < 30*time.Millisecond {
+		t.Fatalf("a nap of 30ms ended after %v", d)
+	}
+	if n := testing.AllocsPerRun(10, func() { _ = b.port.WaitDoorbell(time.Millisecond) }); n != 0 {
+		t.Fatalf("a nap allocates %.1f times", n)
+	}
+
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	b.port.Watch(efd)
+	woke = nap(10*time.Second, nil)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := unix.Write(efd, []byte{1, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	ended("a watched eventfd", woke, 5*time.Second)
+	b.port.Unwatch(efd)
+
+	woke = nap(-1, ErrClosed)
+	time.Sleep(20 * time.Millisecond)
+	if err := b.port.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ended("Close", woke, 5*time.Second)
 }
