@@ -315,9 +315,28 @@
 // allows 2.2-4.8x (above), and the napping engines' wake-ups, a thousand
 // a second each, are the likely rest (a 10ms nap measured no better).
 // One P keeps the best idle tail, but only while nothing else runs, and
-// a process cannot keep its Ps for one library; progress on one P is
-// worse (p50 53µs, p99 1.2ms in one run): the engine's nap is a blocking
-// system call, and its P waits for sysmon to take it back. What progress
+// a process cannot keep its Ps for one library.
+//
+// The engine's nap parks it in the runtime (port.XSK.WaitDoorbell: a
+// channel and a timer), not in ppoll. A goroutine blocked in a system
+// call keeps its P until sysmon takes it back (20µs to 10ms), and with
+// fewer Ps than polling goroutines the consumer that was to run the next
+// turn waited for it: progress at GOMAXPROCS 1 measured p50 1.2ms in one
+// run of two and 64 KiB WRITE at 0.36-0.46 Gbit/s, at GOMAXPROCS 2 p99
+// 0.45-1.2ms. With the parked nap, the same benchmark (NDKXDP_BENCH_POLL=
+// progress, two runs each, interleaved with the ppoll nap, 2026-11-29):
+//
+//	                ppoll nap: p50 / p99 µs, msg/s, WRITE    parked nap
+//	GOMAXPROCS 1    13.2-1,224 / 24-1,353, 208k-267k, 0.4    13.0-13.3 / 15-24, 320k-362k, 8.4-8.9
+//	GOMAXPROCS 2    11.4-14.0 / 450-1,164, 154k-274k, 3.4-8.1 8.2-9.6 / 16-25, 462k-606k, 8.5-9.0
+//	GOMAXPROCS 16   10.3-10.5 / 49-60, 245k-286k, 5.8-6.5   8.7-10.3 / 28-41, 278k-311k, 7.4-7.7
+//
+// (Go TCP's p50 in the same runs was 8.5-11.1µs at GOMAXPROCS 2.) The
+// runtime's timers are coarser than ppoll's, a timeout under 1ms ending
+// after about 1.1ms in an otherwise idle process (the netpoller waits in
+// whole milliseconds); a nap is taken only while consumers drive the
+// engine and fire its timers in their turns, and drivenNap already lets
+// a timer be that late once they stop. What progress
 // costs: a poster without an engine awake to batch for it runs a kick, a
 // system call that on veth carries the peer's receive too, per post, so
 // the 64 B stream is slower than adaptive's at GOMAXPROCS 2 (where the
@@ -326,6 +345,15 @@
 // 3.6-12.9 against adaptive polling's 3.3-5.6); a post runs the turn
 // itself only when the engine sleeps, or lags (the QP is still queued
 // from an earlier post), so that an engine that keeps up batches.
+//
+// In process, at GOMAXPROCS 2 with one queue, progress with the parked
+// nap now beats adaptive polling on every figure of that benchmark
+// (p50 8.7-8.8 against 15.8-18.7µs, p99 18-20 against 49-54µs, the same
+// rate and WRITE bandwidth, two runs each); between processes it does
+// not: BenchmarkCPUCost's 64 B stream, each side a process at GOMAXPROCS
+// 2, moved 385k-548k msg/s with progress against 592k-752k adaptive
+// (three runs interleaved), each post's kick paid alone. PollAuto's rule
+// below is kept for that.
 //
 // So ndk's default, ndk.PollAuto, picks progress where GOMAXPROCS
 // exceeds the adapter's engines plus one (where ndk.LockAuto gives each
