@@ -326,10 +326,14 @@
 // 0.45-1.2ms. With the parked nap, the same benchmark (NDKXDP_BENCH_POLL=
 // progress, two runs each, interleaved with the ppoll nap, 2026-11-29):
 //
-//	                ppoll nap: p50 / p99 µs, msg/s, WRITE    parked nap
-//	GOMAXPROCS 1    13.2-1,224 / 24-1,353, 208k-267k, 0.36-0.4613.0-13.3 / 15-24, 320k-362k, 8.4-8.9
-//	GOMAXPROCS 2    11.4-14.0 / 450-1,164, 154k-274k, 3.4-8.1 8.2-9.6 / 16-25, 462k-606k, 8.5-9.0
-//	GOMAXPROCS 16   10.3-10.5 / 49-60, 245k-286k, 5.8-6.5   8.7-10.3 / 28-41, 278k-311k, 7.4-7.7
+//	               ppoll nap                             parked nap
+//	               p50/p99 µs     msg/s      WRITE Gb/s    p50/p99 µs   msg/s      WRITE Gb/s
+//	GOMAXPROCS 1   13.2-1,224/    208k-267k  0.36-0.46     13.0-13.3/   320k-362k  8.4-8.9
+//	               24-1,353                                15-24
+//	GOMAXPROCS 2   11.4-14.0/     154k-274k  3.4-8.1       8.2-9.6/     462k-606k  8.5-9.0
+//	               450-1,164                               16-25
+//	GOMAXPROCS 16  10.3-10.5/     245k-286k  5.8-6.5       8.7-10.3/    278k-311k  7.4-7.7
+//	               49-60                                   28-41
 //
 // (Go TCP's p50 in the same runs was 10.0-10.4µs at GOMAXPROCS 2.) The
 // runtime's timers are coarser than ppoll's, a timeout under 1ms ending
