@@ -191,8 +191,16 @@ func measureFloor(tb testing.TB, half float64, n int, whole bool) Lat {
 	}()
 	select {
 	case err = <-res:
-	case err = <-done:
-		err = fmt.Errorf("the answering side exited: %v", err)
+	case werr := <-done:
+		done <- werr // for the deferred wait
+		if werr == nil {
+			// It exits once it has answered all n, and this side may
+			// not have seen the last answer yet (its thread preempted):
+			// its result comes, at the latest when floorLimit ends.
+			err = <-res
+		} else {
+			err = fmt.Errorf("the answering side exited: %v", werr)
+		}
 	}
 	if err != nil {
 		tb.Fatalf("floor: %v", err)
