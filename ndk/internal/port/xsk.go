@@ -384,6 +384,13 @@ func (x *XSK) nap(timeout time.Duration) error {
 		x.napping.Store(false)
 		return nil
 	}
+	if x.closed.Load() {
+		// Close may have come between the check above and the drain,
+		// which then took its token.
+		x.bell.Awake()
+		x.napping.Store(false)
+		return ErrClosed
+	}
 	x.stats.waitPolled.Add(1)
 	rung := false
 	if timeout < 0 {
