@@ -430,7 +430,7 @@ func (r *relay) pass() int {
 			return n
 		}
 	}
-	n += r.serveSRQs(words)
+	n += r.serveSRQs()
 	if r.stopped {
 		return n
 	}

@@ -32,6 +32,7 @@ type sSRQ struct {
 	rr        proto.Recv
 	stalled   bool // rr was refused as the SRQ full: post it first
 	again     bool // serve without a new hint
+	ready     int  // records this pass may move (serveSRQs)
 	broken    bool
 	removed   bool // out of the relay's list (closed): the ring is not read
 	sgl       [proto.MaxSGE]ndk.SGE
@@ -84,16 +85,21 @@ func (r *relay) removeSRQ(x *sSRQ) bool {
 	return false
 }
 
-// pumpSRQ moves x's receive records into the daemon's SRQ. A record the
+// pumpSRQ moves at most limit of x's receive records (after the one the
+// SRQ refused as full before, if any) into the daemon's SRQ. A record the
 // SRQ refuses for a reason other than being full has no QP to complete
 // on: the SRQ's ring is then read no more, and the client is told with
 // the SRQ's fatal status (STATUS_INTERNAL_ERROR).
-func (r *relay) pumpSRQ(x *sSRQ) (n int, more bool) {
-	for {
+func (r *relay) pumpSRQ(x *sSRQ, limit int) (n int, more bool) {
+	for taken := 0; ; {
 		if n == budget {
 			return n, true
 		}
 		if !x.stalled {
+			if taken == limit {
+				return n, false
+			}
+			taken++
 			rec := x.ring.Peek()
 			if rec == nil {
 				if x.ring.Err() != nil {
@@ -137,7 +143,9 @@ func (r *relay) modifySRQ(x *sSRQ, depth, threshold int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !x.removed && !x.broken {
-		_, more := r.pumpSRQ(x)
+		limit := x.ring.Len()
+		r.serveMarked()
+		_, more := r.pumpSRQ(x, limit)
 		x.again = x.again || more
 	}
 	return x.srq.Modify(depth, threshold)
@@ -168,33 +176,60 @@ func (r *relay) breakSRQ(x *sSRQ, err error) {
 	r.ss.log.Warn("client's SRQ record refused; its SRQ ring is read no more", "srq", x.h, "err", err)
 }
 
-// serveSRQs moves the SRQs' posted receives. The QPs marked since the
-// pass read the post bitmap are served first: a client marks a QP for a
-// FastRegister before it marks the SRQ for a receive that uses its token,
-// so the bitmap read after the SRQ's mark shows the QP's.
-func (r *relay) serveSRQs(words int) int {
-	n := 0
+// serveSRQs moves the SRQs' posted receives. A receive may use the token
+// of a FastRegister the client posted before it on any of the session's
+// QPs, and the client marks that QP in the post bitmap before it marks
+// the SRQ. So each SRQ with news is counted first (the records published
+// by now), then the QPs marked by then are served, then no more than the
+// counted records are moved. A record published after the count may use
+// a FastRegister whose mark that bitmap read missed: it waits for the
+// next pass, which its own mark, set after it, brings. (Reading the SRQ's
+// mark, serving the bitmap, and then moving whatever the ring held by
+// then let a receive published in between pass its FastRegister: the
+// daemon's SRQ refused the token and the SRQ broke.)
+func (r *relay) serveSRQs() int {
+	news := false
 	for _, x := range r.srqs {
-		if !x.broken && (x.again || x.post.Load() != 0) {
-			for i := range words {
-				if r.post[i].Load() != 0 {
-					n += r.serve(i, r.post[i].Swap(0)|r.again[i])
-				}
-				if r.stopped {
-					return n
-				}
-			}
-			break
-		}
-	}
-	for _, x := range r.srqs {
+		x.ready = 0
 		if x.broken || (!x.again && x.post.Load() == 0) {
 			continue
 		}
 		x.post.Store(0)
-		sn, more := r.pumpSRQ(x)
+		x.ready = x.ring.Len()
+		news = true
+	}
+	if !news {
+		return 0
+	}
+	n := r.serveMarked()
+	if r.stopped {
+		return n
+	}
+	for _, x := range r.srqs {
+		if x.broken {
+			continue
+		}
+		if x.ready == 0 && !x.stalled {
+			x.again = false
+			continue
+		}
+		sn, more := r.pumpSRQ(x, x.ready)
 		n += sn
 		x.again = more
+	}
+	return n
+}
+
+// serveMarked serves the QPs marked in the post bitmap now.
+func (r *relay) serveMarked() int {
+	n := 0
+	for i := range (len(r.slots) + 63) / 64 {
+		if r.post[i].Load() != 0 {
+			n += r.serve(i, r.post[i].Swap(0)|r.again[i])
+		}
+		if r.stopped {
+			return n
+		}
 	}
 	return n
 }

@@ -584,3 +584,58 @@ func TestSRQReceiveUsesFreshFastRegisterThroughDaemon(t *testing.T) {
 		}
 	}
 }
+
+// TestSRQReceivesFollowTheirFastRegisters: a client that fast-registers
+// an MR on one QP and posts an SRQ receive into it, round after round,
+// never has the receive reach the daemon's SRQ before the FastRegister
+// (whose token the SRQ would refuse, breaking it: the peer's SEND is then
+// RNR-NAKed for good). The relay counts an SRQ's records before it reads
+// the post bitmap, and moves no record published after the count in that
+// pass; before, a receive published between the bitmap read and the SRQ's
+// move passed its FastRegister now and then (about one run in three of
+// these rounds beside a busy loop).
+func TestSRQReceivesFollowTheirFastRegisters(t *testing.T) {
+	bd := newBed(t)
+	c := dial(t, bd.sock)
+	s := newSRQBed(t, bd, c, 16, 0, 7667)
+	mr := newFastMR(t, c.pd, 1, false)
+	buf := c.mem[57344 : 57344+64]
+	for round := range 3000 {
+		if err := s.qps[0].FastRegister(nil, mr, buf, ndk.OpFlagAllowLocalWrite|ndk.OpFlagSilentSuccess); err != nil {
+			t.Fatal(err)
+		}
+		rs, _ := mr.SGE(0, 64)
+		if err := s.srq.Receive(round, []ndk.SGE{rs}); err != nil {
+			t.Fatal(err)
+		}
+		msg := []byte{byte(round), byte(round >> 8), 'f', 'r'}
+		copy(s.peers[1].mem, msg)
+		ps, _ := s.peers[1].mr.SGE(0, len(msg))
+		if err := s.peers[1].qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+			t.Fatal(err)
+		}
+		var r [1]ndk.ResultEx
+		for start := time.Now(); c.rcq.GetResultsEx(r[:]) == 0; runtime.Gosched() {
+			if time.Since(start) > 5*time.Second {
+				select {
+				case st := <-s.notes:
+					t.Fatalf("round %d: no receive completion in 5 s; the SRQ's notification: %v", round, st)
+				default:
+					t.Fatalf("round %d: no receive completion in 5 s (no SRQ notification)", round)
+				}
+			}
+		}
+		if r[0].Status != ndk.StatusSuccess || r[0].RequestContext != round || !bytes.Equal(buf[:r[0].BytesTransferred], msg) {
+			t.Fatalf("round %d: %+v, %q", round, r[0], buf[:r[0].BytesTransferred])
+		}
+		wait(t, bd.b.ICQ, "peer send")
+		if err := s.qps[0].Invalidate(nil, mr, ndk.OpFlagSilentSuccess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case st := <-s.notes:
+		t.Fatalf("SRQ notification %v", st)
+	default:
+	}
+}
