@@ -139,6 +139,15 @@ func (rq *daemonQP) postLocal(op string, ctx any, flags OpFlag) error {
 	rq.sendInv[rq.sendSeq&rq.sendMask] = 0
 	rq.sr.Encode(slot)
 	rq.publishSend(r, flags)
+	if flags&OpFlagDefer != 0 {
+		// A receive posted after it, on any QP, may use the token it
+		// registers or must find the token it invalidates gone, and the
+		// relay moves receives only after the send records of the QPs
+		// marked before them: the QP is marked, not rung, so that the
+		// records wait in the daemon's QP for the DEFER to end instead
+		// of here.
+		rq.hint()
+	}
 	return nil
 }
 

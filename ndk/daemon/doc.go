@@ -84,14 +84,16 @@
 // SRQ's ring, served when its hint is set; its completion reaches the
 // receive CQ of the QP that took it, with a request context (reqSlot, kind
 // KindSRQ) that names the receive in the SRQ's context table. A receive
-// may use the token a FastRegister just returned: the relay serves the
-// send rings of a word of the post bitmap before its receive rings, and
-// reads the bitmap again before it serves an SRQ, so the FastRegister is
-// in the daemon's table first. Not covered: a FastRegister posted with
-// DEFER and not yet rung, or one on a QP 64 or more slots away from the
-// receiving QP posted in the same instant; that receive completes (or,
-// on an SRQ, ends the SRQ) with STATUS_ACCESS_VIOLATION. SRQ notifications
-// are messages (they come from the SRQ's goroutine, not the relay).
+// may use the token a FastRegister posted before it on any of the
+// session's QPs returned, and must find the token of an Invalidate posted
+// before it gone: the client marks a QP in the post bitmap after it
+// publishes the QP's send record (a local operation with DEFER too, which
+// it does not ring for), and each pass of the relay counts the receives
+// it may move, on QP and SRQ rings, then reads the bitmap again and moves
+// every send record published before the count, and only then moves the
+// counted receives (relay.pass); a UD QP's refill and ModifySRQ's move do
+// the same. SRQ notifications are messages (they come from the SRQ's
+// goroutine, not the relay).
 //
 // UD QPs (ud.go) are client QPs with the same rings, made by create_qp
 // with its UD fields: each SEND record of a UD QP carries its

@@ -34,18 +34,25 @@ func newBed(t testing.TB) *bed { return newBedWith(t, daemon.Config{}, 0o600) }
 // newBedWith is newBed with the daemon's config and its socket's mode.
 func newBedWith(t testing.TB, cfg daemon.Config, perm os.FileMode) *bed {
 	t.Helper()
-	p := harness.New(t, harness.Config{})
+	return newBedQueues(t, cfg, perm, 1)
+}
+
+// newBedQueues is newBedWith on a veth pair of as many queues, each
+// adapter running an engine on each.
+func newBedQueues(t testing.TB, cfg daemon.Config, perm os.FileMode, queues int) *bed {
+	t.Helper()
+	p := harness.New(t, harness.Config{Queues: queues})
 	bd := &bed{pair: p, sock: filepath.Join(t.TempDir(), "d.sock")}
 	if err := p.A.Do(func() error {
 		var err error
-		bd.a, err = ndk.Open(p.A.Link, ndk.Options{})
+		bd.a, err = ndk.Open(p.A.Link, ndk.Options{Queues: queues})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.B.Do(func() error {
 		var err error
-		bd.b, err = ndk.Open(p.B.Link, ndk.Options{})
+		bd.b, err = ndk.Open(p.B.Link, ndk.Options{Queues: queues})
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ type relay struct {
 	// (a budget used up, a full daemon QP), and each queue's last
 	// published WRITE count.
 	again      [proto.BitmapWords]uint64
+	marked     [proto.BitmapWords]uint64 // the QPs this pass serves (pass)
 	lastWrites [proto.MaxQueues]uint64
 	queues     [proto.MaxQueues]int // QPs per queue
 	passes     uint64
@@ -404,6 +405,21 @@ func (r *relay) notifier() {
 
 // pass does one round over the session's QPs and CQs and returns how much
 // it moved.
+//
+// A receive, on a QP's ring or an SRQ's, may use the token of a
+// FastRegister the client posted before it on any of the session's QPs,
+// and must find the token of an Invalidate before it gone. The client
+// publishes each send record and then marks its QP in the post bitmap, so
+// a send record published before a receive has its QP's mark set by the
+// time the receive can be read. The pass therefore counts the receives it
+// may move first (countReceives), then reads the bitmap again and moves
+// every send record published before that count (moveSends), and only
+// then moves receives, no more than it counted. A receive published after
+// the count waits for the next pass, which its own mark brings. Moving
+// whatever a ring held by the time it was read let a receive pass its
+// FastRegister (the daemon's QP or SRQ refused the token): on a QP in a
+// later word of the bitmap at once, and on any QP whose records were
+// published between the bitmap read and the receive's move.
 func (r *relay) pass() int {
 	n := 0
 	if r.passes++; r.passes%sweepEvery == 0 {
@@ -420,8 +436,10 @@ func (r *relay) pass() int {
 	}
 	words := (len(r.slots) + 63) / 64
 	for i := range words {
-		if r.post[i].Load() != 0 || r.again[i] != 0 {
-			n += r.serve(i, r.post[i].Swap(0)|r.again[i])
+		r.marked[i] = r.again[i]
+		r.again[i] = 0
+		if r.post[i].Load() != 0 {
+			r.marked[i] |= r.post[i].Swap(0)
 		}
 		if r.arm[i].Load() != 0 {
 			r.watchArms(i, r.arm[i].Swap(0))
@@ -430,7 +448,17 @@ func (r *relay) pass() int {
 			return n
 		}
 	}
-	n += r.serveSRQs()
+	counted := r.countReceives(words)
+	if r.stopped {
+		return n
+	}
+	sn, clean := r.moveSends(words, counted)
+	n += sn
+	if r.stopped {
+		return n
+	}
+	n += r.moveReceives(words, clean)
+	n += r.moveSRQs(clean)
 	if r.stopped {
 		return n
 	}
@@ -441,43 +469,115 @@ func (r *relay) pass() int {
 	return n
 }
 
-// serve moves the posts of the QPs whose bits are set in word i of the
-// post bitmap, and marks for the next pass those it could not finish.
-// The send rings go first, all of them: a receive may use the token of a
-// FastRegister posted before it on any of these QPs.
-func (r *relay) serve(i int, bits uint64) int {
-	r.again[i] = 0
-	n := 0
-	for rest := bits; rest != 0; {
-		b := rest & -rest
-		rest &^= b
-		q, ok := r.slotAt(i, b, "post")
-		if !ok {
-			return n
-		}
-		if q == nil || q.broken {
-			continue
-		}
-		sn, more := r.pumpSend(q)
-		n += sn
-		if more {
-			r.again[i] |= b
+// countReceives counts, for each QP marked this pass and each SRQ with
+// news, the receive records the pass may move (ready). It reports whether
+// there are any.
+func (r *relay) countReceives(words int) (counted bool) {
+	for i := range words {
+		for rest := r.marked[i]; rest != 0; {
+			b := rest & -rest
+			rest &^= b
+			q, ok := r.slotAt(i, b, "post")
+			if !ok {
+				return counted
+			}
+			if q == nil || q.broken {
+				continue
+			}
+			q.ready = q.recv.Len()
+			counted = counted || q.ready > 0 || q.stalledRecv
 		}
 	}
-	for rest := bits; rest != 0; {
-		b := rest & -rest
-		rest &^= b
-		q := r.slots[i*64+mathbits.TrailingZeros64(b)] // checked in the loop above
-		if q == nil || (q.broken && !q.drainRecv) {
+	for _, x := range r.srqs {
+		x.ready = 0
+		if x.broken || (!x.again && x.post.Load() == 0) {
 			continue
 		}
-		rn, more := r.pumpRecv(q)
-		q.drainRecv = false
-		n += rn
-		if more {
-			r.again[i] |= b
+		x.post.Store(0)
+		x.ready = x.ring.Len()
+		counted = counted || x.ready > 0 || x.stalled
+	}
+	return counted
+}
+
+// moveSends moves the send records of the QPs marked this pass, of those
+// left over (again) and of those marked since the marks were taken, whose
+// receives, not counted, are left for the next pass. With receives
+// counted (drain), each ring is emptied of every record published before
+// the count, past the budget; clean reports that none is left behind (a
+// record refused as the daemon's QP full, or waiting on its fence, holds
+// the receives back, which then wait for the next pass).
+func (r *relay) moveSends(words int, drain bool) (n int, clean bool) {
+	clean = true
+	for i := range words {
+		if r.post[i].Load() != 0 {
+			r.again[i] |= r.post[i].Swap(0)
+			n++ // their receives: the engine turns again at once
 		}
-		r.publish(q)
+		for rest := r.marked[i] | r.again[i]; rest != 0; {
+			b := rest & -rest
+			rest &^= b
+			q, ok := r.slotAt(i, b, "post")
+			if !ok {
+				return n, false
+			}
+			if q == nil || q.broken {
+				continue
+			}
+			limit := budget
+			if drain {
+				limit = max(budget, q.send.Len()+1)
+			}
+			sn, more := r.pumpSend(q, limit)
+			n += sn
+			if more {
+				r.again[i] |= b
+				clean = false
+			}
+		}
+	}
+	return n, clean
+}
+
+// moveReceives moves the counted receives of the QPs marked this pass, or,
+// where send records are left behind (not clean), leaves them for the
+// next pass; and publishes each QP's state.
+func (r *relay) moveReceives(words int, clean bool) int {
+	n := 0
+	for i := range words {
+		for rest := r.marked[i]; rest != 0; {
+			b := rest & -rest
+			rest &^= b
+			q := r.slots[i*64+mathbits.TrailingZeros64(b)] // checked by countReceives
+			if q == nil || (q.broken && !q.drainRecv) {
+				continue
+			}
+			switch {
+			case q.broken:
+				// Flushed: every receive published before the garbage
+				// goes in, once, to complete CANCELLED; order no longer
+				// matters.
+				rn, more := r.pumpRecv(q, -1)
+				n += rn
+				q.drainRecv = false
+				if more {
+					r.again[i] |= b
+				}
+			case !clean:
+				if q.ready > 0 || q.stalledRecv {
+					r.again[i] |= b
+				}
+			case q.ready > 0 || q.stalledRecv:
+				rn, more := r.pumpRecv(q, q.ready)
+				n += rn
+				if more {
+					r.again[i] |= b
+				}
+			case q.recv.Err() != nil:
+				r.breakQP(q, "receive ring", q.recv.Err())
+			}
+			r.publish(q)
+		}
 	}
 	return n
 }

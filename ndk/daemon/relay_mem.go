@@ -32,7 +32,7 @@ type sSRQ struct {
 	rr        proto.Recv
 	stalled   bool // rr was refused as the SRQ full: post it first
 	again     bool // serve without a new hint
-	ready     int  // records this pass may move (serveSRQs)
+	ready     int  // records this pass may move (countReceives)
 	broken    bool
 	removed   bool // out of the relay's list (closed): the ring is not read
 	sgl       [proto.MaxSGE]ndk.SGE
@@ -137,16 +137,20 @@ func (r *relay) pumpSRQ(x *sSRQ, limit int) (n int, more bool) {
 
 // modifySRQ is NdkModifySrq for the client. The receives the client posted
 // before it count as outstanding, as they do in process: the relay moves
-// them into the daemon's SRQ first (those that do not fit leave the depth
-// at least as high as they need, which the SRQ's own check sees).
+// them into the daemon's SRQ first, after the send records published
+// before them (see pass); those that do not fit leave the depth at least
+// as high as they need, which the SRQ's own check sees.
 func (r *relay) modifySRQ(x *sSRQ, depth, threshold int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !x.removed && !x.broken {
 		limit := x.ring.Len()
-		r.serveMarked()
-		_, more := r.pumpSRQ(x, limit)
-		x.again = x.again || more
+		if r.sendsFirst() {
+			_, more := r.pumpSRQ(x, limit)
+			x.again = x.again || more
+		} else {
+			x.again = true
+		}
 	}
 	return x.srq.Modify(depth, threshold)
 }
@@ -176,41 +180,24 @@ func (r *relay) breakSRQ(x *sSRQ, err error) {
 	r.ss.log.Warn("client's SRQ record refused; its SRQ ring is read no more", "srq", x.h, "err", err)
 }
 
-// serveSRQs moves the SRQs' posted receives. A receive may use the token
-// of a FastRegister the client posted before it on any of the session's
-// QPs, and the client marks that QP in the post bitmap before it marks
-// the SRQ. So each SRQ with news is counted first (the records published
-// by now), then the QPs marked by then are served, then no more than the
-// counted records are moved. A record published after the count may use
-// a FastRegister whose mark that bitmap read missed: it waits for the
-// next pass, which its own mark, set after it, brings. (Reading the SRQ's
-// mark, serving the bitmap, and then moving whatever the ring held by
-// then let a receive published in between pass its FastRegister: the
-// daemon's SRQ refused the token and the SRQ broke.)
-func (r *relay) serveSRQs() int {
-	news := false
-	for _, x := range r.srqs {
-		x.ready = 0
-		if x.broken || (!x.again && x.post.Load() == 0) {
-			continue
-		}
-		x.post.Store(0)
-		x.ready = x.ring.Len()
-		news = true
-	}
-	if !news {
-		return 0
-	}
-	n := r.serveMarked()
-	if r.stopped {
-		return n
-	}
+// moveSRQs moves the receives countReceives counted on the SRQs, unless
+// send records published before them are left behind (not clean): then
+// they wait for the next pass.
+func (r *relay) moveSRQs(clean bool) int {
+	n := 0
 	for _, x := range r.srqs {
 		if x.broken {
 			continue
 		}
 		if x.ready == 0 && !x.stalled {
+			if x.ring.Err() != nil {
+				r.breakSRQ(x, x.ring.Err())
+			}
 			x.again = false
+			continue
+		}
+		if !clean {
+			x.again = true
 			continue
 		}
 		sn, more := r.pumpSRQ(x, x.ready)
@@ -220,18 +207,18 @@ func (r *relay) serveSRQs() int {
 	return n
 }
 
-// serveMarked serves the QPs marked in the post bitmap now.
-func (r *relay) serveMarked() int {
-	n := 0
-	for i := range (len(r.slots) + 63) / 64 {
-		if r.post[i].Load() != 0 {
-			n += r.serve(i, r.post[i].Swap(0)|r.again[i])
-		}
-		if r.stopped {
-			return n
-		}
+// sendsFirst moves, outside a pass, every send record published before the
+// receives its caller has just counted (see pass), and reports whether
+// none is left behind. The marks it takes are left for the pass, to serve
+// those QPs' receives, and the engine is rung for it.
+func (r *relay) sendsFirst() (clean bool) {
+	words := (len(r.slots) + 63) / 64
+	clear(r.marked[:words])
+	n, clean := r.moveSends(words, true)
+	if n > 0 {
+		r.eng.Ring()
 	}
-	return n
+	return clean
 }
 
 // postLocal posts a client's Bind, FastRegister or Invalidate. Every

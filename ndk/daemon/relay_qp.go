@@ -48,6 +48,7 @@ type sQP struct {
 	rr                   proto.Recv
 	stalledSend          bool // sr was refused as queue full, or waits on its fence: post it first
 	stalledRecv          bool
+	ready                int  // receive records this pass may move (countReceives)
 	broken               bool // the client wrote garbage: flushed, no longer read
 	// drainRecv: the send ring broke in this pass, before the receive
 	// ring was served: the receives published before the garbage still
@@ -123,11 +124,12 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.CreateQP) 
 // busy QP does not starve the others or the completions.
 const budget = 64
 
-// pumpSend moves q's send records; more reports records left for the
-// next pass (the budget ran out, or the daemon's QP is full).
-func (r *relay) pumpSend(q *sQP) (n int, more bool) {
+// pumpSend moves q's send records, at most limit of them; more reports
+// records left for the next pass (the limit reached, or the daemon's QP
+// full).
+func (r *relay) pumpSend(q *sQP, limit int) (n int, more bool) {
 	for {
-		if n == budget {
+		if n == limit {
 			return n, true
 		}
 		if !q.stalledSend {
@@ -162,12 +164,19 @@ func (r *relay) pumpSend(q *sQP) (n int, more bool) {
 	return n, false
 }
 
-func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
-	for {
+// pumpRecv moves q's receive records: after the one the daemon's QP
+// refused as full before, if any, at most limit more (all there are if
+// limit < 0), and no more than the budget in all.
+func (r *relay) pumpRecv(q *sQP, limit int) (n int, more bool) {
+	for taken := 0; ; {
 		if n == budget {
 			return n, true
 		}
 		if !q.stalledRecv {
+			if taken == limit {
+				return n, false
+			}
+			taken++
 			rec := q.recv.Peek()
 			if rec == nil {
 				if q.recv.Err() != nil {
@@ -200,21 +209,26 @@ func (r *relay) pumpRecv(q *sQP) (n int, more bool) {
 // arrived must take it, as in process, though the relay's pass may not
 // have run since (the engine's thread was preempted between the pass
 // and its receive, the pass was skipped for control, or q is on another
-// queue's engine), and UD has no retry to make up for it. It gives way
-// where the pass would not move receives yet: the mutex held (a pass or
-// control), q out of its slot or broken, or send records waiting, which
-// the pass moves first (a receive may use the token of a FastRegister
-// posted before it). It reports whether it posted a receive.
+// queue's engine), and UD has no retry to make up for it. As a pass does,
+// it counts q's receives and moves every send record published before
+// them first (a receive may use the token of a FastRegister posted before
+// it on any QP). It gives way where it could not: the mutex held (a pass
+// or control), q out of its slot or broken, or a send record left
+// behind. It reports whether it posted a receive.
 func (r *relay) refill(q *sQP) (posted bool) {
 	if !r.mu.TryLock() {
 		return false
 	}
 	defer r.mu.Unlock()
-	if r.stopped || q.removed || q.broken || q.stalledSend || q.stalledRecv || q.send.Len() != 0 {
+	if r.stopped || q.removed || q.broken || q.stalledRecv {
 		return false
 	}
 	defer r.contain()
-	n, more := r.pumpRecv(q)
+	ready := q.recv.Len()
+	if ready == 0 || !r.sendsFirst() {
+		return false
+	}
+	n, more := r.pumpRecv(q, ready)
 	if more {
 		w, bit := proto.SlotWord(q.slot)
 		r.again[w] |= bit

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -556,33 +557,7 @@ func TestSRQDepthBoundsPostsThroughDaemon(t *testing.T) {
 // token as in process (the relay serves the send rings before the SRQ),
 // and a SEND lands in it.
 func TestSRQReceiveUsesFreshFastRegisterThroughDaemon(t *testing.T) {
-	bd := newBed(t)
-	c := dial(t, bd.sock)
-	s := newSRQBed(t, bd, c, 16, 0, 7661)
-	mr := newFastMR(t, c.pd, 1, false)
-	buf := c.mem[57344 : 57344+64]
-	for round := range 20 {
-		if err := s.qps[0].FastRegister(nil, mr, buf, ndk.OpFlagAllowLocalWrite|ndk.OpFlagSilentSuccess); err != nil {
-			t.Fatal(err)
-		}
-		rs, _ := mr.SGE(0, 64)
-		if err := s.srq.Receive(round, []ndk.SGE{rs}); err != nil {
-			t.Fatal(err)
-		}
-		msg := []byte{byte(round), 'f', 'r'}
-		copy(s.peers[1].mem, msg)
-		ps, _ := s.peers[1].mr.SGE(0, len(msg))
-		if err := s.peers[1].qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
-			t.Fatal(err)
-		}
-		if r := expect(t, c.rcq, ndk.StatusSuccess, ndk.OpReceive, round); !bytes.Equal(buf[:r.BytesTransferred], msg) {
-			t.Fatalf("round %d: received %q", round, buf[:r.BytesTransferred])
-		}
-		wait(t, bd.b.ICQ, "peer send")
-		if err := s.qps[0].Invalidate(nil, mr, ndk.OpFlagSilentSuccess); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srqFastRegisterRounds(t, 7661, 20)
 }
 
 // TestSRQReceivesFollowTheirFastRegisters: a client that fast-registers
@@ -595,47 +570,120 @@ func TestSRQReceiveUsesFreshFastRegisterThroughDaemon(t *testing.T) {
 // move passed its FastRegister now and then (about one run in three of
 // these rounds beside a busy loop).
 func TestSRQReceivesFollowTheirFastRegisters(t *testing.T) {
+	srqFastRegisterRounds(t, 7667, 3000)
+}
+
+func srqFastRegisterRounds(t *testing.T, port uint16, rounds int) {
 	bd := newBed(t)
 	c := dial(t, bd.sock)
-	s := newSRQBed(t, bd, c, 16, 0, 7667)
-	mr := newFastMR(t, c.pd, 1, false)
-	buf := c.mem[57344 : 57344+64]
-	for round := range 3000 {
-		if err := s.qps[0].FastRegister(nil, mr, buf, ndk.OpFlagAllowLocalWrite|ndk.OpFlagSilentSuccess); err != nil {
+	s := newSRQBed(t, bd, c, 16, 0, port)
+	fr := frRounds{fq: s.qps[0], mr: newFastMR(t, c.pd, 1, false), buf: c.mem[57344 : 57344+64],
+		recv: s.srq.Receive, peer: s.peers[1], rcq: c.rcq, peerICQ: bd.b.ICQ,
+		why: func() string {
+			select {
+			case st := <-s.notes:
+				return fmt.Sprintf("the SRQ's notification: %v", st)
+			default:
+				return "no SRQ notification"
+			}
+		}}
+	fr.run(t, rounds)
+	if why := fr.why(); why != "no SRQ notification" {
+		t.Fatal(why)
+	}
+}
+
+// TestReceivesFollowTheirFastRegisters: a receive a client posts on a QP
+// after a FastRegister, into the memory it registers, takes the fresh
+// token as in process, round after round: the relay moves no receive
+// before the send records the client published ahead of it, on the same
+// QP and on a QP of another word of the post bitmap (slot 64 against 0,
+// which the relay used to serve after the first word's receives), and
+// after a deferred FastRegister on another QP (which the client marks for
+// the relay, though it does not ring). A receive that passed its
+// FastRegister would be refused by the daemon's QP and complete with
+// STATUS_ACCESS_VIOLATION.
+func TestReceivesFollowTheirFastRegisters(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fillers int // QPs made between the receiving QP and the registering one; -1: the same QP
+		flags   ndk.OpFlag
+	}{{"same QP", -1, 0}, {"QP in another bitmap word", 63, 0}, {"deferred on another QP", 0, ndk.OpFlagDefer}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bd := newBed(t)
+			c := dial(t, bd.sock)
+			rq := c.qp // slot 0
+			p := bd.connect(t, c, 7671)
+			fq := rq
+			if tc.fillers >= 0 {
+				for range tc.fillers {
+					if _, err := c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 1, InitiatorQueueDepth: 1,
+						MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var err error
+				if fq, err = c.pd.CreateQP(ndk.QPConfig{ReceiveCQ: c.rcq, InitiatorCQ: c.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 16,
+					MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}); err != nil {
+					t.Fatal(err)
+				}
+				c.qp = fq // slot fillers+1
+				bd.connect(t, c, 7672)
+			}
+			fr := frRounds{fq: fq, mr: newFastMR(t, c.pd, 1, false), buf: c.mem[57344 : 57344+64],
+				flags: tc.flags, recv: rq.Receive, peer: p, rcq: c.rcq, peerICQ: bd.b.ICQ, why: func() string { return "" }}
+			fr.run(t, 2000)
+		})
+	}
+}
+
+// frRounds runs rounds of: fq fast-registers mr over buf (with flags
+// besides the rights and SILENT_SUCCESS), recv posts a
+// receive into it with mr's fresh token, the peer SENDs a numbered
+// message, which must land in buf and complete the receive on rcq, and fq
+// invalidates mr. why tells what the client was told when a receive does
+// not complete.
+type frRounds struct {
+	fq      *ndk.QP
+	mr      *ndk.MR
+	buf     []byte
+	flags   ndk.OpFlag
+	recv    func(ctx any, sgl []ndk.SGE) error
+	peer    *peer
+	rcq     *ndk.CQ
+	peerICQ *ndk.CQ
+	why     func() string
+}
+
+func (f *frRounds) run(t *testing.T, rounds int) {
+	t.Helper()
+	for round := range rounds {
+		if err := f.fq.FastRegister(nil, f.mr, f.buf, ndk.OpFlagAllowLocalWrite|ndk.OpFlagSilentSuccess|f.flags); err != nil {
 			t.Fatal(err)
 		}
-		rs, _ := mr.SGE(0, 64)
-		if err := s.srq.Receive(round, []ndk.SGE{rs}); err != nil {
+		rs, _ := f.mr.SGE(0, len(f.buf))
+		if err := f.recv(round, []ndk.SGE{rs}); err != nil {
 			t.Fatal(err)
 		}
 		msg := []byte{byte(round), byte(round >> 8), 'f', 'r'}
-		copy(s.peers[1].mem, msg)
-		ps, _ := s.peers[1].mr.SGE(0, len(msg))
-		if err := s.peers[1].qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
+		copy(f.peer.mem, msg)
+		ps, _ := f.peer.mr.SGE(0, len(msg))
+		if err := f.peer.qp.Send(nil, []ndk.SGE{ps}, 0); err != nil {
 			t.Fatal(err)
 		}
 		var r [1]ndk.ResultEx
-		for start := time.Now(); c.rcq.GetResultsEx(r[:]) == 0; runtime.Gosched() {
+		for start := time.Now(); f.rcq.GetResultsEx(r[:]) == 0; runtime.Gosched() {
 			if time.Since(start) > 5*time.Second {
-				select {
-				case st := <-s.notes:
-					t.Fatalf("round %d: no receive completion in 5 s; the SRQ's notification: %v", round, st)
-				default:
-					t.Fatalf("round %d: no receive completion in 5 s (no SRQ notification)", round)
-				}
+				t.Fatalf("round %d: no receive completion in 5 s; %s", round, f.why())
 			}
 		}
-		if r[0].Status != ndk.StatusSuccess || r[0].RequestContext != round || !bytes.Equal(buf[:r[0].BytesTransferred], msg) {
-			t.Fatalf("round %d: %+v, %q", round, r[0], buf[:r[0].BytesTransferred])
+		if r[0].Status != ndk.StatusSuccess || r[0].RequestContext != round || !bytes.Equal(f.buf[:r[0].BytesTransferred], msg) {
+			t.Fatalf("round %d: receive completed %v (context %v) with %q, want success of %d with %q",
+				round, r[0].Status, r[0].RequestContext, f.buf[:r[0].BytesTransferred], round, msg)
 		}
-		wait(t, bd.b.ICQ, "peer send")
-		if err := s.qps[0].Invalidate(nil, mr, ndk.OpFlagSilentSuccess); err != nil {
+		wait(t, f.peerICQ, "peer send")
+		if err := f.fq.Invalidate(nil, f.mr, ndk.OpFlagSilentSuccess); err != nil {
 			t.Fatal(err)
 		}
-	}
-	select {
-	case st := <-s.notes:
-		t.Fatalf("SRQ notification %v", st)
-	default:
 	}
 }
