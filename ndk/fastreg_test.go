@@ -149,6 +149,57 @@ func TestFastRegister_SendAndInvalidateInOrder(t *testing.T) {
 	}
 }
 
+// TestFastRegister_ReceiveOnAnyQPUsesFreshToken: a receive posted after a
+// FastRegister on another QP of the PD, into the memory it registers,
+// takes the fresh token (the registration is in force when FastRegister
+// returns, deferred or not), on an SRQ and on a QP's own receive queue,
+// and a SEND lands in it. The daemon's tests show the same through its
+// rings (test/daemon TestReceivesFollowTheirFastRegisters).
+func TestFastRegister_ReceiveOnAnyQPUsesFreshToken(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		srq   bool
+		flags OpFlag
+	}{{"SRQ", true, 0}, {"SRQ, deferred", true, OpFlagDefer}, {"receive queue", false, 0}, {"receive queue, deferred", false, OpFlagDefer}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSRQSides(t, 2, 16, 64, c.srq)
+			mr := newFastMR(t, s.y.pd, 1, false)
+			buf := make([]byte, 64)
+			src := make([]byte, 64)
+			smr, err := s.x.pd.RegisterMR(src, MRFlagAllowLocalWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for round := range 3 {
+				if err := s.yqps[1].FastRegister(nil, mr, buf, OpFlagAllowLocalWrite|OpFlagSilentSuccess|c.flags); err != nil {
+					t.Fatal(err)
+				}
+				rs, _ := mr.SGE(0, len(buf))
+				post := s.yqps[0].Receive
+				if c.srq {
+					post = s.srq.Receive
+				}
+				if err := post(round, []SGE{rs}); err != nil {
+					t.Fatalf("round %d: receive with the fresh token: %v", round, err)
+				}
+				msg := []byte{byte(round), 'f', 'r'}
+				ms, _ := smr.SGE(0, len(msg))
+				copy(src, msg)
+				if err := s.xqps[0].Send(nil, []SGE{ms}, 0); err != nil {
+					t.Fatal(err)
+				}
+				if r := expectResult(t, s.y.rcq, StatusSuccess, OpReceive, round); !bytes.Equal(buf[:r.BytesTransferred], msg) {
+					t.Fatalf("round %d: received %q, want %q", round, buf[:r.BytesTransferred], msg)
+				}
+				waitResult(t, s.x.icq)
+				if err := s.yqps[1].Invalidate(nil, mr, OpFlagSilentSuccess); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // TestFastRegister_RemoteWriteThroughNewToken: a peer writes through the
 // remote token a FastRegister returned, within the registration; after
 // NdkInvalidate the same write fails on the wire.

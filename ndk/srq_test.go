@@ -53,7 +53,7 @@ func newSRQSides(t testing.TB, n, depth, msg int, srq bool) *srqSides {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := QPConfig{ReceiveCQ: s.y.rcq, InitiatorCQ: s.y.icq, Context: i, InitiatorQueueDepth: 1, SRQ: s.srq}
+		cfg := QPConfig{ReceiveCQ: s.y.rcq, InitiatorCQ: s.y.icq, Context: i, InitiatorQueueDepth: 4, SRQ: s.srq}
 		if !srq {
 			cfg.ReceiveQueueDepth, cfg.MaxReceiveRequestSGE = max(depth/n, 1), 1
 		}
