@@ -2,10 +2,11 @@ package spin
 
 import (
 	"runtime"
-	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 )
 
 // TestYieldPRunsAWaitingGoroutine: on one P, a goroutine made runnable
@@ -96,15 +97,7 @@ func TestYieldIsNoSystemCallToTheRuntime(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	}
-	sample := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
-	notInGo := func() uint64 {
-		metrics.Read(sample)
-		if sample[0].Value.Kind() != metrics.KindUint64 {
-			t.Fatalf("%s is not supported by this runtime", sample[0].Name)
-		}
-		return sample[0].Value.Uint64()
-	}
-	base := notInGo()
+	base := testenv.InSystemCalls(t)
 	var stop, spinning atomic.Bool
 	done := make(chan struct{})
 	go func() {
@@ -120,12 +113,7 @@ func TestYieldIsNoSystemCallToTheRuntime(t *testing.T) {
 	}
 	// A spinner through unix.Syscall was seen in 56 to 66,000 of 200,000
 	// samples, some runs' 10ms, and in 55-67% of those taken over 200ms.
-	samples, seen := 0, 0
-	for start := time.Now(); time.Since(start) < 200*time.Millisecond; samples++ {
-		if notInGo() > base {
-			seen++
-		}
-	}
+	samples, seen := testenv.SystemCallSamples(t, base, 200*time.Millisecond)
 	stop.Store(true)
 	<-done
 	// Another goroutine of the test binary may be in a system call now and

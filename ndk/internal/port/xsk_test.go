@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -957,14 +956,6 @@ func TestXSKWaitDoorbell(t *testing.T) {
 // ppoll), and Close ends a nap that has no timeout.
 func TestXSKNapHoldsNoP(t *testing.T) {
 	_, _, b := xskPair(t, harness.Config{}, xskOptions{mode: loader.AttachDriver})
-	sample := []metrics.Sample{{Name: "/sched/goroutines/not-in-go:goroutines"}}
-	notInGo := func() uint64 {
-		metrics.Read(sample)
-		if sample[0].Value.Kind() != metrics.KindUint64 {
-			t.Fatalf("%s is not supported by this runtime", sample[0].Name)
-		}
-		return sample[0].Value.Uint64()
-	}
 	ended := func(what string, woke <-chan time.Duration, within time.Duration) time.Duration {
 		t.Helper()
 		select {
@@ -987,15 +978,10 @@ func TestXSKNapHoldsNoP(t *testing.T) {
 		return woke
 	}
 
-	base := notInGo()
+	base := testenv.InSystemCalls(t)
 	woke := nap(10*time.Second, nil)
 	time.Sleep(20 * time.Millisecond) // let it park
-	samples, seen := 0, 0
-	for start := time.Now(); time.Since(start) < 200*time.Millisecond; samples++ {
-		if notInGo() > base {
-			seen++
-		}
-	}
+	samples, seen := testenv.SystemCallSamples(t, base, 200*time.Millisecond)
 	b.port.Doorbell()
 	if d := ended("the doorbell", woke, 5*time.Second); d < 200*time.Millisecond {
 		t.Fatalf("the nap ended after %v, before its doorbell", d)
