@@ -137,8 +137,9 @@ func TestFloodOfReads(t *testing.T) {
 		b.fp.injected.Load(), after.FramesOut-before.FramesOut, after.Duplicates-before.Duplicates, base, loaded, r, h0>>10, h1>>10)
 	// The goal is 0.5 (reported above, noisy on a shared machine); this
 	// floor, far below it, catches the starvation that a busy engine
-	// without its yields caused: 0.0016.
-	if r < 0.05 && !raceDetector {
+	// without its yields caused: 0.0016. Beside a busy loop and another
+	// package's tests on 2 CPUs a sound engine measured 0.048.
+	if r < 0.02 && !raceDetector {
 		t.Errorf("stream ratio %.3f under the READ flood", r)
 	}
 	if h1 > h0+256<<10 {
