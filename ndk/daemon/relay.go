@@ -563,18 +563,18 @@ func (r *relay) moveReceives(words int, clean bool) int {
 				if more {
 					r.again[i] |= b
 				}
-			case !clean:
-				if q.ready > 0 || q.stalledRecv {
-					r.again[i] |= b
+			case q.ready == 0 && !q.stalledRecv:
+				if q.recv.Err() != nil {
+					r.breakQP(q, "receive ring", q.recv.Err())
 				}
-			case q.ready > 0 || q.stalledRecv:
+			case !clean:
+				r.again[i] |= b
+			default:
 				rn, more := r.pumpRecv(q, q.ready)
 				n += rn
 				if more {
 					r.again[i] |= b
 				}
-			case q.recv.Err() != nil:
-				r.breakQP(q, "receive ring", q.recv.Err())
 			}
 			r.publish(q)
 		}
