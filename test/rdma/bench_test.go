@@ -139,18 +139,25 @@ func measureRDMA(b *testing.B, p *harness.Pair) figures {
 	return f
 }
 
+// benchPolling is the polling mode NDKXDP_BENCH_POLL names: busy or
+// progress (ndk.PollBusy, ndk.PollProgress), else the default.
+func benchPolling() ndk.PollingMode {
+	switch os.Getenv("NDKXDP_BENCH_POLL") {
+	case "busy":
+		return ndk.PollBusy
+	case "progress":
+		return ndk.PollProgress
+	}
+	return ndk.PollAuto
+}
+
 // benchSetups are the two hosts' settings from the environment:
 // NDKXDP_BENCH_POLL=busy or progress (ndk.PollBusy, ndk.PollProgress), and
 // NDKXDP_BENCH_ENGINE_CPUS="0;1", which pins host A's engines to CPU 0 and
 // host B's to CPU 1 (ndk.Options.EngineCPUs, lists as taskset -c's).
 func benchSetups(b *testing.B) (sa, sb setup) {
 	var s setup
-	switch os.Getenv("NDKXDP_BENCH_POLL") {
-	case "busy":
-		s.opts.Polling = ndk.PollBusy
-	case "progress":
-		s.opts.Polling = ndk.PollProgress
-	}
+	s.opts.Polling = benchPolling()
 	sa, sb = s, s
 	if v := os.Getenv("NDKXDP_BENCH_ENGINE_CPUS"); v != "" {
 		la, lb, _ := strings.Cut(v, ";")

@@ -75,10 +75,10 @@ func sides(p *harness.Pair, j procJob) (rx, tx procJob) {
 // same frame size on the wire as a 64 B RC SEND.
 func measureCost(tb testing.TB, p *harness.Pair) []costRow {
 	frame := rdmaFrame(benchMsg)
-	busy := os.Getenv("NDKXDP_BENCH_POLL") == "busy"
+	poll := benchPolling()
 	jobs := []procJob{
-		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Busy: busy},
-		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Busy: busy, Notify: true},
+		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Polling: poll},
+		{Kind: "rdma", Op: "send", Size: benchMsg, Queues: 1, QPs: 1, Polling: poll, Notify: true},
 		{Kind: "xdp", Frame: frame, Payload: benchMsg},
 		{Kind: "udp", Frame: frame, Payload: benchMsg},
 		{Kind: "tcp", Frame: frame, Payload: benchMsg},
@@ -139,9 +139,9 @@ func measureBulk(tb testing.TB, mtu, queues int) []bulkRow {
 		tb.Fatalf("no path MTU fits in %d", mtu)
 	}
 	frame := rdmaFrame(pm.Bytes())
-	busy := os.Getenv("NDKXDP_BENCH_POLL") == "busy"
-	jobs := []procJob{{Kind: "rdma", Op: "write", Size: benchWrite, Queues: queues, QPs: queues, Busy: busy},
-		{Kind: "rdma", Op: "read", Size: benchWrite, Queues: queues, QPs: queues, Busy: busy}}
+	poll := benchPolling()
+	jobs := []procJob{{Kind: "rdma", Op: "write", Size: benchWrite, Queues: queues, QPs: queues, Polling: poll},
+		{Kind: "rdma", Op: "read", Size: benchWrite, Queues: queues, QPs: queues, Polling: poll}}
 	jobs = append(jobs, procJob{Kind: "xdp", Frame: frame, Payload: pm.Bytes(), Queues: queues})
 	if queues == 1 {
 		jobs = append(jobs, procJob{Kind: "udp", Frame: frame, Payload: frame - procUDPHeaders})
@@ -323,8 +323,8 @@ func reportBulk(b *testing.B, rows []bulkRow) {
 }
 
 // BenchmarkCPUCost measures, in one run on one veth pair (MTU 9000), what
-// a 64 B message costs each side in CPU time, for ndkxdp (SEND, adaptive
-// polling unless NDKXDP_BENCH_POLL=busy), raw AF_XDP, Go UDP and Go TCP,
+// a 64 B message costs each side in CPU time, for ndkxdp (SEND, the
+// default polling unless NDKXDP_BENCH_POLL=busy or progress), raw AF_XDP, Go UDP and Go TCP,
 // each side a process of its own measured with getrusage; and what an
 // idle adapter with connected QPs costs over 10 s. It reports ndkxdp's
 // CPU per message as ratios to each baseline's. Run it with -benchtime 1x.

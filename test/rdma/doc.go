@@ -143,6 +143,22 @@
 // sender, so it spins in the gaps the sender leaves; spinning less would
 // trade the latency the spins buy (rc's doc, "Polling").
 //
+// The same table with NDKXDP_BENCH_POLL=progress (ndk.PollProgress in
+// both processes, what PollAuto picks with more Ps than engines plus
+// one), three runs interleaved with three of the default on 2026-11-29:
+// the polling receiver moved 304k-505k msg/s at 1.98-2.91 CPU-s a
+// million (the default's 558k-712k at 1.39-1.75), its engine napping
+// about 11,000 times a window while its consumer ran the turns. The
+// notify receiver, whose engine sleeps on its socket while the consumer
+// blocks (ConsumerBlocks), used 0.27-0.38 of a core (the default's
+// 0.87-0.92) at 196k-609k msg/s: 0.58-1.38 CPU-s a million, 0.22-1.37
+// of Go TCP's in the same runs (the default's notify row 0.59-1.04),
+// while its sender used 1.0-1.6 cores. A receiver that blocks and an
+// engine that sleeps between batches can cost less than half of Go
+// TCP's a message, but that rate varies 3x from run to run here, and
+// the polling receiver loses a third of its rate, so PollAuto keeps
+// adaptive polling at GOMAXPROCS 2.
+//
 //	64 KiB WRITE, Gbit/s           ndkxdp     raw AF_XDP  Go TCP     ndkxdp/raw  ndkxdp/TCP
 //	MTU 4096, 1 queue              4.7-8.2    10.0-15.5   13.8-22.5  0.46-0.70   0.31-0.42
 //	MTU 4096, 4 queues             6.5-13.9   11.4-15.7   12.8-20.5  0.53-0.93   0.47-0.79

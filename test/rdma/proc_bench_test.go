@@ -81,8 +81,8 @@ type procJob struct {
 	// Queues is rdma's ndk.Options.Queues; QPs the QPs each side
 	// connects, spread over the queues.
 	Queues, QPs int
-	// Busy makes rdma's engines busy-poll (ndk.PollBusy).
-	Busy bool
+	// Polling is rdma's engines' polling mode (NDKXDP_BENCH_POLL).
+	Polling ndk.PollingMode
 	// Notify makes rdma's receiver block for a CQ notification (Arm,
 	// CQNotifyAny) once its CQ has been empty for a spin, as the tools'
 	// consumers do (verbs.Backoff) and a receiver blocking in a read
@@ -349,10 +349,7 @@ const (
 const procRecvDepth = 4096
 
 func newRDMASide(j procJob, h *vethpair.Host) (*rdmaSide, error) {
-	o := ndk.Options{Queues: j.Queues}
-	if j.Busy {
-		o.Polling = ndk.PollBusy
-	}
+	o := ndk.Options{Queues: j.Queues, Polling: j.Polling}
 	s := &rdmaSide{j: j}
 	cfg := ndkhost.Config{Options: o}
 	if j.Notify {
