@@ -51,7 +51,8 @@ type daemonLink struct {
 	keyBits atomic.Uint32
 	srqs    map[uint32]*daemonSRQ
 	// gone is set when the daemon went away (watch): every call fails
-	// with StatusConnectionReset from then on; goneCh is closed after.
+	// with StatusConnectionReset from then on; goneCh is closed right
+	// after, before any callback fires.
 	goneFlag atomic.Bool
 	goneCh   chan struct{}
 }
@@ -153,6 +154,8 @@ func (r *daemonLink) watch() {
 		return // the adapter closed
 	}
 	r.goneFlag.Store(true)
+	// Gone first: a callback's receiver may look at it at once.
+	close(r.goneCh)
 	r.mu.RLock()
 	cqs := make([]*daemonCQ, 0, len(r.cqs))
 	for _, c := range r.cqs {
@@ -180,7 +183,6 @@ func (r *daemonLink) watch() {
 	for _, x := range conns {
 		x.disconnected(uint32(DisconnectReasonNone))
 	}
-	close(r.goneCh)
 }
 
 // Gone returns a channel closed when the daemon of an adapter from Dial
