@@ -30,12 +30,7 @@ func TestHostileLocalRecords(t *testing.T) {
 	_, pmem, _ := bd.peerQP(t, r, q)
 	mw, _ := r.ok(&proto.Request{Op: proto.OpCreateMW, PD: pd.H})
 	fast, _ := r.ok(&proto.Request{Op: proto.OpInitFastMR, PD: pd.H, Depth: 1, Flags: 1})
-	seg, err := shm.NewSegment("hostile", 8192)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
-	r.ok(&proto.Request{Op: proto.OpArena, Arena: 1, Size: 8192}, seg.FD())
+	r.arena(1, 8192)
 
 	seq := uint64(100)
 	post := func(what string, rec proto.Send, want ndk.Status) {

@@ -144,6 +144,19 @@ func (r *raw) ok(req *proto.Request, fds ...int) (*proto.Message, []int) {
 	return m, rfds
 }
 
+// arena shares a new segment of size bytes with the daemon as arena id;
+// the segment lives until the test ends.
+func (r *raw) arena(id uint32, size int) *shm.Segment {
+	r.t.Helper()
+	seg, err := shm.NewSegment("raw-arena", size)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { seg.Close() })
+	r.ok(&proto.Request{Op: proto.OpArena, Arena: id, Size: uint64(size)}, seg.FD())
+	return seg
+}
+
 // post marks q in the session's post bitmap and rings the engine, as a
 // client does after publishing records.
 func (r *raw) post(q *rawQP) {
@@ -526,12 +539,7 @@ func FuzzRingRecords(f *testing.F) {
 		bd.peerQP(t, r, q)
 		r.ok(&proto.Request{Op: proto.OpCreateMW, PD: pd.H})
 		r.ok(&proto.Request{Op: proto.OpInitFastMR, PD: pd.H, Depth: 1, Flags: 1})
-		arena, err := shm.NewSegment("fuzz", 4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer arena.Close()
-		r.ok(&proto.Request{Op: proto.OpArena, Arena: 1, Size: 4096}, arena.FD())
+		r.arena(1, 4096)
 		put := func(l shm.RingLayout, size int, in []byte) {
 			p, err := shm.NewProducer(q.seg, l)
 			if err != nil {

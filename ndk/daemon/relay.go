@@ -131,16 +131,25 @@ func newRelay(ss *session, efd int) (*relay, error) {
 	return r, nil
 }
 
-// slotAt returns the QP of the slot that bit b of word i of a bitmap
-// names, nil where the slot is free. A bit beyond every slot ever given
-// out is one no correct client sets: it ends the session (ok false).
-func (r *relay) slotAt(i int, b uint64, what string) (q *sQP, ok bool) {
-	s := i*64 + mathbits.TrailingZeros64(b)
-	if s >= len(r.slots) {
-		r.fail(reasonRing, fmt.Errorf("%s bitmap names QP slot %d; the session was given %d", what, s, len(r.slots)))
-		return nil, false
+// fits reports whether every bit of bits, word i of a bitmap, names a
+// slot the session was given, so that the loops over the word may index
+// r.slots directly (a free slot is nil). A bit beyond them is one no
+// correct client sets: it ends the session.
+func (r *relay) fits(i int, bits uint64, what string) bool {
+	if bits == 0 {
+		return true
 	}
-	return r.slots[s], true
+	if s := i*64 + 63 - mathbits.LeadingZeros64(bits); s >= len(r.slots) {
+		r.fail(reasonRing, fmt.Errorf("%s bitmap names QP slot %d; the session was given %d", what, s, len(r.slots)))
+		return false
+	}
+	return true
+}
+
+// slot returns the QP of the slot that bit b of word i names, a word
+// that fits.
+func (r *relay) slot(i int, b uint64) *sQP {
+	return r.slots[i*64+mathbits.TrailingZeros64(b)]
 }
 
 // fail ends the session for what its client wrote: the relay serves it
@@ -328,13 +337,14 @@ func (r *relay) Idle() {
 func (r *relay) armOtherQueues() {
 	words := (len(r.slots) + 63) / 64
 	for i := range words {
-		for bits := r.arm[i].Load(); bits != 0; {
+		bits := r.arm[i].Load()
+		if !r.fits(i, bits, "arm") {
+			return
+		}
+		for bits != 0 {
 			b := bits & -bits
 			bits &^= b
-			q, ok := r.slotAt(i, b, "arm")
-			if !ok {
-				return
-			}
+			q := r.slot(i, b)
 			if q == nil || q.queue == 0 || q.wArm.Load() == 0 {
 				continue
 			}
@@ -474,13 +484,13 @@ func (r *relay) pass() int {
 // there are any.
 func (r *relay) countReceives(words int) (counted bool) {
 	for i := range words {
+		if !r.fits(i, r.marked[i], "post") {
+			return counted
+		}
 		for rest := r.marked[i]; rest != 0; {
 			b := rest & -rest
 			rest &^= b
-			q, ok := r.slotAt(i, b, "post")
-			if !ok {
-				return counted
-			}
+			q := r.slot(i, b)
 			if q == nil || q.broken {
 				continue
 			}
@@ -511,16 +521,17 @@ func (r *relay) moveSends(words int, drain bool) (n int, clean bool) {
 	clean = true
 	for i := range words {
 		if r.post[i].Load() != 0 {
-			r.again[i] |= r.post[i].Swap(0)
+			fresh := r.post[i].Swap(0)
+			if !r.fits(i, fresh, "post") {
+				return n, false
+			}
+			r.again[i] |= fresh
 			n++ // their receives: the engine turns again at once
 		}
 		for rest := r.marked[i] | r.again[i]; rest != 0; {
 			b := rest & -rest
 			rest &^= b
-			q, ok := r.slotAt(i, b, "post")
-			if !ok {
-				return n, false
-			}
+			q := r.slot(i, b)
 			if q == nil || q.broken {
 				continue
 			}
@@ -548,7 +559,7 @@ func (r *relay) moveReceives(words int, clean bool) int {
 		for rest := r.marked[i]; rest != 0; {
 			b := rest & -rest
 			rest &^= b
-			q := r.slots[i*64+mathbits.TrailingZeros64(b)] // checked by countReceives
+			q := r.slot(i, b) // fits: countReceives
 			if q == nil || (q.broken && !q.drainRecv) {
 				continue
 			}
@@ -586,14 +597,14 @@ func (r *relay) moveReceives(words int, clean bool) int {
 // of the arm bitmap once their queue's count moved past the count armed
 // at; an arm not yet due is watched again.
 func (r *relay) watchArms(i int, bits uint64) {
+	if !r.fits(i, bits, "arm") {
+		return
+	}
 	keep := uint64(0)
 	for bits != 0 {
 		b := bits & -bits
 		bits &^= b
-		q, ok := r.slotAt(i, b, "arm")
-		if !ok {
-			return
-		}
+		q := r.slot(i, b)
 		if q == nil || q.wArm.Load() == 0 {
 			continue
 		}

@@ -22,12 +22,7 @@ func TestUDReceivePostedBeforeThePass(t *testing.T) {
 	bd := newBed(t)
 	r := dialRaw(t, bd.sock)
 	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
-	arena, err := shm.NewSegment("refill-test", 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { arena.Close() })
-	r.ok(&proto.Request{Op: proto.OpArena, Arena: 1, Size: 4096}, arena.FD())
+	arena := r.arena(1, 4096)
 	const va = 1 << 40
 	mr, _ := r.ok(&proto.Request{Op: proto.OpRegister, PD: pd.H, Arena: 1, Len: 4096, VA: va, Flags: uint32(ndk.MRFlagAllowLocalWrite)})
 	q := r.udQP(pd.H)
@@ -73,12 +68,7 @@ func TestUDRefillMovesFastRegistersFirst(t *testing.T) {
 	bd := newBedQueues(t, daemon.Config{}, 0o600, 2)
 	r := dialRaw(t, bd.sock)
 	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
-	arena, err := shm.NewSegment("refill-test", 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { arena.Close() })
-	r.ok(&proto.Request{Op: proto.OpArena, Arena: 1, Size: 4096}, arena.FD())
+	arena := r.arena(1, 4096)
 	fast, _ := r.ok(&proto.Request{Op: proto.OpInitFastMR, PD: pd.H, Depth: 1})
 	fq := r.qp(pd.H)
 	bd.peerQP(t, r, fq)
