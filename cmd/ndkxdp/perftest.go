@@ -125,7 +125,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.QPs > 1 {
 		srq += fmt.Sprintf(", %d QPs over %d engine(s)", p.QPs, len(engines))
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin), procs, srq)
+	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin, len(engines)), procs, srq)
 	cmdline.EnterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	// Through a daemon the engines' counters are the daemon's since it
@@ -214,8 +214,8 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 		return f, cmdline.Usagef("-p %d: not a port", *port)
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
-	case f.polling != "adaptive" && f.polling != "busy" && f.polling != "progress":
-		return f, cmdline.Usagef("unknown -polling %q (want adaptive, busy or progress)", f.polling)
+	case f.polling != "adaptive" && f.polling != "auto" && f.polling != "busy" && f.polling != "progress":
+		return f, cmdline.Usagef("unknown -polling %q (want adaptive, auto, busy or progress)", f.polling)
 	case (*secs <= 0 && (flagSet(fs, "D") || flagSet(fs, "duration"))) || time.Duration(*secs) > perftest.MaxDuration/time.Second:
 		return f, cmdline.Usagef("-D %d: want seconds, 1 to %d", *secs, perftest.MaxDuration/time.Second)
 	}
@@ -322,9 +322,12 @@ func printRunStats(w io.Writer, s ndk.EngineStats, waits uint64, daemon bool) {
 		whose, s.Sleeps, s.SlowYields, waits, s.Retransmits, s.Timeouts, s.RNRSent, s.RNRReceived, s.Duplicates, s.OutOfSeq)
 }
 
-// pollingText says how the run waits, as the tools print it.
-func pollingText(mode string, spin time.Duration) string {
+// pollingText says how the run waits, as the tools print it; auto names
+// what it chose for an adapter of engines engines in this process now.
+func pollingText(mode string, spin time.Duration, engines int) string {
 	switch mode {
+	case "auto":
+		return fmt.Sprintf("auto (GOMAXPROCS %d): %s", runtime.GOMAXPROCS(0), pollingText(ndk.PollAuto.Resolve(engines).String(), spin, engines))
 	case "busy":
 		return "busy polling"
 	case "progress":

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -147,12 +149,27 @@ func TestPerfSpinFlag(t *testing.T) {
 			t.Errorf("%q: engines spin %v, the test %v; want %v", tc.args, f.opts.SpinTime, f.params.Spin, tc.want)
 		}
 		want := fmt.Sprintf("adaptive polling (spin %v, then sleep)", tc.want)
-		if got := pollingText(f.polling, f.spin); got != want {
+		if got := pollingText(f.polling, f.spin, 1); got != want {
 			t.Errorf("%q: header says %q, want %q", tc.args, got, want)
 		}
 	}
 	f, err := parsePerfTest("send_lat", []string{"-polling", "busy", "-dev", "lo"}, io.Discard, io.Discard)
-	if err != nil || !f.params.BusyPoll || pollingText(f.polling, f.spin) != "busy polling" {
-		t.Errorf("-polling busy: %v, busy %v, header %q", err, f.params.BusyPoll, pollingText(f.polling, f.spin))
+	if err != nil || !f.params.BusyPoll || pollingText(f.polling, f.spin, 1) != "busy polling" {
+		t.Errorf("-polling busy: %v, busy %v, header %q", err, f.params.BusyPoll, pollingText(f.polling, f.spin, 1))
+	}
+	// auto, which the help offers, is ndk.PollAuto, and the header says
+	// what it chose.
+	f, err = parsePerfTest("send_bw", []string{"-polling", "auto", "-dev", "lo"}, io.Discard, io.Discard)
+	if err != nil || f.opts.Polling != ndk.PollAuto || f.params.BusyPoll {
+		t.Fatalf("-polling auto: %v, options %v, busy %v", err, f.opts.Polling, f.params.BusyPoll)
+	}
+	want := fmt.Sprintf("auto (GOMAXPROCS %d): ", runtime.GOMAXPROCS(0))
+	if ndk.PollAuto.Resolve(1) == ndk.PollProgress {
+		want += "consumer-driven progress"
+	} else {
+		want += "adaptive polling"
+	}
+	if got := pollingText(f.polling, f.spin, 1); !strings.HasPrefix(got, want) {
+		t.Errorf("-polling auto: header says %q, want it to begin %q", got, want)
 	}
 }
