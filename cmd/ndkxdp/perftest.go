@@ -22,7 +22,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy|progress] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-b] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy|progress] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -116,7 +116,7 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 		role = "client of " + peer.String()
 	}
 	srq := ""
-	if p.UseSRQ && (!peer.IsValid() || p.Kind == perftest.Lat) {
+	if p.UseSRQ && (!peer.IsValid() || p.Kind == perftest.Lat || p.Bidir) {
 		srq = ", receives through a shared receive queue (--use-srq)"
 	}
 	if p.WriteImm {
@@ -124,6 +124,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	if p.QPs > 1 {
 		srq += fmt.Sprintf(", %d QPs over %d engine(s)", p.QPs, len(engines))
+	}
+	if p.Bidir {
+		srq += ", bidirectional (-b)"
 	}
 	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin, len(engines)), procs, srq)
 	cmdline.EnterPhase(ctx, "perf "+name+" as "+role)

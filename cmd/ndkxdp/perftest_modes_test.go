@@ -173,3 +173,42 @@ func TestPerfSpinFlag(t *testing.T) {
 		t.Errorf("-polling auto: header says %q, want it to begin %q", got, want)
 	}
 }
+
+// TestPerfBidirectional runs `ndkxdp perf -b` on both ends of a veth
+// pair: send, write and read bw in both directions at once, each side
+// printing one row, both sides' sum, so the two rows are the same (send
+// bw needs receive completions while SENDs are outstanding:
+// verbs.ConnParams.Unordered). -b is refused for latency tests, as
+// perftest's parser refuses it.
+func TestPerfBidirectional(t *testing.T) {
+	if _, err := parsePerfTest("send_lat", []string{"-b", "-dev", "lo"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "only available in BW test") {
+		t.Errorf("send_lat -b: %v", err)
+	}
+	f, err := parsePerfTest("write_bw", []string{"--bidirectional", "-dev", "lo"}, io.Discard, io.Discard)
+	if err != nil || !f.params.Bidir {
+		t.Fatalf("write_bw --bidirectional: %v, bidir %v", err, f.params.Bidir)
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srv := p.B.IPv4.String()
+	for _, test := range []string{"send_bw", "write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			cout, sout := runBoth(t, p,
+				[]string{"perf", test, "-b", "-n", "2000", "-s", "4096", "-dev", p.B.Link},
+				[]string{"perf", test, "-b", "-n", "2000", "-s", "4096", srv, "-dev", p.A.Link})
+			t.Logf("client:\n%s\nserver:\n%s", cout, sout)
+			c, s := perfRows(cout), perfRows(sout)
+			if len(c) != 1 || len(s) != 1 {
+				t.Fatalf("want one row on each side")
+			}
+			if c[0][0] != "4096" || c[0][1] != "2000" || strings.Join(c[0], " ") != strings.Join(s[0], " ") {
+				t.Errorf("rows %q and %q: want 4096 x 2000 and the same sum on both sides", c[0], s[0])
+			}
+			for _, out := range []string{cout, sout} {
+				if !strings.Contains(out, "bidirectional (-b)") {
+					t.Errorf("header does not say -b:\n%s", out)
+				}
+			}
+		})
+	}
+}

@@ -58,6 +58,7 @@ func (c *Connector) Connect(ctx context.Context, port uint16, p verbs.ConnParams
 		ep.Close()
 		return nil, err
 	}
+	ep.unordered = p.Unordered
 	if p.Prepare != nil {
 		if err := p.Prepare(ep); err != nil {
 			return fail(fmt.Errorf("prepare endpoint: %w", err))
@@ -174,6 +175,7 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 		conn.Close()
 		return nil, err
 	}
+	ep.unordered = p.Unordered
 	if p.Prepare != nil {
 		if err := p.Prepare(ep); err != nil {
 			_ = conn.Reject(nil)

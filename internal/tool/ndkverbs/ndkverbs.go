@@ -90,6 +90,8 @@ type Endpoint struct {
 	// any, Poll holds receive completions back (see Poll).
 	sendsOut int
 	failed   bool // a completion failed: the QP is in error, nothing is held
+	// unordered holds nothing (verbs.ConnParams.Unordered).
+	unordered bool
 
 	mu  sync.Mutex // guards mrs and closed against Close from another goroutine
 	mrs []*ndk.MR
@@ -355,8 +357,8 @@ func completionErr(r *ndk.ResultEx) error {
 // a lost ACK is only repaired by a retransmission), and perftest and rping
 // wait for their SEND's completion before they look for the answer, as
 // perftest's separate send and receive CQs let them. Holding the answer
-// keeps that order on one Poll; after a failure or the peer's disconnect
-// nothing is held.
+// keeps that order on one Poll; after a failure or the peer's disconnect,
+// and on an endpoint opened Unordered, nothing is held.
 func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 	n := 0
 	want := min(len(out), len(e.results))
@@ -369,7 +371,7 @@ func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 		n++
 	}
 	gone := e.gone.Load()
-	if (e.sendsOut == 0 || e.failed || gone) && n < want {
+	if (e.sendsOut == 0 || e.unordered || e.failed || gone) && n < want {
 		k = e.rcq.GetResultsEx(e.results[:want-n])
 		for i := range e.results[:k] {
 			out[n] = e.completion(&e.results[i])

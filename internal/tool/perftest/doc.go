@@ -113,10 +113,14 @@
 // wire ends the run: after it the sides meet at the handshakes of
 // iterations mode. -D with -a is refused.
 //
-// What it is not: the test banner of ctx_print_test_info, bidirectional
-// mode (-b), -f (the margin is always perftest's default), UD/UC/XRC/DC
-// beyond -c UD's send tests, and perftest's Ethernet-socket exchange
-// (without -R). The send bw server's row spans its first to its last
+// Bidirectional mode (-b, Params.Bidir; bidir.go) runs send, write, read
+// and atomic bw on one RC QP in iterations mode, with -a and --use-srq:
+// both sides run the test at once and each prints both sides' sum. It is
+// not taken with -D, -q, -c UD or --write_with_imm.
+//
+// What it is not: the test banner of ctx_print_test_info, -f (the margin
+// is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,
+// and perftest's Ethernet-socket exchange (without -R). The send bw server's row spans its first to its last
 // receive, without a peak.
 //
 // Several QPs (-q, Params.QPs; multiqp.go), as perftest 4.5-0.17 and

@@ -145,6 +145,9 @@ type Params struct {
 	// running the full Iterations; 0 means 1. Latency tests take one.
 	// More than one needs endpoints that implement verbs.AnyWaiter.
 	QPs int
+	// Bidir is -b (bandwidth tests, one RC QP, iterations mode; bidir.go):
+	// both sides run the test at once and each prints both sides' sum.
+	Bidir bool
 
 	// udSizeIsMTU: -c UD without -s, whose size becomes the path MTU
 	// once it is agreed, as perftest's check_mtu does.
@@ -189,6 +192,9 @@ func (p *Params) normalize() error {
 		return err
 	}
 	if err := p.normalizeQPs(bad); err != nil {
+		return err
+	}
+	if err := p.normalizeBidir(bad); err != nil {
 		return err
 	}
 	switch {
@@ -282,6 +288,27 @@ func (p *Params) normalizeWire(bad func(format string, a ...any) error) error {
 	}
 	if p.ConnectRetry.Attempts < 0 || p.ConnectRetry.Attempts > 1000 || p.ConnectRetry.Interval < 0 || p.ConnectRetry.Interval > 10*time.Second {
 		return bad("connect retry %+v out of bounds (at most 1000 attempts, 10 s apart)", p.ConnectRetry)
+	}
+	return nil
+}
+
+// normalizeBidir checks -b against the modes it runs in: perftest's
+// parser refuses it for latency tests; the rest are what bidir.go does
+// not run yet.
+func (p *Params) normalizeBidir(bad func(format string, a ...any) error) error {
+	switch {
+	case !p.Bidir:
+		return nil
+	case p.Kind == Lat:
+		return bad("-b: Bidirectional is only available in BW test (perftest's words)")
+	case p.Duration > 0:
+		return fmt.Errorf("perftest: -b with -D: %w", ErrUnsupported)
+	case p.QPs > 1:
+		return fmt.Errorf("perftest: -b with -q %d: %w", p.QPs, ErrUnsupported)
+	case p.UD:
+		return fmt.Errorf("perftest: -b with -c UD: %w", ErrUnsupported)
+	case p.WriteImm:
+		return fmt.Errorf("perftest: -b with --write_with_imm: %w", ErrUnsupported)
 	}
 	return nil
 }

@@ -27,6 +27,9 @@ type Result struct {
 	Lat *LatStats
 	// LatDur is Lat's row in duration mode (-D).
 	LatDur *LatDuration
+	// Own is, under -b, this side's own row of the last size; BW is the
+	// sum of both sides' that it printed.
+	Own *Report
 	// AllBW and AllLat are -a's rows, one a size; BW and Lat are the last.
 	AllBW  []Report
 	AllLat []LatStats
@@ -117,9 +120,10 @@ func (d *data) postRecv() error {
 
 // wantsSRQ says whether a side of the test has an SRQ (perftest's
 // srq_exists): with --use-srq the server, and both sides of a latency
-// test; a bandwidth client posts no receives.
+// test or of a bidirectional one (-b); a bandwidth client otherwise posts
+// no receives.
 func wantsSRQ(p *Params, client bool) bool {
-	return p.UseSRQ && (!client || p.Kind == Lat)
+	return p.UseSRQ && (!client || p.Kind == Lat || p.Bidir)
 }
 
 // srqMaker returns the maker of the side's SRQ, or nil when the side has
@@ -143,7 +147,7 @@ const (
 )
 
 func connParams(p *Params, prepare func(verbs.Endpoint) error) verbs.ConnParams {
-	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare, UDAnnounce: p.UD && p.Kind == Lat}
+	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare, UDAnnounce: p.UD && p.Kind == Lat, Unordered: p.Bidir && p.Verb == Send}
 	if p.Verb == Read || p.Verb == Atomic {
 		// rdma_cm_route_handler / rdma_cm_connection_request_handler.
 		cp.ResponderResources, cp.InitiatorDepth = uint8(p.OutReads), uint8(p.OutReads)
@@ -357,6 +361,12 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 
 func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
 	switch {
+	case p.Bidir:
+		// Both sides run the test and print both sides' sum (bidir.go).
+		PrintBWHeader(out, p.ReportGbits)
+		if err := bidirBW(ctx, p, ctl, d, &res, out, ctl.client); err != nil {
+			return fail("test", err)
+		}
 	case p.WriteImm && !ctl.client:
 		// write_bw.c with WRITE_IMM: the server receives as send bw's
 		// does (run_iter_bw_server), with receives of no bytes.

@@ -123,7 +123,8 @@ type Endpoint interface {
 	// posted before it is unacknowledged, unless a request failed or the
 	// peer disconnected: perftest and rping wait for their SEND's
 	// completion before they look for the answer (which can overtake the
-	// ACK), as perftest's separate send and receive CQs let them.
+	// ACK), as perftest's separate send and receive CQs let them; an
+	// endpoint opened with ConnParams.Unordered holds nothing back.
 	Poll(out []Completion) (int, error)
 	// Peek returns the byte at off in r as the peer's RDMA WRITEs have left
 	// it. ib_write_lat learns of an arriving WRITE only by polling the last
@@ -204,6 +205,13 @@ type ConnParams struct {
 	// perftest's server listens on the UDP port space before its sync)
 	// never has a client's request refused. UD endpoints only.
 	Served func()
+	// Unordered makes the endpoint's Poll return receive completions as
+	// they come, also while a signaled SEND of its own is unacknowledged:
+	// perftest's bidirectional send test (run_iter_bi) polls its receive
+	// CQ and its send CQ apart, and both sides keep SENDs outstanding
+	// while they repost the receives the other's SENDs wait for, which a
+	// held receive completion would never let them do.
+	Unordered bool
 }
 
 // SRQ is a shared receive queue (NdkCreateSrq): receives posted once and

@@ -67,6 +67,8 @@ type Endpoint struct {
 	rcq     []verbs.Completion // receive completions
 	failed  bool               // a completion carried an error
 	closed  bool
+	// unordered: Poll holds no receive completion (ConnParams.Unordered).
+	unordered bool
 
 	// Counters for tests.
 	Posted struct{ Send, Receive, Read, Write, Atomic int }
@@ -167,7 +169,7 @@ func (e *Endpoint) ready() bool {
 	if len(e.cq) > 0 || e.peer.closed || e.closed {
 		return true
 	}
-	return len(e.rcq) > 0 && (!e.sendOutstanding() || e.failed)
+	return len(e.rcq) > 0 && (!e.sendOutstanding() || e.unordered || e.failed)
 }
 
 // Regions returns the regions registered on e, in registration order.
@@ -443,14 +445,21 @@ func (e *Endpoint) CompareSwap(id uint64, local verbs.Segment, addr uint64, rkey
 	})
 }
 
+func (e *Endpoint) setUnordered(u bool) {
+	e.mu.Lock()
+	e.unordered = u
+	e.mu.Unlock()
+}
+
 // Poll implements verbs.Endpoint: initiator completions first, then
 // receive completions unless a signaled SEND is unacknowledged (waiting
-// for a receive, or its ACK lost) on a connection that has not failed.
+// for a receive, or its ACK lost) on a connection that has not failed and
+// was not opened Unordered.
 func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 	e.mu.Lock()
 	defer e.unlock()
 	n := take(&e.cq, out)
-	if !e.sendOutstanding() || e.failed || e.closed || e.peer.closed {
+	if !e.sendOutstanding() || e.unordered || e.failed || e.closed || e.peer.closed {
 		n += take(&e.rcq, out[n:])
 	}
 	if n == 0 && e.peer.closed {
@@ -553,6 +562,7 @@ func (n *Network) Listen(port uint16) (*Listener, error) {
 func (l *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoint, error) {
 	select {
 	case ep := <-l.queue:
+		ep.setUnordered(p.Unordered)
 		if p.Prepare != nil {
 			if err := p.Prepare(ep); err != nil {
 				return nil, fmt.Errorf("accept: prepare: %w", err)
@@ -595,6 +605,7 @@ func (n *Network) Connect(ctx context.Context, port uint16, p verbs.ConnParams) 
 		return nil, &verbs.RejectError{Reason: verbs.RejectInvalidServiceID}
 	}
 	a, b := pairOn(n.Options, &n.pairMu, changed)
+	a.setUnordered(p.Unordered)
 	if p.Prepare != nil {
 		if err := p.Prepare(a); err != nil {
 			return nil, fmt.Errorf("connect: prepare: %w", err)

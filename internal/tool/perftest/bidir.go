@@ -1,0 +1,158 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+)
+
+// Bidirectional mode (-b, Params.Bidir; perftest's duplex), one RC QP,
+// iterations mode, as write_bw.c, read_bw.c, atomic_bw.c and send_bw.c
+// of perftest 4.5+0.17 and 25.01 run it: both sides run the test against
+// each other at once and each prints the sum of both sides' rows.
+//
+//   - write, read and atomic bw: each side warms up, then one handshake
+//     starts the run (run_iter_bw on both); under -a one more handshake
+//     follows each size (the "version >= 4.6" sync, which both perftest
+//     versions and our announced 6.06 make). There is no "server waits
+//     for the client" handshake: the report exchange follows the run.
+//   - send bw: both sides post -r receives before the connection (as a
+//     send bw server does), the fourth pre-run handshake starts the run,
+//     and each side runs run_iter_bi: sends and receives in one loop, the
+//     server's first SEND after its first receive, the receives reposted
+//     while fewer than -n are posted. Under -a each later size posts its
+//     receives and handshakes first, and a handshake follows each size.
+//   - then xchg_bw_reports (both sides, the client first) and
+//     print_full_bw_report(mine, theirs): size and iterations are this
+//     side's, peak, average and message rate the sums; six decimals in
+//     Gb/s (inc_accuracy) by this side's own average, as perftest decides
+//     before it adds the peer's.
+
+// bidirBW is a bandwidth test's run on either side under -b, size after
+// size, a summed row printed for each.
+func bidirBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result, out io.Writer, client bool) error {
+	posted, completed := make([]uint64, p.Iterations), make([]uint64, p.Iterations)
+	for i, size := range p.sizes() {
+		q := p.at(size)
+		d.setSize(size)
+		var err error
+		if p.Verb == Send {
+			if i > 0 {
+				if err := d.postRecvs(ctx, q, ctl, &res.Local); err != nil {
+					return err
+				}
+			}
+			err = bidirSend(ctx, q, d, client, posted, completed)
+		} else {
+			if err := warmUp(ctx, q, d, res.Peer); err != nil {
+				return fmt.Errorf("warm-up: %w", err)
+			}
+			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+				return fmt.Errorf("sync before %d bytes: %w", size, err)
+			}
+			err = postBW(ctx, q, d, res.Peer, posted, completed)
+		}
+		if err != nil {
+			return fmt.Errorf("%d bytes: %w", size, err)
+		}
+		if p.AllSizes && p.Verb != Send {
+			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+				return fmt.Errorf("sync after %d bytes: %w", size, err)
+			}
+		}
+		mine := bwReport(q, posted, completed)
+		theirs, err := ctl.reports(ctx, mine)
+		if err != nil {
+			return err
+		}
+		if theirs.Size != mine.Size || theirs.Iters != mine.Iters {
+			return fmt.Errorf("the peer reported %d x %d bytes against our %d x %d: not the same test: %w", theirs.Iters, theirs.Size, mine.Iters, mine.Size, ErrProtocol)
+		}
+		res.Own = &mine
+		sum := mine.plus(theirs)
+		res.addBW(sum, p.AllSizes)
+		printBWSum(out, mine, sum, p.ReportGbits)
+		if p.AllSizes && p.Verb == Send {
+			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+				return fmt.Errorf("sync after %d bytes: %w", size, err)
+			}
+		}
+	}
+	return nil
+}
+
+// plus is r with the peer's peak, average and message rate added
+// (print_full_bw_report with a remote report).
+func (r Report) plus(peer Report) Report {
+	r.BWPeak += peer.BWPeak
+	r.BWAvg += peer.BWAvg
+	r.MsgRate += peer.MsgRate
+	return r
+}
+
+// printBWSum prints the summed row, in six decimals where this side's
+// own Gb/s average is below 0.1.
+func printBWSum(w io.Writer, mine, sum Report, gbits bool) {
+	if gbits && mine.BWAvg < 0.1 {
+		fmt.Fprintf(w, reportFmtExt, sum.Size, sum.Iters, sum.BWPeak, sum.BWAvg, sum.MsgRate)
+		return
+	}
+	fmt.Fprintf(w, reportFmt, sum.Size, sum.Iters, sum.BWPeak, sum.BWAvg, sum.MsgRate)
+}
+
+// bidirSend is run_iter_bi for one RC QP: keep the send window full (the
+// server only from its first receive on, so that it does not send before
+// the client runs), signal every CQMod-th SEND and the last, stamp each
+// post and each signaled completion, and repost each consumed receive
+// while fewer than Iterations are posted for this size (RxDepth were).
+// It allocates nothing.
+func bidirSend(ctx context.Context, p *Params, d *data, client bool, posted, completed []uint64) error {
+	iters, win := p.Iterations, p.TxDepth
+	clk := clock{time.Now()}
+	started := client
+	scnt, ccnt, posts := 0, 0, p.RxDepth
+	var c counts
+	for ccnt < iters || c.recvs < iters {
+		for started && scnt < iters && scnt-ccnt < win {
+			signaled := (scnt+1)%p.CQMod == 0 || scnt == iters-1
+			if !p.NoPeak || scnt == 0 {
+				posted[scnt] = clk.now()
+			}
+			err := d.w.ep.Send(idSend, d.local, signaled)
+			if errors.Is(err, verbs.ErrQueueFull) {
+				break // wait for completions
+			}
+			if err != nil {
+				return fmt.Errorf("post send %d: %w", scnt, err)
+			}
+			scnt++
+		}
+		sends := c.sends
+		if _, err := d.poll(ctx, &c); err != nil {
+			return fmt.Errorf("after %d of %d send completions and %d of %d receives: %w", ccnt, iters, c.recvs, iters, err)
+		}
+		if c.recvs > iters {
+			return fmt.Errorf("%d receives completed, %d posted: %w", c.recvs, iters, ErrProtocol)
+		}
+		started = started || c.recvs > 0
+		for ; posts < iters && posts < c.recvs+p.RxDepth; posts++ {
+			if err := d.postRecv(); err != nil {
+				return fmt.Errorf("repost receive: %w", err)
+			}
+		}
+		for range c.sends - sends {
+			ccnt = min(ccnt+p.CQMod, iters)
+			if !p.NoPeak {
+				completed[ccnt-1] = clk.now()
+			}
+		}
+	}
+	if p.NoPeak {
+		completed[0] = clk.now()
+	}
+	return nil
+}
