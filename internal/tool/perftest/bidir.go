@@ -11,7 +11,7 @@ import (
 )
 
 // Bidirectional mode (-b, Params.Bidir; perftest's duplex), one RC QP,
-// iterations mode, as write_bw.c, read_bw.c, atomic_bw.c and send_bw.c
+// as write_bw.c, read_bw.c, atomic_bw.c and send_bw.c
 // of perftest 4.5+0.17 and 25.01 run it: both sides run the test against
 // each other at once and each prints the sum of both sides' rows.
 //
@@ -35,6 +35,9 @@ import (
 // bidirBW is a bandwidth test's run on either side under -b, size after
 // size, a summed row printed for each.
 func bidirBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result, out io.Writer, client bool) error {
+	if p.Duration > 0 {
+		return bidirFor(ctx, p, ctl, d, res, out, client)
+	}
 	posted, completed := make([]uint64, p.Iterations), make([]uint64, p.Iterations)
 	for i, size := range p.sizes() {
 		q := p.at(size)
@@ -72,10 +75,7 @@ func bidirBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 		if theirs.Size != mine.Size || theirs.Iters != mine.Iters {
 			return fmt.Errorf("the peer reported %d x %d bytes against our %d x %d: not the same test: %w", theirs.Iters, theirs.Size, mine.Iters, mine.Size, ErrProtocol)
 		}
-		res.Own = &mine
-		sum := mine.plus(theirs)
-		res.addBW(sum, p.AllSizes)
-		printBWSum(out, mine, sum, p.ReportGbits)
+		sumRow(res, mine, theirs, p, out)
 		if p.AllSizes && p.Verb == Send {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
@@ -83,6 +83,109 @@ func bidirBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 		}
 	}
 	return nil
+}
+
+// sumRow keeps this side's row and prints and keeps the sum.
+func sumRow(res *Result, mine, theirs Report, p *Params, out io.Writer) {
+	res.Own = &mine
+	sum := mine.plus(theirs)
+	res.addBW(sum, p.AllSizes)
+	printBWSum(out, mine, sum, p.ReportGbits)
+}
+
+// bidirFor is bidirBW in duration mode (-D): each side times its own
+// run (duration.go). write, read and atomic bw warm up, handshake, run
+// run_iter_bw's duration loop, exchange the rows and print the sum, whose
+// #iterations is this side's count (the sides' counts differ). send bw
+// runs run_iter_bi's duration loop and, as send_bw.c does for -D, neither
+// exchanges rows nor sums: each side prints its own.
+func bidirFor(ctx context.Context, p *Params, ctl *control, d *data, res *Result, out io.Writer, client bool) error {
+	if p.Verb == Send {
+		mine, err := bidirSendFor(ctx, p, d, client)
+		if err != nil {
+			return err
+		}
+		res.Own = &mine
+		res.addBW(mine, false)
+		PrintBW(out, mine, p.ReportGbits)
+		return nil
+	}
+	if err := warmUp(ctx, p, d, res.Peer); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+		return fmt.Errorf("sync before the run: %w", err)
+	}
+	mine, err := postBWFor(ctx, p, d, res.Peer)
+	if err != nil {
+		return err
+	}
+	theirs, err := ctl.reports(ctx, mine)
+	if err != nil {
+		return err
+	}
+	if theirs.Size != mine.Size {
+		return fmt.Errorf("the peer reported %d-byte messages against our %d: not the same test: %w", theirs.Size, mine.Size, ErrProtocol)
+	}
+	sumRow(res, mine, theirs, p, out)
+	return nil
+}
+
+// bidirSendFor is run_iter_bi in duration mode: the client's timer starts
+// with the run, the server's at its first receive (it sends nothing
+// before); every SEND completion in the sample window counts CQMod, every
+// receive is reposted. The loop allocates nothing.
+func bidirSendFor(ctx context.Context, p *Params, d *data, client bool) (Report, error) {
+	var c counts
+	for !client && c.recvs == 0 {
+		if _, err := d.poll(ctx, &c); err != nil {
+			return Report{}, fmt.Errorf("waiting for the first receive: %w", err)
+		}
+	}
+	ph := startPhases(p)
+	dctx, cancel := context.WithDeadline(ctx, ph.deadline())
+	defer cancel()
+	n, err := bidirSendLoopFor(ctx, dctx, p, d, &c, &ph)
+	if err != nil {
+		return Report{}, err
+	}
+	return durationBW(p, n, &ph), nil
+}
+
+// bidirSendLoopFor is bidirSendFor's loop from the receives in c on; dctx
+// ends at the phases' end.
+func bidirSendLoopFor(ctx, dctx context.Context, p *Params, d *data, c *counts, ph *phases) (uint64, error) {
+	var n uint64
+	scnt, ccnt, reposted := 0, 0, 0
+	for {
+		for ; reposted < c.recvs; reposted++ {
+			if err := d.postRecv(); err != nil {
+				return n, fmt.Errorf("repost receive: %w", err)
+			}
+		}
+		if ph.over() {
+			return n, nil
+		}
+		for scnt-ccnt < p.TxDepth {
+			err := d.w.ep.Send(idSend, d.local, (scnt+1)%p.CQMod == 0)
+			if errors.Is(err, verbs.ErrQueueFull) {
+				break // wait for completions
+			}
+			if err != nil {
+				return n, ph.stop(ctx, fmt.Errorf("post send %d: %w", scnt, err))
+			}
+			scnt++
+		}
+		sends := c.sends
+		if _, err := d.poll(dctx, c); err != nil {
+			return n, ph.stop(ctx, err)
+		}
+		done := c.sends - sends
+		ccnt += done * p.CQMod
+		if done > 0 && ph.sampling(ph.clk.now()) {
+			n += uint64(done * p.CQMod)
+		}
+	}
 }
 
 // plus is r with the peer's peak, average and message rate added

@@ -3,9 +3,11 @@ package perftest
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
@@ -141,7 +143,6 @@ func TestBidirRefused(t *testing.T) {
 		want error
 	}{
 		{Params{Verb: Send, Kind: Lat, Bidir: true}, verbs.ErrInvalid},
-		{Params{Verb: Write, Kind: BW, Bidir: true, Duration: 5e9}, ErrUnsupported},
 		{Params{Verb: Write, Kind: BW, Bidir: true, QPs: 2}, ErrUnsupported},
 		{Params{Verb: Send, Kind: BW, Bidir: true, UD: true}, ErrUnsupported},
 		{Params{Verb: Write, Kind: BW, Bidir: true, WriteImm: true}, ErrUnsupported},
@@ -150,12 +151,66 @@ func TestBidirRefused(t *testing.T) {
 			t.Errorf("%+v: %v, want %v", tt.p, err, tt.want)
 		}
 	}
-	if err := (Params{Verb: Read, Kind: BW, Bidir: true}).Check(); err != nil {
-		t.Errorf("read_bw -b: %v", err)
+	for _, p := range []Params{{Verb: Read, Kind: BW, Bidir: true}, {Verb: Send, Kind: BW, Bidir: true, Duration: 5e9}} {
+		if err := p.Check(); err != nil {
+			t.Errorf("%+v: %v", p, err)
+		}
 	}
 	// With --use-srq both sides receive, so both have an SRQ (perftest's
 	// srq_exists: duplex).
 	if !wantsSRQ(&Params{Verb: Send, Kind: BW, UseSRQ: true, Bidir: true}, true) {
 		t.Error("send_bw -b --use-srq: the client has no SRQ")
+	}
+}
+
+// TestBidirDuration: -b with -D. Each side times its own run and counts
+// its own completions in its window: write, read and atomic bw exchange
+// their rows and print the sum with their own count; send bw, as
+// send_bw.c, exchanges nothing and each side prints its own row, which
+// counts the SENDs it completed.
+func TestBidirDuration(t *testing.T) {
+	const d = 300 * time.Millisecond
+	for _, p := range []Params{
+		{Verb: Send, Kind: BW, Size: 1024, TxDepth: 16, CQMod: 4, RxDepth: 32},
+		{Verb: Write, Kind: BW, Size: 1024},
+		{Verb: Read, Kind: BW, Size: 512},
+		{Verb: Atomic, Kind: BW},
+	} {
+		t.Run(fmt.Sprint(p.Verb), func(t *testing.T) {
+			p.Duration, p.Bidir = d, true
+			start := time.Now()
+			pr := runPair(t, p, p, 0)
+			if pr.cerr != nil || pr.serr != nil {
+				t.Fatalf("client: %v\nserver: %v", pr.cerr, pr.serr)
+			}
+			if el := time.Since(start); el < d {
+				t.Errorf("the run took %v, less than -D %v", el, d)
+			}
+			c, s := pr.client, pr.server
+			for _, side := range []struct {
+				name     string
+				own, sum *Report
+				posted   int
+			}{
+				{"client", c.Own, c.BW, pr.rec.eps[1].Posted.Send + pr.rec.eps[1].Posted.Write + pr.rec.eps[1].Posted.Read + pr.rec.eps[1].Posted.Atomic},
+				{"server", s.Own, s.BW, pr.srv.eps[1].Posted.Send + pr.srv.eps[1].Posted.Write + pr.srv.eps[1].Posted.Read + pr.srv.eps[1].Posted.Atomic},
+			} {
+				if side.own == nil || side.own.Iters == 0 || side.own.BWPeak != 0 || !(side.own.BWAvg > 0) || side.own.Iters > uint64(side.posted) {
+					t.Fatalf("%s's own row %+v after %d requests", side.name, side.own, side.posted)
+				}
+				if side.sum == nil || side.sum.Iters != side.own.Iters {
+					t.Fatalf("%s printed %+v, its own count is %d", side.name, side.sum, side.own.Iters)
+				}
+			}
+			if p.Verb == Send {
+				if *c.BW != *c.Own || *s.BW != *s.Own || reportMsgs(pr.rec.sent) != 0 {
+					t.Errorf("send bw -D -b: rows %+v and %+v, own %+v and %+v, %d report fields sent; want each its own, none exchanged", *c.BW, *s.BW, *c.Own, *s.Own, reportMsgs(pr.rec.sent))
+				}
+				return
+			}
+			if c.BW.BWAvg != c.Own.BWAvg+s.Own.BWAvg || s.BW.BWAvg != s.Own.BWAvg+c.Own.BWAvg || reportMsgs(pr.rec.sent) != 5 {
+				t.Errorf("sums %v and %v of %v and %v, %d report fields sent", c.BW.BWAvg, s.BW.BWAvg, c.Own.BWAvg, s.Own.BWAvg, reportMsgs(pr.rec.sent))
+			}
+		})
 	}
 }

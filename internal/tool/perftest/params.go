@@ -145,7 +145,7 @@ type Params struct {
 	// running the full Iterations; 0 means 1. Latency tests take one.
 	// More than one needs endpoints that implement verbs.AnyWaiter.
 	QPs int
-	// Bidir is -b (bandwidth tests, one RC QP, iterations mode; bidir.go):
+	// Bidir is -b (bandwidth tests, one RC QP; bidir.go):
 	// both sides run the test at once and each prints both sides' sum.
 	Bidir bool
 
@@ -301,8 +301,6 @@ func (p *Params) normalizeBidir(bad func(format string, a ...any) error) error {
 		return nil
 	case p.Kind == Lat:
 		return bad("-b: Bidirectional is only available in BW test (perftest's words)")
-	case p.Duration > 0:
-		return fmt.Errorf("perftest: -b with -D: %w", ErrUnsupported)
 	case p.QPs > 1:
 		return fmt.Errorf("perftest: -b with -q %d: %w", p.QPs, ErrUnsupported)
 	case p.UD:
