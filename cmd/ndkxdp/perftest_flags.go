@@ -62,7 +62,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.StringVar(&f.connection, n, "RC", "connection type: RC, or UD (send_bw and send_lat)")
 	})
 	both("b", "bidirectional", func(n string) {
-		fs.BoolVar(&p.Bidir, n, false, "bw tests: both sides run the test at once, each printing both sides' sum (perftest's -b; both sides; one QP)")
+		fs.BoolVar(&p.Bidir, n, false, "bw tests: both sides run the test at once, each printing both sides' sum (perftest's -b; both sides)")
 	})
 	both("A", "atomic_type", func(n string) {
 		fs.StringVar(&f.atomicType, n, "", "atomic_bw: FETCH_AND_ADD (default) or CMP_AND_SWAP")

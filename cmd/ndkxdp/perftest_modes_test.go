@@ -175,7 +175,8 @@ func TestPerfSpinFlag(t *testing.T) {
 }
 
 // TestPerfBidirectional runs `ndkxdp perf -b` on both ends of a veth
-// pair: send, write and read bw in both directions at once, each side
+// pair: send, write and read bw (send bw also over -q 2) in both
+// directions at once, each side
 // printing one row, both sides' sum, so the two rows are the same (send
 // bw needs receive completions while SENDs are outstanding:
 // verbs.ConnParams.Unordered). -b is refused for latency tests, as
@@ -191,18 +192,21 @@ func TestPerfBidirectional(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
 	srv := p.B.IPv4.String()
-	for _, test := range []string{"send_bw", "write_bw", "read_bw"} {
-		t.Run(test, func(t *testing.T) {
+	for _, tc := range []struct {
+		test, qps, iters string
+	}{{"send_bw", "1", "2000"}, {"write_bw", "1", "2000"}, {"read_bw", "1", "2000"}, {"send_bw", "2", "4000"}} {
+		test := tc.test
+		t.Run(test+"_q"+tc.qps, func(t *testing.T) {
 			cout, sout := runBoth(t, p,
-				[]string{"perf", test, "-b", "-n", "2000", "-s", "4096", "-dev", p.B.Link},
-				[]string{"perf", test, "-b", "-n", "2000", "-s", "4096", srv, "-dev", p.A.Link})
+				[]string{"perf", test, "-b", "-q", tc.qps, "-n", "2000", "-s", "4096", "-dev", p.B.Link},
+				[]string{"perf", test, "-b", "-q", tc.qps, "-n", "2000", "-s", "4096", srv, "-dev", p.A.Link})
 			t.Logf("client:\n%s\nserver:\n%s", cout, sout)
 			c, s := perfRows(cout), perfRows(sout)
 			if len(c) != 1 || len(s) != 1 {
 				t.Fatalf("want one row on each side")
 			}
-			if c[0][0] != "4096" || c[0][1] != "2000" || strings.Join(c[0], " ") != strings.Join(s[0], " ") {
-				t.Errorf("rows %q and %q: want 4096 x 2000 and the same sum on both sides", c[0], s[0])
+			if c[0][0] != "4096" || c[0][1] != tc.iters || strings.Join(c[0], " ") != strings.Join(s[0], " ") {
+				t.Errorf("rows %q and %q: want 4096 x %s and the same sum on both sides", c[0], s[0], tc.iters)
 			}
 			for _, out := range []string{cout, sout} {
 				if !strings.Contains(out, "bidirectional (-b)") {

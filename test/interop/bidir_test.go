@@ -54,6 +54,38 @@ func testPerftestBidir(t *testing.T, p *peer) {
 			requireSameSum(t, theirs, ours.String(), prm)
 		})
 	}
+	// -q 2: every QP runs -n on both sides; each row counts -n x 2.
+	for _, c := range bidirCases[:2] {
+		prm := c.params(4096)
+		prm.MTU, prm.Bidir, prm.QPs = p.dev.Adapter.PathMTU(), true, qpsInterop
+		row := prm
+		row.Iterations = prm.Iterations * qpsInterop
+		flags := fmt.Sprintf("%s -b -q %d", guestArgs(prm), qpsInterop)
+		t.Run(c.tool+"_q2/rxe_server", func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, c.timeout())
+			theirs = p.guestServer(t, ctx, c.tool+" "+flags, perfPort, func() error {
+				_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
+				return err
+			})
+			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
+			requireSameSum(t, theirs, ours.String(), row)
+		})
+		t.Run(c.tool+"_q2/rxe_client", func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, c.timeout())
+			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+				_, err := perftest.RunServer(ctx, prm, l, &ours)
+				return err
+			}, fmt.Sprintf("%s %s %v", c.tool, flags, HostIPv4))
+			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
+			requireSameSum(t, theirs, ours.String(), row)
+		})
+	}
 	// -D 2: each side times its own run. write bw exchanges the rows
 	// and each prints the sum with its own count; send bw, as send_bw.c
 	// does for -D, exchanges nothing and each prints its own row.

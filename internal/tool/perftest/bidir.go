@@ -10,10 +10,12 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
-// Bidirectional mode (-b, Params.Bidir; perftest's duplex), one RC QP,
-// as write_bw.c, read_bw.c, atomic_bw.c and send_bw.c
-// of perftest 4.5+0.17 and 25.01 run it: both sides run the test against
-// each other at once and each prints the sum of both sides' rows.
+// Bidirectional mode (-b, Params.Bidir; perftest's duplex) on RC, as
+// write_bw.c, read_bw.c, atomic_bw.c and send_bw.c of perftest 4.5+0.17
+// and 25.01 run it: both sides run the test against each other at once
+// and each prints the sum of both sides' rows. With -q every QP runs the
+// full -n on both sides (multiqp.go's handshakes, then the same steps);
+// -D is bidirFor's.
 //
 //   - write, read and atomic bw: each side warms up, then one handshake
 //     starts the run (run_iter_bw on both); under -a one more handshake
@@ -186,6 +188,129 @@ func bidirSendLoopFor(ctx, dctx context.Context, p *Params, d *data, c *counts, 
 			n += uint64(done * p.CQMod)
 		}
 	}
+}
+
+// bidirMulti is bidirBW over several QPs (-q): write, read and atomic bw
+// warm up every QP, handshake and run run_iter_bw over all of them; send
+// bw runs run_iter_bi over all of them. Both exchange the rows and print
+// the sum; each row counts -n x -q messages.
+func bidirMulti(ctx context.Context, p *Params, ctl *control, g *qpSet, res *Result, out io.Writer) error {
+	tot := p.Iterations * p.QPs
+	posted, completed := make([]uint64, tot), make([]uint64, tot)
+	var err error
+	if p.Verb == Send {
+		err = bidirSendMulti(ctx, p, g, ctl.client, posted, completed)
+	} else {
+		for i, d := range g.ds {
+			if err := warmUp(ctx, p, d, res.Peers[i]); err != nil {
+				return fmt.Errorf("warm-up of qp %d: %w", i, err)
+			}
+		}
+		if _, err := ctl.handshake(ctx, &res.Local); err != nil {
+			return fmt.Errorf("sync before the run: %w", err)
+		}
+		err = postBWMulti(ctx, p, g, res.Peers, posted, completed)
+	}
+	res.PerQP = perQPCounts(g, func(c counts) int { return c.done })
+	if err != nil {
+		return err
+	}
+	mine := bwReport(p, posted, completed)
+	theirs, err := ctl.reports(ctx, mine)
+	if err != nil {
+		return err
+	}
+	if theirs.Size != mine.Size || theirs.Iters != mine.Iters {
+		return fmt.Errorf("the peer reported %d x %d bytes against our %d x %d: not the same test: %w", theirs.Iters, theirs.Size, mine.Iters, mine.Size, ErrProtocol)
+	}
+	sumRow(res, mine, theirs, p, out)
+	return nil
+}
+
+// bidirSendMulti is run_iter_bi over several QPs: round-robin, each QP's
+// send window kept full up to TxDepth (the server's only from its first
+// receive on), every CQMod-th and the last SEND of each QP signaled, each
+// post and signaled completion stamped in the order it happens across the
+// QPs, each QP's receives reposted while fewer than Iterations are posted
+// on it.
+func bidirSendMulti(ctx context.Context, p *Params, g *qpSet, client bool, posted, completed []uint64) error {
+	for i := range g.n {
+		g.n[i] = counts{}
+	}
+	recvPosts := make([]int, len(g.ds))
+	for i := range recvPosts {
+		recvPosts[i] = p.RxDepth
+	}
+	iters, tot := p.Iterations, len(posted)
+	clk := clock{time.Now()}
+	started := client
+	totS, totC, totR := 0, 0, 0
+	for totC < tot || totR < tot {
+		for i, d := range g.ds {
+			n := &g.n[i]
+			for started && n.posted < iters && n.posted-n.done < p.TxDepth {
+				signaled := (n.posted+1)%p.CQMod == 0 || n.posted == iters-1
+				if !p.NoPeak || totS == 0 {
+					posted[totS] = clk.now()
+				}
+				err := d.w.ep.Send(idSend, d.local, signaled)
+				if errors.Is(err, verbs.ErrQueueFull) {
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("qp %d: post send %d: %w", i, n.posted, err)
+				}
+				n.posted++
+				totS++
+			}
+		}
+		got := 0
+		for i, d := range g.ds {
+			k, err := d.w.ep.Poll(d.w.buf[:])
+			if err != nil {
+				return fmt.Errorf("qp %d, after %d of %d send completions and %d of %d receives: %w", i, totC, tot, totR, tot, err)
+			}
+			n := &g.n[i]
+			for j := range d.w.buf[:k] {
+				c := &d.w.buf[j]
+				if c.Err != nil {
+					return fmt.Errorf("qp %d: %v %d failed: %w", i, c.Op, c.ID, c.Err)
+				}
+				if c.Op != verbs.OpSend {
+					n.recvs++
+					totR++
+					continue
+				}
+				adv := min(n.done+p.CQMod, iters) - n.done
+				n.done += adv
+				totC += adv
+				if !p.NoPeak {
+					completed[totC-1] = clk.now()
+				}
+			}
+			if n.recvs > iters {
+				return fmt.Errorf("qp %d: %d receives completed, %d posted: %w", i, n.recvs, iters, ErrProtocol)
+			}
+			for ; recvPosts[i] < iters && recvPosts[i] < n.recvs+p.RxDepth; recvPosts[i]++ {
+				if err := d.postRecv(); err != nil {
+					return fmt.Errorf("qp %d: repost receive: %w", i, err)
+				}
+			}
+			got += k
+		}
+		started = started || totR > 0
+		if got == 0 {
+			if err := g.idle.Idle(ctx, g); err != nil {
+				return fmt.Errorf("after %d of %d send completions and %d of %d receives: %w", totC, tot, totR, tot, err)
+			}
+		} else {
+			g.idle.Reset()
+		}
+	}
+	if p.NoPeak {
+		completed[0] = clk.now()
+	}
+	return nil
 }
 
 // plus is r with the peer's peak, average and message rate added

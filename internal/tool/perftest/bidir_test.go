@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs/verbstest"
 )
 
 // reportMsgs counts the 8-byte control messages (xchg_bw_reports fields)
@@ -41,6 +42,9 @@ func TestBidir(t *testing.T) {
 		{"atomic_bw", Params{Verb: Atomic, Kind: BW, Iterations: 200, ReportGbits: true}},
 		{"send_bw -a", Params{Verb: Send, Kind: BW, Iterations: 5, TxDepth: 4, CQMod: 2, AllSizes: true}},
 		{"write_bw -a", Params{Verb: Write, Kind: BW, Iterations: 5, AllSizes: true}},
+		{"send_bw -q 3", Params{Verb: Send, Kind: BW, Size: 256, Iterations: 100, TxDepth: 8, CQMod: 3, RxDepth: 16, QPs: 3}},
+		{"write_bw -q 2", Params{Verb: Write, Kind: BW, Size: 1000, Iterations: 60, QPs: 2}},
+		{"read_bw -q 2", Params{Verb: Read, Kind: BW, Size: 100, Iterations: 60, OutReads: 2, QPs: 2}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -56,8 +60,11 @@ func TestBidir(t *testing.T) {
 			if c.Own == nil || s.Own == nil || c.BW == nil || s.BW == nil {
 				t.Fatalf("rows: client own %v sum %v, server own %v sum %v", c.Own, c.BW, s.Own, s.BW)
 			}
-			checkBW(t, *p.at(int(c.Own.Size)), c.Own)
-			checkBW(t, *p.at(int(s.Own.Size)), s.Own)
+			// A row counts -n messages on each QP.
+			row := *p.at(int(c.Own.Size))
+			row.Iterations *= p.QPs
+			checkBW(t, row, c.Own)
+			checkBW(t, row, s.Own)
 			// Each side printed its own row plus the peer's.
 			for _, side := range []struct {
 				name      string
@@ -85,20 +92,19 @@ func TestBidir(t *testing.T) {
 			if p.Verb != Send {
 				warm = min(window(&p), p.Iterations)
 			}
-			for _, ep := range []struct {
-				name string
-				n    int
-				recv int
-			}{
-				{"client", map[Verb]int{Send: pr.rec.eps[1].Posted.Send, Write: pr.rec.eps[1].Posted.Write, Read: pr.rec.eps[1].Posted.Read, Atomic: pr.rec.eps[1].Posted.Atomic}[p.Verb], pr.rec.eps[1].Posted.Receive},
-				{"server", map[Verb]int{Send: pr.srv.eps[1].Posted.Send, Write: pr.srv.eps[1].Posted.Write, Read: pr.srv.eps[1].Posted.Read, Atomic: pr.srv.eps[1].Posted.Atomic}[p.Verb], pr.srv.eps[1].Posted.Receive},
-			} {
-				if want := sizes * (p.Iterations + warm); ep.n != want {
-					t.Errorf("%s posted %d %v requests, want %d", ep.name, ep.n, p.Verb, want)
+			for side, eps := range map[string][]*verbstest.Endpoint{"client": pr.rec.eps[1:], "server": pr.srv.eps[1:]} {
+				if len(eps) != p.QPs {
+					t.Fatalf("%s has %d data QPs, want %d", side, len(eps), p.QPs)
 				}
-				// send bw: every SEND of the peer consumed one receive.
-				if p.Verb == Send && ep.recv != sizes*p.Iterations {
-					t.Errorf("%s posted %d receives, want %d", ep.name, ep.recv, sizes*p.Iterations)
+				for i, ep := range eps {
+					n := map[Verb]int{Send: ep.Posted.Send, Write: ep.Posted.Write, Read: ep.Posted.Read, Atomic: ep.Posted.Atomic}[p.Verb]
+					if want := sizes * (p.Iterations + warm); n != want {
+						t.Errorf("%s's qp %d posted %d %v requests, want %d", side, i, n, p.Verb, want)
+					}
+					// send bw: every SEND of the peer consumed one receive.
+					if p.Verb == Send && ep.Posted.Receive != sizes*p.Iterations {
+						t.Errorf("%s's qp %d posted %d receives, want %d", side, i, ep.Posted.Receive, sizes*p.Iterations)
+					}
 				}
 			}
 			if p.Verb == Atomic {
@@ -112,8 +118,12 @@ func TestBidir(t *testing.T) {
 				}
 			}
 			// Handshakes: create_rdma_cm_connection's two, the pre-run
-			// ones, those of the run, the closing one.
-			want := 2 + p.preRunHandshakes() + 1
+			// ones (a gather and a print per QP, one after RTR, for send
+			// bw one more), those of the run, the closing one.
+			want := 2 + 2*p.QPs + 1 + 1
+			if p.Verb == Send {
+				want++
+			}
 			switch {
 			case p.Verb == Send && p.AllSizes:
 				want += (sizes - 1) + sizes
@@ -143,7 +153,7 @@ func TestBidirRefused(t *testing.T) {
 		want error
 	}{
 		{Params{Verb: Send, Kind: Lat, Bidir: true}, verbs.ErrInvalid},
-		{Params{Verb: Write, Kind: BW, Bidir: true, QPs: 2}, ErrUnsupported},
+		{Params{Verb: Write, Kind: BW, Bidir: true, QPs: 2, Duration: 5e9}, ErrUnsupported},
 		{Params{Verb: Send, Kind: BW, Bidir: true, UD: true}, ErrUnsupported},
 		{Params{Verb: Write, Kind: BW, Bidir: true, WriteImm: true}, ErrUnsupported},
 	} {

@@ -114,10 +114,10 @@
 // iterations mode. -D with -a is refused.
 //
 // Bidirectional mode (-b, Params.Bidir; bidir.go) runs send, write, read
-// and atomic bw on one RC QP, with -a, -D and --use-srq: both sides run
-// the test at once and each prints both sides' sum (under -D send bw's
-// sides print their own rows, as send_bw.c does). It is not taken with
-// -q, -c UD or --write_with_imm.
+// and atomic bw on RC, with -a, -D, -q and --use-srq as each runs
+// without -b: both sides run the test at once and each prints both sides'
+// sum (under -D send bw's sides print their own rows, as send_bw.c does).
+// It is not taken with -c UD or --write_with_imm.
 //
 // What it is not: the test banner of ctx_print_test_info, -f (the margin
 // is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,

@@ -33,6 +33,8 @@ import (
 // own. One Backoff spans the QPs: a poll of every QP that finds nothing
 // idles, and blocks in verbs.AnyWaiter.WaitAny over all of them.
 //
+// With -b (bidir.go) both sides run the test over their QPs at once.
+//
 // Not with -q > 1: -a, -D, --write_with_imm, --use-srq, -c UD.
 
 // Bounds on -q: perftest's MIN_QP_NUM and MAX_QP_NUM.
@@ -205,6 +207,10 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 func multiBW(ctx context.Context, p *Params, ctl *control, g *qpSet, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
 	PrintBWHeader(out, p.ReportGbits)
 	switch {
+	case p.Bidir:
+		if err := bidirMulti(ctx, p, ctl, g, &res, out); err != nil {
+			return fail("test", err)
+		}
 	case p.Verb != Send && !ctl.client:
 		// "server just waits for client to exit".
 		if _, err := ctl.handshake(ctx, &res.Local); err != nil {

@@ -301,8 +301,6 @@ func (p *Params) normalizeBidir(bad func(format string, a ...any) error) error {
 		return nil
 	case p.Kind == Lat:
 		return bad("-b: Bidirectional is only available in BW test (perftest's words)")
-	case p.QPs > 1:
-		return fmt.Errorf("perftest: -b with -q %d: %w", p.QPs, ErrUnsupported)
 	case p.UD:
 		return fmt.Errorf("perftest: -b with -c UD: %w", ErrUnsupported)
 	case p.WriteImm:
