@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -175,8 +176,8 @@ func TestPerfSpinFlag(t *testing.T) {
 }
 
 // TestPerfBidirectional runs `ndkxdp perf -b` on both ends of a veth
-// pair: send, write and read bw (send bw also over -q 2) in both
-// directions at once, each side
+// pair: send, write and read bw (send bw also over -q 2, and receiving
+// through an SRQ on both sides) in both directions at once, each side
 // printing one row, both sides' sum, so the two rows are the same (send
 // bw needs receive completions while SENDs are outstanding:
 // verbs.ConnParams.Unordered). -b is refused for latency tests, as
@@ -194,12 +195,17 @@ func TestPerfBidirectional(t *testing.T) {
 	srv := p.B.IPv4.String()
 	for _, tc := range []struct {
 		test, qps, iters string
-	}{{"send_bw", "1", "2000"}, {"write_bw", "1", "2000"}, {"read_bw", "1", "2000"}, {"send_bw", "2", "4000"}} {
+		extra            []string
+	}{
+		{"send_bw", "1", "2000", nil}, {"write_bw", "1", "2000", nil}, {"read_bw", "1", "2000", nil},
+		{"send_bw", "2", "4000", nil}, {"send_bw", "1", "2000", []string{"--use-srq", "-r", "64"}},
+	} {
 		test := tc.test
-		t.Run(test+"_q"+tc.qps, func(t *testing.T) {
+		t.Run(test+"_q"+tc.qps+strings.Join(tc.extra, ""), func(t *testing.T) {
+			args := append([]string{"perf", test, "-b", "-q", tc.qps, "-n", "2000", "-s", "4096"}, tc.extra...)
 			cout, sout := runBoth(t, p,
-				[]string{"perf", test, "-b", "-q", tc.qps, "-n", "2000", "-s", "4096", "-dev", p.B.Link},
-				[]string{"perf", test, "-b", "-q", tc.qps, "-n", "2000", "-s", "4096", srv, "-dev", p.A.Link})
+				append(slices.Clone(args), "-dev", p.B.Link),
+				append(slices.Clone(args), srv, "-dev", p.A.Link))
 			t.Logf("client:\n%s\nserver:\n%s", cout, sout)
 			c, s := perfRows(cout), perfRows(sout)
 			if len(c) != 1 || len(s) != 1 {
