@@ -128,7 +128,12 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.Bidir {
 		srq += ", bidirectional (-b)"
 	}
-	fmt.Fprintf(stdout, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin, len(engines)), procs, srq)
+	// Under --output stdout carries the figures alone, as perftest's does.
+	info := stdout
+	if p.Output != perftest.OutputFull {
+		info = stderr
+	}
+	fmt.Fprintf(info, "ndkxdp perf %s: %s, path MTU %d, %s%s%s\n", name, role, p.MTU, pollingText(f.polling, f.spin, len(engines)), procs, srq)
 	cmdline.EnterPhase(ctx, "perf "+name+" as "+role)
 	var res perftest.Result
 	// Through a daemon the engines' counters are the daemon's since it
@@ -148,10 +153,10 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	}
 	stopProgress()
 	if f.histogram {
-		perftest.PrintHistogram(stdout, res.Hist)
+		perftest.PrintHistogram(info, res.Hist)
 	}
 	if p.QPs > 1 && err == nil {
-		printSpread(stdout, engines, d.Adapter.Stats())
+		printSpread(info, engines, d.Adapter.Stats())
 	}
 	printRunStats(stderr, cmdline.StatsSince(cmdline.SumStats(d.Adapter.Stats()), base), res.Waits, f.daemon != "")
 	return stepTimedOut(ctx, err, f.timeout, "perf "+name+" as "+role)

@@ -18,6 +18,7 @@ type perftestFlags struct {
 	rdmaCM, cpuFreq, events, runInfinitely bool
 	gidIndex, qps, ibPort, mtu             int
 	ibDev, connection, atomicType          string
+	output                                 string
 }
 
 func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port *uint, cas *bool) *perftestFlags {
@@ -68,6 +69,14 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.StringVar(&f.atomicType, n, "", "atomic_bw: FETCH_AND_ADD (default) or CMP_AND_SWAP")
 	})
 	fs.BoolVar(&f.runInfinitely, "run_infinitely", false, "perftest's endless run: refused; -D SECONDS runs for a time")
+	fs.StringVar(&f.output, "output", "", "print only each row's figure: bandwidth or message_rate (bw tests), latency (t_avg; latency tests), as perftest's --output; ndkxdp's own lines then go to stderr")
+	both("w", "limit_bw", func(n string) {
+		fs.Float64Var(&p.LimitBW, n, 0, "bw tests: fail unless a row's BW average reaches this (the report's units; perftest's verifier)")
+	})
+	both("y", "limit_msgrate", func(n string) {
+		fs.Float64Var(&p.LimitMsgRate, n, 0, "bw tests: fail unless a row's MsgRate reaches this (Mpps)")
+	})
+	fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b: after the sum, each side's own row (perftest's --report-both)")
 	return f
 }
 
@@ -91,6 +100,13 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
 	case f.gidIndex < 0:
 		return cmdline.Usagef("-x %d: not a GID index", f.gidIndex)
+	}
+	if f.output != "" {
+		o, err := perftest.ParseOutput(f.output)
+		if err != nil {
+			return cmdline.Usagef("%v", err)
+		}
+		p.Output = o
 	}
 	p.QPs = f.qps
 	p.GIDIndex = int32(f.gidIndex)

@@ -222,3 +222,36 @@ func TestPerfBidirectional(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfReportOptions: perftest's --output, -w/--limit_bw,
+// -y/--limit_msgrate and --report-both reach the test's parameters, and
+// an --output run prints its figure alone on stdout (ndkxdp's own header
+// goes to stderr), as perftest does, over a veth pair.
+func TestPerfReportOptions(t *testing.T) {
+	f, err := parsePerfTest("write_bw", []string{"--output=message_rate", "-w", "5.5", "--limit_msgrate", "0.25", "-b", "--report-both", "-dev", "lo"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := f.params; p.Output != perftest.OutputMessageRate || p.LimitBW != 5.5 || p.LimitMsgRate != 0.25 || !p.ReportBoth {
+		t.Errorf("params %+v", p)
+	}
+	for _, args := range [][]string{{"--output=gbits"}, {"--output", "latency"}} {
+		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("write_bw %q accepted", args)
+		}
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	cout, sout := runBoth(t, p,
+		[]string{"perf", "write_bw", "--output=bandwidth", "--report_gbits", "-n", "500", "-dev", p.B.Link},
+		[]string{"perf", "write_bw", "--output=bandwidth", "--report_gbits", "-n", "500", p.B.IPv4.String(), "-dev", p.A.Link})
+	for who, out := range map[string]string{"client": cout, "server": sout} {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(out, "\n"), 64)
+		if err != nil || !(v > 0) || strings.Count(out, "\n") != 1 {
+			t.Errorf("%s's stdout %q: want one positive figure on a line", who, out)
+		}
+	}
+	if cout != sout {
+		t.Errorf("the server prints the client's figure: %q and %q", sout, cout)
+	}
+}

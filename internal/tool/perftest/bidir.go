@@ -87,12 +87,22 @@ func bidirBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 	return nil
 }
 
-// sumRow keeps this side's row and prints and keeps the sum.
+// sumRow keeps this side's row and prints and keeps the sum; with
+// --report-both (not under -a, as perftest's RUN_ALL has none) each
+// side's own row follows in a table of its own.
 func sumRow(res *Result, mine, theirs Report, p *Params, out io.Writer) {
 	res.Own = &mine
 	sum := mine.plus(theirs)
 	res.addBW(sum, p.AllSizes)
 	printBWSum(out, mine, sum, p.ReportGbits)
+	if !p.ReportBoth || p.AllSizes {
+		return
+	}
+	for i, r := range []Report{mine, theirs} {
+		fmt.Fprint(out, resultLine+[]string{"\n Local results: \n", "\n Remote results: \n"}[i])
+		PrintBWHeader(out, p.ReportGbits)
+		PrintBW(out, r, p.ReportGbits)
+	}
 }
 
 // bidirFor is bidirBW in duration mode (-D): each side times its own
@@ -325,6 +335,10 @@ func (r Report) plus(peer Report) Report {
 // printBWSum prints the summed row, in six decimals where this side's
 // own Gb/s average is below 0.1.
 func printBWSum(w io.Writer, mine, sum Report, gbits bool) {
+	if f, ok := w.(*figures); ok {
+		f.bw(sum)
+		return
+	}
 	if gbits && mine.BWAvg < 0.1 {
 		fmt.Fprintf(w, reportFmtExt, sum.Size, sum.Iters, sum.BWPeak, sum.BWAvg, sum.MsgRate)
 		return

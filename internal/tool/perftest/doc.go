@@ -119,6 +119,14 @@
 // sum (under -D send bw's sides print their own rows, as send_bw.c does).
 // It is not taken with -c UD or --write_with_imm.
 //
+// Report options (report.go): --output (Params.Output) prints no
+// banner, addresses or table, only each row's figure ("%lf\n": the BW
+// average or the message rate of a bandwidth row, t_avg of a latency
+// row); -w and -y (Params.LimitBW, LimitMsgRate) fail a run none of whose
+// rows reaches them, in perftest's words, after it ended cleanly;
+// --report-both (Params.ReportBoth) adds each side's own row after a -b
+// sum. None of them changes the wire.
+//
 // What it is not: the test banner of ctx_print_test_info, -f (the margin
 // is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,
 // and perftest's Ethernet-socket exchange (without -R). The send bw server's row spans its first to its last

@@ -145,6 +145,15 @@ type Params struct {
 	// running the full Iterations; 0 means 1. Latency tests take one.
 	// More than one needs endpoints that implement verbs.AnyWaiter.
 	QPs int
+	// Output is --output: only the figure of each row (report.go).
+	Output Output
+	// LimitBW and LimitMsgRate are -w (--limit_bw) and -y
+	// (--limit_msgrate), in the report's units; zero means none. A run
+	// none of whose rows reaches them fails with ErrBelowLimit.
+	LimitBW, LimitMsgRate float64
+	// ReportBoth is --report-both: under -b each side's own row follows
+	// the sum.
+	ReportBoth bool
 	// Bidir is -b (bandwidth tests, one RC QP; bidir.go):
 	// both sides run the test at once and each prints both sides' sum.
 	Bidir bool
@@ -195,6 +204,9 @@ func (p *Params) normalize() error {
 		return err
 	}
 	if err := p.normalizeBidir(bad); err != nil {
+		return err
+	}
+	if err := p.normalizeReport(bad); err != nil {
 		return err
 	}
 	switch {
@@ -305,6 +317,23 @@ func (p *Params) normalizeBidir(bad func(format string, a ...any) error) error {
 		return fmt.Errorf("perftest: -b with -c UD: %w", ErrUnsupported)
 	case p.WriteImm:
 		return fmt.Errorf("perftest: -b with --write_with_imm: %w", ErrUnsupported)
+	}
+	return nil
+}
+
+// normalizeReport checks --output, -w and -y as perftest's parser does.
+func (p *Params) normalizeReport(bad func(format string, a ...any) error) error {
+	switch {
+	case p.Output < OutputFull || p.Output > OutputLatency:
+		return bad("unknown --output %d", p.Output)
+	case p.Output != OutputFull && p.Kind == BW && p.Output == OutputLatency:
+		return bad("--output latency: Output verbosity level for BW can be: bandwidth, message_rate (perftest's words)")
+	case p.Output != OutputFull && p.Kind == Lat && p.Output != OutputLatency:
+		return bad("--output: Output verbosity level for LAT can be: latency (perftest's words)")
+	case p.LimitBW < 0 || p.LimitMsgRate < 0 || math.IsNaN(p.LimitBW) || math.IsNaN(p.LimitMsgRate):
+		return bad("-w %v -y %v: a limit must be a number of at least 0", p.LimitBW, p.LimitMsgRate)
+	case (p.LimitBW > 0 || p.LimitMsgRate > 0) && p.Kind != BW:
+		return bad("-w and -y are for bandwidth tests")
 	}
 	return nil
 }

@@ -179,6 +179,7 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 	if err := p.normalize(); err != nil {
 		return Result{}, err
 	}
+	out = reportTo(out, &p)
 	mk, err := srqMaker(&p, true, c)
 	if err != nil {
 		return Result{Params: p}, err
@@ -200,7 +201,10 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 	res, err := session(ctx, &p, ctl, out, mk, func(ctx context.Context, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
 		return connectData(ctx, dc, &p, params)
 	})
-	return res, boundErr(ctx, err)
+	if err != nil {
+		return res, boundErr(ctx, err)
+	}
+	return res, checkLimits(&p, &res)
 }
 
 // RunServer runs one perftest test as the server (`ib_<verb>_<bw|lat> -R`)
@@ -211,6 +215,7 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 	if err := p.normalize(); err != nil {
 		return Result{}, err
 	}
+	out = reportTo(out, &p)
 	mk, err := srqMaker(&p, false, l)
 	if err != nil {
 		return Result{Params: p}, err
@@ -234,7 +239,10 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 		}
 		return accept(ctx, cp)
 	})
-	return res, boundErr(ctx, err)
+	if err != nil {
+		return res, boundErr(ctx, err)
+	}
+	return res, checkLimits(&p, &res)
 }
 
 // durationSlack is what a -D run may take beyond its duration, from the
