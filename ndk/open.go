@@ -170,7 +170,10 @@ type Options struct {
 	SpinTime time.Duration
 	// TrafficClass is the DSCP, ECN and VLAN priority of every
 	// connection that names none (ConnectOptions.TrafficClass), those
-	// the IB CM makes included.
+	// the IB CM makes included: a REQ carries its DSCP and ECN, as
+	// rdma_cm's carries its id's TOS. A connection the IB CM accepts
+	// takes the DSCP and ECN its REQ asks for, as a Linux passive side
+	// does, unless that is 0 (rdma_cm's default): then this one.
 	TrafficClass TrafficClass
 	// Congestion turns on ECN notification and DCQCN rate control.
 	Congestion CongestionOptions

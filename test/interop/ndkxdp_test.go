@@ -287,6 +287,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("perftest_modes", func(t *testing.T) { testPerftestModes(t, p) })
 		t.Run("perftest_qps", func(t *testing.T) { testPerftestQPs(t, p) })
 		t.Run("perftest_bidir", func(t *testing.T) { testPerftestBidir(t, p) })
+		t.Run("req_traffic_class", func(t *testing.T) { testREQTrafficClass(t, p) })
 		t.Run("srq", func(t *testing.T) { testSRQ(t, p) })
 		t.Run("send_with_invalidate", func(t *testing.T) { testSendInv(t, p) })
 		t.Run("immediate", func(t *testing.T) { testImmediate(t, p) })

@@ -177,6 +177,7 @@ func (m *Manager) newREQ(c *Connector, psn rocev2.PSN, mtu rocev2.MTU, p Connect
 			RemoteGID:       rocev2.GIDFromAddr(dst.Addr()),
 			FlowLabel:       rocev2.CMAFlowLabel(src.Port(), dst.Port()),
 			HopLimit:        rocev2.DefaultTTL,
+			TrafficClass:    m.p.TrafficClass,
 			LocalAckTimeout: ackTimeout(m.p.AckDelay, m.p.PacketLifeTime),
 		},
 	}
@@ -279,6 +280,7 @@ func (m *Manager) handleREP(src PathInfo, tid uint64, rep *rocev2.CMRep) {
 		AckTimeout:        c.avTimeout,
 		FlowLabel:         c.req.Primary.FlowLabel,
 		UDPSourcePort:     rocev2.UDPSourcePort(c.req.Primary.FlowLabel, c.qpn, rep.LocalQPN),
+		TrafficClass:      c.req.Primary.TrafficClass,
 	}
 	c.data = ConnectionData{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: append([]byte(nil), rep.PrivateData[:]...)}
 	c.haveData = true

@@ -80,7 +80,9 @@
 // (what rping and perftest ask; ConnectParams.Retry and
 // AcceptParams.Retry change them per connection as rdma_conn_param does),
 // PathMTU the largest that fits the interface MTU, permissive LIDs, hop
-// limit 64, SL 0, traffic class 0, IPv4-mapped (or IPv6) GIDs, the rdma_cm
+// limit 64, SL 0, the traffic class Params.TrafficClass (the adapter's
+// TOS byte, 0 unless set, as rdma_cm's default_roce_tos), IPv4-mapped (or
+// IPv6) GIDs, the rdma_cm
 // flow label, LocalAckTimeout cm_ack_timeout(15, 16) = 17, TargetAckDelay
 // 15, the CA GUID the EUI-64 of the MAC, ServiceID RDMA_PS_TCP | port, the
 // 36-byte cma header first in the REQ's private data, responder resources

@@ -71,6 +71,12 @@ type Params struct {
 	// it may send REQs, 10,000 a second, each held for the time-wait (up
 	// to 16 s), outside the listen backlog's bound.
 	MaxTimeWait int
+	// TrafficClass is the IP TOS byte (DSCP and ECN) of the connections
+	// this CM makes: a REQ's primary path carries it, as rdma_cm's
+	// carries its id's TOS (cma.c: path_rec->traffic_class = tos), so
+	// that a Linux passive side, which builds its QP's address from the
+	// REQ's path, answers with the same DSCP and ECN.
+	TrafficClass uint8
 }
 
 // defaultMaxTimeWait is MaxTimeWait's default: a server ending 256

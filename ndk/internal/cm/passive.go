@@ -221,6 +221,7 @@ func (c *Connector) beginAccept(qp QP, p AcceptParams) (RemoteInfo, error) {
 		AckTimeout:        c.avTimeout,
 		FlowLabel:         req.Primary.FlowLabel,
 		UDPSourcePort:     rocev2.UDPSourcePort(req.Primary.FlowLabel, c.qpn, c.remoteQPN),
+		TrafficClass:      req.Primary.TrafficClass,
 	}
 	c.data = ConnectionData{InboundReadLimit: in, OutboundReadLimit: out, PrivateData: c.data.PrivateData}
 	c.state = stAccepting

@@ -78,6 +78,10 @@ type RemoteInfo struct {
 	// port Linux peers derive from it (rdma_get_udp_sport).
 	FlowLabel     uint32
 	UDPSourcePort uint16
+	// TrafficClass is the REQ's primary path traffic class, the IP TOS
+	// byte (DSCP and ECN) the active side asked for: ours on the active
+	// side (Params.TrafficClass), the peer's on the passive side.
+	TrafficClass uint8
 }
 
 // AckTimeoutDuration returns AckTimeout as a duration; 0 for infinite.

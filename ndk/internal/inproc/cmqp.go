@@ -22,6 +22,7 @@ type cmQP struct {
 	psn          uint32 // the first PSN the QP's responder expects
 	pmtu         rocev2.MTU
 	drainTimeout time.Duration
+	traffic      rc.TrafficClass // the engines' (Config.Traffic)
 	ri           cm.RemoteInfo
 	rtr          bool
 }
@@ -29,7 +30,35 @@ type cmQP struct {
 // ConnectionQP returns the CM's view of q (cm.QP), whose responder
 // expects psn first.
 func (p *Provider) ConnectionQP(q *rc.QP, psn uint32) cm.QP {
-	return &cmQP{q: q, psn: psn, pmtu: p.link.PathMTU, drainTimeout: drainTimeout}
+	return &cmQP{q: q, psn: psn, pmtu: p.link.PathMTU, drainTimeout: drainTimeout, traffic: p.traffic}
+}
+
+// cmParams is cfg.CM with the traffic class its REQs carry: the engines'
+// DSCP and ECN.
+func cmParams(cfg Config) cm.Params {
+	params := cfg.CM
+	params.TrafficClass = rocev2.TOS(cfg.Traffic.DSCP, cfg.Traffic.ECN)
+	return params
+}
+
+// connectionTraffic is the traffic class of a connection whose REQ asked
+// for tos: a Linux passive side builds its QP's address from the REQ's
+// path (cm.c cm_format_paths_from_req, then ib_cm_init_qp_attr), so its
+// frames carry the active side's DSCP and ECN, and so do ours. A REQ
+// that asks for 0 (rdma_cm's default_roce_tos) leaves the adapter's own;
+// one whose ECN says CE, which a switch sets and no sender, is taken as
+// ECT(0). The VLAN priority stays the adapter's. nil means the engines'
+// default.
+func connectionTraffic(def rc.TrafficClass, tos uint8) *rc.TrafficClass {
+	if tos == 0 || tos == rocev2.TOS(def.DSCP, def.ECN) {
+		return nil
+	}
+	tc := def
+	tc.DSCP, tc.ECN = rocev2.DSCPOf(tos), rocev2.ECNOf(tos)
+	if tc.ECN == rocev2.CE {
+		tc.ECN = rocev2.ECT0
+	}
+	return &tc
 }
 
 func (x *cmQP) QPN() uint32             { return x.q.QPN() }
@@ -68,6 +97,7 @@ func (x *cmQP) ToRTS() error {
 		RetryCount:        int(ri.RetryCount),
 		RNRRetry:          int(ri.RNRRetry),
 		MinRNRTimer:       rocev2.RNRTimerFor(10 * time.Microsecond),
+		Traffic:           connectionTraffic(x.traffic, ri.TrafficClass),
 	}
 	return x.q.Connect(p)
 }

@@ -100,3 +100,31 @@ func TestWaitDrained(t *testing.T) {
 		t.Fatalf("wait on a closed channel: %v", err)
 	}
 }
+
+// TestConnectionTraffic: a passive connection takes the DSCP and ECN its
+// REQ asks for and keeps the adapter's VLAN priority; a REQ asking for 0,
+// or for the adapter's own, leaves the default; CE, which no sender sets,
+// is taken as ECT(0).
+func TestConnectionTraffic(t *testing.T) {
+	def := rc.TrafficClass{DSCP: 10, ECN: rocev2.ECT1, VLAN: true, VLANID: 7, PCP: 3}
+	for _, tc := range []struct {
+		tos  uint8
+		want *rc.TrafficClass
+	}{
+		{0, nil},
+		{rocev2.TOS(10, rocev2.ECT1), nil},
+		{rocev2.TOS(26, rocev2.ECT0), &rc.TrafficClass{DSCP: 26, ECN: rocev2.ECT0, VLAN: true, VLANID: 7, PCP: 3}},
+		{rocev2.TOS(46, rocev2.NotECT), &rc.TrafficClass{DSCP: 46, ECN: rocev2.NotECT, VLAN: true, VLANID: 7, PCP: 3}},
+		{rocev2.TOS(0, rocev2.CE), &rc.TrafficClass{DSCP: 0, ECN: rocev2.ECT0, VLAN: true, VLANID: 7, PCP: 3}},
+	} {
+		got := connectionTraffic(def, tc.tos)
+		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
+			t.Errorf("REQ TOS %#x: %+v, want %+v", tc.tos, got, tc.want)
+		}
+		if got != nil {
+			if err := got.Validate(); err != nil {
+				t.Errorf("REQ TOS %#x: %v", tc.tos, err)
+			}
+		}
+	}
+}

@@ -80,7 +80,7 @@ func (p *Provider) open(ifname string, cfg Config) error {
 	if err := p.xdp.AddQP(loader.GSIQPN, 0); err != nil {
 		return fmt.Errorf("steer QP1: %w", err)
 	}
-	if err := p.mgmt.start(cfg.CM); err != nil {
+	if err := p.mgmt.start(cmParams(cfg)); err != nil {
 		return fmt.Errorf("connection management: %w", err)
 	}
 	return nil

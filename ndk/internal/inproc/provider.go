@@ -117,6 +117,10 @@ type Provider struct {
 	// write lock waits for an engine.
 	ownersMu sync.RWMutex
 	owners   map[uint32]*rc.Engine
+
+	// traffic is the engines' traffic class (Config.Traffic), the one
+	// connections take unless a peer's REQ asks for another (cmQP).
+	traffic rc.TrafficClass
 }
 
 // firstQPN leaves room below for QP0/QP1 and well-known numbers, as rxe
@@ -130,7 +134,7 @@ func newProvider(link Link, cfg Config) (*Provider, error) {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	start := firstQPN + binary.LittleEndian.Uint32(r[:])%(1<<24-firstQPN)
-	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: start}
+	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: start, traffic: cfg.Traffic}
 	if cfg.Capture != nil {
 		// One stream for all queues: the file header once, then every
 		// port's frames.
@@ -161,7 +165,7 @@ func OverPort(pt port.Port, link Link, cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	if p.mgmt != nil {
-		if err := p.mgmt.start(cfg.CM); err != nil {
+		if err := p.mgmt.start(cmParams(cfg)); err != nil {
 			p.Close()
 			return nil, err
 		}
