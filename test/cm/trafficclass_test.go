@@ -44,7 +44,7 @@ func TestTrafficClassFollowsTheREQ(t *testing.T) {
 
 		mu.Lock()
 		defer mu.Unlock()
-		reqs := map[netip.Addr][]uint8{} // each side's REQs' traffic classes
+		reqs := map[netip.Addr][]uint8{}   // each side's REQs' traffic classes
 		data := map[uint32]map[uint8]int{} // destination QP: TOS seen
 		for _, capture := range [][]byte{ab.Bytes(), bb.Bytes()} {
 			f, err := pcapfile.Decode(capture)
