@@ -20,6 +20,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-b] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy|progress] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
@@ -128,6 +129,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.Bidir {
 		srq += ", bidirectional (-b)"
 	}
+	if tc := f.opts.TrafficClass; tc != (ndk.TrafficClass{}) {
+		srq += fmt.Sprintf(", IP TOS %d (-T)", rocev2.TOS(tc.DSCP, rocev2.ECN(tc.ECN)))
+	}
 	// Under --output stdout carries the figures alone, as perftest's does.
 	info := stdout
 	if p.Output != perftest.OutputFull {
@@ -216,6 +220,10 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	}
 	if err := pt.apply(fs, p, &f.dev, f.daemon); err != nil {
 		return f, err
+	}
+	if pt.tos >= 0 {
+		tos := uint8(pt.tos)
+		f.opts.TrafficClass = ndk.TrafficClass{DSCP: rocev2.DSCPOf(tos), ECN: ndk.ECN(rocev2.ECNOf(tos))}
 	}
 	switch {
 	case *port == 0 || *port > 0xFFFF:

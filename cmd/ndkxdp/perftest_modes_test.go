@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -11,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -253,5 +256,42 @@ func TestPerfReportOptions(t *testing.T) {
 	}
 	if cout != sout {
 		t.Errorf("the server prints the client's figure: %q and %q", sout, cout)
+	}
+}
+
+// TestPerfTOS: -T gives the client's adapter the TOS byte (DSCP and ECN),
+// which its REQs carry and the server, whose adapter sends 0 by default,
+// takes for its frames on those connections (the IB CM's passive side, as
+// Linux's): every RC frame the server's capture holds carries it. Bad
+// values, and -T through a daemon, are refused.
+func TestPerfTOS(t *testing.T) {
+	for _, args := range [][]string{{"-T", "256"}, {"-T", "3"}, {"-T", "-2"}, {"-T", "2", "-daemon", "/nonexistent"}} {
+		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("write_bw %q accepted", args)
+		}
+	}
+	f, err := parsePerfTest("write_bw", []string{"--tos", "106", "-dev", "lo"}, io.Discard, io.Discard)
+	if err != nil || f.opts.TrafficClass != (ndk.TrafficClass{DSCP: 26, ECN: ndk.ECT0}) {
+		t.Fatalf("--tos 106: %v, class %+v", err, f.opts.TrafficClass)
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	capture := filepath.Join(t.TempDir(), "server.pcap")
+	runBoth(t, p,
+		[]string{"perf", "write_bw", "-n", "200", "-capture", capture, "-dev", p.B.Link},
+		[]string{"perf", "write_bw", "-n", "200", "-T", "106", p.B.IPv4.String(), "-dev", p.A.Link})
+	c, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tos := map[uint8]int{}
+	for _, pk := range c.Packets {
+		var pkt rocev2.Packet
+		if rocev2.Parse(pk.Data, &pkt) == nil && pkt.BTH.DestQP != rocev2.GSIQP {
+			tos[pkt.IP.TOS]++
+		}
+	}
+	if len(tos) != 1 || tos[106] == 0 {
+		t.Errorf("RC frames in the server's capture carried TOS %v, want only 106", tos)
 	}
 }
