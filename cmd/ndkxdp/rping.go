@@ -12,9 +12,10 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
-const rpingUsage = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-capture FILE] -dev IFNAME
+const rpingUsage = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-I ADDR] [-t TOS] [-capture FILE] -dev IFNAME
        ndkxdp rping -s|-c -a ADDR [flags] -daemon SOCKET`
 
 const rpingSynopsis = rpingUsage + `
@@ -35,6 +36,12 @@ type rpingFlags struct {
 	// persistent (-P) serves one client after another; debug (-d) prints
 	// each step.
 	persistent, debug bool
+	// source (-I) is a client's source address; tos (-t) the IP TOS byte
+	// of the adapter's frames and REQs, -1 for none; ownQP (-q) is
+	// rping's "self-created, self-modified QP", which ndkxdp's always is.
+	source string
+	tos    int
+	ownQP  bool
 }
 
 func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
@@ -54,6 +61,9 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	fs.BoolVar(&f.persistent, "P", false, "server: persistent, serve one client after another until interrupted (rping's -P)")
 	fs.BoolVar(&f.debug, "d", false, "print each step on stderr (rping's debug output)")
+	fs.StringVar(&f.source, "I", "", "client: the source address to connect from, an address of -dev (of the daemon's adapter with -daemon)")
+	fs.IntVar(&f.tos, "t", -1, "IP TOS byte (DSCP and ECN, 0-255) of the adapter's frames and of its REQs, which a passive peer echoes (rping's type of service); not with -daemon, whose adapter has its own class")
+	fs.BoolVar(&f.ownQP, "q", false, "rping's self-created, self-modified QP: accepted, as ndkxdp's QP is always its own (nothing on the wire changes)")
 	f.nic.Register(fs)
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return f, err
@@ -75,6 +85,14 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 		return f, cmdline.Usagef("-p %d: not a port", f.port)
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
+	case f.source != "" && !f.client:
+		return f, cmdline.Usagef("-I is a client's source address; a server listens on -a\n%s", rpingUsage)
+	case f.tos >= 0 && f.daemon != "":
+		return f, cmdline.Usagef("-t %d: through a daemon the connection takes the daemon adapter's traffic class (its config's traffic_class)", f.tos)
+	case f.tos < -1 || f.tos > 255:
+		return f, cmdline.Usagef("-t %d: a TOS byte is 0-255", f.tos)
+	case f.tos >= 0 && rocev2.ECNOf(uint8(f.tos)) == rocev2.CE:
+		return f, cmdline.Usagef("-t %d: its ECN bits say CE, which a switch sets and no sender", f.tos)
 	}
 	if err := f.cfg.Check(); err != nil {
 		return f, cmdline.Usagef("%v", err)
@@ -122,6 +140,19 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			listen = a
 		}
 	}
+	var source netip.Addr
+	if f.source != "" {
+		a, err := netip.ParseAddr(f.source)
+		if err != nil {
+			return cmdline.Usagef("-I %s: not an address", f.source)
+		}
+		if f.dev != "" {
+			if err := checkLocalAddr(f.dev, a.Unmap()); err != nil {
+				return err
+			}
+		}
+		source = a.Unmap()
+	}
 	if err := cmdline.ToolNeedsCaps(f.daemon); err != nil {
 		return err
 	}
@@ -129,6 +160,11 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if f.daemon == "" {
 		if err := f.nic.Apply(&opts, f.dev); err != nil {
 			return err
+		}
+		opts.Address = source
+		if f.tos >= 0 {
+			tos := uint8(f.tos)
+			opts.TrafficClass = ndk.TrafficClass{DSCP: rocev2.DSCPOf(tos), ECN: ndk.ECN(rocev2.ECNOf(tos))}
 		}
 	}
 	capture, err := cmdline.OpenCapture(f.capture, &opts)
@@ -144,6 +180,9 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return stepTimedOut(ctx, err, f.timeout, step)
 	}
 	defer d.Close()
+	if source.IsValid() && source != d.Adapter.LocalAddress() {
+		return cmdline.Usagef("-I %v: cannot assign requested address (EADDRNOTAVAIL): the adapter sends from %v", source, d.Adapter.LocalAddress())
+	}
 	if f.daemon != "" && !listen.IsUnspecified() && listen != d.Adapter.LocalAddress() {
 		return cmdline.Usagef("-a %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v; leave out -a to listen on it", listen, f.daemon, d.Adapter.LocalAddress())
 	}

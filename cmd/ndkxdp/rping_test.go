@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -209,5 +210,54 @@ func TestRpingPersistentServerAndDebug(t *testing.T) {
 	}
 	if !strings.Contains(serr.String(), "rping: ") || !strings.Contains(serr.String(), "\nrping: ") {
 		t.Errorf("-d printed no steps:\n%s", serr.String())
+	}
+}
+
+// TestRpingSourceAndTOS: rping's -I (a client's source address), -t
+// (type of service) and -q (its own QP) are taken: the client connects
+// from -I, its frames and REQ carry -t's TOS byte, and the server, whose
+// adapter sends 0, answers on the connection with the REQ's. -I on a
+// server, an address not of the interface, -t through a daemon or out of
+// range are refused.
+func TestRpingSourceAndTOS(t *testing.T) {
+	for _, args := range [][]string{
+		{"-s", "-I", "198.18.0.1"},
+		{"-c", "-a", "198.18.0.2", "-t", "256"},
+		{"-c", "-a", "198.18.0.2", "-t", "7"},
+		{"-c", "-a", "198.18.0.2", "-t", "8", "-daemon", "/nonexistent"},
+	} {
+		if _, err := parseRping(append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("rping %q accepted", args)
+		}
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srv := p.B.IPv4.String()
+	if err := p.A.Do(func() error {
+		return run(context.Background(), []string{"rping", "-c", "-a", srv, "-I", "198.18.99.1", "-C", "1", "-dev", p.A.Link}, io.Discard, io.Discard)
+	}); err == nil || !strings.Contains(err.Error(), "198.18.99.1") {
+		t.Errorf("-I of an address the interface lacks: %v", err)
+	}
+	capture := filepath.Join(t.TempDir(), "client.pcap")
+	runBoth(t, p,
+		[]string{"rping", "-s", "-a", srv, "-C", "5", "-dev", p.B.Link},
+		[]string{"rping", "-c", "-a", srv, "-C", "5", "-V", "-q", "-I", p.A.IPv4.String(), "-t", "184", "-capture", capture, "-dev", p.A.Link})
+	c, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tos, srcs := map[uint8]int{}, map[netip.Addr]int{}
+	for _, pk := range c.Packets {
+		var pkt rocev2.Packet
+		if rocev2.Parse(pk.Data, &pkt) == nil && pkt.BTH.DestQP != rocev2.GSIQP {
+			tos[pkt.IP.TOS]++
+			srcs[pkt.IP.Src]++
+		}
+	}
+	if len(tos) != 1 || tos[184] == 0 {
+		t.Errorf("RC frames of the connection carried TOS %v, want only 184 (DSCP 46)", tos)
+	}
+	if len(srcs) != 2 || srcs[p.A.IPv4] == 0 || srcs[p.B.IPv4] == 0 {
+		t.Errorf("RC frames came from %v, want the client's -I and the server", srcs)
 	}
 }
