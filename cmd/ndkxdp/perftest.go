@@ -221,10 +221,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	if err := pt.apply(fs, p, &f.dev, f.daemon); err != nil {
 		return f, err
 	}
-	if pt.tos >= 0 {
-		tos := uint8(pt.tos)
-		f.opts.TrafficClass = ndk.TrafficClass{DSCP: rocev2.DSCPOf(tos), ECN: ndk.ECN(rocev2.ECNOf(tos))}
-	}
+	pt.tos.Apply(&f.opts)
 	switch {
 	case *port == 0 || *port > 0xFFFF:
 		return f, cmdline.Usagef("-p %d: not a port", *port)

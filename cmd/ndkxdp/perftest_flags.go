@@ -8,7 +8,6 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
-	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // perftestFlags are perftest's flags that scripts pass and that ndkxdp
@@ -20,7 +19,7 @@ type perftestFlags struct {
 	gidIndex, qps, ibPort, mtu             int
 	ibDev, connection, atomicType          string
 	output                                 string
-	tos                                    int
+	tos                                    cmdline.TOS
 }
 
 func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port *uint, cas *bool) *perftestFlags {
@@ -78,9 +77,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 	both("y", "limit_msgrate", func(n string) {
 		fs.Float64Var(&p.LimitMsgRate, n, 0, "bw tests: fail unless a row's MsgRate reaches this (Mpps)")
 	})
-	both("T", "tos", func(n string) {
-		fs.IntVar(&f.tos, n, -1, "IP TOS byte (DSCP and ECN, 0-255) of the adapter's frames and of its REQs, which a passive peer echoes (perftest's -T sets it on the data connection; here every connection of the run); not with -daemon, whose adapter has its own class")
-	})
+	f.tos.Register(fs, "perftest's -T sets it on the data connection; here every connection of the run", "T", "tos")
 	fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b: after the sum, each side's own row (perftest's --report-both)")
 	return f
 }
@@ -106,15 +103,8 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	case f.gidIndex < 0:
 		return cmdline.Usagef("-x %d: not a GID index", f.gidIndex)
 	}
-	switch {
-	case f.tos >= 0 && daemon != "":
-		return cmdline.Usagef("-T %d: through a daemon the connections take the daemon adapter's traffic class (its config's traffic_class)", f.tos)
-	case f.tos > 255:
-		return cmdline.Usagef("-T %d: a TOS byte is 0-255", f.tos)
-	case f.tos >= 0 && rocev2.ECNOf(uint8(f.tos)) == rocev2.CE:
-		return cmdline.Usagef("-T %d: its ECN bits say CE, which a switch sets and no sender", f.tos)
-	case f.tos < -1:
-		return cmdline.Usagef("-T %d: a TOS byte is 0-255", f.tos)
+	if err := f.tos.Check(daemon); err != nil {
+		return err
 	}
 	if f.output != "" {
 		o, err := perftest.ParseOutput(f.output)

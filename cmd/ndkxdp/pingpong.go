@@ -9,6 +9,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/pingpong"
+	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
 const pingpongUsage = `usage: ndkxdp %[1]s [-p PORT] [-s SIZE] [-r RX_DEPTH] [-n ITERS] [-g GID_IDX] [-e] [-c]%[2]s [-capture FILE] -dev IFNAME [HOST]
@@ -167,7 +168,7 @@ func runPingpong(ctx context.Context, mode pingpong.Mode, args []string, stdout,
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	d, closeDevice, err := cmdline.OpenTool(ctx, f.dev, f.daemon, f.capture)
+	d, closeDevice, err := cmdline.OpenTool(ctx, f.dev, f.daemon, f.capture, ndk.Options{})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/rping"
 	"github.com/ndkxdp/ndkxdp/ndk"
-	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 const rpingUsage = `usage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-I ADDR] [-t TOS] [-capture FILE] -dev IFNAME
@@ -40,7 +39,7 @@ type rpingFlags struct {
 	// of the adapter's frames and REQs, -1 for none; ownQP (-q) is
 	// rping's "self-created, self-modified QP", which ndkxdp's always is.
 	source string
-	tos    int
+	tos    cmdline.TOS
 	ownQP  bool
 }
 
@@ -62,7 +61,7 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 	fs.BoolVar(&f.persistent, "P", false, "server: persistent, serve one client after another until interrupted (rping's -P)")
 	fs.BoolVar(&f.debug, "d", false, "print each step on stderr (rping's debug output)")
 	fs.StringVar(&f.source, "I", "", "client: the source address to connect from, an address of -dev (of the daemon's adapter with -daemon)")
-	fs.IntVar(&f.tos, "t", -1, "IP TOS byte (DSCP and ECN, 0-255) of the adapter's frames and of its REQs, which a passive peer echoes (rping's type of service); not with -daemon, whose adapter has its own class")
+	f.tos.Register(fs, "rping's type of service", "t")
 	fs.BoolVar(&f.ownQP, "q", false, "rping's self-created, self-modified QP: accepted, as ndkxdp's QP is always its own (nothing on the wire changes)")
 	f.nic.Register(fs)
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
@@ -87,12 +86,9 @@ func parseRping(args []string, stdout, stderr io.Writer) (rpingFlags, error) {
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
 	case f.source != "" && !f.client:
 		return f, cmdline.Usagef("-I is a client's source address; a server listens on -a\n%s", rpingUsage)
-	case f.tos >= 0 && f.daemon != "":
-		return f, cmdline.Usagef("-t %d: through a daemon the connection takes the daemon adapter's traffic class (its config's traffic_class)", f.tos)
-	case f.tos < -1 || f.tos > 255:
-		return f, cmdline.Usagef("-t %d: a TOS byte is 0-255", f.tos)
-	case f.tos >= 0 && rocev2.ECNOf(uint8(f.tos)) == rocev2.CE:
-		return f, cmdline.Usagef("-t %d: its ECN bits say CE, which a switch sets and no sender", f.tos)
+	}
+	if err := f.tos.Check(f.daemon); err != nil {
+		return f, err
 	}
 	if err := f.cfg.Check(); err != nil {
 		return f, cmdline.Usagef("%v", err)
@@ -162,10 +158,7 @@ func runRping(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		opts.Address = source
-		if f.tos >= 0 {
-			tos := uint8(f.tos)
-			opts.TrafficClass = ndk.TrafficClass{DSCP: rocev2.DSCPOf(tos), ECN: ndk.ECN(rocev2.ECNOf(tos))}
-		}
+		f.tos.Apply(&opts)
 	}
 	capture, err := cmdline.OpenCapture(f.capture, &opts)
 	if err != nil {

@@ -9,9 +9,10 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
+	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-capture FILE] -dev IFNAME
+const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-t TOS] [-capture FILE] -dev IFNAME
        ndkxdp udaddy [-s ADDR] [-port PORT] [-C count] [-S size] -daemon SOCKET`
 
 const udaddySynopsis = udaddyUsage + `
@@ -29,6 +30,7 @@ type udaddyFlags struct {
 	port                    uint
 	cfg                     udaddy.Config
 	timeout                 time.Duration
+	tos                     cmdline.TOS
 }
 
 func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
@@ -43,7 +45,11 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
+	f.tos.Register(fs, "udaddy's type of service", "t")
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
+		return f, err
+	}
+	if err := f.tos.Check(f.daemon); err != nil {
 		return f, err
 	}
 	switch {
@@ -83,7 +89,9 @@ func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 	}
-	d, closeDevice, err := cmdline.OpenTool(ctx, f.dev, f.daemon, f.capture)
+	var opts ndk.Options
+	f.tos.Apply(&opts)
+	d, closeDevice, err := cmdline.OpenTool(ctx, f.dev, f.daemon, f.capture, opts)
 	if err != nil {
 		return err
 	}

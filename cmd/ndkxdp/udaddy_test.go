@@ -3,11 +3,17 @@ package main
 import (
 	"errors"
 	"io"
+	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
 // TestUdaddyFlags: udaddy's flags parse to the run they mean, and bad
@@ -32,5 +38,41 @@ func TestUdaddyFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &ue) {
 			t.Errorf("%v: %v, want a usage error naming %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestUdaddyTOS: udaddy's -t gives the client's datagrams its TOS byte;
+// -t out of range, with CE's ECN bits or through a daemon is refused.
+func TestUdaddyTOS(t *testing.T) {
+	for _, args := range [][]string{{"-t", "256"}, {"-t", "3"}, {"-t", "8", "-daemon", "/nonexistent"}} {
+		var ue *cmdline.UsageError
+		if _, err := parseUdaddy(append(args, "-dev", "lo"), io.Discard, io.Discard); !errors.As(err, &ue) {
+			t.Errorf("udaddy %q: %v, want a usage error", args, err)
+		}
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	b := p.B.IPv4.String()
+	capture := filepath.Join(t.TempDir(), "client.pcap")
+	runIn(t, p.B, []string{"udaddy", "-b", b, "-C", "5", "-dev", p.B.Link},
+		p.A, []string{"udaddy", "-s", b, "-C", "5", "-t", "106", "-capture", capture, "-dev", p.A.Link})
+	c, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tos := map[netip.Addr]map[uint8]int{}
+	for _, pk := range c.Packets {
+		var pkt rocev2.Packet
+		if rocev2.Parse(pk.Data, &pkt) != nil || pkt.BTH.DestQP == rocev2.GSIQP {
+			continue
+		}
+		if tos[pkt.IP.Src] == nil {
+			tos[pkt.IP.Src] = map[uint8]int{}
+		}
+		tos[pkt.IP.Src][pkt.IP.TOS]++
+	}
+	t.Logf("datagrams' TOS by source: %v", tos)
+	if c := tos[p.A.IPv4]; len(c) != 1 || c[106] != 5 {
+		t.Errorf("the client's datagrams carried TOS %v, want 106 on all 5", c)
 	}
 }

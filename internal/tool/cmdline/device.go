@@ -102,11 +102,10 @@ func LookupAddr(ctx context.Context, flagName, host string) (netip.Addr, error) 
 // OpenTool gives a tool without NIC flags its adapter: the capabilities
 // check (none through a daemon), the -capture file, then OpenDevice.
 // closeDevice closes the device and then the capture.
-func OpenTool(ctx context.Context, dev, socket, capture string) (d *ndkverbs.Device, closeDevice func(), err error) {
+func OpenTool(ctx context.Context, dev, socket, capture string, opts ndk.Options) (d *ndkverbs.Device, closeDevice func(), err error) {
 	if err := ToolNeedsCaps(socket); err != nil {
 		return nil, nil, err
 	}
-	var opts ndk.Options
 	f, err := OpenCapture(capture, &opts)
 	if err != nil {
 		return nil, nil, err

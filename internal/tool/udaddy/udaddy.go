@@ -8,7 +8,11 @@
 // be Linux udaddy (rdma-core librdmacm/examples/udaddy.c), whose output
 // lines both print.
 //
-// It is not the -c (several connections), -P ipoib or -t (TOS) options.
+// It is not the -c (several connections) or -P ipoib options. -t (TOS)
+// is the adapter's traffic class (ndkxdp udaddy -t): every datagram of
+// the side carries it; the server's answers do not take the request's
+// TOS as the address handle ibv_create_ah_from_wc makes would (a UD
+// destination has no traffic class of its own).
 //
 // Example:
 //
