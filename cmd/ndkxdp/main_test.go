@@ -113,7 +113,7 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"soak", "-loss", "2"}, "-loss must be in [0, 0.5]"},
 		// rping's usage after its error is whole, not shortened as a log.
 		{[]string{"rping", "-c", "-dev", "lo"}, "a client needs -a ADDR\nusage: ndkxdp rping -s|-c -a ADDR [-p PORT]"},
-		{[]string{"rping", "-s", "-a", "198.18.0.1"}, "-dev or -daemon is required\nusage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-capture FILE] -dev IFNAME\n       ndkxdp rping"},
+		{[]string{"rping", "-s", "-a", "198.18.0.1"}, "-dev or -daemon is required\nusage: ndkxdp rping -s|-c -a ADDR [-p PORT] [-C count] [-S size] [-v] [-V] [-P] [-I ADDR] [-t TOS] [-capture FILE] -dev IFNAME\n       ndkxdp rping"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errOut)
