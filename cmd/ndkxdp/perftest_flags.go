@@ -16,6 +16,8 @@ import (
 // flag package reads --name as -name, so `--size 64` needs only the name.
 type perftestFlags struct {
 	rdmaCM, cpuFreq, events, runInfinitely bool
+	oldPostSend, warmUp                    bool
+	inline                                 int
 	gidIndex, qps, ibPort, mtu             int
 	ibDev, connection, atomicType          string
 	output                                 string
@@ -69,6 +71,11 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 	both("A", "atomic_type", func(n string) {
 		fs.StringVar(&f.atomicType, n, "", "atomic_bw: FETCH_AND_ADD (default) or CMP_AND_SWAP")
 	})
+	both("I", "inline_size", func(n string) {
+		fs.IntVar(&f.inline, n, 0, "perftest's inline size: accepted; nothing on the wire changes (the engine reads the payload as it builds the frame either way)")
+	})
+	fs.BoolVar(&f.oldPostSend, "use_old_post_send", false, "perftest's ibv_post_send instead of the ibv_wr API: accepted; nothing on the wire changes")
+	fs.BoolVar(&f.warmUp, "perform_warm_up", false, "perftest's warm-up before write, read and atomic bw: accepted; ndkxdp perf warms up always")
 	fs.BoolVar(&f.runInfinitely, "run_infinitely", false, "perftest's endless run: refused; -D SECONDS runs for a time")
 	fs.StringVar(&f.output, "output", "", "print only each row's figure: bandwidth or message_rate (bw tests), latency (t_avg; latency tests), as perftest's --output; ndkxdp's own lines then go to stderr")
 	both("w", "limit_bw", func(n string) {
@@ -94,6 +101,8 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-q %d: Multiple QPs only available on bw tests (perftest's words; latency tests take no -q)", f.qps)
 	case f.qps < minQPs || f.qps > maxQPs:
 		return cmdline.Usagef("-q %d: num of Qps should be between %d and %d", f.qps, minQPs, maxQPs)
+	case f.inline < 0:
+		return cmdline.Usagef("-I %d: an inline size is 0 or more", f.inline)
 	case f.ibPort != 1:
 		return cmdline.Usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
 	case !strings.EqualFold(f.connection, "RC") && !strings.EqualFold(f.connection, "UD"):

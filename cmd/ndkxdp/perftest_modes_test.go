@@ -227,7 +227,8 @@ func TestPerfBidirectional(t *testing.T) {
 }
 
 // TestPerfReportOptions: perftest's --output, -w/--limit_bw,
-// -y/--limit_msgrate and --report-both reach the test's parameters, and
+// -y/--limit_msgrate and --report-both reach the test's parameters (and
+// -I, --use_old_post_send and --perform_warm_up are taken), and
 // an --output run prints its figure alone on stdout (ndkxdp's own header
 // goes to stderr), as perftest does, over a veth pair.
 func TestPerfReportOptions(t *testing.T) {
@@ -238,7 +239,11 @@ func TestPerfReportOptions(t *testing.T) {
 	if p := f.params; p.Output != perftest.OutputMessageRate || p.LimitBW != 5.5 || p.LimitMsgRate != 0.25 || !p.ReportBoth {
 		t.Errorf("params %+v", p)
 	}
-	for _, args := range [][]string{{"--output=gbits"}, {"--output", "latency"}} {
+	// perftest's flags that change nothing on the wire are taken.
+	if _, err := parsePerfTest("send_lat", []string{"-I", "64", "--use_old_post_send", "--perform_warm_up", "-dev", "lo"}, io.Discard, io.Discard); err != nil {
+		t.Errorf("send_lat -I 64 --use_old_post_send --perform_warm_up: %v", err)
+	}
+	for _, args := range [][]string{{"--output=gbits"}, {"--output", "latency"}, {"-I", "-1"}} {
 		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
 			t.Errorf("write_bw %q accepted", args)
 		}
