@@ -14,114 +14,71 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
-// bidirCases are the bandwidth tests run with perftest's -b against rxe,
-// each both ways: both sides run the test at once and each prints the
-// sum of both sides' rows, so the two rows are the same.
-var bidirCases = []perfCase{
-	{"ib_send_bw", perftest.Send, perftest.BW},
-	{"ib_write_bw", perftest.Write, perftest.BW},
-	{"ib_read_bw", perftest.Read, perftest.BW},
-	{"ib_atomic_bw", perftest.Atomic, perftest.BW},
-}
-
+// testPerftestBidir runs the bandwidth tests (bwCases) with perftest's
+// -b against rxe, each both ways: both sides run the test at once and
+// each prints the sum of both sides' rows, so the two rows are the same.
+// Send and write bw (bwCases[:2]) also run with -q 2 and with -D 2.
 func testPerftestBidir(t *testing.T, p *peer) {
-	for _, c := range bidirCases {
+	for _, c := range bwCases {
 		prm := c.params(4096)
 		prm.MTU, prm.Bidir = p.dev.Adapter.PathMTU(), true
-		flags := guestArgs(prm) + " -b"
-		t.Run(c.tool+"/rxe_server", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			theirs = p.guestServer(t, ctx, c.tool+" "+flags, perfPort, func() error {
-				_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
-				return err
-			})
-			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
-			requireSameSum(t, theirs, ours.String(), prm)
-		})
-		t.Run(c.tool+"/rxe_client", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
-				_, err := perftest.RunServer(ctx, prm, l, &ours)
-				return err
-			}, fmt.Sprintf("%s %s %v", c.tool, flags, HostIPv4))
-			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
-			requireSameSum(t, theirs, ours.String(), prm)
+		bothWays(t, p, c.tool, prm, c.timeout(), c.tool+" "+guestArgs(prm)+" -b", func(t *testing.T, theirs, ours string) {
+			requireSameSum(t, theirs, ours, prm)
 		})
 	}
 	// -q 2: every QP runs -n on both sides; each row counts -n x 2.
-	for _, c := range bidirCases[:2] {
+	for _, c := range bwCases[:2] {
 		prm := c.params(4096)
 		prm.MTU, prm.Bidir, prm.QPs = p.dev.Adapter.PathMTU(), true, qpsInterop
 		row := prm
 		row.Iterations = prm.Iterations * qpsInterop
-		flags := fmt.Sprintf("%s -b -q %d", guestArgs(prm), qpsInterop)
-		t.Run(c.tool+"_q2/rxe_server", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			theirs = p.guestServer(t, ctx, c.tool+" "+flags, perfPort, func() error {
-				_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
-				return err
-			})
-			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
-			requireSameSum(t, theirs, ours.String(), row)
-		})
-		t.Run(c.tool+"_q2/rxe_client", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
-				_, err := perftest.RunServer(ctx, prm, l, &ours)
-				return err
-			}, fmt.Sprintf("%s %s %v", c.tool, flags, HostIPv4))
-			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
-			requireSameSum(t, theirs, ours.String(), row)
+		cmd := fmt.Sprintf("%s %s -b -q %d", c.tool, guestArgs(prm), qpsInterop)
+		bothWays(t, p, c.tool+"_q2", prm, c.timeout(), cmd, func(t *testing.T, theirs, ours string) {
+			requireSameSum(t, theirs, ours, row)
 		})
 	}
 	// -D 2: each side times its own run. write bw exchanges the rows
 	// and each prints the sum with its own count; send bw, as send_bw.c
 	// does for -D, exchanges nothing and each prints its own row.
-	for _, c := range bidirCases[:2] {
+	for _, c := range bwCases[:2] {
 		prm := c.params(4096)
 		prm.MTU, prm.Bidir, prm.Duration = p.dev.Adapter.PathMTU(), true, 2*time.Second
-		flags := fmt.Sprintf("-R -d rxe0 -F -b -D 2 -s 4096 -p %d", perfPort)
-		t.Run(c.tool+"_D/rxe_server", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, time.Minute)
-			q := prm
-			q.ConnectRetry = perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}
-			theirs = p.guestServer(t, ctx, c.tool+" "+flags, perfPort, func() error {
-				_, err := perftest.RunClient(ctx, q, &ndkxdpConnector{p}, &ours)
-				return err
-			})
-			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
-			requireBWDurationRow(t, "rxe's server", theirs, theirs)
-			requireBWDurationRow(t, "ndkxdp's client", ours.String(), theirs)
-		})
-		t.Run(c.tool+"_D/rxe_client", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, time.Minute)
-			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
-				_, err := perftest.RunServer(ctx, prm, l, &ours)
-				return err
-			}, fmt.Sprintf("%s %s %v", c.tool, flags, HostIPv4))
-			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
-			requireBWDurationRow(t, "rxe's client", theirs, theirs)
-			requireBWDurationRow(t, "ndkxdp's server", ours.String(), theirs)
+		cmd := fmt.Sprintf("%s -R -d rxe0 -F -b -D 2 -s 4096 -p %d", c.tool, perfPort)
+		bothWays(t, p, c.tool+"_D", prm, time.Minute, cmd, func(t *testing.T, theirs, ours string) {
+			requireBWDurationRow(t, "rxe's perftest", theirs, theirs)
+			requireBWDurationRow(t, "ndkxdp's perftest", ours, theirs)
 		})
 	}
+}
+
+// bothWays runs perftest cmd (without the server's address) in the guest
+// and ours with prm against it, rxe as server and then as client, and
+// checks both outputs with check.
+func bothWays(t *testing.T, p *peer, name string, prm perftest.Params, timeout time.Duration, cmd string, check func(t *testing.T, theirs, ours string)) {
+	t.Run(name+"/rxe_server", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, timeout)
+		theirs = p.guestServer(t, ctx, cmd, perfPort, func() error {
+			_, err := perftest.RunClient(ctx, prm, &ndkxdpConnector{p}, &ours)
+			return err
+		})
+		t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
+		check(t, theirs, ours.String())
+	})
+	t.Run(name+"/rxe_client", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, timeout)
+		theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) error {
+			_, err := perftest.RunServer(ctx, prm, l, &ours)
+			return err
+		}, fmt.Sprintf("%s %v", cmd, HostIPv4))
+		t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
+		check(t, theirs, ours.String())
+	})
 }
 
 // requireBWDurationRow fails unless out has one bandwidth row of 4096

@@ -11,11 +11,11 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
-// qpsCases are the bandwidth tests run with perftest's -q 2 against rxe,
-// each both ways: one control connection, two data connections, the
-// pingpong_dests exchanged per QP, -n on each QP; each side's row counts
-// -n x 2 messages.
-var qpsCases = []perfCase{
+// bwCases are perftest's bandwidth tests. testPerftestQPs runs each with
+// -q 2 against rxe, both ways: one control connection, two data
+// connections, the pingpong_dests exchanged per QP, -n on each QP; each
+// side's row counts -n x 2 messages.
+var bwCases = []perfCase{
 	{"ib_write_bw", perftest.Write, perftest.BW},
 	{"ib_send_bw", perftest.Send, perftest.BW},
 	{"ib_read_bw", perftest.Read, perftest.BW},
@@ -27,7 +27,7 @@ const qpsInterop = 2
 func testPerftestQPs(t *testing.T, p *peer) {
 	t.Run("ib_write_bw_q24/rxe_client", func(t *testing.T) { testPerftestManyQPs(t, p) })
 	retry := perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}
-	for _, c := range qpsCases {
+	for _, c := range bwCases {
 		prm := c.params(4096)
 		prm.Port, prm.MTU, prm.QPs = perfPort, p.dev.Adapter.PathMTU(), qpsInterop
 		row := prm

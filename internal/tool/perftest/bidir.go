@@ -69,21 +69,30 @@ func bidirBW(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
 			}
 		}
-		mine := bwReport(q, posted, completed)
-		theirs, err := ctl.reports(ctx, mine)
-		if err != nil {
+		if err := sumRows(ctx, ctl, bwReport(q, posted, completed), true, res, p, out); err != nil {
 			return err
 		}
-		if theirs.Size != mine.Size || theirs.Iters != mine.Iters {
-			return fmt.Errorf("the peer reported %d x %d bytes against our %d x %d: not the same test: %w", theirs.Iters, theirs.Size, mine.Iters, mine.Size, ErrProtocol)
-		}
-		sumRow(res, mine, theirs, p, out)
 		if p.AllSizes && p.Verb == Send {
 			if _, err := ctl.handshake(ctx, &res.Local); err != nil {
 				return fmt.Errorf("sync after %d bytes: %w", size, err)
 			}
 		}
 	}
+	return nil
+}
+
+// sumRows exchanges this side's row (xchg_bw_reports) and prints the sum
+// (sumRow). The peer's row must be of the same size and, where the run
+// counted -n (sameCount, not -D), of the same count.
+func sumRows(ctx context.Context, ctl *control, mine Report, sameCount bool, res *Result, p *Params, out io.Writer) error {
+	theirs, err := ctl.reports(ctx, mine)
+	if err != nil {
+		return err
+	}
+	if theirs.Size != mine.Size || (sameCount && theirs.Iters != mine.Iters) {
+		return fmt.Errorf("the peer reported %d x %d bytes against our %d x %d: not the same test: %w", theirs.Iters, theirs.Size, mine.Iters, mine.Size, ErrProtocol)
+	}
+	sumRow(res, mine, theirs, p, out)
 	return nil
 }
 
@@ -132,15 +141,7 @@ func bidirFor(ctx context.Context, p *Params, ctl *control, d *data, res *Result
 	if err != nil {
 		return err
 	}
-	theirs, err := ctl.reports(ctx, mine)
-	if err != nil {
-		return err
-	}
-	if theirs.Size != mine.Size {
-		return fmt.Errorf("the peer reported %d-byte messages against our %d: not the same test: %w", theirs.Size, mine.Size, ErrProtocol)
-	}
-	sumRow(res, mine, theirs, p, out)
-	return nil
+	return sumRows(ctx, ctl, mine, false, res, p, out)
 }
 
 // bidirSendFor is run_iter_bi in duration mode: the client's timer starts
@@ -225,16 +226,7 @@ func bidirMulti(ctx context.Context, p *Params, ctl *control, g *qpSet, res *Res
 	if err != nil {
 		return err
 	}
-	mine := bwReport(p, posted, completed)
-	theirs, err := ctl.reports(ctx, mine)
-	if err != nil {
-		return err
-	}
-	if theirs.Size != mine.Size || theirs.Iters != mine.Iters {
-		return fmt.Errorf("the peer reported %d x %d bytes against our %d x %d: not the same test: %w", theirs.Iters, theirs.Size, mine.Iters, mine.Size, ErrProtocol)
-	}
-	sumRow(res, mine, theirs, p, out)
-	return nil
+	return sumRows(ctx, ctl, bwReport(p, posted, completed), true, res, p, out)
 }
 
 // bidirSendMulti is run_iter_bi over several QPs: round-robin, each QP's
@@ -335,15 +327,7 @@ func (r Report) plus(peer Report) Report {
 // printBWSum prints the summed row, in six decimals where this side's
 // own Gb/s average is below 0.1.
 func printBWSum(w io.Writer, mine, sum Report, gbits bool) {
-	if f, ok := w.(*figures); ok {
-		f.bw(sum)
-		return
-	}
-	if gbits && mine.BWAvg < 0.1 {
-		fmt.Fprintf(w, reportFmtExt, sum.Size, sum.Iters, sum.BWPeak, sum.BWAvg, sum.MsgRate)
-		return
-	}
-	fmt.Fprintf(w, reportFmt, sum.Size, sum.Iters, sum.BWPeak, sum.BWAvg, sum.MsgRate)
+	printBWRow(w, sum, gbits && mine.BWAvg < 0.1)
 }
 
 // bidirSend is run_iter_bi for one RC QP: keep the send window full (the
@@ -386,12 +370,7 @@ func bidirSend(ctx context.Context, p *Params, d *data, client bool, posted, com
 				return fmt.Errorf("repost receive: %w", err)
 			}
 		}
-		for range c.sends - sends {
-			ccnt = min(ccnt+p.CQMod, iters)
-			if !p.NoPeak {
-				completed[ccnt-1] = clk.now()
-			}
-		}
+		ccnt = stampDone(p, c.sends-sends, ccnt, completed, clk)
 	}
 	if p.NoPeak {
 		completed[0] = clk.now()

@@ -15,15 +15,7 @@ import (
 
 // reportMsgs counts the 8-byte control messages (xchg_bw_reports fields)
 // the client sent.
-func reportMsgs(sent []int) int {
-	n := 0
-	for _, s := range sent {
-		if s == ReportLen {
-			n++
-		}
-	}
-	return n
-}
+func reportMsgs(sent []int) int { return countLen(sent, ReportLen) }
 
 // TestBidir: with -b both sides run the test against each other at once:
 // each posts the whole run (and the warm-up of a one-sided verb), each

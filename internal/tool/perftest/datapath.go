@@ -152,17 +152,26 @@ func postBW(ctx context.Context, p *Params, d *data, peer Dest, posted, complete
 		if _, err := d.poll(ctx, &c); err != nil {
 			return fmt.Errorf("after %d of %d completions: %w", ccnt, iters, err)
 		}
-		for range c.rdma + c.sends - before {
-			ccnt = min(ccnt+p.CQMod, iters)
-			if !p.NoPeak {
-				completed[ccnt-1] = clk.now()
-			}
-		}
+		ccnt = stampDone(p, c.rdma+c.sends-before, ccnt, completed, clk)
 	}
 	if p.NoPeak {
 		completed[0] = clk.now()
 	}
 	return nil
+}
+
+// stampDone counts n signaled completions of one QP's run, each standing
+// for CQMod requests (the last for what is left of Iterations), from
+// ccnt on, stamping each in completed unless -N; it returns the new
+// count.
+func stampDone(p *Params, n, ccnt int, completed []uint64, clk clock) int {
+	for range n {
+		ccnt = min(ccnt+p.CQMod, p.Iterations)
+		if !p.NoPeak {
+			completed[ccnt-1] = clk.now()
+		}
+	}
+	return ccnt
 }
 
 // recvBW is run_iter_bw_server: count Iterations receives, reposting while

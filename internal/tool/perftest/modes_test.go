@@ -25,10 +25,13 @@ var allSizes = func() []uint64 {
 }()
 
 // dests counts the 56-byte control messages (handshakes) the client sent.
-func dests(sent []int) int {
+func dests(sent []int) int { return countLen(sent, DestLen) }
+
+// countLen counts the control messages of size bytes in sent.
+func countLen(sent []int, size int) int {
 	n := 0
 	for _, s := range sent {
-		if s == DestLen {
+		if s == size {
 			n++
 		}
 	}

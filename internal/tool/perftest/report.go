@@ -31,12 +31,16 @@ func PrintBWHeader(w io.Writer, gbits bool) {
 
 // PrintBW prints one bandwidth row as print_full_bw_report does; in Gb/s
 // below 0.1 it switches to six decimals (inc_accuracy).
-func PrintBW(w io.Writer, r Report, gbits bool) {
+func PrintBW(w io.Writer, r Report, gbits bool) { printBWRow(w, r, gbits && r.BWAvg < 0.1) }
+
+// printBWRow prints r, in six decimals where inc (or, under --output,
+// its figure).
+func printBWRow(w io.Writer, r Report, inc bool) {
 	if f, ok := w.(*figures); ok {
 		f.bw(r)
 		return
 	}
-	if gbits && r.BWAvg < 0.1 {
+	if inc {
 		fmt.Fprintf(w, reportFmtExt, r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
 		return
 	}
