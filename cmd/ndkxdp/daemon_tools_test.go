@@ -170,6 +170,16 @@ func TestToolsThroughDaemon(t *testing.T) {
 			}
 		}
 	})
+	t.Run("send_bw_bidirectional", func(t *testing.T) {
+		// -b through the daemon: its client's data QP receives while its
+		// SENDs are outstanding (verbs.ConnParams.Unordered).
+		cout, sout := runIn(t, p.A, []string{"perf", "send_bw", "-b", "-n", "300", "-s", "4096", "-daemon", sock},
+			p.B, []string{"perf", "send_bw", "-b", "-n", "300", "-s", "4096", p.A.IPv4.String(), "-dev", p.B.Link})
+		c, s := resultRow(t, cout, "BW average["), resultRow(t, sout, "BW average[")
+		if len(c) != 5 || c[0] != "4096" || c[1] != "300" || strings.Join(c, " ") != strings.Join(s, " ") {
+			t.Fatalf("send_bw -b rows %q and %q, want 4096 bytes, 300 iterations, the same sum:\n%s\n%s", c, s, cout, sout)
+		}
+	})
 	t.Run("send_lat", func(t *testing.T) {
 		cout, _ := runIn(t, p.B, []string{"perf", "send_lat", "-n", "200", "-s", "64", "-dev", p.B.Link},
 			p.A, []string{"perf", "send_lat", "-n", "200", "-s", "64", srvB, "-daemon", sock})
