@@ -94,7 +94,7 @@ func (rq *daemonQP) udDest(wr *rc.SendWR) proto.UDDest {
 		return proto.UDDest{}
 	}
 	d := &wr.UD
-	return proto.UDDest{Set: true, IP: d.IP, MAC: d.MAC, QPN: d.QPN, QKey: d.QKey}
+	return proto.UDDest{Set: true, IP: d.IP, MAC: d.MAC, QPN: d.QPN, QKey: d.QKey, TOS: d.TOS, SetTOS: d.SetTOS}
 }
 
 // daemonUDService is a UD service on the daemon's CM (udServer).

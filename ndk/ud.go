@@ -43,12 +43,17 @@ const UDGRHSize = rc.GRHLen
 const RDMAUDPQKey = cm.RDMAUDPQKey
 
 // UDDestination is where SendTo sends: the peer's address and MAC (verbs'
-// address handle), its QP number and Q_Key.
+// address handle), its QP number and Q_Key, and, where SetTOS, the IP TOS
+// byte (DSCP and ECN) its datagrams carry instead of the QP's traffic
+// class, as an address handle's grh.traffic_class. UDReplyTo sets TOS to
+// the request's, as ibv_create_ah_from_wc does.
 type UDDestination struct {
-	IP   netip.Addr
-	MAC  rocev2.MAC
-	QPN  uint32
-	QKey uint32
+	IP     netip.Addr
+	MAC    rocev2.MAC
+	QPN    uint32
+	QKey   uint32
+	TOS    uint8
+	SetTOS bool
 }
 
 // udInfo is what a UD QP keeps beside its engine QP.
@@ -126,9 +131,12 @@ func (q *QP) sendTo(op string, ctx any, sgl []SGE, dest UDDestination, withImm b
 	case !dest.IP.IsValid() || dest.QPN == 0 || dest.QPN > rocev2.PSNMask:
 		q.be.ringDeferred()
 		return errorf(StatusInvalidParameter, op, "destination %v QPN %#x: an address and a QPN in [1, 2^24) are needed", dest.IP, dest.QPN)
+	case dest.SetTOS && rocev2.ECNOf(dest.TOS) == rocev2.CE:
+		q.be.ringDeferred()
+		return errorf(StatusInvalidParameter, op, "TOS %#x: its ECN bits say CE, which a switch sets and no sender", dest.TOS)
 	}
 	wr := rc.SendWR{Op: rc.OpSend, Flags: flags, Context: ctx, SGL: engineSGL(sgl),
-		UD: rc.UDDest{IP: dest.IP, MAC: dest.MAC, QPN: dest.QPN, QKey: dest.QKey}}
+		UD: rc.UDDest{IP: dest.IP, MAC: dest.MAC, QPN: dest.QPN, QKey: dest.QKey, TOS: dest.TOS, SetTOS: dest.SetTOS}}
 	if withImm {
 		wr.Op, wr.Imm = rc.OpSendImm, imm
 	}
@@ -152,9 +160,26 @@ func UDSource(grh []byte) netip.Addr {
 	return netip.Addr{}
 }
 
+// UDTOS returns the IP TOS byte (DSCP and ECN) of the datagram whose GRH
+// bytes a UD receive starts with: the IPv4 TOS or the IPv6 traffic class.
+// ok is false where grh holds neither header.
+func UDTOS(grh []byte) (tos uint8, ok bool) {
+	switch {
+	case len(grh) < UDGRHSize:
+		return 0, false
+	case grh[20]>>4 == 4:
+		return grh[21], true
+	case grh[0]>>4 == 6:
+		return grh[0]<<4 | grh[1]>>4, true
+	}
+	return 0, false
+}
+
 // UDReplyTo is verbs' ibv_create_ah_from_wc: the destination that answers
 // a datagram received with grh (the receive buffer's first UDGRHSize
-// bytes) from QP srcQPN, with Q_Key qkey. The next hop's MAC comes from
+// bytes) from QP srcQPN, with Q_Key qkey, and with the datagram's DSCP
+// and ECN (the address handle's traffic class; a CE mark, which a switch
+// set on the way, is answered as ECT(0)). The next hop's MAC comes from
 // the kernel's routes and neighbours, as for Connect. It fails with
 // STATUS_INVALID_PARAMETER when grh names no sender, and as Connect when
 // no route or neighbour is found.
@@ -168,7 +193,11 @@ func (a *Adapter) UDReplyTo(grh []byte, srcQPN, qkey uint32) (UDDestination, err
 	if err != nil {
 		return UDDestination{}, err
 	}
-	return UDDestination{IP: ip, MAC: mac, QPN: srcQPN, QKey: qkey}, nil
+	tos, _ := UDTOS(grh)
+	if rocev2.ECNOf(tos) == rocev2.CE {
+		tos = rocev2.TOS(rocev2.DSCPOf(tos), rocev2.ECT0)
+	}
+	return UDDestination{IP: ip, MAC: mac, QPN: srcQPN, QKey: qkey, TOS: tos, SetTOS: true}, nil
 }
 
 // UDDestinationTo is verbs' ibv_create_ah for a peer known by its

@@ -84,11 +84,15 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr, n int) {
 	}
 
 	// y answers x where x's datagram came from, as udaddy's server does
-	// (ibv_create_ah_from_wc); x names its QPN in the immediate.
+	// (ibv_create_ah_from_wc), with its DSCP and ECN; x names its QPN in
+	// the immediate, and its datagram's TOS in the destination (an
+	// address handle's traffic class).
 	if err := y.ud.Receive("r", y.sge(t, y.dmr, UDGRHSize+8)); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.ud.SendToWithImmediate("s", x.sge(t, x.smr, 8), toY, x.ud.QPN(), 0); err != nil {
+	asked := toY
+	asked.TOS, asked.SetTOS = 0x6a, true
+	if err := x.ud.SendToWithImmediate("s", x.sge(t, x.smr, 8), asked, x.ud.QPN(), 0); err != nil {
 		t.Fatal(err)
 	}
 	waitResult(t, x.icq)
@@ -96,9 +100,14 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr, n int) {
 	if r.Flags != ResultWithImmediate || r.Immediate != x.ud.QPN() {
 		t.Fatalf("receive of a datagram with immediate: %+v", r)
 	}
+	if tos, ok := UDTOS(y.dst[:UDGRHSize]); !ok || tos != 0x6a {
+		t.Fatalf("the datagram's TOS %#x (%v), want the destination's 0x6a", tos, ok)
+	}
 	back, err := y.a.UDReplyTo(y.dst[:UDGRHSize], uint32(r.TypeSpecificCompletionOutput), y.ud.UDQKey())
-	if err != nil || back != toX {
-		t.Fatalf("reply destination %+v, %v; want %+v", back, err, toX)
+	want := toX
+	want.TOS, want.SetTOS = 0x6a, true
+	if err != nil || back != want {
+		t.Fatalf("reply destination %+v, %v; want %+v", back, err, want)
 	}
 
 	copy(x.src, bytes.Repeat([]byte("ping"), n/4))
@@ -107,7 +116,8 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr, n int) {
 		from, to *udSide
 		dest     UDDestination
 		ip       netip.Addr
-	}{{x, y, toY, ipX}, {y, x, toX, ipY}} {
+		tos      uint8 // the QP's own (0) unless the destination names one
+	}{{x, y, toY, ipX, 0}, {y, x, toX, ipY, 0}, {y, x, back, ipY, 0x6a}} {
 		if err := d.to.ud.Receive("r", d.to.sge(t, d.to.dmr, UDGRHSize+n)); err != nil {
 			t.Fatal(err)
 		}
@@ -123,6 +133,9 @@ func exchangeUD(t *testing.T, x, y *udSide, ipX, ipY netip.Addr, n int) {
 		}
 		if got := UDSource(d.to.dst); got != d.ip {
 			t.Fatalf("GRH source %v, want %v (% x)", got, d.ip, d.to.dst[:UDGRHSize])
+		}
+		if tos, _ := UDTOS(d.to.dst); tos != d.tos {
+			t.Fatalf("datagram to %+v carried TOS %#x, want %#x", d.dest, tos, d.tos)
 		}
 		if !bytes.Equal(d.to.dst[UDGRHSize:UDGRHSize+n], d.from.src[:n]) {
 			t.Fatal("payload altered")
@@ -168,6 +181,11 @@ func TestUDRefusals(t *testing.T) {
 	}
 	if err := x.ud.SendTo(nil, x.sge(t, x.smr, 8), UDDestination{IP: pipeIPB}, 0); status(err) != StatusInvalidParameter {
 		t.Fatalf("SendTo without a QPN: %v", err)
+	}
+	ce := dest
+	ce.TOS, ce.SetTOS = 0x6b, true // ECN CE: a switch's to set
+	if err := x.ud.SendTo(nil, x.sge(t, x.smr, 8), ce, 0); status(err) != StatusInvalidParameter {
+		t.Fatalf("SendTo with a CE TOS: %v", err)
 	}
 	c, err := x.a.CreateConnector()
 	if err != nil {
@@ -244,4 +262,30 @@ func testUDOverVeth(t *testing.T, mtu, n int) {
 	p := harness.New(t, harness.Config{MTU: mtu})
 	x, y := newUDSide(t, vethSide(t, p.A)), newUDSide(t, vethSide(t, p.B))
 	exchangeUD(t, x, y, x.a.provider().Address(), y.a.provider().Address(), n)
+}
+
+// TestUDTOSAndReplyClass: UDTOS reads the TOS of an IPv4 GRH and the
+// traffic class of an IPv6 one; UDReplyTo answers a CE-marked datagram,
+// whose mark a switch set on the way, as ECT(0) with its DSCP.
+func TestUDTOSAndReplyClass(t *testing.T) {
+	var v4, v6 [UDGRHSize]byte
+	v4[20], v4[21] = 0x45, 0xb8
+	v6[0], v6[1] = 0x6b, 0x80 // version 6, traffic class 0xb8
+	for _, c := range []struct {
+		grh  []byte
+		want uint8
+		ok   bool
+	}{{v4[:], 0xb8, true}, {v6[:], 0xb8, true}, {make([]byte, UDGRHSize), 0, false}, {v4[:20], 0, false}} {
+		if tos, ok := UDTOS(c.grh); tos != c.want || ok != c.ok {
+			t.Errorf("UDTOS(% x): %#x %v, want %#x %v", c.grh, tos, ok, c.want, c.ok)
+		}
+	}
+	a, _ := cmPipePair(t, nil, cm.Params{})
+	ce := v4
+	copy(ce[32:36], pipeIPB.AsSlice())
+	ce[21] = 0x6b // DSCP 26, CE
+	d, err := a.a.UDReplyTo(ce[:], 9, RDMAUDPQKey)
+	if err != nil || !d.SetTOS || d.TOS != 0x6a || d.IP != pipeIPB {
+		t.Fatalf("reply to a CE-marked datagram: %+v, %v; want TOS 0x6a to %v", d, err, pipeIPB)
+	}
 }

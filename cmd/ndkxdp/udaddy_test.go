@@ -41,8 +41,9 @@ func TestUdaddyFlags(t *testing.T) {
 	}
 }
 
-// TestUdaddyTOS: udaddy's -t gives the client's datagrams its TOS byte;
-// -t out of range, with CE's ECN bits or through a daemon is refused.
+// TestUdaddyTOS: udaddy's -t gives the client's datagrams its TOS byte,
+// which the server's answers take; -t out of range, with CE's ECN bits
+// or through a daemon is refused.
 func TestUdaddyTOS(t *testing.T) {
 	for _, args := range [][]string{{"-t", "256"}, {"-t", "3"}, {"-t", "8", "-daemon", "/nonexistent"}} {
 		var ue *cmdline.UsageError
@@ -74,5 +75,10 @@ func TestUdaddyTOS(t *testing.T) {
 	t.Logf("datagrams' TOS by source: %v", tos)
 	if c := tos[p.A.IPv4]; len(c) != 1 || c[106] != 5 {
 		t.Errorf("the client's datagrams carried TOS %v, want 106 on all 5", c)
+	}
+	// The server answers where the first datagram came from, with its
+	// TOS (ibv_create_ah_from_wc's address handle: ndk.UDReplyTo).
+	if c := tos[p.B.IPv4]; len(c) != 1 || c[106] != 5 {
+		t.Errorf("the server's answers carried TOS %v, want the request's 106 on all 5", c)
 	}
 }

@@ -136,7 +136,7 @@ func udOp(q *sQP, s *proto.Send) uint8 {
 
 // postUD posts a UD SEND of the record's destination.
 func postUD(q *sQP, slot *reqSlot, sgl []ndk.SGE, s *proto.Send, flags ndk.OpFlag) error {
-	d := ndk.UDDestination{IP: s.Dest.IP, MAC: s.Dest.MAC, QPN: s.Dest.QPN, QKey: s.Dest.QKey}
+	d := ndk.UDDestination{IP: s.Dest.IP, MAC: s.Dest.MAC, QPN: s.Dest.QPN, QKey: s.Dest.QKey, TOS: s.Dest.TOS, SetTOS: s.Dest.SetTOS}
 	if s.Op == proto.OpSendImm {
 		return q.qp.SendToWithImmediate(slot, sgl, d, s.Imm, flags)
 	}

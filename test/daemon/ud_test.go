@@ -127,12 +127,16 @@ func testUDThroughDaemon(t *testing.T, mtu, n int) {
 		t.Fatalf("y resolving the client's service: %+v, %v", toX, err)
 	}
 
-	// y answers x where x's datagram came from; x names its QPN in the
-	// immediate, as udaddy does.
+	// y answers x where x's datagram came from, with its DSCP and ECN;
+	// x names its QPN in the immediate, as udaddy does, and its
+	// datagram's TOS in the destination (which crosses the daemon's send
+	// record).
 	if err := y.qp.Receive("r", y.recv(t, ndk.UDGRHSize+8)); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.qp.SendToWithImmediate("s", x.send(t, 8), toY, x.qp.QPN(), 0); err != nil {
+	asked := toY
+	asked.TOS, asked.SetTOS = 0x6a, true
+	if err := x.qp.SendToWithImmediate("s", x.send(t, 8), asked, x.qp.QPN(), 0); err != nil {
 		t.Fatal(err)
 	}
 	if r := wait(t, x.icq, "send with immediate"); r.Status != ndk.StatusSuccess || r.Type != ndk.OpSend || r.RequestContext != "s" {
@@ -143,16 +147,18 @@ func testUDThroughDaemon(t *testing.T, mtu, n int) {
 		t.Fatalf("y's receive of the client's datagram with immediate: %+v", r)
 	}
 	back, err := y.a.UDReplyTo(y.got()[:ndk.UDGRHSize], uint32(r.TypeSpecificCompletionOutput), y.qp.UDQKey())
-	if err != nil || back != toX {
-		t.Fatalf("y's reply destination %+v, %v; want %+v", back, err, toX)
+	wantX := toX
+	wantX.TOS, wantX.SetTOS = 0x6a, true
+	if err != nil || back != wantX {
+		t.Fatalf("y's reply destination %+v, %v; want %+v", back, err, wantX)
 	}
-	// The reverse: y sends x a datagram with immediate; the client's
-	// completion carries the immediate, and the client's UDReplyTo (the
-	// daemon's next hop) finds y again.
+	// The reverse: y answers x there; the client's completion carries
+	// the immediate, and the client's UDReplyTo (the daemon's next hop)
+	// finds y again, with the answer's TOS.
 	if err := x.qp.Receive("rx", x.recv(t, ndk.UDGRHSize+8)); err != nil {
 		t.Fatal(err)
 	}
-	if err := y.qp.SendToWithImmediate("s", y.send(t, 8), toX, 0xfeed, 0); err != nil {
+	if err := y.qp.SendToWithImmediate("s", y.send(t, 8), back, 0xfeed, 0); err != nil {
 		t.Fatal(err)
 	}
 	wait(t, y.icq, "y's send")
@@ -161,8 +167,8 @@ func testUDThroughDaemon(t *testing.T, mtu, n int) {
 		r.TypeSpecificCompletionOutput != uint64(y.qp.QPN()) || r.BytesTransferred != ndk.UDGRHSize+8 {
 		t.Fatalf("client's receive of y's datagram with immediate: %+v", r)
 	}
-	if back, err := x.a.UDReplyTo(x.got()[:ndk.UDGRHSize], uint32(r.TypeSpecificCompletionOutput), x.qp.UDQKey()); err != nil || back != toY {
-		t.Fatalf("client's reply destination %+v, %v; want %+v", back, err, toY)
+	if back, err := x.a.UDReplyTo(x.got()[:ndk.UDGRHSize], uint32(r.TypeSpecificCompletionOutput), x.qp.UDQKey()); err != nil || back != asked {
+		t.Fatalf("client's reply destination %+v, %v; want %+v", back, err, asked)
 	}
 
 	copy(x.mem, bytes.Repeat([]byte("ping"), n/4))
@@ -195,6 +201,9 @@ func testUDThroughDaemon(t *testing.T, mtu, n int) {
 		bd.b.Adapter.Stats() // order the reads below with y's engine
 		if got := ndk.UDSource(d.to.got()); got != d.ip {
 			t.Fatalf("%s: GRH source %v, want %v", d.name, got, d.ip)
+		}
+		if tos, _ := ndk.UDTOS(d.to.got()); tos != 0 {
+			t.Fatalf("%s: TOS %#x, want the QP's own, 0", d.name, tos)
 		}
 		if !bytes.Equal(d.to.got()[ndk.UDGRHSize:ndk.UDGRHSize+d.n], d.from.mem[:d.n]) {
 			t.Fatalf("%s: payload altered", d.name)

@@ -14,6 +14,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/udaddy"
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 const udaddyCount = 10
@@ -64,37 +65,68 @@ func testUdaddy(t *testing.T, p *peer) {
 		})
 		t.Run(fmt.Sprintf("rxe_client/%dB", size), func(t *testing.T) {
 			p.capture(t)
-			ctx := ctxFor(t, 2*time.Minute)
-			var ours bytes.Buffer
-			var st udaddy.Stats
-			serving := make(chan struct{})
-			done := make(chan error, 1)
-			scfg := cfg
-			scfg.Serving = func() { close(serving) }
-			go func() {
-				done <- p.vm.Host.Do(func() (err error) {
-					st, err = udaddy.RunServer(ctx, p.dev.Adapter, netip.AddrPortFrom(HostIPv4, udaddy.DefaultPort), scfg, &ours)
-					return err
-				})
-			}()
-			select {
-			case <-serving:
-			case err := <-done:
-				t.Fatalf("ndkxdp's server: %v\n%s", err, ours.String())
-			}
-			out, errOut, code, err := p.vm.Run(ctx, fmt.Sprintf("udaddy -s %v -C %d -S %d", HostIPv4, udaddyCount, size))
-			serr := <-done
-			t.Logf("rxe's udaddy client:\n%s%sndkxdp's server:\n%s", out, errOut, ours.String())
-			if err != nil || code != 0 || serr != nil {
-				t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
-			}
-			if st.Received != udaddyCount || st.Sent != udaddyCount || st.PeerAddr != GuestIPv4 {
-				t.Fatalf("ndkxdp's server: %+v", st)
-			}
-			if !strings.Contains(out, "data transfers complete") {
-				t.Fatalf("rxe's udaddy client did not complete:\n%s", out)
-			}
+			rxeUdaddyClient(t, p, cfg, "")
 		})
+	}
+	// rxe's client with -t: its datagrams carry the TOS, and our
+	// server's answers take it (ndk.UDReplyTo, as rxe's own server's
+	// ibv_create_ah_from_wc does).
+	t.Run("rxe_client_tos", func(t *testing.T) {
+		p.capture(t)
+		before := len(p.framesNow(t))
+		rxeUdaddyClient(t, p, udaddy.Config{Count: udaddyCount, Size: udaddy.DefaultSize}, fmt.Sprintf(" -t %d", reqTOS))
+		theirs, ours := map[uint8]int{}, map[uint8]int{}
+		for _, f := range p.framesNow(t)[before:] {
+			var pkt rocev2.Packet
+			if rocev2.Parse(f.Data, &pkt) != nil || pkt.BTH.DestQP == rocev2.GSIQP || pkt.BTH.Opcode != rocev2.UDSendOnlyImm && pkt.BTH.Opcode != rocev2.UDSendOnly {
+				continue
+			}
+			if f.Outgoing {
+				ours[pkt.IP.TOS]++
+			} else {
+				theirs[pkt.IP.TOS]++
+			}
+		}
+		t.Logf("datagrams' TOS: rxe's %v, ours %v", theirs, ours)
+		if theirs[reqTOS] != udaddyCount || ours[reqTOS] != udaddyCount || len(ours) != 1 {
+			t.Errorf("rxe's datagrams carried TOS %v and ours %v, want %d each of %#x", theirs, ours, udaddyCount, reqTOS)
+		}
+	})
+}
+
+// rxeUdaddyClient runs rxe's `udaddy -s` (with extra flags) against
+// ndkxdp's udaddy server and checks that both sides moved every datagram.
+func rxeUdaddyClient(t *testing.T, p *peer, cfg udaddy.Config, extra string) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	var ours bytes.Buffer
+	var st udaddy.Stats
+	serving := make(chan struct{})
+	done := make(chan error, 1)
+	scfg := cfg
+	scfg.Serving = func() { close(serving) }
+	go func() {
+		done <- p.vm.Host.Do(func() (err error) {
+			st, err = udaddy.RunServer(ctx, p.dev.Adapter, netip.AddrPortFrom(HostIPv4, udaddy.DefaultPort), scfg, &ours)
+			return err
+		})
+	}()
+	select {
+	case <-serving:
+	case err := <-done:
+		t.Fatalf("ndkxdp's server: %v\n%s", err, ours.String())
+	}
+	out, errOut, code, err := p.vm.Run(ctx, fmt.Sprintf("udaddy -s %v -C %d -S %d%s", HostIPv4, cfg.Count, cfg.Size, extra))
+	serr := <-done
+	t.Logf("rxe's udaddy client:\n%s%sndkxdp's server:\n%s", out, errOut, ours.String())
+	if err != nil || code != 0 || serr != nil {
+		t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
+	}
+	if st.Received != cfg.Count || st.Sent != cfg.Count || st.PeerAddr != GuestIPv4 {
+		t.Fatalf("ndkxdp's server: %+v", st)
+	}
+	if !strings.Contains(out, "data transfers complete") {
+		t.Fatalf("rxe's udaddy client did not complete:\n%s", out)
 	}
 }
 

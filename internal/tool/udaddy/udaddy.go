@@ -10,9 +10,9 @@
 //
 // It is not the -c (several connections) or -P ipoib options. -t (TOS)
 // is the adapter's traffic class (ndkxdp udaddy -t): every datagram of
-// the side carries it; the server's answers do not take the request's
-// TOS as the address handle ibv_create_ah_from_wc makes would (a UD
-// destination has no traffic class of its own).
+// the side carries it, but for the server's answers, which take the
+// request's DSCP and ECN as the address handle ibv_create_ah_from_wc
+// makes does (ndk.Adapter.UDReplyTo).
 //
 // Example:
 //

@@ -70,24 +70,29 @@ func (*ResolveUD) answer(*UDDestReply)      {}
 func (*NextHop) answer(*UDDestReply)        {}
 
 // UDDest is a UD SEND's destination in its send record (Send.Dest): the
-// address handle (IP, MAC), the remote QPN and the Q_Key. A UD QP's SEND
-// has no remote address, token or compare and swap operands, so the
-// destination lies over their bytes; the record's byte 2 says it is there.
+// address handle (IP, MAC, and the IP TOS byte where SetTOS), the remote
+// QPN and the Q_Key. A UD QP's SEND has no remote address, token or
+// compare and swap operands, so the destination lies over their bytes;
+// the record's byte 2 says it is there.
 type UDDest struct {
-	Set  bool
-	IP   netip.Addr
-	MAC  [6]byte
-	QPN  uint32
-	QKey uint32
+	Set    bool
+	IP     netip.Addr
+	MAC    [6]byte
+	QPN    uint32
+	QKey   uint32
+	TOS    uint8
+	SetTOS bool
 }
 
 // Byte layout of a UD destination in a Send record.
 const (
-	sendUDFlags          = 2 // recordDest, recordDest4
+	sendUDFlags          = 2 // recordDest, recordDest4, recordDestTOS
 	sendUDMAC, sendUDQPN = sendRAddr, sendRToken
+	sendUDTOS            = sendUDMAC + 6    // after the MAC, in the remote address's last two bytes
 	sendUDQKey, sendUDIP = sendInv, sendCmp // the IP: 16 bytes, over Compare and SwapAdd
 	recordDest           = 1
 	recordDest4          = 2 // the IP is an IPv4 address (its 4 bytes first)
+	recordDestTOS        = 4 // the TOS byte is the datagram's (SetTOS)
 )
 
 func (d *UDDest) encode(b []byte) {
@@ -107,9 +112,13 @@ func (d *UDDest) encode(b []byte) {
 		a := d.IP.As16()
 		copy(ip, a[:])
 	}
+	clear(b[sendUDMAC+6 : sendUDMAC+8])
+	if d.SetTOS {
+		f |= recordDestTOS
+		b[sendUDTOS] = d.TOS
+	}
 	b[sendUDFlags] = f
 	copy(b[sendUDMAC:sendUDMAC+6], d.MAC[:])
-	clear(b[sendUDMAC+6 : sendUDMAC+8])
 	le.PutUint32(b[sendUDQPN:], d.QPN)
 	le.PutUint32(b[sendUDQKey:], d.QKey)
 }
@@ -135,4 +144,8 @@ func (d *UDDest) decode(b []byte) {
 	d.MAC = [6]byte(b[sendUDMAC : sendUDMAC+6])
 	d.QPN = le.Uint32(b[sendUDQPN:])
 	d.QKey = le.Uint32(b[sendUDQKey:])
+	d.TOS, d.SetTOS = 0, f&recordDestTOS != 0
+	if d.SetTOS {
+		d.TOS = b[sendUDTOS]
+	}
 }

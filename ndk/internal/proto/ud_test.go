@@ -14,6 +14,8 @@ func TestSendRecordUDDest(t *testing.T) {
 		{Set: true, IP: netip.MustParseAddr("2001:2::2"), MAC: [6]byte{2, 1, 2, 3, 4, 5}, QPN: 1, QKey: 0x80000000},
 		{Set: true, IP: netip.MustParseAddr("::ffff:198.18.0.2"), QPN: 7},
 		{Set: true, QPN: 9}, // no address: the daemon's SendTo refuses it
+		{Set: true, IP: netip.MustParseAddr("198.18.0.2"), MAC: [6]byte{2, 0, 0, 0, 0, 2}, QPN: 3, QKey: 1, TOS: 0x6a, SetTOS: true},
+		{Set: true, IP: netip.MustParseAddr("198.18.0.2"), QPN: 3, SetTOS: true}, // TOS 0 named
 		{},
 	} {
 		in := Send{Op: OpSendImm, NSGE: 1, Flags: 0x40, Seq: 42, Imm: 0xfeed, InlineLen: 3, Dest: d,

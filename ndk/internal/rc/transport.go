@@ -15,6 +15,7 @@ type qpTransport struct {
 	connected bool
 	ud        bool   // an active UD QP (ud.go); never connected
 	qkey      uint32 // a UD QP's Q_Key
+	udTOS     uint8  // a UD QP's own IP TOS, for sends that name none
 	failed    bool
 	drained   bool // QP.drained is closed
 	active    bool // on the engine's active list

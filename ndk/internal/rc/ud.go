@@ -63,6 +63,10 @@ type UDDest struct {
 	MAC  rocev2.MAC
 	QPN  uint32
 	QKey uint32
+	// TOS is the datagram's IP TOS byte (DSCP and ECN) where SetTOS,
+	// as an address handle's traffic class; otherwise the QP's.
+	TOS    uint8
+	SetTOS bool
 }
 
 // UDParams makes a UD QP ready to send and receive (verbs' INIT, RTR and
@@ -111,6 +115,7 @@ func (q *QP) ActivateUD(p UDParams) error {
 		q.t.hdr.DETH = rocev2.DETHFields{SrcQP: q.cfg.QPN}
 		q.t.peerIP = netip.Addr{}
 		q.t.qkey = p.QKey
+		q.t.udTOS = q.t.hdr.IP.TOS
 		q.t.ud = true
 		q.udMTU.Store(q.t.pmtu)
 		q.state.Store(uint32(StateConnected))
@@ -134,6 +139,8 @@ func (q *QP) checkUD(wr *SendWR) ndkpi.Status {
 		return ndkpi.StatusNotSupported // UD carries SENDs only (IBTA table 37)
 	case d.QPN == 0 || d.QPN > rocev2.PSNMask || !d.IP.IsValid():
 		return ndkpi.StatusInvalidParameter
+	case d.SetTOS && rocev2.ECNOf(d.TOS) == rocev2.CE:
+		return ndkpi.StatusInvalidParameter // CE is a switch's to set
 	}
 	var total uint64
 	for i := range wr.SGL {
@@ -173,6 +180,10 @@ func (e *Engine) udRequest(q *QP) (int, bool) {
 		if w.op == OpSendImm {
 			t.hdr.BTH.Opcode = rocev2.UDSendOnlyImm
 			t.hdr.ImmDt = w.imm
+		}
+		t.hdr.IP.TOS = t.udTOS
+		if d.SetTOS {
+			t.hdr.IP.TOS = d.TOS
 		}
 		t.hdr.DETH.QKey = d.QKey
 		if d.QKey&udQKeyControlled != 0 {
