@@ -97,7 +97,7 @@
 //
 // UD QPs (ud.go) are client QPs with the same rings, made by create_qp
 // with its UD fields: each SEND record of a UD QP carries its
-// destination (proto.UDDest: address, MAC, QPN, Q_Key), and the relay
+// destination (proto.UDDest: address, MAC, QPN, Q_Key, and the TOS it names), and the relay
 // posts it with SendTo on the daemon's UD QP.
 // Receives and their completions take the RC path: the engine writes the
 // GRH into the client's buffer, and the completion carries the sender's
