@@ -78,10 +78,11 @@
 // 1 MiB both ways, perftest's -a and -D, -q 2 (write, send, read and
 // atomic bw, both ways; rxe's client also with -q 24), -b (send, write,
 // read and atomic bw, both ways, each side printing the same sum of both
-// sides' rows; send and write bw also with -q 2 and with -D 2), the REQ's
-// traffic class (rxe's ib_write_bw -T: our server's frames take it), --use-srq, SEND
-// with Invalidate, immediate data (and perftest's --write_with_imm, which
-// only 25.01 has), access errors, 5% loss, ibverbs-utils' ibv_rc_pingpong
+// sides' rows; send and write bw also with -q 2 and with -D 2 against
+// Debian 13), the REQ's traffic class (rxe's ib_write_bw -T: our
+// server's frames take it), --use-srq, SEND with Invalidate, immediate
+// data (and perftest's --write_with_imm, which only 25.01 has), access
+// errors, 5% loss, ibverbs-utils' ibv_rc_pingpong
 // and ibv_ud_pingpong (no rdma_cm: addresses swapped over TCP; at the
 // default size and one other, both ways, with rxe0's GID table compared
 // with the one ndkxdp's -g indexes; about 10 s under TCG) and the frame
