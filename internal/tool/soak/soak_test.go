@@ -16,8 +16,8 @@ import (
 // and at the end, and see retransmissions (the loss is real). The loss
 // takes CM messages too, and one lost costs the CM response timeout
 // (4.3 s) before it is resent: in 4 s a lost DREQ left room for no
-// second connection, and in 10 s a DREQ and then its DREP lost (a
-// disconnect of 9.2 s) did. 14 s leave room for two losses.
+// second connection, and in 10 s two losses in one disconnect (9.2 s)
+// did. 14 s leave room for two.
 func TestSoakShort(t *testing.T) {
 	testenv.RequireRoot(t)
 	var out, errOut bytes.Buffer
