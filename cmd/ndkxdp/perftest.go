@@ -37,11 +37,13 @@ the server there.`
 	}
 	return fmt.Sprintf(`usage: ndkxdp perf %s [flags] [ADDR] -dev IFNAME|-daemon SOCKET
 
-perftest's ib_%s in rdma_cm mode (-R) over ndkxdp on IFNAME, or through
-the ndkxdp daemon serving at SOCKET, compatible with perftest on the
-other side. Without ADDR it is the server and waits
-for one client; with ADDR (an address or host name) it is the client of
-the server there. ADDR may stand before, between or after the flags.`, name, name)
+perftest's ib_%s over ndkxdp on IFNAME, or through the ndkxdp daemon
+serving at SOCKET, compatible with perftest on the other side, with -R
+(rdma_cm) or without it (control messages over TCP, the data QP
+connected out of band). Without ADDR it is the server and waits for one
+client, taking either kind; with ADDR (an address or host name) it is
+the client of the server there. ADDR may stand before, between or after
+the flags.`, name, name)
 }
 
 // perfTests maps the command's test names to perftest's binaries' tests.
@@ -148,9 +150,13 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if peer.IsValid() {
 		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
 	} else {
-		var l *ndkverbs.Listener
-		if l, err = ndkverbs.Listen(d, p.Port, ndkverbs.Depths{}); err != nil {
-			return err
+		// Over TCP only, no rdma_cm listener: a client's REQ then finds
+		// none (REJ reason 8), as with perftest's server without -R.
+		l := ndkverbs.Unbound(d, ndkverbs.Depths{})
+		if p.Comm != perftest.CommTCP {
+			if l, err = ndkverbs.Listen(d, p.Port, ndkverbs.Depths{}); err != nil {
+				return err
+			}
 		}
 		defer l.Close()
 		res, err = perftest.RunServer(ctx, p, l, stdout)

@@ -20,7 +20,7 @@ type perftestFlags struct {
 	inline                                 int
 	gidIndex, qps, ibPort, mtu             int
 	ibDev, connection, atomicType          string
-	output                                 string
+	output, comm                           string
 	tos                                    cmdline.TOS
 }
 
@@ -39,7 +39,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 	fs.IntVar(&p.OutReads, "outs", 0, "the same as -o")
 	fs.BoolVar(&p.NoPeak, "noPeak", false, "the same as -N")
 	both("R", "rdma_cm", func(n string) {
-		fs.BoolVar(&f.rdmaCM, n, false, "connect through rdma_cm (perftest's -R; ndkxdp perf always does)")
+		fs.BoolVar(&f.rdmaCM, n, false, "control and data connections through rdma_cm only (perftest's -R); without it a client tries rdma_cm and then perftest's TCP exchange, and a server takes either (-comm)")
 	})
 	both("F", "CPU-freq", func(n string) {
 		fs.BoolVar(&f.cpuFreq, n, false, "perftest's: do not fail on CPU frequency warnings (accepted: ndkxdp reads no CPU frequency)")
@@ -85,6 +85,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.Float64Var(&p.LimitMsgRate, n, 0, "bw tests: fail unless a row's MsgRate reaches this (Mpps)")
 	})
 	f.tos.Register(fs, "perftest's -T sets it on the data connection; here every connection of the run", "T", "tos")
+	fs.StringVar(&f.comm, "comm", "auto", "how the two sides exchange control messages: rdma (as -R), tcp (perftest without -R: TCP to port -p, the data QP connected out of band), or auto (a client tries rdma_cm, then TCP where no rdma_cm listener answers; a server takes either)")
 	fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b: after the sum, each side's own row (perftest's --report-both)")
 	return f
 }
@@ -121,6 +122,16 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 			return cmdline.Usagef("%v", err)
 		}
 		p.Output = o
+	}
+	switch {
+	case f.comm == "auto" && f.rdmaCM, f.comm == "rdma":
+		p.Comm = perftest.CommRDMACM
+	case f.comm == "tcp" && f.rdmaCM:
+		return cmdline.Usagef("-comm tcp with -R: -R is rdma_cm")
+	case f.comm == "tcp":
+		p.Comm = perftest.CommTCP
+	case f.comm != "auto":
+		return cmdline.Usagef("-comm %s: want auto, rdma or tcp", f.comm)
 	}
 	p.QPs = f.qps
 	p.GIDIndex = int32(f.gidIndex)

@@ -147,8 +147,20 @@ func ListenAddr(dev *Device, addr netip.AddrPort, depths Depths) (*Listener, err
 	return x, nil
 }
 
+// Unbound returns a Listener that listens nowhere: its Accept waits for
+// nothing but its context, and it makes endpoints connected out of band
+// (verbs.Direct), for a server that takes no rdma_cm connection.
+func Unbound(dev *Device, depths Depths) *Listener {
+	return &Listener{dev: dev, depths: depths, reqs: make(chan *ndk.Connector), done: make(chan struct{})}
+}
+
 // Port returns the port the listener is bound to.
-func (x *Listener) Port() uint16 { return x.l.LocalAddress().Port() }
+func (x *Listener) Port() uint16 {
+	if x.l == nil {
+		return 0
+	}
+	return x.l.LocalAddress().Port()
+}
 
 // Accept implements verbs.Listener: the next connect request gets a new
 // endpoint, prepared with p.Prepare, and a REP with p.PrivateData.
@@ -198,7 +210,9 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 func (x *Listener) Close() error {
 	x.once.Do(func() {
 		close(x.done)
-		x.l.Close()
+		if x.l != nil {
+			x.l.Close()
+		}
 		for {
 			select {
 			case c := <-x.reqs:

@@ -154,6 +154,9 @@ type Params struct {
 	// ReportBoth is --report-both: under -b each side's own row follows
 	// the sum.
 	ReportBoth bool
+	// Comm is how the sides exchange control messages: CommRDMACM is
+	// -R, CommTCP perftest's default without it (socket.go).
+	Comm Comm
 	// Bidir is -b (bandwidth tests, one RC QP; bidir.go):
 	// both sides run the test at once and each prints both sides' sum.
 	Bidir bool
@@ -297,6 +300,9 @@ func (p *Params) normalizeWire(bad func(format string, a ...any) error) error {
 	}
 	if p.Iterations > NoPeakIters {
 		p.NoPeak = true
+	}
+	if p.Comm < CommAuto || p.Comm > CommTCP {
+		return bad("unknown control channel %d", p.Comm)
 	}
 	if p.ConnectRetry.Attempts < 0 || p.ConnectRetry.Attempts > 1000 || p.ConnectRetry.Interval < 0 || p.ConnectRetry.Interval > 10*time.Second {
 		return bad("connect retry %+v out of bounds (at most 1000 attempts, 10 s apart)", p.ConnectRetry)

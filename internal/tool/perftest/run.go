@@ -189,13 +189,11 @@ func RunClient(ctx context.Context, p Params, c verbs.Connector, out io.Writer) 
 		return Result{Params: p}, err
 	}
 	ctl := &control{client: true}
-	ep, err := connectData(ctx, c, &p, func() (verbs.ConnParams, error) {
-		return verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)}, nil
-	})
+	ep, err := dialControl(ctx, &p, c, ctl)
 	if err != nil {
 		return Result{Params: p}, fmt.Errorf("perftest: control connection to port %d: %w", p.Port, err)
 	}
-	defer ep.Close()
+	defer ctl.release(ep)
 	ctx, cancel := durationBound(ctx, &p)
 	defer cancel()
 	res, err := session(ctx, &p, ctl, out, mk, func(ctx context.Context, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
@@ -224,12 +222,11 @@ func RunServer(ctx context.Context, p Params, l verbs.Listener, out io.Writer) (
 	if err != nil {
 		return Result{Params: p}, err
 	}
-	ctl := &control{}
-	ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+	ctl, ep, err := acceptControl(ctx, &p, l, out)
 	if err != nil {
 		return Result{Params: p}, fmt.Errorf("perftest: accept control connection: %w", err)
 	}
-	defer ep.Close()
+	defer ctl.release(ep)
 	ctx, cancel := durationBound(ctx, &p)
 	defer cancel()
 	res, err := session(ctx, &p, ctl, out, mk, func(ctx context.Context, params func() (verbs.ConnParams, error)) (verbs.Endpoint, error) {
@@ -331,6 +328,16 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 		return cp, nil
 	}
 	var dep verbs.Endpoint
+	shakes := p.preRunHandshakes()
+	if ctl.sock != nil {
+		// Socket mode: no zeroed handshakes; the first of the test's
+		// own carries the QP's address, and the QP connects after it.
+		if dep, err = connectDirect(ctx, p, ctl, d, params, &res); err != nil {
+			return fail("data connection", err)
+		}
+		defer dep.Close()
+		return runSession(ctx, p, ctl, d, res, out, fail, shakes-1)
+	}
 	if p.UD && !ctl.client {
 		var syncErr error
 		dep, syncErr, err = acceptServedBeforeSync(ctx, open, params, syncPeers)
@@ -351,7 +358,14 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 		return fail("sync after the data connection", err)
 	}
 	res.Local = d.dest(p)
-	for i := 0; i < p.preRunHandshakes(); i++ {
+	return runSession(ctx, p, ctl, d, res, out, fail, shakes)
+}
+
+// runSession is the rest of session once the data QP is connected:
+// shakes handshakes, the addresses, the test.
+func runSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error), shakes int) (Result, error) {
+	var err error
+	for i := 0; i < shakes; i++ {
 		if res.Peer, err = ctl.handshake(ctx, &res.Local); err != nil {
 			return fail("exchange of pingpong_dest", err)
 		}

@@ -59,9 +59,12 @@ func (w *waiter) wait(ctx context.Context, op verbs.Op) (verbs.Completion, error
 // an RC QP with tx and rx depth 1 and one 56-byte buffer). Every message is
 // one SEND that the sender waits to complete (rdma_write_data); the
 // receiver reposts its single receive at once (rdma_read_data).
+//
+// Without -R (sock set) the same messages go over TCP (socket.go).
 type control struct {
 	w      waiter
 	client bool
+	sock   *sockChannel
 	send   verbs.Region
 	recv   verbs.Region
 	in     [DestLen]byte
@@ -129,6 +132,9 @@ func (c *control) recvMsg(ctx context.Context, want int) ([]byte, error) {
 // xchg is ctx_xchg_data: the client writes first, then reads; the server
 // reads, then writes. It returns the peer's message (valid until the next call).
 func (c *control) xchg(ctx context.Context, mine []byte) ([]byte, error) {
+	if c.sock != nil {
+		return c.sock.xchg(ctx, c.client, mine)
+	}
 	if c.client {
 		if err := c.sendMsg(ctx, mine); err != nil {
 			return nil, err
@@ -144,6 +150,9 @@ func (c *control) xchg(ctx context.Context, mine []byte) ([]byte, error) {
 
 // handshake is ctx_hand_shake over rdma_cm: one pingpong_dest each way.
 func (c *control) handshake(ctx context.Context, mine *Dest) (Dest, error) {
+	if c.sock != nil {
+		return c.sock.handshake(ctx, c.client, mine)
+	}
 	var b [DestLen]byte
 	if err := mine.Put(b[:]); err != nil {
 		return Dest{}, err
@@ -165,6 +174,9 @@ func (c *control) handshake(ctx context.Context, mine *Dest) (Dest, error) {
 // client still needs the server's message; the server, once it has the
 // client's, needs nothing more.
 func (c *control) closingHandshake(ctx context.Context, mine *Dest) error {
+	if c.sock != nil {
+		return c.sock.closing(ctx, c.client, mine)
+	}
 	var b [DestLen]byte
 	if err := mine.Put(b[:]); err != nil {
 		return err

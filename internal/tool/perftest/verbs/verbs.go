@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Access is what a registration allows. The values are NDK_MR_FLAG_*
@@ -278,3 +279,47 @@ var (
 	// the retry count (IB_WC_RETRY_EXC_ERR).
 	ErrRetryExceeded = errors.New("transport retry count exceeded")
 )
+
+// Direct is implemented by the Connectors and Listeners whose device can
+// make QPs that are connected out of band, as perftest connects its data
+// QPs without -R (ctx_connect: ibv_modify_qp to RTR and RTS with the QPN,
+// PSN and GID the peer sent over TCP). Others do not implement it; the
+// tools then take rdma_cm only.
+type Direct interface {
+	// Unconnected creates a QP (RC, or on p.SRQ) and runs p.Prepare on
+	// it; it is connected by ConnectTo once the peer's address is known.
+	Unconnected(p ConnParams) (OOB, error)
+}
+
+// OOB is an endpoint that Direct made and that is not yet connected:
+// its receives may be posted, nothing may be sent.
+type OOB interface {
+	Endpoint
+	// Local is what the peer needs to connect to it: its QPN, the first
+	// PSN it sends and its GID.
+	Local() Address
+	// ConnectTo connects it to the peer's QP (RTR, then RTS).
+	ConnectTo(ctx context.Context, peer Address, o OOBParams) error
+}
+
+// Address is one side's QP as an out-of-band exchange gives it.
+type Address struct {
+	QPN, PSN uint32
+	GID      [16]byte
+}
+
+// OOBParams are the transport attributes that ibv_modify_qp sets on an
+// out-of-band connection.
+type OOBParams struct {
+	// MTU is the path MTU in bytes.
+	MTU int
+	// InboundReads is max_dest_rd_atomic, OutboundReads max_rd_atomic.
+	InboundReads, OutboundReads int
+	// AckTimeout is the local ACK timeout (IB's timeout code t is
+	// 4.096 µs x 2^t).
+	AckTimeout time.Duration
+	// RetryCount and RNRRetry are retry_cnt and rnr_retry (0-7).
+	RetryCount, RNRRetry int
+	// MinRNRTimer is the wait the QP's RNR NAKs ask for.
+	MinRNRTimer time.Duration
+}

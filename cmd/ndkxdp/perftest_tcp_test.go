@@ -1,0 +1,121 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// cmFrames counts the frames of a capture addressed to QP 1 (IB CM MADs)
+// and the others.
+func cmFrames(t *testing.T, capture string) (cm, other int) {
+	t.Helper()
+	c, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pk := range c.Packets {
+		var pkt rocev2.Packet
+		if rocev2.Parse(pk.Data, &pkt) != nil {
+			continue
+		}
+		if pkt.BTH.DestQP == rocev2.GSIQP {
+			cm++
+		} else {
+			other++
+		}
+	}
+	return cm, other
+}
+
+// TestPerfOverTCP: without -R perftest exchanges its control messages
+// over TCP and connects the data QP out of band. -comm picks the channel
+// (-R is rdma), and every test runs with a client that speaks TCP only
+// to a server that takes either (the default), and the other way round,
+// over a veth pair, with not one IB CM message on the wire; the default
+// on both sides stays rdma_cm.
+func TestPerfOverTCP(t *testing.T) {
+	for args, want := range map[string]perftest.Comm{"": perftest.CommAuto, "-R": perftest.CommRDMACM, "-comm rdma": perftest.CommRDMACM, "-comm tcp": perftest.CommTCP, "--rdma_cm -comm auto": perftest.CommRDMACM} {
+		f, err := parsePerfTest("write_bw", append(strings.Fields(args), "-dev", "lo"), io.Discard, io.Discard)
+		if err != nil || f.params.Comm != want {
+			t.Errorf("write_bw %s: %v, comm %v, want %v", args, err, f.params.Comm, want)
+		}
+	}
+	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}} {
+		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("write_bw %q accepted", args)
+		}
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srv := p.B.IPv4.String()
+	for _, tc := range []struct {
+		test                 string
+		server, client, more []string
+		cm                   int // IB CM frames in the server's capture; -1 some
+	}{
+		{test: "send_bw", client: []string{"-comm", "tcp"}},
+		{test: "write_bw", client: []string{"-comm", "tcp"}},
+		{test: "read_bw", client: []string{"-comm", "tcp"}},
+		{test: "atomic_bw", client: []string{"-comm", "tcp"}},
+		{test: "send_lat", client: []string{"-comm", "tcp"}},
+		{test: "write_lat", client: []string{"-comm", "tcp"}},
+		{test: "read_lat", client: []string{"-comm", "tcp"}},
+		// The server speaks TCP only: the default client's REQ is
+		// rejected (nobody listens on rdma_cm: a REQ and a REJ) and it
+		// turns to TCP.
+		{test: "write_bw", server: []string{"-comm", "tcp"}, cm: 2},
+		{test: "send_bw", server: []string{"-comm", "tcp"}, more: []string{"-b", "--use-srq", "-r", "64"}, cm: 2},
+		{test: "write_bw", more: []string{"-a", "-n", "20"}, client: []string{"-comm", "tcp"}},
+		{test: "write_bw", cm: -1},
+	} {
+		name := tc.test + strings.Join(tc.server, "") + "_" + strings.Join(tc.client, "") + strings.Join(tc.more, "")
+		t.Run(name, func(t *testing.T) {
+			capture := filepath.Join(t.TempDir(), "server.pcap")
+			common := append([]string{"perf", tc.test, "-n", "200"}, tc.more...)
+			if tc.test != "atomic_bw" {
+				common = append(common, "-s", "64")
+			}
+			cout, sout := runBoth(t, p,
+				slices.Concat(common, tc.server, []string{"-capture", capture, "-dev", p.B.Link}),
+				slices.Concat(common, tc.client, []string{srv, "-dev", p.A.Link}))
+			t.Logf("client:\n%s\nserver:\n%s", cout, sout)
+			if rows := perfRows(cout); len(rows) == 0 || (tc.test != "read_lat" && len(perfRows(sout)) == 0) {
+				t.Errorf("no report rows")
+			}
+			// Each side prints the other's QP as it learned it.
+			for _, pair := range [][2]string{{cout, sout}, {sout, cout}} {
+				local, remote := qpLine(pair[0], "local"), qpLine(pair[1], "remote")
+				if local == "" || local != remote {
+					t.Errorf("local address %q printed as the peer's %q", local, remote)
+				}
+			}
+			cm, other := cmFrames(t, capture)
+			if other == 0 || (tc.cm >= 0 && cm != tc.cm) || (tc.cm < 0 && cm == 0) {
+				t.Errorf("capture: %d IB CM frames, %d others; want %d CM frames (-1: some)", cm, other, tc.cm)
+			}
+		})
+	}
+}
+
+// qpLine returns the QPN and PSN of a side's "local" or "remote"
+// address line.
+func qpLine(out, side string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if _, rest, ok := strings.Cut(l, " "+side+" address: "); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 6 {
+				return strings.Join(f[2:6], " ")
+			}
+		}
+	}
+	return ""
+}

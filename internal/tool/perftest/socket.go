@@ -1,0 +1,398 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+)
+
+// perftest without -R (v4.5-0.17 and 25.01 perftest_communication.c:
+// ethernet_client_connect, ethernet_server_connect, ctx_xchg_data_ethernet,
+// ethernet_write_keys, ethernet_read_keys, ctx_close_connection;
+// perftest_resources.c ctx_connect) exchanges its control messages over
+// a TCP connection to the server's port -p and connects the data QP out
+// of band:
+//
+//   - The server listens on TCP port -p of every address and accepts one
+//     connection; the client connects to it, once (no retry).
+//   - Every ctx_xchg_data message (versions, system data, MTU, reports)
+//     is written as raw bytes, the client first, the server answering,
+//     each side reading exactly the message's size.
+//   - A handshake carries pingpong_dest as text: KEY_PRINT_FMT_GID,
+//     "%04x:%04x:%06x:%06x:%08x:%016llx:" then the GID's 16 bytes "%02x:"
+//     each and "%08x:" (lid, out_reads, qpn, psn, rkey, vaddr, gid,
+//     srqn), written as the whole 108-byte buffer with its NUL. On
+//     Ethernet the GID index is never -1 (perftest takes 0 where -x is
+//     not given), so the GID form is the only one.
+//   - No zeroed handshakes and no rdma_cm: the first handshake (one per
+//     QP) gives each side the other's QPN, PSN, GID and out_reads;
+//     ctx_connect then moves the QP to RTR (path MTU as check_mtu agreed,
+//     rq_psn the peer's PSN, max_dest_rd_atomic its own out_reads, min
+//     RNR timer 12) and RTS (sq_psn its own PSN, timeout 14, retry_cnt 7,
+//     rnr_retry 7, max_rd_atomic the peer's out_reads). The handshakes
+//     that follow are those of rdma_cm mode.
+//   - ctx_close_connection follows the closing handshake with "done"
+//     and its NUL (5 bytes) from each side, which nobody reads, and
+//     closes the socket. The data QP is destroyed without a word.
+//
+// Comm says which a side uses.
+
+// Comm is how the two sides exchange control messages.
+type Comm int
+
+const (
+	// CommAuto: a client connects through rdma_cm and, where its REQ
+	// finds no listener (REJ reason 8), over TCP, retrying both as
+	// Params.ConnectRetry says; a server takes whichever comes first.
+	// A peer perftest then works with -R or without it. Tests that
+	// socket mode does not run (-q above 1, -c UD) and endpoints without
+	// verbs.Direct take rdma_cm only.
+	CommAuto Comm = iota
+	// CommRDMACM is -R: rdma_cm only.
+	CommRDMACM
+	// CommTCP is perftest's default without -R: TCP only.
+	CommTCP
+)
+
+// KeyMsgLen is KEY_MSG_SIZE_GID, the text pingpong_dest with its NUL.
+const KeyMsgLen = 108
+
+// doneMsg is what ctx_close_connection writes after the last handshake.
+var doneMsg = []byte("done\x00")
+
+// socketCapable says whether socket mode runs p.
+func socketCapable(p *Params) bool { return p.QPs <= 1 && !p.UD }
+
+// EncodeKey writes d as ethernet_write_keys does (KEY_PRINT_FMT_GID).
+func EncodeKey(d *Dest) [KeyMsgLen]byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%04x:%04x:%06x:%06x:%08x:%016x:", uint32(d.LID), uint32(d.OutReads), uint32(d.QPN), uint32(d.PSN), d.RKey, d.VAddr)
+	for _, g := range d.GID {
+		fmt.Fprintf(&b, "%02x:", g)
+	}
+	fmt.Fprintf(&b, "%08x:", d.SRQN)
+	var out [KeyMsgLen]byte
+	copy(out[:KeyMsgLen-1], b.String())
+	return out
+}
+
+// DecodeKey reads a KEY_PRINT_FMT_GID message as ethernet_read_keys
+// does: colon-separated hexadecimal fields up to the NUL.
+func DecodeKey(b []byte) (Dest, error) {
+	s := string(b)
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	f := strings.Split(s, ":")
+	if len(f) < 23 {
+		return Dest{}, fmt.Errorf("pingpong_dest %q: %d fields, want 23: %w", s, len(f), ErrProtocol)
+	}
+	var v [23]uint64
+	bits := [6]int{16, 16, 24, 24, 32, 64}
+	for i := range v {
+		n := 8
+		switch {
+		case i < 6:
+			n = bits[i]
+		case i < 22:
+			n = 8
+		default:
+			n = 32
+		}
+		x, err := strconv.ParseUint(f[i], 16, n)
+		if err != nil {
+			return Dest{}, fmt.Errorf("pingpong_dest %q, field %d: %w", s, i, ErrProtocol)
+		}
+		v[i] = x
+	}
+	d := Dest{LID: int32(v[0]), OutReads: int32(v[1]), QPN: int32(v[2]), PSN: int32(v[3]), RKey: uint32(v[4]), VAddr: v[5], SRQN: uint32(v[22])}
+	for i := range d.GID {
+		d.GID[i] = byte(v[6+i])
+	}
+	return d, nil
+}
+
+// sockChannel is the TCP control connection, with the device that makes
+// the out-of-band data QP.
+type sockChannel struct {
+	conn   net.Conn
+	direct verbs.Direct
+	stop   func() bool
+	in     [KeyMsgLen]byte
+}
+
+func newSockChannel(ctx context.Context, conn net.Conn, direct verbs.Direct) *sockChannel {
+	s := &sockChannel{conn: conn, direct: direct}
+	// A cancelled run unblocks its read or write at once.
+	s.stop = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	return s
+}
+
+func (s *sockChannel) write(ctx context.Context, b []byte) error {
+	if _, err := s.conn.Write(b); err != nil {
+		return fmt.Errorf("control write: %w", ctxErr(ctx, err))
+	}
+	return nil
+}
+
+func (s *sockChannel) read(ctx context.Context, n int) ([]byte, error) {
+	if _, err := io.ReadFull(s.conn, s.in[:n]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("the peer closed the control connection: %w", verbs.ErrDisconnected)
+		}
+		return nil, fmt.Errorf("control read: %w", ctxErr(ctx, err))
+	}
+	return s.in[:n], nil
+}
+
+// ctxErr prefers the context's reason over the deadline it set.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
+}
+
+// xchg is ctx_xchg_data_ethernet: the client writes first.
+func (s *sockChannel) xchg(ctx context.Context, client bool, mine []byte) ([]byte, error) {
+	if client {
+		if err := s.write(ctx, mine); err != nil {
+			return nil, err
+		}
+		return s.read(ctx, len(mine))
+	}
+	theirs, err := s.read(ctx, len(mine))
+	if err != nil {
+		return nil, err
+	}
+	return theirs, s.write(ctx, mine)
+}
+
+// handshake is ctx_hand_shake with ethernet_write_keys and
+// ethernet_read_keys.
+func (s *sockChannel) handshake(ctx context.Context, client bool, mine *Dest) (Dest, error) {
+	b := EncodeKey(mine)
+	theirs, err := s.xchg(ctx, client, b[:])
+	if err != nil {
+		return Dest{}, fmt.Errorf("handshake: %w", err)
+	}
+	return DecodeKey(theirs)
+}
+
+// closing is ctx_close_connection: the handshake, "done", and the end of
+// the connection. The peer's "done" is read (briefly) so that the close
+// sends a FIN rather than a reset over unread data.
+func (s *sockChannel) closing(ctx context.Context, client bool, mine *Dest) error {
+	if _, err := s.handshake(ctx, client, mine); err != nil {
+		return err
+	}
+	if err := s.write(ctx, doneMsg); err != nil {
+		return err
+	}
+	if tc, ok := s.conn.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	s.conn.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, s.conn)
+	return nil
+}
+
+func (s *sockChannel) close() {
+	s.stop()
+	s.conn.Close()
+}
+
+// peerAddresser is implemented by connectors that know the server's
+// address (ndkverbs.Connector): socket mode dials it.
+type peerAddresser interface{ PeerAddress() netip.Addr }
+
+// clientDirect returns the connector's verbs.Direct and the server's
+// address where the client may use socket mode, or nil.
+func clientDirect(p *Params, c verbs.Connector) (verbs.Direct, netip.Addr) {
+	d, ok := c.(verbs.Direct)
+	pa, ok2 := c.(peerAddresser)
+	if !ok || !ok2 || p.Comm == CommRDMACM || !socketCapable(p) {
+		return nil, netip.Addr{}
+	}
+	return d, pa.PeerAddress()
+}
+
+// dialControl opens the client's control connection as p.Comm says,
+// retrying where nobody listens yet (REJ reason 8, a refused TCP
+// connection). It returns the rdma_cm endpoint, or nil with ctl.sock set.
+func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control) (verbs.Endpoint, error) {
+	direct, host := clientDirect(p, c)
+	if p.Comm == CommTCP && direct == nil {
+		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-q above 1, -c UD): %w", c, ErrUnsupported)
+	}
+	addr := net.JoinHostPort(host.String(), strconv.Itoa(int(p.Port)))
+	var last error
+	for attempt := 0; ; attempt++ {
+		if p.Comm != CommTCP {
+			ep, err := c.Connect(ctx, p.Port, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+			var rej *verbs.RejectError
+			switch {
+			case err == nil:
+				return ep, nil
+			case !errors.As(err, &rej) || rej.Reason != verbs.RejectInvalidServiceID:
+				return nil, err
+			}
+			last = err
+		}
+		if direct != nil {
+			d := net.Dialer{Timeout: 5 * time.Second}
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			switch {
+			case err == nil:
+				ctl.sock = newSockChannel(ctx, conn, direct)
+				return nil, nil
+			case !errors.Is(err, syscall.ECONNREFUSED):
+				return nil, fmt.Errorf("connect to %s: %w", addr, err)
+			case last != nil:
+				last = fmt.Errorf("%w; and TCP %s: %w", last, addr, err)
+			default:
+				last = fmt.Errorf("TCP %s: %w", addr, err)
+			}
+		}
+		if attempt >= p.ConnectRetry.Attempts {
+			if attempt > 0 {
+				last = fmt.Errorf("after %d attempts: %w", attempt+1, last)
+			}
+			return nil, last
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("retrying the control connection: %w (%w)", ctx.Err(), last)
+		case <-afterFunc(p.ConnectRetry.Interval):
+		}
+	}
+}
+
+// acceptControl accepts the server's control connection as p.Comm says:
+// on l (rdma_cm), on TCP port p.Port, or on whichever a client reaches
+// first. It returns the control, and the rdma_cm endpoint if that won.
+func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Writer) (*control, verbs.Endpoint, error) {
+	direct, _ := l.(verbs.Direct)
+	if p.Comm == CommRDMACM || !socketCapable(p) {
+		direct = nil
+	}
+	if p.Comm == CommTCP && direct == nil {
+		return nil, nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-q above 1, -c UD): %w", l, ErrUnsupported)
+	}
+	rdma := func(ctx context.Context) (*control, verbs.Endpoint, error) {
+		ctl := &control{}
+		ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+		return ctl, ep, err
+	}
+	if direct == nil {
+		return rdma(ctx)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(int(p.Port))))
+	if err != nil {
+		if p.Comm == CommTCP {
+			return nil, nil, fmt.Errorf("listen on TCP port %d: %w", p.Port, err)
+		}
+		fmt.Fprintf(warn, "perftest: rdma_cm only: listen on TCP port %d: %v\n", p.Port, err)
+		return rdma(ctx)
+	}
+	defer ln.Close()
+	type won struct {
+		ctl *control
+		ep  verbs.Endpoint
+		err error
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan won, 2)
+	waiting := 1
+	if p.Comm != CommTCP {
+		waiting++
+		go func() {
+			ctl, ep, err := rdma(actx)
+			results <- won{ctl, ep, err}
+		}()
+	}
+	go func() {
+		stop := context.AfterFunc(actx, func() { ln.Close() })
+		defer stop()
+		conn, err := ln.Accept()
+		if err != nil {
+			results <- won{err: fmt.Errorf("accept on TCP port %d: %w", p.Port, ctxErr(actx, err))}
+			return
+		}
+		results <- won{ctl: &control{sock: newSockChannel(ctx, conn, direct)}}
+	}()
+	first := <-results
+	cancel()
+	ln.Close()
+	for waiting--; waiting > 0; waiting-- {
+		if late := <-results; late.err == nil {
+			late.ctl.release(late.ep)
+		}
+	}
+	return first.ctl, first.ep, first.err
+}
+
+// release closes what a control connection holds.
+func (c *control) release(ep verbs.Endpoint) {
+	if ep != nil {
+		ep.Close()
+	}
+	if c.sock != nil {
+		c.sock.close()
+	}
+}
+
+// connectDirect opens the data QP out of band (socket mode): a QP made
+// with params, the first handshake, which gives the peer's QPN, PSN and
+// GID, and ctx_connect. It returns the endpoint with res.Local and
+// res.Peer set.
+func connectDirect(ctx context.Context, p *Params, ctl *control, d *data, params func() (verbs.ConnParams, error), res *Result) (verbs.Endpoint, error) {
+	cp, err := params()
+	if err != nil {
+		return nil, err
+	}
+	ep, err := ctl.sock.direct.Unconnected(cp)
+	if err != nil {
+		return nil, fmt.Errorf("create the data QP: %w", err)
+	}
+	local := ep.Local()
+	res.Local = d.dest(p)
+	res.Local.QPN, res.Local.PSN, res.Local.GID = int32(local.QPN), int32(local.PSN), local.GID
+	if res.Peer, err = ctl.handshake(ctx, &res.Local); err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("exchange of pingpong_dest: %w", err)
+	}
+	if mapped(res.Local.GID) != mapped(res.Peer.GID) {
+		ep.Close()
+		// ctx_check_gid_compatibility's words.
+		return nil, fmt.Errorf("found incompatibility issue with GID types (ours %v, the peer's %v): please try to use a different IP version: %w",
+			netip.AddrFrom16(res.Local.GID), netip.AddrFrom16(res.Peer.GID), verbs.ErrInvalid)
+	}
+	err = ep.ConnectTo(ctx, verbs.Address{QPN: uint32(res.Peer.QPN) & 0xFFFFFF, PSN: uint32(res.Peer.PSN) & 0xFFFFFF, GID: res.Peer.GID}, verbs.OOBParams{
+		MTU:          res.MTU,
+		InboundReads: p.OutReads, OutboundReads: int(res.Peer.OutReads),
+		AckTimeout:  4096 * time.Nanosecond << 14, // DEF_QP_TIME
+		RetryCount:  7,
+		RNRRetry:    7,
+		MinRNRTimer: 640 * time.Microsecond, // MIN_RNR_TIMER 12
+	})
+	if err != nil {
+		ep.Close()
+		return nil, fmt.Errorf("unable to connect the HCA's through the link: %w", err)
+	}
+	return ep, nil
+}
+
+// mapped says whether a GID is an IPv4-mapped address.
+func mapped(g [16]byte) bool { return netip.AddrFrom16(g).Is4In6() }
