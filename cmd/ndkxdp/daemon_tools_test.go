@@ -180,6 +180,23 @@ func TestToolsThroughDaemon(t *testing.T) {
 			t.Fatalf("send_bw -b rows %q and %q, want 4096 bytes, 300 iterations, the same sum:\n%s\n%s", c, s, cout, sout)
 		}
 	})
+	t.Run("write_bw_and_send_lat_over_tcp", func(t *testing.T) {
+		// perftest without -R: the daemon's QP connected out of band,
+		// its next hop found in the daemon's namespace, as server and as
+		// client.
+		cout, sout := runIn(t, p.A, []string{"perf", "write_bw", "-comm", "tcp", "-n", "200", "-s", "4096", "-daemon", sock},
+			p.B, []string{"perf", "write_bw", "-comm", "tcp", "-n", "200", "-s", "4096", p.A.IPv4.String(), "-dev", p.B.Link})
+		for _, out := range []string{cout, sout} {
+			if row := resultRow(t, out, "BW average["); len(row) != 5 || row[0] != "4096" || row[1] != "200" {
+				t.Fatalf("write_bw -comm tcp row %q, want 4096 bytes, 200 iterations:\n%s", row, out)
+			}
+		}
+		cout, _ = runIn(t, p.B, []string{"perf", "send_lat", "-n", "200", "-s", "64", "-comm", "tcp", "-dev", p.B.Link},
+			p.A, []string{"perf", "send_lat", "-n", "200", "-s", "64", "-comm", "tcp", srvB, "-daemon", sock})
+		if row := resultRow(t, cout, "t_typical["); len(row) < 5 || row[0] != "64" || row[1] != "200" {
+			t.Fatalf("send_lat -comm tcp row %q, want 64 bytes, 200 iterations:\n%s", row, cout)
+		}
+	})
 	t.Run("send_lat", func(t *testing.T) {
 		cout, _ := runIn(t, p.B, []string{"perf", "send_lat", "-n", "200", "-s", "64", "-dev", p.B.Link},
 			p.A, []string{"perf", "send_lat", "-n", "200", "-s", "64", srvB, "-daemon", sock})

@@ -186,7 +186,9 @@ func (p *peer) hostServerErr(ctx context.Context, port uint16, server func(ctx c
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serr := make(chan error, 1)
-	go func() { serr <- server(sctx, l) }()
+	// In the namespace: a perftest server also listens on TCP there
+	// (perftest without -R).
+	go func() { serr <- p.vm.Host.Do(func() error { return server(sctx, l) }) }()
 	out, errOut, code, err := p.vm.Run(ctx, cmd)
 	if code != 0 || err != nil {
 		cancel()
@@ -287,6 +289,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("perftest_modes", func(t *testing.T) { testPerftestModes(t, p) })
 		t.Run("perftest_qps", func(t *testing.T) { testPerftestQPs(t, p) })
 		t.Run("perftest_bidir", func(t *testing.T) { testPerftestBidir(t, p) })
+		t.Run("perftest_tcp", func(t *testing.T) { testPerftestTCP(t, p) })
 		t.Run("req_traffic_class", func(t *testing.T) { testREQTrafficClass(t, p) })
 		t.Run("srq", func(t *testing.T) { testSRQ(t, p) })
 		t.Run("send_with_invalidate", func(t *testing.T) { testSendInv(t, p) })

@@ -1,5 +1,6 @@
 // Package perftest is the protocol logic of `ndkxdp perf`: client and
-// server of linux-rdma perftest's tests in rdma_cm mode (-R), ib_send_bw,
+// server of linux-rdma perftest's tests in rdma_cm mode (-R) and in its
+// default mode (control over TCP, socket.go), ib_send_bw,
 // ib_write_bw, ib_read_bw, ib_atomic_bw, ib_send_lat, ib_write_lat and
 // ib_read_lat, over any verbs.Endpoint, printing perftest's report table.
 //
@@ -129,7 +130,8 @@
 //
 // What it is not: the test banner of ctx_print_test_info, -f (the margin
 // is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,
-// and perftest's Ethernet-socket exchange (without -R). The send bw server's row spans its first to its last
+// and -q above 1 or -c UD without -R (socket.go; Comm picks rdma_cm for
+// those). The send bw server's row spans its first to its last
 // receive, without a peak.
 //
 // Several QPs (-q, Params.QPs; multiqp.go), as perftest 4.5-0.17 and

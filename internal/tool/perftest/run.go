@@ -498,7 +498,13 @@ func (c clock) now() uint64 { return uint64(time.Since(c.base)) }
 // once the connection is up (C's %#06x: no 0x for zero).
 func printDest(w io.Writer, side string, p *Params, d *Dest) {
 	fmt.Fprintf(w, " %s address: LID %s QPN %s PSN %s", side, cHex(uint64(d.LID), 4), cHex(uint64(d.QPN), 6), cHex(uint64(d.PSN), 6))
-	if p.Verb != Send {
+	// ctx_print_pingpong_data: READ_FMT falls through to RDMA_FMT; send
+	// and atomic tests print neither.
+	switch p.Verb {
+	case Read:
+		fmt.Fprintf(w, " OUT %s", cHex(uint64(d.OutReads), 4))
+		fallthrough
+	case Write:
 		fmt.Fprintf(w, " RKey %s VAddr %s", cHex(uint64(d.RKey), 8), cHex(d.VAddr, 16))
 	}
 	g := d.GID
@@ -511,7 +517,7 @@ func cHex(v uint64, width int) string {
 	if v == 0 {
 		return fmt.Sprintf("%0*d", width, 0)
 	}
-	return fmt.Sprintf("%#0*x", width, v)
+	return fmt.Sprintf("0x%0*x", width-2, v)
 }
 
 // opener opens the data connection with the parameters params gives, once

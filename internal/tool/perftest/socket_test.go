@@ -27,3 +27,22 @@ func TestKeyText(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintDest: the address lines as rxe's perftest printed them in a
+// live run (ctx_print_pingpong_data: %#06x counts the 0x; a read test
+// adds OUT, send and atomic tests print no RKey).
+func TestPrintDest(t *testing.T) {
+	d := Dest{QPN: 0x15, PSN: 0xc29b70, OutReads: 0x80, RKey: 0x633, VAddr: 0x5559656bc000}
+	for verb, want := range map[Verb]string{
+		Read:   " local address: LID 0000 QPN 0x0015 PSN 0xc29b70 OUT 0x80 RKey 0x000633 VAddr 0x005559656bc000\n",
+		Write:  " local address: LID 0000 QPN 0x0015 PSN 0xc29b70 RKey 0x000633 VAddr 0x005559656bc000\n",
+		Send:   " local address: LID 0000 QPN 0x0015 PSN 0xc29b70\n",
+		Atomic: " local address: LID 0000 QPN 0x0015 PSN 0xc29b70\n",
+	} {
+		var b strings.Builder
+		printDest(&b, "local", &Params{Verb: verb}, &d)
+		if got, _, _ := strings.Cut(b.String(), " GID"); got != want {
+			t.Errorf("%v: %q, want %q", verb, got, want)
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+)
+
+// testPerftestTCP runs every perftest test as perftest runs by default,
+// without -R: control messages over TCP to port -p, the data QP
+// connected out of band (socket.go in internal/tool/perftest). Against
+// rxe's server our client runs as `ndkxdp perf` does by default (its
+// rdma_cm REQ finds no listener, REJ reason 8, and it turns to TCP);
+// against rxe's client our server takes TCP. rxe's side needs -x, its
+// IPv4 GID's index: without it perftest takes GID 0, the link-local
+// IPv6 one, and refuses our IPv4-mapped GID.
+func testPerftestTCP(t *testing.T, p *peer) {
+	const size = 4096
+	for _, c := range perfCases {
+		prm := c.params(size)
+		prm.MTU = p.dev.Adapter.PathMTU()
+		args := fmt.Sprintf("-d rxe0 -x %d -F -n %d -p %d", p.vm.Guest.GIDIndex, prm.Iterations, prm.Port)
+		if c.verb != perftest.Atomic {
+			args += fmt.Sprintf(" -s %d", prm.Size)
+		}
+		serverRow := !(c.verb == perftest.Read && c.kind == perftest.Lat)
+		t.Run(c.tool+"/rxe_server", func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, c.timeout())
+			proc, err := p.vm.Start(ctx, "exec "+c.tool+" "+args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Kill()
+			if err := waitTCPListen(ctx, p.vm, perfPort); err != nil {
+				out, errOut, _ := proc.Output(ctx)
+				t.Fatalf("%s does not listen: %v\n%s%s", c.tool, err, out, errOut)
+			}
+			var res perftest.Result
+			cerr := p.vm.Host.Do(func() (err error) {
+				res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
+				return err
+			})
+			if cerr != nil {
+				_ = proc.Kill()
+			}
+			out, errOut, code, err := proc.Wait(ctx)
+			theirs = out
+			t.Logf("rxe server:\n%s%sndkxdp client:\n%s", out, errOut, ours.String())
+			if cerr != nil || err != nil || code != 0 {
+				t.Fatalf("ndkxdp's client: %v; rxe's server: exit %d (%v)", cerr, code, err)
+			}
+			requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
+			if serverRow {
+				requireRow(t, "rxe's server", out, out, prm)
+			}
+			requireOOBAddresses(t, out, ours.String(), res)
+		})
+		t.Run(c.tool+"/rxe_client", func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, c.timeout())
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			l := ndkverbs.Unbound(p.dev, ndkverbs.Depths{})
+			defer l.Close()
+			done := make(chan error, 1)
+			var res perftest.Result
+			tcp := prm
+			tcp.Comm = perftest.CommTCP
+			go func() {
+				done <- p.vm.Host.Do(func() (err error) {
+					res, err = perftest.RunServer(sctx, tcp, l, &ours)
+					return err
+				})
+			}()
+			if err := waitHostTCPListen(ctx, p, perfPort, done); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code, err := p.vm.Run(ctx, c.tool+" "+args+" "+HostIPv4.String())
+			theirs = out
+			var serr error
+			if err != nil || code != 0 {
+				cancel()
+			}
+			serr = <-done
+			t.Logf("rxe client:\n%s%sndkxdp server:\n%s", out, errOut, ours.String())
+			if err != nil || code != 0 || serr != nil {
+				t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
+			}
+			requireRow(t, "rxe's client", out, out, prm)
+			if serverRow {
+				who, calib := "ndkxdp's server", ours.String()
+				if prm.Kind == perftest.BW && prm.Verb != perftest.Send {
+					who, calib = "ndkxdp's server (printing rxe's report)", out
+				}
+				requireRow(t, who, ours.String(), calib, prm)
+			}
+			requireOOBAddresses(t, out, ours.String(), res)
+		})
+	}
+}
+
+// requireOOBAddresses fails unless rxe printed, as the remote address,
+// the QPN and PSN our side connected with, and ours printed rxe's local
+// one: over TCP the QPs connect with exactly what the handshake gave.
+func requireOOBAddresses(t *testing.T, theirs, ours string, res perftest.Result) {
+	t.Helper()
+	// ctx_print_pingpong_data's %#06x: the 0x counts in the width.
+	want := fmt.Sprintf("QPN 0x%04x PSN 0x%04x", res.Local.QPN, res.Local.PSN)
+	if !strings.Contains(theirs, "remote address: LID 0000 "+want) {
+		t.Errorf("rxe's remote address is not ours (%s):\n%s", want, theirs)
+	}
+	peer := fmt.Sprintf("QPN 0x%04x PSN 0x%04x", res.Peer.QPN, res.Peer.PSN)
+	if !strings.Contains(theirs, "local address: LID 0000 "+peer) || !strings.Contains(ours, "remote address: LID 0000 "+peer) {
+		t.Errorf("rxe's local address (%s) is not the one we printed:\n%s\n%s", peer, theirs, ours)
+	}
+}
+
+// waitHostTCPListen waits until a socket listens on TCP port in the host
+// namespace (/proc/thread-self/net: the namespace of the thread that
+// reads it), or the server ends first.
+func waitHostTCPListen(ctx context.Context, p *peer, port uint16, done <-chan error) error {
+	pattern := fmt.Sprintf(":%04X 00000000000000000000000000000000:0000 0A", port)
+	pattern4 := fmt.Sprintf(":%04X 00000000:0000 0A", port)
+	for {
+		var found bool
+		err := p.vm.Host.Do(func() error {
+			for _, f := range []string{"/proc/thread-self/net/tcp6", "/proc/thread-self/net/tcp"} {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return err
+				}
+				found = found || strings.Contains(string(b), pattern) || strings.Contains(string(b), pattern4)
+			}
+			return nil
+		})
+		switch {
+		case err != nil:
+			return err
+		case found:
+			return nil
+		}
+		select {
+		case err := <-done:
+			return fmt.Errorf("ndkxdp's server ended before it listened: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("no TCP listener on port %d in the host namespace: %w", port, context.Cause(ctx))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
