@@ -75,6 +75,8 @@ func TestPerfOverTCP(t *testing.T) {
 		{test: "write_bw", server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "send_bw", server: []string{"-comm", "tcp"}, more: []string{"-b", "--use-srq", "-r", "64"}, cm: 2},
 		{test: "write_bw", more: []string{"-a", "-n", "20"}, client: []string{"-comm", "tcp"}},
+		{test: "send_bw", more: []string{"-q", "3"}, client: []string{"-comm", "tcp"}},
+		{test: "read_bw", more: []string{"-q", "2"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "write_bw", cm: -1},
 	} {
 		name := tc.test + strings.Join(tc.server, "") + "_" + strings.Join(tc.client, "") + strings.Join(tc.more, "")

@@ -23,15 +23,35 @@ import (
 // IPv6 one, and refuses our IPv4-mapped GID.
 func testPerftestTCP(t *testing.T, p *peer) {
 	const size = 4096
+	type tcpCase struct {
+		perfCase
+		qps int
+	}
+	var cases []tcpCase
 	for _, c := range perfCases {
+		cases = append(cases, tcpCase{c, 1})
+	}
+	// -q: each QP's address in its own handshake, connected after the
+	// gather of all.
+	cases = append(cases, tcpCase{perfCase{"ib_send_bw", perftest.Send, perftest.BW}, qpsInterop}, tcpCase{perfCase{"ib_read_bw", perftest.Read, perftest.BW}, qpsInterop})
+	for _, c := range cases {
 		prm := c.params(size)
-		prm.MTU = p.dev.Adapter.PathMTU()
-		args := fmt.Sprintf("-d rxe0 -x %d -F -n %d -p %d", p.vm.Guest.GIDIndex, prm.Iterations, prm.Port)
+		prm.MTU, prm.QPs = p.dev.Adapter.PathMTU(), c.qps
+		args := fmt.Sprintf("-d rxe0 -x %d -F -n %d -p %d -q %d", p.vm.Guest.GIDIndex, prm.Iterations, prm.Port, c.qps)
+		if c.kind == perftest.Lat {
+			args = strings.TrimSuffix(args, " -q 1") // latency tests refuse any -q
+		}
 		if c.verb != perftest.Atomic {
 			args += fmt.Sprintf(" -s %d", prm.Size)
 		}
+		row := prm
+		row.Iterations *= c.qps
 		serverRow := !(c.verb == perftest.Read && c.kind == perftest.Lat)
-		t.Run(c.tool+"/rxe_server", func(t *testing.T) {
+		name := c.tool
+		if c.qps > 1 {
+			name += fmt.Sprintf("_q%d", c.qps)
+		}
+		t.Run(name+"/rxe_server", func(t *testing.T) {
 			var ours bytes.Buffer
 			var theirs string
 			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
@@ -59,13 +79,13 @@ func testPerftestTCP(t *testing.T, p *peer) {
 			if cerr != nil || err != nil || code != 0 {
 				t.Fatalf("ndkxdp's client: %v; rxe's server: exit %d (%v)", cerr, code, err)
 			}
-			requireRow(t, "ndkxdp's client", ours.String(), ours.String(), prm)
+			requireRow(t, "ndkxdp's client", ours.String(), ours.String(), row)
 			if serverRow {
-				requireRow(t, "rxe's server", out, out, prm)
+				requireRow(t, "rxe's server", out, out, row)
 			}
 			requireOOBAddresses(t, out, ours.String(), res)
 		})
-		t.Run(c.tool+"/rxe_client", func(t *testing.T) {
+		t.Run(name+"/rxe_client", func(t *testing.T) {
 			var ours bytes.Buffer
 			var theirs string
 			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
@@ -98,32 +118,38 @@ func testPerftestTCP(t *testing.T, p *peer) {
 			if err != nil || code != 0 || serr != nil {
 				t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
 			}
-			requireRow(t, "rxe's client", out, out, prm)
+			requireRow(t, "rxe's client", out, out, row)
 			if serverRow {
 				who, calib := "ndkxdp's server", ours.String()
 				if prm.Kind == perftest.BW && prm.Verb != perftest.Send {
 					who, calib = "ndkxdp's server (printing rxe's report)", out
 				}
-				requireRow(t, who, ours.String(), calib, prm)
+				requireRow(t, who, ours.String(), calib, row)
 			}
 			requireOOBAddresses(t, out, ours.String(), res)
 		})
 	}
 }
 
-// requireOOBAddresses fails unless rxe printed, as the remote address,
-// the QPN and PSN our side connected with, and ours printed rxe's local
-// one: over TCP the QPs connect with exactly what the handshake gave.
+// requireOOBAddresses fails unless rxe printed, as its remote
+// addresses, the QPN and PSN of each QP our side connected, and ours
+// printed rxe's local ones: over TCP the QPs connect with exactly what
+// the handshakes gave.
 func requireOOBAddresses(t *testing.T, theirs, ours string, res perftest.Result) {
 	t.Helper()
-	// ctx_print_pingpong_data's %#06x: the 0x counts in the width.
-	want := fmt.Sprintf("QPN 0x%04x PSN 0x%04x", res.Local.QPN, res.Local.PSN)
-	if !strings.Contains(theirs, "remote address: LID 0000 "+want) {
-		t.Errorf("rxe's remote address is not ours (%s):\n%s", want, theirs)
+	locals, peers := res.Locals, res.Peers
+	if locals == nil {
+		locals, peers = []perftest.Dest{res.Local}, []perftest.Dest{res.Peer}
 	}
-	peer := fmt.Sprintf("QPN 0x%04x PSN 0x%04x", res.Peer.QPN, res.Peer.PSN)
-	if !strings.Contains(theirs, "local address: LID 0000 "+peer) || !strings.Contains(ours, "remote address: LID 0000 "+peer) {
-		t.Errorf("rxe's local address (%s) is not the one we printed:\n%s\n%s", peer, theirs, ours)
+	// ctx_print_pingpong_data's %#06x: the 0x counts in the width.
+	addr := func(d perftest.Dest) string { return fmt.Sprintf("QPN 0x%04x PSN 0x%04x", d.QPN, d.PSN) }
+	for i := range locals {
+		if want := addr(locals[i]); !strings.Contains(theirs, "remote address: LID 0000 "+want) {
+			t.Errorf("rxe's remote addresses do not hold our QP %d's (%s):\n%s", i, want, theirs)
+		}
+		if peer := addr(peers[i]); !strings.Contains(theirs, "local address: LID 0000 "+peer) || !strings.Contains(ours, "remote address: LID 0000 "+peer) {
+			t.Errorf("rxe's QP %d (%s) is not one it printed, or not one we printed:\n%s\n%s", i, peer, theirs, ours)
+		}
 	}
 }
 

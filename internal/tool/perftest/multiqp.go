@@ -144,9 +144,25 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 		}
 		wg.Wait()
 	}()
+	// Without -R (ctl.sock) the QPs are made here and connected out of
+	// band after the gather below (ctx_connect); with it each is an
+	// rdma_cm connection, and a zeroed handshake follows them.
+	oob := make([]verbs.OOB, p.QPs)
+	res.Locals, res.Peers = make([]Dest, p.QPs), make([]Dest, p.QPs)
 	for i := range g.ds {
 		d := &data{}
-		ep, err := open(ctx, func() (verbs.ConnParams, error) { return connParams(p, prepareData(d, p, cycle)), nil })
+		params := func() (verbs.ConnParams, error) { return connParams(p, prepareData(d, p, cycle)), nil }
+		var ep verbs.Endpoint
+		var err error
+		if ctl.sock != nil {
+			cp, _ := params()
+			if oob[i], err = ctl.sock.direct.Unconnected(cp); err == nil {
+				ep = oob[i]
+				res.Locals[i] = directDest(p, d, oob[i])
+			}
+		} else if ep, err = open(ctx, params); err == nil {
+			res.Locals[i] = d.dest(p)
+		}
 		if err != nil {
 			return fail(fmt.Sprintf("data connection of qp %d", i), err)
 		}
@@ -156,13 +172,11 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 	if g.any, ok = g.eps[0].(verbs.AnyWaiter); !ok {
 		return fail("-q", fmt.Errorf("%T cannot wait on several endpoints: %w", g.eps[0], ErrUnsupported))
 	}
-	var zero Dest
-	if _, err := ctl.handshake(ctx, &zero); err != nil {
-		return fail("sync after the data connections", err)
-	}
-	res.Locals, res.Peers = make([]Dest, p.QPs), make([]Dest, p.QPs)
-	for i, d := range g.ds {
-		res.Locals[i] = d.dest(p)
+	if ctl.sock == nil {
+		var zero Dest
+		if _, err := ctl.handshake(ctx, &zero); err != nil {
+			return fail("sync after the data connections", err)
+		}
 	}
 	perQP := func(what string) error {
 		for i := range res.Locals {
@@ -179,6 +193,14 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 	// before the run (after its receives).
 	if err := perQP("exchange of pingpong_dest"); err != nil {
 		return fail("handshake", err)
+	}
+	for i, ep := range oob {
+		if ep == nil {
+			continue
+		}
+		if err := connectTo(ctx, p, ep, &res.Locals[i], &res.Peers[i], res.MTU); err != nil {
+			return fail(fmt.Sprintf("data connection of qp %d", i), err)
+		}
 	}
 	if p.Verb == Send {
 		if _, err := ctl.handshake(ctx, &res.Locals[0]); err != nil {

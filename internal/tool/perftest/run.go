@@ -297,8 +297,10 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 		return err
 	}
 	if p.QPs > 1 {
-		if err := syncPeers(); err != nil {
-			return fail("sync before the data connection", err)
+		if ctl.sock == nil {
+			if err := syncPeers(); err != nil {
+				return fail("sync before the data connection", err)
+			}
 		}
 		return multiSession(ctx, p, ctl, out, cycle, res, open, fail)
 	}

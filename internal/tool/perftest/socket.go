@@ -70,7 +70,7 @@ const KeyMsgLen = 108
 var doneMsg = []byte("done\x00")
 
 // socketCapable says whether socket mode runs p.
-func socketCapable(p *Params) bool { return p.QPs <= 1 && !p.UD }
+func socketCapable(p *Params) bool { return !p.UD }
 
 // EncodeKey writes d as ethernet_write_keys does (KEY_PRINT_FMT_GID).
 func EncodeKey(d *Dest) [KeyMsgLen]byte {
@@ -232,7 +232,7 @@ func clientDirect(p *Params, c verbs.Connector) (verbs.Direct, netip.Addr) {
 func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control) (verbs.Endpoint, error) {
 	direct, host := clientDirect(p, c)
 	if p.Comm == CommTCP && direct == nil {
-		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-q above 1, -c UD): %w", c, ErrUnsupported)
+		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-c UD): %w", c, ErrUnsupported)
 	}
 	addr := net.JoinHostPort(host.String(), strconv.Itoa(int(p.Port)))
 	var last error
@@ -286,7 +286,7 @@ func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Wri
 		direct = nil
 	}
 	if p.Comm == CommTCP && direct == nil {
-		return nil, nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-q above 1, -c UD): %w", l, ErrUnsupported)
+		return nil, nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-c UD): %w", l, ErrUnsupported)
 	}
 	rdma := func(ctx context.Context) (*control, verbs.Endpoint, error) {
 		ctl := &control{}
@@ -366,32 +366,46 @@ func connectDirect(ctx context.Context, p *Params, ctl *control, d *data, params
 	if err != nil {
 		return nil, fmt.Errorf("create the data QP: %w", err)
 	}
+	res.Local = directDest(p, d, ep)
+	if res.Peer, err = ctl.handshake(ctx, &res.Local); err == nil {
+		err = connectTo(ctx, p, ep, &res.Local, &res.Peer, res.MTU)
+	}
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	return ep, nil
+}
+
+// directDest is the pingpong_dest of a QP that Direct made: its own
+// QPN, PSN and GID, which the peer connects to.
+func directDest(p *Params, d *data, ep verbs.OOB) Dest {
 	local := ep.Local()
-	res.Local = d.dest(p)
-	res.Local.QPN, res.Local.PSN, res.Local.GID = int32(local.QPN), int32(local.PSN), local.GID
-	if res.Peer, err = ctl.handshake(ctx, &res.Local); err != nil {
-		ep.Close()
-		return nil, fmt.Errorf("exchange of pingpong_dest: %w", err)
-	}
-	if mapped(res.Local.GID) != mapped(res.Peer.GID) {
-		ep.Close()
+	dst := d.dest(p)
+	dst.QPN, dst.PSN, dst.GID = int32(local.QPN), int32(local.PSN), local.GID
+	return dst
+}
+
+// connectTo is ctx_connect for one QP: RTR and RTS with perftest's
+// attributes, once ctx_check_gid_compatibility agreed.
+func connectTo(ctx context.Context, p *Params, ep verbs.OOB, local, peer *Dest, mtu int) error {
+	if mapped(local.GID) != mapped(peer.GID) {
 		// ctx_check_gid_compatibility's words.
-		return nil, fmt.Errorf("found incompatibility issue with GID types (ours %v, the peer's %v): please try to use a different IP version: %w",
-			netip.AddrFrom16(res.Local.GID), netip.AddrFrom16(res.Peer.GID), verbs.ErrInvalid)
+		return fmt.Errorf("found incompatibility issue with GID types (ours %v, the peer's %v): please try to use a different IP version: %w",
+			netip.AddrFrom16(local.GID), netip.AddrFrom16(peer.GID), verbs.ErrInvalid)
 	}
-	err = ep.ConnectTo(ctx, verbs.Address{QPN: uint32(res.Peer.QPN) & 0xFFFFFF, PSN: uint32(res.Peer.PSN) & 0xFFFFFF, GID: res.Peer.GID}, verbs.OOBParams{
-		MTU:          res.MTU,
-		InboundReads: p.OutReads, OutboundReads: int(res.Peer.OutReads),
+	err := ep.ConnectTo(ctx, verbs.Address{QPN: uint32(peer.QPN) & 0xFFFFFF, PSN: uint32(peer.PSN) & 0xFFFFFF, GID: peer.GID}, verbs.OOBParams{
+		MTU:          mtu,
+		InboundReads: p.OutReads, OutboundReads: int(peer.OutReads),
 		AckTimeout:  4096 * time.Nanosecond << 14, // DEF_QP_TIME
 		RetryCount:  7,
 		RNRRetry:    7,
 		MinRNRTimer: 640 * time.Microsecond, // MIN_RNR_TIMER 12
 	})
 	if err != nil {
-		ep.Close()
-		return nil, fmt.Errorf("unable to connect the HCA's through the link: %w", err)
+		return fmt.Errorf("unable to connect the HCA's through the link: %w", err)
 	}
-	return ep, nil
+	return nil
 }
 
 // mapped says whether a GID is an IPv4-mapped address.
