@@ -17,7 +17,7 @@ import (
 type perftestFlags struct {
 	rdmaCM, cpuFreq, events, runInfinitely bool
 	oldPostSend, warmUp                    bool
-	inline                                 int
+	inline, sl                             int
 	gidIndex, qps, ibPort, mtu             int
 	ibDev, connection, atomicType          string
 	output, comm                           string
@@ -85,6 +85,12 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.Float64Var(&p.LimitMsgRate, n, 0, "bw tests: fail unless a row's MsgRate reaches this (Mpps)")
 	})
 	f.tos.Register(fs, "perftest's -T sets it on the data connection; here every connection of the run", "T", "tos")
+	both("u", "qp-timeout", func(n string) {
+		fs.IntVar(&p.QPTimeout, n, perftest.DefaultQPTimeout, "QP timeout, IB's ACK timeout code 1..31 (4.096 µs x 2^N) of data QPs connected without -R; an rdma_cm connection takes the CM's")
+	})
+	both("S", "sl", func(n string) {
+		fs.IntVar(&f.sl, n, 0, "service level 0..15 (RoCE v2 frames carry none, as rxe's do not)")
+	})
 	fs.StringVar(&f.comm, "comm", "auto", "how the two sides exchange control messages: rdma (as -R), tcp (perftest without -R: TCP to port -p, the data QP connected out of band), or auto (a client tries rdma_cm, then TCP where no rdma_cm listener answers; a server takes either)")
 	fs.BoolVar(&p.ReportBoth, "report-both", false, "with -b: after the sum, each side's own row (perftest's --report-both)")
 	return f
@@ -110,6 +116,10 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-c %s: ndkxdp runs RC and UD connections only", f.connection)
 	case f.mtu != 0:
 		return cmdline.Usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
+	case p.QPTimeout == 0: // the flag's default is 14
+		return cmdline.Usagef("-u 0: no ACK timeout is not run; ndkxdp always bounds its retransmissions (1..31)")
+	case f.sl < 0 || f.sl > 15:
+		return cmdline.Usagef("-S %d: Only 15 Service levels (perftest's words: 0..15)", f.sl)
 	case f.gidIndex < 0:
 		return cmdline.Usagef("-x %d: not a GID index", f.gidIndex)
 	}

@@ -49,7 +49,11 @@ func TestPerfOverTCP(t *testing.T) {
 			t.Errorf("write_bw %s: %v, comm %v, want %v", args, err, f.params.Comm, want)
 		}
 	}
-	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}} {
+	f, err := parsePerfTest("write_bw", []string{"-u", "18", "--sl", "3", "-dev", "lo"}, io.Discard, io.Discard)
+	if err != nil || f.params.QPTimeout != 18 {
+		t.Errorf("write_bw -u 18 --sl 3: %v, QP timeout %d", err, f.params.QPTimeout)
+	}
+	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}, {"-u", "0"}, {"--qp-timeout", "32"}, {"-S", "16"}, {"-S", "-1"}} {
 		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
 			t.Errorf("write_bw %q accepted", args)
 		}
@@ -63,7 +67,7 @@ func TestPerfOverTCP(t *testing.T) {
 		cm                   int // IB CM frames in the server's capture; -1 some
 	}{
 		{test: "send_bw", client: []string{"-comm", "tcp"}},
-		{test: "write_bw", client: []string{"-comm", "tcp"}},
+		{test: "write_bw", client: []string{"-comm", "tcp", "-u", "18"}},
 		{test: "read_bw", client: []string{"-comm", "tcp"}},
 		{test: "atomic_bw", client: []string{"-comm", "tcp"}},
 		{test: "send_lat", client: []string{"-comm", "tcp"}},
@@ -76,6 +80,8 @@ func TestPerfOverTCP(t *testing.T) {
 		{test: "send_bw", server: []string{"-comm", "tcp"}, more: []string{"-b", "--use-srq", "-r", "64"}, cm: 2},
 		{test: "write_bw", more: []string{"-a", "-n", "20"}, client: []string{"-comm", "tcp"}},
 		{test: "send_bw", more: []string{"-q", "3"}, client: []string{"-comm", "tcp"}},
+		{test: "send_bw", more: []string{"-c", "UD"}, client: []string{"-comm", "tcp"}},
+		{test: "send_lat", more: []string{"-c", "UD"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "read_bw", more: []string{"-q", "2"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "write_bw", cm: -1},
 	} {

@@ -20,26 +20,36 @@ import (
 // rdma_cm REQ finds no listener, REJ reason 8, and it turns to TCP);
 // against rxe's client our server takes TCP. rxe's side needs -x, its
 // IPv4 GID's index: without it perftest takes GID 0, the link-local
-// IPv6 one, and refuses our IPv4-mapped GID.
+// IPv6 one, and refuses our IPv4-mapped GID. -q and -c UD run too.
 func testPerftestTCP(t *testing.T, p *peer) {
 	const size = 4096
 	type tcpCase struct {
 		perfCase
 		qps int
+		ud  bool
 	}
 	var cases []tcpCase
 	for _, c := range perfCases {
-		cases = append(cases, tcpCase{c, 1})
+		cases = append(cases, tcpCase{perfCase: c, qps: 1})
 	}
 	// -q: each QP's address in its own handshake, connected after the
-	// gather of all.
-	cases = append(cases, tcpCase{perfCase{"ib_send_bw", perftest.Send, perftest.BW}, qpsInterop}, tcpCase{perfCase{"ib_read_bw", perftest.Read, perftest.BW}, qpsInterop})
+	// gather of all. -c UD: Q_Key 0x11111111, datagrams to the QPN the
+	// handshake gave.
+	sendBW, sendLat := perfCase{"ib_send_bw", perftest.Send, perftest.BW}, perfCase{"ib_send_lat", perftest.Send, perftest.Lat}
+	cases = append(cases, tcpCase{perfCase: sendBW, qps: qpsInterop}, tcpCase{perfCase: perfCase{"ib_read_bw", perftest.Read, perftest.BW}, qps: qpsInterop},
+		tcpCase{perfCase: sendBW, qps: 1, ud: true}, tcpCase{perfCase: sendLat, qps: 1, ud: true})
 	for _, c := range cases {
 		prm := c.params(size)
-		prm.MTU, prm.QPs = p.dev.Adapter.PathMTU(), c.qps
+		prm.MTU, prm.QPs, prm.UD = p.dev.Adapter.PathMTU(), c.qps, c.ud
+		if c.ud {
+			prm.Size = min(size, prm.MTU)
+		}
 		args := fmt.Sprintf("-d rxe0 -x %d -F -n %d -p %d -q %d", p.vm.Guest.GIDIndex, prm.Iterations, prm.Port, c.qps)
 		if c.kind == perftest.Lat {
 			args = strings.TrimSuffix(args, " -q 1") // latency tests refuse any -q
+		}
+		if c.ud {
+			args += " -c UD"
 		}
 		if c.verb != perftest.Atomic {
 			args += fmt.Sprintf(" -s %d", prm.Size)
@@ -50,6 +60,9 @@ func testPerftestTCP(t *testing.T, p *peer) {
 		name := c.tool
 		if c.qps > 1 {
 			name += fmt.Sprintf("_q%d", c.qps)
+		}
+		if c.ud {
+			name += "_ud"
 		}
 		t.Run(name+"/rxe_server", func(t *testing.T) {
 			var ours bytes.Buffer

@@ -115,6 +115,8 @@ type Endpoint struct {
 	// ud is where a UD endpoint's sends go (ud.go); nil on RC endpoints
 	// and on a UD server's, which only receive.
 	ud *ndk.UDDestination
+	// udQKey is a UD endpoint's Q_Key (0 on RC endpoints).
+	udQKey uint32
 }
 
 var (

@@ -10,8 +10,10 @@ import (
 )
 
 var (
-	_ verbs.Direct = (*Connector)(nil)
-	_ verbs.Direct = (*Listener)(nil)
+	_ verbs.Direct   = (*Connector)(nil)
+	_ verbs.Direct   = (*Listener)(nil)
+	_ verbs.DirectUD = (*Connector)(nil)
+	_ verbs.DirectUD = (*Listener)(nil)
 	_ verbs.OOB    = (*Endpoint)(nil)
 )
 
@@ -29,6 +31,16 @@ func (x *Listener) Unconnected(p verbs.ConnParams) (verbs.OOB, error) {
 	return x.dev.unconnected(x.depths, p)
 }
 
+// UnconnectedUD implements verbs.DirectUD on the connector's device.
+func (c *Connector) UnconnectedUD(p verbs.ConnParams, qkey uint32) (verbs.OOB, error) {
+	return c.Dev.unconnectedUD(c.Depths, p, qkey)
+}
+
+// UnconnectedUD implements verbs.DirectUD on the listener's device.
+func (x *Listener) UnconnectedUD(p verbs.ConnParams, qkey uint32) (verbs.OOB, error) {
+	return x.dev.unconnectedUD(x.depths, p, qkey)
+}
+
 func (d *Device) unconnected(q Depths, p verbs.ConnParams) (verbs.OOB, error) {
 	srq, err := d.srqOf(p)
 	if err != nil {
@@ -38,6 +50,22 @@ func (d *Device) unconnected(q Depths, p verbs.ConnParams) (verbs.OOB, error) {
 	if err != nil {
 		return nil, err
 	}
+	return prepared(ep, p)
+}
+
+func (d *Device) unconnectedUD(q Depths, p verbs.ConnParams, qkey uint32) (verbs.OOB, error) {
+	if p.SRQ != nil || p.UDAnnounce {
+		return nil, fmt.Errorf("ndkverbs: a UD endpoint connected out of band takes no SRQ and announces nothing: %w", verbs.ErrInvalid)
+	}
+	ep, err := d.udEndpointQKey(q, qkey)
+	if err != nil {
+		return nil, err
+	}
+	return prepared(ep, p)
+}
+
+// prepared runs p.Prepare on a new endpoint.
+func prepared(ep *Endpoint, p verbs.ConnParams) (verbs.OOB, error) {
 	ep.unordered = p.Unordered
 	if p.Prepare != nil {
 		if err := p.Prepare(ep); err != nil {
@@ -68,9 +96,15 @@ func (e *Endpoint) ConnectTo(ctx context.Context, peer verbs.Address, o verbs.OO
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	ah, err := e.dev.Adapter.UDDestinationTo(ip, peer.QPN, 0)
+	ah, err := e.dev.Adapter.UDDestinationTo(ip, peer.QPN, e.udQKey)
 	if err != nil {
 		return fmt.Errorf("address of %v: %w", ip, err)
+	}
+	if e.udQKey != 0 {
+		// A UD endpoint sends its datagrams to the peer's QP from now on
+		// (perftest's ibv_create_ah from the RTR's address vector).
+		e.ud = &ah
+		return nil
 	}
 	retry, rnr := o.RetryCount, o.RNRRetry
 	err = e.qp.ConnectOOB(ndk.Endpoint{IP: ip, MAC: ah.MAC[:], QPN: peer.QPN, PSN: peer.PSN}, ndk.ConnectOptions{

@@ -17,10 +17,18 @@ var (
 )
 
 // udEndpoint is endpoint with a UD QP of rdma_cm's Q_Key.
-func (d *Device) udEndpoint(q Depths) (*Endpoint, error) {
-	return d.newEndpoint(q, "create ud qp", func(cfg ndk.QPConfig) (*ndk.QP, error) {
-		return d.PD.CreateUDQP(cfg, ndk.RDMAUDPQKey)
+func (d *Device) udEndpoint(q Depths) (*Endpoint, error) { return d.udEndpointQKey(q, ndk.RDMAUDPQKey) }
+
+// udEndpointQKey is endpoint with a UD QP of Q_Key qkey, whose sends
+// carry it.
+func (d *Device) udEndpointQKey(q Depths, qkey uint32) (*Endpoint, error) {
+	ep, err := d.newEndpoint(q, "create ud qp", func(cfg ndk.QPConfig) (*ndk.QP, error) {
+		return d.PD.CreateUDQP(cfg, qkey)
 	})
+	if err == nil {
+		ep.udQKey = qkey
+	}
+	return ep, err
 }
 
 // ConnectUD implements verbs.UDConnector: a new UD endpoint, prepared with

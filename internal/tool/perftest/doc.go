@@ -130,8 +130,8 @@
 //
 // What it is not: the test banner of ctx_print_test_info, -f (the margin
 // is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,
-// and -q above 1 or -c UD without -R (socket.go; Comm picks rdma_cm for
-// those). The send bw server's row spans its first to its last
+// and the Ethernet-socket exchange's multicast and raw Ethernet modes.
+// The send bw server's row spans its first to its last
 // receive, without a peak.
 //
 // Several QPs (-q, Params.QPs; multiqp.go), as perftest 4.5-0.17 and

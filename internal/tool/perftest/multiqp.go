@@ -156,7 +156,7 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 		var err error
 		if ctl.sock != nil {
 			cp, _ := params()
-			if oob[i], err = ctl.sock.direct.Unconnected(cp); err == nil {
+			if oob[i], err = ctl.sock.direct(cp); err == nil {
 				ep = oob[i]
 				res.Locals[i] = directDest(p, d, oob[i])
 			}

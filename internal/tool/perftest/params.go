@@ -65,6 +65,8 @@ const (
 	minPeerVersion = 5.70
 	// NoPeakIters: perftest computes the peak only up to 20000 iterations.
 	NoPeakIters = 20000
+	// DefaultQPTimeout is DEF_QP_TIME: 4.096 µs x 2^14, about 67 ms.
+	DefaultQPTimeout = 14
 )
 
 // Retry bounds how often a client repeats a connection attempt the peer
@@ -154,6 +156,10 @@ type Params struct {
 	// ReportBoth is --report-both: under -b each side's own row follows
 	// the sum.
 	ReportBoth bool
+	// QPTimeout is -u, the IB local ACK timeout code (4.096 µs x
+	// 2^QPTimeout) of data QPs connected out of band (without -R; an
+	// rdma_cm connection takes the CM's); 0 means 14 (DEF_QP_TIME).
+	QPTimeout int
 	// Comm is how the sides exchange control messages: CommRDMACM is
 	// -R, CommTCP perftest's default without it (socket.go).
 	Comm Comm
@@ -300,6 +306,12 @@ func (p *Params) normalizeWire(bad func(format string, a ...any) error) error {
 	}
 	if p.Iterations > NoPeakIters {
 		p.NoPeak = true
+	}
+	if p.QPTimeout == 0 {
+		p.QPTimeout = DefaultQPTimeout
+	}
+	if p.QPTimeout < 1 || p.QPTimeout > 31 {
+		return bad("-u %d: an IB ACK timeout code is 1..31 (0, no timeout, is not run: ndkxdp always bounds its retransmissions)", p.QPTimeout)
 	}
 	if p.Comm < CommAuto || p.Comm > CommTCP {
 		return bad("unknown control channel %d", p.Comm)

@@ -37,9 +37,15 @@ import (
 //     QP) gives each side the other's QPN, PSN, GID and out_reads;
 //     ctx_connect then moves the QP to RTR (path MTU as check_mtu agreed,
 //     rq_psn the peer's PSN, max_dest_rd_atomic its own out_reads, min
-//     RNR timer 12) and RTS (sq_psn its own PSN, timeout 14, retry_cnt 7,
+//     RNR timer 12) and RTS (sq_psn its own PSN, timeout -u (14), retry_cnt 7,
 //     rnr_retry 7, max_rd_atomic the peer's out_reads). The handshakes
 //     that follow are those of rdma_cm mode.
+//   - -q: every QP's address goes in its own gather handshake, and each
+//     is connected after all are gathered.
+//   - -c UD: UD QPs of Q_Key DEF_QKEY (0x11111111, not rdma_cm's), each
+//     side sending to the QPN and GID the handshake gave (ibv_create_ah
+//     from the RTR's address vector); the latency test's server needs
+//     no first datagram to learn its client.
 //   - ctx_close_connection follows the closing handshake with "done"
 //     and its NUL (5 bytes) from each side, which nobody reads, and
 //     closes the socket. The data QP is destroyed without a word.
@@ -53,9 +59,9 @@ const (
 	// CommAuto: a client connects through rdma_cm and, where its REQ
 	// finds no listener (REJ reason 8), over TCP, retrying both as
 	// Params.ConnectRetry says; a server takes whichever comes first.
-	// A peer perftest then works with -R or without it. Tests that
-	// socket mode does not run (-q above 1, -c UD) and endpoints without
-	// verbs.Direct take rdma_cm only.
+	// A peer perftest then works with -R or without it. Endpoints
+	// without verbs.Direct (or for -c UD verbs.DirectUD) take rdma_cm
+	// only.
 	CommAuto Comm = iota
 	// CommRDMACM is -R: rdma_cm only.
 	CommRDMACM
@@ -69,8 +75,23 @@ const KeyMsgLen = 108
 // doneMsg is what ctx_close_connection writes after the last handshake.
 var doneMsg = []byte("done\x00")
 
-// socketCapable says whether socket mode runs p.
-func socketCapable(p *Params) bool { return !p.UD }
+// DefQKey is the Q_Key of perftest's UD QPs without -R (DEF_QKEY).
+const DefQKey = 0x11111111
+
+// maker makes the data QPs of socket mode: m's verbs.Direct, or for -c
+// UD its verbs.DirectUD. ok is false where m has none.
+func maker(p *Params, m any) (make func(verbs.ConnParams) (verbs.OOB, error), ok bool) {
+	if p.UD {
+		if d, ok := m.(verbs.DirectUD); ok {
+			return func(cp verbs.ConnParams) (verbs.OOB, error) { return d.UnconnectedUD(cp, DefQKey) }, true
+		}
+		return nil, false
+	}
+	if d, ok := m.(verbs.Direct); ok {
+		return d.Unconnected, true
+	}
+	return nil, false
+}
 
 // EncodeKey writes d as ethernet_write_keys does (KEY_PRINT_FMT_GID).
 func EncodeKey(d *Dest) [KeyMsgLen]byte {
@@ -125,12 +146,12 @@ func DecodeKey(b []byte) (Dest, error) {
 // the out-of-band data QP.
 type sockChannel struct {
 	conn   net.Conn
-	direct verbs.Direct
+	direct func(verbs.ConnParams) (verbs.OOB, error)
 	stop   func() bool
 	in     [KeyMsgLen]byte
 }
 
-func newSockChannel(ctx context.Context, conn net.Conn, direct verbs.Direct) *sockChannel {
+func newSockChannel(ctx context.Context, conn net.Conn, direct func(verbs.ConnParams) (verbs.OOB, error)) *sockChannel {
 	s := &sockChannel{conn: conn, direct: direct}
 	// A cancelled run unblocks its read or write at once.
 	s.stop = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -215,15 +236,15 @@ func (s *sockChannel) close() {
 // address (ndkverbs.Connector): socket mode dials it.
 type peerAddresser interface{ PeerAddress() netip.Addr }
 
-// clientDirect returns the connector's verbs.Direct and the server's
-// address where the client may use socket mode, or nil.
-func clientDirect(p *Params, c verbs.Connector) (verbs.Direct, netip.Addr) {
-	d, ok := c.(verbs.Direct)
+// clientDirect returns what makes the client's out-of-band QPs and the
+// server's address where the client may use socket mode, or nil.
+func clientDirect(p *Params, c verbs.Connector) (func(verbs.ConnParams) (verbs.OOB, error), netip.Addr) {
+	mk, ok := maker(p, c)
 	pa, ok2 := c.(peerAddresser)
-	if !ok || !ok2 || p.Comm == CommRDMACM || !socketCapable(p) {
+	if !ok || !ok2 || p.Comm == CommRDMACM {
 		return nil, netip.Addr{}
 	}
-	return d, pa.PeerAddress()
+	return mk, pa.PeerAddress()
 }
 
 // dialControl opens the client's control connection as p.Comm says,
@@ -232,7 +253,7 @@ func clientDirect(p *Params, c verbs.Connector) (verbs.Direct, netip.Addr) {
 func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control) (verbs.Endpoint, error) {
 	direct, host := clientDirect(p, c)
 	if p.Comm == CommTCP && direct == nil {
-		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-c UD): %w", c, ErrUnsupported)
+		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band: %w", c, ErrUnsupported)
 	}
 	addr := net.JoinHostPort(host.String(), strconv.Itoa(int(p.Port)))
 	var last error
@@ -281,12 +302,12 @@ func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control
 // on l (rdma_cm), on TCP port p.Port, or on whichever a client reaches
 // first. It returns the control, and the rdma_cm endpoint if that won.
 func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Writer) (*control, verbs.Endpoint, error) {
-	direct, _ := l.(verbs.Direct)
-	if p.Comm == CommRDMACM || !socketCapable(p) {
+	direct, _ := maker(p, l)
+	if p.Comm == CommRDMACM {
 		direct = nil
 	}
 	if p.Comm == CommTCP && direct == nil {
-		return nil, nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band, or the test needs rdma_cm (-c UD): %w", l, ErrUnsupported)
+		return nil, nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band: %w", l, ErrUnsupported)
 	}
 	rdma := func(ctx context.Context) (*control, verbs.Endpoint, error) {
 		ctl := &control{}
@@ -362,7 +383,9 @@ func connectDirect(ctx context.Context, p *Params, ctl *control, d *data, params
 	if err != nil {
 		return nil, err
 	}
-	ep, err := ctl.sock.direct.Unconnected(cp)
+	// The peer's address comes from the handshake, not a datagram.
+	cp.UDAnnounce = false
+	ep, err := ctl.sock.direct(cp)
 	if err != nil {
 		return nil, fmt.Errorf("create the data QP: %w", err)
 	}
@@ -397,7 +420,7 @@ func connectTo(ctx context.Context, p *Params, ep verbs.OOB, local, peer *Dest, 
 	err := ep.ConnectTo(ctx, verbs.Address{QPN: uint32(peer.QPN) & 0xFFFFFF, PSN: uint32(peer.PSN) & 0xFFFFFF, GID: peer.GID}, verbs.OOBParams{
 		MTU:          mtu,
 		InboundReads: p.OutReads, OutboundReads: int(peer.OutReads),
-		AckTimeout:  4096 * time.Nanosecond << 14, // DEF_QP_TIME
+		AckTimeout:  4096 * time.Nanosecond << p.QPTimeout, // -u
 		RetryCount:  7,
 		RNRRetry:    7,
 		MinRNRTimer: 640 * time.Microsecond, // MIN_RNR_TIMER 12

@@ -291,6 +291,15 @@ type Direct interface {
 	Unconnected(p ConnParams) (OOB, error)
 }
 
+// DirectUD is implemented by the Connectors and Listeners that make UD
+// endpoints addressed out of band (perftest -c UD without -R: Q_Key
+// DEF_QKEY, the peer's QPN and GID from the handshake): ConnectTo on
+// one gives its sends the peer's QP as their destination. Such an
+// endpoint takes no SRQ and p.UDAnnounce must be false.
+type DirectUD interface {
+	UnconnectedUD(p ConnParams, qkey uint32) (OOB, error)
+}
+
 // OOB is an endpoint that Direct made and that is not yet connected:
 // its receives may be posted, nothing may be sent.
 type OOB interface {
