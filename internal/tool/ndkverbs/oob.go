@@ -14,7 +14,7 @@ var (
 	_ verbs.Direct   = (*Listener)(nil)
 	_ verbs.DirectUD = (*Connector)(nil)
 	_ verbs.DirectUD = (*Listener)(nil)
-	_ verbs.OOB    = (*Endpoint)(nil)
+	_ verbs.OOB      = (*Endpoint)(nil)
 )
 
 // Unconnected implements verbs.Direct on the connector's device.
