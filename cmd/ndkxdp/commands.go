@@ -39,7 +39,7 @@ func init() {
 		{name: "demo", run: demo.Run, usage: []usageLine{{"demo", "run two RDMA hosts on an embedded veth pair and report,\nor (-dev IF -peer ADDR, -serve) the same between two hosts"}}},
 		{name: "perf", run: runPerf, usage: []usageLine{
 			{"perf baseline", "measure raw AF_XDP, Go UDP and Go TCP on a veth pair"},
-			{"perf TEST", "perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,\nwrite_lat or read_lat over rdma_cm against any RoCE peer"},
+			{"perf TEST", "perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,\nwrite_lat or read_lat against any RoCE peer, with -R or without"},
 		}},
 		{name: "rping", run: runRping, usage: []usageLine{{"rping", "librdmacm's rping, client or server, against any RoCE peer"}}},
 		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},

@@ -85,6 +85,9 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.Float64Var(&p.LimitMsgRate, n, 0, "bw tests: fail unless a row's MsgRate reaches this (Mpps)")
 	})
 	f.tos.Register(fs, "perftest's -T sets it on the data connection; here every connection of the run", "T", "tos")
+	both("l", "post_list", func(n string) {
+		fs.IntVar(&p.PostList, n, 1, "bw tests: post requests in lists of this many, one signaled a list unless -Q (-n a multiple of it)")
+	})
 	both("u", "qp-timeout", func(n string) {
 		fs.IntVar(&p.QPTimeout, n, perftest.DefaultQPTimeout, "QP timeout, IB's ACK timeout code 1..31 (4.096 µs x 2^N) of data QPs connected without -R; an rdma_cm connection takes the CM's")
 	})

@@ -64,84 +64,111 @@ func testPerftestTCP(t *testing.T, p *peer) {
 		if c.ud {
 			name += "_ud"
 		}
-		t.Run(name+"/rxe_server", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			proc, err := p.vm.Start(ctx, "exec "+c.tool+" "+args)
-			if err != nil {
-				t.Fatal(err)
+		tcpBothWays(t, p, name, prm, c.timeout(), c.tool+" "+args, func(t *testing.T, rxeServer bool, theirs, ours string, res perftest.Result) {
+			// ib_read_lat's server prints no row: only the client measures.
+			if serverRow || !rxeServer {
+				requireRow(t, "rxe", theirs, theirs, row)
 			}
-			defer proc.Kill()
-			if err := waitTCPListen(ctx, p.vm, perfPort); err != nil {
-				out, errOut, _ := proc.Output(ctx)
-				t.Fatalf("%s does not listen: %v\n%s%s", c.tool, err, out, errOut)
-			}
-			var res perftest.Result
-			cerr := p.vm.Host.Do(func() (err error) {
-				res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
-				return err
-			})
-			if cerr != nil {
-				_ = proc.Kill()
-			}
-			out, errOut, code, err := proc.Wait(ctx)
-			theirs = out
-			t.Logf("rxe server:\n%s%sndkxdp client:\n%s", out, errOut, ours.String())
-			if cerr != nil || err != nil || code != 0 {
-				t.Fatalf("ndkxdp's client: %v; rxe's server: exit %d (%v)", cerr, code, err)
-			}
-			requireRow(t, "ndkxdp's client", ours.String(), ours.String(), row)
-			if serverRow {
-				requireRow(t, "rxe's server", out, out, row)
-			}
-			requireOOBAddresses(t, out, ours.String(), res)
-		})
-		t.Run(name+"/rxe_client", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			sctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			l := ndkverbs.Unbound(p.dev, ndkverbs.Depths{})
-			defer l.Close()
-			done := make(chan error, 1)
-			var res perftest.Result
-			tcp := prm
-			tcp.Comm = perftest.CommTCP
-			go func() {
-				done <- p.vm.Host.Do(func() (err error) {
-					res, err = perftest.RunServer(sctx, tcp, l, &ours)
-					return err
-				})
-			}()
-			if err := waitHostTCPListen(ctx, p, perfPort, done); err != nil {
-				t.Fatal(err)
-			}
-			out, errOut, code, err := p.vm.Run(ctx, c.tool+" "+args+" "+HostIPv4.String())
-			theirs = out
-			var serr error
-			if err != nil || code != 0 {
-				cancel()
-			}
-			serr = <-done
-			t.Logf("rxe client:\n%s%sndkxdp server:\n%s", out, errOut, ours.String())
-			if err != nil || code != 0 || serr != nil {
-				t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
-			}
-			requireRow(t, "rxe's client", out, out, row)
-			if serverRow {
-				who, calib := "ndkxdp's server", ours.String()
-				if prm.Kind == perftest.BW && prm.Verb != perftest.Send {
-					who, calib = "ndkxdp's server (printing rxe's report)", out
+			if serverRow || rxeServer {
+				who, calib := "ndkxdp", ours
+				if !rxeServer && prm.Kind == perftest.BW && prm.Verb != perftest.Send {
+					who, calib = "ndkxdp's server (printing rxe's report)", theirs
 				}
-				requireRow(t, who, ours.String(), calib, row)
+				requireRow(t, who, ours, calib, row)
 			}
-			requireOOBAddresses(t, out, ours.String(), res)
+			requireOOBAddresses(t, theirs, ours, res)
 		})
 	}
+	// -b: both sides run and each prints the sum; -D: each side times
+	// its own run (bidir_test.go's checks).
+	write := perfCase{"ib_write_bw", perftest.Write, perftest.BW}
+	prm := write.params(size)
+	prm.MTU, prm.Bidir = p.dev.Adapter.PathMTU(), true
+	args := fmt.Sprintf("-d rxe0 -x %d -F -n %d -p %d -s %d -b", p.vm.Guest.GIDIndex, prm.Iterations, prm.Port, prm.Size)
+	tcpBothWays(t, p, "ib_write_bw_b", prm, write.timeout(), write.tool+" "+args, func(t *testing.T, _ bool, theirs, ours string, res perftest.Result) {
+		requireSameSum(t, theirs, ours, prm)
+		requireOOBAddresses(t, theirs, ours, res)
+	})
+	prm = sendLat.params(2)
+	prm.MTU, prm.Duration = p.dev.Adapter.PathMTU(), 2*time.Second
+	args = fmt.Sprintf("-d rxe0 -x %d -F -D 2 -p %d", p.vm.Guest.GIDIndex, prm.Port)
+	tcpBothWays(t, p, "ib_send_lat_D", prm, time.Minute, sendLat.tool+" "+args, func(t *testing.T, _ bool, theirs, ours string, res perftest.Result) {
+		requireDurationRow(t, "rxe", theirs)
+		requireDurationRow(t, "ndkxdp", ours)
+		requireOOBAddresses(t, theirs, ours, res)
+	})
+}
+
+// tcpBothWays runs rxe's perftest cmd (without -R and the server's
+// address) against ours with prm, rxe as server (ours the default
+// client: rdma_cm's REQ rejected, then TCP) and then as client (ours a
+// server over TCP only), and checks each run's outputs and our result
+// with check.
+func tcpBothWays(t *testing.T, p *peer, name string, prm perftest.Params, timeout time.Duration, cmd string, check func(t *testing.T, rxeServer bool, theirs, ours string, res perftest.Result)) {
+	t.Run(name+"/rxe_server", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, timeout)
+		proc, err := p.vm.Start(ctx, "exec "+cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer proc.Kill()
+		if err := waitTCPListen(ctx, p.vm, perfPort); err != nil {
+			out, errOut, _ := proc.Output(ctx)
+			t.Fatalf("%s does not listen: %v\n%s%s", cmd, err, out, errOut)
+		}
+		var res perftest.Result
+		cerr := p.vm.Host.Do(func() (err error) {
+			res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
+			return err
+		})
+		if cerr != nil {
+			_ = proc.Kill()
+		}
+		out, errOut, code, err := proc.Wait(ctx)
+		theirs = out
+		t.Logf("rxe server:\n%s%sndkxdp client:\n%s", out, errOut, ours.String())
+		if cerr != nil || err != nil || code != 0 {
+			t.Fatalf("ndkxdp's client: %v; rxe's server: exit %d (%v)", cerr, code, err)
+		}
+		check(t, true, out, ours.String(), res)
+	})
+	t.Run(name+"/rxe_client", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, timeout)
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		l := ndkverbs.Unbound(p.dev, ndkverbs.Depths{})
+		defer l.Close()
+		done := make(chan error, 1)
+		var res perftest.Result
+		tcp := prm
+		tcp.Comm = perftest.CommTCP
+		go func() {
+			done <- p.vm.Host.Do(func() (err error) {
+				res, err = perftest.RunServer(sctx, tcp, l, &ours)
+				return err
+			})
+		}()
+		if err := waitHostTCPListen(ctx, p, perfPort, done); err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code, err := p.vm.Run(ctx, cmd+" "+HostIPv4.String())
+		theirs = out
+		if err != nil || code != 0 {
+			cancel()
+		}
+		serr := <-done
+		t.Logf("rxe client:\n%s%sndkxdp server:\n%s", out, errOut, ours.String())
+		if err != nil || code != 0 || serr != nil {
+			t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
+		}
+		check(t, false, out, ours.String(), res)
+	})
 }
 
 // requireOOBAddresses fails unless rxe printed, as its remote

@@ -121,20 +121,21 @@ func warmUp(ctx context.Context, p *Params, d *data, peer Dest) error {
 	return nil
 }
 
-// postBW is run_iter_bw for one QP: keep the window full, signal every
-// CQMod-th request and the last, stamp each post and each signaled
+// postBW is run_iter_bw for one QP: keep the window full (in lists of
+// PostList), signal every CQMod-th request and the last, stamp each post and each signaled
 // completion. It allocates nothing.
 func postBW(ctx context.Context, p *Params, d *data, peer Dest, posted, completed []uint64) error {
 	at, err := d.atomics(p)
 	if err != nil {
 		return err
 	}
-	iters, win := p.Iterations, window(p)
+	iters, win, list := p.Iterations, window(p), p.PostList
 	clk := clock{time.Now()}
 	scnt, ccnt := 0, 0
 	var c counts
 	for ccnt < iters {
-		for scnt < iters && scnt-ccnt < win {
+		// A list (-l) starts only where all of it fits in the window.
+		for scnt < iters && (scnt%list != 0 || scnt-ccnt+list <= win) {
 			signaled := (scnt+1)%p.CQMod == 0 || scnt == iters-1
 			if !p.NoPeak || scnt == 0 {
 				posted[scnt] = clk.now()

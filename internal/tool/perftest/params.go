@@ -160,6 +160,11 @@ type Params struct {
 	// 2^QPTimeout) of data QPs connected out of band (without -R; an
 	// rdma_cm connection takes the CM's); 0 means 14 (DEF_QP_TIME).
 	QPTimeout int
+	// PostList is -l (bandwidth tests): requests go out in lists of this
+	// many, a list started only where all of it fits in the window
+	// (run_iter_bw), and one in PostList is signaled unless -Q says
+	// otherwise; 0 means 1.
+	PostList int
 	// Comm is how the sides exchange control messages: CommRDMACM is
 	// -R, CommTCP perftest's default without it (socket.go).
 	Comm Comm
@@ -263,6 +268,9 @@ func (p *Params) normalize() error {
 	if p.Duration == 0 {
 		p.RxDepth = min(p.RxDepth, p.Iterations)
 	}
+	if err := p.normalizePostList(bad); err != nil {
+		return err
+	}
 	if p.CQMod == 0 {
 		p.CQMod = DefaultCQMod
 	}
@@ -283,7 +291,37 @@ func (p *Params) normalize() error {
 		// The window is min(TxDepth, OutReads); a signaled request must fit in it.
 		p.CQMod = min(p.CQMod, p.OutReads)
 	}
+	if p.PostList > window(p) {
+		// run_iter_bw starts a list only where all of it fits.
+		return bad("-l %d: a post list longer than the window of %d requests is never posted", p.PostList, window(p))
+	}
 	return p.normalizeWire(bad)
+}
+
+// normalizePostList checks -l as perftest's parser does: bandwidth tests
+// only, the iterations a multiple of it, and it a multiple of -Q, which
+// it becomes where -Q is not given.
+func (p *Params) normalizePostList(bad func(format string, a ...any) error) error {
+	if p.PostList == 0 {
+		p.PostList = 1
+	}
+	switch {
+	case p.PostList < 1:
+		return bad("-l %d: a post list holds one request or more", p.PostList)
+	case p.PostList == 1:
+		return nil
+	case p.Kind != BW:
+		return bad("-l %d: Post list is supported in BW tests only (perftest's words)", p.PostList)
+	case p.Duration > 0 || p.QPs > 1 || (p.Bidir && p.Verb == Send):
+		return fmt.Errorf("perftest: -l with -D, -q above 1 or send bw -b: %w", ErrUnsupported)
+	case p.Iterations%p.PostList != 0:
+		return bad("-l %d: Number of iterations must be a multiple of post list size (perftest's words; -n %d)", p.PostList, p.Iterations)
+	case p.CQMod != 0 && p.PostList%p.CQMod != 0:
+		return bad("-l %d: Post list size must be a multiple of CQ moderation (perftest's words; -Q %d)", p.PostList, p.CQMod)
+	case p.CQMod == 0:
+		p.CQMod = p.PostList
+	}
+	return nil
 }
 
 // normalizeWire is normalize for the connection's parameters: port, MTU,
