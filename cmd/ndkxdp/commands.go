@@ -44,6 +44,7 @@ func init() {
 		{name: "rping", run: runRping, usage: []usageLine{{"rping", "librdmacm's rping, client or server, against any RoCE peer"}}},
 		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},
 		{name: "rc_pingpong", run: runRCPingpong, usage: []usageLine{{"rc_pingpong", "ibverbs' ibv_rc_pingpong (RC, QPs connected over TCP, no rdma_cm)"}}},
+		{name: "srq_pingpong", run: runSRQPingpong, usage: []usageLine{{"srq_pingpong", "ibverbs' ibv_srq_pingpong (RC QPs on one SRQ, connected over TCP)"}}},
 		{name: "ud_pingpong", run: runUDPingpong, usage: []usageLine{{"ud_pingpong", "ibverbs' ibv_ud_pingpong (UD datagrams, addresses swapped over TCP)"}}},
 		{name: "daemon", run: runDaemon, stopIsSuccess: true, usage: []usageLine{{"daemon", "serve an interface to local applications (ndk.Dial)"}}},
 		{name: "counters", run: withoutContext(runCounters), usage: []usageLine{{"counters", "print the steering counters of a pinned attachment"}}},

@@ -38,8 +38,11 @@ type pingpongFlags struct {
 
 func pingpongText(mode pingpong.Mode) (name, usage, synopsis string) {
 	name, mtu, qp := "rc_pingpong", " [-m MTU]", "RC"
-	if mode == pingpong.UD {
+	switch mode {
+	case pingpong.UD:
 		name, mtu, qp = "ud_pingpong", "", "UD"
+	case pingpong.SRQ:
+		name, mtu, qp = "srq_pingpong", " [-m MTU] [-q NUM_QP]", "-q RC"
 	}
 	usage = fmt.Sprintf(pingpongUsage, name, mtu)
 	return name, usage, usage + fmt.Sprintf(pingpongSynopsis, name, qp)
@@ -79,7 +82,12 @@ func parsePingpong(mode pingpong.Mode, args []string, stdout, stderr io.Writer) 
 		fs.StringVar(&f.ibDev, n, "", "the C tool's IB device: here a network interface (as -dev), or an RDMA device whose interface is used")
 	})
 	both("i", "ib-port", func(n string) { fs.IntVar(&f.ibPort, n, 1, "IB port: 1, the only one") })
-	if mode == pingpong.RC {
+	if mode == pingpong.SRQ {
+		both("q", "num_qp", func(n string) {
+			fs.IntVar(&f.cfg.NumQP, n, pingpong.DefaultSRQQPs, fmt.Sprintf("number of QPs on the SRQ, 1 to %d, at most -r", pingpong.MaxSRQQPs))
+		})
+	}
+	if mode != pingpong.UD {
 		both("m", "mtu", func(n string) {
 			fs.IntVar(&f.cfg.MTU, n, pingpong.DefaultMTU, "path MTU: 256, 512, 1024, 2048 or 4096, at most the interface's (1500: 1024)")
 		})
@@ -109,7 +117,10 @@ func parsePingpong(mode pingpong.Mode, args []string, stdout, stderr io.Writer) 
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
 	}
-	if mode == pingpong.RC {
+	if mode == pingpong.SRQ && (f.cfg.NumQP < 1 || f.cfg.NumQP > pingpong.MaxSRQQPs || f.cfg.NumQP > f.cfg.RxDepth) {
+		return f, cmdline.Usagef("-q %d: 1 to %d QPs, at most -r %d (must have at least one receive per QP)", f.cfg.NumQP, pingpong.MaxSRQQPs, f.cfg.RxDepth)
+	}
+	if mode != pingpong.UD {
 		switch f.cfg.MTU {
 		case 256, 512, 1024, 2048, 4096:
 		default:
@@ -157,6 +168,10 @@ func runRCPingpong(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 func runUDPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runPingpong(ctx, pingpong.UD, args, stdout, stderr)
+}
+
+func runSRQPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runPingpong(ctx, pingpong.SRQ, args, stdout, stderr)
 }
 
 // runPingpong is ibv_rc_pingpong or ibv_ud_pingpong, client (HOST) or

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,4 +199,57 @@ func TestPingpongThroughDaemon(t *testing.T) {
 		finished(t, cout, 1024, 300)
 		finished(t, sout, 1024, 300)
 	})
+}
+
+// TestSRQPingpong runs srq_pingpong as server and client over a veth
+// pair: each side prints one address line per QP, the server's remote
+// lines are the client's local ones in order (and the other way), and
+// both count -n sends and receives over all QPs. -q above -r is refused
+// in the C tool's words.
+func TestSRQPingpong(t *testing.T) {
+	for _, args := range [][]string{{"-q", "600"}, {"-q", "0"}, {"-q", "8", "-r", "4"}} {
+		if _, err := parsePingpong(pingpong.SRQ, append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("srq_pingpong %q accepted", args)
+		}
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srvAddr := p.B.IPv4.String()
+	qpns := func(out, which string) []string {
+		var q []string
+		for _, m := range regexp.MustCompile(`(?m)^  `+which+` address: +LID 0x0000, QPN 0x([0-9a-f]{6}), PSN 0x[0-9a-f]{6}, GID ::ffff:198\.18\.\S+$`).FindAllStringSubmatch(out, -1) {
+			q = append(q, m[1])
+		}
+		return q
+	}
+	for _, tc := range []struct {
+		qps, iters, size int
+		extra            []string
+		daemon           bool // the client through a daemon
+	}{
+		{16, 1000, 4096, nil, false},
+		{4, 200, 100, []string{"-q", "4", "-e", "-s", "100", "-r", "16"}, false},
+		{8, 300, 1000, []string{"-q", "8", "-s", "1000"}, true},
+	} {
+		t.Run(fmt.Sprintf("q%d_daemon_%v", tc.qps, tc.daemon), func(t *testing.T) {
+			common := append([]string{"-g", "1", "-c", "-n", fmt.Sprint(tc.iters), "-timeout", "40s"}, tc.extra...)
+			client := []string{"srq_pingpong", "-dev", p.A.Link}
+			if tc.daemon {
+				client = []string{"srq_pingpong", "-daemon", serveDaemonOn(t, p.A)}
+			}
+			cout, sout := runIn(t, p.B, append([]string{"srq_pingpong", "-dev", p.B.Link}, common...),
+				p.A, append(append(client, common...), srvAddr))
+			t.Logf("client:\n%sserver:\n%s", cout, sout)
+			cl, cr, sl, sr := qpns(cout, "local"), qpns(cout, "remote"), qpns(sout, "local"), qpns(sout, "remote")
+			if len(cl) != tc.qps || !slices.Equal(cl, sr) || !slices.Equal(sl, cr) {
+				t.Fatalf("QPNs: client local %v remote %v, server local %v remote %v; want %d each, crossed", cl, cr, sl, sr, tc.qps)
+			}
+			want := regexp.MustCompile(fmt.Sprintf(`(?m)^%d bytes in [\d.]+ seconds = [\d.]+ Mbit/sec\n%d iters in [\d.]+ seconds = [\d.]+ usec/iter$`, tc.size*tc.iters*2, tc.iters))
+			for _, out := range []string{cout, sout} {
+				if !want.MatchString(out) || strings.Contains(out, "invalid data") {
+					t.Fatalf("no result lines for %d x %d bytes, or invalid data", tc.iters, tc.size)
+				}
+			}
+		})
+	}
 }

@@ -82,8 +82,8 @@
 // Debian 13), the REQ's traffic class (rxe's ib_write_bw -T: our
 // server's frames take it), --use-srq, SEND with Invalidate, immediate
 // data (and perftest's --write_with_imm, which only 25.01 has), access
-// errors, 5% loss, ibverbs-utils' ibv_rc_pingpong
-// and ibv_ud_pingpong (no rdma_cm: addresses swapped over TCP; at the
+// errors, 5% loss, ibverbs-utils' ibv_rc_pingpong, ibv_ud_pingpong
+// and ibv_srq_pingpong (no rdma_cm: addresses swapped over TCP; at the
 // default size and one other, both ways, with rxe0's GID table compared
 // with the one ndkxdp's -g indexes; about 10 s under TCG) and the frame
 // checks; the smoke set is rping at
@@ -324,8 +324,10 @@
 // --write_with_imm where the peer's perftest has it, access errors, loss,
 // and UD queue pairs through rdma_cm's SIDR: rdma-core's udaddy and
 // perftest's ib_send_bw and ib_send_lat -c UD, each side as server and as
-// client, in every full case set; ibv_rc_pingpong and ibv_ud_pingpong
-// against ndkxdp's, both ways, pingpong_test.go; and, on the shared VM, the same UD
+// client, in every full case set; ibv_rc_pingpong, ibv_ud_pingpong and
+// ibv_srq_pingpong against ndkxdp's, both ways, pingpong_test.go;
+// perftest without -R (control over TCP, QPs connected out of band, RC,
+// -q, -c UD, -b, -D) both ways, socket_test.go; and, on the shared VM, the same UD
 // cases through an `ndkxdp daemon` process, TestInteropUDThroughDaemon)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU

@@ -28,7 +28,7 @@
 // addressed: the tools then fail to reach RTR, and ndkxdp says to give
 // -g.
 //
-// It is not srq_pingpong, nor the C tools' -o, -O, -P (ODP), -t
+// srq.go is srq_pingpong. None has the C tools' -o, -O, -P (ODP), -t
 // (timestamps), -j (device memory), -N (new send API) or -U.
 package pingpong
 
@@ -65,8 +65,9 @@ const (
 type Mode int
 
 const (
-	RC Mode = iota // ibv_rc_pingpong
-	UD             // ibv_ud_pingpong
+	RC  Mode = iota // ibv_rc_pingpong
+	UD              // ibv_ud_pingpong
+	SRQ             // ibv_srq_pingpong (srq.go)
 )
 
 // Config is a run's parameters; zero fields take the C tools' defaults
@@ -89,6 +90,8 @@ type Config struct {
 	GID [16]byte
 	// Listening, if set, hears that a server listens on its port.
 	Listening func()
+	// NumQP is srq_pingpong's -q: its QPs on one SRQ (default 16).
+	NumQP int
 }
 
 // Stats is what a run saw.
@@ -170,6 +173,9 @@ func Run(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Stats,
 	var st Stats
 	if err := cfg.fill(); err != nil {
 		return st, err
+	}
+	if cfg.Mode == SRQ {
+		return runSRQ(ctx, a, cfg, out)
 	}
 	r := &run{a: a, cfg: cfg, notify: make(chan struct{}, 1)}
 	defer r.close()
@@ -409,18 +415,35 @@ func (r *run) postSend() error {
 // connect is pp_connect_ctx: RTR and RTS with the C tool's attributes
 // (RC), or the address handle to the peer (UD).
 func (r *run) connect(rem, my Dest) error {
-	if rem.GID == ([16]byte{}) {
-		return fmt.Errorf("couldn't connect to remote QP: the peer sent no GID (LID %#04x) and RoCE addresses peers by GID: run both sides with -g (a GID index of show_gids)", rem.LID)
-	}
-	ip := gidAddr(rem.GID)
 	if r.cfg.Mode == UD {
-		d, err := r.a.UDDestinationTo(ip, rem.QPN, UDQKey)
+		if err := needGID(rem); err != nil {
+			return err
+		}
+		d, err := r.a.UDDestinationTo(gidAddr(rem.GID), rem.QPN, UDQKey)
 		if err != nil {
 			return fmt.Errorf("failed to create AH: %w", err)
 		}
 		r.dest = d
 		return nil
 	}
+	return connectRC(r.a, r.qp, r.cfg.MTU, rem, my)
+}
+
+// needGID refuses a peer that sent no GID.
+func needGID(rem Dest) error {
+	if rem.GID == ([16]byte{}) {
+		return fmt.Errorf("couldn't connect to remote QP: the peer sent no GID (LID %#04x) and RoCE addresses peers by GID: run both sides with -g (a GID index of show_gids)", rem.LID)
+	}
+	return nil
+}
+
+// connectRC is pp_connect_ctx for one RC QP: RTR and RTS with the C
+// tools' attributes.
+func connectRC(a *ndk.Adapter, qp *ndk.QP, mtu int, rem, my Dest) error {
+	if err := needGID(rem); err != nil {
+		return err
+	}
+	ip := gidAddr(rem.GID)
 	if my.GID == ([16]byte{}) {
 		return errors.New("failed to modify QP to RTR: RoCE needs a source GID: give -g (a GID index of show_gids)")
 	}
@@ -428,13 +451,13 @@ func (r *run) connect(rem, my Dest) error {
 	// the adapter's own route and neighbour lookup (as Connect's), which
 	// a daemon makes in its namespace, where ConnectOOB left to resolve
 	// it would probe from the caller's.
-	ah, err := r.a.UDDestinationTo(ip, rem.QPN, 0)
+	ah, err := a.UDDestinationTo(ip, rem.QPN, 0)
 	if err != nil {
 		return fmt.Errorf("failed to modify QP to RTR: %w", err)
 	}
 	seven := 7
-	err = r.qp.ConnectOOB(ndk.Endpoint{IP: ip, MAC: ah.MAC[:], QPN: rem.QPN, PSN: rem.PSN}, ndk.ConnectOptions{
-		PathMTU:          r.cfg.MTU,
+	err = qp.ConnectOOB(ndk.Endpoint{IP: ip, MAC: ah.MAC[:], QPN: rem.QPN, PSN: rem.PSN}, ndk.ConnectOptions{
+		PathMTU:          mtu,
 		InboundReadLimit: 1, OutboundReadLimit: 1, // max_dest_rd_atomic, max_rd_atomic
 		AckTimeout:  4096 * time.Nanosecond << 14, // timeout 14
 		RetryCount:  &seven,
@@ -450,10 +473,19 @@ func (r *run) connect(rem, my Dest) error {
 // clientExch is pp_client_exch_dest: connect to the server (each address
 // getaddrinfo gives, in turn), swap addresses.
 func (r *run) clientExch(ctx context.Context, my Dest) (Dest, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(r.cfg.Server, strconv.Itoa(r.cfg.Port)))
+	rem, err := clientExch(ctx, r.cfg, []Dest{my})
 	if err != nil {
-		return Dest{}, fmt.Errorf("couldn't connect to %s:%d: %w", r.cfg.Server, r.cfg.Port, err)
+		return Dest{}, err
+	}
+	return rem[0], nil
+}
+
+// clientExch is pp_client_exch_dest for any number of QPs.
+func clientExch(ctx context.Context, cfg Config, my []Dest) ([]Dest, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("couldn't connect to %s:%d: %w", cfg.Server, cfg.Port, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -464,14 +496,24 @@ func (r *run) clientExch(ctx context.Context, my Dest) (Dest, error) {
 // serverExch is pp_server_exch_dest: listen on the port (every address),
 // take one client, read its address, connect, answer, wait for "done".
 func (r *run) serverExch(ctx context.Context, my Dest) (Dest, error) {
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(r.cfg.Port)))
+	rem, err := serverExch(ctx, r.cfg, []Dest{my}, func(rem []Dest) error { return r.connect(rem[0], my) })
 	if err != nil {
-		return Dest{}, fmt.Errorf("couldn't listen to port %d: %w", r.cfg.Port, err)
+		return Dest{}, err
+	}
+	return rem[0], nil
+}
+
+// serverExch is pp_server_exch_dest for len(my) QPs: connect runs on the
+// client's addresses before the server answers with its own.
+func serverExch(ctx context.Context, cfg Config, my []Dest, connect func(rem []Dest) error) ([]Dest, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, fmt.Errorf("couldn't listen to port %d: %w", cfg.Port, err)
 	}
 	stopL := context.AfterFunc(ctx, func() { l.Close() })
-	if r.cfg.Listening != nil {
-		r.cfg.Listening()
+	if cfg.Listening != nil {
+		cfg.Listening()
 	}
 	c, err := l.Accept()
 	stopL()
@@ -480,17 +522,17 @@ func (r *run) serverExch(ctx context.Context, my Dest) (Dest, error) {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return Dest{}, fmt.Errorf("accept() failed: %w", err)
+		return nil, fmt.Errorf("accept() failed: %w", err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
-	rem, err := serverRead(c)
+	rem, err := serverRead(c, len(my))
 	if err != nil {
-		return Dest{}, err
+		return nil, err
 	}
-	if err := r.connect(rem, my); err != nil {
-		return Dest{}, fmt.Errorf("couldn't connect to remote QP: %w", err)
+	if err := connect(rem); err != nil {
+		return nil, fmt.Errorf("couldn't connect to remote QP: %w", err)
 	}
 	return rem, serverReply(c, my)
 }

@@ -105,39 +105,53 @@ func ResultLines(size, iters int, usec float32) string {
 		iters, float64(usec)/1000000., float64(usec)/float64(iters))
 }
 
-// clientExchange is pp_client_exch_dest on a connected socket: send ours,
-// read theirs, say done.
-func clientExchange(c io.ReadWriter, my Dest) (Dest, error) {
-	m := my.Encode()
-	if _, err := c.Write(m[:]); err != nil {
-		return Dest{}, fmt.Errorf("couldn't send local address: %w", err)
+// clientExchange is pp_client_exch_dest on a connected socket: send ours
+// (one message a QP), read as many of theirs, say done.
+func clientExchange(c io.ReadWriter, my []Dest) ([]Dest, error) {
+	for _, d := range my {
+		m := d.Encode()
+		if _, err := c.Write(m[:]); err != nil {
+			return nil, fmt.Errorf("couldn't send local address: %w", err)
+		}
 	}
-	var in [MsgLen]byte
-	if _, err := io.ReadFull(c, in[:]); err != nil {
-		return Dest{}, fmt.Errorf("couldn't read remote address: %w", err)
+	rem, err := readDests(c, len(my))
+	if err != nil {
+		return nil, err
 	}
 	if _, err := c.Write(done); err != nil {
-		return Dest{}, fmt.Errorf("couldn't write done: %w", err)
+		return nil, fmt.Errorf("couldn't write done: %w", err)
 	}
-	return ParseDest(in[:])
+	return rem, nil
+}
+
+// readDests reads n addresses.
+func readDests(c io.Reader, n int) ([]Dest, error) {
+	rem := make([]Dest, n)
+	for i := range rem {
+		var in [MsgLen]byte
+		if _, err := io.ReadFull(c, in[:]); err != nil {
+			return nil, fmt.Errorf("%d/%d: couldn't read remote address: %w", i, n, err)
+		}
+		var err error
+		if rem[i], err = ParseDest(in[:]); err != nil {
+			return nil, err
+		}
+	}
+	return rem, nil
 }
 
 // serverRead is the first half of pp_server_exch_dest: the client's
-// address. connect runs between it and serverReply, as the server moves
-// its QP to RTR before it answers.
-func serverRead(c io.Reader) (Dest, error) {
-	var in [MsgLen]byte
-	if _, err := io.ReadFull(c, in[:]); err != nil {
-		return Dest{}, fmt.Errorf("couldn't read remote address: %w", err)
-	}
-	return ParseDest(in[:])
-}
+// n addresses. The connect runs between it and serverReply, as the
+// server moves its QPs to RTR before it answers.
+func serverRead(c io.Reader, n int) ([]Dest, error) { return readDests(c, n) }
 
 // serverReply sends ours and waits for the client's "done".
-func serverReply(c io.ReadWriter, my Dest) error {
-	m := my.Encode()
-	if _, err := c.Write(m[:]); err != nil {
-		return fmt.Errorf("couldn't send local address: %w", err)
+func serverReply(c io.ReadWriter, my []Dest) error {
+	for _, d := range my {
+		m := d.Encode()
+		if _, err := c.Write(m[:]); err != nil {
+			return fmt.Errorf("couldn't send local address: %w", err)
+		}
 	}
 	var in [5]byte
 	if _, err := io.ReadFull(c, in[:]); err != nil {

@@ -105,23 +105,28 @@ func TestExchange(t *testing.T) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		d, err := clientExchange(c, cli)
-		ch <- res{d, err}
+		d, err := clientExchange(c, []Dest{cli})
+		if err != nil {
+			ch <- res{err: err}
+			return
+		}
+		ch <- res{d[0], err}
 	}()
-	got, err := serverRead(s)
-	if err != nil || got != cli {
+	got, err := serverRead(s, 1)
+	if err != nil || got[0] != cli {
 		t.Fatalf("server read %+v, %v", got, err)
 	}
-	if err := serverReply(s, srv); err != nil {
+	if err := serverReply(s, []Dest{srv}); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-ch; r.err != nil || r.d != srv {
 		t.Fatalf("client got %+v, %v", r.d, r.err)
 	}
-	// A C client's bytes, literally.
+	// A C client's bytes, literally: srq_pingpong's two QPs, one message each.
 	var buf bytes.Buffer
 	buf.WriteString("0000:000011:3a5c01:00000000000000000000ffffc6120102\x00")
-	if d, err := serverRead(&buf); err != nil || d.QPN != 0x11 || d.PSN != 0x3a5c01 || gidAddr(d.GID) != netip.MustParseAddr("198.18.1.2") {
+	buf.WriteString("0000:000012:000001:00000000000000000000ffffc6120102\x00")
+	if d, err := serverRead(&buf, 2); err != nil || d[0].QPN != 0x11 || d[0].PSN != 0x3a5c01 || gidAddr(d[0].GID) != netip.MustParseAddr("198.18.1.2") || d[1].QPN != 0x12 || d[1].PSN != 1 {
 		t.Fatalf("%+v, %v", d, err)
 	}
 	// A server whose client sends something else than done.
@@ -129,7 +134,7 @@ func TestExchange(t *testing.T) {
 		bytes.Buffer
 	}
 	rw.WriteString("nope!")
-	if err := serverReply(&rw, srv); err == nil || !strings.Contains(err.Error(), "done") {
+	if err := serverReply(&rw, []Dest{srv}); err == nil || !strings.Contains(err.Error(), "done") {
 		t.Fatalf("a client that sent no done: %v", err)
 	}
 }
