@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
@@ -27,6 +29,8 @@ Either side may be Linux udaddy.`
 type udaddyFlags struct {
 	dst, bind, dev, capture string
 	daemon                  string
+	format, portSpace       string
+	psNumber                string
 	port                    uint
 	cfg                     udaddy.Config
 	timeout                 time.Duration
@@ -46,8 +50,20 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	f.tos.Register(fs, "udaddy's type of service", "t")
+	fs.StringVar(&f.format, "f", "name", "address format: name or ip (gid, an InfiniBand GID, is not RoCE's)")
+	fs.StringVar(&f.portSpace, "P", "udp", "rdma_cm port space: udp (ipoib is not served)")
+	fs.StringVar(&f.psNumber, "p", "0x111", "port space as a number (udaddy's old -p): 0x111, RDMA_PS_UDP")
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return f, err
+	}
+	if ps, err := strconv.ParseUint(f.psNumber, 0, 32); err != nil || ps != 0x111 {
+		return f, cmdline.Usagef("-p %s: ndkxdp serves rdma_cm's UDP port space only (0x111)", f.psNumber)
+	}
+	switch {
+	case !strings.EqualFold(f.format, "name") && !strings.EqualFold(f.format, "ip") && !strings.EqualFold(f.format, "ipv6"):
+		return f, cmdline.Usagef("-f %s: ndkxdp takes name or ip addresses (a gid is InfiniBand's)", f.format)
+	case !strings.EqualFold(f.portSpace, "udp"):
+		return f, cmdline.Usagef("-P %s: ndkxdp serves rdma_cm's UDP port space only", f.portSpace)
 	}
 	if err := f.tos.Check(f.daemon); err != nil {
 		return f, err

@@ -23,6 +23,10 @@ func TestUdaddyFlags(t *testing.T) {
 	if err != nil || f.dst != "198.18.0.2" || f.cfg.Count != 20 || f.cfg.Size != 512 || f.port != udaddy.DefaultPort {
 		t.Fatalf("parsed %+v, %v", f, err)
 	}
+	// udaddy.c's -f, -P and its old -p (a port space, not a port).
+	if _, err := parseUdaddy([]string{"-f", "ip", "-P", "udp", "-p", "0x111", "-dev", "lo"}, io.Discard, io.Discard); err != nil {
+		t.Errorf("-f ip -P udp -p 0x111: %v", err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -32,6 +36,9 @@ func TestUdaddyFlags(t *testing.T) {
 		{[]string{"-s", "198.18.0.2"}, "-dev or -daemon is required"},
 		{[]string{"-s", "198.18.0.2", "-dev", "lo", "-daemon", "/tmp/x.sock"}, "give one of -dev and -daemon"},
 		{[]string{"-dev", "nosuchif0"}, "no such network interface"},
+		{[]string{"-P", "ipoib", "-dev", "lo"}, "UDP port space only"},
+		{[]string{"-p", "0x2", "-dev", "lo"}, "UDP port space only"},
+		{[]string{"-f", "gid", "-dev", "lo"}, "a gid is InfiniBand's"},
 	} {
 		_, err := parseUdaddy(tc.args, io.Discard, io.Discard)
 		var ue *cmdline.UsageError

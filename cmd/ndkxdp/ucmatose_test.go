@@ -1,0 +1,60 @@
+package main
+
+import (
+	"io"
+	"testing"
+
+	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// The lines cmatose.c prints, in order, on each side.
+const (
+	ucmatoseServerLines = "cmatose: starting server\ninitiating data transfers\ncompleting sends\nreceiving data transfers\ndata transfers complete\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n"
+	ucmatoseClientLines = "cmatose: starting client\ncmatose: connecting\nreceiving data transfers\nsending replies\ndata transfers complete\ntest complete\nreturn status 0\n"
+)
+
+// TestUcmatose runs ucmatose as server and client over a veth pair (one
+// connection of cmatose.c's defaults, four of 50 4 KiB messages, none
+// with -C 0) and with the client through a daemon: each side prints
+// cmatose.c's lines and status 0. Flags ndkxdp cannot honour are refused.
+func TestUcmatose(t *testing.T) {
+	for _, args := range [][]string{{"-P", "ib"}, {"-f", "gid"}, {"-c", "0"}, {"-C", "5000"}, {"-S", "-1"}, {"-a", "40"}} {
+		if _, err := parseUcmatose(append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("ucmatose %q accepted", args)
+		}
+	}
+	if _, err := parseUcmatose([]string{"-a", "18", "-m", "-f", "ip", "-P", "tcp", "-dev", "lo"}, io.Discard, io.Discard); err != nil {
+		t.Errorf("-a 18 -m -f ip -P tcp: %v", err)
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	srv := p.B.IPv4.String()
+	for _, tc := range []struct {
+		name   string
+		extra  []string
+		daemon bool
+	}{
+		{"defaults", nil, false},
+		{"c4_C50_S4096", []string{"-c", "4", "-C", "50", "-S", "4096"}, false},
+		{"C0", []string{"-C", "0"}, false},
+		{"daemon_client", []string{"-c", "2", "-S", "1000"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := []string{"ucmatose", "-dev", p.A.Link}
+			if tc.daemon {
+				client = []string{"ucmatose", "-daemon", serveDaemonOn(t, p.A)}
+			}
+			cout, sout := runIn(t, p.B, append([]string{"ucmatose", "-dev", p.B.Link}, tc.extra...),
+				p.A, append(append(client, tc.extra...), "-s", srv))
+			wantS, wantC := ucmatoseServerLines, ucmatoseClientLines
+			if tc.name == "C0" {
+				wantS = "cmatose: starting server\ncmatose: disconnecting\ndisconnected\ntest complete\nreturn status 0\n"
+				wantC = "cmatose: starting client\ncmatose: connecting\ntest complete\nreturn status 0\n"
+			}
+			if sout != wantS || cout != wantC {
+				t.Fatalf("server printed:\n%s\nclient printed:\n%s\nwant:\n%s\n%s", sout, cout, wantS, wantC)
+			}
+		})
+	}
+}
