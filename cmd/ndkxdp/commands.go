@@ -42,6 +42,8 @@ func init() {
 			{"perf TEST", "perftest's send_bw, write_bw, read_bw, atomic_bw, send_lat,\nwrite_lat or read_lat against any RoCE peer, with -R or without"},
 		}},
 		{name: "rping", run: runRping, usage: []usageLine{{"rping", "librdmacm's rping, client or server, against any RoCE peer"}}},
+		{name: "rdma_server", run: runRdmaServer, usage: []usageLine{{"rdma_server", "librdmacm's rdma_server example (one 16-byte SEND each way)"}}},
+		{name: "rdma_client", run: runRdmaClient, usage: []usageLine{{"rdma_client", "librdmacm's rdma_client example, against rdma_server"}}},
 		{name: "ucmatose", run: runUcmatose, usage: []usageLine{{"ucmatose", "librdmacm's ucmatose (RC connections through rdma_cm), client or server"}}},
 		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},
 		{name: "rc_pingpong", run: runRCPingpong, usage: []usageLine{{"rc_pingpong", "ibverbs' ibv_rc_pingpong (RC, QPs connected over TCP, no rdma_cm)"}}},

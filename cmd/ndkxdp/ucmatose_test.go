@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"testing"
 
@@ -54,6 +55,30 @@ func TestUcmatose(t *testing.T) {
 			}
 			if sout != wantS || cout != wantC {
 				t.Fatalf("server printed:\n%s\nclient printed:\n%s\nwant:\n%s\n%s", sout, cout, wantS, wantC)
+			}
+		})
+	}
+}
+
+// TestRdmaServerClient runs rdma_server and rdma_client over a veth pair
+// (and the client through a daemon): each prints the examples' start and
+// "end 0" lines. rdma_client without -s is refused.
+func TestRdmaServerClient(t *testing.T) {
+	if _, err := parseRdmaEcho(false, []string{"-dev", "lo"}, io.Discard, io.Discard); err == nil {
+		t.Errorf("rdma_client without -s accepted")
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	for _, daemon := range []bool{false, true} {
+		t.Run(fmt.Sprintf("daemon_client_%v", daemon), func(t *testing.T) {
+			client := []string{"rdma_client", "-dev", p.A.Link}
+			if daemon {
+				client = []string{"rdma_client", "-daemon", serveDaemonOn(t, p.A)}
+			}
+			cout, sout := runIn(t, p.B, []string{"rdma_server", "-dev", p.B.Link, "-p", "7472"},
+				p.A, append(client, "-s", p.B.IPv4.String(), "-p", "7472"))
+			if sout != "rdma_server: start\nrdma_server: end 0\n" || cout != "rdma_client: start\nrdma_client: end 0\n" {
+				t.Fatalf("server printed %q, client %q", sout, cout)
 			}
 		})
 	}

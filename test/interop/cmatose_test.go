@@ -11,6 +11,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmatose"
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/rdmaecho"
 )
 
 // testUcmatose runs librdmacm's ucmatose against ndkxdp's, each side as
@@ -59,4 +60,34 @@ func requireCmatose(t *testing.T, theirs, ours, want string) {
 	if ours != want {
 		t.Errorf("ours printed:\n%swant:\n%s", ours, want)
 	}
+}
+
+// testRdmaEcho runs librdmacm's rdma_server and rdma_client examples
+// against ndkxdp's, each side as server and as client: one 16-byte SEND
+// each way, and each prints "end 0".
+func testRdmaEcho(t *testing.T, p *peer) {
+	t.Run("rxe_server", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, time.Minute)
+		var ours bytes.Buffer
+		out := p.guestServer(t, ctx, fmt.Sprintf("rdma_server -s %v", GuestIPv4), rdmaecho.DefaultPort, func() error {
+			return rdmaecho.RunClient(ctx, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, rdmaecho.DefaultPort, &ours)
+		})
+		t.Logf("rxe's rdma_server:\n%sndkxdp's rdma_client:\n%s", out, ours.String())
+		if out != "rdma_server: start\nrdma_server: end 0\n" || ours.String() != "rdma_client: start\nrdma_client: end 0\n" {
+			t.Errorf("not both ended 0")
+		}
+	})
+	t.Run("rxe_client", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, time.Minute)
+		var ours bytes.Buffer
+		out := p.hostServer(t, ctx, rdmaecho.DefaultPort, func(ctx context.Context, l verbs.Listener) error {
+			return rdmaecho.RunServer(ctx, l, &ours)
+		}, fmt.Sprintf("rdma_client -s %v", HostIPv4))
+		t.Logf("rxe's rdma_client:\n%sndkxdp's rdma_server:\n%s", out, ours.String())
+		if out != "rdma_client: start\nrdma_client: end 0\n" || ours.String() != "rdma_server: start\nrdma_server: end 0\n" {
+			t.Errorf("not both ended 0")
+		}
+	})
 }

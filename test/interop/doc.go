@@ -327,8 +327,8 @@
 // client, in every full case set; ibv_rc_pingpong, ibv_ud_pingpong and
 // ibv_srq_pingpong against ndkxdp's, both ways, pingpong_test.go;
 // perftest without -R (control over TCP, QPs connected out of band, RC,
-// -q, -c UD, -b, -D) both ways, socket_test.go; librdmacm's ucmatose
-// both ways, cmatose_test.go; and, on the shared VM, the same UD
+// -q, -c UD, -b, -D) both ways, socket_test.go; librdmacm's ucmatose,
+// rdma_server and rdma_client both ways, cmatose_test.go; and, on the shared VM, the same UD
 // cases through an `ndkxdp daemon` process, TestInteropUDThroughDaemon)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU
