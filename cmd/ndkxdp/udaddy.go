@@ -14,8 +14,8 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-C count] [-S size] [-t TOS] [-capture FILE] -dev IFNAME
-       ndkxdp udaddy [-s ADDR] [-port PORT] [-C count] [-S size] -daemon SOCKET`
+const udaddyUsage = `usage: ndkxdp udaddy [-s ADDR] [-b ADDR] [-port PORT] [-c connections] [-C count] [-S size] [-t TOS] [-capture FILE] -dev IFNAME
+       ndkxdp udaddy [-s ADDR] [-port PORT] [-c connections] [-C count] [-S size] -daemon SOCKET`
 
 const udaddySynopsis = udaddyUsage + `
 
@@ -44,6 +44,7 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 	fs.StringVar(&f.bind, "b", "", "server: the address to serve on (default: every address)")
 	fs.UintVar(&f.port, "port", udaddy.DefaultPort, "rdma_cm UDP port space port (udaddy's is 7174)")
 	fs.IntVar(&f.cfg.Count, "C", udaddy.DefaultCount, "datagrams each way")
+	fs.IntVar(&f.cfg.Connections, "c", 1, fmt.Sprintf("connections: the client's UD QPs, each resolving the server and exchanging -C datagrams; the server's senders (1 to %d)", udaddy.MaxConnections))
 	fs.IntVar(&f.cfg.Size, "S", udaddy.DefaultSize, "datagram size in bytes (at most the path MTU)")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
@@ -71,6 +72,8 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 	switch {
 	case f.port == 0 || f.port > 0xFFFF:
 		return f, cmdline.Usagef("-port %d: not a port", f.port)
+	case f.cfg.Connections < 1 || f.cfg.Connections > udaddy.MaxConnections:
+		return f, cmdline.Usagef("-c %d: 1 to %d connections", f.cfg.Connections, udaddy.MaxConnections)
 	case f.cfg.Count < 1 || f.cfg.Size < 1:
 		return f, cmdline.Usagef("-C %d -S %d: both must be positive", f.cfg.Count, f.cfg.Size)
 	case f.timeout <= 0:

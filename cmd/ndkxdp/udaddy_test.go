@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
@@ -87,5 +90,45 @@ func TestUdaddyTOS(t *testing.T) {
 	// TOS (ibv_create_ah_from_wc's address handle: ndk.UDReplyTo).
 	if c := tos[p.B.IPv4]; len(c) != 1 || c[106] != 5 {
 		t.Errorf("the server's answers carried TOS %v, want the request's 106 on all 5", c)
+	}
+}
+
+// TestUdaddyConnections: with -c 3 the client resolves the server from
+// three UD QPs, each sending -C datagrams and receiving -C answers; the
+// server answers each of the three senders. Both print udaddy's lines
+// and count 3 x -C each way.
+func TestUdaddyConnections(t *testing.T) {
+	for _, args := range [][]string{{"-c", "0"}, {"-c", "65"}} {
+		if _, err := parseUdaddy(append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
+			t.Errorf("udaddy %q accepted", args)
+		}
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	b := p.B.IPv4.String()
+	var sout, cout, serr, cerr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- p.B.Do(func() error {
+			return run(ctx, []string{"udaddy", "-b", b, "-c", "3", "-C", "7", "-dev", p.B.Link}, &sout, &serr)
+		})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cliErr := p.A.Do(func() error {
+		return run(ctx, []string{"udaddy", "-s", b, "-c", "3", "-C", "7", "-dev", p.A.Link}, &cout, &cerr)
+	})
+	srvErr := <-done
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("client %v:\n%s%s\nserver %v:\n%s%s", cliErr, cout.String(), cerr.String(), srvErr, sout.String(), serr.String())
+	}
+	for _, e := range []string{cerr.String(), serr.String()} {
+		if !strings.Contains(e, "udaddy: 21 datagrams sent, 21 received") {
+			t.Errorf("counts: %q, want 21 each way", e)
+		}
+	}
+	if !strings.HasSuffix(cout.String(), "data transfers complete\ntest complete\n") || !strings.HasSuffix(sout.String(), "data transfers complete\ntest complete\n") {
+		t.Errorf("lines:\n%s\n%s", cout.String(), sout.String())
 	}
 }

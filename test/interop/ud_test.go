@@ -68,6 +68,31 @@ func testUdaddy(t *testing.T, p *peer) {
 			rxeUdaddyClient(t, p, cfg, "")
 		})
 	}
+	// -c 3: three UD QPs on the client, each resolving the server and
+	// exchanging -C datagrams; rxe's server makes a QP a request, ours
+	// answers all three from its one.
+	conns := udaddy.Config{Count: udaddyCount, Size: udaddy.DefaultSize, Connections: 3}
+	t.Run("connections/rxe_server", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, 2*time.Minute)
+		var ours bytes.Buffer
+		var st udaddy.Stats
+		guest := p.guestServer(t, ctx, fmt.Sprintf("udaddy -b %v -c 3 -C %d", GuestIPv4, udaddyCount), udaddy.DefaultPort, func() (err error) {
+			st, err = udaddy.RunClient(ctx, p.dev.Adapter, netip.AddrPortFrom(GuestIPv4, udaddy.DefaultPort), conns, &ours)
+			return err
+		})
+		t.Logf("rxe's udaddy server:\n%sndkxdp's client:\n%s", guest, ours.String())
+		if st.Sent != 3*udaddyCount || st.Received != 3*udaddyCount {
+			t.Fatalf("ndkxdp's client: %+v, want %d each way", st, 3*udaddyCount)
+		}
+		if !strings.Contains(guest, "data transfers complete") || !strings.Contains(guest, "return status 0") {
+			t.Fatalf("rxe's udaddy server did not complete:\n%s", guest)
+		}
+	})
+	t.Run("connections/rxe_client", func(t *testing.T) {
+		p.capture(t)
+		rxeUdaddyClient(t, p, conns, "")
+	})
 	// rxe's client with -t: its datagrams carry the TOS, and our
 	// server's answers take it (ndk.UDReplyTo, as rxe's own server's
 	// ibv_create_ah_from_wc does).
@@ -116,14 +141,14 @@ func rxeUdaddyClient(t *testing.T, p *peer, cfg udaddy.Config, extra string) {
 	case err := <-done:
 		t.Fatalf("ndkxdp's server: %v\n%s", err, ours.String())
 	}
-	out, errOut, code, err := p.vm.Run(ctx, fmt.Sprintf("udaddy -s %v -C %d -S %d%s", HostIPv4, cfg.Count, cfg.Size, extra))
+	out, errOut, code, err := p.vm.Run(ctx, fmt.Sprintf("udaddy -s %v -c %d -C %d -S %d%s", HostIPv4, max(cfg.Connections, 1), cfg.Count, cfg.Size, extra))
 	serr := <-done
 	t.Logf("rxe's udaddy client:\n%s%sndkxdp's server:\n%s", out, errOut, ours.String())
 	if err != nil || code != 0 || serr != nil {
 		t.Fatalf("rxe's client: exit %d (%v); ndkxdp's server: %v", code, err, serr)
 	}
-	if st.Received != cfg.Count || st.Sent != cfg.Count || st.PeerAddr != GuestIPv4 {
-		t.Fatalf("ndkxdp's server: %+v", st)
+	if n := cfg.Count * max(cfg.Connections, 1); st.Received != n || st.Sent != n || st.PeerAddr != GuestIPv4 {
+		t.Fatalf("ndkxdp's server: %+v, want %d each way", st, n)
 	}
 	if !strings.Contains(out, "data transfers complete") {
 		t.Fatalf("rxe's udaddy client did not complete:\n%s", out)

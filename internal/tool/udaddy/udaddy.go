@@ -8,7 +8,13 @@
 // be Linux udaddy (rdma-core librdmacm/examples/udaddy.c), whose output
 // lines both print.
 //
-// It is not the -c (several connections) or -P ipoib options. -t (TOS)
+// -c (Connections) makes the client resolve the port that many times,
+// each from a UD QP of its own that sends Count datagrams and waits for
+// Count answers; the server answers each resolution with its one QP
+// (where udaddy's server makes a QP a request), waits for Count
+// datagrams from each of Connections senders (told apart by the QPN
+// their immediate names) and answers each with Count. -P ipoib is not
+// served. -t (TOS)
 // is the adapter's traffic class (ndkxdp udaddy -t): every datagram of
 // the side carries it, but for the server's answers, which take the
 // request's DSCP and ECN as the address handle ibv_create_ah_from_wc
@@ -39,6 +45,8 @@ const (
 // Config is a run's parameters; zero fields take udaddy's defaults.
 type Config struct {
 	Count, Size int
+	// Connections is -c; 0 means 1.
+	Connections int
 	// Serving, if set, hears that a server serves its port.
 	Serving func()
 }
@@ -50,7 +58,13 @@ func (c *Config) fill() {
 	if c.Size == 0 {
 		c.Size = DefaultSize
 	}
+	if c.Connections == 0 {
+		c.Connections = 1
+	}
 }
+
+// MaxConnections bounds -c.
+const MaxConnections = 64
 
 // Stats is what a run saw.
 type Stats struct {
@@ -82,18 +96,21 @@ type node struct {
 	early []ndk.ResultEx
 }
 
-func newNode(a *ndk.Adapter, cfg Config) (*node, error) {
+// newNode makes a node for peers senders: Count receives and sends for
+// each.
+func newNode(a *ndk.Adapter, cfg Config, peers int) (*node, error) {
 	n := &node{a: a, cfg: cfg, slot: cfg.Size + ndk.UDGRHSize}
+	depth := cfg.Count * peers
 	var err error
 	if n.pd, err = a.CreatePD(); err != nil {
 		return nil, err
 	}
-	if n.cq, err = a.CreateCQ(2*cfg.Count, nil); err != nil {
+	if n.cq, err = a.CreateCQ(2*depth, nil); err != nil {
 		n.close()
 		return nil, err
 	}
 	if n.qp, err = n.pd.CreateUDQP(ndk.QPConfig{ReceiveCQ: n.cq, InitiatorCQ: n.cq,
-		ReceiveQueueDepth: cfg.Count, InitiatorQueueDepth: cfg.Count, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey); err != nil {
+		ReceiveQueueDepth: depth, InitiatorQueueDepth: depth, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey); err != nil {
 		n.close()
 		return nil, err
 	}
@@ -103,7 +120,7 @@ func newNode(a *ndk.Adapter, cfg Config) (*node, error) {
 	}
 	// Adapter.Memory: Go memory in process, memory the daemon maps
 	// through one.
-	if n.recv, err = a.Memory(cfg.Count * n.slot); err == nil {
+	if n.recv, err = a.Memory(depth * n.slot); err == nil {
 		n.send, err = a.Memory(cfg.Size)
 	}
 	if err != nil {
@@ -121,7 +138,7 @@ func newNode(a *ndk.Adapter, cfg Config) (*node, error) {
 		n.close()
 		return nil, err
 	}
-	for i := 0; i < cfg.Count; i++ {
+	for i := 0; i < depth; i++ {
 		sge, err := n.rmr.SGE(i*n.slot, n.slot)
 		if err == nil {
 			err = n.qp.Receive(i, []ndk.SGE{sge})
@@ -208,7 +225,7 @@ func (n *node) take(r *ndk.ResultEx, typ ndk.OperationType, got func(buf []byte,
 		return fmt.Errorf("udaddy: completion failed: status %#x", uint32(r.Status))
 	}
 	if r.Type != typ {
-		if typ == ndk.OpSend && r.Type == ndk.OpReceive && len(n.early) < n.cfg.Count {
+		if typ == ndk.OpSend && r.Type == ndk.OpReceive && len(n.early) < n.cfg.Count*max(n.cfg.Connections, 1) {
 			n.early = append(n.early, *r)
 			return nil
 		}
@@ -224,52 +241,77 @@ func (n *node) take(r *ndk.ResultEx, typ ndk.OperationType, got func(buf []byte,
 	return nil
 }
 
-// RunClient is `udaddy -s ADDR`: resolve dst's UD QP, send, receive the
-// answers.
+// RunClient is `udaddy -s ADDR`: resolve dst's UD QP (from each of
+// Connections QPs), send, receive the answers.
 func RunClient(ctx context.Context, a *ndk.Adapter, dst netip.AddrPort, cfg Config, out io.Writer) (Stats, error) {
 	cfg.fill()
 	var st Stats
 	fmt.Fprintln(out, "udaddy: starting client")
-	n, err := newNode(a, cfg)
-	if err != nil {
-		return st, err
-	}
-	defer n.close()
-	fmt.Fprintln(out, "udaddy: connecting")
-	if st.Peer, err = a.ResolveUD(ctx, dst); err != nil {
-		return st, fmt.Errorf("udaddy: resolving %v: %w", dst, err)
-	}
-	fmt.Fprintln(out, "initiating data transfers")
-	if err := n.sendAll(ctx, st.Peer); err != nil {
-		return st, err
-	}
-	st.Sent = cfg.Count
-	fmt.Fprintln(out, "receiving data transfers")
-	if err := n.poll(ctx, cfg.Count, ndk.OpReceive, func(buf []byte, r *ndk.ResultEx) error {
-		st.PeerAddr = ndk.UDSource(buf)
-		switch {
-		case int(r.BytesTransferred) != ndk.UDGRHSize+cfg.Size:
-			return fmt.Errorf("udaddy: received %d bytes, want %d and the GRH", r.BytesTransferred, cfg.Size)
-		case r.TypeSpecificCompletionOutput != uint64(st.Peer.QPN) || st.PeerAddr != st.Peer.IP:
-			return fmt.Errorf("udaddy: datagram from QPN %#x at %v, want %#x at %v", r.TypeSpecificCompletionOutput, st.PeerAddr, st.Peer.QPN, st.Peer.IP)
+	nodes := make([]*node, 0, cfg.Connections)
+	defer func() {
+		for _, n := range nodes {
+			n.close()
 		}
-		st.Received++
-		return nil
-	}); err != nil {
-		return st, err
+	}()
+	for range cfg.Connections {
+		n, err := newNode(a, cfg, 1)
+		if err != nil {
+			return st, err
+		}
+		nodes = append(nodes, n)
+	}
+	fmt.Fprintln(out, "udaddy: connecting")
+	peers := make([]ndk.UDDestination, len(nodes))
+	for i := range nodes {
+		var err error
+		if peers[i], err = a.ResolveUD(ctx, dst); err != nil {
+			return st, fmt.Errorf("udaddy: resolving %v: %w", dst, err)
+		}
+	}
+	st.Peer = peers[0]
+	fmt.Fprintln(out, "initiating data transfers")
+	for i, n := range nodes {
+		if err := n.sendAll(ctx, peers[i]); err != nil {
+			return st, err
+		}
+		st.Sent += cfg.Count
+	}
+	fmt.Fprintln(out, "receiving data transfers")
+	for i, n := range nodes {
+		peer := peers[i]
+		if err := n.poll(ctx, cfg.Count, ndk.OpReceive, func(buf []byte, r *ndk.ResultEx) error {
+			st.PeerAddr = ndk.UDSource(buf)
+			switch {
+			case int(r.BytesTransferred) != ndk.UDGRHSize+cfg.Size:
+				return fmt.Errorf("udaddy: received %d bytes, want %d and the GRH", r.BytesTransferred, cfg.Size)
+			case r.TypeSpecificCompletionOutput != uint64(peer.QPN) || st.PeerAddr != peer.IP:
+				return fmt.Errorf("udaddy: datagram from QPN %#x at %v, want %#x at %v", r.TypeSpecificCompletionOutput, st.PeerAddr, peer.QPN, peer.IP)
+			}
+			st.Received++
+			return nil
+		}); err != nil {
+			return st, err
+		}
 	}
 	fmt.Fprintln(out, "data transfers complete")
 	fmt.Fprintln(out, "test complete")
 	return st, nil
 }
 
+// sender is a client QP the server answers.
+type sender struct {
+	ip  netip.Addr
+	qpn uint32
+}
+
 // RunServer is `udaddy` (server): serve local's port with a UD QP,
-// receive Count datagrams, answer their sender with Count of our own.
+// receive Count datagrams from each of Connections senders, answer each
+// with Count of our own.
 func RunServer(ctx context.Context, a *ndk.Adapter, local netip.AddrPort, cfg Config, out io.Writer) (Stats, error) {
 	cfg.fill()
 	var st Stats
 	fmt.Fprintln(out, "udaddy: starting server")
-	n, err := newNode(a, cfg)
+	n, err := newNode(a, cfg, cfg.Connections)
 	if err != nil {
 		return st, err
 	}
@@ -283,33 +325,49 @@ func RunServer(ctx context.Context, a *ndk.Adapter, local netip.AddrPort, cfg Co
 		cfg.Serving()
 	}
 	fmt.Fprintln(out, "receiving data transfers")
-	if err := n.poll(ctx, cfg.Count, ndk.OpReceive, func(buf []byte, r *ndk.ResultEx) error {
+	counts := map[sender]int{}
+	var replies []ndk.UDDestination
+	if err := n.poll(ctx, cfg.Count*cfg.Connections, ndk.OpReceive, func(buf []byte, r *ndk.ResultEx) error {
 		if int(r.BytesTransferred) != ndk.UDGRHSize+cfg.Size {
 			return fmt.Errorf("udaddy: received %d bytes, want %d and the GRH", r.BytesTransferred, cfg.Size)
 		}
-		if st.Received == 0 {
-			// udaddy answers the QPN the immediate names
-			// (create_reply_ah); the source QPN when there is none.
-			qpn := uint32(r.TypeSpecificCompletionOutput)
-			if r.Flags&ndk.ResultWithImmediate != 0 {
-				qpn = r.Immediate
+		// udaddy answers the QPN the immediate names (create_reply_ah);
+		// the source QPN when there is none.
+		qpn := uint32(r.TypeSpecificCompletionOutput)
+		if r.Flags&ndk.ResultWithImmediate != 0 {
+			qpn = r.Immediate
+		}
+		from := sender{ndk.UDSource(buf), qpn}
+		if _, seen := counts[from]; !seen {
+			if len(replies) == cfg.Connections {
+				return fmt.Errorf("udaddy: datagrams from more than %d senders (-c): %v is one more", cfg.Connections, from)
 			}
-			var err error
-			if st.Peer, err = a.UDReplyTo(buf[:ndk.UDGRHSize], qpn, n.qp.UDQKey()); err != nil {
+			d, err := a.UDReplyTo(buf[:ndk.UDGRHSize], qpn, n.qp.UDQKey())
+			if err != nil {
 				return fmt.Errorf("udaddy: failed to create reply AH: %w", err)
 			}
-			st.PeerAddr = st.Peer.IP
+			replies = append(replies, d)
 		}
+		counts[from]++
 		st.Received++
 		return nil
 	}); err != nil {
 		return st, err
 	}
-	fmt.Fprintln(out, "sending replies")
-	if err := n.sendAll(ctx, st.Peer); err != nil {
-		return st, err
+	for from, k := range counts {
+		if k != cfg.Count {
+			return st, fmt.Errorf("udaddy: %d datagrams from QPN %#x at %v, want %d from each of %d senders", k, from.qpn, from.ip, cfg.Count, cfg.Connections)
+		}
 	}
-	st.Sent = cfg.Count
+	st.Peer = replies[0]
+	st.PeerAddr = st.Peer.IP
+	fmt.Fprintln(out, "sending replies")
+	for _, d := range replies {
+		if err := n.sendAll(ctx, d); err != nil {
+			return st, err
+		}
+		st.Sent += cfg.Count
+	}
 	fmt.Fprintln(out, "data transfers complete")
 	fmt.Fprintln(out, "test complete")
 	return st, nil
