@@ -103,22 +103,9 @@ func runUcmatose(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	var peer netip.Addr
-	bind := netip.IPv4Unspecified()
-	if f.dst != "" {
-		if peer, err = cmdline.LookupAddr(ctx, "-s", f.dst); err != nil {
-			return err
-		}
-	}
-	if f.bind != "" {
-		if bind, err = cmdline.LookupAddr(ctx, "-b", f.bind); err != nil {
-			return err
-		}
-		if f.dev != "" {
-			if err := checkLocalAddr(f.dev, bind); err != nil {
-				return err
-			}
-		}
+	peer, bind, err := lookupEnds(ctx, f.dst, f.bind, f.dev)
+	if err != nil {
+		return err
 	}
 	var opts ndk.Options
 	f.tos.Apply(&opts)

@@ -82,6 +82,29 @@ func parseUdaddy(args []string, stdout, stderr io.Writer) (udaddyFlags, error) {
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, udaddyUsage)
 }
 
+// lookupEnds resolves librdmacm examples' -s (the server, for a client)
+// and -b (the address to bind, one of dev's where dev is given; every
+// address without -b).
+func lookupEnds(ctx context.Context, dst, bindName, dev string) (peer, bind netip.Addr, err error) {
+	bind = netip.IPv4Unspecified()
+	if dst != "" {
+		if peer, err = cmdline.LookupAddr(ctx, "-s", dst); err != nil {
+			return peer, bind, err
+		}
+	}
+	if bindName != "" {
+		if bind, err = cmdline.LookupAddr(ctx, "-b", bindName); err != nil {
+			return peer, bind, err
+		}
+		if dev != "" {
+			if err := checkLocalAddr(dev, bind); err != nil {
+				return peer, bind, err
+			}
+		}
+	}
+	return peer, bind, nil
+}
+
 // runUdaddy is librdmacm's udaddy, client (-s) or server, on an ndkxdp
 // adapter attached to -dev.
 func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -91,22 +114,9 @@ func runUdaddy(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	var peer netip.Addr
-	bind := netip.IPv4Unspecified()
-	if f.dst != "" {
-		if peer, err = cmdline.LookupAddr(ctx, "-s", f.dst); err != nil {
-			return err
-		}
-	}
-	if f.bind != "" {
-		if bind, err = cmdline.LookupAddr(ctx, "-b", f.bind); err != nil {
-			return err
-		}
-		if f.dev != "" {
-			if err := checkLocalAddr(f.dev, bind); err != nil {
-				return err
-			}
-		}
+	peer, bind, err := lookupEnds(ctx, f.dst, f.bind, f.dev)
+	if err != nil {
+		return err
 	}
 	var opts ndk.Options
 	f.tos.Apply(&opts)

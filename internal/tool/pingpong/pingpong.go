@@ -152,19 +152,95 @@ const (
 	sendWRID = 2
 )
 
-type run struct {
+// base is what every tool's side holds: the one buffer (filled with
+// 0x7b), its MR, the PD and the one CQ, which Events arms.
+type base struct {
 	a      *ndk.Adapter
-	cfg    Config
 	pd     *ndk.PD
 	cq     *ndk.CQ
-	qp     *ndk.QP
 	mr     *ndk.MR
 	buf    []byte
-	recv   []ndk.SGE
-	send   []ndk.SGE
-	dest   ndk.UDDestination
 	notify chan struct{}
-	res    [2]ndk.ResultEx
+}
+
+func newBase(a *ndk.Adapter) base { return base{a: a, notify: make(chan struct{}, 1)} }
+
+// initBase is pp_init_ctx's common part: a buffer of n bytes, its MR and
+// a CQ of cqDepth, whose notifications wake notify with events.
+func (b *base) initBase(n, cqDepth int, events bool) error {
+	var err error
+	if b.buf, err = b.a.Memory(n); err != nil {
+		return fmt.Errorf("couldn't allocate work buf: %w", err)
+	}
+	for i := range b.buf {
+		b.buf[i] = 0x7b
+	}
+	if b.pd, err = b.a.CreatePD(); err != nil {
+		return fmt.Errorf("couldn't allocate PD: %w", err)
+	}
+	if b.mr, err = b.pd.RegisterMR(b.buf, ndk.MRFlagAllowLocalWrite); err != nil {
+		return fmt.Errorf("couldn't register MR: %w", err)
+	}
+	var notify func(ndk.Status)
+	if events {
+		notify = func(ndk.Status) {
+			select {
+			case b.notify <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if b.cq, err = b.a.CreateCQ(cqDepth, notify); err != nil {
+		return fmt.Errorf("couldn't create CQ: %w", err)
+	}
+	return nil
+}
+
+// closeBase releases what initBase made, after the QPs.
+func (b *base) closeBase() {
+	if b.mr != nil {
+		_ = b.mr.Deregister()
+	}
+	if b.cq != nil {
+		b.cq.Close()
+	}
+	if b.pd != nil {
+		b.pd.Close()
+	}
+}
+
+// markPages is -c on the client: a zero at the start of each page of
+// the message (i / page_size % sizeof(char)).
+func markPages(msg []byte) {
+	for i := 0; i < len(msg); i += os.Getpagesize() {
+		msg[i] = 0
+	}
+}
+
+// checkPages is -c on the server: it names each page whose first byte
+// is not the client's zero, as the C tools print them.
+func checkPages(msg []byte, out io.Writer) error {
+	bad := 0
+	for i := 0; i < len(msg); i += os.Getpagesize() {
+		if msg[i] != 0 {
+			fmt.Fprintf(out, "invalid data in page %d\n", i/os.Getpagesize())
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%w: %d pages", ErrInvalidData, bad)
+	}
+	return nil
+}
+
+type run struct {
+	base
+	cfg  Config
+	qp   *ndk.QP
+	recv []ndk.SGE
+	send []ndk.SGE
+	dest ndk.UDDestination
+	res  [2]ndk.ResultEx
 }
 
 // Run is one side of a pingpong on a: client when cfg.Server is set. It
@@ -177,7 +253,7 @@ func Run(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Stats,
 	if cfg.Mode == SRQ {
 		return runSRQ(ctx, a, cfg, out)
 	}
-	r := &run{a: a, cfg: cfg, notify: make(chan struct{}, 1)}
+	r := &run{base: newBase(a), cfg: cfg}
 	defer r.close()
 	if err := r.init(); err != nil {
 		return st, err
@@ -215,9 +291,7 @@ func Run(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Stats,
 	pending := recvWRID
 	if cfg.Server != "" {
 		if cfg.Validate {
-			for i := 0; i < cfg.Size; i += os.Getpagesize() {
-				r.buf[r.sendOff()+i] = 0 // i / page_size % sizeof(char)
-			}
+			markPages(r.buf[r.sendOff():][:cfg.Size])
 		}
 		if err := r.postSend(); err != nil {
 			return st, fmt.Errorf("couldn't post send: %w", err)
@@ -299,16 +373,7 @@ func Run(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Stats,
 	}
 	fmt.Fprint(out, ResultLines(cfg.Size, cfg.Iters, st.Usec))
 	if cfg.Server == "" && cfg.Validate {
-		bad := 0
-		for i := 0; i < cfg.Size; i += os.Getpagesize() {
-			if r.buf[r.sendOff()+i] != 0 {
-				fmt.Fprintf(out, "invalid data in page %d\n", i/os.Getpagesize())
-				bad++
-			}
-		}
-		if bad > 0 {
-			return st, fmt.Errorf("%w: %d pages", ErrInvalidData, bad)
-		}
+		return st, checkPages(r.buf[r.sendOff():][:cfg.Size], out)
 	}
 	return st, nil
 }
@@ -327,31 +392,10 @@ func (r *run) sendOff() int {
 func (r *run) init() error {
 	cfg := r.cfg
 	n := cfg.Size + r.sendOff()
+	if err := r.initBase(n, cfg.RxDepth+1, cfg.Events); err != nil {
+		return err
+	}
 	var err error
-	if r.buf, err = r.a.Memory(n); err != nil {
-		return fmt.Errorf("couldn't allocate work buf: %w", err)
-	}
-	for i := range r.buf {
-		r.buf[i] = 0x7b
-	}
-	if r.pd, err = r.a.CreatePD(); err != nil {
-		return fmt.Errorf("couldn't allocate PD: %w", err)
-	}
-	if r.mr, err = r.pd.RegisterMR(r.buf, ndk.MRFlagAllowLocalWrite); err != nil {
-		return fmt.Errorf("couldn't register MR: %w", err)
-	}
-	var notify func(ndk.Status)
-	if cfg.Events {
-		notify = func(ndk.Status) {
-			select {
-			case r.notify <- struct{}{}:
-			default:
-			}
-		}
-	}
-	if r.cq, err = r.a.CreateCQ(cfg.RxDepth+1, notify); err != nil {
-		return fmt.Errorf("couldn't create CQ: %w", err)
-	}
 	qc := ndk.QPConfig{ReceiveCQ: r.cq, InitiatorCQ: r.cq, ReceiveQueueDepth: cfg.RxDepth, InitiatorQueueDepth: 1,
 		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
 	if cfg.Mode == UD {
@@ -383,15 +427,7 @@ func (r *run) close() {
 	if r.qp != nil {
 		_ = r.qp.Close()
 	}
-	if r.mr != nil {
-		_ = r.mr.Deregister()
-	}
-	if r.cq != nil {
-		r.cq.Close()
-	}
-	if r.pd != nil {
-		r.pd.Close()
-	}
+	r.closeBase()
 }
 
 // postRecv posts up to n receives of the whole buffer and says how many

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"time"
 
@@ -37,17 +36,12 @@ const MaxSRQQPs = srqWireQPs - 1
 
 // srqRun is one side of srq_pingpong.
 type srqRun struct {
-	a      *ndk.Adapter
-	cfg    Config
-	pd     *ndk.PD
-	cq     *ndk.CQ
-	srq    *ndk.SRQ
-	qps    []*ndk.QP
-	mr     *ndk.MR
-	buf    []byte
-	sgl    []ndk.SGE
-	notify chan struct{}
-	res    [16]ndk.ResultEx
+	base
+	cfg Config
+	srq *ndk.SRQ
+	qps []*ndk.QP
+	sgl []ndk.SGE
+	res [16]ndk.ResultEx
 }
 
 // runSRQ is Run for Mode SRQ.
@@ -63,7 +57,7 @@ func runSRQ(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Sta
 		// srq_pingpong.c's words.
 		return st, fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", cfg.RxDepth, cfg.NumQP)
 	}
-	r := &srqRun{a: a, cfg: cfg, notify: make(chan struct{}, 1)}
+	r := &srqRun{base: newBase(a), cfg: cfg}
 	defer r.close()
 	if err := r.init(); err != nil {
 		return st, err
@@ -116,9 +110,7 @@ func runSRQ(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Sta
 	}
 	if cfg.Server != "" {
 		if cfg.Validate {
-			for i := 0; i < cfg.Size; i += os.Getpagesize() {
-				r.buf[i] = 0 // i / page_size % sizeof(char)
-			}
+			markPages(r.buf)
 		}
 		for i := range r.qps {
 			if err := r.qps[i].Send(sendWRID, r.sgl, 0); err != nil {
@@ -137,16 +129,7 @@ func runSRQ(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Sta
 	}
 	fmt.Fprint(out, ResultLines(cfg.Size, cfg.Iters, st.Usec))
 	if cfg.Server == "" && cfg.Validate {
-		bad := 0
-		for i := 0; i < cfg.Size; i += os.Getpagesize() {
-			if r.buf[i] != 0 {
-				fmt.Fprintf(out, "invalid data in page %d\n", i/os.Getpagesize())
-				bad++
-			}
-		}
-		if bad > 0 {
-			return st, fmt.Errorf("%w: %d pages", ErrInvalidData, bad)
-		}
+		return st, checkPages(r.buf, out)
 	}
 	return st, nil
 }
@@ -251,31 +234,10 @@ func (r *srqRun) handle(st *Stats, pending []int, routs *int) (int, error) {
 // each. A QP's context is its index.
 func (r *srqRun) init() error {
 	cfg := r.cfg
+	if err := r.initBase(cfg.Size, cfg.RxDepth+cfg.NumQP, cfg.Events); err != nil {
+		return err
+	}
 	var err error
-	if r.buf, err = r.a.Memory(cfg.Size); err != nil {
-		return fmt.Errorf("couldn't allocate work buf: %w", err)
-	}
-	for i := range r.buf {
-		r.buf[i] = 0x7b
-	}
-	if r.pd, err = r.a.CreatePD(); err != nil {
-		return fmt.Errorf("couldn't allocate PD: %w", err)
-	}
-	if r.mr, err = r.pd.RegisterMR(r.buf, ndk.MRFlagAllowLocalWrite); err != nil {
-		return fmt.Errorf("couldn't register MR: %w", err)
-	}
-	var notify func(ndk.Status)
-	if cfg.Events {
-		notify = func(ndk.Status) {
-			select {
-			case r.notify <- struct{}{}:
-			default:
-			}
-		}
-	}
-	if r.cq, err = r.a.CreateCQ(cfg.RxDepth+cfg.NumQP, notify); err != nil {
-		return fmt.Errorf("couldn't create CQ: %w", err)
-	}
 	if r.srq, err = r.pd.CreateSRQ(cfg.RxDepth, 1, 0, nil); err != nil {
 		return fmt.Errorf("couldn't create SRQ: %w", err)
 	}
@@ -312,13 +274,5 @@ func (r *srqRun) close() {
 	if r.srq != nil {
 		r.srq.Close()
 	}
-	if r.mr != nil {
-		_ = r.mr.Deregister()
-	}
-	if r.cq != nil {
-		r.cq.Close()
-	}
-	if r.pd != nil {
-		r.pd.Close()
-	}
+	r.closeBase()
 }
