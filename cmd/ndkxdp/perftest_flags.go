@@ -16,7 +16,7 @@ import (
 // flag package reads --name as -name, so `--size 64` needs only the name.
 type perftestFlags struct {
 	rdmaCM, cpuFreq, events, runInfinitely bool
-	oldPostSend, warmUp                    bool
+	oldPostSend, warmUp, cycles            bool
 	inline, sl                             int
 	gidIndex, qps, ibPort, mtu             int
 	ibDev, connection, atomicType          string
@@ -85,6 +85,15 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.Float64Var(&p.LimitMsgRate, n, 0, "bw tests: fail unless a row's MsgRate reaches this (Mpps)")
 	})
 	f.tos.Register(fs, "perftest's -T sets it on the data connection; here every connection of the run", "T", "tos")
+	for _, n := range []string{"H", "report-histogram", "report-histogrm"} { // perftest's long option is spelled so
+		fs.BoolVar(&p.ReportHistogram, n, false, "latency tests: print each sample (usec, sorted, without the two largest) before the row")
+	}
+	both("U", "report-unsorted", func(n string) {
+		fs.BoolVar(&p.ReportUnsorted, n, false, "latency tests: print each sample (usec) as it was taken before the row")
+	})
+	both("C", "report-cycles", func(n string) {
+		fs.BoolVar(&f.cycles, n, false, "report in CPU cycles: refused; ndkxdp times in nanoseconds and reports usec")
+	})
 	both("l", "post_list", func(n string) {
 		fs.IntVar(&p.PostList, n, 1, "bw tests: post requests in lists of this many, one signaled a list unless -Q (-n a multiple of it)")
 	})
@@ -119,6 +128,8 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-c %s: ndkxdp runs RC and UD connections only", f.connection)
 	case f.mtu != 0:
 		return cmdline.Usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
+	case f.cycles:
+		return cmdline.Usagef("-C: ndkxdp times with the monotonic clock in nanoseconds, not CPU cycles; its reports are in usec")
 	case p.QPTimeout == 0: // the flag's default is 14
 		return cmdline.Usagef("-u 0: no ACK timeout is not run; ndkxdp always bounds its retransmissions (1..31)")
 	case f.sl < 0 || f.sl > 15:

@@ -53,7 +53,7 @@ func TestPerfOverTCP(t *testing.T) {
 	if err != nil || f.params.QPTimeout != 18 {
 		t.Errorf("write_bw -u 18 --sl 3: %v, QP timeout %d", err, f.params.QPTimeout)
 	}
-	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}, {"-u", "0"}, {"--qp-timeout", "32"}, {"-S", "16"}, {"-S", "-1"}} {
+	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}, {"-u", "0"}, {"--qp-timeout", "32"}, {"-S", "16"}, {"-S", "-1"}, {"-C"}, {"--report-histogrm"}} {
 		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
 			t.Errorf("write_bw %q accepted", args)
 		}
@@ -84,6 +84,7 @@ func TestPerfOverTCP(t *testing.T) {
 		{test: "send_bw", more: []string{"-D", "1"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "write_bw", more: []string{"-b"}, client: []string{"-comm", "tcp"}},
 		{test: "send_bw", more: []string{"--post_list", "8"}, client: []string{"-comm", "tcp"}},
+		{test: "send_lat", more: []string{"-H", "--report-unsorted"}, client: []string{"-comm", "tcp"}},
 		{test: "send_bw", more: []string{"-c", "UD"}, client: []string{"-comm", "tcp"}},
 		{test: "send_lat", more: []string{"-c", "UD"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "read_bw", more: []string{"-q", "2"}, server: []string{"-comm", "tcp"}, cm: 2},
@@ -108,6 +109,14 @@ func TestPerfOverTCP(t *testing.T) {
 				local, remote := qpLine(pair[0], "local"), qpLine(pair[1], "remote")
 				if local == "" || local != remote {
 					t.Errorf("local address %q printed as the peer's %q", local, remote)
+				}
+			}
+			if slices.Contains(tc.more, "-H") {
+				// -U's 199 samples, then -H's 197, on each side.
+				for _, out := range []string{cout, sout} {
+					if n := strings.Count(out, "#, usec\n"); n != 2 || !strings.Contains(out, "\n199, ") || !strings.Contains(out, "\n197, ") {
+						t.Errorf("-H -U printed %d sample lists:\n%s", n, out)
+					}
 				}
 			}
 			cm, other := cmFrames(t, capture)

@@ -204,6 +204,9 @@ func latRuns(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 		if p.AllSizes {
 			res.AllLat = append(res.AllLat, st)
 		}
+		if _, figuresOnly := out.(*figures); !figuresOnly {
+			PrintSamples(out, posted, p.Verb != Read && p.Verb != Atomic, p.ReportUnsorted, p.ReportHistogram)
+		}
 		PrintLat(out, st)
 	}
 	return nil

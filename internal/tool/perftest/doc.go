@@ -126,7 +126,10 @@
 // row); -w and -y (Params.LimitBW, LimitMsgRate) fail a run none of whose
 // rows reaches them, in perftest's words, after it ended cleanly;
 // --report-both (Params.ReportBoth) adds each side's own row after a -b
-// sum. None of them changes the wire.
+// sum; -U and -H (Params.ReportUnsorted, ReportHistogram; latency tests)
+// print the samples before each row, as taken and sorted without the
+// tail, then the header again (PrintSamples). None of them changes the
+// wire.
 //
 // What it is not: the test banner of ctx_print_test_info, -f (the margin
 // is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,

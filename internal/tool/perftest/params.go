@@ -160,6 +160,10 @@ type Params struct {
 	// 2^QPTimeout) of data QPs connected out of band (without -R; an
 	// rdma_cm connection takes the CM's); 0 means 14 (DEF_QP_TIME).
 	QPTimeout int
+	// ReportHistogram and ReportUnsorted are -H and -U (latency tests,
+	// iterations mode): each row follows the samples, sorted and without
+	// the tail, or as they were taken (report.go, PrintSamples).
+	ReportHistogram, ReportUnsorted bool
 	// PostList is -l (bandwidth tests): requests go out in lists of this
 	// many, a list started only where all of it fits in the window
 	// (run_iter_bw), and one in PostList is signaled unless -Q says
@@ -270,6 +274,9 @@ func (p *Params) normalize() error {
 	}
 	if err := p.normalizePostList(bad); err != nil {
 		return err
+	}
+	if (p.ReportHistogram || p.ReportUnsorted) && p.Kind != Lat {
+		return bad("-H, -U: Available only on Latency tests (perftest's words)")
 	}
 	if p.CQMod == 0 {
 		p.CQMod = DefaultCQMod

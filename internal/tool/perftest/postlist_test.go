@@ -3,6 +3,7 @@ package perftest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
@@ -80,5 +81,27 @@ func TestPostList(t *testing.T) {
 	q := Params{Verb: Write, Kind: BW, Iterations: 64, PostList: 4, QPs: 2}
 	if err := q.normalize(); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("-l with -q 2: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestPrintSamples: -U prints every sample as it was taken, -H the
+// sorted ones without the two largest, each under "#, usec" and as C's
+// %g, then the table's header again; bandwidth tests refuse both.
+func TestPrintSamples(t *testing.T) {
+	posted := []uint64{0, 3000, 4000, 9000, 10000, 12000, 112000} // deltas 3,1,5,1,2,100 µs
+	var b strings.Builder
+	PrintSamples(&b, posted, true, true, true)
+	want := "#, usec\n1, 1.5\n2, 0.5\n3, 2.5\n4, 0.5\n5, 1\n6, 50\n" +
+		"#, usec\n1, 0.5\n2, 0.5\n3, 1\n4, 1.5\n" + resultLine + resultFmtLat
+	if got := b.String(); got != strings.ReplaceAll(want, "%%", "%") {
+		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
+	}
+	b.Reset()
+	PrintSamples(&b, posted, false, false, false)
+	if b.Len() != 0 {
+		t.Errorf("neither -U nor -H printed %q", b.String())
+	}
+	if err := (&Params{Verb: Write, Kind: BW, ReportHistogram: true}).normalize(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("bw -H: %v", err)
 	}
 }

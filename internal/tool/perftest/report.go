@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
@@ -57,6 +58,38 @@ func PrintLat(w io.Writer, s LatStats) {
 		return
 	}
 	fmt.Fprintf(w, reportFmtLat, s.Size, s.Iters, s.Min, s.Max, s.Typical, s.Avg, s.Stdev, s.Percentile99, s.Percentile999)
+}
+
+// PrintSamples is print_report_lat's -U and -H before the row: the
+// samples (half round trips where halve is set, in usec, as %g) as they
+// were taken, then sorted without the tail, each list under "#, usec",
+// and the table's header again.
+func PrintSamples(w io.Writer, posted []uint64, halve, unsorted, histogram bool) {
+	if !unsorted && !histogram {
+		return
+	}
+	q := float64(nsPerUsec)
+	if halve {
+		q *= 2
+	}
+	delta := make([]uint64, len(posted)-1)
+	for i := range delta {
+		delta[i] = posted[i+1] - posted[i]
+	}
+	list := func(d []uint64) {
+		fmt.Fprintf(w, "#, usec\n")
+		for i, v := range d {
+			fmt.Fprintf(w, "%d, %.6g\n", i+1, float64(v)/q)
+		}
+	}
+	if unsorted {
+		list(delta)
+	}
+	if histogram {
+		slices.Sort(delta)
+		list(delta[:len(delta)-latTail])
+	}
+	PrintLatHeader(w)
 }
 
 // PrintFooter closes a table.
