@@ -147,18 +147,21 @@ func DecodeKey(b []byte) (Dest, error) {
 type sockChannel struct {
 	conn   net.Conn
 	direct func(verbs.ConnParams) (verbs.OOB, error)
-	stop   func() bool
 	in     [KeyMsgLen]byte
 }
 
-func newSockChannel(ctx context.Context, conn net.Conn, direct func(verbs.ConnParams) (verbs.OOB, error)) *sockChannel {
-	s := &sockChannel{conn: conn, direct: direct}
-	// A cancelled run unblocks its read or write at once.
-	s.stop = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	return s
+func newSockChannel(conn net.Conn, direct func(verbs.ConnParams) (verbs.OOB, error)) *sockChannel {
+	return &sockChannel{conn: conn, direct: direct}
+}
+
+// bound makes ctx's end (a cancelled run, -D's bound) unblock the
+// socket call that follows, until the returned stop.
+func (s *sockChannel) bound(ctx context.Context) func() bool {
+	return context.AfterFunc(ctx, func() { s.conn.SetDeadline(time.Unix(1, 0)) })
 }
 
 func (s *sockChannel) write(ctx context.Context, b []byte) error {
+	defer s.bound(ctx)()
 	if _, err := s.conn.Write(b); err != nil {
 		return fmt.Errorf("control write: %w", ctxErr(ctx, err))
 	}
@@ -166,6 +169,7 @@ func (s *sockChannel) write(ctx context.Context, b []byte) error {
 }
 
 func (s *sockChannel) read(ctx context.Context, n int) ([]byte, error) {
+	defer s.bound(ctx)()
 	if _, err := io.ReadFull(s.conn, s.in[:n]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("the peer closed the control connection: %w", verbs.ErrDisconnected)
@@ -227,10 +231,7 @@ func (s *sockChannel) closing(ctx context.Context, client bool, mine *Dest) erro
 	return nil
 }
 
-func (s *sockChannel) close() {
-	s.stop()
-	s.conn.Close()
-}
+func (s *sockChannel) close() { s.conn.Close() }
 
 // peerAddresser is implemented by connectors that know the server's
 // address (ndkverbs.Connector): socket mode dials it.
@@ -274,7 +275,7 @@ func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control
 			conn, err := d.DialContext(ctx, "tcp", addr)
 			switch {
 			case err == nil:
-				ctl.sock = newSockChannel(ctx, conn, direct)
+				ctl.sock = newSockChannel(conn, direct)
 				return nil, nil
 			case !errors.Is(err, syscall.ECONNREFUSED):
 				return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -351,7 +352,7 @@ func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Wri
 			results <- won{err: fmt.Errorf("accept on TCP port %d: %w", p.Port, ctxErr(actx, err))}
 			return
 		}
-		results <- won{ctl: &control{sock: newSockChannel(ctx, conn, direct)}}
+		results <- won{ctl: &control{sock: newSockChannel(conn, direct)}}
 	}()
 	first := <-results
 	cancel()

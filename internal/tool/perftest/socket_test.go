@@ -1,9 +1,15 @@
 package perftest
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestKeyText: a pingpong_dest as ethernet_write_keys prints it
@@ -44,5 +50,64 @@ func TestPrintDest(t *testing.T) {
 		if got, _, _ := strings.Cut(b.String(), " GID"); got != want {
 			t.Errorf("%v: %q, want %q", verb, got, want)
 		}
+	}
+}
+
+// TestSockChannel: over TCP the client writes each message first and the
+// server answers (ctx_xchg_data_ethernet), a handshake is the 108-byte
+// text, the closing handshake ends with "done" and its NUL, and a
+// cancelled run unblocks a read at once.
+func TestSockChannel(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	s := newSockChannel(a, nil)
+	mine := Dest{QPN: 0x12, PSN: 0x345, GID: [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 18, 15: 2}}
+	theirs := Dest{QPN: 0x99, PSN: 0x1, OutReads: 16, GID: [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 18, 15: 1}}
+	peer := make(chan error, 1)
+	go func() {
+		peer <- func() error {
+			var in [KeyMsgLen + 5]byte
+			for round := 0; round < 2; round++ {
+				if _, err := io.ReadFull(b, in[:KeyMsgLen]); err != nil {
+					return err
+				}
+				if want := EncodeKey(&mine); !bytes.Equal(in[:KeyMsgLen], want[:]) {
+					return fmt.Errorf("round %d: read %q", round, in[:KeyMsgLen])
+				}
+				k := EncodeKey(&theirs)
+				if _, err := b.Write(k[:]); err != nil {
+					return err
+				}
+			}
+			if _, err := io.ReadFull(b, in[:5]); err != nil || string(in[:5]) != "done\x00" {
+				return fmt.Errorf("after the closing handshake: %q, %v", in[:5], err)
+			}
+			return b.Close()
+		}()
+	}()
+	ctx := context.Background()
+	if got, err := s.handshake(ctx, true, &mine); err != nil || got != theirs {
+		t.Fatalf("handshake: %+v, %v", got, err)
+	}
+	if err := s.closing(ctx, true, &mine); err != nil {
+		t.Fatalf("closing: %v", err)
+	}
+	if err := <-peer; err != nil {
+		t.Fatal(err)
+	}
+
+	c, d := net.Pipe()
+	defer c.Close()
+	defer d.Close()
+	s = newSockChannel(c, nil)
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	if _, err := s.read(cctx, 8); !errors.Is(err, context.Canceled) {
+		t.Fatalf("read after cancel: %v", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("cancel took %v", el)
 	}
 }
