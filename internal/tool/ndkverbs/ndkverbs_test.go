@@ -342,7 +342,11 @@ func TestOverIBCM(t *testing.T) {
 			var serr, cerr error
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { defer wg.Done(); _, serr = perftest.RunServer(ctx, p, l, &sout) }()
+			go func() {
+				defer wg.Done()
+				// In the namespace: a perftest server also listens on TCP.
+				_ = b.h.Do(func() error { _, serr = perftest.RunServer(ctx, p, l, &sout); return nil })
+			}()
 			_ = connect(func() error { _, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
 			wg.Wait()
 			if cerr != nil || serr != nil {

@@ -88,7 +88,11 @@ func TestPerftestSRQ(t *testing.T) {
 			var srv perftest.Result
 			var wg sync.WaitGroup
 			wg.Add(1)
-			go func() { defer wg.Done(); srv, serr = perftest.RunServer(ctx, p, l, &sout) }()
+			go func() {
+				defer wg.Done()
+				// In the namespace: a perftest server also listens on TCP.
+				_ = b.h.Do(func() error { srv, serr = perftest.RunServer(ctx, p, l, &sout); return nil })
+			}()
 			_ = a.h.Do(func() error { _, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
 			wg.Wait()
 			if cerr != nil || serr != nil {
@@ -188,7 +192,11 @@ func TestPerftestSRQRetriedConnect(t *testing.T) {
 	var cli perftest.Result
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _, serr = perftest.RunServer(ctx, p, l, &sout) }()
+	go func() {
+		defer wg.Done()
+		// In the namespace: a perftest server also listens on TCP.
+		_ = b.h.Do(func() error { _, serr = perftest.RunServer(ctx, p, l, &sout); return nil })
+	}()
 	_ = a.h.Do(func() error { cli, cerr = perftest.RunClient(ctx, p, conn, &cout); return nil })
 	wg.Wait()
 	if cerr != nil || serr != nil {

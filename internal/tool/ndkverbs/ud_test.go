@@ -174,7 +174,11 @@ func runUD(t *testing.T, ctx context.Context, a, b *side, conn *Connector, p per
 	var serr, cerr error
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); srv, serr = perftest.RunServer(ctx, p, l, &so) }()
+	go func() {
+		defer wg.Done()
+		// In the namespace: a perftest server also listens on TCP.
+		_ = b.h.Do(func() error { srv, serr = perftest.RunServer(ctx, p, l, &so); return nil })
+	}()
 	_ = a.h.Do(func() error { cli, cerr = perftest.RunClient(ctx, p, conn, &co); return nil })
 	wg.Wait()
 	l.Close()
