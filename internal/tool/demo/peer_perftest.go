@@ -65,7 +65,8 @@ func (p *peerDemo) runPerftest(ctx context.Context, stdout io.Writer) error {
 	for i, ph := range perftestPhases {
 		port := p.peer.Port() + uint16(i)
 		params := perftest.Params{Verb: ph.verb, Kind: ph.kind, Size: ph.size(p.f), Iterations: ph.n(p.f), Port: port,
-			MTU: p.side.dev.Adapter.PathMTU(), ConnectRetry: perftest.Retry{Attempts: 10, Interval: 100 * time.Millisecond}}
+			MTU: p.side.dev.Adapter.PathMTU(), ConnectRetry: perftest.Retry{Attempts: 10, Interval: 100 * time.Millisecond},
+			Comm: perftest.CommRDMACM} // the servers it names run -R
 		cmdline.EnterPhase(ctx, ph.name+" ("+ph.tool+")")
 		fmt.Fprintf(stdout, "%s: %s at %v:%d...\n", ph.name, ph.tool, p.peer.Addr(), port)
 		before := adapterCounts(p.side.dev.Adapter)
