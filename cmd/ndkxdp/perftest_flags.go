@@ -16,6 +16,7 @@ import (
 // flag package reads --name as -name, so `--size 64` needs only the name.
 type perftestFlags struct {
 	rdmaCM, cpuFreq, events, runInfinitely bool
+	commRDMACM                             bool
 	oldPostSend, warmUp, cycles            bool
 	inline, sl                             int
 	gidIndex, qps, ibPort, mtu             int
@@ -91,6 +92,9 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 	both("U", "report-unsorted", func(n string) {
 		fs.BoolVar(&p.ReportUnsorted, n, false, "latency tests: print each sample (usec) as it was taken before the row")
 	})
+	both("z", "comm_rdma_cm", func(n string) {
+		fs.BoolVar(&f.commRDMACM, n, false, "control messages through rdma_cm, data QPs connected out of band (perftest's -z; with -R, -R's)")
+	})
 	both("C", "report-cycles", func(n string) {
 		fs.BoolVar(&f.cycles, n, false, "report in CPU cycles: refused; ndkxdp times in nanoseconds and reports usec")
 	})
@@ -150,8 +154,10 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	switch {
 	case f.comm == "auto" && f.rdmaCM, f.comm == "rdma":
 		p.Comm = perftest.CommRDMACM
-	case f.comm == "tcp" && f.rdmaCM:
-		return cmdline.Usagef("-comm tcp with -R: -R is rdma_cm")
+	case f.comm == "tcp" && (f.rdmaCM || f.commRDMACM):
+		return cmdline.Usagef("-comm tcp with -R or -z: they are rdma_cm")
+	case f.comm == "auto" && f.commRDMACM:
+		p.Comm = perftest.CommRDMACMControl
 	case f.comm == "tcp":
 		p.Comm = perftest.CommTCP
 	case f.comm != "auto":

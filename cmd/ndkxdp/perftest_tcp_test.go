@@ -43,7 +43,7 @@ func cmFrames(t *testing.T, capture string) (cm, other int) {
 // over a veth pair, with not one IB CM message on the wire; the default
 // on both sides stays rdma_cm.
 func TestPerfOverTCP(t *testing.T) {
-	for args, want := range map[string]perftest.Comm{"": perftest.CommAuto, "-R": perftest.CommRDMACM, "-comm rdma": perftest.CommRDMACM, "-comm tcp": perftest.CommTCP, "--rdma_cm -comm auto": perftest.CommRDMACM} {
+	for args, want := range map[string]perftest.Comm{"": perftest.CommAuto, "-R": perftest.CommRDMACM, "-comm rdma": perftest.CommRDMACM, "-comm tcp": perftest.CommTCP, "--rdma_cm -comm auto": perftest.CommRDMACM, "-z": perftest.CommRDMACMControl, "-R -z": perftest.CommRDMACM} {
 		f, err := parsePerfTest("write_bw", append(strings.Fields(args), "-dev", "lo"), io.Discard, io.Discard)
 		if err != nil || f.params.Comm != want {
 			t.Errorf("write_bw %s: %v, comm %v, want %v", args, err, f.params.Comm, want)
@@ -53,7 +53,7 @@ func TestPerfOverTCP(t *testing.T) {
 	if err != nil || f.params.QPTimeout != 18 {
 		t.Errorf("write_bw -u 18 --sl 3: %v, QP timeout %d", err, f.params.QPTimeout)
 	}
-	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}, {"-u", "0"}, {"--qp-timeout", "32"}, {"-S", "16"}, {"-S", "-1"}, {"-C"}, {"--report-histogrm"}} {
+	for _, args := range [][]string{{"-comm", "udp"}, {"-R", "-comm", "tcp"}, {"-u", "0"}, {"--qp-timeout", "32"}, {"-S", "16"}, {"-S", "-1"}, {"-C"}, {"--report-histogrm"}, {"-z", "-comm", "tcp"}} {
 		if _, err := parsePerfTest("write_bw", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil {
 			t.Errorf("write_bw %q accepted", args)
 		}
@@ -65,6 +65,7 @@ func TestPerfOverTCP(t *testing.T) {
 		test                 string
 		server, client, more []string
 		cm                   int // IB CM frames in the server's capture; -1 some
+		cmMax                int // with cm -1: at most this many (one connection's, retransmissions allowed)
 	}{
 		{test: "send_bw", client: []string{"-comm", "tcp"}},
 		{test: "write_bw", client: []string{"-comm", "tcp", "-u", "18"}},
@@ -89,6 +90,12 @@ func TestPerfOverTCP(t *testing.T) {
 		{test: "send_lat", more: []string{"-c", "UD"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "read_bw", more: []string{"-q", "2"}, server: []string{"-comm", "tcp"}, cm: 2},
 		{test: "write_bw", cm: -1},
+		// -z: the control connection through rdma_cm, the data QPs
+		// connected out of band.
+		{test: "read_bw", server: []string{"-z"}, client: []string{"-z"}, cm: -1, cmMax: 8},
+		{test: "send_lat", more: []string{"-z"}, cm: -1, cmMax: 8},
+		{test: "send_bw", more: []string{"-z", "-q", "2"}, cm: -1, cmMax: 8},
+		{test: "send_bw", more: []string{"-z", "-c", "UD"}, cm: -1, cmMax: 8},
 	} {
 		name := tc.test + strings.Join(tc.server, "") + "_" + strings.Join(tc.client, "") + strings.Join(tc.more, "")
 		t.Run(name, func(t *testing.T) {
@@ -120,7 +127,7 @@ func TestPerfOverTCP(t *testing.T) {
 				}
 			}
 			cm, other := cmFrames(t, capture)
-			if other == 0 || (tc.cm >= 0 && cm != tc.cm) || (tc.cm < 0 && cm == 0) {
+			if other == 0 || (tc.cm >= 0 && cm != tc.cm) || (tc.cm < 0 && cm == 0) || (tc.cmMax > 0 && cm > tc.cmMax) {
 				t.Errorf("capture: %d IB CM frames, %d others; want %d CM frames (-1: some)", cm, other, tc.cm)
 			}
 		})

@@ -1,6 +1,7 @@
 // Package perftest is the protocol logic of `ndkxdp perf`: client and
-// server of linux-rdma perftest's tests in rdma_cm mode (-R) and in its
-// default mode (control over TCP, socket.go), ib_send_bw,
+// server of linux-rdma perftest's tests in rdma_cm mode (-R), in its
+// default mode (control over TCP, socket.go) and with -z (control over
+// rdma_cm, data QPs out of band), ib_send_bw,
 // ib_write_bw, ib_read_bw, ib_atomic_bw, ib_send_lat, ib_write_lat and
 // ib_read_lat, over any verbs.Endpoint, printing perftest's report table.
 //

@@ -144,7 +144,7 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 		}
 		wg.Wait()
 	}()
-	// Without -R (ctl.sock) the QPs are made here and connected out of
+	// Without -R (ctl.oob) the QPs are made here and connected out of
 	// band after the gather below (ctx_connect); with it each is an
 	// rdma_cm connection, and a zeroed handshake follows them.
 	oob := make([]verbs.OOB, p.QPs)
@@ -154,9 +154,9 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 		params := func() (verbs.ConnParams, error) { return connParams(p, prepareData(d, p, cycle)), nil }
 		var ep verbs.Endpoint
 		var err error
-		if ctl.sock != nil {
+		if ctl.oob != nil {
 			cp, _ := params()
-			if oob[i], err = ctl.sock.direct(cp); err == nil {
+			if oob[i], err = ctl.oob(cp); err == nil {
 				ep = oob[i]
 				res.Locals[i] = directDest(p, d, oob[i])
 			}
@@ -172,7 +172,7 @@ func multiSession(ctx context.Context, p *Params, ctl *control, out io.Writer, c
 	if g.any, ok = g.eps[0].(verbs.AnyWaiter); !ok {
 		return fail("-q", fmt.Errorf("%T cannot wait on several endpoints: %w", g.eps[0], ErrUnsupported))
 	}
-	if ctl.sock == nil {
+	if ctl.oob == nil {
 		var zero Dest
 		if _, err := ctl.handshake(ctx, &zero); err != nil {
 			return fail("sync after the data connections", err)

@@ -358,7 +358,7 @@ func (p *Params) normalizeWire(bad func(format string, a ...any) error) error {
 	if p.QPTimeout < 1 || p.QPTimeout > 31 {
 		return bad("-u %d: an IB ACK timeout code is 1..31 (0, no timeout, is not run: ndkxdp always bounds its retransmissions)", p.QPTimeout)
 	}
-	if p.Comm < CommAuto || p.Comm > CommTCP {
+	if p.Comm < CommAuto || p.Comm > CommRDMACMControl {
 		return bad("unknown control channel %d", p.Comm)
 	}
 	if p.ConnectRetry.Attempts < 0 || p.ConnectRetry.Attempts > 1000 || p.ConnectRetry.Interval < 0 || p.ConnectRetry.Interval > 10*time.Second {

@@ -297,7 +297,7 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 		return err
 	}
 	if p.QPs > 1 {
-		if ctl.sock == nil {
+		if ctl.oob == nil {
 			if err := syncPeers(); err != nil {
 				return fail("sync before the data connection", err)
 			}
@@ -331,9 +331,10 @@ func session(ctx context.Context, p *Params, ctl *control, out io.Writer, mk ver
 	}
 	var dep verbs.Endpoint
 	shakes := p.preRunHandshakes()
-	if ctl.sock != nil {
-		// Socket mode: no zeroed handshakes; the first of the test's
-		// own carries the QP's address, and the QP connects after it.
+	if ctl.oob != nil {
+		// QPs connected out of band (without -R): no zeroed handshakes;
+		// the first of the test's own carries the QP's address, and the
+		// QP connects after it.
 		if dep, err = connectDirect(ctx, p, ctl, d, params, &res); err != nil {
 			return fail("data connection", err)
 		}

@@ -60,11 +60,14 @@ func (w *waiter) wait(ctx context.Context, op verbs.Op) (verbs.Completion, error
 // one SEND that the sender waits to complete (rdma_write_data); the
 // receiver reposts its single receive at once (rdma_read_data).
 //
-// Without -R (sock set) the same messages go over TCP (socket.go).
+// Without -R (sock set) the same messages go over TCP (socket.go). oob,
+// where set, makes the data QPs, connected out of band (without -R, and
+// with -z).
 type control struct {
 	w      waiter
 	client bool
 	sock   *sockChannel
+	oob    func(verbs.ConnParams) (verbs.OOB, error)
 	send   verbs.Region
 	recv   verbs.Region
 	in     [DestLen]byte

@@ -67,6 +67,10 @@ const (
 	CommRDMACM
 	// CommTCP is perftest's default without -R: TCP only.
 	CommTCP
+	// CommRDMACMControl is -z (--comm_rdma_cm): the control messages go
+	// over an rdma_cm connection, as with -R, but the data QPs connect
+	// out of band, as without it (work_rdma_cm off, use_rdma_cm on).
+	CommRDMACMControl
 )
 
 // KeyMsgLen is KEY_MSG_SIZE_GID, the text pingpong_dest with its NUL.
@@ -145,14 +149,11 @@ func DecodeKey(b []byte) (Dest, error) {
 // sockChannel is the TCP control connection, with the device that makes
 // the out-of-band data QP.
 type sockChannel struct {
-	conn   net.Conn
-	direct func(verbs.ConnParams) (verbs.OOB, error)
-	in     [KeyMsgLen]byte
+	conn net.Conn
+	in   [KeyMsgLen]byte
 }
 
-func newSockChannel(conn net.Conn, direct func(verbs.ConnParams) (verbs.OOB, error)) *sockChannel {
-	return &sockChannel{conn: conn, direct: direct}
-}
+func newSockChannel(conn net.Conn) *sockChannel { return &sockChannel{conn: conn} }
 
 // bound makes ctx's end (a cancelled run, -D's bound) unblock the
 // socket call that follows, until the returned stop.
@@ -242,19 +243,36 @@ type peerAddresser interface{ PeerAddress() netip.Addr }
 func clientDirect(p *Params, c verbs.Connector) (func(verbs.ConnParams) (verbs.OOB, error), netip.Addr) {
 	mk, ok := maker(p, c)
 	pa, ok2 := c.(peerAddresser)
-	if !ok || !ok2 || p.Comm == CommRDMACM {
+	if !ok || !ok2 || p.Comm == CommRDMACM || p.Comm == CommRDMACMControl {
 		return nil, netip.Addr{}
 	}
 	return mk, pa.PeerAddress()
 }
 
+// noOOB is the error of a -z side whose endpoints cannot connect out of
+// band.
+func noOOB(p *Params, m any) (func(verbs.ConnParams) (verbs.OOB, error), error) {
+	mk, ok := maker(p, m)
+	if !ok {
+		return nil, fmt.Errorf("perftest: -z: %T cannot connect QPs out of band: %w", m, ErrUnsupported)
+	}
+	return mk, nil
+}
+
 // dialControl opens the client's control connection as p.Comm says,
 // retrying where nobody listens yet (REJ reason 8, a refused TCP
-// connection). It returns the rdma_cm endpoint, or nil with ctl.sock set.
+// connection). It returns the rdma_cm endpoint, or nil with ctl.sock set;
+// ctl.oob is set where the data QPs connect out of band.
 func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control) (verbs.Endpoint, error) {
 	direct, host := clientDirect(p, c)
 	if p.Comm == CommTCP && direct == nil {
 		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band: %w", c, ErrUnsupported)
+	}
+	if p.Comm == CommRDMACMControl {
+		var err error
+		if ctl.oob, err = noOOB(p, c); err != nil {
+			return nil, err
+		}
 	}
 	addr := net.JoinHostPort(host.String(), strconv.Itoa(int(p.Port)))
 	var last error
@@ -275,7 +293,7 @@ func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control
 			conn, err := d.DialContext(ctx, "tcp", addr)
 			switch {
 			case err == nil:
-				ctl.sock = newSockChannel(conn, direct)
+				ctl.sock, ctl.oob = newSockChannel(conn), direct
 				return nil, nil
 			case !errors.Is(err, syscall.ECONNREFUSED):
 				return nil, fmt.Errorf("connect to %s: %w", addr, err)
@@ -304,17 +322,24 @@ func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control
 // first. It returns the control, and the rdma_cm endpoint if that won.
 func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Writer) (*control, verbs.Endpoint, error) {
 	direct, _ := maker(p, l)
+	if p.Comm == CommRDMACMControl {
+		mk, err := noOOB(p, l)
+		if err != nil {
+			return nil, nil, err
+		}
+		ctl, ep, err := rdmaAccept(ctx, l)
+		if ctl != nil {
+			ctl.oob = mk
+		}
+		return ctl, ep, err
+	}
 	if p.Comm == CommRDMACM {
 		direct = nil
 	}
 	if p.Comm == CommTCP && direct == nil {
 		return nil, nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band: %w", l, ErrUnsupported)
 	}
-	rdma := func(ctx context.Context) (*control, verbs.Endpoint, error) {
-		ctl := &control{}
-		ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
-		return ctl, ep, err
-	}
+	rdma := func(ctx context.Context) (*control, verbs.Endpoint, error) { return rdmaAccept(ctx, l) }
 	if direct == nil {
 		return rdma(ctx)
 	}
@@ -352,7 +377,7 @@ func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Wri
 			results <- won{err: fmt.Errorf("accept on TCP port %d: %w", p.Port, ctxErr(actx, err))}
 			return
 		}
-		results <- won{ctl: &control{sock: newSockChannel(conn, direct)}}
+		results <- won{ctl: &control{sock: newSockChannel(conn), oob: direct}}
 	}()
 	first := <-results
 	cancel()
@@ -363,6 +388,13 @@ func acceptControl(ctx context.Context, p *Params, l verbs.Listener, warn io.Wri
 		}
 	}
 	return first.ctl, first.ep, first.err
+}
+
+// rdmaAccept accepts an rdma_cm control connection on l.
+func rdmaAccept(ctx context.Context, l verbs.Listener) (*control, verbs.Endpoint, error) {
+	ctl := &control{}
+	ep, err := l.Accept(ctx, verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepareControl(ctl)})
+	return ctl, ep, err
 }
 
 // release closes what a control connection holds.
@@ -386,7 +418,7 @@ func connectDirect(ctx context.Context, p *Params, ctl *control, d *data, params
 	}
 	// The peer's address comes from the handshake, not a datagram.
 	cp.UDAnnounce = false
-	ep, err := ctl.sock.direct(cp)
+	ep, err := ctl.oob(cp)
 	if err != nil {
 		return nil, fmt.Errorf("create the data QP: %w", err)
 	}

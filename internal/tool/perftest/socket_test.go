@@ -61,7 +61,7 @@ func TestSockChannel(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	s := newSockChannel(a, nil)
+	s := newSockChannel(a)
 	mine := Dest{QPN: 0x12, PSN: 0x345, GID: [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 18, 15: 2}}
 	theirs := Dest{QPN: 0x99, PSN: 0x1, OutReads: 16, GID: [16]byte{10: 0xff, 11: 0xff, 12: 198, 13: 18, 15: 1}}
 	peer := make(chan error, 1)
@@ -100,7 +100,7 @@ func TestSockChannel(t *testing.T) {
 	c, d := net.Pipe()
 	defer c.Close()
 	defer d.Close()
-	s = newSockChannel(c, nil)
+	s = newSockChannel(c)
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
