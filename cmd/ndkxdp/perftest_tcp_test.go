@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
@@ -131,6 +138,32 @@ func TestPerfOverTCP(t *testing.T) {
 				t.Errorf("capture: %d IB CM frames, %d others; want %d CM frames (-1: some)", cm, other, tc.cm)
 			}
 		})
+	}
+}
+
+// TestPerfTCPDialsFromTheAdapter: a client that would speak perftest over
+// TCP dials from its adapter's address, so that from a thread of another
+// network namespace (here the test's own, where the veth's addresses are
+// not) nothing leaves: the dial fails with EADDRNOTAVAIL.
+func TestPerfTCPDialsFromTheAdapter(t *testing.T) {
+	testenv.RequireRoot(t)
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); err != nil || strings.TrimSpace(string(b)) != "0" {
+		// Then the bind would succeed and the SYN leave by this
+		// namespace's routes: not a test to run here.
+		t.Fatalf("net.ipv4.ip_nonlocal_bind is %q (%v); this test needs 0", b, err)
+	}
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	var d *ndkverbs.Device
+	if err := p.A.Do(func() (err error) { d, err = ndkverbs.Open(p.A.Link, ndk.Options{}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Iterations: 5, Port: 18999, Comm: perftest.CommTCP}
+	_, err := perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: d, Peer: p.B.IPv4}, io.Discard)
+	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Fatalf("-comm tcp from the wrong namespace: %v, want EADDRNOTAVAIL", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 )
 
 // testPerftestTCP runs every perftest test as perftest runs by default,
@@ -97,6 +98,52 @@ func testPerftestTCP(t *testing.T, p *peer) {
 		requireDurationRow(t, "ndkxdp", ours)
 		requireOOBAddresses(t, theirs, ours, res)
 	})
+}
+
+// testPerftestZ runs perftest's -z (control through rdma_cm, data QPs
+// connected out of band) against rxe, both ways: ib_write_bw and
+// ib_send_lat.
+func testPerftestZ(t *testing.T, p *peer) {
+	for _, c := range []perfCase{{"ib_write_bw", perftest.Write, perftest.BW}, {"ib_send_lat", perftest.Send, perftest.Lat}} {
+		prm := c.params(4096)
+		prm.MTU, prm.Comm = p.dev.Adapter.PathMTU(), perftest.CommRDMACMControl
+		cmd := fmt.Sprintf("%s -z -d rxe0 -x %d -F -n %d -s %d -p %d", c.tool, p.vm.Guest.GIDIndex, prm.Iterations, prm.Size, prm.Port)
+		check := func(t *testing.T, rxeServer bool, theirs, ours string, res perftest.Result) {
+			requireRow(t, "rxe", theirs, theirs, prm)
+			calib := ours
+			if !rxeServer && c.kind == perftest.BW {
+				calib = theirs // our write bw server prints rxe's row
+			}
+			requireRow(t, "ndkxdp", ours, calib, prm)
+			requireOOBAddresses(t, theirs, ours, res)
+		}
+		t.Run(c.tool+"/rxe_server", func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, c.timeout())
+			var res perftest.Result
+			theirs = p.guestServer(t, ctx, cmd, perfPort, func() (err error) {
+				res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
+				return err
+			})
+			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
+			check(t, true, theirs, ours.String(), res)
+		})
+		t.Run(c.tool+"/rxe_client", func(t *testing.T) {
+			var ours bytes.Buffer
+			var theirs string
+			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+			ctx := ctxFor(t, c.timeout())
+			var res perftest.Result
+			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) (err error) {
+				res, err = perftest.RunServer(ctx, prm, l, &ours)
+				return err
+			}, fmt.Sprintf("%s %v", cmd, HostIPv4))
+			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
+			check(t, false, theirs, ours.String(), res)
+		})
+	}
 }
 
 // tcpBothWays runs rxe's perftest cmd (without -R and the server's

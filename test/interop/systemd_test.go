@@ -418,7 +418,12 @@ func guestWriteBW(t *testing.T, vm *VM, dev *ndkverbs.Device, size, iters int) {
 	prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: size, Iterations: iters, Port: perfPort,
 		ConnectRetry: perftest.Retry{Attempts: 100, Interval: 100 * time.Millisecond}}
 	var ours bytes.Buffer
-	_, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: dev, Peer: GuestIPv4}, &ours)
+	// In the host namespace: a client that may turn to TCP (perftest
+	// without -R) dials from there.
+	err = vm.Host.Do(func() error {
+		_, err := perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: dev, Peer: GuestIPv4}, &ours)
+		return err
+	})
 	out, errOut, code, werr := srv.Wait(ctx)
 	if err != nil || werr != nil || code != 0 {
 		t.Fatalf("write_bw: host client: %v\n%s\nguest server exit %d (%v):\n%s%s", err, ours.String(), code, werr, out, errOut)

@@ -26,6 +26,9 @@ func (c *Connector) Unconnected(p verbs.ConnParams) (verbs.OOB, error) {
 // that exchanges addresses over TCP first (perftest without -R) dials.
 func (c *Connector) PeerAddress() netip.Addr { return c.Peer }
 
+// LocalAddress is the adapter's address, which such a tool dials from.
+func (c *Connector) LocalAddress() netip.Addr { return c.Dev.Adapter.LocalAddress() }
+
 // Unconnected implements verbs.Direct on the listener's device.
 func (x *Listener) Unconnected(p verbs.ConnParams) (verbs.OOB, error) {
 	return x.dev.unconnected(x.depths, p)

@@ -235,18 +235,23 @@ func (s *sockChannel) closing(ctx context.Context, client bool, mine *Dest) erro
 func (s *sockChannel) close() { s.conn.Close() }
 
 // peerAddresser is implemented by connectors that know the server's
-// address (ndkverbs.Connector): socket mode dials it.
-type peerAddresser interface{ PeerAddress() netip.Addr }
+// address and their own (ndkverbs.Connector): socket mode dials the one
+// from the other.
+type peerAddresser interface {
+	PeerAddress() netip.Addr
+	LocalAddress() netip.Addr
+}
 
 // clientDirect returns what makes the client's out-of-band QPs and the
-// server's address where the client may use socket mode, or nil.
-func clientDirect(p *Params, c verbs.Connector) (func(verbs.ConnParams) (verbs.OOB, error), netip.Addr) {
+// two ends of the TCP connection where the client may use socket mode,
+// or nil.
+func clientDirect(p *Params, c verbs.Connector) (mk func(verbs.ConnParams) (verbs.OOB, error), local, peer netip.Addr) {
 	mk, ok := maker(p, c)
 	pa, ok2 := c.(peerAddresser)
 	if !ok || !ok2 || p.Comm == CommRDMACM || p.Comm == CommRDMACMControl {
-		return nil, netip.Addr{}
+		return nil, netip.Addr{}, netip.Addr{}
 	}
-	return mk, pa.PeerAddress()
+	return mk, pa.LocalAddress(), pa.PeerAddress()
 }
 
 // noOOB is the error of a -z side whose endpoints cannot connect out of
@@ -264,7 +269,7 @@ func noOOB(p *Params, m any) (func(verbs.ConnParams) (verbs.OOB, error), error) 
 // connection). It returns the rdma_cm endpoint, or nil with ctl.sock set;
 // ctl.oob is set where the data QPs connect out of band.
 func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control) (verbs.Endpoint, error) {
-	direct, host := clientDirect(p, c)
+	direct, local, host := clientDirect(p, c)
 	if p.Comm == CommTCP && direct == nil {
 		return nil, fmt.Errorf("perftest: control over TCP (no -R): %T cannot connect QPs out of band: %w", c, ErrUnsupported)
 	}
@@ -289,14 +294,21 @@ func dialControl(ctx context.Context, p *Params, c verbs.Connector, ctl *control
 			last = err
 		}
 		if direct != nil {
-			d := net.Dialer{Timeout: 5 * time.Second}
+			// From the adapter's own address: the control connection goes
+			// where the QPs go, and where the calling thread's network
+			// namespace has no such address, nowhere (EADDRNOTAVAIL).
+			d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: local.AsSlice()}}
 			conn, err := d.DialContext(ctx, "tcp", addr)
 			switch {
 			case err == nil:
 				ctl.sock, ctl.oob = newSockChannel(conn), direct
 				return nil, nil
+			case !errors.Is(err, syscall.ECONNREFUSED) && p.Comm == CommAuto:
+				// Not a server that is not up yet: rdma_cm alone from now on.
+				direct = nil
+				last = fmt.Errorf("%w; and TCP %s from %v: %w", last, addr, local, err)
 			case !errors.Is(err, syscall.ECONNREFUSED):
-				return nil, fmt.Errorf("connect to %s: %w", addr, err)
+				return nil, fmt.Errorf("connect to %s from %v: %w", addr, local, err)
 			case last != nil:
 				last = fmt.Errorf("%w; and TCP %s: %w", last, addr, err)
 			default:

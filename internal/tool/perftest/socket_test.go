@@ -7,9 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs/verbstest"
 )
 
 // TestKeyText: a pingpong_dest as ethernet_write_keys prints it
@@ -109,5 +114,50 @@ func TestSockChannel(t *testing.T) {
 	}
 	if el := time.Since(start); el > 5*time.Second {
 		t.Fatalf("cancel took %v", el)
+	}
+}
+
+// unboundConnector is an in-memory network whose connector could speak
+// perftest over TCP, from an address no interface here has (to loopback,
+// so that even a host that binds non-local addresses sends nowhere).
+type unboundConnector struct {
+	*verbstest.Network
+}
+
+func (u *unboundConnector) Unconnected(verbs.ConnParams) (verbs.OOB, error) {
+	return nil, errors.New("not reached")
+}
+func (u *unboundConnector) PeerAddress() netip.Addr  { return netip.MustParseAddr("127.0.0.1") }
+func (u *unboundConnector) LocalAddress() netip.Addr { return netip.MustParseAddr("198.18.255.254") }
+
+// TestDialFromTheAdapter: the TCP control connection is dialled from the
+// connector's own address, so where that address is not this namespace's
+// nothing is sent (EADDRNOTAVAIL): -comm tcp fails, and a default client
+// whose REQ met no listener keeps to rdma_cm and connects there.
+func TestDialFromTheAdapter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p := Params{Verb: Write, Kind: BW, Size: 64, Iterations: 10, Comm: CommTCP}
+	_, err := RunClient(ctx, p, &unboundConnector{Network: &verbstest.Network{}}, io.Discard)
+	if !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		t.Fatalf("-comm tcp: %v, want EADDRNOTAVAIL", err)
+	}
+	n := &verbstest.Network{RejectFirst: 1}
+	l, err := n.Listen(DefaultPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p.Comm, p.ConnectRetry = CommAuto, Retry{Attempts: 5, Interval: 10 * time.Millisecond}
+	srv := make(chan error, 1)
+	go func() { _, err := RunServer(ctx, p, l, io.Discard); srv <- err }()
+	if _, err := RunClient(ctx, p, &unboundConnector{Network: n}, io.Discard); err != nil {
+		t.Fatalf("default client: %v", err)
+	}
+	if err := <-srv; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	if n.Connects < 2 {
+		t.Errorf("%d rdma_cm connects: the one rejected, then the control and data ones", n.Connects)
 	}
 }
