@@ -106,18 +106,40 @@ func runDaemonHost(t *testing.T, img *Image, after func(*testing.T, *VM, *ndkver
 	t.Logf("daemon host: Debian %s, kernel %s, image built in %.0fs (built by this run: %v)", img.Suite, img.KernelRelease, img.BuildSeconds, img.Built)
 	// A fresh guest where qemu left a send queue stalled after the
 	// daemon's zero-copy bind (stall.go).
+	// The same where the first connection finds the guest's link mute
+	// (no frame of the daemon's reaches the host: qemu's stall after the
+	// zero-copy bind, come after the probe).
 	var vm *VM
+	var dev *ndkverbs.Device
+	start := time.Now()
 	for boot := 1; ; boot++ {
 		vm = bootVM(t, 4*time.Minute, Config{Image: img, Queues: 2, CPUs: 2, MemoryMB: 1024, Files: files, ZeroCopyNIC: true})
 		mustRun(t, vm, operatorInstall)
 		waitDaemon(t, vm)
 		if !sendQueuesStalled(t, vm, vm.Host.IPv4, boot) {
-			break
+			if err := vm.Host.Do(func() (err error) {
+				dev, err = ndkverbs.Open(vm.Host.Tap, ndk.Options{Queues: vm.Host.Queues})
+				return err
+			}); err != nil {
+				t.Fatalf("attach ndkxdp to %s: %v", vm.Host.Tap, err)
+			}
+			start = time.Now()
+			pings, err := guestRpingErr(t, vm, dev, 50)
+			if err == nil {
+				break
+			}
+			if pings > 0 || !strings.Contains(err.Error(), "no answer") || boot >= bootStallRetries {
+				t.Fatal(err)
+			}
+			t.Logf("the daemon host's link was mute on the first connection (boot %d of at most %d; qemu 7.2's stall after a queue reset, doc.go): booting anew: %v\n%s",
+				boot, bootStallRetries, err, guestDiagnostics(context.Background(), vm))
+			dev.Close()
 		}
 		if err := vm.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
 	}
+	t.Cleanup(func() { dev.Close() })
 
 	var info daemon.Info
 	guestJSON(t, vm, "ndkxdp info -j -dev eth0", &info)
@@ -130,17 +152,6 @@ func runDaemonHost(t *testing.T, img *Image, after func(*testing.T, *VM, *ndkver
 	}
 	t.Logf("kernel's words on XDP (dmesg):\n%s", mustRun(t, vm, "dmesg | grep -i -E 'xdp|xsk' || true"))
 
-	var dev *ndkverbs.Device
-	if err := vm.Host.Do(func() (err error) {
-		dev, err = ndkverbs.Open(vm.Host.Tap, ndk.Options{Queues: vm.Host.Queues})
-		return err
-	}); err != nil {
-		t.Fatalf("attach ndkxdp to %s: %v", vm.Host.Tap, err)
-	}
-	t.Cleanup(func() { dev.Close() })
-
-	start := time.Now()
-	guestRping(t, vm, dev, 50)
 	guestWriteBW(t, vm, dev, 4096, 2000)
 	// Queue 0 carries the CM's datagrams both ways, and the daemon's QPs,
 	// one per server, go to its engines in turn; but the host's QPs do
@@ -367,6 +378,15 @@ func checkInfo(t *testing.T, vm *VM, info *daemon.Info) {
 // host's rping client with every pong verified.
 func guestRping(t *testing.T, vm *VM, dev *ndkverbs.Device, count int) {
 	t.Helper()
+	if _, err := guestRpingErr(t, vm, dev, count); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// guestRpingErr is guestRping returning its failure and the pings the
+// host's client verified.
+func guestRpingErr(t *testing.T, vm *VM, dev *ndkverbs.Device, count int) (int, error) {
+	t.Helper()
 	ctx := ctxFor(t, 2*time.Minute)
 	srv, err := vm.Start(ctx, fmt.Sprintf("ndkxdp rping -s -daemon %s -p %d -C %d -timeout 90s", daemonSocket, rpingPort, count))
 	if err != nil {
@@ -381,9 +401,10 @@ func guestRping(t *testing.T, vm *VM, dev *ndkverbs.Device, count int) {
 	})
 	out, errOut, code, werr := srv.Wait(ctx)
 	if err != nil || st.Pings != count || werr != nil || code != 0 {
-		t.Fatalf("rping: host client %d verified pings of %d (%v); guest server exit %d (%v):\n%s%s", st.Pings, count, err, code, werr, out, errOut)
+		return st.Pings, fmt.Errorf("rping: host client %d verified pings of %d (%v); guest server exit %d (%v):\n%s%s", st.Pings, count, err, code, werr, out, errOut)
 	}
 	t.Logf("rping: %d pings, each pong verified, host client <-> guest daemon's client", st.Pings)
+	return st.Pings, nil
 }
 
 // retryRejected runs connect until it is not refused for want of a
