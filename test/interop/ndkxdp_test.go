@@ -888,8 +888,9 @@ func testLoss(t *testing.T, p *peer) {
 	// rping with rxe as client under loss. rping's client disconnects and
 	// destroys its QP right after its last go-ahead, so its DREQ goes out
 	// once: our server is given the count (-C) and ends when its last
-	// go-ahead is acknowledged. If both that ACK and the DREQ are lost,
-	// it cannot know whether the client holds the go-ahead
+	// go-ahead is acknowledged and rxe's DREQ has come (or
+	// rping.ClientLeaveGrace has passed). If both that ACK and the DREQ
+	// are lost, it cannot know whether the client holds the go-ahead
 	// (rping.ErrLastGoAhead); rxe's own output then says.
 	t.Run("rping_rxe_client", func(t *testing.T) {
 		p.capture(t)
@@ -927,7 +928,7 @@ func testLoss(t *testing.T, p *peer) {
 			t.Logf("the last go-ahead's ACK and rxe's DREQ were both lost; rxe verified all 50 pings: %v", err)
 		}
 		if n != 50 || st.Pings != 50 {
-			t.Fatalf("%d verified pings at rxe, %d at ndkxdp; want 50", n, st.Pings)
+			t.Fatalf("%d verified pings at rxe, %d at ndkxdp; want 50; rxe's other lines:\n%s", n, st.Pings, otherLines(out, "ping data: "))
 		}
 	})
 	t.Run("rping_rxe_server", func(t *testing.T) {
@@ -1012,4 +1013,17 @@ func testAccessErrors(t *testing.T, p *peer) {
 			}
 		})
 	}
+}
+
+// otherLines returns out's lines that do not begin with prefix (rping's
+// 4 KiB "ping data" lines left out of a failure's message).
+func otherLines(out, prefix string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

@@ -108,9 +108,12 @@ type Config struct {
 	Size int
 	// Count is -C, the number of pings. 0 pings until ctx ends or, on the
 	// server, until the client disconnects, as rping does. A server with a
-	// Count returns once the last go-ahead is acknowledged, so it does not
-	// depend on the client's DREQ (which a client that leaves at once
-	// sends only once).
+	// Count waits for the last go-ahead's acknowledgement and then for the
+	// client to disconnect, ClientLeaveGrace at most, before it
+	// disconnects itself: it does not depend on the client's DREQ (which
+	// a client that leaves at once sends only once), and it does not
+	// disconnect first, which would end rping's client before it prints
+	// its last ping.
 	Count int
 	// Validate is -V: the client compares each pong with its ping.
 	Validate bool
@@ -415,13 +418,26 @@ func RunServer(ctx context.Context, cfg Config, l verbs.Listener) (Stats, error)
 	_, err = s.wait(ctx, verbs.OpSend)
 	switch {
 	case errors.Is(err, verbs.ErrDisconnected) || errors.Is(err, verbs.ErrFlushed):
+		return st, nil
 	case errors.Is(err, verbs.ErrRetryExceeded):
 		return st, fmt.Errorf("%w: %w (the client may have left with its ACK and DREQ lost)", ErrLastGoAhead, err)
 	case err != nil:
 		return st, fmt.Errorf("%w (waiting for the last go-ahead's acknowledgement)", err)
 	}
+	// rping's client reads its state after the last go-ahead's receive:
+	// a disconnect that comes first ends it in state DISCONNECTED, exit
+	// 0, without its last "ping data" line. So the client leaves first,
+	// as against rping's server (which never disconnects first); one
+	// that stays, or whose DREQ was lost, is left after the grace.
+	gctx, cancel := context.WithTimeout(ctx, ClientLeaveGrace)
+	defer cancel()
+	_, _ = s.wait(gctx, verbs.OpReceive)
 	return st, nil
 }
+
+// ClientLeaveGrace is how long a server with a Count, its pings done,
+// waits for the client to disconnect before it disconnects itself.
+const ClientLeaveGrace = 2 * time.Second
 
 func (s *side) recvInfo(ctx context.Context) (Info, error) {
 	c, err := s.wait(ctx, verbs.OpReceive)

@@ -418,3 +418,79 @@ func (e *accounting) Close() error {
 	e.outstanding, e.closed = e.posted-e.completed, true
 	return e.Endpoint.Close()
 }
+
+// slowLeaver is a client whose endpoint closes a while after RunClient
+// asks, as rping's client does after printing its last ping.
+type slowLeaver struct {
+	net    *verbstest.Network
+	delay  time.Duration
+	closed chan time.Time
+}
+
+func (c *slowLeaver) Connect(ctx context.Context, port uint16, p verbs.ConnParams) (verbs.Endpoint, error) {
+	ep, err := c.net.Connect(ctx, port, p)
+	if err != nil {
+		return nil, err
+	}
+	return &delayedClose{Endpoint: ep, c: c}, nil
+}
+
+type delayedClose struct {
+	verbs.Endpoint
+	c *slowLeaver
+}
+
+func (e *delayedClose) Close() error {
+	time.Sleep(e.c.delay)
+	e.c.closed <- time.Now()
+	return e.Endpoint.Close()
+}
+
+// closeTimed records when an endpoint was closed.
+type closeTimed struct {
+	verbs.Endpoint
+	at chan time.Time
+}
+
+func (e *closeTimed) Close() error {
+	e.at <- time.Now()
+	return e.Endpoint.Close()
+}
+
+// TestServerCountLetsTheClientLeaveFirst: a server with a Count, its
+// pings done, waits for the client's disconnect rather than disconnecting
+// first (rping's client, disconnected before it reads its last go-ahead,
+// exits 0 without printing that ping), and ends soon after the client
+// leaves, well before ClientLeaveGrace.
+func TestServerCountLetsTheClientLeaveFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n verbstest.Network
+	l, _ := n.Listen(DefaultPort)
+	defer l.Close()
+	serverClosed := make(chan time.Time, 1)
+	al := wrapping{l, func(ep verbs.Endpoint) verbs.Endpoint { return &closeTimed{Endpoint: ep, at: serverClosed} }}
+	done := make(chan error, 1)
+	go func() {
+		st, err := RunServer(ctx, Config{Count: 3}, al)
+		if err == nil && st.Pings != 3 {
+			err = fmt.Errorf("%d pings, want 3", st.Pings)
+		}
+		done <- err
+	}()
+	c := &slowLeaver{net: &n, delay: 300 * time.Millisecond, closed: make(chan time.Time, 1)}
+	start := time.Now()
+	if _, err := RunClient(ctx, Config{Count: 3, Validate: true}, c, DefaultPort); err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	cAt, sAt := <-c.closed, <-serverClosed
+	if sAt.Before(cAt) {
+		t.Fatalf("the server disconnected %v before the client left", cAt.Sub(sAt))
+	}
+	if d := sAt.Sub(start); d >= ClientLeaveGrace {
+		t.Fatalf("the server ended %v after the start: it did not see the client leave", d)
+	}
+}
