@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 )
 
@@ -52,7 +54,7 @@ func TestGuestsOnOneSegment(t *testing.T) {
 		}
 		mustRun(t, dh, operatorInstall)
 		waitDaemon(t, dh)
-		if !sendQueuesStalled(t, dh, rxeGuestIPv4, boot) {
+		if !sendQueuesStalled(t, dh, rxeGuestIPv4, boot) && !firstConnectionMute(t, dh, rxe, second, boot) {
 			break
 		}
 		for _, vm := range []*VM{dh, rxe, second} {
@@ -253,6 +255,41 @@ func sendQueuesStalled(t *testing.T, dh *VM, peer netip.Addr, boot int) bool {
 	return true
 }
 
+// firstConnectionMute runs one rping from the daemon's client to rxe's
+// server, and reports whether it met a mute link: the daemon's frames
+// reached neither rxe nor anyone (no answer to any of its REQs). In CI
+// the probe of sendQueuesStalled passed and then every frame of the
+// daemon's zero-copy queues was lost although qemu took them from the
+// send queue (its used index up to the driver's), while frames of the
+// guest's stack went through: that, on a boot other than the last,
+// counts as the device's fault too, with what each side counted in the
+// log, and the guests boot anew. Any other failure fails the test.
+func firstConnectionMute(t *testing.T, dh, rxe, second *VM, boot int) bool {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	srv := startServer(t, ctx, rxe, fmt.Sprintf("rping -s -a %s -S 64 -C 1", rxeGuestIPv4), rpingPort)
+	out, errOut, code, err := dh.Run(ctx, fmt.Sprintf("ndkxdp rping -c -a %s -S 64 -C 1 -V -daemon %s -timeout 40s", rxeGuestIPv4, daemonSocket))
+	if err == nil && code == 0 {
+		waitServer(t, ctx, srv, "rxe's rping server")
+		return false
+	}
+	_ = srv.Kill()
+	msg := fmt.Sprintf("the daemon's first rping to rxe: exit %d (%v):\n%s%s", code, err, out, errOut)
+	if err != nil || !mutePeer(out+errOut) || boot >= bootStallRetries {
+		t.Fatalf("%s\n%s", msg, guestDiagnostics(context.Background(), dh, rxe, second))
+	}
+	t.Logf("the daemon host's link was mute on the first connection (boot %d of at most %d): booting the guests anew:\n%s\n%s",
+		boot, bootStallRetries, msg, guestDiagnostics(context.Background(), dh, rxe, second))
+	return true
+}
+
+// mutePeer tells, from an ndkxdp client's output, a connection that got
+// no answer at all (rdma_cm's REQ retried until the end, or the run's
+// -timeout during connect) from any other failure.
+func mutePeer(out string) bool {
+	return strings.Contains(out, "no answer after") || strings.Contains(out, "during connect (ETIMEDOUT)")
+}
+
 // guestDiagnostics collects, from each of vms, what says why a connection
 // between them stalls: the kernel's log, links, neighbours and the
 // NIC's per-queue counters (ethtool -S: what the driver posted to each
@@ -269,6 +306,32 @@ func guestDiagnostics(ctx context.Context, vms ...*VM) string {
 		fmt.Fprintf(&b, "=== guest %v (exit %d, %v)\n%s%s", vm.Guest.IPv4, code, err, out, errOut)
 		q, err := vm.VirtioQueues(ctx)
 		fmt.Fprintf(&b, "=== qemu's virtqueues of guest %v (%v)\n%s", vm.Guest.IPv4, err, q)
+		fmt.Fprintf(&b, "=== the host's side of guest %v (namespace %s)\n%s", vm.Guest.IPv4, vm.Host.NS, hostLinkCounters(vm.Host))
+	}
+	return b.String()
+}
+
+// hostLinkCounters lists each link of h's namespace with its counters:
+// the tap's received frames are those qemu wrote from the guest's send
+// queues, the bridge's and veths' where they went on.
+func hostLinkCounters(h *Host) string {
+	var b strings.Builder
+	err := h.Do(func() error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			a := l.Attrs()
+			if s := a.Statistics; s != nil {
+				fmt.Fprintf(&b, "%s (%s, master %d): rx packets %d dropped %d errors %d, tx packets %d dropped %d errors %d\n",
+					a.Name, l.Type(), a.MasterIndex, s.RxPackets, s.RxDropped, s.RxErrors, s.TxPackets, s.TxDropped, s.TxErrors)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(&b, "links: %v\n", err)
 	}
 	return b.String()
 }
