@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/ndkxdp/ndkxdp/ndk/daemon"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
 // The guests' addresses on the segment JoinGuests makes: the daemon host
@@ -268,19 +269,62 @@ func firstConnectionMute(t *testing.T, dh, rxe, second *VM, boot int) bool {
 	t.Helper()
 	ctx := ctxFor(t, 2*time.Minute)
 	srv := startServer(t, ctx, rxe, fmt.Sprintf("rping -s -a %s -S 64 -C 1", rxeGuestIPv4), rpingPort)
+	// What the daemon host's guest wrote to its tap, for the log if the
+	// link is mute: whether its frames left the guest, and as what.
+	c, cerr := dh.Host.StartCapture()
+	if cerr != nil {
+		t.Fatalf("capture on the daemon host's tap: %v", cerr)
+	}
 	out, errOut, code, err := dh.Run(ctx, fmt.Sprintf("ndkxdp rping -c -a %s -S 64 -C 1 -V -daemon %s -timeout 40s", rxeGuestIPv4, daemonSocket))
+	frames := c.Stop()
 	if err == nil && code == 0 {
 		waitServer(t, ctx, srv, "rxe's rping server")
 		return false
 	}
 	_ = srv.Kill()
-	msg := fmt.Sprintf("the daemon's first rping to rxe: exit %d (%v):\n%s%s", code, err, out, errOut)
+	msg := fmt.Sprintf("the daemon's first rping to rxe: exit %d (%v):\n%s%s\n%s", code, err, out, errOut, tapFrames(frames, 12))
 	if err != nil || !mutePeer(out+errOut) || boot >= bootStallRetries {
 		t.Fatalf("%s\n%s", msg, guestDiagnostics(context.Background(), dh, rxe, second))
 	}
 	t.Logf("the daemon host's link was mute on the first connection (boot %d of at most %d): booting the guests anew:\n%s\n%s",
 		boot, bootStallRetries, msg, guestDiagnostics(context.Background(), dh, rxe, second))
 	return true
+}
+
+// tapFrames describes the frames a guest wrote to its tap: how many,
+// and the last n of them with their addresses (RoCEv2 ones decoded, with
+// the ICRC checked; any other by its Ethernet header and first bytes).
+func tapFrames(fs []Frame, n int) string {
+	var from []Frame
+	for _, f := range fs {
+		if !f.Outgoing {
+			from = append(from, f)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the guest wrote %d frames to its tap during the run (%d went the other way)", len(from), len(fs)-len(from))
+	if len(from) > n {
+		from = from[len(from)-n:]
+	}
+	if len(from) > 0 {
+		fmt.Fprintf(&b, "; the last %d:", len(from))
+	}
+	b.WriteString("\n")
+	var pkt rocev2.Packet
+	for _, f := range from {
+		if len(f.Data) < 14 {
+			fmt.Fprintf(&b, "  runt of %d bytes: % x\n", len(f.Data), f.Data)
+			continue
+		}
+		d := f.Data
+		fmt.Fprintf(&b, "  %v -> %v type %#04x len %d: ", net.HardwareAddr(d[6:12]), net.HardwareAddr(d[0:6]), uint16(d[12])<<8|uint16(d[13]), len(d))
+		if err := rocev2.Parse(d, &pkt); err == nil {
+			fmt.Fprintf(&b, "%v -> %v %v QP %#x PSN %#06x\n", pkt.IP.Src, pkt.IP.Dst, pkt.BTH.Opcode, pkt.BTH.DestQP, uint32(pkt.BTH.PSN))
+		} else {
+			fmt.Fprintf(&b, "%v; % x\n", err, d[14:min(len(d), 14+48)])
+		}
+	}
+	return b.String()
 }
 
 // mutePeer tells, from an ndkxdp client's output, a connection that got

@@ -2,6 +2,7 @@ package interop
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +67,30 @@ func TestSendQueueStalls(t *testing.T) {
 		if got := sendQueueStalls(before, c.after, kicksBefore, c.kicks, c.xps); !slices.Equal(got, c.stalls) {
 			t.Errorf("%s: stalled %v, want %v", c.name, got, c.stalls)
 		}
+	}
+}
+
+// TestTapFrames: the mute-link log counts what the guest wrote and names
+// each of the last frames by its Ethernet header, a runt by its bytes,
+// and leaves out what went to the guest.
+func TestTapFrames(t *testing.T) {
+	arp := append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0, 0xc6, 0x12, 2, 0x08, 0x06}, make([]byte, 28)...)
+	fs := []Frame{
+		{Outgoing: true, Data: arp},
+		{Data: []byte{1, 2, 3}},
+		{Data: arp},
+	}
+	got := tapFrames(fs, 5)
+	for _, want := range []string{
+		"the guest wrote 2 frames to its tap during the run (1 went the other way); the last 2:",
+		"runt of 3 bytes: 01 02 03",
+		"52:54:00:c6:12:02 -> ff:ff:ff:ff:ff:ff type 0x0806 len 42:",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if got := tapFrames(fs, 1); strings.Contains(got, "runt") || !strings.Contains(got, "the last 1:") {
+		t.Errorf("n=1 keeps only the last frame:\n%s", got)
 	}
 }
