@@ -24,9 +24,10 @@ type EngineStats struct {
 	// not match.
 	BadICRC uint64
 
-	// not_rc (frames): Frames dropped on receive: CNP and UC, which the
-	// engine does not run, and QP1 datagrams no engine of the adapter takes
-	// (UD to other QPs is counted as for RC: unknown_qp, not_connected).
+	// not_rc (frames): Frames dropped on receive: CNPs, UC frames for an RC
+	// QP and RC frames for a UC QP, and QP1 datagrams no engine of the
+	// adapter takes (UD to other QPs is counted as for RC: unknown_qp,
+	// not_connected).
 	NotRC uint64
 
 	// unknown_qp (frames): Frames dropped on receive: for a QP number the
@@ -190,6 +191,12 @@ type EngineStats struct {
 	// bad_qkey (frames): UD datagrams dropped on receive: their DETH Q_Key
 	// is not the QP's (rxe check_keys).
 	BadQKey uint64
+
+	// uc_dropped (frames): UC request packets dropped on receive, with the
+	// rest of their message: a PSN gap or a packet out of its message's
+	// order, no receive posted, a bad R_Key or a length the message may not
+	// have (rxe drop_msg).
+	UCDropped uint64
 
 	// ud_dropped (frames): UD datagrams dropped on receive: no receive
 	// posted, or one too small for the GRH and the payload (rxe drop_msg).

@@ -17,7 +17,7 @@ type Engine struct {
 	// Frames dropped on receive, by reason.
 	Malformed    uint64 `counter:"malformed" unit:"frames" help:"Frames dropped on receive: not a RoCEv2 frame the wire format allows (other than the ICRC)."`
 	BadICRC      uint64 `counter:"bad_icrc" unit:"frames" help:"Frames dropped on receive: the invariant CRC did not match."`
-	NotRC        uint64 `counter:"not_rc" unit:"frames" help:"Frames dropped on receive: CNP and UC, which the engine does not run, and QP1 datagrams no engine of the adapter takes (UD to other QPs is counted as for RC: unknown_qp, not_connected)."`
+	NotRC        uint64 `counter:"not_rc" unit:"frames" help:"Frames dropped on receive: CNPs, UC frames for an RC QP and RC frames for a UC QP, and QP1 datagrams no engine of the adapter takes (UD to other QPs is counted as for RC: unknown_qp, not_connected)."`
 	UnknownQP    uint64 `counter:"unknown_qp" unit:"frames" help:"Frames dropped on receive: for a QP number the adapter does not have."`
 	NotConnected uint64 `counter:"not_connected" unit:"frames" help:"Frames dropped on receive: for a QP not connected or in error."`
 	WrongSource  uint64 `counter:"wrong_source" unit:"frames" help:"Frames dropped on receive: from an address that is not the QP's peer."`
@@ -70,6 +70,7 @@ type Engine struct {
 	RateCuts           uint64 `counter:"rate_cuts" unit:"cuts" help:"DCQCN rate cuts the reaction point made for CNPs received (at most one per QP per rate reduce monitor period)."`
 	LossCuts           uint64 `counter:"loss_cuts" unit:"cuts" help:"Rate cuts for losses the peer reported (a duplicate READ, a sequence NAK, an ACK timeout): loss-driven pacing."`
 	BadQKey            uint64 `counter:"bad_qkey" unit:"frames" help:"UD datagrams dropped on receive: their DETH Q_Key is not the QP's (rxe check_keys)."`
+	UCDropped          uint64 `counter:"uc_dropped" unit:"frames" help:"UC request packets dropped on receive, with the rest of their message: a PSN gap or a packet out of its message's order, no receive posted, a bad R_Key or a length the message may not have (rxe drop_msg)."`
 	UDDropped          uint64 `counter:"ud_dropped" unit:"frames" help:"UD datagrams dropped on receive: no receive posted, or one too small for the GRH and the payload (rxe drop_msg)."`
 }
 

@@ -15,9 +15,20 @@ import (
 
 // TestPostAndCompleteAllocateNothing runs whole round trips (post a
 // receive, post a SEND and a WRITE, both engines move the frames, pop the
-// completions) and counts every allocation in the process.
+// completions) and counts every allocation in the process, over RC QPs
+// and over UC ones.
 func TestPostAndCompleteAllocateNothing(t *testing.T) {
-	a, b := newPair(t, pairOptions{})
+	for _, uc := range []bool{false, true} {
+		name := "RC"
+		if uc {
+			name = "UC"
+		}
+		t.Run(name, func(t *testing.T) { testPostAndCompleteAllocateNothing(t, uc) })
+	}
+}
+
+func testPostAndCompleteAllocateNothing(t *testing.T, uc bool) {
+	a, b := newPair(t, pairOptions{uc: uc})
 	src := a.buffer(3000, 0, false)
 	dst := b.buffer(3000, memreg.AccessLocalWrite|memreg.AccessRemoteWrite, false)
 	ctx := new(int)

@@ -40,6 +40,9 @@
 //	UD SEND_ONLY to QP1 (CM)        TransmitGSI       dispatch -> Config.GSI   (package cm)
 //	UD SEND_ONLY[_WITH_IMMEDIATE]   udRequest         udReceive                udRequest (send, as it
 //	to a UD QP (ud.go)                                                         leaves), udReceive
+//	UC SEND_* and RDMA_WRITE_*      sendRequest       ucResponder              ucSent (send, as its
+//	(uc.go)                                                                    last packet leaves),
+//	                                                                           ucResponder (receive)
 //
 // sendRequest is the requester's (called from request); recv*,
 // duplicate*, fatalNAK and the senders of answers (sendReadResponse,
@@ -72,6 +75,8 @@
 //	gsi.go        QP1's datagrams for connection management
 //	ud.go         UD QPs (an ndkxdp extension): ActivateUD, datagrams out and
 //	              in, the GRH, Q_Key checks
+//	uc.go         UC QPs (an ndkxdp extension): unacknowledged SENDs and
+//	              WRITEs, the responder's drop rules
 //	stats.go      the engine's live counters (declared in ndk/internal/counters) and Stats
 //	progress.go   consumer-driven progress (PollProgress): the turn token,
 //	              Progress, ConsumerBlocks

@@ -627,9 +627,9 @@ func (e *Engine) countParseError(err error) {
 // of another engine of the adapter go to it when mayForward (forward.go).
 func (e *Engine) dispatch(frame []byte, mayForward bool) {
 	op := e.pkt.BTH.Opcode
-	if op.Transport() != rocev2.TransportRC {
+	if tr := op.Transport(); tr != rocev2.TransportRC && tr != rocev2.TransportUC {
 		// CNPs (ECN) are allowed to be ignored, never errors (ROCEV2.md
-		// 1.7); UC/UD are not ours, except UD to QP1 (IB CM, gsi.go).
+		// 1.7); UD goes to UD QPs (ud.go) and to QP1 (IB CM, gsi.go).
 		if op.Transport() == rocev2.TransportUD && e.pkt.BTH.DestQP != rocev2.GSIQP {
 			e.udReceive(frame, mayForward)
 			return
@@ -688,6 +688,12 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		atomic.AddUint64(&e.c.WrongSource, 1)
 		return
 	}
+	if (op.Transport() == rocev2.TransportUC) != q.cfg.UC {
+		// A UC packet for an RC QP or the other way round: another
+		// transport than the QP's, dropped (rxe check_type_state).
+		atomic.AddUint64(&e.c.NotRC, 1)
+		return
+	}
 	if len(e.awaitFirst) != 0 {
 		e.noteFirst(q.cfg.QPN)
 	}
@@ -705,6 +711,10 @@ func (e *Engine) dispatch(frame []byte, mayForward bool) {
 		// A request that needs a memory token, from a source over its
 		// access-violation limit (violations.go).
 		atomic.AddUint64(&e.c.AccessLimited, 1)
+		return
+	}
+	if q.cfg.UC {
+		e.ucResponder(q)
 		return
 	}
 	e.responder(q)

@@ -52,6 +52,8 @@ type pairOptions struct {
 	cpus    []int // Config.CPUs of both engines
 	// qpFailed is Config.QPFailed, told which host (1: A, 2: B) it is.
 	qpFailed func(host byte, qpn, wcStatus uint32)
+	// uc makes the QPs unreliable-connection ones (uc.go).
+	uc bool
 }
 
 func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *host {
@@ -81,10 +83,17 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 
 func (h *host) createQP(qpn uint32, depth int) *QP {
 	h.t.Helper()
+	return h.createQPOf(qpn, depth, false)
+}
+
+// createQPOf is createQP of an RC QP, or of a UC one if uc.
+func (h *host) createQPOf(qpn uint32, depth int, uc bool) *QP {
+	h.t.Helper()
 	q, err := h.eng.CreateQP(QPConfig{
 		QPN: qpn, PD: testPD, RecvCQ: h.rcq, SendCQ: h.scq, Context: qpn,
 		RecvDepth: depth, SendDepth: depth,
 		MaxRecvSGE: MaxSGE, MaxSendSGE: MaxSGE, MaxReadSGE: MaxSGE, InlineSize: MaxInline,
+		UC: uc,
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -136,8 +145,8 @@ func newPair(t testing.TB, o pairOptions) (*host, *host) {
 	b := newHost(t, pipe.B(), ipB, 2, &o)
 	a.pipe, b.pipe = pipe, pipe
 	for i := 0; i < o.qps; i++ {
-		qa := a.createQP(0x100+uint32(i), o.depth)
-		qb := b.createQP(0x100+uint32(i), o.depth)
+		qa := a.createQPOf(0x100+uint32(i), o.depth, o.uc)
+		qb := b.createQPOf(0x100+uint32(i), o.depth, o.uc)
 		if o.noConnect {
 			continue
 		}

@@ -49,6 +49,7 @@ type SendWR struct {
 //   - AccessViolation: an SGE whose local token, bounds or rights fail
 //     (checked now, so that a bad SGE never reaches the wire);
 //   - InsufficientResources: the send queue is full;
+//   - NotSupported: a READ, atomic or SEND with invalidate on a UC QP;
 //   - InvalidHandle: the QP is closed.
 //
 // Unless wr.Flags has OpFlagDefer, the engine is woken. An inline failure
@@ -80,6 +81,8 @@ func (q *QP) postSend(wr *SendWR) ndkpi.Status {
 		if st := q.checkUD(wr); st != ndkpi.StatusSuccess {
 			return st
 		}
+	} else if q.cfg.UC && !wr.Op.onUC() {
+		return ndkpi.StatusNotSupported
 	} else if wr.Op.local() {
 		return q.postLocal(wr)
 	}

@@ -100,6 +100,10 @@ type QPConfig struct {
 	// UD makes an unreliable-datagram QP (ud.go): ActivateUD instead of
 	// Connect, and each send names its destination.
 	UD bool
+	// UC makes an unreliable-connection QP (uc.go): connected as an RC
+	// QP, it carries SENDs and WRITEs that nothing acknowledges or
+	// retransmits.
+	UC bool
 }
 
 // QP is a reliable-connection queue pair. Post methods are called by the
@@ -180,6 +184,8 @@ func (e *Engine) CreateQP(cfg QPConfig) (*QP, error) {
 		return nil, fmt.Errorf("%w: SGE limits above %d", ErrBadConfig, MaxSGE)
 	case cfg.InlineSize < 0 || cfg.InlineSize > MaxInline:
 		return nil, fmt.Errorf("%w: inline size %d above %d", ErrBadConfig, cfg.InlineSize, MaxInline)
+	case cfg.UC && cfg.UD:
+		return nil, fmt.Errorf("%w: a QP is UC or UD, not both", ErrBadConfig)
 	}
 	q := &QP{
 		eng:     e,
@@ -247,6 +253,9 @@ func (q *QP) Connect(p ConnParams) error {
 			return
 		}
 		q.t.setup(p, tc)
+		if q.cfg.UC {
+			q.t.ackTO = 0 // nothing is acknowledged (uc.go)
+		}
 		q.t.connected = true
 		if e.firstPacket != nil {
 			e.awaitFirst[q.cfg.QPN] = struct{}{}

@@ -73,11 +73,16 @@ func (e *Engine) request(q *QP) (int, bool) {
 			return sent, true
 		}
 		sent++
+		psn := w.firstPSN.Add(t.txPkt)
 		if w.op.responded() || t.txPkt+1 >= w.npkts {
 			t.txIdx++
 			t.txPkt = 0
 		} else {
 			t.txPkt++
+		}
+		if q.cfg.UC {
+			// After the cursor moved: ucSent may retire w's slot.
+			e.ucSent(q, psn)
 		}
 	}
 	e.armAckTimer(q, sent)
@@ -121,6 +126,11 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 		first, last := k == 0, k+1 >= w.npkts
 		payload = e.span(w.seg, w.nseg, off, n)
 		h.BTH.Opcode = requestOpcode(w.op, first, last)
+		if q.cfg.UC {
+			// The same operation at the same low five bits (IBTA
+			// table 37).
+			h.BTH.Opcode |= rocev2.Opcode(rocev2.TransportUC)
+		}
 		if w.op.write() && first {
 			h.RETH = rocev2.RETHFields{VA: w.remoteAddr, RKey: w.remoteToken, DMALen: w.length}
 		}
@@ -141,6 +151,9 @@ func (e *Engine) sendRequest(q *QP, w *sendWQE, k uint32) error {
 			// the ACK timer with the window full and no ACK asked for.
 			h.BTH.AckReq = true
 		}
+	}
+	if q.cfg.UC {
+		h.BTH.AckReq = false // nothing answers a UC packet
 	}
 	if err := e.emit(q, payload); err != nil {
 		return err

@@ -62,6 +62,7 @@ type qpTransport struct {
 	ePSN    rocev2.PSN
 	msn     uint32
 	nakSent bool // a sequence or RNR NAK was sent; drop until ePSN arrives
+	ucDrop  bool // UC: drop until the next FIRST or ONLY (uc.go)
 	inMsg   uint8
 	recvOff uint32
 	wbuf    []byte

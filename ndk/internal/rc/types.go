@@ -72,6 +72,13 @@ func (op Op) immediate() bool { return op == OpSendImm || op == OpWriteImm }
 
 func (op Op) atomic() bool { return op == OpCompareSwap || op == OpFetchAdd }
 
+// onUC reports whether a UC QP carries op: SEND and RDMA WRITE, with
+// immediate too, and the local operations (IBTA table 37: UC has no READ,
+// atomics or SEND with invalidate).
+func (op Op) onUC() bool {
+	return op == OpSend || op == OpSendImm || op == OpWrite || op == OpWriteImm || op.local()
+}
+
 // ProviderErrorCode values: the ib_wc_status a verbs provider would report
 // (torvalds/linux include/rdma/ib_verbs.h enum ib_wc_status), so a failed
 // completion says which IB error it was behind its NTSTATUS.
