@@ -48,6 +48,11 @@
 //     Adapter.UDReplyTo), and rdma_cm's UD service resolution (SIDR) both
 //     ways, Adapter.ServeUD and Adapter.ResolveUD; in process and
 //     through a daemon alike;
+//   - the UC extension (QPConfig.UC; NDKPI has only reliable QPs): an
+//     unreliable-connection QP, connected as any other, whose Sends and
+//     Writes nothing acknowledges or retransmits (verbs' IBV_QPT_UC, what
+//     ibv_uc_pingpong and perftest -c UC use); in process and through a
+//     daemon alike;
 //   - the immediate-data extension (immediate.go): QP.SendWithImmediate
 //     and QP.WriteWithImmediate; the receive's ResultEx has
 //     ResultWithImmediate and Immediate, and a WRITE's receive Type

@@ -249,7 +249,7 @@ func (b *inprocPD) newQP(cfg QPConfig, ud bool) (*QP, error) {
 		RecvCQ: cfg.ReceiveCQ.core(), SendCQ: cfg.InitiatorCQ.core(), Context: cfg.Context,
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
-		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq, UD: ud,
+		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq, UD: ud, UC: cfg.UC,
 	})
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)

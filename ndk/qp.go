@@ -23,6 +23,15 @@ type QPConfig struct {
 	// SRQ (of the same PD) and has no receive queue, so
 	// ReceiveQueueDepth and MaxReceiveRequestSGE must be 0 (srq.go).
 	SRQ *SRQ
+	// UC makes an unreliable-connection QP (ndkxdp extension; verbs'
+	// IBV_QPT_UC): connected as any QP (Connector, ConnectOOB), it carries
+	// Send and Write, with immediate too, that nothing acknowledges or
+	// retransmits. A request completes once its last packet is sent; a
+	// message whose packets do not all arrive in order is dropped at the
+	// peer, as is one that finds no receive, a bad token or too small a
+	// buffer, without failing either QP. Read, the atomics and
+	// SendAndInvalidate fail with STATUS_NOT_SUPPORTED (rc/uc.go).
+	UC bool
 }
 
 // QP is a reliable-connection queue pair (NDK_QP). Requests posted on it
@@ -52,6 +61,7 @@ type QP struct {
 	atomicSGL [1]rc.SGE
 	recvSGL   sglCopy // Receive's
 	ud        *udInfo // a UD QP's Q_Key and MTU (ud.go); nil for RC
+	uc        bool    // QPConfig.UC
 }
 
 // The public SGE must stay layout-identical to the engine's, which posts
@@ -108,9 +118,16 @@ func (pd *PD) createQP(cfg QPConfig, ud bool, qkey uint32) (*QP, error) {
 		return nil, errorf(StatusInvalidParameter, op, "InlineDataSize %d outside [0, %d]", cfg.InlineDataSize, info.MaxInlineDataSize)
 	}
 	if ud {
+		if cfg.UC {
+			return nil, errorf(StatusInvalidParameter, "create ud qp", "a QP is UC or UD, not both")
+		}
 		return pd.be.createUDQP(cfg, qkey)
 	}
-	return pd.be.createQP(cfg)
+	q, err := pd.be.createQP(cfg)
+	if err == nil {
+		q.uc = cfg.UC
+	}
+	return q, err
 }
 
 // QPN returns the QP number peers address.
@@ -166,8 +183,15 @@ func (q *QP) post(op string, pop postOp, wr *rc.SendWR) error {
 		q.be.ringDeferred()
 		return err
 	}
+	if q.uc && (pop == postRead || pop == postAtomic || pop == postSendAndInvalidate) {
+		q.be.ringDeferred()
+		return errorf(StatusNotSupported, op, "a UC QP carries Send and Write only")
+	}
 	return q.be.post(op, *wr)
 }
+
+// UC reports whether q is an unreliable-connection QP (QPConfig.UC).
+func (q *QP) UC() bool { return q.uc }
 
 // Send posts a send of the bytes sgl names (NdkSend; seed 003). Flags:
 // SILENT_SUCCESS (no completion unless it fails), READ_FENCE (start after

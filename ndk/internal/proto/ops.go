@@ -292,6 +292,8 @@ type CreateQP struct {
 	// each SEND record names its destination (UDDest).
 	UD   bool   `json:"ud,omitempty"`
 	QKey uint32 `json:"qkey,omitempty"`
+	// UC makes an unreliable-connection QP (ndk.QPConfig.UC).
+	UC bool `json:"uc,omitempty"`
 }
 
 // QPReply is a new QP: its handle, number, first PSN, engine queue, slot
