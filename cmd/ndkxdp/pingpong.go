@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
@@ -43,8 +44,13 @@ func pingpongText(mode pingpong.Mode) (name, usage, synopsis string) {
 		name, mtu, qp = "ud_pingpong", "", "UD"
 	case pingpong.SRQ:
 		name, mtu, qp = "srq_pingpong", " [-m MTU] [-q NUM_QP]", "-q RC"
+	case pingpong.UC:
+		name, qp = "uc_pingpong", "UC"
 	}
 	usage = fmt.Sprintf(pingpongUsage, name, mtu)
+	if mode == pingpong.UC {
+		usage = strings.Replace(usage, " [-c]", "", 1)
+	}
 	return name, usage, usage + fmt.Sprintf(pingpongSynopsis, name, qp)
 }
 
@@ -77,7 +83,9 @@ func parsePingpong(mode pingpong.Mode, args []string, stdout, stderr io.Writer) 
 	both("g", "gid-idx", func(n string) {
 		fs.IntVar(&f.gidIndex, n, -1, "local port GID index, as rxe numbers them (show_gids: 1 is the first IPv4 address); ndkxdp takes its adapter's address")
 	})
-	both("c", "chk", func(n string) { fs.BoolVar(&f.cfg.Validate, n, false, "validate received buffer") })
+	if mode != pingpong.UC { // ibv_uc_pingpong has no -c
+		both("c", "chk", func(n string) { fs.BoolVar(&f.cfg.Validate, n, false, "validate received buffer") })
+	}
 	both("d", "ib-dev", func(n string) {
 		fs.StringVar(&f.ibDev, n, "", "the C tool's IB device: here a network interface (as -dev), or an RDMA device whose interface is used")
 	})
@@ -172,6 +180,10 @@ func runUDPingpong(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 func runSRQPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return runPingpong(ctx, pingpong.SRQ, args, stdout, stderr)
+}
+
+func runUCPingpong(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runPingpong(ctx, pingpong.UC, args, stdout, stderr)
 }
 
 // runPingpong is ibv_rc_pingpong or ibv_ud_pingpong, client (HOST) or

@@ -6,15 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
 	"github.com/ndkxdp/ndkxdp/internal/tool/pingpong"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -42,6 +45,7 @@ func TestPingpongFlags(t *testing.T) {
 		{pingpong.RC, []string{"a", "b", "-dev", "lo"}, "unexpected arguments"},
 		{pingpong.RC, []string{"198.18.0.2"}, "-dev or -daemon is required"},
 		{pingpong.UD, []string{"-d", "nosuchdev0"}, "no network interface or RDMA device"},
+		{pingpong.UC, []string{"-c", "-dev", "lo"}, "not defined: -c"}, // ibv_uc_pingpong has none
 	} {
 		_, err := parsePingpong(tc.mode, tc.args, io.Discard, io.Discard)
 		var ue *cmdline.UsageError
@@ -51,10 +55,10 @@ func TestPingpongFlags(t *testing.T) {
 	}
 }
 
-// TestPingpongCommands runs `ndkxdp rc_pingpong` and `ndkxdp
-// ud_pingpong` against each other on the two ends of a veth pair, with
-// -c (the server checks what the C tools check), polling and on CQ
-// events: both sides print the C tools' lines, each names the other's QP,
+// TestPingpongCommands runs `ndkxdp rc_pingpong`, `ud_pingpong` and
+// `uc_pingpong` against each other on the two ends of a veth pair, with
+// -c (the server checks what the C tools check; uc_pingpong has none),
+// polling and on CQ events: both sides print the C tools' lines, each names the other's QP,
 // and the byte counts are size * iters * 2.
 func TestPingpongCommands(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -74,11 +78,18 @@ func TestPingpongCommands(t *testing.T) {
 		{"rc_pingpong", 50, []string{"-s", "65536", "-r", "4"}, 65536},
 		{"ud_pingpong", 1000, nil, 1024},
 		{"ud_pingpong", 200, []string{"-s", "500", "-e"}, 500},
+		{"uc_pingpong", 1000, nil, 4096},
+		{"uc_pingpong", 200, []string{"-s", "100", "-m", "512", "-e"}, 100},
 	} {
 		t.Run(fmt.Sprintf("%s/%dB", tc.cmd, tc.size), func(t *testing.T) {
-			common := append([]string{"-g", "1", "-c", "-n", fmt.Sprint(tc.iters), "-timeout", "40s"}, tc.extra...)
+			common := append([]string{"-g", "1", "-n", fmt.Sprint(tc.iters), "-timeout", "40s"}, tc.extra...)
+			if tc.cmd != "uc_pingpong" { // which has no -c
+				common = append(common, "-c")
+			}
+			capture := filepath.Join(t.TempDir(), "client.pcap")
 			cout, sout := runIn(t, p.B, append([]string{tc.cmd, "-dev", p.B.Link}, common...),
-				p.A, append(append([]string{tc.cmd, "-dev", p.A.Link}, common...), srvAddr))
+				p.A, append(append([]string{tc.cmd, "-dev", p.A.Link, "-capture", capture}, common...), srvAddr))
+			checkPingpongTransport(t, capture, tc.cmd, 2*tc.iters)
 			t.Logf("client:\n%sserver:\n%s", cout, sout)
 			for _, side := range []struct{ who, out, me, peer string }{
 				{"client", cout, p.A.IPv4.String(), srvAddr},
@@ -171,8 +182,8 @@ func TestPingpongCommands(t *testing.T) {
 
 // TestPingpongThroughDaemon runs the pingpong tools with -daemon against
 // a daemon on A's veth end, the peer attached to B's with -dev, the
-// daemon's client as client (RC) and as server (UD, on CQ events), with
-// -c: -g indexes the daemon's interface, and both sides finish.
+// daemon's client as client (RC) and as server (UC; UD on CQ events), with
+// -c where the tool has it: -g indexes the daemon's interface, and both sides finish.
 func TestPingpongThroughDaemon(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
@@ -192,6 +203,12 @@ func TestPingpongThroughDaemon(t *testing.T) {
 		if !strings.Contains(cout, "GID ::ffff:"+a) {
 			t.Fatalf("the daemon's client does not name its address:\n%s", cout)
 		}
+	})
+	t.Run("uc_pingpong server through the daemon", func(t *testing.T) {
+		cout, sout := runIn(t, p.A, []string{"uc_pingpong", "-g", "1", "-n", "300", "-daemon", sock},
+			p.B, []string{"uc_pingpong", "-g", "1", "-n", "300", "-dev", p.B.Link, a})
+		finished(t, cout, 4096, 300)
+		finished(t, sout, 4096, 300)
 	})
 	t.Run("ud_pingpong server through the daemon", func(t *testing.T) {
 		cout, sout := runIn(t, p.A, []string{"ud_pingpong", "-g", "1", "-c", "-e", "-n", "300", "-daemon", sock},
@@ -251,5 +268,38 @@ func TestSRQPingpong(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkPingpongTransport reads the client's capture: every frame of the
+// pingpong is a SEND of the tool's transport (RC, UD or UC), at least
+// sends of them, and a UC pingpong's carry no AckReq and get no ACK.
+func checkPingpongTransport(t *testing.T, capture, cmd string, sends int) {
+	t.Helper()
+	f, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]rocev2.Transport{"rc_pingpong": rocev2.TransportRC, "ud_pingpong": rocev2.TransportUD, "uc_pingpong": rocev2.TransportUC}[cmd]
+	n := 0
+	for _, r := range f.Packets {
+		var pkt rocev2.Packet
+		if err := rocev2.Parse(r.Data, &pkt); err != nil {
+			t.Fatalf("%s captured a frame that does not parse: %v", cmd, err)
+		}
+		op := pkt.BTH.Opcode
+		if op.Transport() != want {
+			t.Fatalf("%s: a %v frame, want only %v", cmd, op, want)
+		}
+		if want == rocev2.TransportUC && pkt.BTH.AckReq {
+			t.Fatalf("%s: %v asks for an ACK", cmd, op)
+		}
+		if op.Info().Response {
+			continue // RC's ACKs
+		}
+		n++
+	}
+	if n < sends {
+		t.Fatalf("%s: %d SENDs captured, want %d", cmd, n, sends)
 	}
 }

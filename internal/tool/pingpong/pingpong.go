@@ -68,6 +68,7 @@ const (
 	RC  Mode = iota // ibv_rc_pingpong
 	UD              // ibv_ud_pingpong
 	SRQ             // ibv_srq_pingpong (srq.go)
+	UC              // ibv_uc_pingpong: rc_pingpong's exchange over a UC QP
 )
 
 // Config is a run's parameters; zero fields take the C tools' defaults
@@ -268,7 +269,7 @@ func Run(ctx context.Context, a *ndk.Adapter, cfg Config, out io.Writer) (Stats,
 		}
 	}
 	st.Local = Dest{QPN: r.qp.QPN(), GID: cfg.GID}
-	if cfg.Mode == RC {
+	if cfg.Mode == RC || cfg.Mode == UC {
 		st.Local.PSN = r.qp.LocalEndpoint().PSN
 	} else {
 		st.Local.PSN = rand.Uint32() & 0xFFFFFF // lrand48() & 0xffffff
@@ -397,7 +398,7 @@ func (r *run) init() error {
 	}
 	var err error
 	qc := ndk.QPConfig{ReceiveCQ: r.cq, InitiatorCQ: r.cq, ReceiveQueueDepth: cfg.RxDepth, InitiatorQueueDepth: 1,
-		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1, UC: cfg.Mode == UC}
 	if cfg.Mode == UD {
 		r.qp, err = r.pd.CreateUDQP(qc, UDQKey)
 	} else {
