@@ -125,6 +125,9 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	if p.WriteImm {
 		srq += ", RDMA WRITE with immediate (--write_with_imm)"
 	}
+	if p.UC {
+		srq += ", unreliable connection (-c UC: nothing acknowledged or resent)"
+	}
 	if p.QPs > 1 {
 		srq += fmt.Sprintf(", %d QPs over %d engine(s)", p.QPs, len(engines))
 	}
@@ -147,14 +150,18 @@ func runPerfTest(ctx context.Context, name string, args []string, stdout, stderr
 	base := cmdline.SumStats(engines)
 	stopProgress := cmdline.Progress(stderr, progressLabel(name, p), d.Adapter)
 	defer stopProgress()
+	var depths ndkverbs.Depths
+	if p.UC {
+		depths.Receive = perftest.UCMaxRx // the receives a UC send test posts
+	}
 	if peer.IsValid() {
-		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer}, stdout)
+		res, err = perftest.RunClient(ctx, p, &ndkverbs.Connector{Dev: d, Peer: peer, Depths: depths}, stdout)
 	} else {
 		// Over TCP only, no rdma_cm listener: a client's REQ then finds
 		// none (REJ reason 8), as with perftest's server without -R.
-		l := ndkverbs.Unbound(d, ndkverbs.Depths{})
+		l := ndkverbs.Unbound(d, depths)
 		if p.Comm != perftest.CommTCP {
-			if l, err = ndkverbs.Listen(d, p.Port, ndkverbs.Depths{}); err != nil {
+			if l, err = ndkverbs.Listen(d, p.Port, depths); err != nil {
 				return err
 			}
 		}

@@ -64,7 +64,7 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 		fs.IntVar(&f.mtu, n, 0, "perftest's path MTU: here it follows the interface's MTU (1500: 1024, 9000: 4096)")
 	})
 	both("c", "connection", func(n string) {
-		fs.StringVar(&f.connection, n, "RC", "connection type: RC, or UD (send_bw and send_lat)")
+		fs.StringVar(&f.connection, n, "RC", "connection type: RC, UC (send and write tests) or UD (send_bw and send_lat)")
 	})
 	both("b", "bidirectional", func(n string) {
 		fs.BoolVar(&p.Bidir, n, false, "bw tests: both sides run the test at once, each printing both sides' sum (perftest's -b; both sides)")
@@ -128,8 +128,8 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 		return cmdline.Usagef("-I %d: an inline size is 0 or more", f.inline)
 	case f.ibPort != 1:
 		return cmdline.Usagef("-i %d: an ndkxdp adapter has one port, 1", f.ibPort)
-	case !strings.EqualFold(f.connection, "RC") && !strings.EqualFold(f.connection, "UD"):
-		return cmdline.Usagef("-c %s: ndkxdp runs RC and UD connections only", f.connection)
+	case !strings.EqualFold(f.connection, "RC") && !strings.EqualFold(f.connection, "UD") && !strings.EqualFold(f.connection, "UC"):
+		return cmdline.Usagef("-c %s: ndkxdp runs RC, UC and UD connections only", f.connection)
 	case f.mtu != 0:
 		return cmdline.Usagef("-m %d: the path MTU follows the interface's MTU (ip link set dev IF mtu N: 1500 gives 1024, 9000 gives 4096)", f.mtu)
 	case f.cycles:
@@ -166,6 +166,7 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	p.QPs = f.qps
 	p.GIDIndex = int32(f.gidIndex)
 	p.UD = strings.EqualFold(f.connection, "UD")
+	p.UC = strings.EqualFold(f.connection, "UC")
 	switch strings.ToUpper(f.atomicType) {
 	case "", "FETCH_AND_ADD":
 	case "CMP_AND_SWAP":

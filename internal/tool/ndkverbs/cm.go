@@ -50,7 +50,7 @@ func (c *Connector) Connect(ctx context.Context, port uint16, p verbs.ConnParams
 	if err != nil {
 		return nil, err
 	}
-	ep, err := c.Dev.endpoint(c.Depths, srq)
+	ep, err := c.Dev.endpoint(c.Depths, srq, p.UC)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 		conn.Close()
 		return nil, err
 	}
-	ep, err := x.dev.endpoint(x.depths, srq)
+	ep, err := x.dev.endpoint(x.depths, srq, p.UC)
 	if err != nil {
 		_ = conn.Reject(nil)
 		conn.Close()

@@ -126,7 +126,7 @@ var (
 
 // Endpoint creates a QP and its CQ, unconnected: receives may be posted,
 // and the caller connects QP() and then calls Connected.
-func (d *Device) Endpoint(q Depths) (*Endpoint, error) { return d.endpoint(q, nil) }
+func (d *Device) Endpoint(q Depths) (*Endpoint, error) { return d.endpoint(q, nil, false) }
 
 // EndpointOn is Endpoint with a QP on srq (NdkCreateQpWithSrq): it has
 // no receive queue of its own, and the SEND it receives complete on its
@@ -135,14 +135,17 @@ func (d *Device) EndpointOn(q Depths, srq *SRQ) (*Endpoint, error) {
 	if srq == nil || srq.dev != d {
 		return nil, fmt.Errorf("ndkverbs: endpoint on an SRQ of another device: %w", verbs.ErrInvalid)
 	}
-	return d.endpoint(q, srq)
+	return d.endpoint(q, srq, false)
 }
 
-func (d *Device) endpoint(q Depths, srq *SRQ) (*Endpoint, error) {
+// endpoint makes an endpoint on srq (nil: its own receive queue), of a UC
+// QP if uc.
+func (d *Device) endpoint(q Depths, srq *SRQ, uc bool) (*Endpoint, error) {
 	return d.newEndpoint(q, "create qp", func(cfg ndk.QPConfig) (*ndk.QP, error) {
 		if srq != nil {
 			cfg.SRQ, cfg.ReceiveQueueDepth, cfg.MaxReceiveRequestSGE = srq.srq, 0, 0
 		}
+		cfg.UC = uc
 		return d.PD.CreateQP(cfg)
 	})
 }

@@ -49,7 +49,7 @@ func (d *Device) unconnected(q Depths, p verbs.ConnParams) (verbs.OOB, error) {
 	if err != nil {
 		return nil, err
 	}
-	ep, err := d.endpoint(q, srq)
+	ep, err := d.endpoint(q, srq, p.UC)
 	if err != nil {
 		return nil, err
 	}

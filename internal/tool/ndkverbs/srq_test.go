@@ -153,7 +153,7 @@ func (r *rejectFirstData) Connect(ctx context.Context, port uint16, p verbs.Conn
 	if err != nil {
 		return nil, err
 	}
-	ep, err := r.Dev.endpoint(r.Depths, srq)
+	ep, err := r.Dev.endpoint(r.Depths, srq, false)
 	if err != nil {
 		return nil, err
 	}

@@ -183,10 +183,35 @@ func recvBW(ctx context.Context, p *Params, d *data) (Report, error) {
 	var c counts
 	var first uint64
 	posts := p.RxDepth
+	pctx := ctx
+	var lastRecv, deadline time.Time
+	var cancel context.CancelFunc
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
 	for c.recvs < p.Iterations {
 		before := c.recvs
-		if _, err := d.poll(ctx, &c); err != nil {
+		if want := lastRecv.Add(UCStall); p.UC && c.recvs > 0 && (cancel == nil || want.Sub(deadline) > UCStall/2) {
+			// A new bound when the last one fell half a stall behind: the
+			// poll loop allocates nothing in between, and silence ends the
+			// run after UCStall/2 to UCStall.
+			if cancel != nil {
+				cancel()
+			}
+			deadline = want
+			pctx, cancel = context.WithDeadline(ctx, deadline)
+		}
+		if _, err := d.poll(pctx, &c); err != nil {
+			if p.UC && ctx.Err() == nil && pctx.Err() != nil {
+				return Report{}, fmt.Errorf("%d of %d SENDs arrived, then none for %v: the others were lost, and an unreliable connection (-c UC) resends nothing (perftest's server waits for them for good): %w",
+					c.recvs, p.Iterations, UCStall, ErrUCLost)
+			}
 			return Report{}, fmt.Errorf("after %d of %d receives: %w", c.recvs, p.Iterations, err)
+		}
+		if p.UC && c.recvs > before {
+			lastRecv = time.Now()
 		}
 		if before == 0 && c.recvs > 0 {
 			first = clk.now()

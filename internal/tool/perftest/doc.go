@@ -133,7 +133,7 @@
 // wire.
 //
 // What it is not: the test banner of ctx_print_test_info, -f (the margin
-// is always perftest's default), UD/UC/XRC/DC beyond -c UD's send tests,
+// is always perftest's default), UD beyond -c UD's send tests, XRC, DC,
 // and the Ethernet-socket exchange's multicast and raw Ethernet modes.
 // The send bw server's row spans its first to its last
 // receive, without a peak.

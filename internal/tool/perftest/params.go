@@ -142,6 +142,9 @@ type Params struct {
 	// datagram QP, found through rdma_cm's UDP port space. The Connector
 	// or Listener must implement verbs.UDConnector or verbs.UDListener.
 	UD bool
+	// UC is -c UC (uc.go): the data QPs are unreliable-connection QPs,
+	// for the send and write tests; connected as RC ones are.
+	UC bool
 	// QPs is -q: the data QPs of a bandwidth test (multiqp.go), each
 	// with its own rdma_cm connection, buffer and pingpong_dest, each
 	// running the full Iterations; 0 means 1. Latency tests take one.
@@ -218,6 +221,9 @@ func (p *Params) normalize() error {
 	if err := p.normalizeUD(); err != nil {
 		return err
 	}
+	if err := p.normalizeUC(); err != nil {
+		return err
+	}
 	if err := p.normalizeQPs(bad); err != nil {
 		return err
 	}
@@ -265,6 +271,11 @@ func (p *Params) normalize() error {
 	}
 	if p.RxDepth == 0 {
 		p.RxDepth = DefaultRxSend
+		if p.UC {
+			// Nothing resends what finds no receive: as many as the
+			// iterations (perftest's UC_MAX_RX rule; see UCMaxRx).
+			p.RxDepth = UCMaxRx
+		}
 	}
 	if p.RxDepth < 1 || p.RxDepth > MaxTx {
 		return bad("rx depth %d outside 1..%d", p.RxDepth, MaxTx)

@@ -147,7 +147,7 @@ const (
 )
 
 func connParams(p *Params, prepare func(verbs.Endpoint) error) verbs.ConnParams {
-	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare, UDAnnounce: p.UD && p.Kind == Lat, Unordered: p.Bidir && p.Verb == Send}
+	cp := verbs.ConnParams{RetryCount: 7, RNRRetryCount: 7, Prepare: prepare, UDAnnounce: p.UD && p.Kind == Lat, Unordered: p.Bidir && p.Verb == Send, UC: p.UC}
 	if p.Verb == Read || p.Verb == Atomic {
 		// rdma_cm_route_handler / rdma_cm_connection_request_handler.
 		cp.ResponderResources, cp.InitiatorDepth = uint8(p.OutReads), uint8(p.OutReads)

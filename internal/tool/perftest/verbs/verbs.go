@@ -206,6 +206,10 @@ type ConnParams struct {
 	// perftest's server listens on the UDP port space before its sync)
 	// never has a client's request refused. UD endpoints only.
 	Served func()
+	// UC makes the new endpoint's QP an unreliable-connection one
+	// (IBV_QPT_UC, perftest's -c UC): SENDs and RDMA WRITEs only, which
+	// nothing acknowledges; a message that cannot be placed is dropped.
+	UC bool
 	// Unordered makes the endpoint's Poll return receive completions as
 	// they come, also while a signaled SEND of its own is unacknowledged:
 	// perftest's bidirectional send test (run_iter_bi) polls its receive
