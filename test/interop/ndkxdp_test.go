@@ -291,6 +291,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("perftest_bidir", func(t *testing.T) { testPerftestBidir(t, p) })
 		t.Run("perftest_tcp", func(t *testing.T) { testPerftestTCP(t, p) })
 		t.Run("perftest_z", func(t *testing.T) { testPerftestZ(t, p) })
+		t.Run("perftest_uc", func(t *testing.T) { testPerftestUC(t, p) })
 		t.Run("req_traffic_class", func(t *testing.T) { testREQTrafficClass(t, p) })
 		t.Run("srq", func(t *testing.T) { testSRQ(t, p) })
 		t.Run("send_with_invalidate", func(t *testing.T) { testSendInv(t, p) })
