@@ -29,8 +29,8 @@ func runQP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if q.PID != 0 {
 			owner = fmt.Sprintf("pid %d comm %s", q.PID, q.Command)
 		}
-		fmt.Fprintf(stdout, "lqpn %d queue %d type RC state %s peer %s path_mtu %d sq-psn %d unacked-psn %d rq-psn %d outstanding %d reads %d retransmits %d %s\n",
-			q.QPN, q.Queue, q.State, peer, q.PathMTU, q.SendPSN, q.UnackedPSN, q.ExpectedPSN, q.Outstanding, q.ReadsOut, q.Retransmits, owner)
+		fmt.Fprintf(stdout, "lqpn %d queue %d type %s state %s peer %s path_mtu %d sq-psn %d unacked-psn %d rq-psn %d outstanding %d reads %d retransmits %d %s\n",
+			q.QPN, q.Queue, q.Type, q.State, peer, q.PathMTU, q.SendPSN, q.UnackedPSN, q.ExpectedPSN, q.Outstanding, q.ReadsOut, q.Retransmits, owner)
 	}
 	return nil
 }

@@ -185,6 +185,7 @@ type SocketStats struct {
 type QP struct {
 	QPN         uint32 `json:"qpn"`
 	Queue       int    `json:"queue"`
+	Type        string `json:"type"` // RC, UC or UD
 	State       string `json:"state"`
 	PeerAddr    string `json:"peer_addr,omitempty"`
 	PeerQPN     uint32 `json:"peer_qpn,omitempty"`
@@ -514,7 +515,7 @@ func (s *Server) qps() ([]QP, error) {
 	out := []QP{}
 	for _, q := range p.QPs() {
 		x := QP{
-			QPN: q.QPN, Queue: q.Queue, State: q.State.String(), PathMTU: q.PathMTU,
+			QPN: q.QPN, Queue: q.Queue, Type: q.Type, State: q.State.String(), PathMTU: q.PathMTU,
 			SendPSN: q.SendPSN, UnackedPSN: q.UnackedPSN, ExpectedPSN: q.ExpectedPSN,
 			Outstanding: q.Outstanding, ReadsOut: q.ReadsOut, QP: q.QPInfo.QP,
 		}

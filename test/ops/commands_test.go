@@ -243,7 +243,10 @@ func TestStatsAndQP(t *testing.T) {
 		}
 	}
 	text = string(run(t, "qp", "-daemon", bd.sock))
-	for _, want := range []string{"lqpn " + itoa(int(q.QPN)), "state connected", "peer " + bd.pair.B.IPv4.String() + " rqpn " + itoa(int(q.PeerQPN)), "pid " + itoa(os.Getpid())} {
+	if q.Type != "RC" {
+		t.Errorf("qp type %q, want RC", q.Type)
+	}
+	for _, want := range []string{"lqpn " + itoa(int(q.QPN)), "type RC state connected", "peer " + bd.pair.B.IPv4.String() + " rqpn " + itoa(int(q.PeerQPN)), "pid " + itoa(os.Getpid())} {
 		if !strings.Contains(text, want) {
 			t.Errorf("qp output lacks %q:\n%s", want, text)
 		}

@@ -11,6 +11,9 @@ import (
 type QPInfo struct {
 	QPN   uint32
 	State State
+	// Type is the transport, as rdma resource show qp names it: "RC",
+	// "UC" or "UD".
+	Type string
 	// Peer is the remote address and QPN once connected.
 	PeerIP  netip.Addr
 	PeerQPN uint32
@@ -42,13 +45,19 @@ func (e *Engine) QPs() []QPInfo {
 func (q *QP) info() QPInfo {
 	t := &q.t
 	x := QPInfo{
-		QPN: q.cfg.QPN, State: q.State(),
+		QPN: q.cfg.QPN, State: q.State(), Type: "RC",
 		SendPSN: uint32(t.nextPSN), UnackedPSN: uint32(t.una), ExpectedPSN: uint32(t.ePSN),
 		Outstanding: int(q.sq.tail.Load() - t.sqHead), ReadsOut: t.readsOut,
 		QP: t.n,
 	}
 	if t.connected {
 		x.PeerIP, x.PeerQPN, x.PathMTU = t.peerIP, t.params.Remote.QPN, int(t.pmtu)
+	}
+	switch {
+	case q.cfg.UC:
+		x.Type = "UC"
+	case q.cfg.UD:
+		x.Type = "UD"
 	}
 	return x
 }

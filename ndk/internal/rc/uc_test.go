@@ -101,6 +101,9 @@ func TestUC_SendAndWriteUnacknowledged(t *testing.T) {
 	if s := a.eng.Stats(); s.Retransmits != 0 || s.Timeouts != 0 {
 		t.Fatalf("requester retransmitted %d rounds, %d timeouts", s.Retransmits, s.Timeouts)
 	}
+	if qs := a.eng.QPs(); len(qs) != 1 || qs[0].Type != "UC" || qs[0].Outstanding != 0 || qs[0].SendPSN != qs[0].UnackedPSN {
+		t.Fatalf("QP rows %+v: want one UC QP, idle, nothing unacknowledged", qs)
+	}
 }
 
 // TestUC_LossDropsTheMessageOnly: the second packet of a three-packet
