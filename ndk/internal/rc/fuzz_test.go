@@ -15,7 +15,8 @@ import (
 // arbitrary opcodes, PSNs, RETH/AETH/IETH fields and payload lengths from
 // a peer it is connected to. The engine must not crash, must not touch a
 // byte outside its regions, and must keep serving a valid SEND afterwards
-// unless the frames put the QP in error.
+// unless the frames put the QP in error. A program of odd length runs
+// against a UC QP, its opcodes under the UC transport (uc.go).
 func FuzzEngineFrames(f *testing.F) {
 	f.Add([]byte{0x04, 0, 0, 0x0a, 1, 0, 0, 0, 0, 0, 0x10, 0x0c, 0, 0x11, 0x60})
 	f.Add([]byte{0x06, 0, 1, 0x07, 1, 0x08, 2, 0x0c, 3, 0x0d, 0, 0x11, 0x20})
@@ -28,7 +29,8 @@ func FuzzEngineFrames(f *testing.F) {
 			t.Fatal(err)
 		}
 		h := newHost(t, pipe.B(), "198.18.0.2", 2, &pairOptions{cqDepth: 1024})
-		q := h.createQP(0x100, 64)
+		uc := len(prog)%2 == 1
+		q := h.createQPOf(0x100, 64, uc)
 		peer := Endpoint{IP: netip.MustParseAddr("198.18.0.1"), MAC: rocev2.MAC{2, 0, 0, 0, 0, 1}, QPN: 0x200, PSN: 100}
 		p := defaultParams(rocev2.MTU256)
 		p.Local = Endpoint{IP: h.ip, MAC: h.mac, QPN: 0x100, PSN: 500}
@@ -54,6 +56,9 @@ func FuzzEngineFrames(f *testing.F) {
 		a := pipe.A()
 		for len(prog) >= 3 {
 			op, dpsn, arg := rocev2.Opcode(prog[0]&0x1F), prog[1], prog[2]
+			if uc {
+				op |= rocev2.Opcode(rocev2.TransportUC)
+			}
 			prog = prog[3:]
 			info := op.Info()
 			if !info.Valid {
