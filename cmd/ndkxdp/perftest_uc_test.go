@@ -18,8 +18,8 @@ import (
 )
 
 // TestPerfUC runs perftest's send and write tests with -c UC over a veth
-// pair, with the control messages through rdma_cm and over TCP, each
-// with report rows on both sides. Over TCP every RoCEv2 frame in the
+// pair, with the control messages over TCP and through rdma_cm (-z; -R
+// refuses UC, as perftest does), each with report rows on both sides. Over TCP every RoCEv2 frame in the
 // server's capture is the test's, and each is a UC SEND or RDMA WRITE
 // without AckReq: nothing comes back to acknowledge them.
 func TestPerfUC(t *testing.T) {
@@ -39,9 +39,11 @@ func TestPerfUC(t *testing.T) {
 		{"write_bw", []string{"-comm", "tcp", "-s", "4096"}},
 		{"send_lat", []string{"-comm", "tcp"}},
 		{"write_lat", []string{"-comm", "tcp"}},
-		{"send_bw", []string{"-R", "-s", "1024"}},
-		{"write_lat", []string{"-R"}},
-		{"write_bw", []string{"-R", "-q", "2"}},
+		// -z: the control messages through rdma_cm, the UC data QPs
+		// connected out of band; without -comm the sides talk TCP.
+		{"send_bw", []string{"-z", "-s", "1024"}},
+		{"write_lat", []string{"-z"}},
+		{"write_bw", []string{"-q", "2"}},
 	} {
 		t.Run(tc.test+strings.Join(tc.more, ""), func(t *testing.T) {
 			capture := filepath.Join(t.TempDir(), "server.pcap")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
@@ -13,12 +14,11 @@ import (
 )
 
 // testPerftestUC runs perftest's send and write tests with -c UC against
-// rxe, each side as server and as client: without -R (control over TCP,
-// the UC QPs connected out of band) every test, and with -R (rdma_cm,
-// whose REQ says RC for a UC QP as Linux's does) ib_send_bw and
-// ib_write_lat. Both sides print their rows, and every frame ndkxdp sent
-// on a data QP is a UC SEND or RDMA WRITE without AckReq: nothing
-// answers them.
+// rxe, each side as server and as client: control over TCP (the UC QPs
+// connected out of band) for every test, and through rdma_cm (-z) for
+// ib_send_bw and ib_write_lat. Both sides print their rows, and every
+// frame of a data connection, either way, is a UC SEND or RDMA WRITE
+// without AckReq: nothing answers them.
 func testPerftestUC(t *testing.T, p *peer) {
 	const size = 4096
 	for _, c := range []perfCase{
@@ -41,11 +41,14 @@ func testPerftestUC(t *testing.T, p *peer) {
 			requireUCFrames(t, p, res)
 		})
 	}
+	// -z: the control connection through rdma_cm, the UC data QPs out
+	// of band (perftest refuses -R with UC: "UC is not supported in
+	// librdmacm").
 	for _, c := range []perfCase{{"ib_send_bw", perftest.Send, perftest.BW}, {"ib_write_lat", perftest.Write, perftest.Lat}} {
 		prm := c.params(size)
-		prm.MTU, prm.UC, prm.Comm = p.dev.Adapter.PathMTU(), true, perftest.CommRDMACM
-		cmd := c.tool + " " + guestArgs(prm) + " -c UC"
-		t.Run(c.tool+"_uc_R/rxe_server", func(t *testing.T) {
+		prm.MTU, prm.UC, prm.Comm = p.dev.Adapter.PathMTU(), true, perftest.CommRDMACMControl
+		cmd := fmt.Sprintf("%s -z -d rxe0 -x %d -F -n %d -s %d -p %d -c UC", c.tool, p.vm.Guest.GIDIndex, prm.Iterations, prm.Size, prm.Port)
+		t.Run(c.tool+"_uc_z/rxe_server", func(t *testing.T) {
 			var ours bytes.Buffer
 			var theirs string
 			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
@@ -58,9 +61,10 @@ func testPerftestUC(t *testing.T, p *peer) {
 			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
 			requireRow(t, "rxe", theirs, theirs, prm)
 			requireRow(t, "ndkxdp", ours.String(), ours.String(), prm)
+			requireOOBAddresses(t, theirs, ours.String(), res)
 			requireUCFrames(t, p, res)
 		})
-		t.Run(c.tool+"_uc_R/rxe_client", func(t *testing.T) {
+		t.Run(c.tool+"_uc_z/rxe_client", func(t *testing.T) {
 			var ours bytes.Buffer
 			var theirs string
 			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
@@ -72,38 +76,38 @@ func testPerftestUC(t *testing.T, p *peer) {
 			}, fmt.Sprintf("%s %v", cmd, HostIPv4))
 			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
 			requireRow(t, "rxe", theirs, theirs, prm)
-			if c.kind == perftest.Lat {
-				requireRow(t, "ndkxdp", ours.String(), ours.String(), prm)
-			}
+			requireRow(t, "ndkxdp", ours.String(), ours.String(), prm)
+			requireOOBAddresses(t, theirs, ours.String(), res)
 			requireUCFrames(t, p, res)
 		})
 	}
 }
 
-// requireUCFrames checks the frames ndkxdp sent to the data QP(s) of res
-// since the case began: some, each a UC opcode without AckReq.
+// requireUCFrames checks the frames of the data connection(s) of res,
+// both ways: some, each a UC opcode without AckReq (rxe's UC packets
+// ask for none either), and nothing else: no ACK, no RC packet.
 func requireUCFrames(t *testing.T, p *peer, res perftest.Result) {
 	t.Helper()
-	peers := res.Peers
+	locals, peers := res.Locals, res.Peers
 	if peers == nil {
-		peers = []perftest.Dest{res.Peer}
+		locals, peers = []perftest.Dest{res.Local}, []perftest.Dest{res.Peer}
 	}
 	data := map[uint32]bool{}
-	for _, d := range peers {
+	for _, d := range append(slices.Clone(locals), peers...) {
 		data[uint32(d.QPN)] = true
 	}
 	n := 0
 	for _, f := range p.framesNow(t) {
 		var pkt rocev2.Packet
-		if !f.Outgoing || rocev2.Parse(f.Data, &pkt) != nil || !data[pkt.BTH.DestQP] {
+		if rocev2.Parse(f.Data, &pkt) != nil || !data[pkt.BTH.DestQP] {
 			continue
 		}
 		if pkt.BTH.Opcode.Transport() != rocev2.TransportUC || pkt.BTH.AckReq {
-			t.Fatalf("ndkxdp sent %v (AckReq %v) to the UC data QP %#x", pkt.BTH.Opcode, pkt.BTH.AckReq, pkt.BTH.DestQP)
+			t.Fatalf("%v (AckReq %v) on the UC data connection, to QP %#x", pkt.BTH.Opcode, pkt.BTH.AckReq, pkt.BTH.DestQP)
 		}
 		n++
 	}
 	if n == 0 {
-		t.Fatalf("ndkxdp sent no frame to the data QP(s) %v", peers)
+		t.Fatalf("no frame on the data connection(s) %v <-> %v", locals, peers)
 	}
 }

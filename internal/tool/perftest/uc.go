@@ -7,9 +7,11 @@ import (
 )
 
 // -c UC (perftest's connection type UC): the data QPs are
-// unreliable-connection QPs (verbs.ConnParams.UC), connected as RC ones
-// are, with -R through rdma_cm or without it out of band, and
-// pingpong_dest the same. perftest takes UC for its send and write tests
+// unreliable-connection QPs (verbs.ConnParams.UC), connected out of band
+// as RC ones are without -R, the control messages over TCP or, with -z,
+// through rdma_cm; pingpong_dest the same. perftest refuses -R with UC
+// ("UC is not supported in librdmacm"), and so does this package; a
+// client that would try rdma_cm first (CommAuto) talks TCP at once. perftest takes UC for its send and write tests
 // ("UC connection not possible in READ/ATOMIC verbs"). Nothing
 // acknowledges a UC request, so nothing resends a SEND that found no
 // receive: a send test's receiver posts as many receives as the
@@ -34,6 +36,11 @@ func (p *Params) normalizeUC() error {
 		return fmt.Errorf("perftest: -c is UC or UD, not both: %w", ErrUnsupported)
 	case p.Verb == Read || p.Verb == Atomic:
 		return fmt.Errorf("perftest: UC connection not possible in READ/ATOMIC verbs (perftest's words; -c UC runs the send and write tests): %w", ErrUnsupported)
+	case p.Comm == CommRDMACM:
+		return fmt.Errorf("perftest: UC is not supported in librdmacm (perftest's words: -R refuses -c UC; -z takes it): %w", ErrUnsupported)
+	case p.Comm == CommAuto:
+		// Without -R perftest talks TCP; rdma_cm makes no UC data QP.
+		p.Comm = CommTCP
 	}
 	return nil
 }
