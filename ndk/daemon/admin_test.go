@@ -33,14 +33,14 @@ func TestCounterNames(t *testing.T) {
 // TestQPJSON: a QP's row keeps its keys, in their order, with each
 // counter under its name.
 func TestQPJSON(t *testing.T) {
-	q := QP{QPN: 5, State: "RTS", Outstanding: 1, PID: 9}
+	q := QP{QPN: 5, Type: "UC", State: "RTS", Outstanding: 1, PID: 9}
 	q.FramesIn, q.FramesOut, q.Retransmits, q.Timeouts, q.NAKsSent = 1, 2, 3, 4, 5
 	q.NAKsReceived, q.RNRSent, q.RNRReceived, q.Duplicates, q.OutOfSeq = 6, 7, 8, 9, 10
 	b, err := json.Marshal(q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"qpn":5,"queue":0,"state":"RTS","sq_psn":0,"unacked_psn":0,"rq_psn":0,"outstanding":1,"reads_out":0,` +
+	want := `{"qpn":5,"queue":0,"type":"UC","state":"RTS","sq_psn":0,"unacked_psn":0,"rq_psn":0,"outstanding":1,"reads_out":0,` +
 		`"frames_in":1,"frames_out":2,"retransmits":3,"ack_timeouts":4,"naks_sent":5,"naks_received":6,` +
 		`"rnr_naks_sent":7,"rnr_naks_received":8,"duplicate_requests":9,"out_of_sequence":10,"pid":9}`
 	if string(b) != want {

@@ -184,24 +184,16 @@ func recvBW(ctx context.Context, p *Params, d *data) (Report, error) {
 	var first uint64
 	posts := p.RxDepth
 	pctx := ctx
-	var lastRecv, deadline time.Time
-	var cancel context.CancelFunc
-	defer func() {
-		if cancel != nil {
-			cancel()
-		}
-	}()
+	var lastRecv time.Time
+	var bound stallBound
+	defer bound.stop()
 	for c.recvs < p.Iterations {
 		before := c.recvs
-		if want := lastRecv.Add(UCStall); p.UC && c.recvs > 0 && (cancel == nil || want.Sub(deadline) > UCStall/2) {
+		if want := lastRecv.Add(UCStall); p.UC && c.recvs > 0 && (bound.ctx == nil || want.Sub(bound.deadline) > UCStall/2) {
 			// A new bound when the last one fell half a stall behind: the
 			// poll loop allocates nothing in between, and silence ends the
 			// run after UCStall/2 to UCStall.
-			if cancel != nil {
-				cancel()
-			}
-			deadline = want
-			pctx, cancel = context.WithDeadline(ctx, deadline)
+			pctx = bound.renew(ctx, want)
 		}
 		if _, err := d.poll(pctx, &c); err != nil {
 			if p.UC && ctx.Err() == nil && pctx.Err() != nil {
@@ -381,4 +373,25 @@ func sendLat(ctx context.Context, p *Params, d *data, posted []uint64, client bo
 		}
 	}
 	return nil
+}
+
+// stallBound is the deadline of a -c UC receiver's wait for its next SEND.
+type stallBound struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+}
+
+// renew replaces the bound by one at d under parent and returns it.
+func (b *stallBound) renew(parent context.Context, d time.Time) context.Context {
+	b.stop()
+	b.deadline = d
+	b.ctx, b.cancel = context.WithDeadline(parent, d)
+	return b.ctx
+}
+
+func (b *stallBound) stop() {
+	if b.cancel != nil {
+		b.cancel()
+	}
 }
