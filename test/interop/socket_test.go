@@ -108,42 +108,48 @@ func testPerftestZ(t *testing.T, p *peer) {
 		prm := c.params(4096)
 		prm.MTU, prm.Comm = p.dev.Adapter.PathMTU(), perftest.CommRDMACMControl
 		cmd := fmt.Sprintf("%s -z -d rxe0 -x %d -F -n %d -s %d -p %d", c.tool, p.vm.Guest.GIDIndex, prm.Iterations, prm.Size, prm.Port)
-		check := func(t *testing.T, rxeServer bool, theirs, ours string, res perftest.Result) {
+		zBothWays(t, p, c.tool, prm, c.timeout(), cmd, func(t *testing.T, rxeServer bool, theirs, ours string, res perftest.Result) {
 			requireRow(t, "rxe", theirs, theirs, prm)
 			calib := ours
-			if !rxeServer && c.kind == perftest.BW {
+			if !rxeServer && c.kind == perftest.BW && c.verb != perftest.Send {
 				calib = theirs // our write bw server prints rxe's row
 			}
 			requireRow(t, "ndkxdp", ours, calib, prm)
 			requireOOBAddresses(t, theirs, ours, res)
-		}
-		t.Run(c.tool+"/rxe_server", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			var res perftest.Result
-			theirs = p.guestServer(t, ctx, cmd, perfPort, func() (err error) {
-				res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
-				return err
-			})
-			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
-			check(t, true, theirs, ours.String(), res)
-		})
-		t.Run(c.tool+"/rxe_client", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			var res perftest.Result
-			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) (err error) {
-				res, err = perftest.RunServer(ctx, prm, l, &ours)
-				return err
-			}, fmt.Sprintf("%s %v", cmd, HostIPv4))
-			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
-			check(t, false, theirs, ours.String(), res)
 		})
 	}
+}
+
+// zBothWays runs rxe's perftest cmd with -z against ours with prm (its
+// Comm CommRDMACMControl), rxe as server and then as client, and checks
+// each run's outputs and our result with check.
+func zBothWays(t *testing.T, p *peer, name string, prm perftest.Params, timeout time.Duration, cmd string, check func(t *testing.T, rxeServer bool, theirs, ours string, res perftest.Result)) {
+	t.Run(name+"/rxe_server", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, timeout)
+		var res perftest.Result
+		theirs = p.guestServer(t, ctx, cmd, perfPort, func() (err error) {
+			res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
+			return err
+		})
+		t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
+		check(t, true, theirs, ours.String(), res)
+	})
+	t.Run(name+"/rxe_client", func(t *testing.T) {
+		var ours bytes.Buffer
+		var theirs string
+		p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
+		ctx := ctxFor(t, timeout)
+		var res perftest.Result
+		theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) (err error) {
+			res, err = perftest.RunServer(ctx, prm, l, &ours)
+			return err
+		}, fmt.Sprintf("%s %v", cmd, HostIPv4))
+		t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
+		check(t, false, theirs, ours.String(), res)
+	})
 }
 
 // tcpBothWays runs rxe's perftest cmd (without -R and the server's

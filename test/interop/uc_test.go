@@ -1,15 +1,11 @@
 package interop
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"slices"
 	"testing"
 
-	"github.com/ndkxdp/ndkxdp/internal/tool/ndkverbs"
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest"
-	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
@@ -48,36 +44,10 @@ func testPerftestUC(t *testing.T, p *peer) {
 		prm := c.params(size)
 		prm.MTU, prm.UC, prm.Comm = p.dev.Adapter.PathMTU(), true, perftest.CommRDMACMControl
 		cmd := fmt.Sprintf("%s -z -d rxe0 -x %d -F -n %d -s %d -p %d -c UC", c.tool, p.vm.Guest.GIDIndex, prm.Iterations, prm.Size, prm.Port)
-		t.Run(c.tool+"_uc_z/rxe_server", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			var res perftest.Result
-			theirs = p.guestServer(t, ctx, cmd, perfPort, func() (err error) {
-				res, err = perftest.RunClient(ctx, prm, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, &ours)
-				return err
-			})
-			t.Logf("rxe server:\n%s\nndkxdp client:\n%s", theirs, ours.String())
+		zBothWays(t, p, c.tool+"_uc_z", prm, c.timeout(), cmd, func(t *testing.T, _ bool, theirs, ours string, res perftest.Result) {
 			requireRow(t, "rxe", theirs, theirs, prm)
-			requireRow(t, "ndkxdp", ours.String(), ours.String(), prm)
-			requireOOBAddresses(t, theirs, ours.String(), res)
-			requireUCFrames(t, p, res)
-		})
-		t.Run(c.tool+"_uc_z/rxe_client", func(t *testing.T) {
-			var ours bytes.Buffer
-			var theirs string
-			p.captureRows(t, func() (string, string) { return reportLines(theirs), reportLines(ours.String()) })
-			ctx := ctxFor(t, c.timeout())
-			var res perftest.Result
-			theirs = p.hostServer(t, ctx, perfPort, func(ctx context.Context, l verbs.Listener) (err error) {
-				res, err = perftest.RunServer(ctx, prm, l, &ours)
-				return err
-			}, fmt.Sprintf("%s %v", cmd, HostIPv4))
-			t.Logf("rxe client:\n%s\nndkxdp server:\n%s", theirs, ours.String())
-			requireRow(t, "rxe", theirs, theirs, prm)
-			requireRow(t, "ndkxdp", ours.String(), ours.String(), prm)
-			requireOOBAddresses(t, theirs, ours.String(), res)
+			requireRow(t, "ndkxdp", ours, ours, prm)
+			requireOOBAddresses(t, theirs, ours, res)
 			requireUCFrames(t, p, res)
 		})
 	}

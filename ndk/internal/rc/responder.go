@@ -221,18 +221,10 @@ func (e *Engine) recvWrite(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 			t.wbuf = b
 		}
 	}
-	n := uint32(len(p.Payload))
-	if uint64(t.woff)+uint64(n) > uint64(len(t.wbuf)) ||
-		(pos&rocev2.PosLast != 0 && t.woff+n != uint32(len(t.wbuf))) {
+	if !e.placeWrite(q, pos) {
 		e.fatalNAK(q, psn, rocev2.NAKInvalidRequest) // length differs from the RETH
 		return
 	}
-	copy(t.wbuf[t.woff:], p.Payload)
-	e.c.writesPlaced.Add(1) // publishes the bytes (PlacedWrites)
-	if q.writeArm.Load() != nil {
-		wakeArmed(&q.writeArm)
-	}
-	t.woff += n
 	t.ePSN = t.ePSN.Next()
 	if pos&rocev2.PosLast == 0 {
 		t.inMsg = msgWrite
@@ -249,6 +241,26 @@ func (e *Engine) recvWrite(q *QP, op rocev2.Opcode, pos rocev2.Position) {
 	if p.BTH.AckReq {
 		e.setCtl(q, ctlAck, 0, 0)
 	}
+}
+
+// placeWrite copies the WRITE packet in e.pkt (at pos in its message)
+// into the target its FIRST checked, unless the lengths disagree with the
+// RETH's, and publishes the bytes (PlacedWrites).
+func (e *Engine) placeWrite(q *QP, pos rocev2.Position) bool {
+	t := &q.t
+	payload := e.pkt.Payload
+	n := uint32(len(payload))
+	if uint64(t.woff)+uint64(n) > uint64(len(t.wbuf)) ||
+		(pos&rocev2.PosLast != 0 && t.woff+n != uint32(len(t.wbuf))) {
+		return false
+	}
+	copy(t.wbuf[t.woff:], payload)
+	e.c.writesPlaced.Add(1)
+	if q.writeArm.Load() != nil {
+		wakeArmed(&q.writeArm)
+	}
+	t.woff += n
+	return true
 }
 
 func (e *Engine) recvRead(q *QP) {

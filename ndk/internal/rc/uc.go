@@ -143,17 +143,10 @@ func (e *Engine) ucResponder(q *QP) {
 			t.wbuf = b
 		}
 	}
-	n := uint32(len(p.Payload))
-	if uint64(t.woff)+uint64(n) > uint64(len(t.wbuf)) || (last && t.woff+n != uint32(len(t.wbuf))) {
+	if !e.placeWrite(q, pos) {
 		e.ucDropMsg(q) // length differs from the RETH
 		return
 	}
-	copy(t.wbuf[t.woff:], p.Payload)
-	e.c.writesPlaced.Add(1) // publishes the bytes (PlacedWrites)
-	if q.writeArm.Load() != nil {
-		wakeArmed(&q.writeArm)
-	}
-	t.woff += n
 	t.ePSN = psn.Next()
 	if !last {
 		t.inMsg = msgWrite
