@@ -168,12 +168,7 @@ func (e *Engine) holdAck(q *QP) {
 // RESPST_ERR_RNR).
 func (e *Engine) takeReceive(q *QP, psn rocev2.PSN) bool {
 	t := &q.t
-	if q.cfg.SRQ != nil {
-		// A QP on an SRQ takes its receive when a message needs one; an
-		// RNR NAK only when the SRQ is empty.
-		t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
-	}
-	if (q.cfg.SRQ != nil && !t.hasCur) || (q.cfg.SRQ == nil && t.rqHead == q.rq.tail.Load()) {
+	if !e.haveReceive(q) {
 		t.nakSent = true
 		atomic.AddUint64(&e.c.RNRSent, 1)
 		t.n.RNRSent++
@@ -181,6 +176,18 @@ func (e *Engine) takeReceive(q *QP, psn rocev2.PSN) bool {
 		return false
 	}
 	return true
+}
+
+// haveReceive reports whether a receive is there for the message that
+// needs one: the head of q's receive queue, or one a QP on an SRQ takes
+// now (and keeps for its next message if this one ends without it).
+func (e *Engine) haveReceive(q *QP) bool {
+	t := &q.t
+	if q.cfg.SRQ != nil {
+		t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
+		return t.hasCur
+	}
+	return t.rqHead != q.rq.tail.Load()
 }
 
 // recvWrite places one RDMA WRITE packet. The last packet of a WRITE with

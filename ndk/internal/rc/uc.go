@@ -78,9 +78,8 @@ func (e *Engine) ucResponder(q *QP) {
 		t.ucDrop = false
 	}
 	if start && t.inMsg != msgNone {
-		// A new message before the last one's LAST: that one is lost,
-		// its receive is used again.
-		atomic.AddUint64(&e.c.UCDropped, 1)
+		// A new message before the last one's LAST (its PSN counted in
+		// out_of_seq): that one is lost, its receive is used again.
 		e.ucAbandon(q)
 	}
 	var kind uint8
@@ -98,7 +97,7 @@ func (e *Engine) ucResponder(q *QP) {
 	}
 	if kind == msgSend {
 		if start {
-			if !e.ucReceive(q) {
+			if !e.haveReceive(q) {
 				e.ucDropMsg(q)
 				return
 			}
@@ -125,7 +124,7 @@ func (e *Engine) ucResponder(q *QP) {
 		return
 	}
 	withImm := op == rocev2.UCWriteLastImm || op == rocev2.UCWriteOnlyImm
-	if withImm && !e.ucReceive(q) {
+	if withImm && !e.haveReceive(q) {
 		e.ucDropMsg(q)
 		return
 	}
@@ -159,18 +158,6 @@ func (e *Engine) ucResponder(q *QP) {
 	if withImm {
 		e.completeRecv(q, ndkpi.StatusSuccess, 0, length, ndkpi.OpReceiveWriteWithImmediate, 0, p.BTH.SE, immediate{p.ImmDt, true})
 	}
-}
-
-// ucReceive reports whether a receive is there for the message that needs
-// one: the head of q's receive queue, or one taken from its SRQ (kept
-// for the next message if this one is dropped).
-func (e *Engine) ucReceive(q *QP) bool {
-	t := &q.t
-	if q.cfg.SRQ != nil {
-		t.hasCur = t.hasCur || q.cfg.SRQ.take(&t.cur)
-		return t.hasCur
-	}
-	return t.rqHead != q.rq.tail.Load()
 }
 
 // ucDropMsg drops the packet in e.pkt, the message in progress, and what
