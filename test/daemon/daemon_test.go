@@ -147,11 +147,17 @@ func (bd *bed) connect(t testing.TB, c *client, port uint16) *peer {
 // connectNotified is connect whose client connector calls onDisconnect.
 func (bd *bed) connectNotified(t testing.TB, c *client, port uint16, onDisconnect func()) *peer {
 	t.Helper()
+	return bd.connectQP(t, c, port, onDisconnect, false)
+}
+
+// connectQP is connectNotified, B's QP a UC one if uc (c.qp must be too).
+func (bd *bed) connectQP(t testing.TB, c *client, port uint16, onDisconnect func(), uc bool) *peer {
+	t.Helper()
 	b := bd.b
 	pr := &peer{mem: make([]byte, 1<<16), b: b.Adapter}
 	var err error
 	if pr.qp, err = b.PD.CreateQP(ndk.QPConfig{ReceiveCQ: b.RCQ, InitiatorCQ: b.ICQ, ReceiveQueueDepth: 64, InitiatorQueueDepth: 64,
-		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, Context: port}); err != nil {
+		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, Context: port, UC: uc}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pr.qp.Close() })
