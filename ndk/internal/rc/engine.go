@@ -98,6 +98,12 @@ type Config struct {
 	// it (forward.go). It runs on the engine goroutine, must not block or
 	// allocate, and must be safe while QPs are created and destroyed.
 	Owner func(qpn uint32) *Engine
+	// Groups, when set, names the engines of the adapter that have QPs
+	// attached to a multicast group (multicast.go): a datagram for the
+	// group that arrives here is forwarded to each of them but this one.
+	// It runs on the engine goroutine, must not block or allocate, and
+	// must not change the slice it returned; it needs Owner set.
+	Groups func(group netip.Addr) []*Engine
 	// Traffic is the traffic class of QPs whose ConnParams name none.
 	Traffic TrafficClass
 	// CC is congestion control: ECN notification and DCQCN (congestion.go).
@@ -179,6 +185,8 @@ type Engine struct {
 	firstPacket func(qpn uint32)
 	qpFailed    func(qpn, wcStatus uint32)
 	owner       func(qpn uint32) *Engine
+	groups      func(group netip.Addr) []*Engine
+	mcast       map[netip.Addr][]*QP // multicast members (multicast.go); engine goroutine only
 	inbox       *queue.MPSC[forwarded] // frames other engines forwarded here
 	fwdFree     *queue.MPSC[[]byte]    // this engine's free forwarding buffers
 	gsiTx       *queue.MPSC[[]byte]    // MADs to transmit (TransmitGSI)
@@ -281,6 +289,8 @@ func NewEngine(cfg Config) (*Engine, error) {
 		firstPacket: cfg.FirstPacket,
 		qpFailed:    cfg.QPFailed,
 		owner:       cfg.Owner,
+		groups:      cfg.Groups,
+		mcast:       make(map[netip.Addr][]*QP),
 		gsiTx:       gsiTx,
 		awaitFirst:  make(map[uint32]struct{}),
 		port:        cfg.Port,

@@ -61,10 +61,16 @@ func (e *Engine) forward(qpn uint32, frame []byte) bool {
 	if dst == nil || dst == e || dst.inbox == nil {
 		return false
 	}
+	e.forwardTo(dst, frame)
+	return true
+}
+
+// forwardTo copies frame into dst's inbox, or counts it dropped.
+func (e *Engine) forwardTo(dst *Engine, frame []byte) {
 	var buf []byte
 	if len(frame) > forwardFrameLen || !e.fwdFree.TryPop(&buf) {
 		atomic.AddUint64(&e.c.ForwardDrops, 1)
-		return true
+		return
 	}
 	buf = buf[:len(frame)]
 	copy(buf, frame)
@@ -73,11 +79,10 @@ func (e *Engine) forward(qpn uint32, frame []byte) bool {
 		buf = buf[:cap(buf)]
 		e.fwdFree.TryPush(&buf)
 		atomic.AddUint64(&e.c.ForwardDrops, 1)
-		return true
+		return
 	}
 	atomic.AddUint64(&e.c.ForwardedOut, 1)
 	dst.port.Doorbell()
-	return true
 }
 
 // receiveForwarded handles the frames other engines forwarded to this one.

@@ -54,6 +54,9 @@ type pairOptions struct {
 	qpFailed func(host byte, qpn, wcStatus uint32)
 	// uc makes the QPs unreliable-connection ones (uc.go).
 	uc bool
+	// owner and groups are Config.Owner and Config.Groups of both engines.
+	owner  func(qpn uint32) *Engine
+	groups func(group netip.Addr) []*Engine
 }
 
 func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *host {
@@ -62,7 +65,8 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource, CC: o.cc, Traffic: o.traffic, CPUs: o.cpus}
+	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource, CC: o.cc, Traffic: o.traffic, CPUs: o.cpus,
+		Owner: o.owner, Groups: o.groups}
 	if f := o.qpFailed; f != nil {
 		cfg.QPFailed = func(qpn, wc uint32) { f(mac, qpn, wc) }
 	}

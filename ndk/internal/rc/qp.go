@@ -284,6 +284,7 @@ func (q *QP) Close() error {
 			_ = e.sendCtl(q)
 		}
 		e.enterError(q)
+		e.detachAll(q)
 		delete(e.qps, q.cfg.QPN)
 		delete(e.awaitFirst, q.cfg.QPN)
 		if e.lastQP == q {

@@ -16,6 +16,7 @@ type qpTransport struct {
 	ud        bool   // an active UD QP (ud.go); never connected
 	qkey      uint32 // a UD QP's Q_Key
 	udTOS     uint8  // a UD QP's own IP TOS, for sends that name none
+	groups    []netip.Addr // multicast groups a UD QP is attached to
 	failed    bool
 	drained   bool // QP.drained is closed
 	active    bool // on the engine's active list

@@ -201,6 +201,10 @@ func (e *Engine) udRequest(q *QP) (int, bool) {
 // udReceive takes a UD SEND for a QP other than QP1.
 func (e *Engine) udReceive(frame []byte, mayForward bool) {
 	p := &e.pkt
+	if p.BTH.DestQP == rocev2.MulticastQPN {
+		e.mcastReceive(frame, mayForward)
+		return
+	}
 	q := e.lookup(p.BTH.DestQP)
 	if q == nil {
 		if mayForward && e.forward(p.BTH.DestQP, frame) {
@@ -209,6 +213,13 @@ func (e *Engine) udReceive(frame []byte, mayForward bool) {
 		atomic.AddUint64(&e.c.UnknownQP, 1)
 		return
 	}
+	e.udDeliver(q, true)
+}
+
+// udDeliver gives the UD datagram in e.pkt to q; toQP: it was addressed to
+// q itself (checked against q's address), not to a multicast group.
+func (e *Engine) udDeliver(q *QP, toQP bool) {
+	p := &e.pkt
 	t := &q.t
 	switch {
 	case !t.ud || t.failed:
@@ -217,7 +228,7 @@ func (e *Engine) udReceive(frame []byte, mayForward bool) {
 	case p.BTH.PKey&0x7FFF != rocev2.DefaultPKey&0x7FFF:
 		atomic.AddUint64(&e.c.BadPKey, 1)
 		return
-	case !t.toLocal(p):
+	case toQP && !t.toLocal(p):
 		atomic.AddUint64(&e.c.WrongDestination, 1)
 		return
 	case p.DETH.QKey != t.qkey:

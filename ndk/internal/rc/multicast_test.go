@@ -1,0 +1,214 @@
+package rc
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
+	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
+	"github.com/ndkxdp/ndkxdp/rocev2"
+)
+
+// udQP makes another active UD QP on h.
+func (h *host) udQP(t *testing.T, qpn, qkey uint32) *QP {
+	t.Helper()
+	q, err := h.eng.CreateQP(QPConfig{QPN: qpn, PD: testPD, RecvCQ: h.rcq, SendCQ: h.scq, Context: qpn,
+		RecvDepth: 64, SendDepth: 64, MaxRecvSGE: 4, MaxSendSGE: 4, UD: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ActivateUD(UDParams{Local: Endpoint{IP: h.ip, MAC: h.mac, QPN: qpn}, QKey: qkey, PathMTU: rocev2.MTU1024}); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func groupDest(t *testing.T, group netip.Addr, qkey uint32) UDDest {
+	t.Helper()
+	mac, ok := rocev2.MulticastMAC(group)
+	if !ok {
+		t.Fatalf("%v: no multicast MAC", group)
+	}
+	return UDDest{IP: group, MAC: mac, QPN: rocev2.MulticastQPN, QKey: qkey}
+}
+
+// noEntry fails if h's receive CQ has an entry after a pause.
+func noEntry(t *testing.T, h *host, what string) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond)
+	if n := h.rcq.Len(); n != 0 {
+		t.Fatalf("%s: %d receive completions, want none", what, n)
+	}
+}
+
+// TestUD_Multicast: a datagram to a group completes one receive on every
+// member QP with the group's Q_Key, names the sender's QPN, and carries
+// the group as the GRH's destination; a member with another Q_Key drops
+// it (BadQKey); a detached or closed QP takes no more, and a datagram for
+// a group without members is an unknown-QP drop. A frame with the group's
+// IP but another MAC is dropped.
+func TestUD_Multicast(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		name, group := "IPv4", netip.MustParseAddr("239.1.2.3")
+		if v6 {
+			name, group = "IPv6", netip.MustParseAddr("ff0e::1:2:3")
+		}
+		t.Run(name, func(t *testing.T) {
+			a, b, qa, qb := udPair(t, pairOptions{v6: v6}, testQKey, testQKey)
+			qb2, qb3 := b.udQP(t, 0x301, testQKey), b.udQP(t, 0x302, 0x42)
+			for _, q := range []*QP{qb, qb2, qb3} {
+				if err := q.AttachMulticast(group); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := qb.AttachMulticast(group); err != nil { // again: nothing
+				t.Fatal(err)
+			}
+			const n = 100
+			src := a.buffer(n, 0, false)
+			fill(src.b, 7)
+			bufs := map[*QP]*buffer{}
+			for _, q := range []*QP{qb, qb2, qb3} {
+				bufs[q] = b.buffer(2*(GRHLen+n), memreg.AccessLocalWrite, false)
+				mustPost(t, q.PostReceive(q, []SGE{bufs[q].sge(0, GRHLen+n)}))
+				mustPost(t, q.PostReceive(q, []SGE{bufs[q].sge(GRHLen+n, GRHLen+n)}))
+			}
+			send := func(d UDDest) {
+				t.Helper()
+				mustPost(t, qa.PostSend(&SendWR{Op: OpSendImm, Imm: 0xabcd, Context: "s", SGL: []SGE{src.sge(0, n)}, UD: d}))
+				checkEntry(t, waitCQ(t, a.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpSend, "s")
+			}
+			send(groupDest(t, group, testQKey))
+			got := map[any]bool{}
+			for _, r := range waitCQ(t, b.rcq, 2, 5*time.Second) {
+				checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceive, r.RequestContext)
+				if r.BytesTransferred != GRHLen+n || r.TypeSpecificCompletionOutput != uint64(qa.QPN()) || !r.HasImmediate || r.Immediate != 0xabcd {
+					t.Fatalf("receive %+v: want %d bytes from QPN %#x with immediate 0xabcd", r, GRHLen+n, qa.QPN())
+				}
+				got[r.RequestContext] = true
+			}
+			if !got[qb] || !got[qb2] {
+				t.Fatalf("receives completed on %v, want QPs %#x and %#x", got, qb.QPN(), qb2.QPN())
+			}
+			for _, q := range []*QP{qb, qb2} {
+				sameBytes(t, "payload", bufs[q].b[GRHLen:GRHLen+n], src.b)
+				checkGRH(t, bufs[q].b[:GRHLen], a.ip, group)
+			}
+			noEntry(t, b, "the member with another Q_Key")
+			if s := b.eng.Stats(); s.BadQKey != 1 {
+				t.Fatalf("BadQKey %d, want 1 (QP %#x's Q_Key is not the datagram's)", s.BadQKey, qb3.QPN())
+			}
+
+			// Another MAC with the group's IP: dropped.
+			d := groupDest(t, group, testQKey)
+			d.MAC = b.mac
+			send(d)
+			eventually(t, "wrong MAC counted", func() bool { return b.eng.Stats().WrongDestination == 1 })
+			noEntry(t, b, "a frame for the group's IP and another MAC")
+
+			if err := qb2.DetachMulticast(group); err != nil {
+				t.Fatal(err)
+			}
+			if err := qb2.DetachMulticast(group); !errors.Is(err, ErrNotAttached) {
+				t.Fatalf("second detach: %v, want ErrNotAttached", err)
+			}
+			send(groupDest(t, group, testQKey))
+			if r := waitCQ(t, b.rcq, 1, 5*time.Second)[0]; r.RequestContext != qb {
+				t.Fatalf("after QP %#x left, the datagram completed on %v", qb2.QPN(), r.RequestContext)
+			}
+			noEntry(t, b, "the detached QP")
+
+			if err := qb.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := qb3.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range waitCQ(t, b.rcq, 2, 5*time.Second) { // qb3's receives, flushed
+				if r.RequestContext != qb3 || r.Status == ndkpi.StatusSuccess {
+					t.Fatalf("after the closes: %+v, want QP %#x's receives flushed", r, qb3.QPN())
+				}
+			}
+			before := b.eng.Stats().UnknownQP
+			send(groupDest(t, group, testQKey))
+			eventually(t, "a datagram for a group without members counted", func() bool { return b.eng.Stats().UnknownQP == before+1 })
+			noEntry(t, b, "no member left")
+			if gs := qb2.MulticastGroups(); len(gs) != 0 {
+				t.Fatalf("QP %#x still lists %v", qb2.QPN(), gs)
+			}
+		})
+	}
+}
+
+// TestUD_MulticastAttachRefused: only UD QPs attach, only to multicast
+// addresses.
+func TestUD_MulticastAttachRefused(t *testing.T) {
+	_, b, _, qb := udPair(t, pairOptions{}, testQKey, testQKey)
+	if err := qb.AttachMulticast(netip.MustParseAddr("198.18.0.9")); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("attach to a unicast address: %v, want ErrBadConfig", err)
+	}
+	rcq := b.createQP(0x400, 16)
+	if err := rcq.AttachMulticast(netip.MustParseAddr("239.1.1.1")); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("attach an RC QP: %v, want ErrBadConfig", err)
+	}
+	if err := qb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.AttachMulticast(netip.MustParseAddr("239.1.1.1")); !errors.Is(err, ErrBadState) {
+		t.Fatalf("attach a closed QP: %v, want ErrBadState", err)
+	}
+}
+
+// TestUD_MulticastAcrossEngines: a datagram for a group arriving on one
+// engine of an adapter reaches a member on another (Config.Groups), and
+// its own members too; nothing is forwarded twice.
+func TestUD_MulticastAcrossEngines(t *testing.T) {
+	group := netip.MustParseAddr("239.9.9.9")
+	var g *Engine
+	groups := func(x netip.Addr) []*Engine {
+		if x == group && g != nil {
+			return []*Engine{g}
+		}
+		return nil
+	}
+	owner := func(uint32) *Engine { return nil }
+	a, b, qa, qb := udPair(t, pairOptions{owner: owner, groups: groups}, testQKey, testQKey)
+	pg, err := porttest.NewPipe(porttest.PipeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err = NewEngine(Config{Port: pg.A(), Regions: b.regions, Owner: owner, Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	gh := &host{t: t, eng: g, regions: b.regions, rcq: b.rcq, scq: b.scq, ip: b.ip, mac: b.mac}
+	qg := gh.udQP(t, 0x500, testQKey)
+	for _, q := range []*QP{qb, qg} {
+		if err := q.AttachMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 64
+	src := a.buffer(n, 0, false)
+	fill(src.b, 3)
+	dst := b.buffer(2*(GRHLen+n), memreg.AccessLocalWrite, false)
+	mustPost(t, qb.PostReceive(qb, []SGE{dst.sge(0, GRHLen+n)}))
+	mustPost(t, qg.PostReceive(qg, []SGE{dst.sge(GRHLen+n, GRHLen+n)}))
+	mustPost(t, qa.PostSend(&SendWR{Op: OpSend, Context: "s", SGL: []SGE{src.sge(0, n)}, UD: groupDest(t, group, testQKey)}))
+	got := map[any]bool{}
+	for _, r := range waitCQ(t, b.rcq, 2, 5*time.Second) {
+		checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceive, r.RequestContext)
+		got[r.RequestContext] = true
+	}
+	if !got[qb] || !got[qg] {
+		t.Fatalf("receives on %v, want the arrival engine's QP and the other engine's", got)
+	}
+	sameBytes(t, "forwarded payload", dst.b[2*GRHLen+n:], src.b)
+	if bs, gs := b.eng.Stats(), g.Stats(); bs.ForwardedOut != 1 || gs.ForwardedIn != 1 || gs.ForwardedOut != 0 {
+		t.Fatalf("arrival %+v\nother %+v", bs, gs)
+	}
+}
