@@ -186,7 +186,7 @@ type Engine struct {
 	qpFailed    func(qpn, wcStatus uint32)
 	owner       func(qpn uint32) *Engine
 	groups      func(group netip.Addr) []*Engine
-	mcast       map[netip.Addr][]*QP // multicast members (multicast.go); engine goroutine only
+	mcast       map[netip.Addr][]*QP   // multicast members (multicast.go); engine goroutine only
 	inbox       *queue.MPSC[forwarded] // frames other engines forwarded here
 	fwdFree     *queue.MPSC[[]byte]    // this engine's free forwarding buffers
 	gsiTx       *queue.MPSC[[]byte]    // MADs to transmit (TransmitGSI)

@@ -13,9 +13,9 @@ import (
 // acknowledgement.
 type qpTransport struct {
 	connected bool
-	ud        bool   // an active UD QP (ud.go); never connected
-	qkey      uint32 // a UD QP's Q_Key
-	udTOS     uint8  // a UD QP's own IP TOS, for sends that name none
+	ud        bool         // an active UD QP (ud.go); never connected
+	qkey      uint32       // a UD QP's Q_Key
+	udTOS     uint8        // a UD QP's own IP TOS, for sends that name none
 	groups    []netip.Addr // multicast groups a UD QP is attached to
 	failed    bool
 	drained   bool // QP.drained is closed
