@@ -125,3 +125,38 @@ func TestSteerDestination(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { run(t, objs, c, nil) })
 	}
 }
+
+// TestSteerGroups: a frame for a multicast group the loader added (value
+// 2 in local_addrs) and the group's MAC goes on to the QP lookup; the same
+// group's frame to the adapter's unicast MAC, a group MAC with the
+// adapter's own address, and a group not added are dropped.
+func TestSteerGroups(t *testing.T) {
+	objs := load(t)
+	setLocal(t, objs, true)
+	g4 := bpf.SteerLocalAddr{Addr: [16]byte{10: 0xFF, 11: 0xFF, 12: 239, 13: 1, 14: 2, 15: 3}}
+	g6 := bpf.SteerLocalAddr{Addr: [16]byte{0: 0xFF, 1: 0x0E, 15: 0x42}}
+	for _, g := range []bpf.SteerLocalAddr{g4, g6} {
+		if err := objs.LocalAddrs.Put(g, uint8(2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		v4Dst = 14 + 16
+		v6Dst = 14 + 24
+	)
+	v4 := cat(ether(etIPv4), ipv4(17, 0, 0x4000, udp(rocePrt, roce(0, qpLocal, 64))))
+	v6 := cat(ether(etIPv6), ipv6(17, udp(rocePrt, roce(0, qpLocal, 64))))
+	group4 := withMAC(withIP(v4, v4Dst, 239, 1, 2, 3), 0x01, 0, 0x5e, 1, 2, 3)
+	group6 := withMAC(withIP(v6, v6Dst, 0xFF, 0x0E, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x42), 0x33, 0x33, 0, 0, 0, 0x42)
+	noSocket, wrongIP, wrongMAC := bpf.SteerReasonREASON_DROP_NO_SOCKET, bpf.SteerReasonREASON_DROP_WRONG_DST_IP, bpf.SteerReasonREASON_DROP_WRONG_DST_MAC
+	for _, c := range []verdictCase{
+		{"ipv4 group joined", group4, xdpDrop, noSocket},
+		{"ipv6 group joined", group6, xdpDrop, noSocket},
+		{"ipv4 group joined, unicast mac", withIP(v4, v4Dst, 239, 1, 2, 3), xdpDrop, wrongIP},
+		{"ipv4 group not joined", withIP(group4, v4Dst, 239, 1, 2, 4), xdpDrop, wrongMAC},
+		{"ipv6 group not joined", withIP(group6, v6Dst+15, 0x43), xdpDrop, wrongMAC},
+		{"group mac, the adapter's ipv4", withMAC(v4, 0x01, 0, 0x5e, 1, 2, 3), xdpDrop, wrongMAC},
+	} {
+		t.Run(c.name, func(t *testing.T) { run(t, objs, c, nil) })
+	}
+}

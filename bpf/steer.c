@@ -90,7 +90,15 @@ struct {
 } local_cfg SEC(".maps");
 
 // The adapter's IP addresses, IPv6 as they are, IPv4 as IPv4-mapped IPv6
-// (::ffff:a.b.c.d), so one lookup serves both.
+// (::ffff:a.b.c.d), so one lookup serves both. The value says what the
+// address is: one of the adapter's own (its frames come to the adapter's
+// MAC), or a multicast group a QP joined (its frames come to the group's
+// MAC, and go on to the QP lookup of MulticastQPN).
+enum local_kind {
+	LOCAL_UNICAST = 1,
+	LOCAL_GROUP = 2,
+};
+
 struct local_addr {
 	__u8 addr[16];
 };
@@ -234,10 +242,18 @@ int steer(struct xdp_md *ctx)
 	// From here on the frame is RoCEv2: never XDP_PASS.
 	struct local_cfg *cfg = bpf_map_lookup_elem(&local_cfg, &zero);
 	if (cfg && cfg->check) {
-		if (!mac_equal(dmac, cfg->mac))
-			return count(REASON_DROP_WRONG_DST_MAC, XDP_DROP);
-		if (!bpf_map_lookup_elem(&local_addrs, &dst))
-			return count(REASON_DROP_WRONG_DST_IP, XDP_DROP);
+		__u8 *kind = bpf_map_lookup_elem(&local_addrs, &dst);
+
+		if (dmac[0] & 1) {
+			// A group MAC is the adapter's only for a group it joined.
+			if (!kind || *kind != LOCAL_GROUP)
+				return count(REASON_DROP_WRONG_DST_MAC, XDP_DROP);
+		} else {
+			if (!mac_equal(dmac, cfg->mac))
+				return count(REASON_DROP_WRONG_DST_MAC, XDP_DROP);
+			if (!kind || *kind != LOCAL_UNICAST)
+				return count(REASON_DROP_WRONG_DST_IP, XDP_DROP);
+		}
 	}
 
 	h = header(ctx, off, BTH_LEN, scratch);

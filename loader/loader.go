@@ -216,7 +216,7 @@ func (p *Program) SetLocal(mac [6]byte, addrs ...netip.Addr) error {
 	// Add the new addresses before dropping the old ones, and switch the
 	// check on last: frames for an address being kept are never dropped.
 	for k := range want {
-		if err := p.localAddrs.Put(k, uint8(1)); err != nil {
+		if err := p.localAddrs.Put(k, localUnicast); err != nil {
 			return fmt.Errorf("loader: set local address %v: %w", netip.AddrFrom16(k.Addr).Unmap(), err)
 		}
 	}
@@ -225,7 +225,7 @@ func (p *Program) SetLocal(mac [6]byte, addrs ...netip.Addr) error {
 	var v uint8
 	it := p.localAddrs.Iterate()
 	for it.Next(&k, &v) {
-		if !want[k] {
+		if !want[k] && v != localGroup {
 			stale = append(stale, k)
 		}
 	}
@@ -254,12 +254,73 @@ func (p *Program) Local() (mac [6]byte, addrs []netip.Addr, ok bool, err error) 
 	var v uint8
 	it := p.localAddrs.Iterate()
 	for it.Next(&k, &v) {
-		addrs = append(addrs, netip.AddrFrom16(k.Addr).Unmap())
+		if v != localGroup {
+			addrs = append(addrs, netip.AddrFrom16(k.Addr).Unmap())
+		}
 	}
 	if err := it.Err(); err != nil {
 		return mac, nil, false, fmt.Errorf("loader: list local addresses: %w", err)
 	}
 	return cfg.Mac, addrs, cfg.Check != 0, nil
+}
+
+// The kinds of local_addrs entries (steer.c's enum local_kind).
+const (
+	localUnicast uint8 = 1
+	localGroup   uint8 = 2
+)
+
+// AddGroup makes the program take RoCEv2 frames for the multicast group
+// (an IPv4 or IPv6 multicast address) sent to the group's MAC, and steer
+// them by their QPN, rocev2.MulticastQPN (AddQP). Groups share
+// local_addrs' MaxLocalAddrs entries with the adapter's addresses, and
+// SetLocal keeps them. Until SetLocal nothing is checked, and every frame
+// goes on to the QP lookup anyway.
+func (p *Program) AddGroup(group netip.Addr) error {
+	group = group.Unmap()
+	if !group.IsMulticast() {
+		return fmt.Errorf("loader: add group: %v is not a multicast address", group)
+	}
+	k := bpf.SteerLocalAddr{Addr: group.As16()}
+	if err := p.localAddrs.Put(k, localGroup); err != nil {
+		return fmt.Errorf("loader: add group %v: %w", group, err)
+	}
+	return nil
+}
+
+// RemoveGroup stops taking the group's frames; it returns an error
+// wrapping ErrGroupNotFound if the group was not added.
+func (p *Program) RemoveGroup(group netip.Addr) error {
+	group = group.Unmap()
+	k := bpf.SteerLocalAddr{Addr: group.As16()}
+	var v uint8
+	if err := p.localAddrs.Lookup(k, &v); err != nil || v != localGroup {
+		return fmt.Errorf("loader: remove group %v: %w", group, ErrGroupNotFound)
+	}
+	if err := p.localAddrs.Delete(k); err != nil {
+		return fmt.Errorf("loader: remove group %v: %w", group, err)
+	}
+	return nil
+}
+
+// ErrGroupNotFound is RemoveGroup's error for a group never added.
+var ErrGroupNotFound = errors.New("multicast group not added")
+
+// Groups lists the groups AddGroup added.
+func (p *Program) Groups() ([]netip.Addr, error) {
+	var out []netip.Addr
+	var k bpf.SteerLocalAddr
+	var v uint8
+	it := p.localAddrs.Iterate()
+	for it.Next(&k, &v) {
+		if v == localGroup {
+			out = append(out, netip.AddrFrom16(k.Addr).Unmap())
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("loader: list groups: %w", err)
+	}
+	return out, nil
 }
 
 // Counters reads the per-CPU counters and sums them by reason.

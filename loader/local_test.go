@@ -2,6 +2,7 @@ package loader
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -108,4 +109,74 @@ func TestSetLocal(t *testing.T) {
 	}
 	// A refused call changes nothing.
 	check("after refused calls", toFrame(mac, other4, 0x42), ReasonDropNoSocket)
+}
+
+// TestGroups: a group AddGroup added takes frames to its MAC, survives a
+// SetLocal, is not one of Local's addresses, and RemoveGroup ends it.
+func TestGroups(t *testing.T) {
+	p := loadForTest(t, Options{MaxQueues: 2, MaxQPs: 16})
+	mac := [6]byte{0x02, 0, 0, 0, 0, 0x0A}
+	own := netip.MustParseAddr("198.18.0.2")
+	g4, g6 := netip.MustParseAddr("239.1.2.3"), netip.MustParseAddr("ff0e::42")
+	gmac4, gmac6 := [6]byte{0x01, 0, 0x5e, 1, 2, 3}, [6]byte{0x33, 0x33, 0, 0, 0, 0x42}
+	const mqpn = 0xFFFFFF
+	if err := p.AddQP(mqpn, 0); err != nil {
+		t.Fatal(err)
+	}
+	verdict := func(frame []byte) Reason {
+		t.Helper()
+		before, _ := p.Counters()
+		if _, err := p.prog.Run(&ebpf.RunOptions{Data: frame}); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := p.Counters()
+		for r := range after {
+			if after[r] != before[r] {
+				return Reason(r)
+			}
+		}
+		t.Fatal("no counter moved")
+		return 0
+	}
+	if err := p.SetLocal(mac, own); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []netip.Addr{g4, g6} {
+		if err := p.AddGroup(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.AddGroup(own); err == nil || !strings.Contains(err.Error(), "not a multicast address") {
+		t.Errorf("AddGroup(%v): %v, want a refusal", own, err)
+	}
+	if err := p.SetLocal(mac, own); err != nil { // keeps the groups
+		t.Fatal(err)
+	}
+	if r := verdict(toFrame(gmac4, g4, mqpn)); r != ReasonDropNoSocket {
+		t.Errorf("ipv4 group: %s, want it steered (%s)", r, ReasonDropNoSocket)
+	}
+	if r := verdict(toFrame(gmac6, g6, mqpn)); r != ReasonDropNoSocket {
+		t.Errorf("ipv6 group: %s, want it steered (%s)", r, ReasonDropNoSocket)
+	}
+	if r := verdict(toFrame(mac, g4, mqpn)); r != ReasonDropWrongDstIP {
+		t.Errorf("ipv4 group to the unicast MAC: %s, want %s", r, ReasonDropWrongDstIP)
+	}
+	_, addrs, _, _ := p.Local()
+	groups, err := p.Groups()
+	slices.SortFunc(groups, netip.Addr.Compare)
+	if !slices.Equal(addrs, []netip.Addr{own}) || err != nil || !slices.Equal(groups, []netip.Addr{g4, g6}) {
+		t.Errorf("Local %v, Groups %v %v; want [%v] and [%v %v]", addrs, groups, err, own, g4, g6)
+	}
+	if err := p.RemoveGroup(g4); err != nil {
+		t.Fatal(err)
+	}
+	if r := verdict(toFrame(gmac4, g4, mqpn)); r != ReasonDropWrongDstMAC {
+		t.Errorf("ipv4 group after RemoveGroup: %s, want %s", r, ReasonDropWrongDstMAC)
+	}
+	if err := p.RemoveGroup(g4); !errors.Is(err, ErrGroupNotFound) {
+		t.Errorf("second RemoveGroup: %v, want ErrGroupNotFound", err)
+	}
+	if err := p.RemoveGroup(own); !errors.Is(err, ErrGroupNotFound) {
+		t.Errorf("RemoveGroup of the adapter's address: %v, want ErrGroupNotFound", err)
+	}
 }
