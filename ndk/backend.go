@@ -113,6 +113,9 @@ type qpBackend interface {
 	// invalidated follows a successful post of Invalidate of obj.
 	invalidated(obj Invalidatable)
 	connectOOB(remote Endpoint, opts ConnectOptions) error
+	// joinMulticast and leaveMulticast: q is UD, group multicast (ud.go).
+	joinMulticast(group netip.Addr) error
+	leaveMulticast(group netip.Addr) error
 	peerWrites() uint64
 	armPeerWrites(ch chan struct{})
 	flush()

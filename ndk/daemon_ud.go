@@ -183,3 +183,13 @@ func udDestination(rep *proto.UDDestReply) (UDDestination, error) {
 	d.QPN, d.QKey = rep.QPN, rep.QKey
 	return d, nil
 }
+
+func (rq *daemonQP) joinMulticast(group netip.Addr) error {
+	_, err := tell(rq.link, "join multicast", &proto.JoinMulticast{QP: rq.h, Addr: group.String()})
+	return err
+}
+
+func (rq *daemonQP) leaveMulticast(group netip.Addr) error {
+	_, err := tell(rq.link, "leave multicast", &proto.LeaveMulticast{QP: rq.h, Addr: group.String()})
+	return err
+}

@@ -2,8 +2,10 @@ package ndk
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/inproc"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/rc"
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
@@ -70,4 +72,32 @@ func (b *inprocAdapter) nextHop(ip netip.Addr) (rocev2.MAC, error) {
 		return rocev2.MAC{}, cmError(op, err)
 	}
 	return path.RemoteMAC, nil
+}
+
+func (b *inprocQP) joinMulticast(group netip.Addr) error {
+	if err := b.q.adapter.provider().JoinMulticast(b.rc, group); err != nil {
+		return multicastError("join multicast", err)
+	}
+	return nil
+}
+
+func (b *inprocQP) leaveMulticast(group netip.Addr) error {
+	if err := b.q.adapter.provider().LeaveMulticast(b.rc, group); err != nil {
+		return multicastError("leave multicast", err)
+	}
+	return nil
+}
+
+// multicastError gives a provider's refusal its status.
+func multicastError(op string, err error) error {
+	st := StatusInsufficientResources // the kernel's or the steering map's room
+	switch {
+	case errors.Is(err, rc.ErrNotAttached):
+		st = StatusInvalidParameter
+	case errors.Is(err, rc.ErrBadState), errors.Is(err, inproc.ErrClosed):
+		st = StatusInvalidHandle
+	case errors.Is(err, rc.ErrBadConfig):
+		st = StatusInvalidParameter
+	}
+	return &Error{Status: st, Op: op, Err: err}
 }

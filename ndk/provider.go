@@ -33,6 +33,11 @@ type provider interface {
 	CreateQP(cfg rc.QPConfig) (*rc.QP, int, error)
 	// CloseQP closes q and releases its number.
 	CloseQP(q *rc.QP) error
+	// JoinMulticast and LeaveMulticast make the UD QP q a member of a
+	// multicast group and end it, on the wire too (inproc's
+	// multicast.go).
+	JoinMulticast(q *rc.QP, group netip.Addr) error
+	LeaveMulticast(q *rc.QP, group netip.Addr) error
 	// Stats returns each engine's counters, by queue.
 	Stats() []rc.Stats
 	// ResolveNeighbour finds the MAC of ip, a peer on the wire.

@@ -267,3 +267,59 @@ func (s *UDService) Close() { s.s.Close() }
 func (a *Adapter) ResolveUD(ctx context.Context, dst netip.AddrPort) (UDDestination, error) {
 	return a.backend().resolveUD(ctx, dst)
 }
+
+// JoinMulticast makes a UD QP a member of the multicast group (an IPv4 or
+// IPv6 multicast address), as rdma_join_multicast and ibv_attach_mcast do
+// together (ndkxdp extension): the QP then takes the datagrams sent to
+// the group with its Q_Key, each in a receive of its own, as it takes
+// those sent to it, and every member QP of the adapter gets its copy. The
+// adapter's interface joins the group in the kernel (an IGMP or MLD
+// report goes out; the NIC takes the group's MAC) for its first member,
+// and leaves it after its last. Joining a group twice does nothing;
+// closing the QP leaves its groups.
+//
+// It fails with STATUS_INVALID_DEVICE_REQUEST on a QP that is not UD,
+// STATUS_INVALID_PARAMETER for an address that is not multicast, and
+// STATUS_INSUFFICIENT_RESOURCES when the kernel or the steering program
+// has no room for another group (the error says which).
+func (q *QP) JoinMulticast(group netip.Addr) error {
+	const op = "join multicast"
+	if err := q.checkMulticast(op, group); err != nil {
+		return err
+	}
+	return q.be.joinMulticast(group.Unmap())
+}
+
+// LeaveMulticast ends the QP's membership of group; it fails with
+// STATUS_INVALID_PARAMETER if the QP is not a member.
+func (q *QP) LeaveMulticast(group netip.Addr) error {
+	const op = "leave multicast"
+	if err := q.checkMulticast(op, group); err != nil {
+		return err
+	}
+	return q.be.leaveMulticast(group.Unmap())
+}
+
+func (q *QP) checkMulticast(op string, group netip.Addr) error {
+	if q.ud == nil {
+		return errorf(StatusInvalidDeviceRequest, op, "not a UD QP (CreateUDQP)")
+	}
+	if !group.Unmap().IsMulticast() {
+		return errorf(StatusInvalidParameter, op, "%v is not a multicast address", group)
+	}
+	return nil
+}
+
+// MulticastDestination is the destination of a datagram to a multicast
+// group (verbs' address handle of rdma_cm's multicast join): the group's
+// address and MAC (RFC 1112, 2464), QPN rocev2.MulticastQPN, and the
+// group's Q_Key (RDMAUDPQKey for groups rdma_cm peers join). It fails
+// with STATUS_INVALID_PARAMETER for an address that is not multicast.
+func MulticastDestination(group netip.Addr, qkey uint32) (UDDestination, error) {
+	group = group.Unmap()
+	mac, ok := rocev2.MulticastMAC(group)
+	if !ok {
+		return UDDestination{}, errorf(StatusInvalidParameter, "multicast destination", "%v is not a multicast address", group)
+	}
+	return UDDestination{IP: group, MAC: mac, QPN: rocev2.MulticastQPN, QKey: qkey}, nil
+}

@@ -48,6 +48,8 @@ var handlers = table(
 	on((*session).closeUDService),
 	on((*session).resolveUD, blocks),
 	on((*session).nextHop),
+	on((*session).joinMulticast),
+	on((*session).leaveMulticast),
 
 	on((*session).createConnector),
 	on((*session).connect, blocks),

@@ -142,3 +142,35 @@ func postUD(q *sQP, slot *reqSlot, sgl []ndk.SGE, s *proto.Send, flags ndk.OpFla
 	}
 	return q.qp.SendTo(slot, sgl, d, flags)
 }
+
+// joinMulticast and leaveMulticast are the client's UD QP's on the
+// daemon's adapter: the daemon's interface joins the group for the first
+// member of any client, and the client's QP takes its datagrams through
+// the QP's rings as any other.
+func (ss *session) joinMulticast(_ *call, r *proto.JoinMulticast) (*proto.None, error) {
+	q, group, err := ss.multicastArgs(r.QP, r.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return nil, q.qp.JoinMulticast(group)
+}
+
+func (ss *session) leaveMulticast(_ *call, r *proto.LeaveMulticast) (*proto.None, error) {
+	q, group, err := ss.multicastArgs(r.QP, r.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return nil, q.qp.LeaveMulticast(group)
+}
+
+func (ss *session) multicastArgs(h uint32, addr string) (*sQP, netip.Addr, error) {
+	group, err := netip.ParseAddr(addr)
+	if err != nil {
+		return nil, netip.Addr{}, statusErr(ndk.StatusInvalidAddress, "multicast group %q: %v", addr, err)
+	}
+	q, err := lookup[*sQP](ss, h)
+	if err != nil {
+		return nil, netip.Addr{}, err
+	}
+	return q, group, nil
+}

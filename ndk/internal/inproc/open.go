@@ -61,8 +61,16 @@ func (p *Provider) open(ifname string, cfg Config) error {
 	if err := p.mgmt.openNamespace(); err != nil {
 		return err
 	}
+	p.openMulticastSockets()
 	if err := p.openXDP(ifname, cfg); err != nil {
 		return err
+	}
+	// Groups a pinned attachment's dead owner had joined are nobody's.
+	if groups, err := p.xdp.Groups(); err == nil && len(groups) > 0 {
+		for _, g := range groups {
+			_ = p.xdp.RemoveGroup(g)
+		}
+		_ = p.xdp.RemoveQP(rocev2.MulticastQPN)
 	}
 	// Frames for other hosts stop in the program; the engines check again
 	// (rc.Config.Addrs). The CM serves every address of the interface

@@ -118,6 +118,11 @@ type Provider struct {
 	ownersMu sync.RWMutex
 	owners   map[uint32]*rc.Engine
 
+	// mc is the multicast groups' record (multicast.go), under mu; its
+	// engines map is also read under mcMu by the engines.
+	mc   mcastState
+	mcMu sync.RWMutex
+
 	// traffic is the engines' traffic class (Config.Traffic), the one
 	// connections take unless a peer's REQ asks for another (cmQP).
 	traffic rc.TrafficClass
@@ -135,6 +140,7 @@ func newProvider(link Link, cfg Config) (*Provider, error) {
 	_, _ = rand.Read(r[:])
 	start := firstQPN + binary.LittleEndian.Uint32(r[:])%(1<<24-firstQPN)
 	p := &Provider{link: link, qps: make(map[uint32]*rc.QP), nextQPN: start, traffic: cfg.Traffic}
+	p.mc.fd4, p.mc.fd6 = -1, -1
 	if cfg.Capture != nil {
 		// One stream for all queues: the file header once, then every
 		// port's frames.
@@ -193,6 +199,7 @@ func (p *Provider) startEngine(pt port.Port, cfg Config) error {
 	}
 	if cfg.Queues > 1 {
 		rcfg.Owner = p.ownerOf
+		rcfg.Groups = p.groupEngines
 	}
 	if g := p.mgmt; g != nil {
 		rcfg.FirstPacket = g.onFirstPacket
@@ -301,9 +308,11 @@ func (p *Provider) CreateQP(cfg rc.QPConfig) (*rc.QP, int, error) {
 // CloseQP closes q (rc.QP.Close) and takes its number out of the steering
 // map.
 func (p *Provider) CloseQP(q *rc.QP) error {
+	groups := q.MulticastGroups()
 	err := q.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dropGroupsOf(q, groups)
 	delete(p.qps, q.QPN())
 	p.setOwner(q.QPN(), nil)
 	// Under p.mu: the adapter's close takes the steering maps away under
@@ -387,6 +396,8 @@ func (p *Provider) close() {
 		p.umem.Close()
 		p.umem = nil
 	}
+	// Closing the sockets ends their memberships in the kernel.
+	p.closeMulticastSockets()
 }
 
 // Progress runs a turn of each engine on the caller's goroutine where

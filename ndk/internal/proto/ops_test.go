@@ -92,6 +92,8 @@ var requests = []struct {
 	{&ResolveUD{Addr: "198.18.0.2:7174", Deadline: Deadline{Timeout: 9}}, Request{Addr: "198.18.0.2:7174", Timeout: 9},
 		`{"id":7,"op":"resolve_ud","Addr":"198.18.0.2:7174","Timeout":9}`},
 	{&NextHop{Addr: "2001:2::2"}, Request{Addr: "2001:2::2"}, `{"id":7,"op":"next_hop","Addr":"2001:2::2"}`},
+	{&JoinMulticast{QP: 3, Addr: "239.1.2.3"}, Request{QP: 3, Addr: "239.1.2.3"}, `{"id":7,"op":"join_multicast","qp":3,"Addr":"239.1.2.3"}`},
+	{&LeaveMulticast{QP: 3, Addr: "ff0e::1"}, Request{QP: 3, Addr: "ff0e::1"}, `{"id":7,"op":"leave_multicast","qp":3,"Addr":"ff0e::1"}`},
 	{&AdminStatus{}, Request{}, `{"id":7,"op":"admin_status"}`},
 	{&AdminInfo{}, Request{}, `{"id":7,"op":"admin_info"}`},
 	{&AdminStats{}, Request{}, `{"id":7,"op":"admin_stats"}`},
@@ -145,7 +147,8 @@ func TestEveryOpTyped(t *testing.T) {
 		OpAccept, OpReject, OpDisconnect, OpConnData, OpCloseConnector, OpCreateListener, OpListen, OpPauseListener,
 		OpCloseListener, OpCreateEndpoint, OpCloseEndpoint, OpStats, OpCancel, OpCreateSRQ, OpModifySRQ, OpSRQLen,
 		OpCloseSRQ, OpCreateMW, OpCloseMW, OpInitFastMR, OpAdminStatus, OpAdminInfo, OpAdminStats, OpAdminQPs, OpAdminDump,
-		OpServeUD, OpUDAnswered, OpCloseUDService, OpResolveUD, OpNextHop}
+		OpServeUD, OpUDAnswered, OpCloseUDService, OpResolveUD, OpNextHop,
+		OpJoinMulticast, OpLeaveMulticast}
 	have := map[string]bool{}
 	for _, c := range requests {
 		if !strings.Contains(c.golden, `"op":"`+c.req.Op()+`"`) {

@@ -14,6 +14,8 @@ const (
 	OpCloseUDService = "close_ud_service" // CloseUDService
 	OpResolveUD      = "resolve_ud"       // ResolveUD (blocking; Timeout); reply: UDDestReply
 	OpNextHop        = "next_hop"         // NextHop; reply: UDDestReply (MAC only)
+	OpJoinMulticast  = "join_multicast"   // JoinMulticast
+	OpLeaveMulticast = "leave_multicast"  // LeaveMulticast
 )
 
 // ServeUD is ndk.Adapter.ServeUD: the address served (Addr) with QP.
@@ -49,6 +51,18 @@ type NextHop struct {
 	Addr string `json:",omitempty"`
 }
 
+// JoinMulticast is ndk.QP.JoinMulticast of UD QP QP to the group Addr.
+type JoinMulticast struct {
+	QP   uint32 `json:"qp,omitempty"`
+	Addr string `json:",omitempty"`
+}
+
+// LeaveMulticast is ndk.QP.LeaveMulticast.
+type LeaveMulticast struct {
+	QP   uint32 `json:"qp,omitempty"`
+	Addr string `json:",omitempty"`
+}
+
 // UDDestReply is an ndk.UDDestination on the wire: the IP in Addr.
 type UDDestReply struct {
 	QPN  uint32 `json:",omitempty"`
@@ -62,12 +76,16 @@ func (*UDAnswered) Op() string     { return OpUDAnswered }
 func (*CloseUDService) Op() string { return OpCloseUDService }
 func (*ResolveUD) Op() string      { return OpResolveUD }
 func (*NextHop) Op() string        { return OpNextHop }
+func (*JoinMulticast) Op() string  { return OpJoinMulticast }
+func (*LeaveMulticast) Op() string { return OpLeaveMulticast }
 
 func (*ServeUD) answer(*AddrReply)          {}
 func (*UDAnswered) answer(*UDAnsweredReply) {}
 func (*CloseUDService) answer(*None)        {}
 func (*ResolveUD) answer(*UDDestReply)      {}
 func (*NextHop) answer(*UDDestReply)        {}
+func (*JoinMulticast) answer(*None)         {}
+func (*LeaveMulticast) answer(*None)        {}
 
 // UDDest is a UD SEND's destination in its send record (Send.Dest): the
 // address handle (IP, MAC, and the IP TOS byte where SetTOS), the remote

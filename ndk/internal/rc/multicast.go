@@ -140,3 +140,6 @@ func (e *Engine) mcastReceive(frame []byte, mayForward bool) {
 		e.udDeliver(q, false)
 	}
 }
+
+// Engine returns the engine q runs on.
+func (q *QP) Engine() *Engine { return q.eng }

@@ -1,0 +1,88 @@
+package daemon_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/test/harness"
+)
+
+// TestMulticastThroughDaemon: a daemon client's UD QP joins a group as an
+// in-process one does (ndk's exchangeMulticast): the daemon's interface
+// joins it in the kernel, the client's QP takes a datagram B sends to the
+// group, B's member QP takes the client's, and the client's leave ends
+// the interface's membership. The daemon refuses what ndk refuses.
+func TestMulticastThroughDaemon(t *testing.T) {
+	bd, _, x, y := udPair(t)
+	group := netip.MustParseAddr("239.7.7.7")
+	dest, err := ndk.MulticastDestination(group, ndk.RDMAUDPQKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []*udEnd{x, y} {
+		if err := u.qp.JoinMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !igmpMember(t, bd.pair.A, group) {
+		t.Fatalf("the daemon's interface did not join %v", group)
+	}
+	const n = 300
+	for _, d := range []struct{ from, to *udEnd }{{y, x}, {x, y}} {
+		copy(d.from.mem, bytes.Repeat([]byte{byte(d.from.qp.QPN())}, n))
+		if err := d.to.qp.Receive("r", d.to.recv(t, ndk.UDGRHSize+n)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.from.qp.SendTo("s", d.from.send(t, n), dest, 0); err != nil {
+			t.Fatal(err)
+		}
+		if r := wait(t, d.from.icq, "send to the group"); r.Status != ndk.StatusSuccess {
+			t.Fatalf("send completion %+v", r)
+		}
+		r := wait(t, d.to.rcq, "receive from the group")
+		if r.Status != ndk.StatusSuccess || int(r.BytesTransferred) != ndk.UDGRHSize+n || r.TypeSpecificCompletionOutput != uint64(d.from.qp.QPN()) {
+			t.Fatalf("receive %+v: want %d bytes from QPN %#x", r, ndk.UDGRHSize+n, d.from.qp.QPN())
+		}
+		if !bytes.Equal(d.to.got()[ndk.UDGRHSize:ndk.UDGRHSize+n], d.from.mem[:n]) {
+			t.Fatal("payload altered")
+		}
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want ndk.Status
+	}{
+		{"a unicast group", x.qp.JoinMulticast(netip.MustParseAddr("198.18.0.9")), ndk.StatusInvalidParameter},
+		{"leave a group never joined", x.qp.LeaveMulticast(netip.MustParseAddr("239.7.7.8")), ndk.StatusInvalidParameter},
+	} {
+		if ndk.StatusOf(c.err) != c.want {
+			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
+		}
+	}
+	if err := x.qp.LeaveMulticast(group); err != nil {
+		t.Fatal(err)
+	}
+	if igmpMember(t, bd.pair.A, group) {
+		t.Fatalf("the daemon's interface is still a member of %v after its client left", group)
+	}
+}
+
+// igmpMember reports whether h's namespace lists IPv4 group as joined.
+func igmpMember(t *testing.T, h *harness.Host, group netip.Addr) bool {
+	t.Helper()
+	var text string
+	if err := h.Do(func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/igmp")
+		text = string(b)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := group.As4()
+	return strings.Contains(text, fmt.Sprintf("%02X%02X%02X%02X", a[3], a[2], a[1], a[0]))
+}
