@@ -46,6 +46,7 @@ func init() {
 		{name: "rdma_client", run: runRdmaClient, usage: []usageLine{{"rdma_client", "librdmacm's rdma_client example, against rdma_server"}}},
 		{name: "ucmatose", run: runUcmatose, usage: []usageLine{{"ucmatose", "librdmacm's ucmatose (RC connections through rdma_cm), client or server"}}},
 		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},
+		{name: "mckey", run: runMckey, usage: []usageLine{{"mckey", "librdmacm's mckey (UD multicast), sender or receiver"}}},
 		{name: "rc_pingpong", run: runRCPingpong, usage: []usageLine{{"rc_pingpong", "ibverbs' ibv_rc_pingpong (RC, QPs connected over TCP, no rdma_cm)"}}},
 		{name: "uc_pingpong", run: runUCPingpong, usage: []usageLine{{"uc_pingpong", "ibverbs' ibv_uc_pingpong (UC, QPs connected over TCP, nothing acknowledged)"}}},
 		{name: "srq_pingpong", run: runSRQPingpong, usage: []usageLine{{"srq_pingpong", "ibverbs' ibv_srq_pingpong (RC QPs on one SRQ, connected over TCP)"}}},

@@ -1,13 +1,13 @@
 // Command ndkxdp runs and inspects the ndkxdp software RDMA stack: the
 // daemon that serves an interface to local applications, the operator's
-// commands that ask it, the demo, perftest's, rping's, udaddy's and ibverbs' pingpong tools
+// commands that ask it, the demo, perftest's, rping's, udaddy's, mckey's and ibverbs' pingpong tools
 // and the soak. `ndkxdp help` lists the commands (commands.go holds them), and
 // `ndkxdp help CMD` a command's flags.
 //
 // Every network the command builds lives in network namespaces it creates
 // (addresses from 198.18.0.0/15, no default route) and is deleted on exit.
 //
-// Privileges: rping, udaddy, rc_pingpong, ud_pingpong and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
+// Privileges: rping, udaddy, mckey, rc_pingpong, ud_pingpong and perf TEST need CAP_NET_ADMIN, CAP_NET_RAW,
 // CAP_IPC_LOCK, CAP_BPF and CAP_PERFMON (root has them), and with -daemon
 // SOCKET none but access to the socket (the daemon has them); demo and
 // perf baseline also CAP_SYS_ADMIN, for their namespaces (demo -dev needs
