@@ -300,6 +300,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("access_errors", func(t *testing.T) { testAccessErrors(t, p) })
 		t.Run("loss", func(t *testing.T) { testLoss(t, p) })
 		t.Run("ud", func(t *testing.T) { runUD(t, p) })
+		t.Run("mckey", func(t *testing.T) { testMckey(t, p) })
 		t.Run("pingpong", func(t *testing.T) { testPingpong(t, p) })
 		t.Run("ucmatose", func(t *testing.T) { testUcmatose(t, p) })
 		t.Run("rdma_server_client", func(t *testing.T) { testRdmaEcho(t, p) })
