@@ -45,9 +45,11 @@
 //   - the UD extension (ud.go; NDKPI has only connected QPs):
 //     PD.CreateUDQP, QP.SendTo and SendToWithImmediate to a
 //     UDDestination, receives with the GRH ahead of the payload (UDSource,
-//     Adapter.UDReplyTo), and rdma_cm's UD service resolution (SIDR) both
-//     ways, Adapter.ServeUD and Adapter.ResolveUD; in process and
-//     through a daemon alike;
+//     Adapter.UDReplyTo), rdma_cm's UD service resolution (SIDR) both
+//     ways, Adapter.ServeUD and Adapter.ResolveUD, and multicast groups,
+//     QP.JoinMulticast and LeaveMulticast with MulticastDestination
+//     (rdma_join_multicast and ibv_attach_mcast); in process and through
+//     a daemon alike;
 //   - the UC extension (QPConfig.UC; NDKPI has only reliable QPs): an
 //     unreliable-connection QP, connected as any other, whose Sends and
 //     Writes nothing acknowledges or retransmits (verbs' IBV_QPT_UC, what

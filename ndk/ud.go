@@ -26,7 +26,9 @@ import (
 //     SendToWithImmediate's datagrams, Flags has ResultWithImmediate and
 //     Immediate the immediate);
 //   - Adapter.ServeUD and Adapter.ResolveUD are rdma_cm's UD service
-//     resolution (SIDR), both ways.
+//     resolution (SIDR), both ways;
+//   - QP.JoinMulticast and LeaveMulticast make the QP a member of a
+//     multicast group, and MulticastDestination addresses the group.
 //
 // Datagrams with another Q_Key than the QP's, and datagrams that find no
 // receive large enough, are dropped and counted (EngineStats BadQKey and

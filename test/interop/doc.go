@@ -324,7 +324,8 @@
 // --write_with_imm where the peer's perftest has it, access errors, loss,
 // and UD queue pairs through rdma_cm's SIDR: rdma-core's udaddy and
 // perftest's ib_send_bw and ib_send_lat -c UD, each side as server and as
-// client, in every full case set; ibv_rc_pingpong, ibv_ud_pingpong and
+// client, and rdma-core's mckey (UD multicast) as receiver and as sender,
+// in every full case set; ibv_rc_pingpong, ibv_ud_pingpong and
 // ibv_srq_pingpong against ndkxdp's, both ways, pingpong_test.go;
 // perftest without -R (control over TCP, QPs connected out of band, RC,
 // -q, -c UD, -b, -D) both ways, socket_test.go; librdmacm's ucmatose,
