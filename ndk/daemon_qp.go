@@ -109,7 +109,7 @@ func (b *daemonPD) newQP(cfg QPConfig, ud *udCreate) (*QP, error) {
 		PD: pd.id, RecvCQ: cfg.ReceiveCQ.be.(*daemonCQ).h, SendCQ: cfg.InitiatorCQ.be.(*daemonCQ).h,
 		Depth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		RecvSGE: cfg.MaxReceiveRequestSGE, SendSGE: cfg.MaxInitiatorRequestSGE, Inline: cfg.InlineDataSize,
-		UC: cfg.UC,
+		UC: cfg.UC, NoSelfLoopback: cfg.BlockSelfMulticastLoopback,
 	}
 	if cfg.SRQ != nil {
 		req.SRQ = cfg.SRQ.be.(*daemonSRQ).h

@@ -250,6 +250,7 @@ func (b *inprocPD) newQP(cfg QPConfig, ud bool) (*QP, error) {
 		RecvDepth: cfg.ReceiveQueueDepth, SendDepth: cfg.InitiatorQueueDepth,
 		MaxRecvSGE: cfg.MaxReceiveRequestSGE, MaxSendSGE: cfg.MaxInitiatorRequestSGE, MaxReadSGE: readSGE,
 		InlineSize: cfg.InlineDataSize, MaxTransfer: info.MaxTransferLength, SRQ: srq, UD: ud, UC: cfg.UC,
+		BlockSelfLoopback: cfg.BlockSelfMulticastLoopback,
 	})
 	if err != nil {
 		releaseSuccessor(pd, cfg.ReceiveCQ, cfg.InitiatorCQ)

@@ -95,11 +95,13 @@ func exchangeMulticast(t *testing.T, x, y *udSide, group netip.Addr, checkWire f
 }
 
 // TestMulticastOverPipe: multicast between two in-process adapters on the
-// in-memory pipe, and what JoinMulticast refuses.
+// in-memory pipe, its loopback to the sending adapter's members, and what
+// JoinMulticast refuses.
 func TestMulticastOverPipe(t *testing.T) {
 	a, b := cmPipePair(t, nil, cm.Params{})
 	x, y := newUDSide(t, a), newUDSide(t, b)
 	exchangeMulticast(t, x, y, netip.MustParseAddr("239.1.2.3"), nil)
+	checkLoopback(t, x.side, netip.MustParseAddr("239.1.2.5"))
 
 	for _, c := range []struct {
 		name string
@@ -146,6 +148,7 @@ func TestMulticastOverVeth(t *testing.T) {
 			x, y := newUDSide(t, open(p.A)), newUDSide(t, open(p.B))
 			member := func() bool { return kernelMember(t, p.B, group) }
 			exchangeMulticast(t, x, y, group, member)
+			checkLoopback(t, x.side, group)
 		})
 	}
 }
@@ -180,4 +183,56 @@ func kernelMember(t *testing.T, h *harness.Host, group netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// checkLoopback: of two member QPs of one adapter, the first's datagram
+// to the group reaches both (the sender too: multicast loopback), the
+// second's, sent with BlockSelfMulticastLoopback, only the first.
+func checkLoopback(t *testing.T, s *side, group netip.Addr) {
+	t.Helper()
+	u := newUDSide(t, s)
+	blocking := newUDSide(t, s)
+	_ = blocking.ud.Close()
+	var err error
+	if blocking.ud, err = s.pd.CreateUDQP(QPConfig{ReceiveCQ: blocking.rcq, InitiatorCQ: blocking.icq, ReceiveQueueDepth: 16, InitiatorQueueDepth: 16,
+		MaxReceiveRequestSGE: 2, MaxInitiatorRequestSGE: 2, BlockSelfMulticastLoopback: true}, RDMAUDPQKey); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = blocking.ud.Close() })
+	dest, _ := MulticastDestination(group, RDMAUDPQKey)
+	const n = 64
+	for _, m := range []*udSide{u, blocking} {
+		if err := m.ud.JoinMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if err := m.ud.Receive("r", m.sge(t, m.dmr, UDGRHSize+n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, from := range []*udSide{u, blocking} {
+		if err := from.ud.SendTo("s", from.sge(t, from.smr, n), dest, 0); err != nil {
+			t.Fatal(err)
+		}
+		if r := waitResult(t, from.icq); r.Status != StatusSuccess {
+			t.Fatalf("send completion %+v", r)
+		}
+		if r := waitResult(t, u.rcq); r.Status != StatusSuccess || r.TypeSpecificCompletionOutput != uint64(from.ud.QPN()) {
+			t.Fatalf("looped-back datagram from QPN %#x: %+v", from.ud.QPN(), r)
+		}
+	}
+	if r := waitResult(t, blocking.rcq); r.TypeSpecificCompletionOutput != uint64(u.ud.QPN()) {
+		t.Fatalf("the blocking QP took %+v, want the other member's datagram", r)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var rs [1]Result
+	if blocking.rcq.GetResults(rs[:]) != 0 {
+		t.Fatalf("a QP with BlockSelfMulticastLoopback took its own datagram: %+v", rs[0])
+	}
+	for _, m := range []*udSide{u, blocking} {
+		if err := m.ud.LeaveMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

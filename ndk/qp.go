@@ -32,6 +32,11 @@ type QPConfig struct {
 	// buffer, without failing either QP. Read, the atomics and
 	// SendAndInvalidate fail with STATUS_NOT_SUPPORTED (rc/uc.go).
 	UC bool
+	// BlockSelfMulticastLoopback keeps a UD QP's own datagrams to a
+	// multicast group it joined from coming back to it (verbs'
+	// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, mckey -l); the adapter's other
+	// member QPs take them still (QP.JoinMulticast).
+	BlockSelfMulticastLoopback bool
 }
 
 // QP is a reliable-connection queue pair (NDK_QP). Requests posted on it

@@ -274,7 +274,10 @@ func (a *Adapter) ResolveUD(ctx context.Context, dst netip.AddrPort) (UDDestinat
 // IPv6 multicast address), as rdma_join_multicast and ibv_attach_mcast do
 // together (ndkxdp extension): the QP then takes the datagrams sent to
 // the group with its Q_Key, each in a receive of its own, as it takes
-// those sent to it, and every member QP of the adapter gets its copy. The
+// those sent to it, and every member QP of the adapter gets its copy:
+// a datagram a QP of the adapter sends to the group reaches the adapter's
+// members too, the sender itself if it is one (multicast loopback, as an
+// HCA's; QPConfig.BlockSelfMulticastLoopback keeps a QP's own out). The
 // adapter's interface joins the group in the kernel (an IGMP or MLD
 // report goes out; the NIC takes the group's MAC) for its first member,
 // and leaves it after its last. Joining a group twice does nothing;

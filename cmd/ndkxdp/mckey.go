@@ -29,7 +29,6 @@ Start the receivers first. Either side may be Linux mckey.`
 type mckeyFlags struct {
 	group, mapped, bind, dev, capture, daemon string
 	psNumber                                  string
-	noLoopback                                bool
 	cfg                                       mckey.Config
 	timeout                                   time.Duration
 }
@@ -46,7 +45,7 @@ func parseMckey(args []string, stdout, stderr io.Writer) (mckeyFlags, error) {
 	fs.IntVar(&f.cfg.Size, "S", mckey.DefaultSize, "datagram size in bytes (at most the path MTU)")
 	fs.StringVar(&f.psNumber, "p", "0x111", "rdma_cm port space: 0x111, RDMA_PS_UDP (0x2, IPoIB, is InfiniBand's)")
 	fs.BoolVar(&f.cfg.SendOnly, "o", false, "join as a send-only full member: no membership on the wire, no datagrams taken")
-	fs.BoolVar(&f.noLoopback, "l", false, "join without multicast loopback (ndkxdp never loops its own datagrams back)")
+	fs.BoolVar(&f.cfg.NoLoopback, "l", false, "join without multicast loopback: a QP does not take its own datagrams (the adapter's other members do)")
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")

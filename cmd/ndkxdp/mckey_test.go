@@ -19,7 +19,7 @@ import (
 // InfiniBand alone has, and bad counts, are usage errors naming why.
 func TestMckeyFlags(t *testing.T) {
 	f, err := parseMckey([]string{"-m", "239.1.2.3", "-s", "-c", "2", "-C", "20", "-S", "512", "-o", "-l", "-p", "0x111", "-dev", "lo"}, io.Discard, io.Discard)
-	if err != nil || f.group != "239.1.2.3" || !f.cfg.Sender || !f.cfg.SendOnly || f.cfg.Connections != 2 || f.cfg.Count != 20 || f.cfg.Size != 512 {
+	if err != nil || f.group != "239.1.2.3" || !f.cfg.Sender || !f.cfg.SendOnly || !f.cfg.NoLoopback || f.cfg.Connections != 2 || f.cfg.Count != 20 || f.cfg.Size != 512 {
 		t.Fatalf("parsed %+v, %v", f, err)
 	}
 	for _, tc := range []struct {

@@ -77,7 +77,7 @@ func newSQP(ss *session, p *sPD, rcq, scq *sCQ, srq *sSRQ, req *proto.CreateQP) 
 		ReceiveCQ: rcq.cq, InitiatorCQ: scq.cq, Context: q,
 		ReceiveQueueDepth: req.Depth, InitiatorQueueDepth: req.SendDepth,
 		MaxReceiveRequestSGE: req.RecvSGE, MaxInitiatorRequestSGE: req.SendSGE,
-		InlineDataSize: req.Inline, UC: req.UC,
+		InlineDataSize: req.Inline, UC: req.UC, BlockSelfMulticastLoopback: req.NoSelfLoopback,
 	}
 	if srq != nil {
 		cfg.SRQ = srq.srq

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
 	"github.com/ndkxdp/ndkxdp/test/harness"
@@ -15,8 +16,11 @@ import (
 // TestMulticastThroughDaemon: a daemon client's UD QP joins a group as an
 // in-process one does (ndk's exchangeMulticast): the daemon's interface
 // joins it in the kernel, the client's QP takes a datagram B sends to the
-// group, B's member QP takes the client's, and the client's leave ends
-// the interface's membership. The daemon refuses what ndk refuses.
+// group, B's member QP takes the client's; another client's member QP and
+// the sender itself take it too (multicast loopback on the daemon's
+// adapter), but not a sender with BlockSelfMulticastLoopback; the
+// interface's membership ends with the last client's. The daemon refuses
+// what ndk refuses.
 func TestMulticastThroughDaemon(t *testing.T) {
 	bd, _, x, y := udPair(t)
 	group := netip.MustParseAddr("239.7.7.7")
@@ -52,6 +56,57 @@ func TestMulticastThroughDaemon(t *testing.T) {
 			t.Fatal("payload altered")
 		}
 	}
+	// Another client of the daemon joins: x's datagram reaches it and x
+	// itself through the daemon adapter's multicast loopback (and y from
+	// the wire); a QP with BlockSelfMulticastLoopback does not get its
+	// own.
+	c2 := dial(t, bd.sock)
+	z := newUDEnd(t, c2.a, c2.pd, c2.mem)
+	if err := z.qp.JoinMulticast(group); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []*udEnd{x, y, z} {
+		if err := u.qp.Receive("r", u.recv(t, ndk.UDGRHSize+n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.qp.SendTo("s", x.send(t, n), dest, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, x.icq, "send to the group")
+	for _, u := range []*udEnd{x, y, z} {
+		if r := wait(t, u.rcq, "receive of the client's datagram"); r.Status != ndk.StatusSuccess || r.TypeSpecificCompletionOutput != uint64(x.qp.QPN()) {
+			t.Fatalf("QP %#x's receive %+v: want the datagram of QPN %#x", u.qp.QPN(), r, x.qp.QPN())
+		}
+	}
+	blocking, err := c2.pd.CreateUDQP(ndk.QPConfig{ReceiveCQ: z.rcq, InitiatorCQ: z.icq, ReceiveQueueDepth: 4, InitiatorQueueDepth: 4,
+		MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1, BlockSelfMulticastLoopback: true}, ndk.RDMAUDPQKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocking.Close()
+	if err := blocking.JoinMulticast(group); err != nil {
+		t.Fatal(err)
+	}
+	if err := blocking.Receive("own", z.recv(t, ndk.UDGRHSize+n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.qp.Receive("r", x.recv(t, ndk.UDGRHSize+n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := blocking.SendTo("s", z.send(t, n), dest, 0); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, z.icq, "the blocking QP's send")
+	if r := wait(t, x.rcq, "x's receive of the blocking QP's datagram"); r.TypeSpecificCompletionOutput != uint64(blocking.QPN()) {
+		t.Fatalf("x's receive %+v", r)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var rs [1]ndk.Result
+	if z.rcq.GetResults(rs[:]) != 0 {
+		t.Fatalf("the blocking QP took its own datagram: %+v", rs[0])
+	}
+
 	for _, c := range []struct {
 		name string
 		err  error
@@ -64,11 +119,20 @@ func TestMulticastThroughDaemon(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
 		}
 	}
+	if err := z.qp.LeaveMulticast(group); err != nil {
+		t.Fatal(err)
+	}
+	if err := blocking.Close(); err != nil { // closing leaves
+		t.Fatal(err)
+	}
+	if !igmpMember(t, bd.pair.A, group) {
+		t.Fatalf("the daemon's interface left %v with x still a member", group)
+	}
 	if err := x.qp.LeaveMulticast(group); err != nil {
 		t.Fatal(err)
 	}
 	if igmpMember(t, bd.pair.A, group) {
-		t.Fatalf("the daemon's interface is still a member of %v after its client left", group)
+		t.Fatalf("the daemon's interface is still a member of %v after its clients left", group)
 	}
 }
 

@@ -41,9 +41,12 @@ const (
 
 // Config is a run's parameters; zero fields take mckey's defaults.
 type Config struct {
-	Group       netip.Addr
-	Sender      bool
-	SendOnly    bool
+	Group    netip.Addr
+	Sender   bool
+	SendOnly bool
+	// NoLoopback is mckey's -l: the QPs do not take their own datagrams
+	// (ndk.QPConfig.BlockSelfMulticastLoopback).
+	NoLoopback  bool
 	Connections int
 	Count, Size int
 	// Pause replaces DefaultPause where non-zero.
@@ -98,7 +101,8 @@ func newNode(a *ndk.Adapter, cfg Config) (*node, error) {
 		return nil, fmt.Errorf("mckey: unable to create CQ: %w", err)
 	}
 	if n.qp, err = n.pd.CreateUDQP(ndk.QPConfig{ReceiveCQ: n.cq, InitiatorCQ: n.cq, ReceiveQueueDepth: cfg.Count,
-		InitiatorQueueDepth: cfg.Count, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1}, ndk.RDMAUDPQKey); err != nil {
+		InitiatorQueueDepth: cfg.Count, MaxReceiveRequestSGE: 1, MaxInitiatorRequestSGE: 1,
+		BlockSelfMulticastLoopback: cfg.NoLoopback}, ndk.RDMAUDPQKey); err != nil {
 		n.close(cfg)
 		return nil, fmt.Errorf("mckey: unable to create QP: %w", err)
 	}

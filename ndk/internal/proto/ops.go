@@ -294,6 +294,8 @@ type CreateQP struct {
 	QKey uint32 `json:"qkey,omitempty"`
 	// UC makes an unreliable-connection QP (ndk.QPConfig.UC).
 	UC bool `json:"uc,omitempty"`
+	// NoSelfLoopback is ndk.QPConfig.BlockSelfMulticastLoopback.
+	NoSelfLoopback bool `json:"noselfloop,omitempty"`
 }
 
 // QPReply is a new QP: its handle, number, first PSN, engine queue, slot

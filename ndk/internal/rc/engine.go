@@ -247,6 +247,7 @@ type Engine struct {
 	tbuf      [8]byte
 	segs      [3][]byte
 	gather    []byte
+	loop      []byte // a multicast datagram looped back to the adapter's members (multicast.go)
 	epoch     time.Time
 	now       int64
 	nextTimer int64
@@ -309,6 +310,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		timed:       make([]*QP, 0, 64),
 		active:      make([]*QP, 0, 64),
 		gather:      make([]byte, rocev2.MTU4096.Bytes()),
+		loop:        make([]byte, forwardFrameLen),
 		epoch:       time.Now(),
 		nextTimer:   noDeadline,
 		drivenAt:    -int64(drivenNap), // no consumer turn yet

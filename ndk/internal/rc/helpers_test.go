@@ -54,7 +54,8 @@ type pairOptions struct {
 	qpFailed func(host byte, qpn, wcStatus uint32)
 	// uc makes the QPs unreliable-connection ones (uc.go).
 	uc bool
-	// owner and groups are Config.Owner and Config.Groups of both engines.
+	// owner is Config.Owner of both engines, groups Config.Groups of
+	// B's (host 2): A is another adapter.
 	owner  func(qpn uint32) *Engine
 	groups func(group netip.Addr) []*Engine
 }
@@ -66,7 +67,10 @@ func newHost(t testing.TB, p port.Port, ip string, mac byte, o *pairOptions) *ho
 		t.Fatal(err)
 	}
 	cfg := Config{Port: p, Regions: regions, Poll: o.poll, AnySource: o.anySource, CC: o.cc, Traffic: o.traffic, CPUs: o.cpus,
-		Owner: o.owner, Groups: o.groups}
+		Owner: o.owner}
+	if mac == 2 {
+		cfg.Groups = o.groups
+	}
 	if f := o.qpFailed; f != nil {
 		cfg.QPFailed = func(qpn, wc uint32) { f(mac, qpn, wc) }
 	}

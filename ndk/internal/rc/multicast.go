@@ -20,9 +20,14 @@ import (
 // for a group without members here or elsewhere counts in UnknownQP, as
 // rxe drops one for a group it has no record of.
 //
-// Sending needs nothing of this: a datagram for a group is a SEND to the
-// group's address, MAC and MulticastQPN. Joining the group on the wire
-// (IGMP, MLD) and steering its frames to the engines is the adapter's.
+// A datagram for a group is a SEND to the group's address, MAC and
+// MulticastQPN. The wire does not bring it back to the adapter that sent
+// it, so the sending engine loops a copy back to the adapter's own
+// members, as an HCA's multicast loopback (and rxe's, through the
+// kernel's IP multicast loopback) does: the sending QP itself too, if it
+// is a member, unless QPConfig.BlockSelfLoopback. Joining the group on
+// the wire (IGMP, MLD) and steering its frames to the engines is the
+// adapter's.
 
 // AttachMulticast makes a UD QP a member of group, an IPv4 or IPv6
 // multicast address. Attaching a member again does nothing, as verbs.
@@ -110,8 +115,47 @@ func (e *Engine) detachAll(q *QP) {
 	q.t.groups = nil
 }
 
+// loopMulticast gives the datagram q has just sent (the frame emit
+// built from q's headers and payload) to the adapter's members of its
+// group: this engine's, and through forwarding the others'.
+func (e *Engine) loopMulticast(q *QP, payload []byte) {
+	group := q.t.hdr.IP.Dst.Unmap()
+	if mac, _ := rocev2.MulticastMAC(group); q.t.hdr.Eth.Dst != mac {
+		return // not a frame a member takes (mcastReceive)
+	}
+	if len(e.mcast[group]) == 0 && (e.groups == nil || len(e.groups(group)) == 0) {
+		return
+	}
+	hl, err := q.t.hdr.EncodeHeaders(e.loop, len(payload))
+	pad := rocev2.PadCount(len(payload))
+	if err != nil || hl+len(payload)+pad+rocev2.ICRCLen > len(e.loop) {
+		return
+	}
+	n := hl + copy(e.loop[hl:], payload)
+	n += copy(e.loop[n:], e.tbuf[:pad+rocev2.ICRCLen]) // emit's pad and ICRC
+	frame := e.loop[:n]
+	// The engine's packet is free between receive batches; keep it as it
+	// was all the same.
+	saved := e.pkt
+	if rocev2.ParseVerified(frame, &e.pkt) == nil {
+		skip := (*QP)(nil)
+		if q.cfg.BlockSelfLoopback {
+			skip = q
+		}
+		e.mcastDeliver(frame, true, skip, false)
+	}
+	e.pkt = saved
+}
+
 // mcastReceive takes a UD datagram for MulticastQPN.
 func (e *Engine) mcastReceive(frame []byte, mayForward bool) {
+	e.mcastDeliver(frame, mayForward, nil, true)
+}
+
+// mcastDeliver gives the datagram in e.pkt to the group's members but
+// skip, forwarding it first when mayForward; count: a datagram nobody
+// takes is an unknown-QP drop.
+func (e *Engine) mcastDeliver(frame []byte, mayForward bool, skip *QP, count bool) {
 	p := &e.pkt
 	group := p.IP.Dst.Unmap()
 	forwarded := false
@@ -125,7 +169,7 @@ func (e *Engine) mcastReceive(frame []byte, mayForward bool) {
 	}
 	members := e.mcast[group]
 	if len(members) == 0 {
-		if !forwarded {
+		if !forwarded && count {
 			atomic.AddUint64(&e.c.UnknownQP, 1)
 		}
 		return
@@ -137,7 +181,9 @@ func (e *Engine) mcastReceive(frame []byte, mayForward bool) {
 		return
 	}
 	for _, q := range members {
-		e.udDeliver(q, false)
+		if q != skip {
+			e.udDeliver(q, false)
+		}
 	}
 }
 

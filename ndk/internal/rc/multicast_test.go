@@ -3,9 +3,11 @@ package rc
 import (
 	"errors"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
+	"github.com/ndkxdp/ndkxdp/ndk/internal/cq"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/memreg"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/ndkpi"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/port/porttest"
@@ -210,5 +212,135 @@ func TestUD_MulticastAcrossEngines(t *testing.T) {
 	sameBytes(t, "forwarded payload", dst.b[2*GRHLen+n:], src.b)
 	if bs, gs := b.eng.Stats(), g.Stats(); bs.ForwardedOut != 1 || gs.ForwardedIn != 1 || gs.ForwardedOut != 0 {
 		t.Fatalf("arrival %+v\nother %+v", bs, gs)
+	}
+}
+
+// TestUD_MulticastLoopback: a datagram a QP sends to a group reaches the
+// sending adapter's own members (the wire does not bring it back), the
+// sender itself too if it is a member, but not with BlockSelfLoopback; a
+// member on another engine of the adapter gets its forwarded copy. The
+// peer's member gets it from the wire as ever.
+func TestUD_MulticastLoopback(t *testing.T) {
+	group := netip.MustParseAddr("239.4.4.4")
+	var g *Engine
+	groups := func(x netip.Addr) []*Engine {
+		if x == group && g != nil {
+			return []*Engine{g}
+		}
+		return nil
+	}
+	owner := func(uint32) *Engine { return nil }
+	a, b, qa, qb := udPair(t, pairOptions{owner: owner, groups: groups}, testQKey, testQKey)
+	pg, err := porttest.NewPipe(porttest.PipeConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err = NewEngine(Config{Port: pg.A(), Regions: b.regions, Owner: owner, Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	gh := &host{t: t, eng: g, regions: b.regions, rcq: b.rcq, scq: b.scq, ip: b.ip, mac: b.mac}
+	qg := gh.udQP(t, 0x500, testQKey)
+	quiet, err := b.eng.CreateQP(QPConfig{QPN: 0x501, PD: testPD, RecvCQ: b.rcq, SendCQ: b.scq, Context: 0x501,
+		RecvDepth: 8, SendDepth: 8, MaxRecvSGE: 1, MaxSendSGE: 1, UD: true, BlockSelfLoopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := quiet.ActivateUD(UDParams{Local: Endpoint{IP: b.ip, MAC: b.mac, QPN: 0x501}, QKey: testQKey, PathMTU: rocev2.MTU1024}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []*QP{qa, qb, qg, quiet} {
+		if err := q.AttachMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 64
+	src := b.buffer(n, 0, false)
+	fill(src.b, 9)
+	slot := GRHLen + n
+	bufs := b.buffer(6*slot, memreg.AccessLocalWrite, false)
+	abuf := a.buffer(2*slot, memreg.AccessLocalWrite, false)
+	for i, q := range []*QP{qb, qg, quiet} {
+		mustPost(t, q.PostReceive(q, []SGE{bufs.sge(2*i*slot, slot)}))
+		mustPost(t, q.PostReceive(q, []SGE{bufs.sge((2*i+1)*slot, slot)}))
+	}
+	mustPost(t, qa.PostReceive(qa, []SGE{abuf.sge(0, slot)}))
+	send := func(from *QP) {
+		t.Helper()
+		mustPost(t, from.PostSend(&SendWR{Op: OpSend, Context: "s", SGL: []SGE{src.sge(0, n)}, UD: groupDest(t, group, testQKey)}))
+		checkEntry(t, waitCQ(t, b.scq, 1, 5*time.Second)[0], ndkpi.StatusSuccess, ndkpi.OpSend, "s")
+	}
+	// qb sends: qb itself, qg on the other engine and quiet take it
+	// here; qa takes it from the wire.
+	send(qb)
+	got := map[any]int{}
+	for _, r := range waitCQ(t, b.rcq, 3, 5*time.Second) {
+		checkEntry(t, r, ndkpi.StatusSuccess, ndkpi.OpReceive, r.RequestContext)
+		if r.TypeSpecificCompletionOutput != uint64(qb.QPN()) {
+			t.Fatalf("receive %+v names QPN %#x, want the sender %#x", r, r.TypeSpecificCompletionOutput, qb.QPN())
+		}
+		got[r.RequestContext]++
+	}
+	if got[qb] != 1 || got[qg] != 1 || got[quiet] != 1 {
+		t.Fatalf("looped back to %v, want one each to the sender, the other engine's member and the blocking QP", got)
+	}
+	sameBytes(t, "looped-back payload", bufs.b[GRHLen:slot], src.b)
+	checkGRH(t, bufs.b[:GRHLen], b.ip, group)
+	if r := waitCQ(t, a.rcq, 1, 5*time.Second)[0]; r.RequestContext != qa {
+		t.Fatalf("the peer's member: %+v", r)
+	}
+	// quiet sends with BlockSelfLoopback: qb and qg take it, quiet not.
+	send(quiet)
+	got = map[any]int{}
+	for _, r := range waitCQ(t, b.rcq, 2, 5*time.Second) {
+		got[r.RequestContext]++
+	}
+	noEntry(t, b, "the blocking sender")
+	if got[qb] != 1 || got[qg] != 1 {
+		t.Fatalf("looped back to %v, want qb and qg", got)
+	}
+	if s := b.eng.Stats(); s.UnknownQP != 0 {
+		t.Fatalf("UnknownQP %d after loopback", s.UnknownQP)
+	}
+}
+
+// TestUD_MulticastAllocatesNothing: a datagram to a group, delivered to a
+// member across the wire and looped back to the sender's own member,
+// allocates nothing.
+func TestUD_MulticastAllocatesNothing(t *testing.T) {
+	group := netip.MustParseAddr("239.5.5.5")
+	a, b, qa, qb := udPair(t, pairOptions{poll: PollBusy}, testQKey, testQKey)
+	qa2 := a.udQP(t, 0x201, testQKey)
+	for _, q := range []*QP{qb, qa2} {
+		if err := q.AttachMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := a.buffer(64, 0, false)
+	dstB := b.buffer(GRHLen+64, memreg.AccessLocalWrite, false)
+	dstA := a.buffer(GRHLen+64, memreg.AccessLocalWrite, false)
+	wr := SendWR{Op: OpSend, SGL: []SGE{src.sge(0, 64)}, UD: groupDest(t, group, testQKey)}
+	rb, ra := []SGE{dstB.sge(0, GRHLen+64)}, []SGE{dstA.sge(0, GRHLen+64)}
+	var e cq.Entry
+	round := func() {
+		qb.PostReceive(nil, rb)
+		qa2.PostReceive(nil, ra)
+		qa.PostSend(&wr)
+		for !a.scq.Pop(&e) {
+			runtime.Gosched()
+		}
+		for !a.rcq.Pop(&e) {
+			runtime.Gosched()
+		}
+		for !b.rcq.Pop(&e) {
+			runtime.Gosched()
+		}
+	}
+	for i := 0; i < 50; i++ {
+		round()
+	}
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Fatalf("%.2f allocations per multicast datagram, want 0", n)
 	}
 }

@@ -104,6 +104,11 @@ type QPConfig struct {
 	// QP, it carries SENDs and WRITEs that nothing acknowledges or
 	// retransmits.
 	UC bool
+	// BlockSelfLoopback keeps a UD QP's own datagrams to a multicast
+	// group it is a member of from coming back to it (verbs'
+	// IBV_QP_CREATE_BLOCK_SELF_MCAST_LB); the adapter's other members
+	// still take them (multicast.go).
+	BlockSelfLoopback bool
 }
 
 // QP is a reliable-connection queue pair. Post methods are called by the

@@ -189,8 +189,12 @@ func (e *Engine) udRequest(q *QP) (int, bool) {
 		if d.QKey&udQKeyControlled != 0 {
 			t.hdr.DETH.QKey = t.qkey
 		}
-		if err := e.emit(q, e.span(w.seg, w.nseg, 0, w.length)); err != nil {
+		payload := e.span(w.seg, w.nseg, 0, w.length)
+		if err := e.emit(q, payload); err != nil {
 			return sent, true // no transmit room: the next loop retries
+		}
+		if d.QPN == rocev2.MulticastQPN {
+			e.loopMulticast(q, payload)
 		}
 		t.nextPSN = t.nextPSN.Next()
 		e.completeSend(q, w, ndkpi.StatusSuccess, 0)
