@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/ndk/internal/proto"
 )
 
@@ -127,4 +128,64 @@ func TestHostileUD(t *testing.T) {
 		t.Fatalf("B's receive: %+v, payload %q", res[0], mem[ndk.UDGRHSize:ndk.UDGRHSize+4])
 	}
 	bd.healthy(t)
+}
+
+// TestHostileMulticast: join and leave requests no correct client makes
+// are refused with a status (a bad address, a unicast group, another
+// session's or no QP, an RC QP, a leave of a group not joined), and a
+// session's distinct groups are held to quotas.per_session.groups: its
+// QPs' memberships of one group count once, a leave or a QP's close gives
+// the group back; the daemon goes on serving.
+func TestHostileMulticast(t *testing.T) {
+	bd := newBedWith(t, daemon.Config{Quotas: daemon.Quotas{PerSession: daemon.Limits{Groups: 2}}}, 0o600)
+	r := dialRaw(t, bd.sock)
+	pd, _ := r.ok(&proto.Request{Op: proto.OpCreatePD})
+	q1, q2 := r.udQP(pd.H), r.udQP(pd.H)
+	rc := r.qp(pd.H)
+	join := func(q uint32, g string) *proto.Message {
+		m, _ := r.call(&proto.Request{Op: proto.OpJoinMulticast, QP: q, Addr: g})
+		return m
+	}
+	leave := func(q uint32, g string) *proto.Message {
+		m, _ := r.call(&proto.Request{Op: proto.OpLeaveMulticast, QP: q, Addr: g})
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		m    *proto.Message
+		want ndk.Status
+	}{
+		{"no address", join(q1.h, "not-an-address"), ndk.StatusInvalidAddress},
+		{"a unicast group", join(q1.h, "198.18.0.9"), ndk.StatusInvalidParameter},
+		{"no such QP", join(9999, "239.1.1.1"), ndk.StatusInvalidHandle},
+		{"a PD's handle", join(pd.H, "239.1.1.1"), ndk.StatusInvalidHandle},
+		{"an RC QP", join(rc.h, "239.1.1.1"), ndk.StatusInvalidDeviceRequest},
+		{"leave a group not joined", leave(q1.h, "239.1.1.1"), ndk.StatusInvalidParameter},
+	} {
+		if ndk.Status(c.m.Status) != c.want {
+			t.Errorf("%s: status %#x %s, want %#x", c.name, c.m.Status, c.m.Msg, uint32(c.want))
+		}
+	}
+	for _, c := range []struct {
+		q uint32
+		g string
+	}{{q1.h, "239.1.1.1"}, {q2.h, "239.1.1.1"}, {q1.h, "239.1.1.1"}, {q1.h, "239.1.1.2"}} {
+		if m := join(c.q, c.g); m.Status != 0 {
+			t.Fatalf("join %s: %#x %s", c.g, m.Status, m.Msg)
+		}
+	}
+	refusedWith(t, join(q2.h, "239.1.1.3"), ndk.StatusQuotaExceeded, "per_session.groups")
+	// One member of 239.1.1.1 leaving keeps the group; q1's close gives
+	// back 239.1.1.2 and with q2's leave 239.1.1.1 too.
+	if m := leave(q1.h, "239.1.1.1"); m.Status != 0 {
+		t.Fatalf("leave: %#x %s", m.Status, m.Msg)
+	}
+	refusedWith(t, join(q2.h, "239.1.1.3"), ndk.StatusQuotaExceeded, "per_session.groups")
+	r.ok(&proto.Request{Op: proto.OpCloseQP, H: q1.h})
+	if m := join(q2.h, "239.1.1.3"); m.Status != 0 {
+		t.Fatalf("join after a QP's close gave its group back: %#x %s", m.Status, m.Msg)
+	}
+	r.ok(&proto.Request{Op: proto.OpLeaveMulticast, QP: q2.h, Addr: "239.1.1.1"})
+	r.ok(&proto.Request{Op: proto.OpJoinMulticast, QP: q2.h, Addr: "ff0e::42"})
+	bd.status(t) // the daemon serves on
 }

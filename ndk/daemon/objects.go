@@ -100,6 +100,7 @@ func (ss *session) closeQP(_ *call, r *proto.CloseQP) (*proto.None, error) {
 	}
 	ss.relay.removeQP(q)
 	err = q.qp.Close()
+	ss.leaveAll(q) // the close left the groups
 	ss.drop(r.H, resQPs, resMappings)
 	q.seg.Close()
 	return nil, err

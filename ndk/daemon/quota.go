@@ -55,6 +55,11 @@ type Limits struct {
 	// Objects bounds the handles held: every object above, and PDs,
 	// connectors, listeners and shared endpoints.
 	Objects int64 `json:"objects"`
+	// Groups bounds the multicast groups joined (QP.JoinMulticast), each
+	// counted once however many of the client's QPs are members: the
+	// kernel keeps 20 IPv4 groups per socket (igmp_max_memberships) and
+	// the steering program 64 addresses, for the whole adapter.
+	Groups int64 `json:"groups"`
 }
 
 // The resources a quota counts, in the order of Limits' fields.
@@ -71,14 +76,15 @@ const (
 	resArenaBytes
 	resMappings
 	resObjects
+	resGroups
 	nResources
 )
 
-var resourceNames = [nResources]string{"qps", "cqs", "srqs", "mrs", "mws", "tokens", "arenas", "arena_bytes", "mappings", "objects"}
+var resourceNames = [nResources]string{"qps", "cqs", "srqs", "mrs", "mws", "tokens", "arenas", "arena_bytes", "mappings", "objects", "groups"}
 
 // bounds returns l's fields by resource.
 func (l *Limits) bounds() [nResources]*int64 {
-	return [nResources]*int64{&l.QPs, &l.CQs, &l.SRQs, &l.MRs, &l.MWs, &l.Tokens, &l.Arenas, &l.ArenaBytes, &l.Mappings, &l.Objects}
+	return [nResources]*int64{&l.QPs, &l.CQs, &l.SRQs, &l.MRs, &l.MWs, &l.Tokens, &l.Arenas, &l.ArenaBytes, &l.Mappings, &l.Objects, &l.Groups}
 }
 
 func (l *Limits) of(r resource) int64 { return *l.bounds()[r] }
@@ -100,11 +106,11 @@ func DefaultQuotas() Quotas {
 		Sessions: 1024, SessionsPerUID: 256, Mappings: maps * 3 / 4,
 		PerSession: Limits{
 			QPs: 16384, CQs: 16384, SRQs: 4096, MRs: tokenTable / 8, MWs: tokenTable / 8, Tokens: tokenTable / 8,
-			Arenas: 256, ArenaBytes: 64 << 30, Mappings: int64(maps / 4), Objects: 1 << 16,
+			Arenas: 256, ArenaBytes: 64 << 30, Mappings: int64(maps / 4), Objects: 1 << 16, Groups: 8,
 		},
 		PerUID: Limits{
 			QPs: 32768, CQs: 32768, SRQs: 8192, MRs: tokenTable / 2, MWs: tokenTable / 2, Tokens: tokenTable / 2,
-			Arenas: 1024, ArenaBytes: 256 << 30, Mappings: int64(maps / 4), Objects: 1 << 18,
+			Arenas: 1024, ArenaBytes: 256 << 30, Mappings: int64(maps / 4), Objects: 1 << 18, Groups: 16,
 		},
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"net/netip"
 	"sync/atomic"
 	"unsafe"
 
@@ -26,6 +27,7 @@ type reqSlot struct {
 type sQP struct {
 	h      uint32
 	qp     *ndk.QP
+	groups map[netip.Addr]bool // multicast groups joined, under the session's mcMu
 	seg    *shm.Segment
 	layout proto.QPLayout
 	send   *shm.Consumer

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,12 @@ type session struct {
 	reqs    sync.WaitGroup
 
 	relay *relay
+
+	// mcMu orders the session's joins and leaves; groups counts its
+	// member QPs of each multicast group (quota resGroups: a group is
+	// taken with its first member, given back after its last).
+	mcMu   sync.Mutex
+	groups map[netip.Addr]int
 
 	held usage // what the quotas count of this session's (under srv.book.mu)
 

@@ -146,13 +146,39 @@ func postUD(q *sQP, slot *reqSlot, sgl []ndk.SGE, s *proto.Send, flags ndk.OpFla
 // joinMulticast and leaveMulticast are the client's UD QP's on the
 // daemon's adapter: the daemon's interface joins the group for the first
 // member of any client, and the client's QP takes its datagrams through
-// the QP's rings as any other.
+// the QP's rings as any other. A group the session has no member of yet
+// is charged to its quota (resGroups).
 func (ss *session) joinMulticast(_ *call, r *proto.JoinMulticast) (*proto.None, error) {
 	q, group, err := ss.multicastArgs(r.QP, r.Addr)
 	if err != nil {
 		return nil, err
 	}
-	return nil, q.qp.JoinMulticast(group)
+	ss.mcMu.Lock()
+	defer ss.mcMu.Unlock()
+	if q.groups[group] {
+		return nil, nil // a member already: nothing, as in process
+	}
+	first := ss.groups[group] == 0
+	if first {
+		if err := ss.take(resGroups); err != nil {
+			return nil, err
+		}
+	}
+	if err := q.qp.JoinMulticast(group); err != nil {
+		if first {
+			ss.give(resGroups)
+		}
+		return nil, err
+	}
+	if q.groups == nil {
+		q.groups = make(map[netip.Addr]bool)
+	}
+	if ss.groups == nil {
+		ss.groups = make(map[netip.Addr]int)
+	}
+	q.groups[group] = true
+	ss.groups[group]++
+	return nil, nil
 }
 
 func (ss *session) leaveMulticast(_ *call, r *proto.LeaveMulticast) (*proto.None, error) {
@@ -160,7 +186,35 @@ func (ss *session) leaveMulticast(_ *call, r *proto.LeaveMulticast) (*proto.None
 	if err != nil {
 		return nil, err
 	}
-	return nil, q.qp.LeaveMulticast(group)
+	ss.mcMu.Lock()
+	defer ss.mcMu.Unlock()
+	if err := q.qp.LeaveMulticast(group); err != nil {
+		return nil, err
+	}
+	ss.forgetMember(q, group)
+	return nil, nil
+}
+
+// forgetMember takes q out of the session's count of group's members;
+// ss.mcMu is held.
+func (ss *session) forgetMember(q *sQP, group netip.Addr) {
+	if !q.groups[group] {
+		return
+	}
+	delete(q.groups, group)
+	if ss.groups[group]--; ss.groups[group] <= 0 {
+		delete(ss.groups, group)
+		ss.give(resGroups)
+	}
+}
+
+// leaveAll forgets the memberships of q, whose close ended them.
+func (ss *session) leaveAll(q *sQP) {
+	ss.mcMu.Lock()
+	defer ss.mcMu.Unlock()
+	for g := range q.groups {
+		ss.forgetMember(q, g)
+	}
 }
 
 func (ss *session) multicastArgs(h uint32, addr string) (*sQP, netip.Addr, error) {
@@ -168,6 +222,7 @@ func (ss *session) multicastArgs(h uint32, addr string) (*sQP, netip.Addr, error
 	if err != nil {
 		return nil, netip.Addr{}, statusErr(ndk.StatusInvalidAddress, "multicast group %q: %v", addr, err)
 	}
+	group = group.Unmap()
 	q, err := lookup[*sQP](ss, h)
 	if err != nil {
 		return nil, netip.Addr{}, err
