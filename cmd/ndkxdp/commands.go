@@ -44,6 +44,8 @@ func init() {
 		{name: "rping", run: runRping, usage: []usageLine{{"rping", "librdmacm's rping, client or server, against any RoCE peer"}}},
 		{name: "rdma_server", run: runRdmaServer, usage: []usageLine{{"rdma_server", "librdmacm's rdma_server example (one 16-byte SEND each way)"}}},
 		{name: "rdma_client", run: runRdmaClient, usage: []usageLine{{"rdma_client", "librdmacm's rdma_client example, against rdma_server"}}},
+		{name: "rdma_xserver", run: runRdmaXServer, usage: []usageLine{{"rdma_xserver", "librdmacm's rdma_xserver example, RC (one 16-byte SEND, the client's)"}}},
+		{name: "rdma_xclient", run: runRdmaXClient, usage: []usageLine{{"rdma_xclient", "librdmacm's rdma_xclient example, against rdma_xserver"}}},
 		{name: "ucmatose", run: runUcmatose, usage: []usageLine{{"ucmatose", "librdmacm's ucmatose (RC connections through rdma_cm), client or server"}}},
 		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},
 		{name: "mckey", run: runMckey, usage: []usageLine{{"mckey", "librdmacm's mckey (UD multicast), sender or receiver"}}},

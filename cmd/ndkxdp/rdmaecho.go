@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/cmdline"
@@ -13,30 +14,47 @@ import (
 	"github.com/ndkxdp/ndkxdp/ndk"
 )
 
-const rdmaEchoSynopsis = `usage: ndkxdp %[1]s %[2]s[-p PORT] [-capture FILE] -dev IFNAME
-       ndkxdp %[1]s %[2]s[-p PORT] -daemon SOCKET
+const rdmaEchoSynopsis = `usage: ndkxdp %[1]s %[2]s[-p PORT]%[4]s [-capture FILE] -dev IFNAME
+       ndkxdp %[1]s %[2]s[-p PORT]%[4]s -daemon SOCKET
 
 librdmacm's %[1]s example over ndkxdp on IFNAME, or through the ndkxdp
-daemon serving at SOCKET: one RC connection through rdma_cm, one 16-byte
-SEND each way (the client first), then a disconnect. Either side may be
-Linux %[3]s.`
+daemon serving at SOCKET: %[5]s. Either side may be Linux %[3]s.`
+
+const (
+	echoWhat  = "one RC connection through rdma_cm, one 16-byte SEND each way (the client first), then a disconnect"
+	xEchoWhat = "one RC connection through rdma_cm (-c r, the default; -c x, XRC, is not served), one 16-byte SEND from the client, then a disconnect"
+)
 
 type rdmaEchoFlags struct {
+	name                       string // rdma_server, rdma_client, rdma_xserver or rdma_xclient
 	addr, dev, daemon, capture string
 	port                       uint
+	commType                   string
 	timeout                    time.Duration
 }
 
-func parseRdmaEcho(server bool, args []string, stdout, stderr io.Writer) (rdmaEchoFlags, error) {
-	name, addr, other, what := "rdma_client", "-s ADDR ", "rdma_server", "the server's address or host name"
-	if server {
-		name, addr, other, what = "rdma_server", "[-s ADDR] ", "rdma_client", "the address to listen on (default: every address)"
+func (f *rdmaEchoFlags) server() bool { return strings.HasSuffix(f.name, "server") }
+
+// parseRdmaEcho parses the flags of name, one of librdmacm's rdma_server,
+// rdma_client, rdma_xserver and rdma_xclient.
+func parseRdmaEcho(name string, args []string, stdout, stderr io.Writer) (rdmaEchoFlags, error) {
+	f := rdmaEchoFlags{name: name}
+	x := strings.HasPrefix(name, "rdma_x")
+	other, addr, what := strings.Replace(name, "client", "server", 1), "-s ADDR ", "the server's address or host name"
+	if f.server() {
+		other, addr, what = strings.Replace(name, "server", "client", 1), "[-s ADDR] ", "the address to listen on (default: every address)"
 	}
-	usage := fmt.Sprintf(rdmaEchoSynopsis, name, addr, other)
+	cflag, desc := "", echoWhat
+	if x {
+		cflag, desc = " [-c r]", xEchoWhat
+	}
+	usage := fmt.Sprintf(rdmaEchoSynopsis, name, addr, other, cflag, desc)
 	fs := cmdline.NewFlagSet(name, usage, stderr)
-	var f rdmaEchoFlags
 	fs.StringVar(&f.addr, "s", "", what)
 	fs.UintVar(&f.port, "p", rdmaecho.DefaultPort, "rdma_cm port (RDMA_PS_TCP)")
+	if x {
+		fs.StringVar(&f.commType, "c", "r", "communication type: r, RC (x, XRC, is not served)")
+	}
 	fs.StringVar(&f.dev, "dev", "", "network interface to attach to (in this network namespace)")
 	fs.StringVar(&f.daemon, "daemon", "", "use the ndkxdp daemon serving at this unix socket instead of attaching to -dev")
 	fs.DurationVar(&f.timeout, "timeout", time.Minute, "give up after this long")
@@ -45,11 +63,15 @@ func parseRdmaEcho(server bool, args []string, stdout, stderr io.Writer) (rdmaEc
 		return f, err
 	}
 	switch {
+	case x && strings.HasPrefix(strings.ToLower(f.commType), "x"):
+		return f, cmdline.Usagef("-c %s: XRC (extended reliable connected) is not served by ndkxdp; -c r runs RC", f.commType)
+	case x && !strings.HasPrefix(strings.ToLower(f.commType), "r"):
+		return f, cmdline.Usagef("-c %s: communication type r (RC) or x (XRC)", f.commType)
 	case f.port == 0 || f.port > 0xFFFF:
 		return f, cmdline.Usagef("-p %d: not a port", f.port)
-	case !server && f.addr == "":
+	case !f.server() && f.addr == "":
 		// rdma_client.c's default, 127.0.0.1, is no RoCE peer.
-		return f, cmdline.Usagef("-s: the server's address is needed (rdma_client's default, 127.0.0.1, is not on the wire)")
+		return f, cmdline.Usagef("-s: the server's address is needed (%s's default, 127.0.0.1, is not on the wire)", name)
 	case f.timeout <= 0:
 		return f, cmdline.Usagef("-timeout %v: must be positive", f.timeout)
 	}
@@ -57,17 +79,26 @@ func parseRdmaEcho(server bool, args []string, stdout, stderr io.Writer) (rdmaEc
 }
 
 func runRdmaServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runRdmaEcho(ctx, true, args, stdout, stderr)
+	return runRdmaEcho(ctx, "rdma_server", args, stdout, stderr)
 }
 
 func runRdmaClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runRdmaEcho(ctx, false, args, stdout, stderr)
+	return runRdmaEcho(ctx, "rdma_client", args, stdout, stderr)
 }
 
-// runRdmaEcho is librdmacm's rdma_server or rdma_client on an ndkxdp
-// adapter attached to -dev or dialled at -daemon.
-func runRdmaEcho(ctx context.Context, server bool, args []string, stdout, stderr io.Writer) error {
-	f, err := parseRdmaEcho(server, args, stdout, stderr)
+func runRdmaXServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runRdmaEcho(ctx, "rdma_xserver", args, stdout, stderr)
+}
+
+func runRdmaXClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runRdmaEcho(ctx, "rdma_xclient", args, stdout, stderr)
+}
+
+// runRdmaEcho is one of librdmacm's rdma_server, rdma_client,
+// rdma_xserver and rdma_xclient on an ndkxdp adapter attached to -dev or
+// dialled at -daemon.
+func runRdmaEcho(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	f, err := parseRdmaEcho(name, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -85,8 +116,12 @@ func runRdmaEcho(ctx context.Context, server bool, args []string, stdout, stderr
 	}
 	defer closeDevice()
 	depths := ndkverbs.Depths{Send: 1, Receive: 1}
-	if !server {
-		return stepTimedOut(ctx, rdmaecho.RunClient(ctx, &ndkverbs.Connector{Dev: d, Peer: addr, Depths: depths}, uint16(f.port), stdout), f.timeout, "rdma_client")
+	if !f.server() {
+		run := rdmaecho.RunClient
+		if name == "rdma_xclient" {
+			run = rdmaecho.RunXClient
+		}
+		return stepTimedOut(ctx, run(ctx, &ndkverbs.Connector{Dev: d, Peer: addr, Depths: depths}, uint16(f.port), stdout), f.timeout, name)
 	}
 	if !addr.IsUnspecified() && addr != d.Adapter.LocalAddress() {
 		return cmdline.Usagef("-s %v: cannot assign requested address (EADDRNOTAVAIL): the adapter's is %v", addr, d.Adapter.LocalAddress())
@@ -96,5 +131,9 @@ func runRdmaEcho(ctx context.Context, server bool, args []string, stdout, stderr
 		return err
 	}
 	defer l.Close()
-	return stepTimedOut(ctx, rdmaecho.RunServer(ctx, l, stdout), f.timeout, "rdma_server")
+	serve := rdmaecho.RunServer
+	if name == "rdma_xserver" {
+		serve = rdmaecho.RunXServer
+	}
+	return stepTimedOut(ctx, serve(ctx, l, stdout), f.timeout, name)
 }

@@ -3,9 +3,13 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/ndkxdp/ndkxdp/internal/pcapfile"
 	"github.com/ndkxdp/ndkxdp/internal/testenv"
+	"github.com/ndkxdp/ndkxdp/rocev2"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -64,7 +68,7 @@ func TestUcmatose(t *testing.T) {
 // (and the client through a daemon): each prints the examples' start and
 // "end 0" lines. rdma_client without -s is refused.
 func TestRdmaServerClient(t *testing.T) {
-	if _, err := parseRdmaEcho(false, []string{"-dev", "lo"}, io.Discard, io.Discard); err == nil {
+	if _, err := parseRdmaEcho("rdma_client", []string{"-dev", "lo"}, io.Discard, io.Discard); err == nil {
 		t.Errorf("rdma_client without -s accepted")
 	}
 	testenv.RequireRoot(t)
@@ -81,5 +85,46 @@ func TestRdmaServerClient(t *testing.T) {
 				t.Fatalf("server printed %q, client %q", sout, cout)
 			}
 		})
+	}
+}
+
+// TestRdmaXServerClient runs rdma_xserver and rdma_xclient (RC, their
+// default) over a veth pair: each prints the examples' start and "end 0"
+// lines, and the client's capture holds its one 16-byte SEND and no SEND
+// of the server's. XRC (-c x) is refused, naming it.
+func TestRdmaXServerClient(t *testing.T) {
+	for _, args := range [][]string{{"-c", "x"}, {"-c", "q"}} {
+		if _, err := parseRdmaEcho("rdma_xserver", append(args, "-dev", "lo"), io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "XRC") {
+			t.Errorf("rdma_xserver %v: %v, want a refusal naming XRC", args, err)
+		}
+	}
+	if _, err := parseRdmaEcho("rdma_xclient", []string{"-c", "r", "-s", "198.18.0.1", "-dev", "lo"}, io.Discard, io.Discard); err != nil {
+		t.Errorf("rdma_xclient -c r: %v", err)
+	}
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	capture := filepath.Join(t.TempDir(), "xclient.pcap")
+	cout, sout := runIn(t, p.B, []string{"rdma_xserver", "-dev", p.B.Link},
+		p.A, []string{"rdma_xclient", "-s", p.B.IPv4.String(), "-capture", capture, "-dev", p.A.Link})
+	if sout != "rdma_xserver: start\nrdma_xserver: end 0\n" || cout != "rdma_xclient: start\nrdma_xclient: end 0\n" {
+		t.Fatalf("server printed %q, client %q", sout, cout)
+	}
+	c, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sends := map[bool]int{} // by: from the client
+	for _, pk := range c.Packets {
+		var pkt rocev2.Packet
+		if rocev2.Parse(pk.Data, &pkt) != nil || pkt.BTH.Opcode != rocev2.RCSendOnly {
+			continue
+		}
+		sends[pkt.IP.Src == p.A.IPv4]++
+		if len(pkt.Payload) != 16 {
+			t.Errorf("a SEND of %d bytes, want 16", len(pkt.Payload))
+		}
+	}
+	if sends[true] != 1 || sends[false] != 0 {
+		t.Fatalf("SENDs: %d from the client, %d from the server; want 1 and 0", sends[true], sends[false])
 	}
 }

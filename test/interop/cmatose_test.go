@@ -90,4 +90,30 @@ func testRdmaEcho(t *testing.T, p *peer) {
 			t.Errorf("not both ended 0")
 		}
 	})
+	// rdma_xserver and rdma_xclient in their default RC mode: the
+	// client's one SEND, the server's REP with 4 bytes of private data.
+	t.Run("x/rxe_server", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, time.Minute)
+		var ours bytes.Buffer
+		out := p.guestServer(t, ctx, "rdma_xserver", rdmaecho.DefaultPort, func() error {
+			return rdmaecho.RunXClient(ctx, &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4}, rdmaecho.DefaultPort, &ours)
+		})
+		t.Logf("rxe's rdma_xserver:\n%sndkxdp's rdma_xclient:\n%s", out, ours.String())
+		if out != "rdma_xserver: start\nrdma_xserver: end 0\n" || ours.String() != "rdma_xclient: start\nrdma_xclient: end 0\n" {
+			t.Errorf("not both ended 0")
+		}
+	})
+	t.Run("x/rxe_client", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, time.Minute)
+		var ours bytes.Buffer
+		out := p.hostServer(t, ctx, rdmaecho.DefaultPort, func(ctx context.Context, l verbs.Listener) error {
+			return rdmaecho.RunXServer(ctx, l, &ours)
+		}, fmt.Sprintf("rdma_xclient -s %v", HostIPv4))
+		t.Logf("rxe's rdma_xclient:\n%sndkxdp's rdma_xserver:\n%s", out, ours.String())
+		if out != "rdma_xclient: start\nrdma_xclient: end 0\n" || ours.String() != "rdma_xserver: start\nrdma_xserver: end 0\n" {
+			t.Errorf("not both ended 0")
+		}
+	})
 }

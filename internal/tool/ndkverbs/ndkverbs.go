@@ -101,6 +101,8 @@ type Endpoint struct {
 	results [64]ndk.ResultEx
 
 	gone atomic.Bool // the peer disconnected
+	// goneAt is when Poll first found the peer gone and no completion.
+	goneAt time.Time
 	// wake gets a token from the CQs' notifications, the QP's peer-write
 	// arm and the peer's disconnect; Wait blocks on it.
 	wake chan struct{}
@@ -365,6 +367,10 @@ func completionErr(r *ndk.ResultEx) error {
 // keeps that order on one Poll; after a failure or the peer's disconnect,
 // and on an endpoint opened Unordered, nothing is held.
 func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
+	// The disconnect is read before the CQs: a completion the engine
+	// queued before the peer's DREQ arrived (the ACK of our last SEND,
+	// then the DREQ) is then read below, never reported as a disconnect.
+	gone := e.gone.Load()
 	n := 0
 	want := min(len(out), len(e.results))
 	k := e.scq.GetResultsEx(e.results[:want])
@@ -375,7 +381,6 @@ func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 		}
 		n++
 	}
-	gone := e.gone.Load()
 	if (e.sendsOut == 0 || e.unordered || e.failed || gone) && n < want {
 		k = e.rcq.GetResultsEx(e.results[:want-n])
 		for i := range e.results[:k] {
@@ -387,10 +392,24 @@ func (e *Endpoint) Poll(out []verbs.Completion) (int, error) {
 		if err := e.dev.Adapter.Err(); err != nil {
 			return 0, err // the daemon went away, not the peer
 		}
+		// Through a daemon the disconnect event and the completions
+		// take different ways (the control socket, the relay's rings):
+		// the CQs must stay empty a while after the disconnect was seen.
+		if e.goneAt.IsZero() {
+			e.goneAt = time.Now()
+		}
+		if time.Since(e.goneAt) < goneGrace {
+			return 0, nil
+		}
 		return 0, verbs.ErrDisconnected
 	}
 	return n, nil
 }
+
+// goneGrace is how long Poll goes on looking for completions after it saw
+// the peer's disconnect and none: far more than a daemon's relay takes to
+// hand over what the engine completed before the DREQ came.
+const goneGrace = 20 * time.Millisecond
 
 func (e *Endpoint) completion(r *ndk.ResultEx) verbs.Completion {
 	id, _ := r.RequestContext.(uint64)

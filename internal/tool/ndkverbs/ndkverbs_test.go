@@ -356,3 +356,69 @@ func TestOverIBCM(t *testing.T) {
 		})
 	}
 }
+
+// TestCompletionBeforeDisconnect: a SEND whose completion comes after the
+// peer's disconnect was seen (its ACK, then the DREQ, as rdma_xserver
+// sends them) still completes on Poll, which reports the disconnect only
+// once the CQs stayed empty; before, the first empty Poll after the
+// disconnect reported it and the completion was never read.
+func TestCompletionBeforeDisconnect(t *testing.T) {
+	a, b := newSides(t, 1500)
+	n := &oobNet{client: a, server: b}
+	n.listen(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan verbs.Endpoint, 1)
+	go func() {
+		ep, err := oobListener{n, 1}.Accept(ctx, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1,
+			Prepare: func(ep verbs.Endpoint) error {
+				r, err := ep.Register(make([]byte, 64), verbs.AccessLocalWrite)
+				if err != nil {
+					return err
+				}
+				s, _ := r.Seg(0, 64)
+				return ep.Receive(1, s)
+			}})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ep
+	}()
+	cli, err := n.Connect(ctx, 1, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := <-got
+	if srv == nil {
+		t.FailNow()
+	}
+	defer srv.Close()
+	local, _ := cli.Register(make([]byte, 64), verbs.AccessLocalWrite)
+	seg, _ := local.Seg(0, 16)
+	if err := cli.Send(5, seg, true); err != nil {
+		t.Fatal(err)
+	}
+	cli.(*Endpoint).PeerDisconnected() // seen before the ACK came
+	var out [4]verbs.Completion
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		k, err := cli.Poll(out[:])
+		if err != nil {
+			t.Fatalf("poll: %v before the SEND's completion", err)
+		}
+		if k == 1 && out[0].ID == 5 && out[0].Err == nil {
+			break
+		}
+		if k != 0 || time.Now().After(deadline) {
+			t.Fatalf("poll: %d completions %+v", k, out[:k])
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		_, err := cli.Poll(out[:])
+		if errors.Is(err, verbs.ErrDisconnected) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("poll after the completion: %v, want ErrDisconnected", err)
+		}
+	}
+}

@@ -11,6 +11,12 @@
 // server waits for its receive, then SENDs 16 zero bytes and waits for
 // the completion. Each then disconnects. Both print "NAME: start" and
 // "NAME: end STATUS" around the run, STATUS 0 on success.
+//
+// rdma_xserver and rdma_xclient (rdma_xserver.c, rdma_xclient.c) in their
+// default RC mode are the same connection with one SEND, the client's:
+// the server accepts with 4 bytes of private data (the SRQ number of the
+// XRC mode, zero) and disconnects once it has received. Their XRC mode
+// (-c x) is not served: ndkxdp has no XRC.
 package rdmaecho
 
 import (
@@ -35,6 +41,9 @@ type side struct {
 	buf        [4]verbs.Completion
 	sent, got  bool
 	idle       verbs.Backoff
+	// sendOnly: no receive is posted (rdma_xclient posts none, and the
+	// server's disconnect would flush one).
+	sendOnly bool
 }
 
 // prepare registers the two messages and posts the receive (rdma_reg_msgs,
@@ -51,6 +60,9 @@ func (s *side) prepare(ep verbs.Endpoint) error {
 	}
 	s.send, _ = r.Seg(0, MsgLen)
 	s.recv, _ = r.Seg(MsgLen, MsgLen)
+	if s.sendOnly {
+		return nil
+	}
 	if err := ep.Receive(1, s.recv); err != nil {
 		return fmt.Errorf("rdma_post_recv: %w", err)
 	}
@@ -114,10 +126,23 @@ func (s *side) post() error {
 
 // RunServer is rdma_server: one connection accepted on l.
 func RunServer(ctx context.Context, l verbs.Listener, out io.Writer) error {
-	fmt.Fprintln(out, "rdma_server: start")
+	return serve(ctx, l, out, "rdma_server", nil, true)
+}
+
+// RunXServer is rdma_xserver with its default -c r (RC): rdma_server's
+// accept, with the 4 bytes of private data its XRC mode fills with the
+// SRQ number (zero for RC), then one receive and no answer.
+func RunXServer(ctx context.Context, l verbs.Listener, out io.Writer) error {
+	return serve(ctx, l, out, "rdma_xserver", make([]byte, 4), false)
+}
+
+func serve(ctx context.Context, l verbs.Listener, out io.Writer, name string, private []byte, answer bool) error {
+	fmt.Fprintf(out, "%s: start\n", name)
 	err := func() error {
 		s := &side{}
-		ep, err := l.Accept(ctx, s.params())
+		p := s.params()
+		p.PrivateData = private
+		ep, err := l.Accept(ctx, p)
 		if err != nil {
 			return fmt.Errorf("rdma_get_request: %w", err)
 		}
@@ -125,19 +150,32 @@ func RunServer(ctx context.Context, l verbs.Listener, out io.Writer) error {
 		if err := s.wait(ctx, verbs.OpReceive); err != nil {
 			return err
 		}
+		if !answer {
+			return nil
+		}
 		if err := s.post(); err != nil {
 			return err
 		}
 		return s.wait(ctx, verbs.OpSend)
 	}()
-	return end(out, "rdma_server", err)
+	return end(out, name, err)
 }
 
 // RunClient is rdma_client: one connection to port through c.
 func RunClient(ctx context.Context, c verbs.Connector, port uint16, out io.Writer) error {
-	fmt.Fprintln(out, "rdma_client: start")
+	return connect(ctx, c, port, out, "rdma_client", true)
+}
+
+// RunXClient is rdma_xclient with its default -c r (RC): rdma_client's
+// connection and SEND, and no answer to wait for.
+func RunXClient(ctx context.Context, c verbs.Connector, port uint16, out io.Writer) error {
+	return connect(ctx, c, port, out, "rdma_xclient", false)
+}
+
+func connect(ctx context.Context, c verbs.Connector, port uint16, out io.Writer, name string, answered bool) error {
+	fmt.Fprintf(out, "%s: start\n", name)
 	err := func() error {
-		s := &side{}
+		s := &side{sendOnly: !answered}
 		ep, err := c.Connect(ctx, port, s.params())
 		if err != nil {
 			return fmt.Errorf("rdma_connect: %w", err)
@@ -149,9 +187,12 @@ func RunClient(ctx context.Context, c verbs.Connector, port uint16, out io.Write
 		if err := s.wait(ctx, verbs.OpSend); err != nil {
 			return err
 		}
+		if !answered {
+			return nil
+		}
 		return s.wait(ctx, verbs.OpReceive)
 	}()
-	return end(out, "rdma_client", err)
+	return end(out, name, err)
 }
 
 // end prints main()'s last line: "end 0", or -1 (the examples print

@@ -37,3 +37,24 @@ func TestEcho(t *testing.T) {
 		t.Fatalf("no server: %v, %q", err, cb.String())
 	}
 }
+
+// TestXEcho: rdma_xserver and rdma_xclient in RC mode each print start
+// and "end 0": one SEND, the client's, and no answer awaited.
+func TestXEcho(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := &verbstest.Network{}
+	l, err := n.Listen(DefaultPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var sb, cb bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- RunXServer(ctx, l, &sb) }()
+	cerr := RunXClient(ctx, n, DefaultPort, &cb)
+	serr := <-done
+	if cerr != nil || serr != nil || sb.String() != "rdma_xserver: start\nrdma_xserver: end 0\n" || cb.String() != "rdma_xclient: start\nrdma_xclient: end 0\n" {
+		t.Fatalf("server %v: %q; client %v: %q", serr, sb.String(), cerr, cb.String())
+	}
+}
