@@ -23,7 +23,7 @@ import (
 	"github.com/ndkxdp/ndkxdp/rocev2"
 )
 
-const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-b] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy|progress] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
+const perfTestUsage = "usage: ndkxdp perf <send_bw|write_bw|read_bw|send_lat|write_lat|read_lat|atomic_bw|atomic_lat> [-s size|-a] [-n iters|-D seconds] [-t txdepth] [-q qps] [-b] [-p port] [-use-srq] [-write_with_imm] [-polling adaptive|busy|progress] [-capture FILE] [ADDR] -dev IFNAME|-daemon SOCKET\n       ndkxdp perf tcp_lat [-s size] [-n iters] [-p port] [ADDR]"
 
 // perfTestSynopsis is the -h text of one test.
 func perfTestSynopsis(name string) string {
@@ -54,7 +54,7 @@ var perfTests = map[string]struct {
 	"send_bw": {perftest.Send, perftest.BW}, "write_bw": {perftest.Write, perftest.BW},
 	"read_bw": {perftest.Read, perftest.BW}, "atomic_bw": {perftest.Atomic, perftest.BW},
 	"send_lat": {perftest.Send, perftest.Lat}, "write_lat": {perftest.Write, perftest.Lat},
-	"read_lat": {perftest.Read, perftest.Lat},
+	"read_lat": {perftest.Read, perftest.Lat}, "atomic_lat": {perftest.Atomic, perftest.Lat},
 }
 
 // runPerfTest is one of perftest's ib_*_bw / ib_*_lat tools in rdma_cm mode
@@ -213,7 +213,7 @@ func parsePerfTest(name string, args []string, stdout, stderr io.Writer) (perfTe
 	fs.IntVar(&p.OutReads, "o", 0, "outstanding READs/atomics")
 	fs.BoolVar(&f.histogram, "histogram", false, "latency tests: print the distribution of the samples after the report")
 	port := fs.Uint("p", perftest.DefaultPort, "rdma_cm port")
-	cas := fs.Bool("cmp_and_swap", false, "atomic_bw: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
+	cas := fs.Bool("cmp_and_swap", false, "atomic_bw and atomic_lat: CMP_AND_SWAP instead of FETCH_AND_ADD (-A)")
 	fs.BoolVar(&p.ReportGbits, "report_gbits", false, "report Gb/s instead of MB/s")
 	fs.BoolVar(&p.NoPeak, "N", false, "no peak bandwidth")
 	fs.BoolVar(&p.UseSRQ, "use-srq", false, "send tests: receive through a shared receive queue of -r receives (perftest's --use-srq)")

@@ -81,6 +81,7 @@ func TestPerfOverTCP(t *testing.T) {
 		{test: "send_lat", client: []string{"-comm", "tcp"}},
 		{test: "write_lat", client: []string{"-comm", "tcp"}},
 		{test: "read_lat", client: []string{"-comm", "tcp"}},
+		{test: "atomic_lat", client: []string{"-comm", "tcp"}},
 		// The server speaks TCP only: the default client's REQ is
 		// rejected (nobody listens on rdma_cm: a REQ and a REJ) and it
 		// turns to TCP.
@@ -108,14 +109,14 @@ func TestPerfOverTCP(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			capture := filepath.Join(t.TempDir(), "server.pcap")
 			common := append([]string{"perf", tc.test, "-n", "200"}, tc.more...)
-			if tc.test != "atomic_bw" {
+			if !strings.HasPrefix(tc.test, "atomic_") {
 				common = append(common, "-s", "64")
 			}
 			cout, sout := runBoth(t, p,
 				slices.Concat(common, tc.server, []string{"-capture", capture, "-dev", p.B.Link}),
 				slices.Concat(common, tc.client, []string{srv, "-dev", p.A.Link}))
 			t.Logf("client:\n%s\nserver:\n%s", cout, sout)
-			if rows := perfRows(cout); len(rows) == 0 || (tc.test != "read_lat" && len(perfRows(sout)) == 0) {
+			if rows := perfRows(cout); len(rows) == 0 || (tc.test != "read_lat" && tc.test != "atomic_lat" && len(perfRows(sout)) == 0) {
 				t.Errorf("no report rows")
 			}
 			// Each side prints the other's QP as it learned it.

@@ -121,7 +121,7 @@ func TestRpingAndPerfCommands(t *testing.T) {
 			t.Fatalf("client printed %d pings, want 5:\n%s", n, cout)
 		}
 	})
-	for _, test := range []string{"write_bw", "read_lat", "atomic_bw"} {
+	for _, test := range []string{"write_bw", "read_lat", "atomic_bw", "atomic_lat"} {
 		t.Run(test, func(t *testing.T) {
 			cout, sout := runBoth(t, p,
 				[]string{"perf", test, "-n", "50", "-dev", p.B.Link},

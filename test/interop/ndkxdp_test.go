@@ -358,6 +358,7 @@ var perfCases = []perfCase{
 	{"ib_send_lat", perftest.Send, perftest.Lat},
 	{"ib_write_lat", perftest.Write, perftest.Lat},
 	{"ib_read_lat", perftest.Read, perftest.Lat},
+	{"ib_atomic_lat", perftest.Atomic, perftest.Lat},
 }
 
 func (c perfCase) params(size int) perftest.Params {
@@ -400,9 +401,9 @@ func testPerftestOf(t *testing.T, p *peer, cases []perfCase, caseSizes []int) {
 		for _, size := range sizes {
 			prm := c.params(size)
 			prm.MTU = p.dev.Adapter.PathMTU()
-			// ib_read_lat's server prints no table: only the client
-			// measures.
-			serverRow := !(c.verb == perftest.Read && c.kind == perftest.Lat)
+			// ib_read_lat's and ib_atomic_lat's servers print no table:
+			// only the client measures.
+			serverRow := !(c.verb != perftest.Send && c.verb != perftest.Write && c.kind == perftest.Lat)
 			t.Run(fmt.Sprintf("%s/%dB/rxe_server", c.tool, size), func(t *testing.T) {
 				var ours bytes.Buffer
 				var theirs string

@@ -57,7 +57,7 @@ func testPerftestTCP(t *testing.T, p *peer) {
 		}
 		row := prm
 		row.Iterations *= c.qps
-		serverRow := !(c.verb == perftest.Read && c.kind == perftest.Lat)
+		serverRow := !(c.verb != perftest.Send && c.verb != perftest.Write && c.kind == perftest.Lat)
 		name := c.tool
 		if c.qps > 1 {
 			name += fmt.Sprintf("_q%d", c.qps)

@@ -185,7 +185,7 @@ func latRuns(ctx context.Context, p *Params, ctl *control, d *data, res *Result,
 		}
 		var err error
 		switch p.Verb {
-		case Read:
+		case Read, Atomic:
 			err = readLat(ctx, q, d, res.Peer, posted)
 		case Write:
 			if p.WriteImm {

@@ -222,14 +222,19 @@ func recvBW(ctx context.Context, p *Params, d *data) (Report, error) {
 	return bwReport(&q, posted, completed), nil
 }
 
-// readLat is run_iter_lat for READ: one READ at a time, stamped at post.
+// readLat is run_iter_lat for READ and for the atomics (ib_read_lat,
+// ib_atomic_lat): one request at a time, stamped at post.
 func readLat(ctx context.Context, p *Params, d *data, peer Dest, posted []uint64) error {
+	at, err := d.atomics(p)
+	if err != nil {
+		return err
+	}
 	clk := clock{time.Now()}
 	var c counts
 	for i := range posted {
 		posted[i] = clk.now()
-		if err := d.w.ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
-			return fmt.Errorf("post read %d: %w", i, err)
+		if err := d.post(p, at, &peer, true); err != nil {
+			return fmt.Errorf("post %v %d: %w", p.Verb, i, err)
 		}
 		for c.rdma <= i {
 			if _, err := d.poll(ctx, &c); err != nil {

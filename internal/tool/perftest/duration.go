@@ -213,8 +213,8 @@ func latFor(ctx context.Context, p *Params, d *data, peer Dest, client bool) (La
 	defer cancel()
 	var n uint64
 	var err error
-	if p.Verb == Read {
-		n, err = readLatFor(ctx, dctx, d, &peer, &ph)
+	if p.Verb == Read || p.Verb == Atomic {
+		n, err = readLatFor(ctx, dctx, p, d, &peer, &ph)
 	} else {
 		n, err = writeLatFor(ctx, dctx, p, d, &peer, &ph, client)
 	}
@@ -224,14 +224,18 @@ func latFor(ctx context.Context, p *Params, d *data, peer Dest, client bool) (La
 	return durationLat(p, n, &ph), nil
 }
 
-// readLatFor is run_iter_lat in duration mode: one READ at a time, each
-// completion in the window counted.
-func readLatFor(ctx, dctx context.Context, d *data, peer *Dest, ph *phases) (uint64, error) {
+// readLatFor is run_iter_lat in duration mode: one READ (or atomic) at a
+// time, each completion in the window counted.
+func readLatFor(ctx, dctx context.Context, p *Params, d *data, peer *Dest, ph *phases) (uint64, error) {
+	at, err := d.atomics(p)
+	if err != nil {
+		return 0, err
+	}
 	var n uint64
 	var c counts
 	for i := 1; !ph.over(); i++ {
-		if err := d.w.ep.Read(idRDMA, d.local, peer.VAddr, peer.RKey, true); err != nil {
-			return n, ph.stop(ctx, fmt.Errorf("post read %d: %w", i, err))
+		if err := d.post(p, at, peer, true); err != nil {
+			return n, ph.stop(ctx, fmt.Errorf("post %v %d: %w", p.Verb, i, err))
 		}
 		for c.rdma < i {
 			if _, err := d.poll(dctx, &c); err != nil {

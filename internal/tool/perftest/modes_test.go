@@ -144,6 +144,7 @@ func TestDuration(t *testing.T) {
 		{Verb: Send, Kind: Lat, Size: 64},
 		{Verb: Write, Kind: Lat, Size: 64},
 		{Verb: Read, Kind: Lat, Size: 64},
+		{Verb: Atomic, Kind: Lat},
 	}
 	for _, p := range tests {
 		t.Run(fmt.Sprintf("%v_%s", p.Verb, kindName(p.Kind)), func(t *testing.T) {
@@ -185,9 +186,9 @@ func TestDuration(t *testing.T) {
 				t.Errorf("%d iterations at %v tps make %v s, want the window %v", r.Iters, r.TPS, got, d)
 			}
 			for _, out := range []string{pr.cout.String(), pr.sout.String()} {
-				if p.Verb == Read && out == pr.sout.String() {
+				if (p.Verb == Read || p.Verb == Atomic) && out == pr.sout.String() {
 					if pr.server.LatDur != nil || strings.Contains(out, "t_avg") {
-						t.Errorf("read_lat's server printed a row:\n%s", out)
+						t.Errorf("%v lat's server printed a row:\n%s", p.Verb, out)
 					}
 					continue
 				}

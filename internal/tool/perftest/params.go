@@ -202,9 +202,6 @@ func (p *Params) normalize() error {
 	if p.Verb < Send || p.Verb > Atomic || p.Kind < BW || p.Kind > Lat {
 		return bad("unknown test %d/%d", p.Verb, p.Kind)
 	}
-	if p.Verb == Atomic && p.Kind == Lat {
-		return fmt.Errorf("perftest: ib_atomic_lat: %w", ErrUnsupported)
-	}
 	if err := p.normalizeMode(bad); err != nil {
 		return err
 	}

@@ -135,6 +135,8 @@ func TestTests(t *testing.T) {
 		{"write_lat", Params{Verb: Write, Kind: Lat, Size: 1, Iterations: 300}},
 		{"write_lat big", Params{Verb: Write, Kind: Lat, Size: 65536, Iterations: 20}},
 		{"read_lat", Params{Verb: Read, Kind: Lat, Size: 8, Iterations: 100}},
+		{"atomic_lat fetch-add", Params{Verb: Atomic, Kind: Lat, Iterations: 100}},
+		{"atomic_lat cmp-swap", Params{Verb: Atomic, Kind: Lat, Iterations: 100, AtomicType: CompareAndSwap}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -198,9 +200,10 @@ func TestTests(t *testing.T) {
 					h.Buckets[0].High <= l.Min || h.Buckets[len(h.Buckets)-1].Low > l.Max {
 					t.Errorf("histogram %+v of a report with min %v max %v over %d iterations", h, l.Min, l.Max, p.Iterations)
 				}
-				if p.Verb == Read {
-					if pr.server.Lat != nil || cdata.Posted.Read != p.Iterations {
-						t.Errorf("read_lat: server stats %v, client reads %d", pr.server.Lat, cdata.Posted.Read)
+				if p.Verb == Read || p.Verb == Atomic {
+					// Only the client posts (read_lat.c, atomic_lat.c).
+					if n := cdata.Posted.Read + cdata.Posted.Atomic; pr.server.Lat != nil || n != p.Iterations {
+						t.Errorf("%v lat: server stats %v, client posted %d", p.Verb, pr.server.Lat, n)
 					}
 				} else {
 					checkLat(t, p, pr.server.Lat)
@@ -336,7 +339,8 @@ func TestParams(t *testing.T) {
 		{in: Params{Verb: Write, Kind: Lat, AllSizes: true, Size: 64}, want: Params{Size: MaxSize, Iterations: 1000, TxDepth: 1, CQMod: 1}},
 		{in: Params{Verb: Write, Kind: BW, AllSizes: true, Duration: time.Second}, wantErr: verbs.ErrInvalid},
 		{in: Params{Verb: Atomic, Kind: BW, AllSizes: true}, wantErr: verbs.ErrInvalid},
-		{in: Params{Verb: Atomic, Kind: Lat}, wantErr: ErrUnsupported},
+		{in: Params{Verb: Atomic, Kind: Lat}, want: Params{Size: 8, Iterations: 1000, TxDepth: 1, CQMod: 1}},
+		{in: Params{Verb: Atomic, Kind: Lat, Size: 64}, wantErr: verbs.ErrInvalid},
 		{in: Params{Verb: Write, Kind: BW, ConnectRetry: Retry{Attempts: 5000}}, wantErr: verbs.ErrInvalid},
 	}
 	for i, tt := range tests {

@@ -444,8 +444,8 @@ func bwSession(ctx context.Context, p *Params, ctl *control, d *data, res Result
 }
 
 func latSession(ctx context.Context, p *Params, ctl *control, d *data, res Result, out io.Writer, fail func(string, error) (Result, error)) (Result, error) {
-	if p.Verb == Read && !ctl.client {
-		// read_lat.c: "Only Client post read request."
+	if (p.Verb == Read || p.Verb == Atomic) && !ctl.client {
+		// read_lat.c and atomic_lat.c: "Only Client post read request."
 		if err := ctl.closingHandshake(ctx, &res.Local); err != nil {
 			return fail("closing handshake", err)
 		}
