@@ -42,7 +42,8 @@ func TestMckeyFlags(t *testing.T) {
 	}
 }
 
-// TestMckeyCommands: `ndkxdp mckey` receivers (one QP, then two) and a
+// TestMckeyCommands: `ndkxdp mckey` receivers (one QP, two, and two
+// through a daemon) and a
 // sender on a veth pair: each receiving QP gets the sender's -C
 // datagrams, and the sender's capture holds them as rdma_cm's multicast
 // sends them: UD SEND_ONLY with immediate (the sender's QPN) to the group's
@@ -51,10 +52,20 @@ func TestMckeyCommands(t *testing.T) {
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
 	const group = "239.1.2.3"
-	for _, conns := range []string{"1", "2"} {
-		t.Run("receivers "+conns, func(t *testing.T) {
+	for _, c := range []struct {
+		conns  string
+		daemon bool
+	}{{"1", false}, {"2", false}, {"2", true}} {
+		conns := c.conns
+		name := "receivers " + conns
+		receiver := []string{"-dev", p.B.Link}
+		if c.daemon {
+			name += " through a daemon"
+			receiver = []string{"-daemon", serveDaemonOn(t, p.B)}
+		}
+		t.Run(name, func(t *testing.T) {
 			capture := filepath.Join(t.TempDir(), "sender.pcap")
-			cout, sout := runIn(t, p.B, []string{"mckey", "-m", group, "-c", conns, "-C", "5", "-S", "200", "-dev", p.B.Link},
+			cout, sout := runIn(t, p.B, append([]string{"mckey", "-m", group, "-c", conns, "-C", "5", "-S", "200"}, receiver...),
 				p.A, []string{"mckey", "-m", group, "-s", "-C", "5", "-S", "200", "-capture", capture, "-dev", p.A.Link})
 			for _, want := range []string{"mckey: starting server", "mckey: joined dgid: ::ffff:239.1.2.3 mlid 0x0 sl 0", "receiving data transfers", "data transfers complete", "test complete", "return status 0"} {
 				if !strings.Contains(sout, want) {
