@@ -100,11 +100,13 @@ func (p *Provider) JoinMulticast(q *rc.QP, group netip.Addr) error {
 // LeaveMulticast ends q's membership of group.
 func (p *Provider) LeaveMulticast(q *rc.QP, group netip.Addr) error {
 	group = group.Unmap()
+	// Under p.mu, as the join: the engine's record and the provider's
+	// change together.
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err := q.DetachMulticast(group); err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	return p.forgetMember(q, group)
 }
 
