@@ -330,7 +330,8 @@
 // perftest without -R (control over TCP, QPs connected out of band, RC,
 // -q, -c UD, -b, -D) both ways, socket_test.go; librdmacm's ucmatose,
 // rdma_server and rdma_client, rdma_xserver and rdma_xclient (RC) both
-// ways, cmatose_test.go; and, on the shared VM, the same UD
+// ways, cmatose_test.go; cmtime (20 connections at once, each peer's
+// version) both ways, cmtime_test.go; and, on the shared VM, the same UD
 // cases through an `ndkxdp daemon` process, TestInteropUDThroughDaemon)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU

@@ -304,6 +304,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("pingpong", func(t *testing.T) { testPingpong(t, p) })
 		t.Run("ucmatose", func(t *testing.T) { testUcmatose(t, p) })
 		t.Run("rdma_server_client", func(t *testing.T) { testRdmaEcho(t, p) })
+		t.Run("cmtime", func(t *testing.T) { testCmtime(t, p) })
 	}
 	t.Run("frames", func(t *testing.T) { p.record(t, nil); checkFrames(t, p) })
 	t.Logf("cases against %s's rxe, MTU %d (perftest rows: #bytes #iterations then BW peak, average, Mpps or t_min, t_max, t_typical, t_avg, t_stdev, 99%%, 99.9%%):\n| case | result | rxe's perftest | ndkxdp's perftest |\n|---|---|---|---|\n%s", factsOf(t, vm).name, vm.Host.MTU, p.table())

@@ -33,6 +33,9 @@ type peerFacts struct {
 	// the destroy overtakes (rxe's sent_pkts grew by 0 and by 1 of 10 in
 	// two runs), where 6.1's ran it inline in the post.
 	mckeySendsSome bool
+	// cmtimeOOB: the peer's cmtime is rdma-core 52 or later's, which
+	// syncs its sides over TCP (ndkxdp cmtime -oob).
+	cmtimeOOB bool
 }
 
 var peers = map[string]peerFacts{
@@ -43,7 +46,7 @@ var peers = map[string]peerFacts{
 	Debian13Suite: {
 		name: "Debian 13", kernel: "6.12.", rdmaCore: "56.", perftest: "25.01",
 		perftestVersion: "6.24", rpingAckTimeout: 17, perftestAckTimeout: 16,
-		mckeySendsSome: true,
+		mckeySendsSome: true, cmtimeOOB: true,
 	},
 }
 
