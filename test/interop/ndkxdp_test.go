@@ -300,11 +300,15 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("access_errors", func(t *testing.T) { testAccessErrors(t, p) })
 		t.Run("loss", func(t *testing.T) { testLoss(t, p) })
 		t.Run("ud", func(t *testing.T) { runUD(t, p) })
-		t.Run("mckey", func(t *testing.T) { testMckey(t, p) })
+		if p.dev.Adapter.PathMTU() == 1024 { // what they move fits any path MTU (CI time)
+			t.Run("mckey", func(t *testing.T) { testMckey(t, p) })
+		}
 		t.Run("pingpong", func(t *testing.T) { testPingpong(t, p) })
 		t.Run("ucmatose", func(t *testing.T) { testUcmatose(t, p) })
 		t.Run("rdma_server_client", func(t *testing.T) { testRdmaEcho(t, p) })
-		t.Run("cmtime", func(t *testing.T) { testCmtime(t, p) })
+		if p.dev.Adapter.PathMTU() == 1024 {
+			t.Run("cmtime", func(t *testing.T) { testCmtime(t, p) })
+		}
 	}
 	t.Run("frames", func(t *testing.T) { p.record(t, nil); checkFrames(t, p) })
 	t.Logf("cases against %s's rxe, MTU %d (perftest rows: #bytes #iterations then BW peak, average, Mpps or t_min, t_max, t_typical, t_avg, t_stdev, 99%%, 99.9%%):\n| case | result | rxe's perftest | ndkxdp's perftest |\n|---|---|---|---|\n%s", factsOf(t, vm).name, vm.Host.MTU, p.table())
@@ -398,6 +402,9 @@ func testPerftestOf(t *testing.T, p *peer, cases []perfCase, caseSizes []int) {
 		sizes := caseSizes
 		if c.verb == perftest.Atomic {
 			sizes = []int{8}
+			if c.kind == perftest.Lat && p.dev.Adapter.PathMTU() != 1024 {
+				continue // 8 bytes fit any path MTU: one run is enough (CI time)
+			}
 		}
 		for _, size := range sizes {
 			prm := c.params(size)
