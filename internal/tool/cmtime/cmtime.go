@@ -12,9 +12,9 @@
 //     and answers every disconnect with its own, until it is killed.
 //   - rdma-core 52 and later (OOB, Debian 13's 56): the sides also hold a
 //     TCP connection to the same port number, the client's, over which
-//     each side waits for the other after the connects and after the
-//     disconnects of each round (one byte, the round's step: 12 after
-//     the connects, 14 after the disconnects, echoed back); there are
+//     each side waits for the other as each round starts, after its
+//     connects and after its disconnects (one byte, echoed back: 0, 12
+//     and 14, cmtime.c's reset_test, STEP_CONNECT, STEP_DISCONNECT); there are
 //     three rounds: a warm-up of one connection, Connections with QPs,
 //     and Connections whose REQs name QPs that do not exist (ndkxdp
 //     connects real ones then too: nothing on the wire tells).
@@ -52,8 +52,10 @@ const (
 // oobDialTime bounds a client's tries at the server's OOB port.
 const oobDialTime = 10 * time.Second
 
-// OOB sync bytes: cmtime.c's STEP_CONNECT and STEP_DISCONNECT.
+// OOB sync bytes: 0 as a round starts (cmtime.c's reset_test), then
+// its STEP_CONNECT and STEP_DISCONNECT.
 const (
+	stepStart      = 0
 	stepConnect    = 12
 	stepDisconnect = 14
 )
@@ -177,6 +179,11 @@ func RunClient(ctx context.Context, cfg Config, c verbs.Connector, port uint16, 
 }
 
 func clientRound(ctx context.Context, cfg Config, c verbs.Connector, port uint16, n int, oob net.Conn, out io.Writer) error {
+	if oob != nil {
+		if err := sendRecv(oob, stepStart); err != nil {
+			return err
+		}
+	}
 	var mu sync.Mutex
 	var conn, disc times
 	eps := make([]verbs.Endpoint, n)
@@ -269,6 +276,11 @@ func RunServer(ctx context.Context, cfg Config, l verbs.Listener, ol net.Listene
 }
 
 func serverRound(ctx context.Context, l verbs.Listener, n int, oob net.Conn, out io.Writer) error {
+	if oob != nil {
+		if err := recvSend(oob, stepStart); err != nil {
+			return err
+		}
+	}
 	var mu sync.Mutex
 	var conn, disc times
 	var wg sync.WaitGroup
