@@ -164,11 +164,11 @@ func TestUD_MulticastAttachRefused(t *testing.T) {
 	}
 }
 
-// TestUD_MulticastAcrossEngines: a datagram for a group arriving on one
-// engine of an adapter reaches a member on another (Config.Groups), and
-// its own members too; nothing is forwarded twice.
-func TestUD_MulticastAcrossEngines(t *testing.T) {
-	group := netip.MustParseAddr("239.9.9.9")
+// groupRig is udPair with a second engine on B's adapter (Config.Groups
+// names it for group) and a UD QP on it, QPN 0x500, sharing B's memory
+// and CQs.
+func groupRig(t *testing.T, group netip.Addr) (a, b *host, qa, qb, qg *QP) {
+	t.Helper()
 	var g *Engine
 	groups := func(x netip.Addr) []*Engine {
 		if x == group && g != nil {
@@ -177,7 +177,7 @@ func TestUD_MulticastAcrossEngines(t *testing.T) {
 		return nil
 	}
 	owner := func(uint32) *Engine { return nil }
-	a, b, qa, qb := udPair(t, pairOptions{owner: owner, groups: groups}, testQKey, testQKey)
+	a, b, qa, qb = udPair(t, pairOptions{owner: owner, groups: groups}, testQKey, testQKey)
 	pg, err := porttest.NewPipe(porttest.PipeConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,15 @@ func TestUD_MulticastAcrossEngines(t *testing.T) {
 	}
 	t.Cleanup(g.Close)
 	gh := &host{t: t, eng: g, regions: b.regions, rcq: b.rcq, scq: b.scq, ip: b.ip, mac: b.mac}
-	qg := gh.udQP(t, 0x500, testQKey)
+	return a, b, qa, qb, gh.udQP(t, 0x500, testQKey)
+}
+
+// TestUD_MulticastAcrossEngines: a datagram for a group arriving on one
+// engine of an adapter reaches a member on another (Config.Groups), and
+// its own members too; nothing is forwarded twice.
+func TestUD_MulticastAcrossEngines(t *testing.T) {
+	group := netip.MustParseAddr("239.9.9.9")
+	a, b, qa, qb, qg := groupRig(t, group)
 	for _, q := range []*QP{qb, qg} {
 		if err := q.AttachMulticast(group); err != nil {
 			t.Fatal(err)
@@ -210,7 +218,7 @@ func TestUD_MulticastAcrossEngines(t *testing.T) {
 		t.Fatalf("receives on %v, want the arrival engine's QP and the other engine's", got)
 	}
 	sameBytes(t, "forwarded payload", dst.b[2*GRHLen+n:], src.b)
-	if bs, gs := b.eng.Stats(), g.Stats(); bs.ForwardedOut != 1 || gs.ForwardedIn != 1 || gs.ForwardedOut != 0 {
+	if bs, gs := b.eng.Stats(), qg.Engine().Stats(); bs.ForwardedOut != 1 || gs.ForwardedIn != 1 || gs.ForwardedOut != 0 {
 		t.Fatalf("arrival %+v\nother %+v", bs, gs)
 	}
 }
@@ -222,26 +230,7 @@ func TestUD_MulticastAcrossEngines(t *testing.T) {
 // peer's member gets it from the wire as ever.
 func TestUD_MulticastLoopback(t *testing.T) {
 	group := netip.MustParseAddr("239.4.4.4")
-	var g *Engine
-	groups := func(x netip.Addr) []*Engine {
-		if x == group && g != nil {
-			return []*Engine{g}
-		}
-		return nil
-	}
-	owner := func(uint32) *Engine { return nil }
-	a, b, qa, qb := udPair(t, pairOptions{owner: owner, groups: groups}, testQKey, testQKey)
-	pg, err := porttest.NewPipe(porttest.PipeConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err = NewEngine(Config{Port: pg.A(), Regions: b.regions, Owner: owner, Groups: groups})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	gh := &host{t: t, eng: g, regions: b.regions, rcq: b.rcq, scq: b.scq, ip: b.ip, mac: b.mac}
-	qg := gh.udQP(t, 0x500, testQKey)
+	a, b, qa, qb, qg := groupRig(t, group)
 	quiet, err := b.eng.CreateQP(QPConfig{QPN: 0x501, PD: testPD, RecvCQ: b.rcq, SendCQ: b.scq, Context: 0x501,
 		RecvDepth: 8, SendDepth: 8, MaxRecvSGE: 1, MaxSendSGE: 1, UD: true, BlockSelfLoopback: true})
 	if err != nil {
