@@ -72,6 +72,12 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, g := range x.GIDs {
 		line(fmt.Sprintf("GID[%d]", g.Index), fmt.Sprintf("%s, %s (%s)", g.GID, g.Type, g.Address))
 	}
+	if x.MaxMcastGroups > 0 {
+		line("max_mcast_grp", x.MaxMcastGroups)
+	}
+	for _, g := range x.MulticastGroups {
+		line("mcast_group", fmt.Sprintf("%s (%d QPs)", g.Group, g.Members))
+	}
 	v := x.Versions
 	if x.Limits == nil {
 		line("versions", fmt.Sprintf("protocol %d, %s, kernel %s", v.Protocol, v.Go, v.Kernel))

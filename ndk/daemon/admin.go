@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -101,11 +102,23 @@ type Info struct {
 	XDPZCMaxSegs uint32      `json:"xdp_zc_max_segs,omitempty"`
 	Queues       []QueueInfo `json:"queues"`
 	GIDs         []GID       `json:"gids"`
+	// MaxMcastGroups is how many IPv4 multicast groups the adapter can
+	// join (the kernel's igmp_max_memberships; ibv_devinfo's
+	// max_mcast_grp); MulticastGroups those its QPs joined.
+	MaxMcastGroups  int              `json:"max_mcast_grp,omitempty"`
+	MulticastGroups []MulticastGroup `json:"mcast_groups,omitempty"`
 	// Served says whether a daemon answered; without one (Describe),
 	// the queues are not bound and there are no limits.
 	Served   bool             `json:"served"`
 	Limits   *ndk.AdapterInfo `json:"limits,omitempty"`
 	Versions Versions         `json:"versions"`
+}
+
+// MulticastGroup is a group the adapter joined, and how many QPs are its
+// members.
+type MulticastGroup struct {
+	Group   string `json:"group"`
+	Members int    `json:"members"`
 }
 
 // QueueInfo is one queue's AF_XDP socket.
@@ -346,6 +359,12 @@ func (s *Server) info() (*Info, error) {
 	for _, q := range p.Queues() {
 		x.Queues = append(x.Queues, QueueInfo{Queue: q.Queue, Bind: q.Bind, BindReason: q.BindReason, MultiBuffer: q.MultiBuffer, EngineCPUs: q.EngineCPUs})
 	}
+	x.MaxMcastGroups = inproc.MaxIPv4Groups()
+	groups := p.MulticastGroups()
+	for g, n := range groups {
+		x.MulticastGroups = append(x.MulticastGroups, MulticastGroup{Group: g.String(), Members: n})
+	}
+	slices.SortFunc(x.MulticastGroups, func(a, b MulticastGroup) int { return strings.Compare(a.Group, b.Group) })
 	return x, nil
 }
 

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/ndk"
+	"github.com/ndkxdp/ndkxdp/ndk/daemon"
 	"github.com/ndkxdp/ndkxdp/test/harness"
 )
 
@@ -35,6 +37,9 @@ func TestMulticastThroughDaemon(t *testing.T) {
 	}
 	if !igmpMember(t, bd.pair.A, group) {
 		t.Fatalf("the daemon's interface did not join %v", group)
+	}
+	if got := infoGroups(t, bd); len(got) != 1 || got[0].Group != group.String() || got[0].Members != 1 {
+		t.Fatalf("ndkxdp info's groups %+v, want %v with 1 member", got, group)
 	}
 	const n = 300
 	for _, d := range []struct{ from, to *udEnd }{{y, x}, {x, y}} {
@@ -134,6 +139,9 @@ func TestMulticastThroughDaemon(t *testing.T) {
 	if igmpMember(t, bd.pair.A, group) {
 		t.Fatalf("the daemon's interface is still a member of %v after its clients left", group)
 	}
+	if got := infoGroups(t, bd); len(got) != 0 {
+		t.Fatalf("ndkxdp info's groups %+v after every member left", got)
+	}
 }
 
 // igmpMember reports whether h's namespace lists IPv4 group as joined.
@@ -149,4 +157,20 @@ func igmpMember(t *testing.T, h *harness.Host, group netip.Addr) bool {
 	}
 	a := group.As4()
 	return strings.Contains(text, fmt.Sprintf("%02X%02X%02X%02X", a[3], a[2], a[1], a[0]))
+}
+
+// infoGroups is what the daemon's info says of its multicast groups
+// (ndkxdp info), checking its max_mcast_grp too.
+func infoGroups(t *testing.T, bd *bed) []daemon.MulticastGroup {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var x daemon.Info
+	if err := daemon.Query(ctx, bd.sock, daemon.OpAdminInfo, &x); err != nil {
+		t.Fatal(err)
+	}
+	if x.MaxMcastGroups <= 0 {
+		t.Fatalf("info's max_mcast_grp %d", x.MaxMcastGroups)
+	}
+	return x.MulticastGroups
 }

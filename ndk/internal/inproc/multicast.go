@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -236,4 +239,30 @@ func (p *Provider) dropGroupsOf(q *rc.QP, groups []netip.Addr) {
 	for _, g := range groups {
 		_ = p.forgetMember(q, g)
 	}
+}
+
+// MulticastGroups returns the groups with members and how many QPs each
+// has.
+func (p *Provider) MulticastGroups() map[netip.Addr]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[netip.Addr]int, len(p.mc.members))
+	for g, m := range p.mc.members {
+		out[g] = len(m)
+	}
+	return out
+}
+
+// MaxIPv4Groups is how many IPv4 groups the adapter can join: the
+// kernel's memberships per socket (net.ipv4.igmp_max_memberships, of the
+// namespace the process's /proc/sys shows; 20, the kernel's default,
+// where it cannot be read).
+func MaxIPv4Groups() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/igmp_max_memberships")
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return 20
 }
