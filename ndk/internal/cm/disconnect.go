@@ -98,6 +98,13 @@ func (c *Connector) enterTimeWait(m *Manager) {
 		return
 	}
 	c.leaveBacklog()
+	// The peer's QP is free for a new connection now: a REQ from it with
+	// a new communication ID is no stale one, as Linux forgets the QP of
+	// a connection entering time-wait (cm_cleanup_timewait). Its IDs stay
+	// for the duplicates.
+	if k := (remoteKey{c.remoteGUID, c.remoteQPN}); m.remoteQPs[k] == c {
+		delete(m.remoteQPs, k)
+	}
 	if m.timeWaits >= m.p.MaxTimeWait {
 		// A peer that makes connections end (a REJ for every REP, say)
 		// would otherwise hold rate × time-wait of them. The oldest has

@@ -131,7 +131,9 @@
 //     keeps its IDs for the time-wait and answers a late repeated REQ with
 //     the REJ it sent (or REJ 10, stale, after a disconnect); Linux forgets
 //     rejected connections at once, so there a late duplicate can start a
-//     new connection.
+//     new connection. A REQ from the same peer QP under a new
+//     communication ID starts a new connection, as in Linux, whose CM
+//     forgets the peer's QP as the connection enters time-wait.
 //   - A REQ whose transport type is not RC gets REJ 9 (invalid transport
 //     type); rdma_cm's handler fails and Linux sends REJ 28. A listener
 //     whose backlog (Params.ListenBacklog) is full answers REJ 28, as NDKPI

@@ -369,3 +369,38 @@ func TestBacklog(t *testing.T) {
 		t.Fatalf("request after a reject freed the backlog: %d events", ls.count())
 	}
 }
+
+// TestNewConnectionFromQPInTimeWait: once a connection ended, a REQ from
+// the same peer QP under a new communication ID starts a new connection
+// while the old one is still in time-wait, as Linux's CM forgets the QP
+// of a connection entering time-wait (cm_cleanup_timewait): cmtime's
+// rounds reuse their QPNs so.
+func TestNewConnectionFromQPInTimeWait(t *testing.T) {
+	p := newPair(t, cmtest.Faults{}, cm.Params{})
+	addr := netip.AddrPortFrom(ipB, 8101)
+	ls := listen(t, p.b, addr)
+	old := p.connect(t, ls, 78, addr)
+	var dd result
+	_ = old.active.Disconnect(dd.done)
+	p.clk.RunUntil(dd.called, time.Minute)
+	if _, err := dd.get(); err != nil || old.eventB.get() != 1 {
+		t.Fatalf("disconnect: %v", err)
+	}
+	a2, err := cm.New(cm.Config{Transport: p.link.A, Clock: p.clk, CAGUID: p.link.A.GUID(), Seed: 98})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	p.link.A.Attach(a2)
+	var r result
+	if err := a2.NewConnector().Connect(cmtest.NewQP(78, 5), p.pathAB(), netip.AddrPort{}, addr, cm.ConnectParams{}, r.done); err != nil {
+		t.Fatal(err)
+	}
+	p.clk.RunUntil(r.called, time.Minute)
+	if _, err := r.get(); err != nil {
+		t.Fatalf("a new REQ from the QP of a connection in time-wait: %v", err)
+	}
+	if ls.count() != 2 || p.link.B.Sent(rocev2.AttrREJ) != 0 {
+		t.Fatalf("listener took %d connections, B sent %d REJs; want 2 and none", ls.count(), p.link.B.Sent(rocev2.AttrREJ))
+	}
+}
