@@ -78,8 +78,25 @@ func (c *Connector) Connect(ctx context.Context, port uint16, p verbs.ConnParams
 		conn.Close()
 		return fail(fmt.Errorf("complete connect to %v: %w", dst, err))
 	}
+	if ep.peerData, err = privateData(conn); err != nil {
+		conn.Close()
+		return fail(fmt.Errorf("connect to %v: %w", dst, err))
+	}
 	ep.Connected(disconnector(conn))
 	return ep, nil
+}
+
+// privateData returns the peer's private data on conn (NdkGetConnectionData).
+func privateData(conn *ndk.Connector) ([]byte, error) {
+	_, _, n, err := conn.GetConnectionData(nil)
+	if err != nil {
+		return nil, fmt.Errorf("private data: %w", err)
+	}
+	buf := make([]byte, n)
+	if _, _, _, err := conn.GetConnectionData(buf); err != nil {
+		return nil, fmt.Errorf("private data: %w", err)
+	}
+	return buf, nil
 }
 
 // disconnector is Endpoint.Close's hook: DREQ, wait for the DREP
@@ -188,6 +205,12 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 		return nil, err
 	}
 	ep.unordered = p.Unordered
+	if ep.peerData, err = privateData(conn); err != nil {
+		_ = conn.Reject(nil)
+		conn.Close()
+		ep.Close()
+		return nil, fmt.Errorf("accept from %v: %w", conn.PeerAddress(), err)
+	}
 	if p.Prepare != nil {
 		if err := p.Prepare(ep); err != nil {
 			_ = conn.Reject(nil)

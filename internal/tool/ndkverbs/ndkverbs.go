@@ -113,7 +113,10 @@ type Endpoint struct {
 	// block if a WRITE was placed since.
 	peeked     uint64
 	disconnect func() error
-	closed     bool
+	// peerData is the user private data of the peer's REQ or REP
+	// (verbs.PeerData).
+	peerData []byte
+	closed   bool
 	// ud is where a UD endpoint's sends go (ud.go); nil on RC endpoints
 	// and on a UD server's, which only receive.
 	ud *ndk.UDDestination
@@ -122,8 +125,10 @@ type Endpoint struct {
 }
 
 var (
-	_ verbs.Endpoint = (*Endpoint)(nil)
-	_ verbs.Atomics  = (*Endpoint)(nil)
+	_ verbs.Endpoint  = (*Endpoint)(nil)
+	_ verbs.Atomics   = (*Endpoint)(nil)
+	_ verbs.PeerData  = (*Endpoint)(nil)
+	_ verbs.Immediate = (*Endpoint)(nil)
 )
 
 // Endpoint creates a QP and its CQ, unconnected: receives may be posted,
@@ -195,6 +200,9 @@ func signal(ch chan struct{}) {
 
 // QP returns the endpoint's QP, to connect it.
 func (e *Endpoint) QP() *ndk.QP { return e.qp }
+
+// PeerPrivateData implements verbs.PeerData.
+func (e *Endpoint) PeerPrivateData() []byte { return e.peerData }
 
 // Connected records how Close disconnects (nil: nothing to tell the peer).
 func (e *Endpoint) Connected(disconnect func() error) { e.disconnect = disconnect }
@@ -280,9 +288,20 @@ func (e *Endpoint) Send(id uint64, local verbs.Segment, signaled bool) error {
 	return nil
 }
 
-// Receive implements verbs.Endpoint.
+// Receive implements verbs.Endpoint. An empty segment posts a receive
+// with no SGE, which only an RDMA WRITE with immediate or an empty SEND
+// can complete.
 func (e *Endpoint) Receive(id uint64, local verbs.Segment) error {
-	return postErr("receive", e.qp.Receive(id, e.sge(local)))
+	return postErr("receive", e.qp.Receive(id, e.sgeOrNone(local)))
+}
+
+// sgeOrNone is sge, or no SGE for an empty segment: a zero-length request
+// names no memory (a zero-length WRITE checks no key, IBTA 9.4.3).
+func (e *Endpoint) sgeOrNone(s verbs.Segment) []ndk.SGE {
+	if s.Len == 0 {
+		return nil
+	}
+	return e.sge(s)
 }
 
 // Read implements verbs.Endpoint.
@@ -292,16 +311,12 @@ func (e *Endpoint) Read(id uint64, local verbs.Segment, remoteAddr uint64, rkey 
 
 // Write implements verbs.Endpoint.
 func (e *Endpoint) Write(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, signaled bool) error {
-	return postErr("write", e.qp.Write(id, e.sge(local), remoteAddr, rkey, silent(signaled)))
+	return postErr("write", e.qp.Write(id, e.sgeOrNone(local), remoteAddr, rkey, silent(signaled)))
 }
 
 // WriteImm implements verbs.Immediate (ndk.QP.WriteWithImmediate).
 func (e *Endpoint) WriteImm(id uint64, local verbs.Segment, remoteAddr uint64, rkey uint32, imm uint32, signaled bool) error {
-	sgl := e.sge(local)
-	if local.Len == 0 {
-		sgl = nil
-	}
-	return postErr("write with immediate", e.qp.WriteWithImmediate(id, sgl, remoteAddr, rkey, silent(signaled), imm))
+	return postErr("write with immediate", e.qp.WriteWithImmediate(id, e.sgeOrNone(local), remoteAddr, rkey, silent(signaled), imm))
 }
 
 // FetchAdd implements verbs.Atomics.
@@ -414,8 +429,11 @@ const goneGrace = 20 * time.Millisecond
 func (e *Endpoint) completion(r *ndk.ResultEx) verbs.Completion {
 	id, _ := r.RequestContext.(uint64)
 	c := verbs.Completion{ID: id, Op: opOf(r.Type)}
-	if r.Type == ndk.OpReceive || r.Type == ndk.OpReceiveAndInvalidate {
+	switch r.Type {
+	case ndk.OpReceive, ndk.OpReceiveAndInvalidate:
 		c.Bytes = int(r.BytesTransferred)
+	case ndk.OpReceiveWriteWithImmediate:
+		c.Bytes, c.Imm = int(r.BytesTransferred), r.Immediate
 	}
 	if r.Status != ndk.StatusSuccess {
 		c.Err = completionErr(r)

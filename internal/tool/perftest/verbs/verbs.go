@@ -88,11 +88,14 @@ func (o Op) String() string {
 
 // Completion is one finished request (NDK_RESULT_EX): the caller's ID, the
 // operation, the bytes received (receives) or transferred, and nil or the
-// failure (a flushed request reports ErrFlushed).
+// failure (a flushed request reports ErrFlushed). Imm is the immediate
+// data of an OpRecvRDMAWithImm (IBV_WC_WITH_IMM's imm_data, in host
+// order: the 32 bits as the wire's big-endian field gives them).
 type Completion struct {
 	ID    uint64
 	Op    Op
 	Bytes int
+	Imm   uint32
 	Err   error
 }
 
@@ -171,6 +174,15 @@ type Atomics interface {
 // Endpoints without it do not implement it.
 type Immediate interface {
 	WriteImm(id uint64, local Segment, remoteAddr uint64, rkey uint32, imm uint32, signaled bool) error
+}
+
+// PeerData is the optional extension for protocols that carry their setup
+// in the connection's private data, as rsockets does: the user private data
+// of the peer's REQ (on an endpoint a Listener accepts, from Prepare on)
+// or REP (on an endpoint a Connector connected), after rdma_cm's header.
+// Endpoints without it do not implement it.
+type PeerData interface {
+	PeerPrivateData() []byte
 }
 
 // ConnParams are the rdma_conn_param values a side offers (librdmacm

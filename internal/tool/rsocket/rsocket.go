@@ -1,0 +1,683 @@
+// Package rsocket speaks librdmacm's rsockets stream protocol (rdma-core
+// librdmacm/rsocket.c, SOCK_STREAM) over a verbs endpoint, so that ndkxdp's
+// tools talk to the rsocket peers Linux runs: rstream, riostream's stream
+// part, and any program preloaded with librspreload.
+//
+// The protocol, as rsocket.c puts it on the wire:
+//
+//   - The connection is an RC connection through rdma_cm (port space TCP)
+//     whose REQ and REP carry struct rs_conn_data (40 bytes, big-endian):
+//     version 1, flags (RS_CONN_FLAG_IOMAP; RS_CONN_FLAG_NET if the host is
+//     big-endian), the receive credits (the receive queue's depth), the
+//     iomap size, where the peer may write its buffer offers (target_sgl:
+//     address, key, two entries) and the first half of the sender's
+//     receive buffer (data_buf).
+//   - Data goes by RDMA WRITE with immediate into the receive buffer the
+//     peer offered; the immediate is RS_OP_DATA (0) << 29 | length. Each
+//     consumes one of the peer's receives (posted without SGEs).
+//   - The receiver gives back credits and buffer with RS_OP_SGL (4) << 29 |
+//     (messages read + queue depth): a 16-byte WRITE with immediate of a new
+//     offer {address, key, length} into the sender's target_sgl (entries
+//     alternating 1, 0, 1, ...) when half the buffer is free again, else a
+//     zero-length one. Offers are in the receiver's byte order unless the
+//     flags differ (RS_OPT_SWAP_SGL); this side declares little-endian.
+//   - Control messages are zero-length WRITEs with immediate RS_OP_CTRL (7)
+//     << 29 | RS_CTRL_DISCONNECT (0) or RS_CTRL_SHUTDOWN (2); a keepalive is
+//     a zero-length RDMA WRITE (no immediate) naming RS_CTRL_KEEPALIVE
+//     only in its work request. At most four control messages are in
+//     flight (RS_QP_CTRL_SIZE).
+//
+// A Conn is used by one goroutine at a time, as rstream uses its socket.
+package rsocket
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
+)
+
+// rsocket.c's constants.
+const (
+	version    = 1
+	flagNet    = 1 << 0 // RS_CONN_FLAG_NET
+	flagIOMap  = 1 << 1 // RS_CONN_FLAG_IOMAP
+	connLen    = 40     // sizeof(struct rs_conn_data)
+	sgeLen     = 16     // sizeof(struct rs_sge)
+	sglSize    = 2      // RS_SGL_SIZE
+	ctrlSlots  = 4      // RS_QP_CTRL_SIZE
+	sndLowat   = 2048   // RS_SNDLOWAT
+	olapStart  = 2048   // RS_OLAP_START_SIZE
+	maxXfer    = 65536  // RS_MAX_TRANSFER
+	minQueue   = 16     // RS_QP_MIN_SIZE
+	maxQueue   = 0xFFFE // RS_QP_MAX_SIZE
+	dataMask   = 0x1FFFFFFF
+	opData     = 0 // RS_OP_DATA
+	opWrite    = 2 // RS_OP_WRITE, never on the wire
+	opSGL      = 4 // RS_OP_SGL
+	opIOMapSGL = 6 // RS_OP_IOMAP_SGL
+	opCtrl     = 7 // RS_OP_CTRL
+
+	ctrlDisconnect = 0 // RS_CTRL_DISCONNECT
+	ctrlKeepalive  = 1 // RS_CTRL_KEEPALIVE
+	ctrlShutdown   = 2 // RS_CTRL_SHUTDOWN
+)
+
+// Defaults, as rsocket.c's without /etc/rdma/rsocket: a 128 KiB receive
+// and send buffer, 384-entry queues.
+const (
+	DefaultBuffer = 1 << 17
+	DefaultQueue  = 384
+)
+
+func msg(op, data uint32) uint32 { return op<<29 | data&dataMask }
+
+// Config sizes one side of a connection.
+type Config struct {
+	// RcvBuf and SndBuf are the receive and send buffers in bytes
+	// (rsocket's rbuf_size and sbuf_size: what SO_RCVBUF and SO_SNDBUF
+	// set, doubled); 0 is DefaultBuffer. The peer is offered half the
+	// receive buffer at a time.
+	RcvBuf, SndBuf int
+	// Queue is the send and receive queue depth (rsocket's sq_size and
+	// rq_size, 16 to 65534); 0 is DefaultQueue. The receive queue's depth
+	// is the credits the peer gets.
+	Queue int
+	// Keepalive, if positive, sends a keepalive that often while the
+	// connection is used (SO_KEEPALIVE with TCP_KEEPIDLE).
+	Keepalive time.Duration
+	// Backoff is how a blocked call waits (verbs.Backoff).
+	Backoff verbs.Backoff
+}
+
+func (c *Config) check() error {
+	if c.RcvBuf == 0 {
+		c.RcvBuf = DefaultBuffer
+	}
+	if c.SndBuf == 0 {
+		c.SndBuf = DefaultBuffer
+	}
+	if c.Queue == 0 {
+		c.Queue = DefaultQueue
+	}
+	switch {
+	case c.RcvBuf < 2*sndLowat || c.RcvBuf&1 != 0 || c.RcvBuf > 1<<30:
+		return fmt.Errorf("rsocket: receive buffer %d: an even size from %d to 1 GiB: %w", c.RcvBuf, 2*sndLowat, verbs.ErrInvalid)
+	case c.SndBuf < 2*sndLowat || c.SndBuf > 1<<30:
+		return fmt.Errorf("rsocket: send buffer %d: from %d to 1 GiB: %w", c.SndBuf, 2*sndLowat, verbs.ErrInvalid)
+	case c.Queue < minQueue || c.Queue > maxQueue:
+		return fmt.Errorf("rsocket: queue depth %d: from %d to %d: %w", c.Queue, minQueue, maxQueue, verbs.ErrInvalid)
+	}
+	return nil
+}
+
+// Endpoint is what a Conn runs on: a verbs endpoint with WRITE with
+// immediate and the peer's private data.
+type Endpoint interface {
+	verbs.Endpoint
+	verbs.Immediate
+	verbs.PeerData
+}
+
+// state bits, rsocket.c's rs_state for a connected socket.
+const (
+	connected = 1 << iota
+	readable
+	writable
+)
+
+// sge is struct rs_sge.
+type sge struct {
+	addr        uint64
+	key, length uint32
+}
+
+// sent is one signaled send awaiting its completion (RC completes them in
+// order): what it gives back.
+type sent struct {
+	op, data uint32
+}
+
+// ErrReset is a write on a connection the peer closed (ECONNRESET).
+var ErrReset = errors.New("rsocket: connection reset by peer")
+
+// Conn is one rsocket stream connection.
+type Conn struct {
+	ep  Endpoint
+	cfg Config
+
+	state int
+	err   error // why the connection failed, once it did
+
+	// Send side.
+	sbuf      verbs.Region // SndBuf bytes, then ctrlSlots offers
+	sOff      int          // where the next transfer is copied
+	sbufAvail int
+	sqeAvail  int
+	sseqNo    uint16
+	sseqComp  uint16
+	targetReg verbs.Region // the peer's offers land here
+	target    [sglSize]sge
+	targetSGE int // the offer being filled
+	nextOffer int // the entry the peer's next offer lands in
+	remoteSGL sge // the peer's target_sgl
+	remoteSGE int
+	swapSGL   bool // the peer's byte order is big-endian
+	ctrlSeq   uint32
+	ctrlMax   uint32
+	sends     []sent // ring of Queue entries
+	sHead     int
+	sCount    int
+
+	// Receive side.
+	rbuf      verbs.Region
+	rbufOff   int // where Read reads next
+	rbufFree  int // the next half to offer
+	rbufAvail int // bytes read and not yet offered again
+	rseqNo    uint16
+	rseqComp  uint16
+	rmsg      []uint32 // ring of Queue+1 unread data messages' lengths
+	rHead     int
+	rTail     int
+
+	comps         [64]verbs.Completion
+	lastKeepalive time.Time
+}
+
+// Dial connects to the rsocket listening on port through c.
+func Dial(ctx context.Context, c verbs.Connector, port uint16, cfg Config) (*Conn, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	r := &Conn{cfg: cfg}
+	pd := make([]byte, connLen)
+	ep, err := c.Connect(ctx, port, r.params(pd, func(Endpoint) error { return nil }))
+	if err != nil {
+		return nil, err
+	}
+	if err := r.save(r.ep.PeerPrivateData()); err != nil {
+		ep.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Accept accepts the next connection on l. A REQ that carries no rsocket
+// connection data of version 1 is rejected, as rs_accept does.
+func Accept(ctx context.Context, l verbs.Listener, cfg Config) (*Conn, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	r := &Conn{cfg: cfg}
+	pd := make([]byte, connLen)
+	_, err := l.Accept(ctx, r.params(pd, func(ep Endpoint) error { return r.save(ep.PeerPrivateData()) }))
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// params are rs_do_connect's and rs_accept's connection parameters: the
+// endpoint is set up (rs_create_ep), then checked, and pd filled with this
+// side's connection data. Transport retries are IB's limit and RNR NAKs
+// are waited out without end (retry_count and rnr_retry_count 7).
+func (r *Conn) params(pd []byte, check func(Endpoint) error) verbs.ConnParams {
+	return verbs.ConnParams{
+		RetryCount: 7, RNRRetryCount: 7, PrivateData: pd, Unordered: true,
+		Prepare: func(vep verbs.Endpoint) error {
+			ep, ok := vep.(Endpoint)
+			if !ok {
+				return fmt.Errorf("rsocket: the endpoint has no WRITE with immediate or private data: %w", verbs.ErrInvalid)
+			}
+			if err := r.setup(ep); err != nil {
+				return err
+			}
+			if err := check(ep); err != nil {
+				return err
+			}
+			r.format(pd)
+			return nil
+		},
+	}
+}
+
+// setup registers the buffers and posts the receives (rs_init_bufs,
+// rs_create_ep).
+func (r *Conn) setup(ep Endpoint) error {
+	r.ep = ep
+	q := r.cfg.Queue
+	reg := func(n int, access verbs.Access) (verbs.Region, error) {
+		buf, err := ep.Alloc(n)
+		if err != nil {
+			return verbs.Region{}, err
+		}
+		return ep.Register(buf, access)
+	}
+	var err error
+	if r.sbuf, err = reg(r.cfg.SndBuf+ctrlSlots*sgeLen, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("rsocket: send buffer: %w", err)
+	}
+	if r.targetReg, err = reg(sglSize*sgeLen, verbs.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("rsocket: target list: %w", err)
+	}
+	if r.rbuf, err = reg(r.cfg.RcvBuf, verbs.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("rsocket: receive buffer: %w", err)
+	}
+	r.sends = make([]sent, q)
+	r.rmsg = make([]uint32, q+1)
+	half := r.cfg.RcvBuf / 2
+	r.sbufAvail = r.cfg.SndBuf
+	r.rbufFree, r.rbufAvail = half, half
+	r.ctrlMax = ctrlSlots
+	r.sqeAvail = q - ctrlSlots
+	r.rseqComp = uint16(q / 2)
+	r.state = connected | readable | writable
+	for range q {
+		if err := ep.Receive(0, verbs.Segment{Region: r.rbuf}); err != nil {
+			return fmt.Errorf("rsocket: post receive: %w", err)
+		}
+	}
+	return nil
+}
+
+// format writes this side's rs_conn_data (rs_format_conn_data).
+func (r *Conn) format(pd []byte) {
+	be := binary.BigEndian
+	pd[0] = version
+	pd[1] = flagIOMap
+	be.PutUint16(pd[2:], uint16(r.cfg.Queue))
+	clear(pd[4:8]) // reserved, and an iomap of size 0
+	be.PutUint64(pd[8:], r.targetReg.Addr)
+	be.PutUint32(pd[16:], r.targetReg.RKey)
+	be.PutUint32(pd[20:], sglSize)
+	be.PutUint64(pd[24:], r.rbuf.Addr)
+	be.PutUint32(pd[32:], r.rbuf.RKey)
+	be.PutUint32(pd[36:], uint32(r.cfg.RcvBuf/2))
+}
+
+// save takes the peer's rs_conn_data (rs_save_conn_data).
+func (r *Conn) save(pd []byte) error {
+	if len(pd) < connLen {
+		return fmt.Errorf("rsocket: the peer's private data has %d bytes, want %d", len(pd), connLen)
+	}
+	if pd[0] != version {
+		return fmt.Errorf("rsocket: the peer speaks rsocket version %d, want %d", pd[0], version)
+	}
+	be := binary.BigEndian
+	r.remoteSGL = sge{addr: be.Uint64(pd[8:]), key: be.Uint32(pd[16:]), length: be.Uint32(pd[20:])}
+	if r.remoteSGL.length == 0 {
+		return fmt.Errorf("rsocket: the peer's target list has no entry")
+	}
+	r.remoteSGE = 1 % int(r.remoteSGL.length)
+	r.swapSGL = pd[1]&flagNet != 0
+	r.target[0] = sge{addr: be.Uint64(pd[24:]), key: be.Uint32(pd[32:]), length: be.Uint32(pd[36:])}
+	r.targetSGE, r.nextOffer = 0, 1
+	r.sseqComp = be.Uint16(pd[2:])
+	return nil
+}
+
+// order is the byte order of the offers this side writes to the peer.
+func (r *Conn) order() binary.ByteOrder {
+	if r.swapSGL {
+		return binary.BigEndian
+	}
+	return binary.LittleEndian
+}
+
+func (r *Conn) push(op, data uint32) {
+	r.sends[(r.sHead+r.sCount)%len(r.sends)] = sent{op, data}
+	r.sCount++
+}
+
+// fail records the first failure and leaves the connection unusable.
+func (r *Conn) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+	r.state = 0
+}
+
+// ctrlAvail: a control message may be sent (rs_ctrl_avail).
+func (r *Conn) ctrlAvail() bool { return r.ctrlSeq != r.ctrlMax }
+
+// giveCredits: the peer should hear of read messages or free buffer
+// (rs_give_credits).
+func (r *Conn) giveCredits() bool {
+	return (r.rbufAvail >= r.cfg.RcvBuf/2 || int16(r.rseqNo-r.rseqComp) >= 0) &&
+		r.ctrlAvail() && r.state&connected != 0
+}
+
+// sendCredits grants credits and, when half the buffer is free, offers it
+// (rs_send_credits).
+func (r *Conn) sendCredits() {
+	r.ctrlSeq++
+	q := uint32(r.cfg.Queue)
+	r.rseqComp = r.rseqNo + uint16(q/2)
+	imm := msg(opSGL, uint32(r.rseqNo)+q)
+	half := r.cfg.RcvBuf / 2
+	var err error
+	if r.rbufAvail >= half {
+		off := r.cfg.SndBuf + sgeLen*int(r.ctrlSeq&(ctrlSlots-1))
+		b, o := r.sbuf.Buf[off:off+sgeLen], r.order()
+		o.PutUint64(b, r.rbuf.Addr+uint64(r.rbufFree))
+		o.PutUint32(b[8:], r.rbuf.RKey)
+		o.PutUint32(b[12:], uint32(half))
+		err = r.ep.WriteImm(0, verbs.Segment{Region: r.sbuf, Off: off, Len: sgeLen},
+			r.remoteSGL.addr+uint64(r.remoteSGE*sgeLen), r.remoteSGL.key, imm, true)
+		r.rbufAvail -= half
+		r.rbufFree += half
+		if r.rbufFree >= r.cfg.RcvBuf {
+			r.rbufFree = 0
+		}
+		r.remoteSGE = (r.remoteSGE + 1) % int(r.remoteSGL.length)
+	} else {
+		err = r.ep.WriteImm(0, verbs.Segment{Region: r.sbuf}, 0, 0, imm, true)
+	}
+	if err != nil {
+		r.fail(fmt.Errorf("rsocket: post credits: %w", err))
+		return
+	}
+	r.push(opSGL, 0)
+}
+
+func (r *Conn) updateCredits() {
+	if r.giveCredits() {
+		r.sendCredits()
+	}
+}
+
+// poll takes the completions there are (rs_poll_cq) and reports whether
+// there were any.
+func (r *Conn) poll() bool {
+	n, err := r.ep.Poll(r.comps[:])
+	recvs := 0
+	for i := range r.comps[:n] {
+		c := &r.comps[i]
+		if c.Op == verbs.OpRecvRDMAWithImm || c.Op == verbs.OpReceive {
+			if c.Err != nil {
+				continue
+			}
+			recvs++
+			r.received(c)
+			continue
+		}
+		if r.sCount == 0 {
+			r.fail(fmt.Errorf("rsocket: a completion for no request (%v)", c.Op))
+			break
+		}
+		s := r.sends[r.sHead]
+		r.sHead = (r.sHead + 1) % len(r.sends)
+		r.sCount--
+		switch s.op {
+		case opSGL, opCtrl:
+			r.ctrlMax++
+			if s.op == opCtrl && s.data == ctrlDisconnect {
+				r.state = 0
+			}
+		default:
+			r.sqeAvail++
+			r.sbufAvail += int(s.data)
+		}
+		if c.Err != nil && r.state&connected != 0 {
+			r.fail(fmt.Errorf("rsocket: %v: %w", c.Op, c.Err))
+		}
+	}
+	switch {
+	case errors.Is(err, verbs.ErrDisconnected):
+		// The peer's DREQ, with or without its RS_CTRL_DISCONNECT first:
+		// what was received can still be read.
+		r.state = 0
+	case err != nil:
+		r.fail(fmt.Errorf("rsocket: poll: %w", err))
+	}
+	if r.state&connected != 0 {
+		for range recvs {
+			if err := r.ep.Receive(0, verbs.Segment{Region: r.rbuf}); err != nil {
+				r.fail(fmt.Errorf("rsocket: repost receive: %w", err))
+				break
+			}
+		}
+	}
+	return n > 0
+}
+
+// received handles one message of the peer's.
+func (r *Conn) received(c *verbs.Completion) {
+	m := c.Imm
+	switch m >> 29 {
+	case opSGL:
+		r.sseqComp = uint16(m & dataMask)
+		if c.Bytes == sgeLen {
+			// The offer landed in the entry after the last one: the
+			// completion orders our read after its placement.
+			b, k := r.targetReg.Buf[r.nextOffer*sgeLen:], r.nextOffer
+			le := binary.LittleEndian
+			r.target[k] = sge{addr: le.Uint64(b), key: le.Uint32(b[8:]), length: le.Uint32(b[12:])}
+			r.nextOffer = (k + 1) % sglSize
+		}
+	case opIOMapSGL, opWrite:
+		// An iomap entry (this side offers none) or nothing at all.
+	case opCtrl:
+		switch m & dataMask {
+		case ctrlDisconnect:
+			r.state = 0
+		case ctrlShutdown:
+			if r.state&writable != 0 {
+				r.state &^= readable
+			} else {
+				r.state = 0
+			}
+		}
+	default:
+		r.rmsg[r.rTail] = m & dataMask
+		r.rTail = (r.rTail + 1) % len(r.rmsg)
+	}
+}
+
+// progress waits until done reports true, driving the connection
+// (rs_get_comp): credits, completions, keepalives. It returns the
+// connection's failure or ctx's end.
+func (r *Conn) progress(ctx context.Context, done func() bool) error {
+	b := &r.cfg.Backoff
+	for {
+		r.updateCredits()
+		got := r.poll()
+		r.updateCredits()
+		if done() {
+			return nil
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if got {
+			b.Reset()
+			continue
+		}
+		r.keepalive()
+		if err := b.Idle(ctx, r.ep); err != nil {
+			return err
+		}
+	}
+}
+
+// keepalive sends RS_CTRL_KEEPALIVE once Keepalive passed since the last
+// (tcp_svc_send_keepalive: a zero-length RDMA WRITE the peer does not see).
+func (r *Conn) keepalive() {
+	if r.cfg.Keepalive <= 0 || r.state&connected == 0 || !r.ctrlAvail() {
+		return
+	}
+	now := time.Now()
+	if r.lastKeepalive.IsZero() {
+		r.lastKeepalive = now
+	}
+	if now.Sub(r.lastKeepalive) < r.cfg.Keepalive {
+		return
+	}
+	r.lastKeepalive = now
+	r.ctrlSeq++
+	if err := r.ep.Write(0, verbs.Segment{Region: r.sbuf}, 0, 0, true); err != nil {
+		r.fail(fmt.Errorf("rsocket: post keepalive: %w", err))
+		return
+	}
+	r.push(opCtrl, ctrlKeepalive)
+}
+
+// canSend: a transfer may be posted now (rs_can_send).
+func (r *Conn) canSend() bool {
+	return r.sqeAvail > 0 && r.sbufAvail >= sndLowat && r.sseqNo != r.sseqComp &&
+		r.target[r.targetSGE].length != 0
+}
+
+// Write sends p whole, blocking while the peer's credits or buffer or the
+// send queue are used up (rsend with MSG_WAITALL's loop). It returns
+// ErrReset once the peer shut the connection down.
+func (r *Conn) Write(ctx context.Context, p []byte) (int, error) {
+	if r.state&writable == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		return 0, ErrReset
+	}
+	olen, done := olapStart, 0
+	for done < len(p) {
+		if !r.canSend() {
+			err := r.progress(ctx, func() bool { return r.canSend() || r.state&writable == 0 })
+			if err != nil {
+				return done, err
+			}
+			if r.state&writable == 0 {
+				return done, ErrReset
+			}
+		}
+		left := len(p) - done
+		xfer := left
+		if olen < left {
+			xfer = olen
+			if olen < maxXfer {
+				olen <<= 1
+			}
+		}
+		t := &r.target[r.targetSGE]
+		// The send buffer is a ring; a transfer stops at its end rather
+		// than take two SGEs.
+		xfer = min(xfer, r.sbufAvail, int(t.length), r.cfg.SndBuf-r.sOff)
+		copy(r.sbuf.Buf[r.sOff:], p[done:done+xfer])
+		addr, key := t.addr, t.key
+		t.addr += uint64(xfer)
+		t.length -= uint32(xfer)
+		if t.length == 0 {
+			r.targetSGE = (r.targetSGE + 1) % sglSize
+		}
+		if err := r.ep.WriteImm(0, verbs.Segment{Region: r.sbuf, Off: r.sOff, Len: xfer}, addr, key, msg(opData, uint32(xfer)), true); err != nil {
+			r.fail(fmt.Errorf("rsocket: post data: %w", err))
+			return done, r.err
+		}
+		r.push(opData, uint32(xfer))
+		r.sseqNo++
+		r.sqeAvail--
+		r.sbufAvail -= xfer
+		if r.sOff += xfer; r.sOff == r.cfg.SndBuf {
+			r.sOff = 0
+		}
+		done += xfer
+	}
+	return done, nil
+}
+
+// Read reads what has arrived into p, waiting for something if nothing
+// has (rrecv). It returns io.EOF once the peer shut its side down and
+// everything it sent was read.
+func (r *Conn) Read(ctx context.Context, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.rHead == r.rTail {
+		err := r.progress(ctx, func() bool { return r.rHead != r.rTail || r.state&readable == 0 })
+		if err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for n < len(p) && r.rHead != r.rTail {
+		size := int(r.rmsg[r.rHead])
+		if left := len(p) - n; left < size {
+			r.rmsg[r.rHead] -= uint32(left)
+			size = left
+		} else {
+			r.rseqNo++
+			r.rHead = (r.rHead + 1) % len(r.rmsg)
+		}
+		for size > 0 {
+			k := min(size, r.cfg.RcvBuf-r.rbufOff)
+			copy(p[n:], r.rbuf.Buf[r.rbufOff:r.rbufOff+k])
+			n += k
+			size -= k
+			r.rbufAvail += k
+			if r.rbufOff += k; r.rbufOff == r.cfg.RcvBuf {
+				r.rbufOff = 0
+			}
+		}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// ReadFull reads exactly len(p) bytes (rrecv with MSG_WAITALL).
+func (r *Conn) ReadFull(ctx context.Context, p []byte) error {
+	for n := 0; n < len(p); {
+		k, err := r.Read(ctx, p[n:])
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return err
+		}
+		n += k
+	}
+	return nil
+}
+
+// Shutdown ends both directions (rshutdown SHUT_RDWR): RS_CTRL_DISCONNECT
+// goes to the peer, then every send is waited for.
+func (r *Conn) Shutdown(ctx context.Context) error {
+	if r.state&connected == 0 {
+		return nil
+	}
+	r.state &^= readable | writable
+	if !r.ctrlAvail() {
+		if err := r.progress(ctx, func() bool { return r.ctrlAvail() || r.state&connected == 0 }); err != nil {
+			return err
+		}
+	}
+	if r.state&connected != 0 && r.ctrlAvail() {
+		r.ctrlSeq++
+		if err := r.ep.WriteImm(0, verbs.Segment{Region: r.sbuf}, 0, 0, msg(opCtrl, ctrlDisconnect), true); err != nil {
+			r.fail(fmt.Errorf("rsocket: post disconnect: %w", err))
+			return r.err
+		}
+		r.push(opCtrl, ctrlDisconnect)
+	}
+	return r.progress(ctx, func() bool {
+		return int(r.ctrlMax-r.ctrlSeq)+r.sqeAvail == r.cfg.Queue || r.state&connected == 0
+	})
+}
+
+// Close shuts the connection down if it is up, then disconnects and
+// releases the endpoint (rclose).
+func (r *Conn) Close() error {
+	if r.state&connected != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = r.Shutdown(ctx)
+		cancel()
+	}
+	return r.ep.Close()
+}
+
+// Err is why the connection failed, or nil.
+func (r *Conn) Err() error { return r.err }
