@@ -197,6 +197,23 @@ func TestToolsThroughDaemon(t *testing.T) {
 			t.Fatalf("send_lat -comm tcp row %q, want 64 bytes, 200 iterations:\n%s", row, cout)
 		}
 	})
+	t.Run("rstream", func(t *testing.T) {
+		// The rsocket server through the daemon: the REQ's private data
+		// read before the accept, its buffers in the daemon's memory
+		// written by the peer's WRITEs with immediate; and the client
+		// through it too.
+		test := []string{"-T", "v", "-I", "3", "-C", "20", "-S", "70000"}
+		cout, sout := runIn(t, p.A, append([]string{"rstream", "-daemon", sock}, test...),
+			p.B, append([]string{"rstream", "-s", p.A.IPv4.String(), "-dev", p.B.Link}, test...))
+		cout2, sout2 := runIn(t, p.B, append([]string{"rstream", "-p", "7472", "-dev", p.B.Link}, test...),
+			p.A, append([]string{"rstream", "-p", "7472", "-s", srvB, "-daemon", sock}, test...))
+		for _, out := range []string{cout, sout, cout2, sout2} {
+			m := rstreamLine.FindAllStringSubmatch(out, -1)
+			if len(m) != 1 || strings.Join(m[0][1:], " ") != "custom 68k 20 3 8m" {
+				t.Fatalf("rstream printed:\n%s", out)
+			}
+		}
+	})
 	t.Run("send_lat", func(t *testing.T) {
 		cout, _ := runIn(t, p.B, []string{"perf", "send_lat", "-n", "200", "-s", "64", "-dev", p.B.Link},
 			p.A, []string{"perf", "send_lat", "-n", "200", "-s", "64", srvB, "-daemon", sock})

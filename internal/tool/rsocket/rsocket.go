@@ -497,33 +497,46 @@ func (r *Conn) progress(ctx context.Context, done func() bool) error {
 			b.Reset()
 			continue
 		}
-		r.keepalive()
-		if err := b.Idle(ctx, r.ep); err != nil {
+		if err := r.idle(ctx, b); err != nil {
 			return err
 		}
 	}
 }
 
-// keepalive sends RS_CTRL_KEEPALIVE once Keepalive passed since the last
-// (tcp_svc_send_keepalive: a zero-length RDMA WRITE the peer does not see).
-func (r *Conn) keepalive() {
-	if r.cfg.Keepalive <= 0 || r.state&connected == 0 || !r.ctrlAvail() {
-		return
+// idle waits as b says, sending keepalives when they are due: a wait
+// that blocks ends at the next one.
+func (r *Conn) idle(ctx context.Context, b *verbs.Backoff) error {
+	if r.cfg.Keepalive <= 0 {
+		return b.Idle(ctx, r.ep)
 	}
+	due := r.keepalive()
+	kctx, cancel := context.WithDeadline(ctx, due)
+	defer cancel()
+	err := b.Idle(kctx, r.ep)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil // the keepalive is due
+	}
+	return err
+}
+
+// keepalive sends RS_CTRL_KEEPALIVE once Keepalive passed since the last
+// (tcp_svc_send_keepalive: a zero-length RDMA WRITE the peer does not
+// see), and returns when the next is due.
+func (r *Conn) keepalive() time.Time {
 	now := time.Now()
 	if r.lastKeepalive.IsZero() {
 		r.lastKeepalive = now
 	}
-	if now.Sub(r.lastKeepalive) < r.cfg.Keepalive {
-		return
+	if now.Sub(r.lastKeepalive) >= r.cfg.Keepalive && r.state&connected != 0 && r.ctrlAvail() {
+		r.lastKeepalive = now
+		r.ctrlSeq++
+		if err := r.ep.Write(0, verbs.Segment{Region: r.sbuf}, 0, 0, true); err != nil {
+			r.fail(fmt.Errorf("rsocket: post keepalive: %w", err))
+		} else {
+			r.push(opCtrl, ctrlKeepalive)
+		}
 	}
-	r.lastKeepalive = now
-	r.ctrlSeq++
-	if err := r.ep.Write(0, verbs.Segment{Region: r.sbuf}, 0, 0, true); err != nil {
-		r.fail(fmt.Errorf("rsocket: post keepalive: %w", err))
-		return
-	}
-	r.push(opCtrl, ctrlKeepalive)
+	return r.lastKeepalive.Add(r.cfg.Keepalive)
 }
 
 // canSend: a transfer may be posted now (rs_can_send).
@@ -532,10 +545,34 @@ func (r *Conn) canSend() bool {
 		r.target[r.targetSGE].length != 0
 }
 
+// ErrWouldBlock is a TryWrite or TryRead that could move nothing now
+// (EWOULDBLOCK).
+var ErrWouldBlock = errors.New("rsocket: operation would block")
+
 // Write sends p whole, blocking while the peer's credits or buffer or the
-// send queue are used up (rsend with MSG_WAITALL's loop). It returns
-// ErrReset once the peer shut the connection down.
-func (r *Conn) Write(ctx context.Context, p []byte) (int, error) {
+// send queue are used up (rsend's loop). It returns ErrReset once the
+// peer shut the connection down.
+func (r *Conn) Write(ctx context.Context, p []byte) (int, error) { return r.write(ctx, p, true) }
+
+// TryWrite sends what of p can be sent without waiting (rsend with
+// MSG_DONTWAIT): it returns ErrWouldBlock if that is nothing.
+func (r *Conn) TryWrite(p []byte) (int, error) {
+	n, err := r.write(context.Background(), p, false)
+	if n == 0 && err == nil && len(p) > 0 {
+		err = ErrWouldBlock
+	}
+	return n, err
+}
+
+// step drives the connection once without waiting (rs_process_cq with
+// nonblock).
+func (r *Conn) step() {
+	r.updateCredits()
+	r.poll()
+	r.updateCredits()
+}
+
+func (r *Conn) write(ctx context.Context, p []byte, wait bool) (int, error) {
 	if r.state&writable == 0 {
 		if r.err != nil {
 			return 0, r.err
@@ -545,9 +582,15 @@ func (r *Conn) Write(ctx context.Context, p []byte) (int, error) {
 	olen, done := olapStart, 0
 	for done < len(p) {
 		if !r.canSend() {
-			err := r.progress(ctx, func() bool { return r.canSend() || r.state&writable == 0 })
-			if err != nil {
-				return done, err
+			if wait {
+				if err := r.progress(ctx, func() bool { return r.canSend() || r.state&writable == 0 }); err != nil {
+					return done, err
+				}
+			} else if r.step(); !r.canSend() && r.state&writable != 0 {
+				return done, r.err
+			}
+			if r.err != nil {
+				return done, r.err
 			}
 			if r.state&writable == 0 {
 				return done, ErrReset
@@ -591,14 +634,27 @@ func (r *Conn) Write(ctx context.Context, p []byte) (int, error) {
 // Read reads what has arrived into p, waiting for something if nothing
 // has (rrecv). It returns io.EOF once the peer shut its side down and
 // everything it sent was read.
-func (r *Conn) Read(ctx context.Context, p []byte) (int, error) {
+func (r *Conn) Read(ctx context.Context, p []byte) (int, error) { return r.read(ctx, p, true) }
+
+// TryRead reads what has arrived without waiting (rrecv with
+// MSG_DONTWAIT): it returns ErrWouldBlock if nothing has.
+func (r *Conn) TryRead(p []byte) (int, error) { return r.read(context.Background(), p, false) }
+
+func (r *Conn) read(ctx context.Context, p []byte, wait bool) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	if r.rHead == r.rTail {
-		err := r.progress(ctx, func() bool { return r.rHead != r.rTail || r.state&readable == 0 })
-		if err != nil {
-			return 0, err
+		if wait {
+			err := r.progress(ctx, func() bool { return r.rHead != r.rTail || r.state&readable == 0 })
+			if err != nil {
+				return 0, err
+			}
+		} else if r.step(); r.rHead == r.rTail && r.state&readable != 0 {
+			if r.err != nil {
+				return 0, r.err
+			}
+			return 0, ErrWouldBlock
 		}
 	}
 	n := 0
@@ -623,6 +679,9 @@ func (r *Conn) Read(ctx context.Context, p []byte) (int, error) {
 		}
 	}
 	if n == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
 		return 0, io.EOF
 	}
 	return n, nil
