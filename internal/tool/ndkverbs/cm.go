@@ -82,6 +82,7 @@ func (c *Connector) Connect(ctx context.Context, port uint16, p verbs.ConnParams
 		conn.Close()
 		return fail(fmt.Errorf("connect to %v: %w", dst, err))
 	}
+	ep.peer = conn.PeerAddress()
 	ep.Connected(disconnector(conn))
 	return ep, nil
 }
@@ -205,6 +206,7 @@ func (x *Listener) Accept(ctx context.Context, p verbs.ConnParams) (verbs.Endpoi
 		return nil, err
 	}
 	ep.unordered = p.Unordered
+	ep.peer = conn.PeerAddress()
 	if ep.peerData, err = privateData(conn); err != nil {
 		_ = conn.Reject(nil)
 		conn.Close()

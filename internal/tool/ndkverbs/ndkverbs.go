@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,8 +115,9 @@ type Endpoint struct {
 	peeked     uint64
 	disconnect func() error
 	// peerData is the user private data of the peer's REQ or REP
-	// (verbs.PeerData).
+	// (verbs.PeerData), peer the peer's address and port.
 	peerData []byte
+	peer     netip.AddrPort
 	closed   bool
 	// ud is where a UD endpoint's sends go (ud.go); nil on RC endpoints
 	// and on a UD server's, which only receive.
@@ -203,6 +205,9 @@ func (e *Endpoint) QP() *ndk.QP { return e.qp }
 
 // PeerPrivateData implements verbs.PeerData.
 func (e *Endpoint) PeerPrivateData() []byte { return e.peerData }
+
+// PeerAddress is the connected peer's address and rdma_cm port.
+func (e *Endpoint) PeerAddress() netip.AddrPort { return e.peer }
 
 // Connected records how Close disconnects (nil: nothing to tell the peer).
 func (e *Endpoint) Connected(disconnect func() error) { e.disconnect = disconnect }

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"github.com/ndkxdp/ndkxdp/internal/tool/perftest/verbs"
@@ -736,6 +737,14 @@ func (r *Conn) Close() error {
 		cancel()
 	}
 	return r.ep.Close()
+}
+
+// PeerAddress is the peer's address, if the endpoint knows it.
+func (r *Conn) PeerAddress() netip.Addr {
+	if a, ok := r.ep.(interface{ PeerAddress() netip.AddrPort }); ok {
+		return a.PeerAddress().Addr()
+	}
+	return netip.Addr{}
 }
 
 // Err is why the connection failed, or nil.
