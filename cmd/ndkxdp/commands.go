@@ -50,6 +50,7 @@ func init() {
 		{name: "udaddy", run: runUdaddy, usage: []usageLine{{"udaddy", "librdmacm's udaddy (UD datagrams, SIDR), client or server"}}},
 		{name: "cmtime", run: runCmtime, usage: []usageLine{{"cmtime", "librdmacm's cmtime (many RC connections at once through rdma_cm, timed), client or server"}}},
 		{name: "rstream", run: runRstream, usage: []usageLine{{"rstream", "librdmacm's rstream (an rsocket stream: latency and bandwidth), client or server"}}},
+		{name: "riostream", run: runRiostream, usage: []usageLine{{"riostream", "librdmacm's riostream (rstream's tests by direct writes into mapped buffers), client or server"}}},
 		{name: "rcopy", run: runRcopy, usage: []usageLine{{"rcopy", "librdmacm's rcopy (a file over an rsocket stream), client or server"}}},
 		{name: "mckey", run: runMckey, usage: []usageLine{{"mckey", "librdmacm's mckey (UD multicast), sender or receiver"}}},
 		{name: "rc_pingpong", run: runRCPingpong, usage: []usageLine{{"rc_pingpong", "ibverbs' ibv_rc_pingpong (RC, QPs connected over TCP, no rdma_cm)"}}},

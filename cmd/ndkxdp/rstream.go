@@ -22,6 +22,18 @@ const rstreamUsage = `usage: ndkxdp rstream [-s SERVER] [-b ADDR] [-f ip|ipv6|na
        ndkxdp rstream ... -daemon SOCKET
        ndkxdp rstream -T s ...`
 
+const riostreamUsage = `usage: ndkxdp riostream [-s SERVER] [-b ADDR] [-f ip|ipv6|name] [-B SIZE] [-i SIZE] [-I ITERS] [-C COUNT] [-S SIZE|all] [-p PORT] [-T a|b|n|v]... [-capture FILE] -dev IFNAME
+       ndkxdp riostream ... -daemon SOCKET`
+
+const riostreamSynopsis = riostreamUsage + `
+
+librdmacm's riostream over ndkxdp on IFNAME, or through the ndkxdp daemon
+serving at SOCKET: rstream's tests over an rsocket, but each side maps
+its buffer for the other's direct writes (riomap, RDMA_IOMAPSIZE 1) and
+the transfers are RDMA WRITEs into it (riowrite), the receiver watching
+the buffer's last byte. -T v checks the data pattern of each round's last
+write. Either side may be Linux riostream.`
+
 const rstreamSynopsis = rstreamUsage + `
 
 librdmacm's rstream over ndkxdp on IFNAME, or through the ndkxdp daemon
@@ -35,6 +47,7 @@ checks rstream's data pattern, -T s runs over kernel TCP sockets instead
 (no adapter needed). Either side may be Linux rstream.`
 
 type rstreamFlags struct {
+	name                                       string // rstream or riostream
 	server, bind, format, dev, daemon, capture string
 	buffer, inline, keepalive                  int
 	iterations, count                          int
@@ -78,8 +91,18 @@ func (t *rstreamTests) Set(v string) error {
 }
 
 func parseRstream(args []string, stdout, stderr io.Writer) (rstreamFlags, error) {
-	fs := cmdline.NewFlagSet("rstream", rstreamSynopsis, stderr)
-	var f rstreamFlags
+	return parseStreamTool("rstream", args, stdout, stderr)
+}
+
+// parseStreamTool parses rstream's flags, or riostream's: the same but
+// -T s, r and f and -k.
+func parseStreamTool(name string, args []string, stdout, stderr io.Writer) (rstreamFlags, error) {
+	usage, synopsis := rstreamUsage, rstreamSynopsis
+	if name == "riostream" {
+		usage, synopsis = riostreamUsage, riostreamSynopsis
+	}
+	fs := cmdline.NewFlagSet(name, synopsis, stderr)
+	f := rstreamFlags{name: name}
 	fs.StringVar(&f.server, "s", "", "the server's address or host name (without it: be the server)")
 	fs.StringVar(&f.bind, "b", "", "the local address to bind (one of the interface's)")
 	fs.StringVar(&f.format, "f", "", "address format: ip, ipv6 or name (gid, AF_IB, is InfiniBand's)")
@@ -97,6 +120,16 @@ func parseRstream(args []string, stdout, stderr io.Writer) (rstreamFlags, error)
 	fs.StringVar(&f.capture, "capture", "", "write every RoCEv2 frame the adapter sends or receives to this pcap file")
 	if err := cmdline.ParseFlags(fs, args, stdout); err != nil {
 		return f, err
+	}
+	if name == "riostream" {
+		for _, v := range f.tests.given {
+			if w := strings.ToLower(v); w == "s" || w == "r" || strings.HasPrefix(w, "socket") || strings.HasPrefix(w, "resolve") {
+				return f, cmdline.Usagef("-T %s: riostream's test options are a|async, b|blocking, n|nonblocking, v|verify", v)
+			}
+		}
+		if f.keepalive != 0 {
+			return f, cmdline.Usagef("-k: riostream has no keepalive option")
+		}
 	}
 	c := &f.cfg
 	c.Client, c.Verify = f.server != "", f.tests.verify
@@ -147,7 +180,41 @@ func parseRstream(args []string, stdout, stderr io.Writer) (rstreamFlags, error)
 		}
 		return f, nil
 	}
-	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, rstreamUsage)
+	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, usage)
+}
+
+// runRiostream is librdmacm's riostream on an ndkxdp adapter.
+func runRiostream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseStreamTool("riostream", args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	peer, bind, err := lookupEnds(ctx, f.server, f.bind, f.dev)
+	if err != nil {
+		return err
+	}
+	open, done, err := rsocketStreams(ctx, &f, peer, bind, func() {})
+	if done != nil {
+		defer done()
+	}
+	if err != nil {
+		return err
+	}
+	ioOpen := func(ctx context.Context, latency bool) (*rsocket.Conn, error) {
+		s, err := open(ctx, latency)
+		if err != nil {
+			return nil, err
+		}
+		c, ok := s.(*rsocket.Conn)
+		if !ok {
+			s.Close()
+			return nil, fmt.Errorf("riostream: %T is no rsocket", s)
+		}
+		return c, nil
+	}
+	return stepTimedOut(ctx, rstream.RunIO(ctx, f.cfg, ioOpen, stdout), f.timeout, "riostream")
 }
 
 // bufferSize is what rstream sets SO_SNDBUF and SO_RCVBUF to.
@@ -208,6 +275,9 @@ func rsocketStreams(ctx context.Context, f *rstreamFlags, peer, bind netip.Addr,
 		return nil, nil, cmdline.Usagef("-b %v: cannot assign requested address (EADDRNOTAVAIL): the daemon at %s serves %v", bind, f.daemon, d.Adapter.LocalAddress())
 	}
 	cfg := rstream.RsocketConfig(f.buffer, time.Duration(f.keepalive)*time.Second)
+	if f.name == "riostream" {
+		cfg.IOMap = rstream.IOMapSize
+	}
 	depths := ndkverbs.Depths{Send: rsocket.DefaultQueue, Receive: rsocket.DefaultQueue}
 	if f.cfg.Client {
 		dial := rstream.Dialer(&ndkverbs.Connector{Dev: d, Peer: peer, Depths: depths}, uint16(f.port), cfg)

@@ -149,3 +149,44 @@ func TestRstreamDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestRiostream runs riostream's custom test with its data checked
+// between two ndkxdp adapters over a veth pair, then its default tests:
+// the transfers are RDMA WRITEs without immediate into the window the
+// peer offered with RS_OP_IOMAP_SGL, which the client's capture shows.
+func TestRiostream(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	capture := filepath.Join(t.TempDir(), "riostream.pcap")
+	test := []string{"-I", "20", "-C", "3", "-S", "70000", "-T", "v"}
+	cout, sout := runIn(t, p.B, append([]string{"riostream", "-dev", p.B.Link}, test...),
+		p.A, append([]string{"riostream", "-s", p.B.IPv4.String(), "-capture", capture, "-dev", p.A.Link}, test...))
+	for side, out := range map[string]string{"client": cout, "server": sout} {
+		if m := rstreamLine.FindAllStringSubmatch(out, -1); len(m) != 1 || strings.Join(m[0][1:], " ") != "custom 68k 3 20 8m" {
+			t.Errorf("%s printed:\n%s", side, out)
+		}
+	}
+	c, err := pcapfile.ReadFile(capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var direct, iomaps int
+	for _, pk := range c.Packets {
+		var pkt rocev2.Packet
+		if rocev2.Parse(pk.Data, &pkt) != nil || pkt.IP.Src != p.A.IPv4 {
+			continue
+		}
+		switch {
+		case pkt.BTH.Opcode == rocev2.RCWriteFirst || pkt.BTH.Opcode == rocev2.RCWriteOnly:
+			direct += int(pkt.RETH.DMALen)
+		case pkt.BTH.Opcode == rocev2.RCWriteOnlyImm && pkt.ImmDt>>29 == 6:
+			iomaps++
+			if len(pkt.Payload) != 24 || binary.LittleEndian.Uint32(pkt.Payload[20:]) != 70000 {
+				t.Errorf("an iomap offer of %d bytes: %x", len(pkt.Payload), pkt.Payload)
+			}
+		}
+	}
+	if direct != 20*3*70000 || iomaps != 1 {
+		t.Errorf("the client wrote %d bytes directly, want %d; offered %d windows, want 1", direct, 20*3*70000, iomaps)
+	}
+}

@@ -307,6 +307,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("ucmatose", func(t *testing.T) { testUcmatose(t, p) })
 		t.Run("rdma_server_client", func(t *testing.T) { testRdmaEcho(t, p) })
 		t.Run("rstream", func(t *testing.T) { testRstream(t, p) })
+		t.Run("rcopy", func(t *testing.T) { testRcopy(t, p) })
 		if p.dev.Adapter.PathMTU() == 1024 {
 			t.Run("cmtime", func(t *testing.T) { testCmtime(t, p) })
 		}

@@ -88,6 +88,10 @@ type Config struct {
 	// rq_size, 16 to 65534); 0 is DefaultQueue. The receive queue's depth
 	// is the credits the peer gets.
 	Queue int
+	// IOMap is how many of the peer's direct-write mappings this side
+	// takes (RDMA_IOMAPSIZE; rsocket rounds it as its scale does): the
+	// peer's MapIO offers land here, and IOWrite writes into them.
+	IOMap int
 	// Keepalive, if positive, sends a keepalive that often while the
 	// connection is used (SO_KEEPALIVE with TCP_KEEPIDLE).
 	Keepalive time.Duration
@@ -112,8 +116,27 @@ func (c *Config) check() error {
 		return fmt.Errorf("rsocket: send buffer %d: from %d to 1 GiB: %w", c.SndBuf, 2*sndLowat, verbs.ErrInvalid)
 	case c.Queue < minQueue || c.Queue > maxQueue:
 		return fmt.Errorf("rsocket: queue depth %d: from %d to %d: %w", c.Queue, minQueue, maxQueue, verbs.ErrInvalid)
+	case c.IOMap < 0 || c.IOMap > 0x7F00:
+		return fmt.Errorf("rsocket: iomap size %d: from 0 to %d: %w", c.IOMap, 0x7F00, verbs.ErrInvalid)
 	}
+	c.IOMap = scaleToValue(valueToScale(c.IOMap))
 	return nil
+}
+
+// valueToScale and scaleToValue are rsocket.c's rs_value_to_scale and
+// rs_scale_to_value for 8 bits: up to 128 as is, beyond in units of 256.
+func valueToScale(v int) int {
+	if v <= 1<<7 {
+		return v
+	}
+	return 1<<7 | v>>8
+}
+
+func scaleToValue(v int) int {
+	if v <= 1<<7 {
+		return v
+	}
+	return (v &^ (1 << 7)) << 8
 }
 
 // Endpoint is what a Conn runs on: a verbs endpoint with WRITE with
@@ -135,6 +158,23 @@ const (
 type sge struct {
 	addr        uint64
 	key, length uint32
+}
+
+// iomapLen is sizeof(struct rs_iomap): the offset, then an rs_sge.
+const iomapLen = 8 + sgeLen
+
+// iomap is struct rs_iomap: a window of the peer's memory that IOWrite
+// writes into, named by an offset of the peer's choosing.
+type iomap struct {
+	offset uint64
+	sge
+}
+
+// mapping is one of this side's MapIO windows in a slot of the peer's
+// iomap table.
+type mapping struct {
+	used, pending, inflight bool
+	iomap
 }
 
 // sent is one signaled send awaiting its completion (RC completes them in
@@ -170,6 +210,13 @@ type Conn struct {
 	swapSGL   bool // the peer's byte order is big-endian
 	ctrlSeq   uint32
 	ctrlMax   uint32
+	// Direct writes: the peer's windows (read from targetReg after the
+	// offers), this side's windows in the peer's table, and where their
+	// messages are built.
+	peerMaps  []iomap
+	remoteMap sge // the peer's iomap table: address, key, entries
+	maps      []mapping
+	mapMsgs   verbs.Region
 	sends     []sent // ring of Queue entries
 	sHead     int
 	sCount    int
@@ -262,12 +309,13 @@ func (r *Conn) setup(ep Endpoint) error {
 	if r.sbuf, err = reg(r.cfg.SndBuf+ctrlSlots*sgeLen, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("rsocket: send buffer: %w", err)
 	}
-	if r.targetReg, err = reg(sglSize*sgeLen, verbs.AccessRemoteWrite); err != nil {
+	if r.targetReg, err = reg(sglSize*sgeLen+r.cfg.IOMap*iomapLen, verbs.AccessRemoteWrite); err != nil {
 		return fmt.Errorf("rsocket: target list: %w", err)
 	}
 	if r.rbuf, err = reg(r.cfg.RcvBuf, verbs.AccessRemoteWrite); err != nil {
 		return fmt.Errorf("rsocket: receive buffer: %w", err)
 	}
+	r.peerMaps = make([]iomap, r.cfg.IOMap)
 	r.sends = make([]sent, q)
 	r.rmsg = make([]uint32, q+1)
 	half := r.cfg.RcvBuf / 2
@@ -291,7 +339,8 @@ func (r *Conn) format(pd []byte) {
 	pd[0] = version
 	pd[1] = flagIOMap
 	be.PutUint16(pd[2:], uint16(r.cfg.Queue))
-	clear(pd[4:8]) // reserved, and an iomap of size 0
+	clear(pd[4:7]) // reserved
+	pd[7] = byte(valueToScale(r.cfg.IOMap))
 	be.PutUint64(pd[8:], r.targetReg.Addr)
 	be.PutUint32(pd[16:], r.targetReg.RKey)
 	be.PutUint32(pd[20:], sglSize)
@@ -315,6 +364,10 @@ func (r *Conn) save(pd []byte) error {
 	}
 	r.remoteSGE = 1 % int(r.remoteSGL.length)
 	r.swapSGL = pd[1]&flagNet != 0
+	if pd[1]&flagIOMap != 0 {
+		r.remoteMap = sge{addr: r.remoteSGL.addr + uint64(sgeLen)*uint64(r.remoteSGL.length),
+			key: r.remoteSGL.key, length: uint32(scaleToValue(int(pd[7])))}
+	}
 	r.target[0] = sge{addr: be.Uint64(pd[24:]), key: be.Uint32(pd[32:]), length: be.Uint32(pd[36:])}
 	r.targetSGE, r.nextOffer = 0, 1
 	r.sseqComp = be.Uint16(pd[2:])
@@ -419,6 +472,9 @@ func (r *Conn) poll() bool {
 			if s.op == opCtrl && s.data == ctrlDisconnect {
 				r.state = 0
 			}
+		case opIOMapSGL:
+			r.sqeAvail++
+			r.maps[s.data].inflight = false
 		default:
 			r.sqeAvail++
 			r.sbufAvail += int(s.data)
@@ -460,8 +516,15 @@ func (r *Conn) received(c *verbs.Completion) {
 			r.target[k] = sge{addr: le.Uint64(b), key: le.Uint32(b[8:]), length: le.Uint32(b[12:])}
 			r.nextOffer = (k + 1) % sglSize
 		}
-	case opIOMapSGL, opWrite:
-		// An iomap entry (this side offers none) or nothing at all.
+	case opIOMapSGL:
+		// The peer wrote a window into entry k of the table: the
+		// completion orders our read after its placement.
+		if k := int(m & dataMask); k < len(r.peerMaps) {
+			b, le := r.targetReg.Buf[sglSize*sgeLen+k*iomapLen:], binary.LittleEndian
+			r.peerMaps[k] = iomap{le.Uint64(b), sge{addr: le.Uint64(b[8:]), key: le.Uint32(b[16:]), length: le.Uint32(b[20:])}}
+		}
+	case opWrite:
+		// Never on the wire.
 	case opCtrl:
 		switch m & dataMask {
 		case ctrlDisconnect:
@@ -574,6 +637,9 @@ func (r *Conn) step() {
 }
 
 func (r *Conn) write(ctx context.Context, p []byte, wait bool) (int, error) {
+	if err := r.sendMaps(ctx, wait); err != nil {
+		return 0, err
+	}
 	if r.state&writable == 0 {
 		if r.err != nil {
 			return 0, r.err
@@ -737,6 +803,181 @@ func (r *Conn) Close() error {
 		cancel()
 	}
 	return r.ep.Close()
+}
+
+// ErrNoMapping is an IOWrite to an offset no window of the peer's covers.
+var ErrNoMapping = errors.New("rsocket: no mapping of the peer's covers the offset")
+
+// AllocIO returns n bytes registered for the peer's direct writes, for
+// MapIO.
+func (r *Conn) AllocIO(n int) (verbs.Region, error) {
+	buf, err := r.ep.Alloc(n)
+	if err != nil {
+		return verbs.Region{}, err
+	}
+	return r.ep.Register(buf, verbs.AccessRemoteWrite)
+}
+
+// MapIO offers the peer window (from AllocIO, or a part of it: its Buf
+// from the region's start) for direct writes at offset (riomap with
+// PROT_WRITE and an offset): it takes a free entry of the peer's table
+// and goes to the peer with the next Write or IOWrite.
+func (r *Conn) MapIO(window verbs.Region, offset uint64) error {
+	if r.maps == nil {
+		r.maps = make([]mapping, r.remoteMap.length)
+	}
+	for k := range r.maps {
+		if m := &r.maps[k]; !m.used {
+			*m = mapping{used: true, pending: true, inflight: m.inflight,
+				iomap: iomap{offset, sge{addr: window.Addr, key: window.RKey, length: uint32(len(window.Buf))}}}
+			return nil
+		}
+	}
+	return fmt.Errorf("rsocket: the peer takes %d mappings, all in use (ENOMEM)", r.remoteMap.length)
+}
+
+// UnmapIO withdraws the window MapIO offered at window's address
+// (riounmap: the peer is not told).
+func (r *Conn) UnmapIO(window verbs.Region) error {
+	for k := range r.maps {
+		if m := &r.maps[k]; m.used && m.addr == window.Addr && m.length == uint32(len(window.Buf)) {
+			m.used, m.pending = false, false
+			return nil
+		}
+	}
+	return fmt.Errorf("rsocket: no mapping of %d bytes at %#x: %w", len(window.Buf), window.Addr, verbs.ErrInvalid)
+}
+
+// sendMaps sends the windows not yet offered (rs_send_iomaps): each a
+// WRITE with immediate RS_OP_IOMAP_SGL | index of its rs_iomap into the
+// peer's table, which takes a credit as data does.
+func (r *Conn) sendMaps(ctx context.Context, wait bool) error {
+	for k := range r.maps {
+		m := &r.maps[k]
+		if !m.pending {
+			continue
+		}
+		for !r.canSend() || m.inflight {
+			if !wait {
+				if r.step(); !r.canSend() || m.inflight {
+					return r.err
+				}
+				continue
+			}
+			if err := r.progress(ctx, func() bool { return (r.canSend() && !m.inflight) || r.state&writable == 0 }); err != nil {
+				return err
+			}
+			if r.state&writable == 0 {
+				return ErrReset
+			}
+		}
+		if r.mapMsgs.Buf == nil {
+			var err error
+			if r.mapMsgs, err = r.AllocIO(len(r.maps) * iomapLen); err != nil {
+				return err
+			}
+		}
+		b, o := r.mapMsgs.Buf[k*iomapLen:], r.order()
+		o.PutUint64(b, m.offset)
+		o.PutUint64(b[8:], m.addr)
+		o.PutUint32(b[16:], m.key)
+		o.PutUint32(b[20:], m.length)
+		if err := r.ep.WriteImm(0, verbs.Segment{Region: r.mapMsgs, Off: k * iomapLen, Len: iomapLen},
+			r.remoteMap.addr+uint64(k*iomapLen), r.remoteMap.key, msg(opIOMapSGL, uint32(k)), true); err != nil {
+			r.fail(fmt.Errorf("rsocket: post iomap: %w", err))
+			return r.err
+		}
+		r.push(opIOMapSGL, uint32(k))
+		m.pending, m.inflight = false, true
+		r.sseqNo++
+		r.sqeAvail--
+	}
+	return nil
+}
+
+// IOWrite writes p into the peer's window that covers offset and on
+// (riowrite): RDMA WRITEs without immediate, which the peer learns of
+// only by looking at its memory. It stops at the end of the windows
+// that cover it, and returns ErrNoMapping if none covers offset.
+func (r *Conn) IOWrite(ctx context.Context, p []byte, offset uint64) (int, error) {
+	if err := r.sendMaps(ctx, true); err != nil {
+		return 0, err
+	}
+	olen, done := olapStart, 0
+	var m *iomap
+	for done < len(p) {
+		off := offset + uint64(done)
+		if m == nil || off >= m.offset+uint64(m.length) {
+			if m = r.findMap(off); m == nil {
+				if done == 0 {
+					return 0, ErrNoMapping
+				}
+				return done, nil
+			}
+		}
+		if !r.canSend() {
+			if err := r.progress(ctx, func() bool { return r.canSend() || r.state&writable == 0 }); err != nil {
+				return done, err
+			}
+			if r.state&writable == 0 {
+				return done, ErrReset
+			}
+		}
+		left := len(p) - done
+		xfer := left
+		if olen < left {
+			xfer = olen
+			if olen < maxXfer {
+				olen <<= 1
+			}
+		}
+		xfer = min(xfer, r.sbufAvail, int(m.offset+uint64(m.length)-off), r.cfg.SndBuf-r.sOff)
+		copy(r.sbuf.Buf[r.sOff:], p[done:done+xfer])
+		if err := r.ep.Write(0, verbs.Segment{Region: r.sbuf, Off: r.sOff, Len: xfer}, m.addr+off-m.offset, m.key, true); err != nil {
+			r.fail(fmt.Errorf("rsocket: post direct write: %w", err))
+			return done, r.err
+		}
+		r.push(opWrite, uint32(xfer))
+		r.sqeAvail--
+		r.sbufAvail -= xfer
+		if r.sOff += xfer; r.sOff == r.cfg.SndBuf {
+			r.sOff = 0
+		}
+		done += xfer
+	}
+	return done, nil
+}
+
+// findMap is rs_find_iomap: the peer's window covering off.
+func (r *Conn) findMap(off uint64) *iomap {
+	for k := range r.peerMaps {
+		if m := &r.peerMaps[k]; off >= m.offset && off < m.offset+uint64(m.length) {
+			return m
+		}
+	}
+	return nil
+}
+
+// WaitByte waits until the byte at off of window (from AllocIO) is want,
+// as the peer's direct writes leave it (riostream's poll byte).
+func (r *Conn) WaitByte(ctx context.Context, window verbs.Region, off int, want byte) error {
+	b := &r.cfg.Backoff
+	b.Reset()
+	for r.ep.Peek(window, off) != want {
+		// Credits and completions move on meanwhile, and a peer that
+		// went away ends the wait.
+		r.step()
+		if r.err != nil {
+			return r.err
+		}
+		if r.state&connected == 0 {
+			return ErrReset
+		}
+		if err := b.Idle(ctx, r.ep); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PeerAddress is the peer's address, if the endpoint knows it.

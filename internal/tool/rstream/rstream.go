@@ -181,6 +181,23 @@ func (p *pattern) verify(b []byte) error {
 	return nil
 }
 
+// defaultTests are the latency and the bandwidth tests of the default
+// run (init_latency_test, init_bandwidth_test).
+func defaultTests(cfg Config) (lat, bw []Result) {
+	for _, s := range sizes {
+		if s.all && !cfg.AllSizes {
+			continue
+		}
+		name := SizeString(int64(s.size))
+		if len(name) > 4 {
+			name = name[:4] // rstream formats it into 5 bytes
+		}
+		lat = append(lat, Result{Name: name + "_lat", Size: s.size, Count: 1, Iterations: sizeToCount(s.size)})
+		bw = append(bw, Result{Name: name + "_bw", Size: s.size, Count: sizeToCount(s.size), Iterations: 1})
+	}
+	return lat, bw
+}
+
 // runner is one side's state across the tests.
 type runner struct {
 	cfg     Config
@@ -206,18 +223,7 @@ func Run(ctx context.Context, cfg Config, open Open, out io.Writer) error {
 	if cfg.Custom {
 		return r.phase(ctx, open, false, out, []Result{{Name: "custom", Size: cfg.Size, Count: cfg.Count, Iterations: cfg.Iterations}})
 	}
-	var lat, bw []Result
-	for _, s := range sizes {
-		if s.all && !cfg.AllSizes {
-			continue
-		}
-		name := SizeString(int64(s.size))
-		if len(name) > 4 {
-			name = name[:4] // rstream formats it into 5 bytes
-		}
-		lat = append(lat, Result{Name: name + "_lat", Size: s.size, Count: 1, Iterations: sizeToCount(s.size)})
-		bw = append(bw, Result{Name: name + "_bw", Size: s.size, Count: sizeToCount(s.size), Iterations: 1})
-	}
+	lat, bw := defaultTests(cfg)
 	if err := r.phase(ctx, open, true, out, lat); err != nil {
 		return err
 	}
