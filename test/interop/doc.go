@@ -331,7 +331,9 @@
 // -q, -c UD, -b, -D) both ways, socket_test.go; librdmacm's ucmatose,
 // rdma_server and rdma_client, rdma_xserver and rdma_xclient (RC) both
 // ways, cmatose_test.go; cmtime (20 connections at once, each peer's
-// version) both ways, cmtime_test.go; and, on the shared VM, the same UD
+// version) both ways, cmtime_test.go; librdmacm's rsocket tools, rstream
+// (custom tests with the data checked), riostream and rcopy, both ways,
+// rstream_test.go; and, on the shared VM, the same UD
 // cases through an `ndkxdp daemon` process, TestInteropUDThroughDaemon)
 // record every frame ndkxdp moves into a pcap in the test's temporary
 // directory, or in $NDKXDP_INTEROP_PCAP_DIR to keep it (one file per MTU

@@ -308,6 +308,7 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("rdma_server_client", func(t *testing.T) { testRdmaEcho(t, p) })
 		t.Run("rstream", func(t *testing.T) { testRstream(t, p) })
 		t.Run("rcopy", func(t *testing.T) { testRcopy(t, p) })
+		t.Run("riostream", func(t *testing.T) { testRiostream(t, p) })
 		if p.dev.Adapter.PathMTU() == 1024 {
 			t.Run("cmtime", func(t *testing.T) { testCmtime(t, p) })
 		}

@@ -164,3 +164,57 @@ func testRcopy(t *testing.T, p *peer) {
 		}
 	})
 }
+
+// testRiostream runs librdmacm's riostream against ndkxdp's, each side as
+// server and as client, in its custom mode with the data checked: each
+// side maps its buffer for the other (RS_OP_IOMAP_SGL into the iomap
+// table the connection data sized, RDMA_IOMAPSIZE 1), then the transfers
+// are RDMA WRITEs into it, the last of each round setting the marker the
+// receiver watches for.
+func testRiostream(t *testing.T, p *peer) {
+	const iters, count, size = 30, 3, 70000
+	args := fmt.Sprintf("-T v -I %d -C %d -S %d", iters, count, size)
+	cfg := rstream.Config{Custom: true, Iterations: iters, Count: count, Size: size, Verify: true}
+	sock := rstream.RsocketConfig(0, 0)
+	sock.IOMap = rstream.IOMapSize
+	check := func(t *testing.T, theirs, ours string) {
+		t.Helper()
+		for side, out := range map[string]string{"rxe's": theirs, "ours": ours} {
+			if m := rstreamRow.FindAllStringSubmatch(out, -1); len(m) != 1 || strings.Join(m[0][1:], " ") != "custom 68k 3 30 12m" {
+				t.Errorf("%s riostream did not report one custom test of 30 x 3 transfers of 70000 bytes:\n%s", side, out)
+			}
+		}
+	}
+	ioOpen := func(open rstream.Open) rstream.IOOpen {
+		return func(ctx context.Context, latency bool) (*rsocket.Conn, error) {
+			s, err := open(ctx, latency)
+			if err != nil {
+				return nil, err
+			}
+			return s.(*rsocket.Conn), nil
+		}
+	}
+	t.Run("rxe_server", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, 2*time.Minute)
+		var ours bytes.Buffer
+		cfg := cfg
+		cfg.Client = true
+		conn := &ndkverbs.Connector{Dev: p.dev, Peer: GuestIPv4, Depths: ndkverbs.Depths{Send: rsocket.DefaultQueue, Receive: rsocket.DefaultQueue}}
+		out := p.guestServer(t, ctx, "riostream -b "+GuestIPv4.String()+" "+args, rstream.DefaultPort, func() error {
+			return rstream.RunIO(ctx, cfg, ioOpen(rstream.Dialer(conn, rstream.DefaultPort, sock)), &ours)
+		})
+		t.Logf("rxe's riostream server:\n%sndkxdp's client:\n%s", out, ours.String())
+		check(t, out, ours.String())
+	})
+	t.Run("rxe_client", func(t *testing.T) {
+		p.capture(t)
+		ctx := ctxFor(t, 2*time.Minute)
+		var ours bytes.Buffer
+		out := p.hostServer(t, ctx, rstream.DefaultPort, func(ctx context.Context, l verbs.Listener) error {
+			return rstream.RunIO(ctx, cfg, ioOpen(rstream.Acceptor(l, sock)), &ours)
+		}, fmt.Sprintf("riostream -s %v %s", HostIPv4, args))
+		t.Logf("rxe's riostream client:\n%sndkxdp's server:\n%s", out, ours.String())
+		check(t, out, ours.String())
+	})
+}
