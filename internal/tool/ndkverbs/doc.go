@@ -25,6 +25,12 @@
 //     whose ID is below 256 (Go boxes those without allocating).
 //   - Peek: ndk's QP.PeerWrites (an acquire on the engine's placements),
 //     then the byte.
+//   - WriteImm (verbs.Immediate) is QP.WriteWithImmediate; the receive it
+//     completes reports OpRecvRDMAWithImm with the WRITE's length and the
+//     immediate (ResultEx.Immediate). An empty segment posts a receive
+//     or a WRITE with no SGE, as rsockets' messages are.
+//   - PeerPrivateData (verbs.PeerData) is NdkGetConnectionData's private
+//     data of the peer's REQ (read before Prepare runs) or REP.
 //   - SRQs (verbs.SRQMaker on Connector and Listener): Device.CreateSRQ
 //     is ndk.PD.CreateSRQ with one SGE per receive and no limit
 //     notification; an endpoint opened with verbs.ConnParams.SRQ has its

@@ -306,6 +306,86 @@ func TestOverIBCM(t *testing.T) {
 			t.Fatalf("connect to an unbound port: %v, want REJ reason 8", err)
 		}
 	})
+	t.Run("private_data_and_immediate", func(t *testing.T) {
+		// Each side reads the other's private data (the REQ's from
+		// Prepare on, the REP's once connected) and the peer's address;
+		// a zero-length WRITE with immediate completes a receive posted
+		// without an SGE with the immediate and 0 bytes, a 5-byte one
+		// with 5.
+		var l *Listener
+		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, 7300, Depths{}); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var srv verbs.Endpoint
+		var sawREQ []byte
+		var serr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			srv, serr = l.Accept(ctx, verbs.ConnParams{PrivateData: []byte("rep!"), Prepare: func(ep verbs.Endpoint) error {
+				sawREQ = ep.(verbs.PeerData).PeerPrivateData()
+				for range 2 {
+					if err := ep.Receive(0, verbs.Segment{}); err != nil {
+						return err
+					}
+				}
+				return nil
+			}})
+		}()
+		var cli verbs.Endpoint
+		var cerr error
+		_ = connect(func() error { cli, cerr = conn.Connect(ctx, 7300, verbs.ConnParams{PrivateData: []byte("req?")}); return nil })
+		<-done
+		if cerr != nil || serr != nil {
+			t.Fatalf("connect: %v; accept: %v", cerr, serr)
+		}
+		defer cli.Close()
+		defer srv.Close()
+		if len(sawREQ) != 56 || string(sawREQ[:4]) != "req?" {
+			t.Errorf("the REQ's private data as Prepare saw it: %q, want \"req?\" padded to 56 bytes", sawREQ)
+		}
+		if rep := cli.(verbs.PeerData).PeerPrivateData(); len(rep) != 196 || string(rep[:4]) != "rep!" {
+			t.Errorf("the REP's private data: %q, want \"rep!\" padded to 196 bytes", rep)
+		}
+		if got := srv.(*Endpoint).PeerAddress().Addr(); got != a.dev.Adapter.LocalAddress() {
+			t.Errorf("the server's peer %v, want %v", got, a.dev.Adapter.LocalAddress())
+		}
+		buf, err := srv.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := srv.Register(buf, verbs.AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sbuf, _ := cli.Alloc(64)
+		src, err := cli.Register(sbuf, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(src.Buf, "hello")
+		imm := cli.(verbs.Immediate)
+		if err := imm.WriteImm(1, verbs.Segment{Region: src}, 0, 0, 0xE0000000, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := imm.WriteImm(2, verbs.Segment{Region: src, Len: 5}, dst.Addr+10, dst.RKey, 0x12345678, true); err != nil {
+			t.Fatal(err)
+		}
+		var got []verbs.Completion
+		out := make([]verbs.Completion, 4)
+		for len(got) < 2 && ctx.Err() == nil {
+			n, err := srv.Poll(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, out[:n]...)
+		}
+		want := []verbs.Completion{{Op: verbs.OpRecvRDMAWithImm, Imm: 0xE0000000}, {Op: verbs.OpRecvRDMAWithImm, Bytes: 5, Imm: 0x12345678}}
+		if len(got) != 2 || got[0] != want[0] || got[1] != want[1] || string(srv.Peek(dst, 10)) != "h" {
+			t.Fatalf("receives %+v, want %+v, and the bytes placed", got, want)
+		}
+	})
 	t.Run("rping", func(t *testing.T) {
 		var l *Listener
 		if err := b.h.Do(func() (err error) { l, err = Listen(b.dev, rping.DefaultPort, Depths{}); return err }); err != nil {
