@@ -335,7 +335,10 @@ func TestOverIBCM(t *testing.T) {
 		}()
 		var cli verbs.Endpoint
 		var cerr error
-		_ = connect(func() error { cli, cerr = conn.Connect(ctx, 7300, verbs.ConnParams{PrivateData: []byte("req?")}); return nil })
+		_ = connect(func() error {
+			cli, cerr = conn.Connect(ctx, 7300, verbs.ConnParams{PrivateData: []byte("req?")})
+			return nil
+		})
 		<-done
 		if cerr != nil || serr != nil {
 			t.Fatalf("connect: %v; accept: %v", cerr, serr)
