@@ -751,6 +751,10 @@ func (r *Conn) read(ctx context.Context, p []byte, wait bool) (int, error) {
 		}
 		return 0, io.EOF
 	}
+	// Offer the buffer back as soon as half of it is read, rather than
+	// when the queue runs dry (rrecv's way): the sender need not wait
+	// for the reader to empty the whole queue first.
+	r.updateCredits()
 	return n, nil
 }
 

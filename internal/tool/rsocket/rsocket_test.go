@@ -76,6 +76,10 @@ func TestConfig(t *testing.T) {
 // newPair opens two ndkxdp adapters on a veth pair, the client's frames
 // captured, and listens on the server's port 7471.
 func newPair(t *testing.T) (*ndkverbs.Connector, *ndkverbs.Listener, *lockedBuffer) {
+	return newPairCapture(t, true)
+}
+
+func newPairCapture(t *testing.T, capturing bool) (*ndkverbs.Connector, *ndkverbs.Listener, *lockedBuffer) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
@@ -92,7 +96,11 @@ func newPair(t *testing.T) (*ndkverbs.Connector, *ndkverbs.Listener, *lockedBuff
 		}
 		return d
 	}
-	cd := open(p.A, ndk.Options{Capture: capture})
+	var opts ndk.Options
+	if capturing {
+		opts.Capture = capture
+	}
+	cd := open(p.A, opts)
 	sd := open(p.B, ndk.Options{})
 	l, err := ndkverbs.Listen(sd, 7471, ndkverbs.Depths{})
 	if err != nil {
