@@ -306,11 +306,12 @@ func runCases(t *testing.T, vm *VM, set caseSet) {
 		t.Run("pingpong", func(t *testing.T) { testPingpong(t, p) })
 		t.Run("ucmatose", func(t *testing.T) { testUcmatose(t, p) })
 		t.Run("rdma_server_client", func(t *testing.T) { testRdmaEcho(t, p) })
-		t.Run("rstream", func(t *testing.T) { testRstream(t, p) })
-		t.Run("rcopy", func(t *testing.T) { testRcopy(t, p) })
-		t.Run("riostream", func(t *testing.T) { testRiostream(t, p) })
 		if p.dev.Adapter.PathMTU() == 1024 {
 			t.Run("cmtime", func(t *testing.T) { testCmtime(t, p) })
+			// rsockets' streams: the engine cuts their WRITEs to any MTU.
+			t.Run("rstream", func(t *testing.T) { testRstream(t, p) })
+			t.Run("rcopy", func(t *testing.T) { testRcopy(t, p) })
+			t.Run("riostream", func(t *testing.T) { testRiostream(t, p) })
 		}
 	}
 	t.Run("frames", func(t *testing.T) { p.record(t, nil); checkFrames(t, p) })
