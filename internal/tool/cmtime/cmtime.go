@@ -113,7 +113,14 @@ type times struct {
 	each        []time.Duration
 }
 
-func (t *times) add(start, end time.Time, d time.Duration, mu *sync.Mutex) {
+// time runs f and adds its span.
+func (t *times) time(mu *sync.Mutex, f func()) {
+	start := time.Now()
+	f()
+	t.add(start, time.Now(), mu)
+}
+
+func (t *times) add(start, end time.Time, mu *sync.Mutex) {
 	mu.Lock()
 	defer mu.Unlock()
 	if t.first.IsZero() || start.Before(t.first) {
@@ -122,7 +129,7 @@ func (t *times) add(start, end time.Time, d time.Duration, mu *sync.Mutex) {
 	if end.After(t.last) {
 		t.last = end
 	}
-	t.each = append(t.each, d)
+	t.each = append(t.each, end.Sub(start))
 }
 
 // printTable prints cmtime.c's table (rdma-core 51's columns) of the
@@ -201,10 +208,7 @@ func clientRound(ctx context.Context, cfg Config, c verbs.Connector, port uint16
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			start := time.Now()
-			eps[i], errs[i] = c.Connect(ctx, port, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1})
-			end := time.Now()
-			conn.add(start, end, end.Sub(start), &mu)
+			conn.time(&mu, func() { eps[i], errs[i] = c.Connect(ctx, port, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1}) })
 		}()
 	}
 	wg.Wait()
@@ -221,10 +225,7 @@ func clientRound(ctx context.Context, cfg Config, c verbs.Connector, port uint16
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			start := time.Now()
-			errs[i] = ep.Close() // rdma_disconnect; the close waits for the DREP
-			end := time.Now()
-			disc.add(start, end, end.Sub(start), &mu)
+			disc.time(&mu, func() { errs[i] = ep.Close() }) // rdma_disconnect; the close waits for the DREP
 		}()
 	}
 	wg.Wait()
@@ -285,27 +286,33 @@ func serverRound(ctx context.Context, l verbs.Listener, n int, oob net.Conn, out
 	var conn, disc times
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	// A failed round ends the waits for the disconnects it started, and
+	// returns once their goroutines have closed their endpoints.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fail := func(err error) error {
+		cancel()
+		wg.Wait()
+		return err
+	}
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		ep, err := l.Accept(ctx, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1})
 		if err != nil {
-			return fmt.Errorf("cmtime: accept %d of %d: %w", i+1, n, err)
+			return fail(fmt.Errorf("cmtime: accept %d of %d: %w", i+1, n, err))
 		}
 		end := time.Now()
-		conn.add(start, end, end.Sub(start), &mu)
+		conn.add(start, end, &mu)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = awaitDisconnect(ctx, ep)
-			start := time.Now()
-			ep.Close()
-			end := time.Now()
-			disc.add(start, end, end.Sub(start), &mu)
+			errs[i] = awaitDisconnect(rctx, ep)
+			disc.time(&mu, func() { ep.Close() })
 		}()
 	}
 	if oob != nil {
 		if err := recvSend(oob, stepConnect); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	wg.Wait()
