@@ -208,7 +208,9 @@ func clientRound(ctx context.Context, cfg Config, c verbs.Connector, port uint16
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn.time(&mu, func() { eps[i], errs[i] = c.Connect(ctx, port, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1}) })
+			conn.time(&mu, func() {
+				eps[i], errs[i] = c.Connect(ctx, port, verbs.ConnParams{ResponderResources: 1, InitiatorDepth: 1})
+			})
 		}()
 	}
 	wg.Wait()
