@@ -190,3 +190,17 @@ func TestRiostream(t *testing.T) {
 		t.Errorf("the client wrote %d bytes directly, want %d; offered %d windows, want 1", direct, 20*3*70000, iomaps)
 	}
 }
+
+// TestRstreamSockets: -T s runs rstream's custom test over kernel TCP
+// between the namespaces, with no adapter.
+func TestRstreamSockets(t *testing.T) {
+	testenv.RequireRoot(t)
+	p := harness.New(t, harness.Config{MTU: 1500, StaticNeighbours: true})
+	test := []string{"-T", "s", "-T", "v", "-I", "2", "-C", "10", "-S", "30000"}
+	cout, sout := runIn(t, p.B, append([]string{"rstream"}, test...), p.A, append([]string{"rstream", "-s", p.B.IPv4.String()}, test...))
+	for side, out := range map[string]string{"client": cout, "server": sout} {
+		if m := rstreamLine.FindAllStringSubmatch(out, -1); len(m) != 1 || strings.Join(m[0][1:], " ") != "custom 29k 10 2 1.1m" {
+			t.Errorf("%s printed:\n%s", side, out)
+		}
+	}
+}

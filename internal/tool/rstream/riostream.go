@@ -69,10 +69,7 @@ func ioPhase(ctx context.Context, cfg Config, pats *[2]pattern, open IOOpen, lat
 		}
 		fmt.Fprint(out, t.String())
 	}
-	if err := c.Shutdown(ctx); err != nil {
-		c.Close()
-		return fmt.Errorf("rshutdown: %w", err)
-	}
+	_ = c.Shutdown(ctx) // as riostream, which ignores rshutdown's result
 	return c.Close()
 }
 
