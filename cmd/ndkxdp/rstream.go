@@ -183,40 +183,6 @@ func parseStreamTool(name string, args []string, stdout, stderr io.Writer) (rstr
 	return f, checkAdapterFlags(f.dev, f.daemon, f.capture, usage)
 }
 
-// runRiostream is librdmacm's riostream on an ndkxdp adapter.
-func runRiostream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, err := parseStreamTool("riostream", args, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	peer, bind, err := lookupEnds(ctx, f.server, f.bind, f.dev)
-	if err != nil {
-		return err
-	}
-	open, done, err := rsocketStreams(ctx, &f, peer, bind, func() {})
-	if done != nil {
-		defer done()
-	}
-	if err != nil {
-		return err
-	}
-	ioOpen := func(ctx context.Context, latency bool) (*rsocket.Conn, error) {
-		s, err := open(ctx, latency)
-		if err != nil {
-			return nil, err
-		}
-		c, ok := s.(*rsocket.Conn)
-		if !ok {
-			s.Close()
-			return nil, fmt.Errorf("riostream: %T is no rsocket", s)
-		}
-		return c, nil
-	}
-	return stepTimedOut(ctx, rstream.RunIO(ctx, f.cfg, ioOpen, stdout), f.timeout, "riostream")
-}
-
 // bufferSize is what rstream sets SO_SNDBUF and SO_RCVBUF to.
 func (f *rstreamFlags) bufferSize() int {
 	if f.buffer != 0 {
@@ -228,7 +194,16 @@ func (f *rstreamFlags) bufferSize() int {
 // runRstream is librdmacm's rstream on an ndkxdp adapter, or over kernel
 // TCP with -T s.
 func runRstream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, err := parseRstream(args, stdout, stderr)
+	return runStreamTool(ctx, "rstream", args, stdout, stderr)
+}
+
+// runRiostream is librdmacm's riostream on an ndkxdp adapter.
+func runRiostream(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runStreamTool(ctx, "riostream", args, stdout, stderr)
+}
+
+func runStreamTool(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	f, err := parseStreamTool(name, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -256,7 +231,22 @@ func runRstream(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	return stepTimedOut(ctx, rstream.Run(ctx, f.cfg, open, stdout), f.timeout, "rstream")
+	if name == "rstream" {
+		return stepTimedOut(ctx, rstream.Run(ctx, f.cfg, open, stdout), f.timeout, name)
+	}
+	ioOpen := func(ctx context.Context, latency bool) (*rsocket.Conn, error) {
+		s, err := open(ctx, latency)
+		if err != nil {
+			return nil, err
+		}
+		c, ok := s.(*rsocket.Conn)
+		if !ok {
+			s.Close()
+			return nil, fmt.Errorf("riostream: %T is no rsocket", s)
+		}
+		return c, nil
+	}
+	return stepTimedOut(ctx, rstream.RunIO(ctx, f.cfg, ioOpen, stdout), f.timeout, name)
 }
 
 // rsocketStreams opens the adapter and returns how the next rsocket

@@ -603,6 +603,44 @@ func (r *Conn) keepalive() time.Time {
 	return r.lastKeepalive.Add(r.cfg.Keepalive)
 }
 
+// awaitSend waits until ready (rs_get_comp with rs_conn_can_send), or
+// with wait false drives the connection once. It reports whether ready
+// holds, with nil when a try without waiting found no room, else why
+// the connection cannot send.
+func (r *Conn) awaitSend(ctx context.Context, wait bool, ready func() bool) (bool, error) {
+	if ready() {
+		return true, nil
+	}
+	if wait {
+		if err := r.progress(ctx, func() bool { return ready() || r.state&writable == 0 }); err != nil {
+			return false, err
+		}
+	} else if r.step(); !ready() && r.state&writable != 0 {
+		return false, r.err
+	}
+	if r.err != nil {
+		return false, r.err
+	}
+	if r.state&writable == 0 {
+		return false, ErrReset
+	}
+	return true, nil
+}
+
+// overlap is rsend's transfer size for left bytes: the rest where it
+// fits in olen, else olen, which doubles from RS_OLAP_START_SIZE up to
+// RS_MAX_TRANSFER, so that the first bytes leave early.
+func overlap(olen *int, left int) int {
+	if *olen >= left {
+		return left
+	}
+	x := *olen
+	if *olen < maxXfer {
+		*olen <<= 1
+	}
+	return x
+}
+
 // canSend: a transfer may be posted now (rs_can_send).
 func (r *Conn) canSend() bool {
 	return r.sqeAvail > 0 && r.sbufAvail >= sndLowat && r.sseqNo != r.sseqComp &&
@@ -648,29 +686,10 @@ func (r *Conn) write(ctx context.Context, p []byte, wait bool) (int, error) {
 	}
 	olen, done := olapStart, 0
 	for done < len(p) {
-		if !r.canSend() {
-			if wait {
-				if err := r.progress(ctx, func() bool { return r.canSend() || r.state&writable == 0 }); err != nil {
-					return done, err
-				}
-			} else if r.step(); !r.canSend() && r.state&writable != 0 {
-				return done, r.err
-			}
-			if r.err != nil {
-				return done, r.err
-			}
-			if r.state&writable == 0 {
-				return done, ErrReset
-			}
+		if ok, err := r.awaitSend(ctx, wait, r.canSend); !ok {
+			return done, err
 		}
-		left := len(p) - done
-		xfer := left
-		if olen < left {
-			xfer = olen
-			if olen < maxXfer {
-				olen <<= 1
-			}
-		}
+		xfer := overlap(&olen, len(p)-done)
 		t := &r.target[r.targetSGE]
 		// The send buffer is a ring; a transfer stops at its end rather
 		// than take two SGEs.
@@ -861,19 +880,8 @@ func (r *Conn) sendMaps(ctx context.Context, wait bool) error {
 		if !m.pending {
 			continue
 		}
-		for !r.canSend() || m.inflight {
-			if !wait {
-				if r.step(); !r.canSend() || m.inflight {
-					return r.err
-				}
-				continue
-			}
-			if err := r.progress(ctx, func() bool { return (r.canSend() && !m.inflight) || r.state&writable == 0 }); err != nil {
-				return err
-			}
-			if r.state&writable == 0 {
-				return ErrReset
-			}
+		if ok, err := r.awaitSend(ctx, wait, func() bool { return r.canSend() && !m.inflight }); !ok {
+			return err
 		}
 		if r.mapMsgs.Buf == nil {
 			var err error
@@ -919,22 +927,10 @@ func (r *Conn) IOWrite(ctx context.Context, p []byte, offset uint64) (int, error
 				return done, nil
 			}
 		}
-		if !r.canSend() {
-			if err := r.progress(ctx, func() bool { return r.canSend() || r.state&writable == 0 }); err != nil {
-				return done, err
-			}
-			if r.state&writable == 0 {
-				return done, ErrReset
-			}
+		if ok, err := r.awaitSend(ctx, true, r.canSend); !ok {
+			return done, err
 		}
-		left := len(p) - done
-		xfer := left
-		if olen < left {
-			xfer = olen
-			if olen < maxXfer {
-				olen <<= 1
-			}
-		}
+		xfer := overlap(&olen, len(p)-done)
 		xfer = min(xfer, r.sbufAvail, int(m.offset+uint64(m.length)-off), r.cfg.SndBuf-r.sOff)
 		copy(r.sbuf.Buf[r.sOff:], p[done:done+xfer])
 		if err := r.ep.Write(0, verbs.Segment{Region: r.sbuf, Off: r.sOff, Len: xfer}, m.addr+off-m.offset, m.key, true); err != nil {
