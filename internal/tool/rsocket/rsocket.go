@@ -603,6 +603,17 @@ func (r *Conn) keepalive() time.Time {
 	return r.lastKeepalive.Add(r.cfg.Keepalive)
 }
 
+// posted records a transfer of n bytes from the send buffer's ring,
+// posted as op, until its completion gives them back.
+func (r *Conn) posted(op uint32, n int) {
+	r.push(op, uint32(n))
+	r.sqeAvail--
+	r.sbufAvail -= n
+	if r.sOff += n; r.sOff == r.cfg.SndBuf {
+		r.sOff = 0
+	}
+}
+
 // awaitSend waits until ready (rs_get_comp with rs_conn_can_send), or
 // with wait false drives the connection once. It reports whether ready
 // holds, with nil when a try without waiting found no room, else why
@@ -705,13 +716,8 @@ func (r *Conn) write(ctx context.Context, p []byte, wait bool) (int, error) {
 			r.fail(fmt.Errorf("rsocket: post data: %w", err))
 			return done, r.err
 		}
-		r.push(opData, uint32(xfer))
+		r.posted(opData, xfer)
 		r.sseqNo++
-		r.sqeAvail--
-		r.sbufAvail -= xfer
-		if r.sOff += xfer; r.sOff == r.cfg.SndBuf {
-			r.sOff = 0
-		}
 		done += xfer
 	}
 	return done, nil
@@ -937,12 +943,7 @@ func (r *Conn) IOWrite(ctx context.Context, p []byte, offset uint64) (int, error
 			r.fail(fmt.Errorf("rsocket: post direct write: %w", err))
 			return done, r.err
 		}
-		r.push(opWrite, uint32(xfer))
-		r.sqeAvail--
-		r.sbufAvail -= xfer
-		if r.sOff += xfer; r.sOff == r.cfg.SndBuf {
-			r.sOff = 0
-		}
+		r.posted(opWrite, xfer)
 		done += xfer
 	}
 	return done, nil
