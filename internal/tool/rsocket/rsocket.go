@@ -679,10 +679,11 @@ func (r *Conn) TryWrite(p []byte) (int, error) {
 
 // step drives the connection once without waiting (rs_process_cq with
 // nonblock).
-func (r *Conn) step() {
+func (r *Conn) step() bool {
 	r.updateCredits()
-	r.poll()
+	got := r.poll()
 	r.updateCredits()
+	return got
 }
 
 func (r *Conn) write(ctx context.Context, p []byte, wait bool) (int, error) {
@@ -965,14 +966,19 @@ func (r *Conn) WaitByte(ctx context.Context, window verbs.Region, off int, want 
 	b := &r.cfg.Backoff
 	b.Reset()
 	for r.ep.Peek(window, off) != want {
-		// Credits and completions move on meanwhile, and a peer that
-		// went away ends the wait.
-		r.step()
+		// A peer that went away ends the wait, but only once the byte
+		// was looked at after its disconnect was read: its last writes
+		// are placed before its RS_CTRL_DISCONNECT completes here.
 		if r.err != nil {
 			return r.err
 		}
 		if r.state&connected == 0 {
 			return ErrReset
+		}
+		// Credits and completions move on meanwhile.
+		if r.step() {
+			b.Reset()
+			continue
 		}
 		if err := b.Idle(ctx, r.ep); err != nil {
 			return err
