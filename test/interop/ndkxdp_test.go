@@ -865,12 +865,13 @@ func testLoss(t *testing.T, p *peer) {
 		// from them under TCG (6.12's about 0.5 s, with as many
 		// out-of-sequence packets; a shorter ACK timeout, -u 10, did not
 		// change 6.1's), so the count bounds the suite's time. At a
-		// larger path MTU the count grows so that as many packets go
-		// (at 4096, five messages are 80 packets: in about one run in
-		// fifty no loss falls where the responder sees it).
+		// larger path MTU the count grows to at least 160 packets: at
+		// 4096 five messages are 80, and in about one run in fifty no
+		// loss fell where the responder sees it; in 160 packets, one in
+		// 3,700.
 		const size = 65536
 		mtu := p.dev.Adapter.PathMTU()
-		prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: size, Iterations: 5 * mtu / 1024, TxDepth: 2, Port: perfPort, MTU: mtu}
+		prm := perftest.Params{Verb: perftest.Write, Kind: perftest.BW, Size: size, Iterations: max(5, 160*mtu/size), TxDepth: 2, Port: perfPort, MTU: mtu}
 		before := len(p.framesNow(t))
 		d0, o0, _ := p.responderStats()
 		var rl *regionListener
