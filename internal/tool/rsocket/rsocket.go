@@ -537,6 +537,11 @@ func (r *Conn) received(c *verbs.Completion) {
 			}
 		}
 	default:
+		if (r.rTail+1)%len(r.rmsg) == r.rHead {
+			// More unread messages than the credits given allow.
+			r.fail(fmt.Errorf("rsocket: the peer sent beyond its %d credits", r.cfg.Queue))
+			return
+		}
 		r.rmsg[r.rTail] = m & dataMask
 		r.rTail = (r.rTail + 1) % len(r.rmsg)
 	}
