@@ -324,3 +324,19 @@ func TestKeepalive(t *testing.T) {
 		t.Fatalf("%d zero-length WRITEs in 300 ms at one per 20 ms, want 3 to 20", keepalives)
 	}
 }
+
+// TestCreditsOverrun: data messages beyond the credits given, which would
+// overwrite unread ones, fail the connection instead.
+func TestCreditsOverrun(t *testing.T) {
+	r := &Conn{cfg: Config{Queue: 16}, rmsg: make([]uint32, 17), state: connected | readable | writable}
+	for i := range 16 {
+		r.received(&verbs.Completion{Op: verbs.OpRecvRDMAWithImm, Imm: msg(opData, uint32(i+1))})
+	}
+	if r.err != nil || r.rTail != 16 {
+		t.Fatalf("16 messages within 16 credits: %v, %d queued", r.err, r.rTail)
+	}
+	r.received(&verbs.Completion{Op: verbs.OpRecvRDMAWithImm, Imm: msg(opData, 99)})
+	if r.err == nil || r.state != 0 || r.rmsg[0] != 1 {
+		t.Fatalf("a 17th message: err %v, state %d, first length %d", r.err, r.state, r.rmsg[0])
+	}
+}
