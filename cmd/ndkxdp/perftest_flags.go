@@ -16,6 +16,8 @@ import (
 // flag package reads --name as -name, so `--size 64` needs only the name.
 type perftestFlags struct {
 	rdmaCM, cpuFreq, events, runInfinitely bool
+	cpuUtil, outJSON                       bool
+	outJSONFile                            string
 	commRDMACM                             bool
 	oldPostSend, warmUp, cycles            bool
 	inline, sl                             int
@@ -78,6 +80,9 @@ func registerPerftestFlags(fs *flag.FlagSet, p *perftest.Params, secs *int, port
 	fs.BoolVar(&f.oldPostSend, "use_old_post_send", false, "perftest's ibv_post_send instead of the ibv_wr API: accepted; nothing on the wire changes")
 	fs.BoolVar(&f.warmUp, "perform_warm_up", false, "perftest's warm-up before write, read and atomic bw: accepted; ndkxdp perf warms up always")
 	fs.BoolVar(&f.runInfinitely, "run_infinitely", false, "perftest's endless run: refused; -D SECONDS runs for a time")
+	fs.BoolVar(&f.cpuUtil, "cpu_util", false, "perftest's host CPU share of -D runs: refused; time(1) or ndkxdp's own lines on stderr measure a run's CPU")
+	fs.BoolVar(&f.outJSON, "out_json", false, "perftest's results as JSON: refused; --output prints only each row's figure")
+	fs.StringVar(&f.outJSONFile, "out_json_file", "", "where perftest writes --out_json: refused with it")
 	fs.StringVar(&f.output, "output", "", "print only each row's figure: bandwidth or message_rate (bw tests), latency (t_avg; latency tests), as perftest's --output; ndkxdp's own lines then go to stderr")
 	both("w", "limit_bw", func(n string) {
 		fs.Float64Var(&p.LimitBW, n, 0, "bw tests: fail unless a row's BW average reaches this (the report's units; perftest's verifier)")
@@ -118,6 +123,10 @@ func (f *perftestFlags) apply(fs *flag.FlagSet, p *perftest.Params, dev *string,
 	switch {
 	case f.runInfinitely:
 		return cmdline.Usagef("--run_infinitely: ndkxdp perf runs once; -D SECONDS runs for that long (and a loop in the shell runs again)")
+	case f.cpuUtil:
+		return cmdline.Usagef("--cpu_util: ndkxdp perf does not report the host's CPU share (perftest's, from /proc/stat, in -D runs only); time(1) measures the run's own")
+	case f.outJSON || f.outJSONFile != "":
+		return cmdline.Usagef("--out_json: ndkxdp perf writes no JSON; --output bandwidth, message_rate or latency prints only each row's figure")
 	case qpsGiven(fs) && p.Kind == perftest.Lat:
 		// perftest checks the test before the value: a latency test
 		// refuses -q 1 too (perftest_parameters.c, case 'q').

@@ -58,6 +58,8 @@ func TestPerftestCommandLines(t *testing.T) {
 	}
 	for _, tc := range []struct{ line, want string }{
 		{"ib_send_bw -R -d lo --run_infinitely 198.18.0.1", "-D SECONDS runs for that long"},
+		{"ib_send_bw -R -d lo -D 5 --cpu_util 198.18.0.1", "does not report the host's CPU share"},
+		{"ib_write_bw -R -d lo --out_json --out_json_file=/tmp/x 198.18.0.1", "writes no JSON"},
 		{"ib_write_bw -R -d lo -q 4 -D 5 198.18.0.1", "-q 4 with -D"},
 		{"ib_send_bw -R -d lo -q 2 --use-srq 198.18.0.1", "-q 2 with --use-srq"},
 		{"ib_send_lat -R -d lo -q 1 198.18.0.1", "Multiple QPs only available on bw tests"},
