@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -202,5 +203,48 @@ func TestRstreamSockets(t *testing.T) {
 		if m := rstreamLine.FindAllStringSubmatch(out, -1); len(m) != 1 || strings.Join(m[0][1:], " ") != "custom 29k 10 2 1.1m" {
 			t.Errorf("%s printed:\n%s", side, out)
 		}
+	}
+}
+
+// BenchmarkRstreamVsTCP runs rstream's custom tests over an rsocket
+// between two ndkxdp adapters and over kernel TCP (-T s) on the same veth
+// pair (MTU 9000), and reports each figure with rsocket's over TCP's: a
+// 64-byte ping-pong (usec per transfer, half a round trip) and 64 KiB
+// transfers one way then the other (Gb/s).
+//
+//	go test -run '^$' -bench RstreamVsTCP -benchtime 1x ./cmd/ndkxdp
+func BenchmarkRstreamVsTCP(b *testing.B) {
+	testenv.RequireRoot(b)
+	p := harness.New(b, harness.Config{MTU: 9000, StaticNeighbours: true})
+	figure := func(args []string, col int) float64 {
+		srv := append([]string{"rstream"}, args...)
+		cli := append([]string{"rstream", "-s", p.B.IPv4.String()}, args...)
+		if args[0] != "-T" {
+			srv, cli = append(srv, "-dev", p.B.Link), append(cli, "-dev", p.A.Link)
+		}
+		cout, _ := runIn(b, p.B, srv, p.A, cli)
+		for _, line := range strings.Split(cout, "\n") {
+			if f := strings.Fields(line); len(f) == 8 && f[0] == "custom" {
+				v, err := strconv.ParseFloat(f[col], 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return v
+			}
+		}
+		b.Fatalf("no report line:\n%s", cout)
+		return 0
+	}
+	lat := []string{"-S", "64", "-C", "1", "-I", "20000"}
+	bw := []string{"-S", "65536", "-C", "5000"}
+	for range b.N {
+		rl, tl := figure(lat, 7), figure(append([]string{"-T", "s"}, lat...), 7)
+		rb, tb := figure(bw, 6), figure(append([]string{"-T", "s"}, bw...), 6)
+		b.ReportMetric(rl, "rsocket-us/xfer")
+		b.ReportMetric(tl, "tcp-us/xfer")
+		b.ReportMetric(rl/tl, "lat-rsocket/tcp")
+		b.ReportMetric(rb, "rsocket-Gb/s")
+		b.ReportMetric(tb, "tcp-Gb/s")
+		b.ReportMetric(rb/tb, "bw-rsocket/tcp")
 	}
 }
