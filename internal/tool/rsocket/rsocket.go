@@ -999,6 +999,3 @@ func (r *Conn) PeerAddress() netip.Addr {
 	}
 	return netip.Addr{}
 }
-
-// Err is why the connection failed, or nil.
-func (r *Conn) Err() error { return r.err }
